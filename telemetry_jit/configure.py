@@ -1,0 +1,113 @@
+"""One call to set up nv-one-logger's ``TrainingTelemetryProvider`` for the common case."""
+
+from __future__ import annotations
+
+import atexit
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from nv_one_logger.api.config import LoggerConfig, OneLoggerConfig, OneLoggerErrorHandlingStrategy
+from nv_one_logger.exporter.exporter import Exporter
+from nv_one_logger.recorder.default_recorder import ExportCustomizationMode
+from nv_one_logger.training_telemetry.api.config import TrainingTelemetryConfig
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
+    DEFAULT_SPANS_EXPORT_BLACKLIST,
+    TrainingTelemetryProvider,
+)
+
+from telemetry_jit.exporters import FileExporter
+
+
+def configure(
+    app_name: str,
+    *,
+    file: str | os.PathLike[str] | None = "telemetry.jsonl",
+    exporters: Sequence[Exporter] = (),
+    global_batch_size: int = 1,
+    session_tag: str | None = None,
+    perf_tag: str | None = None,
+    world_size: int | None = None,
+    export_iteration_spans: bool = False,
+    **training_config: Any,
+) -> TrainingTelemetryProvider:
+    """Configure ``TrainingTelemetryProvider.instance()`` and return it.
+
+    Telemetry errors never propagate into training (nv-one-logger's
+    ``DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR``), and the application span is closed at
+    interpreter exit if ``on_app_end`` was never called.
+
+    Args:
+        app_name: the application name (``service.name`` for OTLP backends).
+        file: JSON Lines file to write (see :class:`telemetry_jit.exporters.FileExporter`);
+            ``None`` for none.
+        exporters: further nv-one-logger exporters.
+        global_batch_size: samples per optimizer step over all ranks.
+        export_iteration_spans: also export per-iteration spans (off by default, as in nv-one-logger).
+        training_config: more ``TrainingTelemetryConfig`` fields, e.g. ``log_every_n_train_iterations``.
+
+    Example::
+
+        provider = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(Trainer, provider)
+    """
+    if not isinstance(app_name, str) or not app_name:
+        raise ValueError("configure(app_name=...) needs a non-empty application name.")
+    all_exporters = list(exporters)
+    log_dir = Path.cwd()
+    if file is not None:
+        file_exporter = FileExporter(file)
+        all_exporters.insert(0, file_exporter)
+        log_dir = file_exporter.path.parent
+    for exporter in all_exporters:
+        if not isinstance(exporter, Exporter):
+            raise TypeError(
+                f"configure(exporters=...) takes nv-one-logger Exporter objects, got {type(exporter).__name__}."
+            )
+    size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
+    config = OneLoggerConfig(
+        application_name=app_name,
+        session_tag_or_fn=session_tag or app_name,
+        world_size_or_fn=size,
+        error_handling_strategy=OneLoggerErrorHandlingStrategy.DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR,
+        logger_config=LoggerConfig(
+            log_level="WARNING",
+            log_file_path_for_info=str(log_dir / "onelogger.log"),
+            log_file_path_for_err=str(log_dir / "onelogger.err"),
+        ),
+        telemetry_config=TrainingTelemetryConfig(
+            global_batch_size_or_fn=global_batch_size,
+            perf_tag_or_fn=perf_tag or app_name,
+            **training_config,
+        ),
+    )
+    provider = TrainingTelemetryProvider.instance()
+    if provider.one_logger_ready:
+        raise RuntimeError(
+            "The telemetry provider is already configured in this process; nv-one-logger allows one "
+            "configuration per application. Configure once at start-up and reuse TrainingTelemetryProvider.instance()."
+        )
+    provider.with_base_config(config)
+    for exporter in all_exporters:
+        provider.with_exporter(exporter)
+    if export_iteration_spans:
+        provider.with_export_customization(ExportCustomizationMode.EXPORT_ALL_SPANS, None)  # type: ignore[arg-type]
+    else:
+        provider.with_export_customization(
+            ExportCustomizationMode.BLACKLIST_SPANS, list(DEFAULT_SPANS_EXPORT_BLACKLIST)
+        )
+    provider.configure_provider()
+    atexit.register(_end_application, provider)
+    return provider
+
+
+def _end_application(provider: TrainingTelemetryProvider) -> None:
+    from nv_one_logger.core.span import StandardSpanName
+    from nv_one_logger.training_telemetry.api.callbacks import on_app_end
+
+    try:
+        if provider.one_logger_ready and provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION):
+            on_app_end()
+    except Exception:  # noqa: BLE001 - interpreter exit: nothing left to report to
+        pass

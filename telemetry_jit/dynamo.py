@@ -1,0 +1,346 @@
+"""Probe for ``torch._dynamo``: turns its compile callbacks, compilation metrics and graph-break
+counters into :class:`CompileRecord` objects.
+
+Where the facts live (torch 2.8 - 2.13):
+
+- ``callback_handler`` start/end callbacks bracket every compile (forward frames and lazily
+  compiled backward graphs); the graph-break counter grows only inside these windows.
+- ``CompilationMetrics`` (one per compile, appended *after* the end callback) carry torch's own
+  start/end times, code location, recompile reason and phase times.
+- The ``graph_breaks`` log artifact is the only place that names the user line of a break.
+
+The probe does no work per training step beyond :meth:`poll` noticing that nothing changed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch._dynamo.utils as dynamo_utils
+from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handler
+
+from telemetry_jit.records import CompileRecord, GraphBreak
+
+CompileStartListener = Callable[[str, str], Any]
+
+_BREAK_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame")
+_BREAK_LOCATION = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)", re.DOTALL)
+_LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
+
+
+@dataclass
+class _Window:
+    """What the callbacks saw of one compile."""
+
+    compile_id: str
+    trigger: str
+    start_ns: int
+    breaks_before: dict[str, int]
+    backend: str
+    context: Any
+    end_ns: int = 0
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+
+
+class _GraphBreakLog(logging.Handler):
+    """Collects ``(location, reason)`` from dynamo's ``graph_breaks`` log artifact.
+
+    The artifact is switched on only for this handler (propagation off) unless the user already
+    enabled it, e.g. with ``TORCH_LOGS=graph_breaks``; then their output is left as it was.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.entries: list[tuple[str, str]] = []
+        self._saved: list[tuple[logging.Logger, int, bool]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        match = _BREAK_LOCATION.search(record.getMessage())
+        if match:
+            self.entries.append((f"{match.group(1)}:{match.group(2)}", match.group(3)))
+
+    def install(self) -> None:
+        import torch._logging
+
+        for module in _BREAK_LOGGERS:
+            logger = torch._logging.getArtifactLogger(module, "graph_breaks")
+            self._saved.append((logger, logger.level, logger.propagate))
+            if not logger.isEnabledFor(logging.DEBUG):
+                logger.setLevel(logging.DEBUG)
+                logger.propagate = False
+            logger.addHandler(self)
+
+    def uninstall(self) -> None:
+        for logger, level, propagate in self._saved:
+            logger.removeHandler(self)
+            logger.setLevel(level)
+            logger.propagate = propagate
+        self._saved.clear()
+        self.entries.clear()
+
+    def take_location(self, reason: str) -> str:
+        """Pop the first logged break whose text contains ``reason``'s first line."""
+        head = reason.strip().split("\n", 1)[0]
+        for index, (location, text) in enumerate(self.entries):
+            if head in text:
+                del self.entries[index]
+                return location
+        return ""
+
+
+class DynamoProbe:
+    """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`.
+
+    Args:
+        on_compile_start: called as ``fn(compile_id, trigger)`` when a compile begins; whatever it
+            returns comes back as ``CompileRecord.context``. Exceptions are caught: telemetry must
+            never break a compile.
+
+    Example::
+
+        probe = DynamoProbe()
+        probe.attach()
+        model(x)  # compiles
+        records = probe.poll(final=True)
+        probe.detach()
+    """
+
+    def __init__(self, on_compile_start: CompileStartListener | None = None) -> None:
+        self._on_compile_start = on_compile_start
+        self._attached = False
+        self._open: _Window | None = None
+        self._finished: dict[tuple[str, bool], _Window] = {}
+        self._last_metric: Any = None
+        self._frames: dict[str, tuple[str, str]] = {}
+        self._backends: dict[str, str] = {}
+        self._break_log = _GraphBreakLog()
+        self._breaks_at_attach = 0
+        self._warned = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def attach(self) -> None:
+        if self._attached:
+            return
+        metrics = dynamo_utils._compilation_metrics
+        self._last_metric = metrics[-1] if metrics else None
+        self._breaks_at_attach = total_graph_breaks()
+        self._break_log.install()
+        callback_handler.register_start_callback(self._on_start)
+        callback_handler.register_end_callback(self._on_end)
+        self._attached = True
+
+    def detach(self) -> None:
+        if not self._attached:
+            return
+        for remove, callback in (
+            (callback_handler.remove_start_callback, self._on_start),
+            (callback_handler.remove_end_callback, self._on_end),
+        ):
+            with contextlib.suppress(ValueError):  # torch._dynamo.reset() clears all callbacks
+                remove(callback)
+        self._break_log.uninstall()
+        self._attached = False
+
+    def ensure_registered(self) -> None:
+        """Register again if ``torch._dynamo.reset()`` cleared the callbacks."""
+        if self._attached and self._on_start not in callback_handler.start_callbacks:
+            callback_handler.register_start_callback(self._on_start)
+            callback_handler.register_end_callback(self._on_end)
+
+    # -- torch callbacks -----------------------------------------------------------------------
+    def _on_start(self, args: CallbackArgs) -> None:
+        try:
+            trigger = "lazy_backward" if args.callback_trigger == CallbackTrigger.LAZY_BACKWARD else "dynamo"
+            frame_id = _frame_id(args.compile_id)
+            if trigger == "dynamo":
+                backend = _current_backend_name()
+                self._backends[frame_id] = backend
+            else:
+                backend = self._backends.get(frame_id, "")
+            self._break_log.entries.clear()
+            context = self._on_compile_start(args.compile_id, trigger) if self._on_compile_start else None
+            self._open = _Window(
+                compile_id=args.compile_id,
+                trigger=trigger,
+                start_ns=time.time_ns(),
+                breaks_before=dict(dynamo_utils.counters["graph_break"]),
+                backend=backend,
+                context=context,
+            )
+        except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
+            self._warn(error)
+
+    def _on_end(self, args: CallbackArgs) -> None:
+        try:
+            window, self._open = self._open, None
+            if window is None or window.compile_id != args.compile_id:
+                return
+            window.end_ns = time.time_ns()
+            window.graph_breaks = self._graph_breaks_since(window.breaks_before)
+            self._finished[(window.compile_id, window.trigger == "dynamo")] = window
+        except Exception as error:  # noqa: BLE001
+            self._warn(error)
+
+    def _graph_breaks_since(self, before: dict[str, int]) -> list[GraphBreak]:
+        breaks = []
+        for reason, count in dynamo_utils.counters["graph_break"].items():
+            for _ in range(count - before.get(reason, 0)):
+                breaks.append(GraphBreak(reason=reason, location=self._break_log.take_location(reason)))
+        self._break_log.entries.clear()
+        return breaks
+
+    def _warn(self, error: Exception) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn(
+                f"telemetry-jit: dynamo probe failed ({error!r}); compile telemetry may be incomplete.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+    # -- reading results ---------------------------------------------------------------------
+    @property
+    def compiling(self) -> bool:
+        return self._open is not None
+
+    def poll(self, final: bool = False) -> list[CompileRecord]:
+        """Return the compiles that finished since the last call.
+
+        Cheap when nothing happened. With ``final=True`` compiles whose metrics never appeared
+        are returned from what the callbacks alone saw.
+        """
+        metrics = dynamo_utils._compilation_metrics
+        newest = metrics[-1] if metrics else None
+        if newest is self._last_metric and not (final and self._finished):
+            return []
+        entries = list(metrics)
+        start = 0
+        for index in range(len(entries) - 1, -1, -1):
+            if entries[index] is self._last_metric:
+                start = index + 1
+                break
+        self._last_metric = newest
+        records = []
+        for metric in entries[start:]:
+            if getattr(metric, "is_runtime", False):
+                continue
+            window = self._finished.pop((metric.compile_id, metric.is_forward is not False), None)
+            records.append(self._record(metric, window))
+        if final:
+            records.extend(self._record(None, window) for window in self._finished.values())
+            self._finished.clear()
+        return records
+
+    def graph_breaks_since_attach(self) -> int:
+        return total_graph_breaks() - self._breaks_at_attach
+
+    def _record(self, metric: Any, window: _Window | None) -> CompileRecord:
+        compile_id = str(metric.compile_id) if metric is not None else window.compile_id
+        frame_id = _frame_id(compile_id)
+        if metric is not None and metric.co_name:
+            location = f"{metric.co_filename}:{metric.co_firstlineno}"
+            self._frames[frame_id] = (metric.co_name, location)
+        frame, location = self._frames.get(frame_id, ("", ""))
+        if metric is not None and metric.is_forward is False:
+            trigger = "lazy_backward"
+        elif window is not None:
+            trigger = window.trigger
+        else:
+            trigger = "dynamo"
+        start_ns = metric.start_time_us * 1000 if metric is not None and metric.start_time_us else window.start_ns
+        end_ns = metric.end_time_us * 1000 if metric is not None and metric.end_time_us else window.end_ns
+        failure = (metric.fail_reason or "") if metric is not None and metric.fail_type else ""
+        return CompileRecord(
+            source="dynamo",
+            compile_id=compile_id,
+            trigger=trigger,
+            start_ns=start_ns,
+            end_ns=end_ns,
+            backend=window.backend if window is not None else self._backends.get(frame_id, ""),
+            frame=frame,
+            location=location,
+            is_recompile=_attempt(compile_id) > 0,
+            recompile_reason=(metric.recompile_reason or "") if metric is not None else "",
+            graph_breaks=window.graph_breaks if window is not None else [],
+            phase_times_s=_phase_times(metric),
+            failure=failure,
+            recompile_limit_hit=any(marker in failure.lower() for marker in _LIMIT_MARKERS),
+            extra=_counts(metric),
+            context=window.context if window is not None else None,
+        )
+
+
+def total_graph_breaks() -> int:
+    """Sum of ``torch._dynamo.utils.counters["graph_break"]``: dynamo's own graph-break count."""
+    return sum(dynamo_utils.counters["graph_break"].values())
+
+
+def compiles_recorded_by_torch() -> list[Any]:
+    """torch's CompilationMetrics for compiles (runtime entries such as autotuning excluded)."""
+    return [m for m in dynamo_utils.get_compilation_metrics() if not getattr(m, "is_runtime", False)]
+
+
+def _frame_id(compile_id: str) -> str:
+    parts = compile_id.split("/")
+    return "/".join(parts[:-1])
+
+
+def _attempt(compile_id: str) -> int:
+    digits = re.match(r"\d+", compile_id.split("/")[-1])
+    return int(digits.group()) if digits else 0
+
+
+def _current_backend_name() -> str:
+    """Name of the backend of the compile in progress, read from dynamo's ``_compile`` frame."""
+    from torch._dynamo.eval_frame import innermost_backend
+
+    frame = sys._getframe(1)
+    for _ in range(32):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals:
+            backend = innermost_backend(frame.f_locals["compiler_fn"])
+            name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
+            return str(name or type(backend).__name__)
+        frame = frame.f_back
+    return ""
+
+
+_PHASES = (
+    ("dynamo", "entire_frame_compile_time_s", 1.0),
+    ("backend", "backend_compile_time_s", 1.0),
+    ("inductor", "inductor_compile_time_s", 1.0),
+    ("backward", "backward_cumulative_compile_time_us", 1e-6),
+)
+
+
+def _phase_times(metric: Any) -> dict[str, float]:
+    if metric is None:
+        return {}
+    times = {}
+    for phase, name, scale in _PHASES:
+        value = getattr(metric, name, None)
+        if value is not None:
+            times[phase] = float(value) * scale
+    return times
+
+
+def _counts(metric: Any) -> dict[str, int]:
+    if metric is None:
+        return {}
+    return {
+        name: int(value)
+        for name in ("graph_op_count", "guard_count", "num_graph_breaks")
+        if (value := getattr(metric, name, None)) is not None
+    }
+
+
+__all__ = ["DynamoProbe", "compiles_recorded_by_torch", "total_graph_breaks"]

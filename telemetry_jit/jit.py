@@ -1,0 +1,201 @@
+"""JIT-compile selected submodules of a LightningModule (NeMo-compatible ``JitConfig``/``JitTransform``)."""
+
+from __future__ import annotations
+
+import fnmatch
+import inspect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
+
+_GLOB_CHARS = frozenset("*?[")
+_TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
+
+
+@dataclass
+class JitConfig:
+    """What to compile and how; field-for-field compatible with NeMo's ``JitConfig``.
+
+    Args:
+        module_selector: Which modules to compile, as a dotted path resolved against the root
+            module (see :func:`resolve_root`). ``""`` or ``"*"`` is the root itself; every atom
+            may be a glob (``"*.layer*"`` selects grandchildren whose name starts with ``layer``).
+        use_torch: Compile with ``module.compile(**torch_kwargs)``.
+        torch_kwargs: Passed through to ``torch.compile`` (``backend``, ``mode``, ``fullgraph``,
+            ``dynamic``, ``options``, ``disable``).
+        use_thunder: Compile with Lightning Thunder.
+        profile_thunder: Apply thunder's NVTX profile transform.
+
+    Example::
+
+        JitConfig(use_torch=True, module_selector="encoder.layers.*", torch_kwargs={"backend": "inductor"})
+    """
+
+    module_selector: str = ""
+    use_torch: bool = False
+    torch_kwargs: dict[str, Any] = field(default_factory=dict)
+    use_thunder: bool = False
+    profile_thunder: bool = False
+
+    def __post_init__(self) -> None:
+        if self.use_torch and self.use_thunder:
+            raise ValueError(
+                "JitConfig: use_torch and use_thunder cannot both be True; pick one compiler per config "
+                "(pass a list of JitConfig to compile different modules with different compilers)."
+            )
+        if not isinstance(self.module_selector, str):
+            raise TypeError(
+                f"JitConfig.module_selector must be a str such as 'model.layers.*', "
+                f"got {type(self.module_selector).__name__}."
+            )
+        _split_selector(self.module_selector)  # raises on a malformed selector
+        if not isinstance(self.torch_kwargs, dict):
+            raise TypeError(f"JitConfig.torch_kwargs must be a dict, got {type(self.torch_kwargs).__name__}.")
+        unknown = sorted(set(self.torch_kwargs) - _TORCH_COMPILE_KWARGS)
+        if unknown:
+            raise ValueError(
+                f"JitConfig.torch_kwargs has argument(s) torch.compile does not take: {unknown}. "
+                f"Valid: {sorted(_TORCH_COMPILE_KWARGS)}."
+            )
+
+
+def resolve_root(pl_module: torch.nn.Module) -> torch.nn.Module:
+    """The module selectors resolve against: ``pl_module.module``, else ``pl_module.model``, else
+    ``pl_module`` itself. The first two match NeMo; the fallback lets plain LightningModules work."""
+    for name in ("module", "model"):
+        candidate = getattr(pl_module, name, None)
+        if isinstance(candidate, torch.nn.Module):
+            return candidate
+    return pl_module
+
+
+def _split_selector(selector: str) -> list[str]:
+    if selector in ("", "*"):
+        return []
+    atoms = selector.split(".")
+    if any(atom == "" for atom in atoms):
+        raise ValueError(
+            f"JitConfig.module_selector {selector!r} is malformed: it has an empty name between dots. "
+            "Write a dotted path such as 'model.layers.*'."
+        )
+    return atoms
+
+
+def select_modules(root: torch.nn.Module, selector: str) -> list[tuple[str, torch.nn.Module]]:
+    """Return ``(qualified_name, module)`` for every module under ``root`` matching ``selector``.
+
+    Raises:
+        LookupError: nothing matches; the message lists the module names that exist where
+            matching stopped.
+        TypeError: an exact atom names an attribute that is not an ``nn.Module``.
+    """
+    level: list[tuple[str, torch.nn.Module]] = [("", root)]
+    for depth, atom in enumerate(_split_selector(selector)):
+        matched: list[tuple[str, torch.nn.Module]] = []
+        for prefix, module in level:
+            for name, child in _matching_children(module, atom):
+                matched.append((f"{prefix}.{name}" if prefix else name, child))
+        if not matched:
+            path = ".".join(selector.split(".")[:depth]) or "<root>"
+            existing = sorted({name for _, module in level for name, _ in module.named_children()})
+            raise LookupError(
+                f"JitConfig.module_selector {selector!r} matches nothing: no child of {path} "
+                f"({type(root).__name__} root) matches {atom!r}. Modules at that level: "
+                f"{existing or 'none (leaf module)'}."
+            )
+        level = matched
+    return level
+
+
+def _matching_children(module: torch.nn.Module, atom: str) -> Iterator[tuple[str, torch.nn.Module]]:
+    if _GLOB_CHARS.isdisjoint(atom):
+        child = getattr(module, atom, None)
+        if child is None:
+            return
+        if not isinstance(child, torch.nn.Module):
+            raise TypeError(
+                f"JitConfig.module_selector names {atom!r}, which is a {type(child).__name__}, "
+                f"not an nn.Module, on {type(module).__name__}."
+            )
+        yield atom, child
+        return
+    for name, child in module.named_children():
+        if fnmatch.fnmatchcase(name, atom):
+            yield name, child
+
+
+def _as_list(config: JitConfig | Sequence[JitConfig]) -> list[JitConfig]:
+    configs = [config] if isinstance(config, JitConfig) else config
+    if not isinstance(configs, (list, tuple)):
+        configs = [configs]
+    for item in configs:
+        if not isinstance(item, JitConfig):
+            raise TypeError(
+                f"JitTransform takes a JitConfig or a list of JitConfig, got {type(item).__name__}. "
+                "Build one with telemetry_jit.JitConfig(use_torch=True, ...)."
+            )
+    return list(configs)
+
+
+class JitTransform(Callback):
+    """Compile the modules that ``JitConfig`` selects, once, at the start of the first training epoch.
+
+    Compiling at ``on_train_epoch_start`` (as NeMo does) includes adapters added earlier, e.g. by
+    PEFT. In ``validate``/``test``/``predict`` runs the modules are compiled at the start of that
+    loop instead. Selectors are checked at ``setup`` so a typo fails before the first step.
+
+    Example::
+
+        trainer = Trainer(callbacks=[JitTransform(JitConfig(use_torch=True, module_selector="encoder"))])
+    """
+
+    def __init__(self, config: JitConfig | Sequence[JitConfig]) -> None:
+        self.configs = _as_list(config)
+        if any(c.use_thunder for c in self.configs):
+            raise NotImplementedError(
+                "JitConfig(use_thunder=True) is not supported yet by telemetry-jit; "
+                "use JitConfig(use_torch=True) for now."
+            )
+        self.compiled: list[str] = []
+
+    @property
+    def config(self) -> JitConfig | list[JitConfig]:
+        """The config as given (NeMo compatibility)."""
+        return self.configs[0] if len(self.configs) == 1 else self.configs
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        root = resolve_root(pl_module)
+        for config in self.configs:
+            if config.use_torch:
+                select_modules(root, config.module_selector)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._compile(pl_module)
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "validate":
+            self._compile(pl_module)
+
+    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._compile(pl_module)
+
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._compile(pl_module)
+
+    def _compile(self, pl_module: pl.LightningModule) -> None:
+        root = resolve_root(pl_module)
+        for config in self.configs:
+            if not config.use_torch:
+                continue
+            for name, module in select_modules(root, config.module_selector):
+                if getattr(module, "_compiled_call_impl", None) is not None:
+                    continue  # compiled already: by an earlier epoch, another config, or the user
+                module.compile(**config.torch_kwargs)
+                self.compiled.append(name or "<root>")
+                rank_zero_info(f"telemetry-jit: torch.compile({name or type(module).__name__})")
+        pl_module._compiled = bool(self.compiled)  # NeMo's marker

@@ -1,0 +1,137 @@
+"""Load a telemetry-jit JSON Lines file back into spans with their events and parent links."""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FORMAT = "telemetry-jit"
+
+
+class TelemetryFileError(ValueError):
+    """The file is not a readable telemetry-jit file."""
+
+
+@dataclass
+class EventRecord:
+    name: str
+    time_unix_ns: int
+    attributes: dict[str, Any]
+    is_error: bool = False
+
+
+@dataclass
+class SpanRecord:
+    span_id: str
+    name: str
+    parent_id: str | None
+    start_unix_ns: int
+    end_unix_ns: int | None = None  # None: the span never ended (process killed or still running)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[EventRecord] = field(default_factory=list)
+    children: list[SpanRecord] = field(default_factory=list)
+
+    @property
+    def duration_ms(self) -> float | None:
+        return None if self.end_unix_ns is None else (self.end_unix_ns - self.start_unix_ns) / 1e6
+
+
+@dataclass
+class TelemetryRun:
+    """Everything one process wrote in one run."""
+
+    run_id: str
+    rank: int
+    spans: dict[str, SpanRecord] = field(default_factory=dict)
+    data_errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def find(self, name: str) -> list[SpanRecord]:
+        return [span for span in self.spans.values() if span.name == name]
+
+    @property
+    def roots(self) -> list[SpanRecord]:
+        return [span for span in self.spans.values() if span.parent_id not in self.spans]
+
+    def parent(self, span: SpanRecord) -> SpanRecord | None:
+        return self.spans.get(span.parent_id) if span.parent_id else None
+
+
+def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
+    """Read every run in ``path``, in file order.
+
+    A truncated last line (a process killed mid-write) is skipped with a warning.
+
+    Raises:
+        FileNotFoundError: no such file.
+        TelemetryFileError: the file is empty or is not a telemetry-jit file.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No telemetry file at {str(path)!r}.")
+    runs: dict[tuple[str, int], TelemetryRun] = {}
+    with path.open("rb") as handle:
+        lines = handle.read().split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    if not lines:
+        raise TelemetryFileError(f"{str(path)!r} is empty: the run wrote no telemetry.")
+    bad_lines = 0
+    for number, raw in enumerate(lines, start=1):
+        try:
+            record = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            bad_lines += 1
+            if number == len(lines):
+                warnings.warn(f"{path}: last line {number} is truncated and was skipped.", stacklevel=2)
+                continue
+            if not runs:
+                raise TelemetryFileError(
+                    f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number})."
+                ) from None
+            warnings.warn(f"{path}: line {number} is not valid JSON and was skipped.", stacklevel=2)
+            continue
+        if not isinstance(record, dict) or "kind" not in record or "run" not in record:
+            raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit file: line {number} has no 'kind'/'run'.")
+        key = (record["run"], int(record.get("rank", 0)))
+        run = runs.get(key)
+        if run is None:
+            run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1])
+        _apply(run, record)
+    if not runs:
+        raise TelemetryFileError(f"{str(path)!r} holds no complete telemetry record.")
+    for run in runs.values():
+        for span in run.spans.values():
+            parent = run.parent(span)
+            if parent is not None:
+                parent.children.append(span)
+    return list(runs.values())
+
+
+def _apply(run: TelemetryRun, record: dict[str, Any]) -> None:
+    kind = record["kind"]
+    if kind in ("span_start", "span"):
+        span = run.spans.get(record["span_id"])
+        if span is None:
+            span = run.spans[record["span_id"]] = SpanRecord(
+                span_id=record["span_id"],
+                name=record["name"],
+                parent_id=record.get("parent_id"),
+                start_unix_ns=record["start_unix_ns"],
+            )
+        if kind == "span":
+            span.end_unix_ns = record["end_unix_ns"]
+            span.attributes = record.get("attributes", {})
+    elif kind in ("event", "error"):
+        span = run.spans.get(record["span_id"])
+        if span is not None:
+            span.events.append(
+                EventRecord(
+                    record["name"], record["time_unix_ns"], record.get("attributes", {}), is_error=kind == "error"
+                )
+            )
+    elif kind == "telemetry_data_error":
+        run.data_errors.append(record.get("attributes", {}))

@@ -1,0 +1,245 @@
+"""Turns :class:`CompileRecord` objects into nv-one-logger spans and events, and keeps the
+running totals behind each loop's ``compile_summary``."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from nv_one_logger.core.attributes import Attributes
+from nv_one_logger.core.event import Event
+from nv_one_logger.core.span import Span
+from nv_one_logger.core.time import TracingTimestamp
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+
+from telemetry_jit.dynamo import DynamoProbe
+from telemetry_jit.records import CompileRecord
+from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName
+
+_MAX_DISTINCT_REASONS = 200
+_TOP_REASONS = 5
+
+
+@dataclass
+class CompileContext:
+    """Where training was when a compile started."""
+
+    global_step: int
+    stage: str
+    parent: Span | None
+
+
+@dataclass
+class CompileStats:
+    """Running totals over one ``fit``/``validate``/``test``; constant size whatever the run length."""
+
+    count: int = 0
+    recompile_count: int = 0
+    graph_break_count: int = 0
+    recompile_limit_hits: int = 0
+    total_time_ms: float = 0.0
+    recompile_reasons: Counter[str] = field(default_factory=Counter)
+
+    def add(self, record: CompileRecord) -> None:
+        self.count += 1
+        self.total_time_ms += record.duration_ms
+        self.graph_break_count += len(record.graph_breaks)
+        self.recompile_limit_hits += record.recompile_limit_hit
+        if record.is_recompile:
+            self.recompile_count += 1
+            reason = record.recompile_reason or "unknown"
+            if reason in self.recompile_reasons or len(self.recompile_reasons) < _MAX_DISTINCT_REASONS:
+                self.recompile_reasons[reason] += 1
+
+    def attributes(self, wall_time_s: float) -> Attributes:
+        return Attributes(
+            {
+                "compile.count": self.count,
+                "compile.recompile_count": self.recompile_count,
+                "compile.graph_break_count": self.graph_break_count,
+                "compile.recompile_limit_hits": self.recompile_limit_hits,
+                "compile.total_time_ms": round(self.total_time_ms, 3),
+                "compile.wall_time_ms": round(wall_time_s * 1000, 3),
+                "compile.time_share": round(self.total_time_ms / 1000 / wall_time_s, 6) if wall_time_s > 0 else 0.0,
+                "compile.top_recompile_reasons": [
+                    f"{count}x {reason}" for reason, count in self.recompile_reasons.most_common(_TOP_REASONS)
+                ],
+            }
+        )
+
+
+def _timestamp(epoch_ns: int) -> TracingTimestamp:
+    return TracingTimestamp.for_timestamp(timestamp_sec=epoch_ns / 1e9, validate_timestamp=False)
+
+
+def record_attributes(record: CompileRecord, context: CompileContext) -> Attributes:
+    attributes = {
+        "compile.source": record.source,
+        "compile.id": record.compile_id,
+        "compile.trigger": record.trigger,
+        "compile.backend": record.backend,
+        "compile.frame": record.frame,
+        "compile.location": record.location,
+        "compile.is_recompile": record.is_recompile,
+        "compile.recompile_reason": record.recompile_reason,
+        "compile.graph_breaks": len(record.graph_breaks),
+        "compile.duration_ms": round(record.duration_ms, 3),
+        "compile.failed": bool(record.failure),
+        "train.global_step": context.global_step,
+        "train.stage": context.stage,
+    }
+    attributes.update({f"compile.time.{phase}_s": value for phase, value in record.phase_times_s.items()})
+    attributes.update({f"compile.{name}": value for name, value in record.extra.items()})
+    return Attributes(attributes)
+
+
+class CompileRecorder:
+    """Records compilations seen by the probes as ``compilation`` spans.
+
+    A span hangs under the loop span that was running when its compile started (or the
+    application span), never under a span the configured exporters drop.
+    """
+
+    def __init__(self, provider: TrainingTelemetryProvider) -> None:
+        self._provider = provider
+        self._trainer: Any = None
+        self._probe = DynamoProbe(on_compile_start=self._on_compile_start)
+        self._warned_frames: set[str] = set()
+        self.stats = CompileStats()
+        self._started_at = 0.0
+
+    # -- lifecycle, driven by the trainer callback -------------------------------------------
+    def start(self, trainer: Any) -> None:
+        self._trainer = trainer
+        self.stats = CompileStats()
+        self._started_at = time.perf_counter()
+        self._probe.attach()
+
+    def poll(self) -> None:
+        for record in self._probe.poll():
+            self._record(record)
+
+    def ensure_registered(self) -> None:
+        self._probe.ensure_registered()
+
+    def stop(self) -> None:
+        for record in self._probe.poll(final=True):
+            self._record(record)
+        self._probe.detach()
+
+    def emit_summary(self, span: Span | None) -> CompileStats:
+        """Add ``compile_summary`` to ``span`` (the loop that is ending) and return the totals."""
+        self.poll()
+        stats = self.stats
+        recorder = self._recorder()
+        target = span if span is not None else self._current_parent()
+        if recorder is not None and target is not None and target.active:
+            wall_time_s = time.perf_counter() - self._started_at
+            recorder.event(target, Event.create(JitEventName.COMPILE_SUMMARY, stats.attributes(wall_time_s)))
+        return stats
+
+    @property
+    def probe(self) -> DynamoProbe:
+        return self._probe
+
+    # -- recording ---------------------------------------------------------------------------
+    def _on_compile_start(self, compile_id: str, trigger: str) -> CompileContext:
+        self.poll()  # flush the compiles that finished before this one, while their loop is running
+        return self._context()
+
+    def _context(self) -> CompileContext:
+        trainer = self._trainer
+        stage = getattr(getattr(trainer, "state", None), "stage", None)
+        return CompileContext(
+            global_step=int(getattr(trainer, "global_step", 0) or 0),
+            stage=str(stage.value) if stage is not None else "",
+            parent=self._current_parent(),
+        )
+
+    def _recorder(self) -> Any:
+        try:
+            return self._provider.recorder if self._provider.one_logger_ready else None
+        except Exception:  # noqa: BLE001 - an unconfigured provider means: count, do not export
+            return None
+
+    def _current_parent(self) -> Span | None:
+        recorder = self._recorder()
+        if recorder is None:
+            return None
+        for name in LOOP_SPAN_NAMES:
+            spans = recorder.get_active_spans_by_name(name)
+            if spans:
+                return _exported_ancestor(recorder, spans[-1])
+        return None
+
+    def _record(self, record: CompileRecord) -> None:
+        context = record.context if isinstance(record.context, CompileContext) else self._context()
+        self.stats.add(record)
+        if record.recompile_limit_hit:
+            self._warn_recompile_limit(record)
+        recorder = self._recorder()
+        if recorder is None:
+            return
+        if context.parent is not None and not context.parent.active:
+            context.parent = self._current_parent()
+        latest = getattr(recorder, "_latest_active_span", None)
+        latest_before = latest.get() if latest is not None else None
+        try:
+            span = recorder.start(
+                span_name=JitSpanName.COMPILATION,
+                span_attributes=record_attributes(record, context),
+                start_time=_timestamp(record.start_ns),
+                parent_span=context.parent,
+            )
+            if span is None:
+                return
+            for graph_break in record.graph_breaks:
+                recorder.event(
+                    span,
+                    Event.create(
+                        JitEventName.GRAPH_BREAK,
+                        Attributes(
+                            {
+                                "graph_break.reason": graph_break.summary,
+                                "graph_break.reason_full": graph_break.reason,
+                                "graph_break.location": graph_break.location,
+                            }
+                        ),
+                        timestamp=_timestamp(record.start_ns),
+                    ),
+                )
+            if record.recompile_limit_hit:
+                recorder.error(span, f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly")
+            elif record.failure:
+                recorder.error(span, f"compilation failed: {record.failure}")
+            recorder.stop(span, stop_time=_timestamp(record.end_ns))
+        finally:
+            if latest is not None:
+                latest.set(latest_before)  # keep nv-one-logger's implicit parenting as it was
+
+    def _warn_recompile_limit(self, record: CompileRecord) -> None:
+        frame_id = record.compile_id.rsplit("/", 1)[0]
+        if frame_id in self._warned_frames:
+            return
+        self._warned_frames.add(frame_id)
+        import torch._dynamo.config as dynamo_config
+
+        limit = getattr(dynamo_config, "recompile_limit", None) or getattr(dynamo_config, "cache_size_limit", "?")
+        warnings.warn(
+            f"telemetry-jit: {record.frame or 'a frame'} ({record.location or 'unknown location'}) hit "
+            f"torch._dynamo.config.recompile_limit ({limit}) and now runs eagerly, without compilation. "
+            f"Last recompile reason: {record.recompile_reason or 'unknown'}. Mark the changing dimension "
+            "dynamic (torch._dynamo.mark_dynamic / dynamic=True) or raise the limit.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def _exported_ancestor(recorder: Any, span: Span | None) -> Span | None:
+    should_export = getattr(recorder, "_should_export_span", None)
+    while span is not None and should_export is not None and not should_export(span):
+        span = span.parent_span
+    return span

@@ -1,0 +1,44 @@
+"""Plain records of what a compiler did, produced by the probes and consumed by the recorder."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class GraphBreak:
+    """One graph break counted while a compilation traced user code."""
+
+    reason: str  # the compiler's full reason text
+    location: str = ""  # "file:line" of user code, empty when unknown
+
+    @property
+    def summary(self) -> str:
+        return self.reason.strip().split("\n", 1)[0]
+
+
+@dataclass
+class CompileRecord:
+    """One finished compilation, with its real start and end (epoch nanoseconds)."""
+
+    source: str  # "dynamo" or "thunder"
+    compile_id: str
+    trigger: str  # "dynamo", "lazy_backward", "thunder"
+    start_ns: int
+    end_ns: int
+    backend: str = ""
+    frame: str = ""
+    location: str = ""
+    is_recompile: bool = False
+    recompile_reason: str = ""
+    graph_breaks: list[GraphBreak] = field(default_factory=list)
+    phase_times_s: dict[str, float] = field(default_factory=dict)
+    failure: str = ""  # the compiler's error text when compilation failed
+    recompile_limit_hit: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    context: Any = None  # what the recorder captured when the compile started (step, stage, parent)
+
+    @property
+    def duration_ms(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e6

@@ -1,0 +1,25 @@
+"""Names of the spans, events and attributes telemetry-jit records (documented in docs/telemetry.md)."""
+
+from enum import Enum
+
+
+class JitSpanName(str, Enum):
+    """Spans added to nv-one-logger's standard training spans."""
+
+    COMPILATION = "compilation"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class JitEventName(str, Enum):
+    GRAPH_BREAK = "graph_break"
+    RECOMPILE_LIMIT_HIT = "recompile_limit_hit"
+    COMPILE_SUMMARY = "compile_summary"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+# The loop spans a compilation span may hang under, innermost first (nv-one-logger names).
+LOOP_SPAN_NAMES = ("validation_loop", "testing_loop", "training_loop", "application")

@@ -1,0 +1,82 @@
+"""A readable summary of the compile telemetry in a run, for terminals."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+
+from telemetry_jit.reader import SpanRecord, TelemetryRun
+from telemetry_jit.schema import JitEventName, JitSpanName
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return ["  " + line for line in lines]
+
+
+def _total_ms(spans: Sequence[SpanRecord]) -> float:
+    return sum(span.duration_ms or 0.0 for span in spans)
+
+
+def format_summary(run: TelemetryRun) -> str:
+    compiles = sorted(run.find(JitSpanName.COMPILATION.value), key=lambda s: s.start_unix_ns)
+    loops = run.find("training_loop") or run.find("validation_loop") or run.find("application")
+    wall_ms = _total_ms(loops)
+    compile_ms = _total_ms(compiles)
+    recompiles = [s for s in compiles if s.attributes.get("compile.is_recompile")]
+    breaks = [e for s in compiles for e in s.events if e.name == JitEventName.GRAPH_BREAK.value]
+    share = f"{100 * compile_ms / wall_ms:.1f}%" if wall_ms else "n/a"
+    lines = [
+        f"telemetry-jit summary (run {run.run_id[:8]}, rank {run.rank})",
+        f"  {loops[0].name if loops else 'run'} wall time: {wall_ms / 1000:.2f} s",
+        f"  compile time: {compile_ms / 1000:.2f} s ({share} of it) in {len(compiles)} compilations",
+        f"  recompilations: {len(recompiles)}    graph breaks: {len(breaks)}",
+    ]
+    failed = [s for s in compiles if s.attributes.get("compile.failed")]
+    if failed:
+        lines.append(f"  failed compilations: {len(failed)} (recompile limit or compiler error)")
+    if not compiles:
+        return "\n".join([*lines, "  no compilation happened in this run"])
+
+    per_frame: dict[tuple[str, str], list[SpanRecord]] = defaultdict(list)
+    for span in compiles:
+        key = (str(span.attributes.get("compile.frame") or "?"), str(span.attributes.get("compile.location") or ""))
+        per_frame[key].append(span)
+    rows = [
+        (
+            frame,
+            _short(location),
+            len(spans),
+            sum(bool(s.attributes.get("compile.is_recompile")) for s in spans),
+            sum(int(s.attributes.get("compile.graph_breaks", 0)) for s in spans),
+            f"{_total_ms(spans):.1f}",
+        )
+        for (frame, location), spans in sorted(per_frame.items(), key=lambda item: -_total_ms(item[1]))
+    ]
+    lines += ["", "  per frame:", *_table(("frame", "location", "compiles", "recompiles", "breaks", "ms"), rows)]
+
+    reasons = Counter(str(s.attributes.get("compile.recompile_reason") or "unknown") for s in recompiles)
+    if reasons:
+        lines += ["", "  top recompile reasons:"]
+        lines += [f"    {count}x  {reason}" for reason, count in reasons.most_common(5)]
+
+    where = Counter(
+        (
+            str(e.attributes.get("graph_break.location") or "unknown location"),
+            str(e.attributes.get("graph_break.reason")),
+        )
+        for e in breaks
+    )
+    if where:
+        rows = [(_short(location), count, reason) for (location, reason), count in where.most_common(10)]
+        lines += ["", "  graph breaks:", *_table(("location", "count", "reason"), rows)]
+    return "\n".join(lines)
+
+
+def _short(location: str, keep: int = 2) -> str:
+    path, _, line = location.rpartition(":")
+    parts = path.split("/")
+    return ("/".join(parts[-keep:]) + f":{line}") if path else location

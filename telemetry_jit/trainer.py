@@ -1,0 +1,301 @@
+"""``hook_trainer_cls``: a drop-in for nv-one-logger's, working on lightning 2.5 and 2.6, that never
+mutates the class it is given and adds compile telemetry and ``JitTransform``."""
+
+from __future__ import annotations
+
+import time
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from nv_one_logger.api.one_logger_provider import OneLoggerProvider
+from nv_one_logger.core.span import StandardSpanName
+from nv_one_logger.training_telemetry.api import callbacks as one_logger
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+
+from telemetry_jit.jit import JitConfig, JitTransform
+from telemetry_jit.recording import CompileRecorder, CompileStats
+
+
+class TelemetryCallback(Callback):
+    """nv-one-logger's ``TimeEventCallback`` (same hooks and ``on_*`` methods) plus compile telemetry.
+
+    Implicit: training loop and iterations, validation loop and iterations, checkpoint saves (through
+    ``HookedTrainer.save_checkpoint``), and one ``compilation`` span per compile. Explicit: the
+    ``on_*`` methods below, as in nv-one-logger.
+
+    Args:
+        training_telemetry_provider: the configured ``TrainingTelemetryProvider``.
+        call_on_app_start: start the application span now, unless one is already running.
+        compile_telemetry: record compilation spans and ``compile_summary`` events.
+
+    Example::
+
+        callback = TelemetryCallback(TrainingTelemetryProvider.instance())
+        trainer = Trainer(callbacks=[callback])
+        callback.on_model_init_start()
+    """
+
+    def __init__(
+        self,
+        training_telemetry_provider: TrainingTelemetryProvider,
+        call_on_app_start: bool = True,
+        compile_telemetry: bool = True,
+    ) -> None:
+        self._provider = training_telemetry_provider
+        self.compiles = CompileRecorder(training_telemetry_provider) if compile_telemetry else None
+        self.last_compile_stats: CompileStats | None = None
+        self._fn_started = 0.0
+        if call_on_app_start and self._ready() and not self._application_running():
+            one_logger.on_app_start()
+
+    # -- state -------------------------------------------------------------------------------
+    def _ready(self) -> bool:
+        return bool(self._provider.one_logger_ready and OneLoggerProvider.instance().one_logger_enabled)
+
+    def _application_running(self) -> bool:
+        return bool(self._provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))
+
+    def _active_span(self, name: str) -> Any:
+        if not self._ready():
+            return None
+        spans = self._provider.recorder.get_active_spans_by_name(name)
+        return spans[-1] if spans else None
+
+    # -- Lightning hooks -----------------------------------------------------------------------
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._fn_started = time.perf_counter()
+        if self.compiles is not None:
+            self.compiles.start(trainer)
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.compiles is not None:
+            self.compiles.stop()
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if self.compiles is not None:
+            self.compiles.stop()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._ready():
+            return
+        config = self._provider.config.telemetry_config
+        if config is None:
+            warnings.warn(
+                "telemetry-jit: no training telemetry config is set, so training-loop spans are skipped. "
+                "Use telemetry_jit.configure(...) or provider.set_training_telemetry_config(...) before fit.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            return
+        target = None if config.train_iterations_target else max(int(trainer.estimated_stepping_batches), 1)
+        one_logger.on_train_start(
+            train_iterations_start=trainer.global_step,
+            train_samples_start=trainer.global_step * config.global_batch_size,
+            train_iterations_target_or_fn=target,
+        )
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.compiles is not None:
+            self.compiles.ensure_registered()
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._summarize(self._active_span("training_loop"))
+        if self._active_span("training_loop") is not None:
+            one_logger.on_train_end()
+
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        if self._ready():
+            one_logger.on_training_single_iteration_start()
+
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        if self.compiles is not None:
+            self.compiles.poll()
+        if self._ready():
+            one_logger.on_training_single_iteration_end()
+
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.compiles is not None:
+            self.compiles.ensure_registered()
+        if self._ready():
+            one_logger.on_validation_start()
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not self._ready():
+            return
+        # Lightning may skip on_validation_batch_end (lightning#20999); close the iteration first.
+        if self._active_span("validation_single_iteration") is not None:
+            one_logger.on_validation_single_iteration_end()
+        if trainer.state.fn == "validate":
+            self._summarize(self._active_span("validation_loop"))
+        one_logger.on_validation_end()
+
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if not self._ready():
+            return
+        if self._active_span("validation_single_iteration") is not None:
+            one_logger.on_validation_single_iteration_end()
+        one_logger.on_validation_single_iteration_start()
+
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if self.compiles is not None:
+            self.compiles.poll()
+        if self._ready():
+            one_logger.on_validation_single_iteration_end()
+
+    def on_test_batch_end(self, *args: Any, **kwargs: Any) -> None:
+        if self.compiles is not None:
+            self.compiles.poll()
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._summarize(self._active_span("testing_loop"))
+
+    def _summarize(self, span: Any) -> None:
+        if self.compiles is not None:
+            self.last_compile_stats = self.compiles.emit_summary(span)
+
+    # -- checkpoint saves, called by HookedTrainer.save_checkpoint ----------------------------
+    def on_save_checkpoint_start(self, global_step: int) -> None:
+        if self._ready():
+            one_logger.on_save_checkpoint_start(global_step)
+
+    def on_save_checkpoint_success(self, global_step: int) -> None:
+        if self._ready():
+            one_logger.on_save_checkpoint_success(global_step=global_step)
+
+    def on_save_checkpoint_end(self, global_step: int | None = None) -> None:
+        if self._ready():
+            one_logger.on_save_checkpoint_end()
+
+    # -- explicit calls, as in nv-one-logger ---------------------------------------------------
+    def on_app_end(self) -> None:
+        if self._ready() and self._application_running():
+            one_logger.on_app_end()
+
+    def on_model_init_start(self) -> None:
+        one_logger.on_model_init_start()
+
+    def on_model_init_end(self) -> None:
+        one_logger.on_model_init_end()
+
+    def on_dataloader_init_start(self) -> None:
+        one_logger.on_dataloader_init_start()
+
+    def on_dataloader_init_end(self) -> None:
+        one_logger.on_dataloader_init_end()
+
+    def on_optimizer_init_start(self) -> None:
+        one_logger.on_optimizer_init_start()
+
+    def on_optimizer_init_end(self) -> None:
+        one_logger.on_optimizer_init_end()
+
+    def on_load_checkpoint_start(self) -> None:
+        one_logger.on_load_checkpoint_start()
+
+    def on_load_checkpoint_end(self) -> None:
+        one_logger.on_load_checkpoint_end()
+
+    def on_testing_start(self) -> None:
+        one_logger.on_testing_start()
+
+    def on_testing_end(self) -> None:
+        one_logger.on_testing_end()
+
+
+def _as_callback_list(callbacks: Any) -> list[Callback]:
+    if callbacks is None:
+        return []
+    if isinstance(callbacks, Callback):
+        return [callbacks]
+    return list(callbacks)
+
+
+def hook_trainer_cls(
+    trainer_cls: type[pl.Trainer],
+    training_telemetry_provider: TrainingTelemetryProvider,
+    telemetry_callback: Any = None,
+    *,
+    jit_config: JitConfig | Sequence[JitConfig] | None = None,
+    compile_telemetry: bool = True,
+) -> tuple[type[pl.Trainer], Any]:
+    """Return ``(HookedTrainer, callback)``: a subclass of ``trainer_cls`` carrying telemetry.
+
+    Same arguments and return value as nv-one-logger's ``hook_trainer_cls``; ``trainer_cls`` itself is
+    left untouched, so a plain ``Trainer`` built later has no telemetry and two calls give two
+    independent classes.
+
+    Args:
+        trainer_cls: ``lightning.pytorch.Trainer`` or a subclass.
+        training_telemetry_provider: ``TrainingTelemetryProvider.instance()``, configured.
+        telemetry_callback: reuse this callback (a :class:`TelemetryCallback` or nv-one-logger's
+            ``TimeEventCallback``); one is created otherwise.
+        jit_config: compile these modules with a :class:`JitTransform` added to every trainer
+            (unless the trainer is given its own ``JitTransform``).
+        compile_telemetry: record compilation spans (only for a callback created here).
+
+    Example::
+
+        HookedTrainer, callback = hook_trainer_cls(Trainer, TrainingTelemetryProvider.instance(),
+                                                   jit_config=JitConfig(use_torch=True))
+        trainer = HookedTrainer(max_epochs=2)
+        trainer.fit(model)
+        callback.on_app_end()
+    """
+    if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, pl.Trainer)):
+        raise TypeError(
+            f"hook_trainer_cls expects a Lightning Trainer class (lightning.pytorch.Trainer or a subclass), "
+            f"got {trainer_cls!r}. Pass the class, not an instance."
+        )
+    if not isinstance(training_telemetry_provider, TrainingTelemetryProvider):
+        raise TypeError(
+            "hook_trainer_cls expects nv-one-logger's TrainingTelemetryProvider.instance(), got "
+            f"{type(training_telemetry_provider).__name__}. Configure it first, e.g. with telemetry_jit.configure(...)."
+        )
+    if jit_config is not None:
+        JitTransform(jit_config)  # fail now, before any trainer is built, on a bad config
+    if telemetry_callback is None:
+        telemetry_callback = TelemetryCallback(training_telemetry_provider, compile_telemetry=compile_telemetry)
+
+    class HookedTrainer(trainer_cls):  # type: ignore[valid-type, misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            callbacks = [cb for cb in _as_callback_list(kwargs.get("callbacks")) if cb is not telemetry_callback]
+            if jit_config is not None and not any(isinstance(cb, JitTransform) for cb in callbacks):
+                callbacks.append(JitTransform(jit_config))
+            kwargs["callbacks"] = [telemetry_callback, *callbacks]
+            super().__init__(*args, **kwargs)
+            self._nv_one_logger_callback = telemetry_callback
+
+        @property
+        def nv_one_logger_callback(self) -> Any:
+            """The telemetry callback, for the explicit ``on_*`` calls."""
+            return self._nv_one_logger_callback
+
+        def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+            callback = self._nv_one_logger_callback
+            callback.on_save_checkpoint_start(global_step=self.global_step)
+            try:
+                result = super().save_checkpoint(*args, **kwargs)
+                callback.on_save_checkpoint_success(global_step=self.global_step)
+            finally:
+                callback.on_save_checkpoint_end()
+            return result
+
+    HookedTrainer.__name__ = HookedTrainer.__qualname__ = f"Hooked{trainer_cls.__name__}"
+    return HookedTrainer, telemetry_callback

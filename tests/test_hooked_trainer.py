@@ -1,0 +1,155 @@
+"""hook_trainer_cls: drop-in behaviour, non-mutation, explicit calls and checkpoint spans in the file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+
+import telemetry_jit
+from telemetry_jit import JitConfig, JitTransform, TelemetryCallback, hook_trainer_cls
+from tests.conftest import Telemetry
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+
+class Recorder(Callback):
+    def __init__(self) -> None:
+        self.batches = 0
+
+    def on_train_batch_end(self, *args: object) -> None:
+        self.batches += 1
+
+
+def test_the_given_class_is_not_mutated(telemetry: Telemetry) -> None:
+    init, save = pl.Trainer.__init__, pl.Trainer.save_checkpoint
+    first, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    second, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    assert (pl.Trainer.__init__, pl.Trainer.save_checkpoint) == (init, save)
+    assert first is not second and issubclass(first, pl.Trainer) and issubclass(second, pl.Trainer)
+    assert not hasattr(pl.Trainer, "nv_one_logger_callback")
+    plain = pl.Trainer(**TRAINER_DEFAULTS)
+    assert not any(isinstance(cb, TelemetryCallback) for cb in plain.callbacks)
+    hooked = first(**TRAINER_DEFAULTS)
+    assert hooked.nv_one_logger_callback is callback
+    assert hooked.callbacks[0] is callback
+
+
+def test_hooking_twice_starts_one_application_span(telemetry: Telemetry) -> None:
+    hook_trainer_cls(pl.Trainer, telemetry.provider)
+    hook_trainer_cls(pl.Trainer, telemetry.provider)
+    run = telemetry.end()
+    assert len(run.find("application")) == 1
+    assert run.find("application")[0].end_unix_ns is not None
+
+
+def test_callbacks_are_kept_single_or_list_and_jit_transform_not_duplicated(telemetry: Telemetry) -> None:
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JitConfig(use_torch=True))
+    mine = Recorder()
+    single = HookedTrainer(callbacks=mine, **TRAINER_DEFAULTS)
+    assert single.callbacks[0] is callback and mine in single.callbacks
+    assert sum(isinstance(cb, JitTransform) for cb in single.callbacks) == 1
+    own = JitTransform(JitConfig(use_torch=True, module_selector="layer0"))
+    trainer = HookedTrainer(callbacks=[mine, own], **TRAINER_DEFAULTS)
+    transforms = [cb for cb in trainer.callbacks if isinstance(cb, JitTransform)]
+    assert transforms == [own]
+    trainer = HookedTrainer(callbacks=[callback, mine], **TRAINER_DEFAULTS)  # passing the callback too is harmless
+    assert [cb for cb in trainer.callbacks if cb is callback] == [callback]
+
+
+def test_bad_arguments_are_named(telemetry: Telemetry) -> None:
+    with pytest.raises(TypeError, match="Lightning Trainer class"):
+        hook_trainer_cls(pl.Trainer(**TRAINER_DEFAULTS), telemetry.provider)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="Lightning Trainer class"):
+        hook_trainer_cls(dict, telemetry.provider)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="TrainingTelemetryProvider.instance"):
+        hook_trainer_cls(pl.Trainer, object())  # type: ignore[arg-type]
+    with pytest.raises(LookupError, match="matches nothing"):
+        HookedTrainer, _ = hook_trainer_cls(
+            pl.Trainer, telemetry.provider, jit_config=JitConfig(use_torch=True, module_selector="nope")
+        )
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader())
+
+
+def test_explicit_calls_and_implicit_spans_land_in_the_file(telemetry: Telemetry, tmp_path: Path) -> None:
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    recorder = Recorder()
+    callback.on_model_init_start()
+    model = Net()
+    callback.on_model_init_end()
+    callback.on_dataloader_init_start()
+    train, val = loader(16, 4), loader(8, 4)
+    callback.on_dataloader_init_end()
+    callback.on_optimizer_init_start()
+    callback.on_optimizer_init_end()
+    callback.on_load_checkpoint_start()
+    callback.on_load_checkpoint_end()
+    trainer = HookedTrainer(max_epochs=2, callbacks=[recorder], **TRAINER_DEFAULTS)
+    trainer.fit(model, train, val)
+    callback.on_testing_start()
+    trainer.test(model, val, verbose=False)
+    callback.on_testing_end()
+    callback.on_app_end()
+    run = telemetry.run()
+    app = run.find("application")[0]
+    for name in (
+        "model_initialization",
+        "data_loader_initialization",
+        "optimizer_initialization",
+        "checkpoint_load",
+        "training_loop",
+        "testing_loop",
+    ):
+        spans = run.find(name)
+        assert len(spans) == 1, name
+        assert spans[0].parent_id == app.span_id and spans[0].end_unix_ns is not None, name
+    # sanity check + one validation per epoch
+    assert len(run.find("validation_loop")) == 3
+    assert recorder.batches == 8  # the user's callback still ran
+    assert app.end_unix_ns is not None
+
+
+def test_checkpoint_saves_automatic_and_explicit_are_spans(telemetry: Telemetry, tmp_path: Path) -> None:
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    checkpoints = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1, every_n_epochs=1)
+    options = dict(TRAINER_DEFAULTS, enable_checkpointing=True)
+    trainer = HookedTrainer(max_epochs=2, callbacks=[checkpoints], default_root_dir=tmp_path, **options)
+    trainer.fit(Net(), loader(8, 4))
+    trainer.save_checkpoint(tmp_path / "explicit.ckpt")
+    saved = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert len(saved) == 2 and (tmp_path / "explicit.ckpt").exists()
+    run = telemetry.end()
+    spans = run.find("checkpoint_save_sync")
+    assert len(spans) == 3
+    assert all(span.end_unix_ns is not None for span in spans)
+    assert torch.load(tmp_path / "explicit.ckpt", weights_only=False)["global_step"] == 4
+
+
+def test_works_with_lightning_cli(telemetry: Telemetry) -> None:
+    from lightning.pytorch.cli import LightningCLI
+
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    cli = LightningCLI(
+        Net,
+        trainer_class=HookedTrainer,
+        run=False,
+        args=[
+            "--trainer.max_epochs=1",
+            "--trainer.accelerator=cpu",
+            "--trainer.logger=false",
+            "--trainer.enable_progress_bar=false",
+            "--model.width=4",
+        ],
+        save_config_kwargs={"overwrite": True},
+    )
+    assert isinstance(cli.trainer, HookedTrainer)
+    assert cli.trainer.callbacks[0] is callback
+    cli.trainer.fit(cli.model, loader(8, 4, features=4))
+    assert len(telemetry.end().find("training_loop")) == 1
+
+
+def test_configure_twice_is_a_clear_error(telemetry: Telemetry) -> None:
+    with pytest.raises(RuntimeError, match="already configured"):
+        telemetry_jit.configure("again", file=None)

@@ -1,0 +1,113 @@
+"""JitConfig validation and module selection semantics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from telemetry_jit import JitConfig, JitTransform, resolve_root, select_modules
+from tests.models import Net
+
+
+def tree() -> torch.nn.Module:
+    root = torch.nn.Module()
+    for branch in ("enc", "dec"):
+        parent = torch.nn.Module()
+        for name in ("layer0", "layer1", "norm"):
+            parent.add_module(name, torch.nn.Linear(2, 2))
+        root.add_module(branch, parent)
+    root.scale = 3.0
+    return root
+
+
+def names(selector: str) -> list[str]:
+    return [name for name, _ in select_modules(tree(), selector)]
+
+
+@pytest.mark.parametrize("selector", ["", "*"])
+def test_empty_and_star_select_the_root(selector: str) -> None:
+    root = tree()
+    assert select_modules(root, selector) == [("", root)]
+
+
+def test_dotted_path_selects_one_module() -> None:
+    assert names("enc.layer1") == ["enc.layer1"]
+
+
+def test_glob_at_any_depth_selects_grandchildren() -> None:
+    # NeMo stops at the first wildcard and would return every child of the root here.
+    assert names("*.layer*") == ["enc.layer0", "enc.layer1", "dec.layer0", "dec.layer1"]
+
+
+def test_glob_in_the_middle() -> None:
+    assert names("*.norm") == ["enc.norm", "dec.norm"]
+    assert names("d?c.layer[01]") == ["dec.layer0", "dec.layer1"]
+
+
+def test_selector_matching_nothing_lists_the_names_at_that_level() -> None:
+    with pytest.raises(LookupError, match=r"no child of enc .*'layer9'.*\['layer0', 'layer1', 'norm'\]"):
+        select_modules(tree(), "enc.layer9")
+    with pytest.raises(LookupError, match=r"\['dec', 'enc'\]"):
+        select_modules(tree(), "encoder")
+
+
+def test_selector_naming_a_non_module_attribute() -> None:
+    with pytest.raises(TypeError, match="'scale'.*float, not an nn.Module"):
+        select_modules(tree(), "scale")
+
+
+@pytest.mark.parametrize("selector", ["enc..layer0", ".enc", "enc."])
+def test_malformed_selector_fails_at_construction(selector: str) -> None:
+    with pytest.raises(ValueError, match="malformed"):
+        JitConfig(use_torch=True, module_selector=selector)
+
+
+def test_non_string_selector() -> None:
+    with pytest.raises(TypeError, match="module_selector must be a str"):
+        JitConfig(use_torch=True, module_selector=["enc"])  # type: ignore[arg-type]
+
+
+def test_torch_and_thunder_together_fail_at_construction() -> None:
+    with pytest.raises(ValueError, match="use_torch and use_thunder cannot both be True"):
+        JitConfig(use_torch=True, use_thunder=True)
+
+
+def test_unknown_torch_kwargs_are_named() -> None:
+    with pytest.raises(ValueError, match=r"\['fulgraph'\].*Valid: .*'fullgraph'"):
+        JitConfig(use_torch=True, torch_kwargs={"fulgraph": True})
+
+
+def test_transform_rejects_what_is_not_a_config() -> None:
+    with pytest.raises(TypeError, match="JitConfig or a list of JitConfig, got dict"):
+        JitTransform({"use_torch": True})  # type: ignore[arg-type]
+
+
+def test_thunder_is_a_clear_not_yet() -> None:
+    with pytest.raises(NotImplementedError, match=r"use_thunder=True\) is not supported yet"):
+        JitTransform(JitConfig(use_thunder=True))
+
+
+def test_root_is_model_attribute_like_nemo() -> None:
+    net = Net()
+    assert resolve_root(net) is net.model
+    plain = torch.nn.Sequential(torch.nn.Linear(2, 2))
+    assert resolve_root(plain) is plain
+
+
+def test_torch_kwargs_pass_through_and_compile_once() -> None:
+    net = Net()
+    transform = JitTransform(
+        [
+            JitConfig(use_torch=True, module_selector="layer*", torch_kwargs={"backend": "eager", "fullgraph": True}),
+            JitConfig(use_torch=True, module_selector="layer0", torch_kwargs={"backend": "aot_eager"}),
+        ]
+    )
+    transform._compile(net)
+    transform._compile(net)  # a second epoch compiles nothing more
+    assert transform.compiled == ["layer0", "layer1"]
+    compiled = net.model.layer0._compiled_call_impl
+    assert compiled is not None
+    assert net.model.head._compiled_call_impl is None
+    assert net._compiled is True
+    # state_dict keys are those of the plain model
+    assert set(net.state_dict()) == set(Net().state_dict())

@@ -33,6 +33,8 @@ CompileStartListener = Callable[[str, str], Any]
 
 _BREAK_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame")
 _BREAK_LOCATION = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)", re.DOTALL)
+_GRACEFUL_SKIP = "Failed to handle graph break gracefully"
+_FALLBACK_FAILURES = ("Unsupported", "SkipFrame", "RecompileLimitExceeded", "FailOnRecompileLimitHit")
 _LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
 
 
@@ -194,6 +196,13 @@ class DynamoProbe:
         for reason, count in dynamo_utils.counters["graph_break"].items():
             for _ in range(count - before.get(reason, 0)):
                 breaks.append(GraphBreak(reason=reason, location=self._break_log.take_location(reason)))
+        # What is left was logged as a graph break but counted elsewhere by torch (e.g. "unimplemented"),
+        # except dynamo giving up on an outer frame, which the inner frame's compile reports again.
+        breaks.extend(
+            GraphBreak(reason, location, counted_by_torch=False)
+            for location, reason in self._break_log.entries
+            if _GRACEFUL_SKIP not in reason
+        )
         self._break_log.entries.clear()
         return breaks
 
@@ -257,7 +266,8 @@ class DynamoProbe:
             trigger = "dynamo"
         start_ns = metric.start_time_us * 1000 if metric is not None and metric.start_time_us else window.start_ns
         end_ns = metric.end_time_us * 1000 if metric is not None and metric.end_time_us else window.end_ns
-        failure = (metric.fail_reason or "") if metric is not None and metric.fail_type else ""
+        fail_type = (metric.fail_type or "") if metric is not None else ""
+        failure = (metric.fail_reason or fail_type) if fail_type else ""
         return CompileRecord(
             source="dynamo",
             compile_id=compile_id,
@@ -272,6 +282,7 @@ class DynamoProbe:
             graph_breaks=window.graph_breaks if window is not None else [],
             phase_times_s=_phase_times(metric),
             failure=failure,
+            fell_back_to_eager=fail_type in _FALLBACK_FAILURES,
             recompile_limit_hit=any(marker in failure.lower() for marker in _LIMIT_MARKERS),
             extra=_counts(metric),
             context=window.context if window is not None else None,

@@ -88,6 +88,8 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> Attribu
         "compile.graph_breaks": len(record.graph_breaks),
         "compile.duration_ms": round(record.duration_ms, 3),
         "compile.failed": bool(record.failure),
+        "compile.fell_back_to_eager": record.fell_back_to_eager,
+        "compile.failure": record.failure.strip().split("\n", 1)[0],
         "train.global_step": context.global_step,
         "train.stage": context.stage,
     }
@@ -206,6 +208,7 @@ class CompileRecorder:
                                 "graph_break.reason": graph_break.summary,
                                 "graph_break.reason_full": graph_break.reason,
                                 "graph_break.location": graph_break.location,
+                                "graph_break.counted_by_torch": graph_break.counted_by_torch,
                             }
                         ),
                         timestamp=_timestamp(record.start_ns),
@@ -213,7 +216,7 @@ class CompileRecorder:
                 )
             if record.recompile_limit_hit:
                 recorder.error(span, f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly")
-            elif record.failure:
+            elif record.failure and not record.fell_back_to_eager:
                 recorder.error(span, f"compilation failed: {record.failure}")
             recorder.stop(span, stop_time=_timestamp(record.end_ns))
         finally:

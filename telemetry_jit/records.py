@@ -12,6 +12,8 @@ class GraphBreak:
 
     reason: str  # the compiler's full reason text
     location: str = ""  # "file:line" of user code, empty when unknown
+    # False for breaks torch logs but leaves out of counters["graph_break"] (data-dependent branching)
+    counted_by_torch: bool = True
 
     @property
     def summary(self) -> str:
@@ -35,6 +37,7 @@ class CompileRecord:
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     phase_times_s: dict[str, float] = field(default_factory=dict)
     failure: str = ""  # the compiler's error text when compilation failed
+    fell_back_to_eager: bool = False  # a failure dynamo handled by running the frame eagerly
     recompile_limit_hit: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
     context: Any = None  # what the recorder captured when the compile started (step, stage, parent)

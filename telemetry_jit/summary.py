@@ -35,9 +35,13 @@ def format_summary(run: TelemetryRun) -> str:
         f"  compile time: {compile_ms / 1000:.2f} s ({share} of it) in {len(compiles)} compilations",
         f"  recompilations: {len(recompiles)}    graph breaks: {len(breaks)}",
     ]
-    failed = [s for s in compiles if s.attributes.get("compile.failed")]
-    if failed:
-        lines.append(f"  failed compilations: {len(failed)} (recompile limit or compiler error)")
+    fallbacks = [s for s in compiles if s.attributes.get("compile.fell_back_to_eager")]
+    if fallbacks:
+        limit_hits = sum(any(e.is_error for e in s.events) for s in fallbacks)
+        lines.append(f"  fell back to eager: {len(fallbacks)} (recompile limit hit: {limit_hits})")
+    errors = [s for s in compiles if s.attributes.get("compile.failed") and s not in fallbacks]
+    if errors:
+        lines.append(f"  failed compilations: {len(errors)}, first: {errors[0].attributes.get('compile.failure')}")
     if not compiles:
         return "\n".join([*lines, "  no compilation happened in this run"])
 

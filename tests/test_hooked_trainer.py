@@ -127,7 +127,7 @@ def test_checkpoint_saves_automatic_and_explicit_are_spans(telemetry: Telemetry,
     assert torch.load(tmp_path / "explicit.ckpt", weights_only=False)["global_step"] == 4
 
 
-def test_works_with_lightning_cli(telemetry: Telemetry) -> None:
+def test_works_with_lightning_cli(telemetry: Telemetry, tmp_path: Path) -> None:
     from lightning.pytorch.cli import LightningCLI
 
     HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
@@ -141,8 +141,9 @@ def test_works_with_lightning_cli(telemetry: Telemetry) -> None:
             "--trainer.logger=false",
             "--trainer.enable_progress_bar=false",
             "--model.width=4",
+            f"--trainer.default_root_dir={tmp_path}",
         ],
-        save_config_kwargs={"overwrite": True},
+        save_config_callback=None,
     )
     assert isinstance(cli.trainer, HookedTrainer)
     assert cli.trainer.callbacks[0] is callback

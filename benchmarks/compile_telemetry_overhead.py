@@ -1,0 +1,101 @@
+"""Steady-state cost of compile telemetry per training step (prints figures; not a test).
+
+    python benchmarks/compile_telemetry_overhead.py [--steps 2000] [--repeats 5]
+
+Measured in one process, as ratios against the same run without compile telemetry:
+
+1. ``poll``: the only per-step work compile telemetry adds (checking that torch recorded no new
+   compile), timed directly.
+2. fit-level: median step time of a compiled 10-20-1 MLP trained with HookedTrainer with compile
+   telemetry on and off, runs interleaved so machine noise hits both alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import tempfile
+import time
+import timeit
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+from nv_one_logger.core.internal.singleton import SingletonMeta
+from torch.utils.data import DataLoader, TensorDataset
+
+import telemetry_jit
+from telemetry_jit.recording import CompileRecorder
+
+
+class MLP(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def fit_seconds(trainer_cls: type[pl.Trainer], steps: int) -> float:
+    data = DataLoader(TensorDataset(torch.randn(steps * 8, 10), torch.randn(steps * 8, 1)), batch_size=8)
+    model = MLP()
+    model.model.compile(backend="eager")
+    trainer = trainer_cls(
+        max_epochs=1,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    start = time.perf_counter()
+    trainer.fit(model, data)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    pl.seed_everything(0, verbose=False)
+
+    with tempfile.TemporaryDirectory() as folder:
+        SingletonMeta._instances.clear()
+        provider = telemetry_jit.configure("benchmark", file=Path(folder) / "t.jsonl")
+        with_compile, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider)
+        without_compile, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, compile_telemetry=False)
+
+        recorder = CompileRecorder(provider)
+        recorder.start(trainer=None)
+        calls = 200_000
+        poll_ns = min(timeit.repeat(recorder.poll, number=calls, repeat=5)) / calls * 1e9
+        recorder.stop()
+
+        fit_seconds(with_compile, 50)  # warm up: compile once, import everything
+        on, off = [], []
+        for _ in range(args.repeats):
+            off.append(fit_seconds(without_compile, args.steps))
+            on.append(fit_seconds(with_compile, args.steps))
+        callback.on_app_end()
+
+    on_us = statistics.median(on) / args.steps * 1e6
+    off_us = statistics.median(off) / args.steps * 1e6
+    print(f"torch {torch.__version__}, lightning {pl.__version__}, {args.steps} steps x {args.repeats} repeats")
+    print(f"poll() with nothing new (per step):            {poll_ns / 1000:8.3f} us")
+    print(f"HookedTrainer step, compile telemetry off:     {off_us:8.1f} us")
+    print(f"HookedTrainer step, compile telemetry on:      {on_us:8.1f} us")
+    print(f"difference (noise included):                   {on_us - off_us:8.1f} us  (ratio {on_us / off_us:.3f})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,261 @@
+"""Compile telemetry from torch._dynamo agrees exactly with torch's own accounting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch._dynamo.callback import callback_handler
+from torch.utils.data import DataLoader
+
+from telemetry_jit import JitConfig, hook_trainer_cls
+from telemetry_jit.dynamo import compiles_recorded_by_torch, total_graph_breaks
+from telemetry_jit.reader import SpanRecord, TelemetryRun
+from tests.conftest import Telemetry
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+MODELS_FILE = "tests/models.py"
+
+
+def compilation_spans(run: TelemetryRun) -> list[SpanRecord]:
+    return sorted(run.find("compilation"), key=lambda span: span.start_unix_ns)
+
+
+def summary_of(span: SpanRecord) -> dict[str, Any]:
+    (event,) = [e for e in span.events if e.name == "compile_summary"]
+    return event.attributes
+
+
+def assert_matches_torch(run: TelemetryRun, breaks_before: int = 0) -> list[SpanRecord]:
+    """The run's compilation spans are exactly the compiles torch recorded (the fixture cleared them)."""
+    torch_compiles = compiles_recorded_by_torch()
+    spans = [s for s in compilation_spans(run) if s.attributes["compile.source"] == "dynamo"]
+    assert len(spans) == len(torch_compiles) > 0
+    by_key = {(s.attributes["compile.id"], s.attributes["compile.trigger"] == "lazy_backward"): s for s in spans}
+    assert sorted(by_key) == sorted((str(m.compile_id), m.is_forward is False) for m in torch_compiles)
+    for metric in torch_compiles:
+        span = by_key[(str(metric.compile_id), metric.is_forward is False)]
+        attempt = int(str(metric.compile_id).split("/")[-1])
+        assert span.attributes["compile.is_recompile"] is (attempt > 0)
+        assert span.attributes["compile.recompile_reason"] == (metric.recompile_reason or "")
+        # torch's own start and end (float seconds in nv-one-logger timestamps: sub-microsecond error)
+        assert abs(span.start_unix_ns / 1000 - metric.start_time_us) <= 1
+        assert abs(span.end_unix_ns / 1000 - metric.end_time_us) <= 1
+        parent = run.parent(span)
+        assert parent is not None and parent.name in ("training_loop", "validation_loop", "testing_loop", "application")
+    events = [e for s in spans for e in s.events if e.name == "graph_break"]
+    counted = [e for e in events if e.attributes["graph_break.counted_by_torch"]]
+    assert len(counted) == total_graph_breaks() - breaks_before
+    assert sum(s.attributes["compile.graph_breaks"] for s in spans) == len(events)
+    return spans
+
+
+def fit(
+    telemetry: Telemetry,
+    model: pl.LightningModule,
+    train: DataLoader,
+    val: DataLoader | None = None,
+    jit: JitConfig | None = None,
+    epochs: int = 2,
+    **trainer_kwargs: Any,
+) -> TelemetryRun:
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=jit)
+    trainer = HookedTrainer(max_epochs=epochs, **{**TRAINER_DEFAULTS, **trainer_kwargs})
+    trainer.fit(model, train, val)
+    callback.on_app_end()
+    return telemetry.run()
+
+
+def eager_jit(selector: str = "", **kwargs: Any) -> JitConfig:
+    return JitConfig(use_torch=True, module_selector=selector, torch_kwargs={"backend": "aot_eager", **kwargs})
+
+
+@pytest.mark.parametrize(
+    ("graph_break", "reason", "line_text"),
+    [
+        ("print", "print", 'print("", end="")'),
+        ("item", "Tensor.item()", "h.sum().item()"),
+        ("branch", "Data-dependent", "h.sum() > 0"),
+    ],
+)
+def test_graph_breaks_in_forward(telemetry: Telemetry, graph_break: str, reason: str, line_text: str) -> None:
+    run = fit(telemetry, Net(graph_break), loader(16, 4), jit=eager_jit())
+    spans = assert_matches_torch(run)
+    events = [e for s in spans for e in s.events if e.name == "graph_break"]
+    assert events
+    # torch counts a data-dependent branch under counters["unimplemented"], not "graph_break"
+    assert all(e.attributes["graph_break.counted_by_torch"] is (graph_break != "branch") for e in events)
+    first = events[0].attributes
+    assert reason.lower() in first["graph_break.reason_full"].lower()
+    assert "\n" not in first["graph_break.reason"]
+    path, _, line = first["graph_break.location"].rpartition(":")
+    assert path.endswith(MODELS_FILE)
+    assert line_text in Path(path).read_text().splitlines()[int(line) - 1]
+    assert any(s.attributes["compile.trigger"] == "lazy_backward" for s in spans)
+    forward = spans[0].attributes
+    assert forward["compile.backend"] == "aot_eager"
+    assert forward["compile.frame"] == "forward"
+    assert forward["compile.location"].startswith(__import__("tests.models").models.__file__)
+    assert forward["train.stage"] == "train" and forward["train.global_step"] == 0
+    assert forward["compile.time.dynamo_s"] > 0
+
+
+def test_last_batch_of_another_size_is_a_recompile_with_torchs_reason(telemetry: Telemetry) -> None:
+    run = fit(telemetry, Net(), loader(18, 4), jit=eager_jit(), epochs=1)  # 4 batches of 4, then 2
+    spans = assert_matches_torch(run)
+    recompiles = [s for s in spans if s.attributes["compile.is_recompile"]]
+    assert recompiles
+    assert "size mismatch at index 0. expected 4, actual 2" in recompiles[0].attributes["compile.recompile_reason"]
+    assert recompiles[0].attributes["train.global_step"] == 4
+    summary = summary_of(run.find("training_loop")[0])
+    assert summary["compile.count"] == len(spans)
+    assert summary["compile.recompile_count"] == len(recompiles)
+    assert summary["compile.top_recompile_reasons"][0].startswith("1x 0/0: tensor")
+    torch_ms = sum(m.duration_us for m in compiles_recorded_by_torch()) / 1000
+    assert summary["compile.total_time_ms"] == pytest.approx(torch_ms, rel=0.01, abs=5)
+    assert 0 < summary["compile.time_share"] < 1
+
+
+def test_validation_batches_of_another_shape_and_users_own_compile(telemetry: Telemetry) -> None:
+    model = Net()
+    model.model.compile(backend="aot_eager")  # the user's own torch.compile, before fit: no JitTransform
+    run = fit(telemetry, model, loader(16, 4), loader(10, 4), epochs=1)  # sanity check sees 4, 4; then 2
+    spans = assert_matches_torch(run)
+    stages = {s.attributes["train.stage"] for s in spans}
+    assert {"sanity_check", "train", "validate"} <= stages
+    for span in spans:
+        expected = "training_loop" if span.attributes["train.stage"] == "train" else "validation_loop"
+        assert run.parent(span).name == expected
+
+
+class Normalize(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-5)
+
+
+class CastNet(Net):
+    """Compiles a parameter-free normalisation that sees float64 in validation, float32 in training."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.normalize = Normalize()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(self.normalize(x).float())
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self(x if batch_idx < 2 else x.double()), y)
+
+
+def test_dtype_change_recompiles(telemetry: Telemetry) -> None:
+    model = CastNet()
+    model.normalize.compile(backend="eager")
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    trainer.fit(model, loader(16, 4))
+    callback.on_app_end()
+    spans = assert_matches_torch(telemetry.run())
+    reasons = [s.attributes["compile.recompile_reason"] for s in spans if s.attributes["compile.is_recompile"]]
+    assert any("dtype mismatch" in reason for reason in reasons), reasons
+
+
+def test_dynamic_true_does_not_recompile_for_sizes(telemetry: Telemetry) -> None:
+    run = fit(telemetry, Net(), loader(18, 4), jit=eager_jit(dynamic=True), epochs=1)
+    spans = assert_matches_torch(run)
+    assert not any("size mismatch" in s.attributes["compile.recompile_reason"] for s in spans)
+
+
+def test_fullgraph_true_has_spans_and_no_breaks(telemetry: Telemetry) -> None:
+    run = fit(telemetry, Net(), loader(16, 4), jit=eager_jit(fullgraph=True), epochs=1)
+    spans = assert_matches_torch(run)
+    assert all(not s.events for s in spans)
+    assert summary_of(run.find("training_loop")[0])["compile.graph_break_count"] == 0
+
+
+def test_recompile_limit_hit_is_an_error_event_and_one_warning(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
+    x = torch.randn(1 + 2 + 3 + 4 + 5, 8)
+    batches = [(x[sum(range(1, n)) : sum(range(1, n + 1))],) for n in range(1, 6)]  # sizes 1..5
+
+    class Sizes(Net):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            return self(batch[0]).pow(2).mean()
+
+    train = DataLoader(batches, batch_size=None)
+    with pytest.warns(RuntimeWarning, match=r"hit torch._dynamo.config.recompile_limit \(2\).*Last recompile reason"):
+        run = fit(telemetry, Sizes(), train, jit=eager_jit(), epochs=2)
+    spans = assert_matches_torch(run)
+    failed = [s for s in spans if s.attributes["compile.failed"]]
+    assert failed
+    assert any(e.is_error and "recompile limit" in e.attributes["error_message"] for s in failed for e in s.events)
+    assert failed[0].attributes["compile.frame"] == "forward"
+    assert summary_of(run.find("training_loop")[0])["compile.recompile_limit_hits"] == len(failed)
+
+
+def test_two_compiled_submodules(telemetry: Telemetry) -> None:
+    run = fit(telemetry, Net(layers=2), loader(16, 4), jit=eager_jit("layer*"), epochs=1)
+    spans = assert_matches_torch(run)
+    assert {s.attributes["compile.frame"] for s in spans} == {"forward"}
+    assert len({s.attributes["compile.id"].split("/")[0] for s in spans}) >= 1
+    assert len([s for s in spans if s.attributes["compile.trigger"] == "dynamo"]) >= 2
+
+
+def test_compile_inside_a_validation_only_run(telemetry: Telemetry) -> None:
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=eager_jit())
+    trainer = HookedTrainer(**TRAINER_DEFAULTS)
+    trainer.validate(Net(), loader(8, 4), verbose=False)
+    callback.on_app_end()
+    run = telemetry.run()
+    spans = assert_matches_torch(run)
+    (loop,) = run.find("validation_loop")
+    assert all(run.parent(s) is loop and s.attributes["train.stage"] == "validate" for s in spans)
+    assert summary_of(loop)["compile.count"] == len(spans)
+
+
+def train_losses(hooked: Telemetry | None) -> tuple[list[float], int, int]:
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    torch._dynamo.utils.clear_compilation_metrics()
+    model = Net("item")
+    model.model.compile(backend="aot_eager")
+    trainer_cls = hook_trainer_cls(pl.Trainer, hooked.provider)[0] if hooked else pl.Trainer
+    trainer_cls(max_epochs=2, **TRAINER_DEFAULTS).fit(model, loader(18, 4))
+    recompiles = sum(int(str(m.compile_id).split("/")[-1]) > 0 for m in compiles_recorded_by_torch())
+    return model.losses, total_graph_breaks(), recompiles
+
+
+def test_telemetry_changes_neither_breaks_nor_recompiles_nor_losses(telemetry: Telemetry) -> None:
+    plain = train_losses(None)
+    hooked = train_losses(telemetry)
+    assert hooked == plain
+    assert plain[1] > 0 and plain[2] > 0
+
+
+def test_callbacks_are_removed_and_a_second_fit_counts_only_its_own(telemetry: Telemetry) -> None:
+    registered = list(callback_handler.start_callbacks)
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=eager_jit())
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader(16, 4))
+    assert callback_handler.start_callbacks == registered
+    first = callback.last_compile_stats.count
+    assert first > 0
+    before = len(compiles_recorded_by_torch())
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(16, 4))
+    assert callback_handler.start_callbacks == registered
+    assert callback.last_compile_stats.count == len(compiles_recorded_by_torch()) - before
+    callback.on_app_end()
+    loops = telemetry.run().find("training_loop")
+    assert [summary_of(loop)["compile.count"] for loop in loops] == [first, callback.last_compile_stats.count]
+
+
+def test_compile_spans_never_hang_under_dropped_iteration_spans(telemetry: Telemetry) -> None:
+    run = fit(telemetry, Net(), loader(16, 4), jit=eager_jit(), epochs=1)
+    assert not run.find("training_single_iteration")
+    for span in compilation_spans(run):
+        assert span.parent_id in run.spans

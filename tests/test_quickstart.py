@@ -1,0 +1,53 @@
+"""The README's main job: the quickstart trains with inductor and prints a summary of real telemetry."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import telemetry_jit
+from telemetry_jit import cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_runs_end_to_end_on_inductor(tmp_path: Path) -> None:
+    out = tmp_path / "runs" / "quickstart.jsonl"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--out", str(out), "--epochs", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "telemetry-jit summary" in result.stdout
+    assert "graph breaks:" in result.stdout and "quickstart.py" in result.stdout
+
+    (run,) = telemetry_jit.read_telemetry(out)
+    compiles = run.find("compilation")
+    assert compiles and all(s.attributes["compile.backend"] == "inductor" for s in compiles)
+    forward = [s for s in compiles if s.attributes["compile.trigger"] == "dynamo"]
+    assert all("compile.time.backend_s" in s.attributes for s in forward)  # inductor_s only on a cache miss
+    assert any(s.attributes["compile.is_recompile"] for s in compiles)  # the short last batch
+    breaks = [e for s in compiles for e in s.events if e.name == "graph_break"]
+    assert breaks and all("quickstart.py" in e.attributes["graph_break.location"] for e in breaks)
+    (app,) = run.find("application")
+    assert app.end_unix_ns is not None
+
+
+def test_cli_summary_and_clear_errors(tmp_path: Path, capsys) -> None:
+    missing = tmp_path / "missing.jsonl"
+    assert cli.main(["summary", str(missing)]) == 1
+    assert "No telemetry file" in capsys.readouterr().err
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    assert cli.main(["summary", str(empty)]) == 1
+    assert "is empty" in capsys.readouterr().err
+    foreign = tmp_path / "foreign.jsonl"
+    foreign.write_text('{"hello": 1}\n')
+    assert cli.main(["summary", str(foreign)]) == 1
+    assert "not a telemetry-jit file" in capsys.readouterr().err

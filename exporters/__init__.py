@@ -4,5 +4,6 @@ Installed as ``telemetry_jit.exporters``.
 """
 
 from .file import FileExporter
+from .otlp import OTLPExporter
 
-__all__ = ["FileExporter"]
+__all__ = ["FileExporter", "OTLPExporter"]

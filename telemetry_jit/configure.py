@@ -17,13 +17,14 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
     TrainingTelemetryProvider,
 )
 
-from telemetry_jit.exporters import FileExporter
+from telemetry_jit.exporters import FileExporter, OTLPExporter
 
 
 def configure(
     app_name: str,
     *,
     file: str | os.PathLike[str] | None = "telemetry.jsonl",
+    otlp: bool | str | OTLPExporter | None = None,
     exporters: Sequence[Exporter] = (),
     global_batch_size: int = 1,
     session_tag: str | None = None,
@@ -42,6 +43,9 @@ def configure(
         app_name: the application name (``service.name`` for OTLP backends).
         file: JSON Lines file to write (see :class:`telemetry_jit.exporters.FileExporter`);
             ``None`` for none.
+        otlp: also export over OTLP (see :class:`telemetry_jit.exporters.OTLPExporter`): ``True``
+            for the endpoint from the ``OTEL_EXPORTER_OTLP_*`` variables, an endpoint string, or an
+            exporter. ``None`` (default) turns it on when ``OTEL_TRACES_EXPORTER`` names ``otlp``.
         exporters: further nv-one-logger exporters.
         global_batch_size: samples per optimizer step over all ranks.
         export_iteration_spans: also export per-iteration spans (off by default, as in nv-one-logger).
@@ -55,6 +59,13 @@ def configure(
     if not isinstance(app_name, str) or not app_name:
         raise ValueError("configure(app_name=...) needs a non-empty application name.")
     all_exporters = list(exporters)
+    if otlp is None:
+        otlp = "otlp" in os.environ.get("OTEL_TRACES_EXPORTER", "").lower().split(",")
+    if otlp is True or isinstance(otlp, str):
+        otlp = OTLPExporter(endpoint=None if otlp is True else otlp, service_name=app_name)
+    if isinstance(otlp, OTLPExporter):
+        otlp.service_name = otlp.service_name or app_name
+        all_exporters.append(otlp)
     log_dir = Path.cwd()
     if file is not None:
         file_exporter = FileExporter(file)

@@ -38,6 +38,15 @@ def test_a_directory_is_rejected_before_training(tmp_path: Path) -> None:
         FileExporter(tmp_path)
 
 
+def test_an_unwritable_location_is_rejected_before_training(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(PermissionError, match="not a writable directory"):
+        fresh_provider_state()
+        telemetry_jit.configure("app", file=blocker / "telemetry.jsonl")
+    fresh_provider_state()
+
+
 def test_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     fresh_provider_state()

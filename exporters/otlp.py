@@ -1,0 +1,377 @@
+"""Export nv-one-logger spans to any OpenTelemetry backend over OTLP (gRPC or HTTP/protobuf).
+
+Built on opentelemetry-sdk: a ``TracerProvider`` with a ``Resource`` and a batch processor, so
+the training thread only queues spans; a background thread sends them. Each nv-one-logger span
+becomes one OTel span with its original start and end, its parent (in one trace per
+application), its attributes and its events as span events.
+
+Why not ``nv-one-logger-otel``: it attaches OTel contexts it never detaches (so the user's own
+OTel spans get re-parented under telemetry spans), sets no ``Resource`` (backends show
+``unknown_service``), doubles every event as an extra zero-length span, and fails on a span whose
+parent the export filter dropped. This exporter passes parent contexts explicitly instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import socket
+import threading
+import warnings
+from collections import deque
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from typing import Any
+from urllib.parse import urlparse
+
+from nv_one_logger.core.attributes import Attributes
+from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
+from nv_one_logger.core.span import Span
+from nv_one_logger.core.time import TracingTimestamp
+from nv_one_logger.exporter.exporter import BaseExporter
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.trace import Status, StatusCode
+from overrides import override
+
+PROTOCOLS = ("grpc", "http/protobuf")
+_VERSIONED = ("torch", "lightning", "lightning-thunder", "nv-one-logger-training-telemetry", "telemetry-jit")
+_OTEL_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.sdk._shared_internal",
+    "opentelemetry.sdk.trace.export",
+)
+_log = logging.getLogger(__name__)
+
+
+def parse_headers(text: str, source: str) -> dict[str, str]:
+    """Parse ``key=value,key2=value2`` (the OTLP headers format)."""
+    headers = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ValueError(f"{source} is malformed: expected 'key=value,key2=value2' (values are not shown).")
+        headers[key.strip().lower()] = value.strip()
+    return headers
+
+
+def _env(*names: str) -> str | None:
+    for name in names:
+        value = os.environ.get(name)
+        if value:
+            return value
+    return None
+
+
+class _OnceFilter(logging.Filter):
+    """Lets each distinct OTel warning through once: an unreachable collector costs one line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, str]] = set()
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(record.msg))
+        if key in self.seen:
+            self.suppressed += 1
+            return False
+        self.seen.add(key)
+        return True
+
+
+class _RetryingSpanExporter(SpanExporter):
+    """Keeps what a failed export carried (newest first, bounded) and sends it with the next batch."""
+
+    def __init__(self, inner: SpanExporter, capacity: int) -> None:
+        self.inner = inner
+        self.capacity = capacity
+        self.pending: deque[ReadableSpan] = deque()
+        self.delivered = 0
+        self.dropped = 0
+        self.failures = 0
+        self._lock = threading.Lock()
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        with self._lock:
+            batch = [*self.pending, *spans]
+            self.pending.clear()
+        try:
+            result = self.inner.export(batch)
+        except Exception:  # noqa: BLE001 - a broken transport is a failed export, not a crash
+            result = SpanExportResult.FAILURE
+        with self._lock:
+            if result is SpanExportResult.SUCCESS:
+                self.delivered += len(batch)
+            else:
+                self.failures += 1
+                keep = batch[-self.capacity :] if self.capacity else []
+                self.dropped += len(batch) - len(keep)
+                self.pending.extend(keep)
+        return result
+
+    def shutdown(self) -> None:
+        with self._lock:
+            left, self.pending = list(self.pending), deque()
+        if left:
+            try:
+                delivered = self.inner.export(left) is SpanExportResult.SUCCESS
+            except Exception:  # noqa: BLE001
+                delivered = False
+            with self._lock:
+                if delivered:
+                    self.delivered += len(left)
+                else:
+                    self.dropped += len(left)
+        self.inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30_000) -> bool:
+        return self.inner.force_flush(timeout_millis)
+
+
+class OTLPExporter(BaseExporter):
+    """Send spans to an OTLP endpoint. Arguments win over the standard ``OTEL_*`` variables.
+
+    Args:
+        endpoint: collector address; default ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, then
+            ``OTEL_EXPORTER_OTLP_ENDPOINT`` (for HTTP with ``/v1/traces`` appended), then the
+            OTLP default (``localhost:4317`` / ``http://localhost:4318/v1/traces``).
+        protocol: ``"grpc"`` or ``"http/protobuf"``; default ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``,
+            then ``OTEL_EXPORTER_OTLP_PROTOCOL``, then ``grpc``.
+        headers: extra request headers (e.g. credentials), a dict or ``"k=v,k2=v2"``; default
+            ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` / ``OTEL_EXPORTER_OTLP_HEADERS``. Never logged.
+        service_name: ``service.name``; default ``OTEL_SERVICE_NAME``, then the application name
+            when set up by ``telemetry_jit.configure``, then ``telemetry-jit``.
+        timeout: seconds per export attempt; default ``OTEL_EXPORTER_OTLP_TIMEOUT`` (10).
+        insecure, certificate_file: TLS settings for gRPC; defaults from ``..._INSECURE`` /
+            ``..._CERTIFICATE`` (read by the OTLP exporter itself).
+        resource_attributes: merged into the Resource (as are ``OTEL_RESOURCE_ATTRIBUTES``).
+        max_queue_size: spans the batch processor holds; beyond it new spans are dropped and counted.
+        retry_buffer_size: spans kept from failed exports and re-sent with the next batch.
+        span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
+
+    Example::
+
+        provider.with_exporter(OTLPExporter("http://collector:4318/v1/traces", protocol="http/protobuf"))
+    """
+
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        protocol: str | None = None,
+        headers: Mapping[str, str] | str | None = None,
+        *,
+        service_name: str | None = None,
+        timeout: float | None = None,
+        insecure: bool | None = None,
+        certificate_file: str | None = None,
+        resource_attributes: Mapping[str, Any] | None = None,
+        max_queue_size: int = 2048,
+        retry_buffer_size: int = 2048,
+        span_exporter: SpanExporter | None = None,
+    ) -> None:
+        super().__init__()
+        self.protocol = (
+            protocol or _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+        ).lower()
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"OTLP protocol {self.protocol!r} is not supported; use one of {list(PROTOCOLS)}.")
+        self.endpoint = self._endpoint(endpoint)
+        if isinstance(headers, str):
+            headers = parse_headers(headers, "OTLPExporter(headers=...)")
+        elif headers is None:
+            for name in ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"):
+                if os.environ.get(name):
+                    headers = parse_headers(os.environ[name], name)
+                    break
+        self._headers = dict(headers) if headers else None
+        self.service_name = service_name or os.environ.get("OTEL_SERVICE_NAME")
+        timeout_env = _env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+        try:
+            self.timeout = float(timeout if timeout is not None else timeout_env or 10.0)
+        except ValueError:
+            raise ValueError(f"OTEL_EXPORTER_OTLP_TIMEOUT must be a number of seconds, got {timeout_env!r}.") from None
+        self._insecure = insecure
+        self._certificate_file = certificate_file
+        self._resource_attributes = dict(resource_attributes or {})
+        self._max_queue_size = max_queue_size
+        self._retry_buffer_size = retry_buffer_size
+        self._span_exporter = span_exporter
+        self._spans: dict[Any, trace.Span] = {}
+        self._log_filter = _OnceFilter()
+        self._ended = 0
+        self.dropped = 0  # spans lost, known once the exporter is closed
+
+    def __repr__(self) -> str:  # headers stay out of logs
+        return f"OTLPExporter(endpoint={self.endpoint!r}, protocol={self.protocol!r})"
+
+    def _endpoint(self, endpoint: str | None) -> str:
+        if endpoint is None:
+            endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+            if endpoint is None and base:
+                endpoint = base.rstrip("/") + "/v1/traces" if self.protocol == "http/protobuf" else base
+        if endpoint is None:
+            return "localhost:4317" if self.protocol == "grpc" else "http://localhost:4318/v1/traces"
+        parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
+        try:
+            port_ok = parsed.port is None or 0 < parsed.port < 65536
+        except ValueError:
+            port_ok = False
+        bad_scheme = self.protocol == "http/protobuf" and parsed.scheme not in ("http", "https")
+        if not parsed.hostname or not port_ok or bad_scheme:
+            example = "http://localhost:4318/v1/traces" if self.protocol == "http/protobuf" else "localhost:4317"
+            raise ValueError(f"OTLP endpoint {endpoint!r} is malformed for {self.protocol}; expected e.g. {example!r}.")
+        return endpoint
+
+    def _build_span_exporter(self) -> SpanExporter:
+        if self._span_exporter is not None:
+            return self._span_exporter
+        if self.protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+            credentials = None
+            if self._certificate_file:
+                import grpc
+
+                with open(self._certificate_file, "rb") as handle:
+                    credentials = grpc.ssl_channel_credentials(handle.read())
+            return GrpcExporter(
+                endpoint=self.endpoint,
+                insecure=self._insecure,
+                credentials=credentials,
+                headers=self._headers,
+                timeout=self.timeout,
+            )
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+        return HttpExporter(
+            endpoint=self.endpoint, certificate_file=self._certificate_file, headers=self._headers, timeout=self.timeout
+        )
+
+    def _resource(self) -> Resource:
+        rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
+        attributes: dict[str, Any] = {
+            "service.name": self.service_name or "telemetry-jit",
+            "host.name": socket.gethostname(),
+            "process.pid": os.getpid(),
+            "rank": rank,
+            "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
+            "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
+        }
+        for package in _VERSIONED:
+            with contextlib.suppress(metadata.PackageNotFoundError):
+                attributes[f"version.{package}"] = metadata.version(package)
+        attributes.update(self._resource_attributes)
+        return Resource.create(attributes)
+
+    @override
+    def initialize(self) -> None:
+        super().initialize()
+        for name in _OTEL_LOGGERS:
+            logging.getLogger(name).addFilter(self._log_filter)
+        self._retrying = _RetryingSpanExporter(self._build_span_exporter(), self._retry_buffer_size)
+        self._provider = TracerProvider(resource=self._resource())
+        self._processor = BatchSpanProcessor(
+            self._retrying, max_queue_size=self._max_queue_size, export_timeout_millis=int(self.timeout * 1000)
+        )
+        self._provider.add_span_processor(self._processor)
+        self._tracer = self._provider.get_tracer("telemetry_jit")
+
+    @override
+    def export_start(self, span: Span) -> None:
+        super().export_start(span)
+        parent = span.parent_span
+        while parent is not None and parent.id not in self._spans:
+            parent = parent.parent_span  # the export filter dropped it: hang under its nearest exported ancestor
+        context = trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
+        self._spans[span.id] = self._tracer.start_span(
+            span.name_str,
+            context=context,
+            start_time=_ns(span.start_event.timestamp),
+            attributes=_attributes(span.attributes),
+        )
+
+    @override
+    def export_stop(self, span: Span) -> None:
+        super().export_stop(span)
+        otel_span = self._spans.pop(span.id, None)
+        if otel_span is None:
+            return
+        otel_span.set_attributes(_attributes(span.attributes) or {})
+        stop_event = span.stop_event
+        otel_span.end(end_time=_ns(stop_event.timestamp) if stop_event is not None else None)
+        self._ended += 1
+
+    @override
+    def export_event(self, event: Event, span: Span) -> None:
+        super().export_event(event, span)
+        otel_span = self._spans.get(span.id)
+        if otel_span is not None:
+            otel_span.add_event(event.name_str, _attributes(event.attributes), timestamp=_ns(event.timestamp))
+
+    @override
+    def export_error(self, event: ErrorEvent, span: Span) -> None:
+        super().export_error(event, span)
+        otel_span = self._spans.get(span.id)
+        if otel_span is not None:
+            otel_span.add_event(event.name_str, _attributes(event.attributes), timestamp=_ns(event.timestamp))
+            otel_span.set_status(Status(StatusCode.ERROR, event.error_message))
+
+    @override
+    def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
+        super().export_telemetry_data_error(error)
+        span = self._tracer.start_span("telemetry_data_error", start_time=_ns(error.timestamp))
+        span.set_status(Status(StatusCode.ERROR, error.error_message))
+        span.add_event(error.name_str, _attributes(error.attributes), timestamp=_ns(error.timestamp))
+        span.end(end_time=_ns(error.timestamp))
+        self._ended += 1
+
+    @override
+    def close(self) -> None:
+        if not self.ready:
+            return
+        for otel_span in self._spans.values():
+            otel_span.end()  # still open at application end: export what is known
+            self._ended += 1
+        self._spans.clear()
+        self._provider.shutdown()
+        for name in _OTEL_LOGGERS:
+            logging.getLogger(name).removeFilter(self._log_filter)
+        self.dropped = self._ended - self._retrying.delivered
+        if self.dropped:
+            warnings.warn(
+                f"{self!r}: {self.dropped} of {self._ended} spans could not be delivered "
+                f"(collector unreachable or too slow; {self._retrying.failures} exports failed).",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        super().close()
+
+    @property
+    def delivered(self) -> int:
+        """Spans the backend accepted so far."""
+        retrying = getattr(self, "_retrying", None)
+        return retrying.delivered if retrying is not None else 0
+
+
+def _ns(timestamp: TracingTimestamp) -> int:
+    return round(timestamp.seconds_since_epoch * 1e9)
+
+
+def _attributes(attributes: Attributes | None) -> dict[str, Any]:
+    converted: dict[str, Any] = {}
+    for name, value in (attributes.to_json() if attributes else {}).items():
+        if isinstance(value, (str, bool, int, float)):
+            converted[name] = value
+        elif isinstance(value, (list, tuple)) and value and len({type(v) for v in value}) == 1:
+            converted[name] = list(value) if isinstance(value[0], (str, bool, int, float)) else [str(v) for v in value]
+        elif isinstance(value, (list, tuple)):
+            converted[name] = [str(v) for v in value]
+        elif value is not None:
+            converted[name] = str(value)
+    return converted

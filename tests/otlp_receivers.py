@@ -1,0 +1,140 @@
+"""Real OTLP receivers on loopback for the tests: the collector's gRPC TraceService and OTLP/HTTP."""
+
+from __future__ import annotations
+
+import gzip
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import grpc
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+
+def _value(value: AnyValue) -> Any:
+    kind = value.WhichOneof("value")
+    if kind == "array_value":
+        return [_value(v) for v in value.array_value.values]
+    return getattr(value, kind) if kind else None
+
+
+def _attributes(pairs: list[KeyValue]) -> dict[str, Any]:
+    return {pair.key: _value(pair.value) for pair in pairs}
+
+
+@dataclass
+class ReceivedSpan:
+    name: str
+    trace_id: str
+    span_id: str
+    parent_span_id: str
+    start_unix_ns: int
+    end_unix_ns: int
+    attributes: dict[str, Any]
+    events: list[tuple[str, int, dict[str, Any]]]
+    status_code: int
+    resource: dict[str, Any]
+
+
+@dataclass
+class Received:
+    requests: list[trace_service_pb2.ExportTraceServiceRequest] = field(default_factory=list)
+    metadata: list[dict[str, str]] = field(default_factory=list)
+    raw: list[bytes] = field(default_factory=list)
+
+    def spans(self) -> list[ReceivedSpan]:
+        spans = []
+        for request in self.requests:
+            for resource_spans in request.resource_spans:
+                resource = _attributes(resource_spans.resource.attributes)
+                for scope_spans in resource_spans.scope_spans:
+                    for span in scope_spans.spans:
+                        spans.append(
+                            ReceivedSpan(
+                                name=span.name,
+                                trace_id=span.trace_id.hex(),
+                                span_id=span.span_id.hex(),
+                                parent_span_id=span.parent_span_id.hex(),
+                                start_unix_ns=span.start_time_unix_nano,
+                                end_unix_ns=span.end_time_unix_nano,
+                                attributes=_attributes(span.attributes),
+                                events=[(e.name, e.time_unix_nano, _attributes(e.attributes)) for e in span.events],
+                                status_code=span.status.code,
+                                resource=resource,
+                            )
+                        )
+        return spans
+
+
+class GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):
+    """``opentelemetry.proto.collector.trace.v1.TraceService`` on 127.0.0.1."""
+
+    def __init__(self, port: int = 0) -> None:
+        self.received = Received()
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)
+        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+        self._server.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC method name
+        self.received.requests.append(request)
+        self.received.metadata.append(dict(context.invocation_metadata()))
+        self.received.raw.append(request.SerializeToString())
+        return trace_service_pb2.ExportTraceServiceResponse()
+
+    def stop(self) -> None:
+        self._server.stop(grace=None).wait()
+
+
+class HttpReceiver:
+    """OTLP/HTTP (protobuf) on 127.0.0.1, path ``/v1/traces``."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.received = Received()
+        received = self.received
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                time.sleep(delay)  # a slow collector
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                if self.path != "/v1/traces":
+                    self.send_response(404)
+                    self.end_headers()
+                    return
+                request = trace_service_pb2.ExportTraceServiceRequest()
+                request.ParseFromString(body)
+                received.requests.append(request)
+                received.metadata.append({k.lower(): v for k, v in self.headers.items()})
+                received.raw.append(body)
+                payload = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1/traces"
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()

@@ -1,0 +1,238 @@
+"""OTLPExporter against real receivers on loopback: the span tree on the wire, and a collector
+that is down or restarts."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+import warnings
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+import telemetry_jit
+from telemetry_jit.exporters import OTLPExporter
+from telemetry_jit.reader import TelemetryRun
+from tests.conftest import fresh_provider_state
+from tests.models import TRAINER_DEFAULTS, Net, loader
+from tests.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
+
+SECRET = "Bearer s3cr3t-token-123"
+JIT = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "aot_eager"})
+
+
+@pytest.fixture(autouse=True)
+def fast_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+
+
+@pytest.fixture
+def configure(tmp_path: Path):
+    providers = []
+
+    def make(exporter: OTLPExporter):
+        fresh_provider_state()
+        provider = telemetry_jit.configure("otlp-app", file=tmp_path / "t.jsonl", otlp=exporter, global_batch_size=4)
+        providers.append(provider)
+        return provider
+
+    yield make
+    fresh_provider_state()
+
+
+def train(provider, epochs: int = 2, trainer_cls: type[pl.Trainer] | None = None) -> list[float]:
+    if trainer_cls is None:
+        trainer_cls = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)[0]
+    model = Net("print")
+    trainer_cls(max_epochs=epochs, **TRAINER_DEFAULTS).fit(model, loader(18, 4), loader(8, 4))
+    return model.losses
+
+
+def plain_losses() -> list[float]:
+    torch._dynamo.reset()
+    return train(None, trainer_cls=type("Plain", (pl.Trainer,), {}))
+
+
+def file_run(tmp_path: Path) -> TelemetryRun:
+    return telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1]
+
+
+def wait_for(condition, seconds: float = 15.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    receiver = GrpcReceiver() if protocol == "grpc" else HttpReceiver()
+    try:
+        exporter = OTLPExporter(receiver.endpoint, protocol=protocol, headers={"authorization": SECRET}, timeout=5)
+        provider = configure(exporter)
+        train(provider)
+        telemetry_jit.hook_trainer_cls(pl.Trainer, provider)[1].on_app_end()
+    finally:
+        receiver.stop()
+    written = file_run(tmp_path)
+    received = receiver.received.spans()
+    assert exporter.dropped == 0 and exporter.delivered == len(received)
+
+    # the same spans, with the same start and end, in one trace
+    by_key = {(s.name, s.start_unix_ns): s for s in received}
+    assert sorted(by_key) == sorted((s.name, s.start_unix_ns) for s in written.spans.values())
+    assert len({s.trace_id for s in received}) == 1
+    by_id: dict[str, ReceivedSpan] = {s.span_id: s for s in received}
+    compiles = 0
+    for span in written.spans.values():
+        wire = by_key[(span.name, span.start_unix_ns)]
+        assert wire.end_unix_ns == span.end_unix_ns
+        parent = written.parent(span)
+        if parent is None:
+            assert wire.parent_span_id == "" and span.name == "application"
+        else:
+            assert by_id[wire.parent_span_id].name == parent.name
+            assert by_id[wire.parent_span_id].start_unix_ns == parent.start_unix_ns
+        assert wire.attributes == span.attributes
+        assert [(n, a) for n, _, a in wire.events] == [(e.name, e.attributes) for e in span.events]
+        compiles += span.name == "compilation"
+    assert compiles > 0
+    assert any(n == "graph_break" for s in received for n, _, _ in s.events)
+
+    resource = received[0].resource
+    assert resource["service.name"] == "otlp-app"
+    assert resource["process.pid"] == os.getpid()
+    assert resource["host.name"] == socket.gethostname()
+    assert resource["version.torch"] == torch.__version__
+    assert resource["rank"] == 0 and resource["world_size"] == 1
+
+    # credentials reach the receiver as a header, and nowhere else
+    assert receiver.received.metadata[0]["authorization"] == SECRET
+    assert all(b"s3cr3t" not in raw for raw in receiver.received.raw)
+    assert "s3cr3t" not in caplog.text and "s3cr3t" not in (tmp_path / "t.jsonl").read_text()
+    assert "s3cr3t" not in repr(exporter)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_collector_down_from_the_start_costs_one_warning_not_the_run(configure, tmp_path: Path, caplog) -> None:
+    expected = plain_losses()
+    torch._dynamo.reset()
+    exporter = OTLPExporter(f"http://127.0.0.1:{free_port()}", protocol="grpc", timeout=0.5)
+    provider = configure(exporter)
+    caplog.set_level(logging.WARNING, logger="opentelemetry")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        started = time.perf_counter()
+        losses = train(provider)
+        fit_seconds = time.perf_counter() - started
+        telemetry_jit.hook_trainer_cls(pl.Trainer, provider)[1].on_app_end()
+    assert losses == expected
+    assert fit_seconds < 30
+    lost = [w for w in caught if "could not be delivered" in str(w.message)]
+    assert len(lost) == 1
+    written = file_run(tmp_path)  # the other exporter received everything
+    assert written.find("compilation") and exporter.dropped == len(written.spans)
+    otel_lines = [r for r in caplog.records if r.name.startswith("opentelemetry")]
+    assert len({r.msg for r in otel_lines}) == len(otel_lines) <= 4  # each distinct message once
+
+
+def test_slow_collector_does_not_slow_training(configure, tmp_path: Path) -> None:
+    expected = plain_losses()
+    torch._dynamo.reset()
+    receiver = HttpReceiver(delay=2.0)
+    try:
+        exporter = OTLPExporter(receiver.endpoint, protocol="http/protobuf", timeout=0.5)
+        provider = configure(exporter)
+        started = time.perf_counter()
+        losses = train(provider)
+        fit_seconds = time.perf_counter() - started
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            telemetry_jit.hook_trainer_cls(pl.Trainer, provider)[1].on_app_end()
+    finally:
+        receiver.stop()
+    assert losses == expected
+    assert fit_seconds < 30  # no export ever runs on the training thread
+    assert len([w for w in caught if "could not be delivered" in str(w.message)]) <= 1
+    assert file_run(tmp_path).find("compilation")
+
+
+def test_collector_restarting_mid_run_loses_nothing(configure, tmp_path: Path) -> None:
+    receiver = GrpcReceiver()
+    port = receiver.port
+    exporter = OTLPExporter(receiver.endpoint, protocol="grpc", timeout=1)
+    provider = configure(exporter)
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader(8, 4))
+    assert wait_for(lambda: any(s.name == "training_loop" for s in receiver.received.spans()))
+    receiver.stop()
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(8, 4))
+    assert wait_for(lambda: exporter._retrying.failures > 0)  # tried while the collector was down
+    restarted = GrpcReceiver(port)
+    try:
+        callback.on_app_end()
+    finally:
+        restarted.stop()
+    delivered = receiver.received.spans() + restarted.received.spans()
+    written = file_run(tmp_path)
+    assert sorted((s.name, s.start_unix_ns) for s in delivered) == sorted(
+        (s.name, s.start_unix_ns) for s in written.spans.values()
+    )
+    assert len(written.find("training_loop")) == 2
+    assert any(s.name == "compilation" for s in restarted.received.spans())
+    assert exporter.dropped == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "env", "message"),
+    [
+        ({"protocol": "thrift"}, {}, "protocol 'thrift' is not supported"),
+        ({"endpoint": "http://:99999"}, {}, "malformed"),
+        ({"endpoint": "localhost:4318/v1/traces", "protocol": "http/protobuf"}, {}, "malformed"),
+        ({}, {"OTEL_EXPORTER_OTLP_HEADERS": "authorization"}, "OTEL_EXPORTER_OTLP_HEADERS is malformed"),
+        ({}, {"OTEL_EXPORTER_OTLP_PROTOCOL": "udp"}, "'udp' is not supported"),
+    ],
+)
+def test_bad_configuration_is_named(kwargs, env, message, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=message):
+        OTLPExporter(**kwargs)
+
+
+def test_standard_variables_configure_it_and_arguments_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", f"authorization={SECRET},x-team=jit")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "3")
+    monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
+    exporter = OTLPExporter()
+    assert (exporter.protocol, exporter.endpoint, exporter.timeout) == (
+        "http/protobuf",
+        "http://collector:4318/v1/traces",
+        3.0,
+    )
+    assert exporter._headers == {"authorization": SECRET, "x-team": "jit"}
+    assert exporter.service_name == "from-env"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4318/v1/traces")
+    assert OTLPExporter().endpoint == "http://traces:4318/v1/traces"
+    explicit = OTLPExporter("127.0.0.1:4317", protocol="grpc", headers="a=b", service_name="arg", timeout=1)
+    assert (explicit.protocol, explicit.endpoint, explicit._headers, explicit.service_name, explicit.timeout) == (
+        "grpc",
+        "127.0.0.1:4317",
+        {"a": "b"},
+        "arg",
+        1.0,
+    )

@@ -33,6 +33,27 @@ def test_a_second_run_appends_instead_of_clobbering(tmp_path: Path) -> None:
     assert all(json.loads(line)["rank"] == 0 for line in path.read_text().splitlines())
 
 
+def test_each_rank_writes_its_own_file_and_every_record_carries_the_rank(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    fresh_provider_state()
+    provider = telemetry_jit.configure("app", file=tmp_path / "t.jsonl")
+    telemetry_jit.hook_trainer_cls(__import__("lightning.pytorch").pytorch.Trainer, provider)[1].on_app_end()
+    fresh_provider_state()
+    assert not (tmp_path / "t.jsonl").exists()
+    lines = (tmp_path / "t.rank1.jsonl").read_text().splitlines()
+    assert lines and all(json.loads(line)["rank"] == 1 for line in lines)
+    assert oct((tmp_path / "t.rank1.jsonl").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 def test_a_directory_is_rejected_before_training(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is a directory"):
         FileExporter(tmp_path)

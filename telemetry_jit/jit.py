@@ -13,6 +13,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
+from telemetry_jit.thunder_compat import import_thunder
+from telemetry_jit.thunder_probe import compile_with_thunder
+
 _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
 
@@ -28,8 +31,9 @@ class JitConfig:
         use_torch: Compile with ``module.compile(**torch_kwargs)``.
         torch_kwargs: Passed through to ``torch.compile`` (``backend``, ``mode``, ``fullgraph``,
             ``dynamic``, ``options``, ``disable``).
-        use_thunder: Compile with Lightning Thunder.
-        profile_thunder: Apply thunder's NVTX profile transform.
+        use_thunder: Compile with Lightning Thunder (``thunder.jit``, in place: ``state_dict`` keys
+            do not change).
+        profile_thunder: Apply thunder's NVTX profile transform (CUDA only; a warning on CPU).
 
     Example::
 
@@ -156,11 +160,6 @@ class JitTransform(Callback):
 
     def __init__(self, config: JitConfig | Sequence[JitConfig]) -> None:
         self.configs = _as_list(config)
-        if any(c.use_thunder for c in self.configs):
-            raise NotImplementedError(
-                "JitConfig(use_thunder=True) is not supported yet by telemetry-jit; "
-                "use JitConfig(use_torch=True) for now."
-            )
         self.compiled: list[str] = []
 
     @property
@@ -171,8 +170,10 @@ class JitTransform(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         root = resolve_root(pl_module)
         for config in self.configs:
-            if config.use_torch:
+            if config.use_torch or config.use_thunder:
                 select_modules(root, config.module_selector)
+            if config.use_thunder:
+                import_thunder()  # a missing or broken install fails here, before the first step
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._compile(pl_module)
@@ -190,12 +191,17 @@ class JitTransform(Callback):
     def _compile(self, pl_module: pl.LightningModule) -> None:
         root = resolve_root(pl_module)
         for config in self.configs:
-            if not config.use_torch:
+            if not (config.use_torch or config.use_thunder):
                 continue
             for name, module in select_modules(root, config.module_selector):
                 if getattr(module, "_compiled_call_impl", None) is not None:
                     continue  # compiled already: by an earlier epoch, another config, or the user
-                module.compile(**config.torch_kwargs)
+                label = name or type(module).__name__
+                if config.use_thunder:
+                    compile_with_thunder(module, label, profile=config.profile_thunder)
+                else:
+                    module.compile(**config.torch_kwargs)
                 self.compiled.append(name or "<root>")
-                rank_zero_info(f"telemetry-jit: torch.compile({name or type(module).__name__})")
+                compiler = "thunder.jit" if config.use_thunder else "torch.compile"
+                rank_zero_info(f"telemetry-jit: {compiler}({label})")
         pl_module._compiled = bool(self.compiled)  # NeMo's marker

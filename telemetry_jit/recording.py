@@ -15,6 +15,7 @@ from nv_one_logger.core.span import Span
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit import thunder_probe
 from telemetry_jit.dynamo import DynamoProbe
 from telemetry_jit.records import CompileRecord
 from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName
@@ -42,6 +43,7 @@ class CompileStats:
     recompile_limit_hits: int = 0
     total_time_ms: float = 0.0
     recompile_reasons: Counter[str] = field(default_factory=Counter)
+    thunder: dict[str, tuple[int, int]] = field(default_factory=dict)  # module -> (cache hits, misses)
 
     def add(self, record: CompileRecord) -> None:
         self.count += 1
@@ -67,6 +69,9 @@ class CompileStats:
                 "compile.top_recompile_reasons": [
                     f"{count}x {reason}" for reason, count in self.recompile_reasons.most_common(_TOP_REASONS)
                 ],
+                "compile.thunder_modules": list(self.thunder),
+                "compile.thunder_cache_hits": [hits for hits, _ in self.thunder.values()],
+                "compile.thunder_cache_misses": [misses for _, misses in self.thunder.values()],
             }
         )
 
@@ -112,16 +117,20 @@ class CompileRecorder:
         self._warned_frames: set[str] = set()
         self.stats = CompileStats()
         self._started_at = 0.0
+        self._thunder_before: dict[int, tuple[int, int]] = {}
 
     # -- lifecycle, driven by the trainer callback -------------------------------------------
     def start(self, trainer: Any) -> None:
         self._trainer = trainer
         self.stats = CompileStats()
         self._started_at = time.perf_counter()
+        self._thunder_before = {id(c): (c.cache_hits, c.cache_misses) for c in thunder_probe.compiled_modules()}
         self._probe.attach()
 
     def poll(self) -> None:
         for record in self._probe.poll():
+            self._record(record)
+        for record in thunder_probe.take_records():
             self._record(record)
 
     def ensure_registered(self) -> None:
@@ -130,6 +139,7 @@ class CompileRecorder:
     def stop(self) -> None:
         for record in self._probe.poll(final=True):
             self._record(record)
+        self.poll()
         self._probe.detach()
 
     def emit_summary(self, span: Span | None) -> CompileStats:
@@ -138,10 +148,20 @@ class CompileRecorder:
         stats = self.stats
         recorder = self._recorder()
         target = span if span is not None else self._current_parent()
+        stats.thunder = self._thunder_counts()
         if recorder is not None and target is not None and target.active:
             wall_time_s = time.perf_counter() - self._started_at
             recorder.event(target, Event.create(JitEventName.COMPILE_SUMMARY, stats.attributes(wall_time_s)))
         return stats
+
+    def _thunder_counts(self) -> dict[str, tuple[int, int]]:
+        """Cache hits and misses per thunder-compiled module during this call."""
+        counts = {}
+        for compiled in thunder_probe.compiled_modules():
+            hits, misses = self._thunder_before.get(id(compiled), (0, 0))
+            if compiled.cache_misses - misses or compiled.cache_hits - hits:
+                counts[compiled.name] = (compiled.cache_hits - hits, compiled.cache_misses - misses)
+        return counts
 
     @property
     def probe(self) -> DynamoProbe:

@@ -62,6 +62,20 @@ def format_summary(run: TelemetryRun) -> str:
     ]
     lines += ["", "  per frame:", *_table(("frame", "location", "compiles", "recompiles", "breaks", "ms"), rows)]
 
+    summaries = [e.attributes for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY.value]
+    thunder_rows = [
+        row
+        for summary in summaries
+        for row in zip(
+            summary.get("compile.thunder_modules", []),
+            summary.get("compile.thunder_cache_misses", []),
+            summary.get("compile.thunder_cache_hits", []),
+            strict=False,
+        )
+    ]
+    if thunder_rows:
+        lines += ["", "  thunder cache:", *_table(("module", "misses", "hits"), thunder_rows)]
+
     reasons = Counter(str(s.attributes.get("compile.recompile_reason") or "unknown") for s in recompiles)
     if reasons:
         lines += ["", "  top recompile reasons:"]

@@ -82,11 +82,6 @@ def test_transform_rejects_what_is_not_a_config() -> None:
         JitTransform({"use_torch": True})  # type: ignore[arg-type]
 
 
-def test_thunder_is_a_clear_not_yet() -> None:
-    with pytest.raises(NotImplementedError, match=r"use_thunder=True\) is not supported yet"):
-        JitTransform(JitConfig(use_thunder=True))
-
-
 def test_root_is_model_attribute_like_nemo() -> None:
     net = Net()
     assert resolve_root(net) is net.model

@@ -39,6 +39,23 @@ def test_quickstart_runs_end_to_end_on_inductor(tmp_path: Path) -> None:
     assert app.end_unix_ns is not None
 
 
+def test_thunder_example_writes_thunder_compile_spans(tmp_path: Path) -> None:
+    out = tmp_path / "thunder.jsonl"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "thunder_quickstart.py"), "--out", str(out), "--epochs", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "thunder cache:" in result.stdout
+    (run,) = telemetry_jit.read_telemetry(out)
+    spans = run.find("compilation")
+    assert {s.attributes["compile.frame"] for s in spans} == {"block0", "block1"}
+    assert all(s.attributes["compile.source"] == "thunder" for s in spans)
+
+
 def test_cli_summary_and_clear_errors(tmp_path: Path, capsys) -> None:
     missing = tmp_path / "missing.jsonl"
     assert cli.main(["summary", str(missing)]) == 1

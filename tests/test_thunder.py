@@ -1,0 +1,112 @@
+"""JitConfig(use_thunder=True) on this torch: training, checkpoints and compile spans from
+thunder.compile_stats."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+import telemetry_jit
+from telemetry_jit import JitConfig, JitTransform
+from telemetry_jit.thunder_compat import NAMED_TENSOR_METHODS, import_thunder
+from tests.conftest import Telemetry
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+THUNDER = JitConfig(use_thunder=True, module_selector="layer*")
+
+
+def fit(telemetry: Telemetry, model: Net, epochs: int = 2, **kwargs) -> tuple[pl.Trainer, object]:
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=THUNDER)
+    trainer = HookedTrainer(max_epochs=epochs, **{**TRAINER_DEFAULTS, **kwargs})
+    trainer.fit(model, loader(18, 4), loader(8, 4))
+    return trainer, callback
+
+
+def test_trains_like_eager_and_keeps_state_dict_keys(telemetry: Telemetry) -> None:
+    eager = Net()
+    pl.Trainer(max_epochs=3, **TRAINER_DEFAULTS).fit(eager, loader(18, 4), loader(8, 4))
+    model = Net()
+    keys = list(model.state_dict())
+    trainer, _ = fit(telemetry, model, epochs=3)
+    assert len(model.losses) == 15  # forward, backward and optimizer step, three epochs
+    assert model.losses == pytest.approx(eager.losses, rel=1e-4, abs=1e-5)
+    assert list(model.state_dict()) == keys
+    assert all(getattr(model.model, name)._compiled_call_impl is not None for name in ("layer0", "layer1"))
+    assert not any(hasattr(torch.Tensor, name) for name in NAMED_TENSOR_METHODS if not _had(name))
+
+
+def _had(name: str) -> bool:
+    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13)
+
+
+def test_compile_spans_match_thunder_cache_misses_and_summary_its_hits(telemetry: Telemetry) -> None:
+    thunder = import_thunder()
+    model = Net()
+    trainer, callback = fit(telemetry, model)
+    compiled = {name: getattr(model.model, name)._compiled_call_impl.thunder_module for name in ("layer0", "layer1")}
+    callback.on_app_end()
+    run = telemetry.run()
+    spans = [s for s in run.find("compilation") if s.attributes["compile.source"] == "thunder"]
+    assert len(spans) == sum(thunder.cache_misses(tm) for tm in compiled.values())
+    for name, tm in compiled.items():
+        own = sorted((s for s in spans if s.attributes["compile.frame"] == name), key=lambda s: s.start_unix_ns)
+        assert len(own) == thunder.cache_misses(tm) >= 2  # the short last batch forces a new trace
+        assert [s.attributes["compile.is_recompile"] for s in own] == [False] + [True] * (len(own) - 1)
+        assert "(4, 8) float32" in own[1].attributes["compile.recompile_reason"]
+        assert all(s.attributes["compile.backend"] == "thunder" and s.end_unix_ns > s.start_unix_ns for s in own)
+        loop = run.find("training_loop")[0]
+        for span in own:  # thunder's perf_counter timestamps, shifted to the epoch clock
+            phases = span.attributes["compile.time.tracing_s"] + span.attributes["compile.time.transforms_s"]
+            assert (span.end_unix_ns - span.start_unix_ns) / 1e9 == pytest.approx(phases, abs=2e-6)
+            assert span.attributes["compile.time.tracing_s"] > 0
+            assert loop.start_unix_ns <= span.start_unix_ns < span.end_unix_ns <= loop.end_unix_ns
+    (event,) = [e for e in run.find("training_loop")[0].events if e.name == "compile_summary"]
+    names = event.attributes["compile.thunder_modules"]
+    hits = dict(zip(names, event.attributes["compile.thunder_cache_hits"], strict=True))
+    assert hits == {name: thunder.cache_hits(tm) for name, tm in compiled.items()}
+    misses = dict(zip(names, event.attributes["compile.thunder_cache_misses"], strict=True))
+    assert misses == {name: thunder.cache_misses(tm) for name, tm in compiled.items()}
+    assert {s.attributes["train.stage"] for s in spans} >= {"train", "validate"}
+
+
+def test_checkpoint_from_thunder_training_loads_into_the_plain_model_and_back(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    model = Net()
+    trainer, _ = fit(telemetry, model, epochs=1)
+    path = tmp_path / "thunder.ckpt"
+    trainer.save_checkpoint(path)
+    state = torch.load(path, weights_only=False)["state_dict"]
+    plain = Net()
+    plain.load_state_dict(state)  # strict: same keys
+    assert all(torch.equal(plain.state_dict()[k], v) for k, v in model.state_dict().items())
+    back = Net()
+    JitTransform(THUNDER)._compile(back)
+    back.load_state_dict(plain.state_dict())
+    x = torch.randn(4, 8)
+    assert torch.allclose(back(x), plain(x), atol=1e-6)
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=THUNDER)
+    HookedTrainer(max_epochs=2, **TRAINER_DEFAULTS).fit(back, loader(18, 4), ckpt_path=str(path))
+    assert len(back.losses) == 5  # resumed after epoch 1
+
+
+def test_profile_thunder_says_once_that_it_does_nothing_on_cpu() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present: the NVTX transform applies")
+    config = JitConfig(use_thunder=True, module_selector="layer*", profile_thunder=True)
+    with pytest.warns(RuntimeWarning, match="does nothing on CPU") as caught:
+        JitTransform(config)._compile(Net())
+        JitTransform(config)._compile(Net())
+    assert len([w for w in caught if "does nothing on CPU" in str(w.message)]) <= 1
+
+
+def test_missing_thunder_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "thunder", None)
+    with pytest.raises(ImportError, match=r"pip install 'telemetry-jit\[thunder\]'"):
+        import_thunder()
+    with pytest.raises(ImportError, match="telemetry-jit"):
+        JitTransform(THUNDER).setup(None, Net(), "fit")  # before the first step

@@ -4,6 +4,7 @@ Installed as ``telemetry_jit.exporters``.
 """
 
 from .file import FileExporter
+from .isolated import IsolatedExporter
 from .otlp import OTLPExporter
 
-__all__ = ["FileExporter", "OTLPExporter"]
+__all__ = ["FileExporter", "IsolatedExporter", "OTLPExporter"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,8 @@ def configure(
         otlp: also export over OTLP (see :class:`telemetry_jit.exporters.OTLPExporter`): ``True``
             for the endpoint from the ``OTEL_EXPORTER_OTLP_*`` variables, an endpoint string, or an
             exporter. ``None`` (default) turns it on when ``OTEL_TRACES_EXPORTER`` names ``otlp``.
-        exporters: further nv-one-logger exporters.
+        exporters: further nv-one-logger exporters; each runs on its own thread
+            (:class:`telemetry_jit.exporters.IsolatedExporter`) so it cannot block or crash training.
         global_batch_size: samples per optimizer step over all ranks.
         export_iteration_spans: also export per-iteration spans (off by default, as in nv-one-logger).
         training_config: more ``TrainingTelemetryConfig`` fields, e.g. ``log_every_n_train_iterations``.
@@ -95,10 +97,14 @@ def configure(
     )
     provider = TrainingTelemetryProvider.instance()
     if provider.one_logger_ready:
-        raise RuntimeError(
-            "The telemetry provider is already configured in this process; nv-one-logger allows one "
-            "configuration per application. Configure once at start-up and reuse TrainingTelemetryProvider.instance()."
+        warnings.warn(
+            "telemetry_jit.configure: the telemetry provider is already configured in this process and nv-one-logger "
+            "allows one configuration per application, so this call changes nothing and returns the existing "
+            "provider. Configure once at start-up and reuse TrainingTelemetryProvider.instance().",
+            RuntimeWarning,
+            stacklevel=2,
         )
+        return provider
     provider.with_base_config(config)
     for exporter in all_exporters:
         provider.with_exporter(exporter)

@@ -22,6 +22,7 @@ from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName
 
 _MAX_DISTINCT_REASONS = 200
 _TOP_REASONS = 5
+_MAX_FAILURE_TEXT = 2000
 
 
 @dataclass
@@ -94,7 +95,7 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> Attribu
         "compile.duration_ms": round(record.duration_ms, 3),
         "compile.failed": bool(record.failure),
         "compile.fell_back_to_eager": record.fell_back_to_eager,
-        "compile.failure": record.failure.strip().split("\n", 1)[0],
+        "compile.failure": record.failure.strip()[:_MAX_FAILURE_TEXT],
         "train.global_step": context.global_step,
         "train.stage": context.stage,
     }
@@ -136,10 +137,14 @@ class CompileRecorder:
     def ensure_registered(self) -> None:
         self._probe.ensure_registered()
 
-    def stop(self) -> None:
-        for record in self._probe.poll(final=True):
+    def stop(self, exception: BaseException | None = None) -> None:
+        """Record what is left and detach; with ``exception``, the compiles that failed in the
+        step that raised are marked with it (torch's own text stays in ``compile.failure``)."""
+        for record in [*self._probe.poll(final=True), *thunder_probe.take_records()]:
+            if exception is not None and record.failure:
+                record.fell_back_to_eager = False
+                record.failure = f"{type(exception).__name__}: {exception} (torch: {record.failure})"
             self._record(record)
-        self.poll()
         self._probe.detach()
 
     def emit_summary(self, span: Span | None) -> CompileStats:

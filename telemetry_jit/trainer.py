@@ -48,8 +48,27 @@ class TelemetryCallback(Callback):
         self.compiles = CompileRecorder(training_telemetry_provider) if compile_telemetry else None
         self.last_compile_stats: CompileStats | None = None
         self._fn_started = 0.0
-        if call_on_app_start and self._ready() and not self._application_running():
-            one_logger.on_app_start()
+        self._call_on_app_start = call_on_app_start
+        self._warned_not_configured = False
+        if not call_on_app_start:
+            return
+        if self._ready():
+            if not self._application_running():
+                one_logger.on_app_start()
+        else:
+            self._warn_not_configured()
+
+    def _warn_not_configured(self) -> None:
+        if self._warned_not_configured:
+            return
+        self._warned_not_configured = True
+        warnings.warn(
+            "telemetry-jit: the telemetry provider is not configured, so nothing is recorded; training runs as usual. "
+            "Call telemetry_jit.configure(app_name, file=...) (or nv-one-logger's configure_provider()) before "
+            "hook_trainer_cls, or at least before fit.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
 
     # -- state -------------------------------------------------------------------------------
     def _ready(self) -> bool:
@@ -67,6 +86,17 @@ class TelemetryCallback(Callback):
     # -- Lightning hooks -----------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self._fn_started = time.perf_counter()
+        if not self._ready():
+            self._warn_not_configured()
+        elif self._call_on_app_start and not self._application_running():
+            # configured after hook_trainer_cls: the application span can only start now
+            warnings.warn(
+                "telemetry-jit: the telemetry provider was configured after hook_trainer_cls; the application span "
+                "starts at this fit/validate/test. Configure before hooking to include start-up.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            one_logger.on_app_start()
         if self.compiles is not None:
             self.compiles.start(trainer)
 
@@ -75,8 +105,23 @@ class TelemetryCallback(Callback):
             self.compiles.stop()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Close what the failed run left open, marked with the error; the exception itself goes on unchanged."""
         if self.compiles is not None:
-            self.compiles.stop()
+            self.compiles.stop(exception)
+        if not self._ready():
+            return
+        self._summarize(self._active_span("training_loop") or self._active_span("validation_loop"))
+        message = f"{type(exception).__name__}: {exception}"
+        for name, end in (
+            ("validation_single_iteration", one_logger.on_validation_single_iteration_end),
+            ("training_single_iteration", one_logger.on_training_single_iteration_end),
+            ("validation_loop", one_logger.on_validation_end),
+            ("training_loop", one_logger.on_train_end),
+        ):
+            span = self._active_span(name)
+            if span is not None:
+                self._provider.recorder.error(span, message)
+                end()
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not self._ready():
@@ -184,39 +229,45 @@ class TelemetryCallback(Callback):
             one_logger.on_save_checkpoint_end()
 
     # -- explicit calls, as in nv-one-logger ---------------------------------------------------
+    def _explicit(self, call: Any) -> None:
+        if self._ready():
+            call()
+        else:
+            self._warn_not_configured()
+
     def on_app_end(self) -> None:
         if self._ready() and self._application_running():
             one_logger.on_app_end()
 
     def on_model_init_start(self) -> None:
-        one_logger.on_model_init_start()
+        self._explicit(one_logger.on_model_init_start)
 
     def on_model_init_end(self) -> None:
-        one_logger.on_model_init_end()
+        self._explicit(one_logger.on_model_init_end)
 
     def on_dataloader_init_start(self) -> None:
-        one_logger.on_dataloader_init_start()
+        self._explicit(one_logger.on_dataloader_init_start)
 
     def on_dataloader_init_end(self) -> None:
-        one_logger.on_dataloader_init_end()
+        self._explicit(one_logger.on_dataloader_init_end)
 
     def on_optimizer_init_start(self) -> None:
-        one_logger.on_optimizer_init_start()
+        self._explicit(one_logger.on_optimizer_init_start)
 
     def on_optimizer_init_end(self) -> None:
-        one_logger.on_optimizer_init_end()
+        self._explicit(one_logger.on_optimizer_init_end)
 
     def on_load_checkpoint_start(self) -> None:
-        one_logger.on_load_checkpoint_start()
+        self._explicit(one_logger.on_load_checkpoint_start)
 
     def on_load_checkpoint_end(self) -> None:
-        one_logger.on_load_checkpoint_end()
+        self._explicit(one_logger.on_load_checkpoint_end)
 
     def on_testing_start(self) -> None:
-        one_logger.on_testing_start()
+        self._explicit(one_logger.on_testing_start)
 
     def on_testing_end(self) -> None:
-        one_logger.on_testing_end()
+        self._explicit(one_logger.on_testing_end)
 
 
 def _as_callback_list(callbacks: Any) -> list[Callback]:

@@ -151,6 +151,6 @@ def test_works_with_lightning_cli(telemetry: Telemetry, tmp_path: Path) -> None:
     assert len(telemetry.end().find("training_loop")) == 1
 
 
-def test_configure_twice_is_a_clear_error(telemetry: Telemetry) -> None:
-    with pytest.raises(RuntimeError, match="already configured"):
-        telemetry_jit.configure("again", file=None)
+def test_configure_twice_warns_and_keeps_the_first(telemetry: Telemetry) -> None:
+    with pytest.warns(RuntimeWarning, match="already configured .* returns the existing provider"):
+        assert telemetry_jit.configure("again", file=None) is telemetry.provider

@@ -1,0 +1,120 @@
+"""Run any nv-one-logger exporter on its own thread, so a slow, hanging or failing one can neither
+block nor crash the training thread.
+
+nv-one-logger calls exporters synchronously from the training loop. ``IsolatedExporter`` turns
+each call into an entry on a bounded queue that one worker thread drains in order. When the
+queue is full, new entries are dropped and counted; errors are counted; each is reported once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
+from nv_one_logger.core.span import Span
+from nv_one_logger.exporter.exporter import BaseExporter, Exporter
+from overrides import override
+
+_STOP = object()
+
+
+class IsolatedExporter(BaseExporter):
+    """Wrap ``exporter`` so that its calls run on a background thread.
+
+    Args:
+        exporter: any nv-one-logger exporter. Its ``initialize`` runs on the caller's thread, so a
+            configuration error still surfaces when the provider is configured.
+        max_queue_size: calls waiting for the worker; more are dropped and counted.
+        close_timeout: seconds ``close`` waits for the worker to drain the queue.
+
+    Example::
+
+        provider.with_exporter(IsolatedExporter(MyDashboardExporter()))
+    """
+
+    def __init__(self, exporter: Exporter, max_queue_size: int = 10_000, close_timeout: float = 5.0) -> None:
+        super().__init__()
+        self.exporter = exporter
+        self.close_timeout = close_timeout
+        self.dropped = 0
+        self.errors = 0
+        self._queue: queue.Queue[Any] = queue.Queue(max_queue_size)
+        self._worker = threading.Thread(target=self._run, name=f"telemetry-{type(exporter).__name__}", daemon=True)
+        self._warned: set[str] = set()
+
+    def __repr__(self) -> str:
+        return f"IsolatedExporter({type(self.exporter).__name__})"
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(f"{self!r}: {message}", RuntimeWarning, stacklevel=3)
+
+    def _submit(self, method: Callable[..., None], *args: Any) -> None:
+        try:
+            self._queue.put_nowait((method, args))
+        except queue.Full:
+            self.dropped += 1
+            self._warn_once("full", "the exporter is too slow or stuck; telemetry records are being dropped.")
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            method, args = item
+            try:
+                method(*args)
+            except Exception as error:  # noqa: BLE001 - the exporter's failure must stay on this thread
+                self.errors += 1
+                self._warn_once("error", f"export failed ({error!r}); later failures are counted, not shown.")
+
+    @override
+    def initialize(self) -> None:
+        super().initialize()
+        self.exporter.initialize()
+        self._worker.start()
+
+    @override
+    def export_start(self, span: Span) -> None:
+        super().export_start(span)
+        self._submit(self.exporter.export_start, span)
+
+    @override
+    def export_stop(self, span: Span) -> None:
+        super().export_stop(span)
+        self._submit(self.exporter.export_stop, span)
+
+    @override
+    def export_event(self, event: Event, span: Span) -> None:
+        super().export_event(event, span)
+        self._submit(self.exporter.export_event, event, span)
+
+    @override
+    def export_error(self, event: ErrorEvent, span: Span) -> None:
+        super().export_error(event, span)
+        self._submit(self.exporter.export_error, event, span)
+
+    @override
+    def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
+        super().export_telemetry_data_error(error)
+        self._submit(self.exporter.export_telemetry_data_error, error)
+
+    @override
+    def close(self) -> None:
+        if self.ready:
+            self._submit(self.exporter.close)
+            with contextlib.suppress(queue.Full):
+                self._queue.put(_STOP, timeout=self.close_timeout)
+            self._worker.join(self.close_timeout)
+            if self._worker.is_alive():
+                waiting = self._queue.qsize()
+                self._warn_once("stuck", f"did not finish within {self.close_timeout} s; {waiting} calls left undone.")
+            if self.dropped or self.errors:
+                self._warn_once("summary", f"{self.dropped} records dropped, {self.errors} export calls failed.")
+        super().close()

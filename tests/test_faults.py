@@ -1,0 +1,295 @@
+"""Telemetry never takes a training run down: broken exporters, a misconfigured provider, errors
+during compilation, interrupts, resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
+from nv_one_logger.core.span import Span
+from nv_one_logger.exporter.exporter import BaseExporter
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+from overrides import override
+
+import telemetry_jit
+from telemetry_jit.dynamo import compiles_recorded_by_torch
+from telemetry_jit.exporters import IsolatedExporter
+from tests.conftest import Telemetry, fresh_provider_state
+from tests.models import TRAINER_DEFAULTS, Block, Net, loader
+
+ROOT = Path(__file__).resolve().parents[1]
+JIT = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
+RELEASE = threading.Event()
+
+
+class BrokenExporter(BaseExporter):
+    """Raises, hangs or crawls on every export call."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+        self.calls = 0
+
+    def _misbehave(self) -> None:
+        self.calls += 1
+        if self.mode == "raise":
+            raise OSError("disk on fire")
+        if self.mode == "hang":
+            RELEASE.wait()
+        if self.mode == "slow":
+            time.sleep(0.05)
+
+    @override
+    def export_start(self, span: Span) -> None:
+        self._misbehave()
+
+    @override
+    def export_stop(self, span: Span) -> None:
+        self._misbehave()
+
+    @override
+    def export_event(self, event: Event, span: Span) -> None:
+        self._misbehave()
+
+    @override
+    def export_error(self, event: ErrorEvent, span: Span) -> None:
+        self._misbehave()
+
+    @override
+    def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
+        self._misbehave()
+
+
+def train(trainer_cls: type[pl.Trainer], epochs: int = 2) -> list[float]:
+    torch._dynamo.reset()
+    model = Net("print")
+    trainer_cls(max_epochs=epochs, **TRAINER_DEFAULTS).fit(model, loader(18, 4), loader(8, 4))
+    return model.losses
+
+
+def plain_losses() -> list[float]:
+    model = Net("print")
+    model.model.compile(backend="eager")
+    torch._dynamo.reset()
+    pl.Trainer(max_epochs=2, **TRAINER_DEFAULTS).fit(model, loader(18, 4), loader(8, 4))
+    return model.losses
+
+
+@pytest.mark.parametrize("mode", ["raise", "hang", "slow"])
+def test_a_broken_exporter_changes_nothing_for_training_or_the_other_exporters(mode: str, tmp_path: Path) -> None:
+    expected = plain_losses()
+    broken = BrokenExporter(mode)
+    exporter = IsolatedExporter(broken, max_queue_size=50, close_timeout=0.5) if mode == "hang" else broken
+    fresh_provider_state()
+    provider = telemetry_jit.configure("faults", file=tmp_path / "t.jsonl", exporters=[exporter])
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)
+            started = time.perf_counter()
+            losses = train(HookedTrainer)
+            seconds = time.perf_counter() - started
+            callback.on_app_end()
+    finally:
+        RELEASE.set()
+        fresh_provider_state()
+    assert losses == expected
+    assert seconds < 60
+    assert broken.calls > 0
+    ours = [w for w in caught if "IsolatedExporter" in str(w.message)]
+    assert len(ours) <= 3  # bounded: each kind of trouble is reported once
+    run = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1]
+    assert run.find("compilation") and run.find("training_loop")[0].end_unix_ns is not None
+    assert run.find("application")[0].end_unix_ns is not None
+
+
+def test_provider_not_configured_warns_once_and_training_runs() -> None:
+    fresh_provider_state()
+    expected = plain_losses()
+    with pytest.warns(
+        RuntimeWarning, match="not configured.*training runs as usual.*telemetry_jit.configure"
+    ) as caught:
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+            pl.Trainer, TrainingTelemetryProvider.instance(), jit_config=JIT
+        )
+        callback.on_model_init_start()
+        callback.on_model_init_end()
+        losses = train(HookedTrainer)
+        callback.on_app_end()
+    assert losses == expected
+    assert len([w for w in caught if "not configured" in str(w.message)]) == 1
+
+
+def test_configured_after_the_trainer_was_built(tmp_path: Path) -> None:
+    fresh_provider_state()
+    with pytest.warns(RuntimeWarning, match="not configured"):
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+            pl.Trainer, TrainingTelemetryProvider.instance(), jit_config=JIT
+        )
+    provider = telemetry_jit.configure("late", file=tmp_path / "t.jsonl")
+    with pytest.warns(RuntimeWarning, match="configured after hook_trainer_cls"):
+        train(HookedTrainer, epochs=1)
+    callback.on_app_end()
+    fresh_provider_state()
+    run = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1]
+    (app,) = run.find("application")
+    assert run.find("training_loop")[0].parent_id == app.span_id
+    assert run.find("compilation") and provider is not None
+
+
+class RaisesOnShortBatch(Block):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.tanh(self.linear(x))
+        if x.shape[0] == 2:  # traced by dynamo when the short batch forces a recompile
+            raise RuntimeError("bad batch of 2")
+        return h
+
+
+def test_exception_while_compiling_reaches_the_user_and_closes_the_span(telemetry: Telemetry) -> None:
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+        pl.Trainer,
+        telemetry.provider,
+        jit_config=telemetry_jit.JitConfig(use_torch=True, module_selector="layer0", torch_kwargs={"backend": "eager"}),
+    )
+    model = Net()
+    model.model.layer0 = RaisesOnShortBatch()
+    with pytest.raises(RuntimeError, match="^bad batch of 2$"):
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(18, 4))
+    run = telemetry.run()  # before app end: everything up to the failure is in the file
+    spans = sorted(run.find("compilation"), key=lambda s: s.start_unix_ns)
+    assert len(spans) == len(compiles_recorded_by_torch())
+    failed = spans[-1]
+    assert failed.end_unix_ns is not None and failed.attributes["compile.failed"]
+    (error,) = [e for e in failed.events if e.is_error]
+    assert "RuntimeError: bad batch of 2" in error.attributes["error_message"]
+    (loop,) = run.find("training_loop")
+    assert loop.end_unix_ns is not None and any(e.is_error for e in loop.events)
+
+
+def test_compilation_failing_behaves_exactly_as_torch_and_is_recorded(telemetry: Telemetry) -> None:
+    def failure(hooked: bool) -> BaseException:
+        torch._dynamo.reset()
+        model = Net("print")
+        model.model.compile(backend="eager", fullgraph=True)
+        trainer_cls = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider)[0] if hooked else pl.Trainer
+        with pytest.raises(Exception) as info:
+            trainer_cls(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+        return info.value
+
+    plain, hooked = failure(False), failure(True)
+    assert type(hooked) is type(plain) and str(hooked) == str(plain)
+    spans = telemetry.run().find("compilation")
+    failed = [s for s in spans if s.attributes["compile.failed"]]
+    assert failed and str(plain).split("\n")[0] in failed[-1].attributes["compile.failure"]
+    assert any(e.is_error for e in failed[-1].events)
+
+
+def broken_backend(graph: Any, inputs: Any) -> Any:
+    raise ValueError("backend exploded")
+
+
+def test_a_backend_that_raises(telemetry: Telemetry) -> None:
+    model = Net()
+    model.model.compile(backend=broken_backend)
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider)
+    with pytest.raises(Exception, match="backend exploded"):
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+    failed = [s for s in telemetry.run().find("compilation") if s.attributes["compile.failed"]]
+    assert failed and "backend exploded" in failed[0].attributes["compile.failure"]
+    assert failed[0].attributes["compile.backend"] == "broken_backend"
+
+
+INTERRUPTED = textwrap.dedent(
+    """
+    import os, signal, sys, time
+    import lightning.pytorch as pl
+    import telemetry_jit
+    sys.path.insert(0, {root!r})
+    from tests.models import Net, loader, TRAINER_DEFAULTS
+
+    class Interrupted(Net):
+        def training_step(self, batch, batch_idx):
+            if self.global_step == 6:
+                if {how!r} == "keyboard":
+                    raise KeyboardInterrupt
+                print("READY", flush=True)
+                time.sleep(5)  # Lightning acts on SIGTERM when the step returns
+            return super().training_step(batch, batch_idx)
+
+    provider = telemetry_jit.configure("interrupted", file={path!r})
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+        pl.Trainer, provider, jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": "eager"}}))
+    HookedTrainer(max_epochs=5, **TRAINER_DEFAULTS).fit(Interrupted("print"), loader(18, 4))
+    """
+)
+
+
+@pytest.mark.parametrize("how", ["keyboard", "sigterm"])
+def test_interrupt_closes_open_spans_and_leaves_the_file_intact(how: str, tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    script = tmp_path / "train.py"
+    script.write_text(INTERRUPTED.format(root=str(ROOT), path=str(path), how=how))
+    process = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if how == "sigterm":
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and process.stdout.readline().strip() != "READY":
+            pass
+        os.kill(process.pid, signal.SIGTERM)
+    process.communicate(timeout=240)
+    lines = path.read_text().splitlines()
+    assert all(json.loads(line) for line in lines)
+    run = telemetry_jit.read_telemetry(path)[-1]
+    for name in ("application", "training_loop", "compilation"):
+        assert run.find(name) and all(span.end_unix_ns is not None for span in run.find(name)), name
+
+
+def test_resume_from_checkpoint_keeps_counting(telemetry: Telemetry, tmp_path: Path) -> None:
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JIT)
+    options = dict(TRAINER_DEFAULTS, enable_checkpointing=True)
+    first = HookedTrainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path, filename="last")], **options)
+    first.fit(Net("print"), loader(18, 4))
+    before = len(compiles_recorded_by_torch())
+    torch._dynamo.reset()
+    resumed = Net("print")
+    HookedTrainer(max_epochs=2, **options).fit(resumed, loader(18, 4), ckpt_path=str(tmp_path / "last.ckpt"))
+    assert len(resumed.losses) == 5  # only the second epoch ran
+    callback.on_app_end()
+    loops = telemetry.run().find("training_loop")
+    counts = [next(e for e in loop.events if e.name == "compile_summary").attributes["compile.count"] for loop in loops]
+    assert counts == [before, len(compiles_recorded_by_torch()) - before]
+    steps = [s.attributes["train.global_step"] for s in telemetry.run().find("compilation")]
+    assert min(steps[before:]) >= 5  # the resumed fit starts at the restored step
+
+
+def test_nothing_exported_holds_tensor_data_or_environment_values(telemetry: Telemetry, monkeypatch) -> None:
+    monkeypatch.setenv("MY_API_TOKEN", "tok-9f8e7d6c5b")
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JIT)
+    model = Net("item")
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(18, 4))
+    callback.on_app_end()
+    text = telemetry.path.read_text()
+    assert "tok-9f8e7d6c5b" not in text
+    assert "tensor(" not in text
+    weight = f"{model.model.head.weight.flatten()[0].item():.6f}"
+    assert weight not in text
+
+
+def test_reader_rejects_binary_garbage_clearly(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.jsonl"
+    garbage.write_bytes(os.urandom(4096).replace(b"\n", b"x") + b"\n" + os.urandom(100))
+    with pytest.raises(telemetry_jit.reader.TelemetryFileError, match="not a telemetry-jit"):
+        telemetry_jit.read_telemetry(garbage)

@@ -96,11 +96,15 @@ def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
             continue
         if not isinstance(record, dict) or "kind" not in record or "run" not in record:
             raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit file: line {number} has no 'kind'/'run'.")
-        key = (record["run"], int(record.get("rank", 0)))
-        run = runs.get(key)
-        if run is None:
-            run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1])
-        _apply(run, record)
+        try:
+            key = (str(record["run"]), int(record.get("rank", 0)))
+            run = runs.get(key)
+            if run is None:
+                run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1])
+            _apply(run, record)
+        except (KeyError, TypeError, ValueError) as error:
+            kind = record.get("kind")
+            raise TelemetryFileError(f"{str(path)!r} line {number}: malformed {kind!r} record ({error!r}).") from None
     if not runs:
         raise TelemetryFileError(f"{str(path)!r} holds no complete telemetry record.")
     for run in runs.values():

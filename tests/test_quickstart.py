@@ -68,3 +68,7 @@ def test_cli_summary_and_clear_errors(tmp_path: Path, capsys) -> None:
     foreign.write_text('{"hello": 1}\n')
     assert cli.main(["summary", str(foreign)]) == 1
     assert "not a telemetry-jit file" in capsys.readouterr().err
+    malformed = tmp_path / "malformed.jsonl"
+    malformed.write_text('{"kind": "span", "run": "r"}\n')
+    assert cli.main(["summary", str(malformed)]) == 1
+    assert "line 1: malformed 'span' record" in capsys.readouterr().err

@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.attributes import Attributes
 from nv_one_logger.core.event import Event
 from nv_one_logger.core.span import Span
@@ -75,6 +76,11 @@ class CompileStats:
                 "compile.thunder_cache_misses": [misses for _, misses in self.thunder.values()],
             }
         )
+
+
+def telemetry_enabled(provider: TrainingTelemetryProvider) -> bool:
+    """Whether nv-one-logger is configured and recording (it disables itself after an internal error)."""
+    return bool(provider.one_logger_ready and OneLoggerProvider.instance().one_logger_enabled)
 
 
 def _timestamp(epoch_ns: int) -> TracingTimestamp:
@@ -168,10 +174,6 @@ class CompileRecorder:
                 counts[compiled.name] = (compiled.cache_hits - hits, compiled.cache_misses - misses)
         return counts
 
-    @property
-    def probe(self) -> DynamoProbe:
-        return self._probe
-
     # -- recording ---------------------------------------------------------------------------
     def _on_compile_start(self, compile_id: str, trigger: str) -> CompileContext:
         self.poll()  # flush the compiles that finished before this one, while their loop is running
@@ -187,10 +189,8 @@ class CompileRecorder:
         )
 
     def _recorder(self) -> Any:
-        try:
-            return self._provider.recorder if self._provider.one_logger_ready else None
-        except Exception:  # noqa: BLE001 - an unconfigured provider means: count, do not export
-            return None
+        """nv-one-logger's recorder while it records; ``None`` otherwise (then compiles are only counted)."""
+        return self._provider.recorder if telemetry_enabled(self._provider) else None
 
     def _current_parent(self) -> Span | None:
         recorder = self._recorder()

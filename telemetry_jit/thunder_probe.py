@@ -67,6 +67,14 @@ class ThunderCompiled:
         self._location = f"{source.co_filename}:{source.co_firstlineno}" if source else ""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.call_thunder(*args, **kwargs)
+        finally:
+            if self._stats.cache_misses != self._misses:
+                self._record(args, kwargs)
+
+    def call_thunder(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the ThunderModule, without telemetry."""
         module = self.module
         # thunder traces module.__call__; while it runs, the module must look uncompiled to it
         object.__setattr__(module, "_compiled_call_impl", None)
@@ -74,8 +82,6 @@ class ThunderCompiled:
             return self.thunder_module(*args, **kwargs)
         finally:
             object.__setattr__(module, "_compiled_call_impl", self)
-            if self._stats.cache_misses != self._misses:
-                self._record(args, kwargs)
 
     @property
     def cache_hits(self) -> int:

@@ -3,20 +3,18 @@ mutates the class it is given and adds compile telemetry and ``JitTransform``.""
 
 from __future__ import annotations
 
-import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.span import StandardSpanName
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 from telemetry_jit.jit import JitConfig, JitTransform
-from telemetry_jit.recording import CompileRecorder, CompileStats
+from telemetry_jit.recording import CompileRecorder, CompileStats, telemetry_enabled
 
 
 class TelemetryCallback(Callback):
@@ -47,7 +45,6 @@ class TelemetryCallback(Callback):
         self._provider = training_telemetry_provider
         self.compiles = CompileRecorder(training_telemetry_provider) if compile_telemetry else None
         self.last_compile_stats: CompileStats | None = None
-        self._fn_started = 0.0
         self._call_on_app_start = call_on_app_start
         self._warned_not_configured = False
         if not call_on_app_start:
@@ -72,7 +69,7 @@ class TelemetryCallback(Callback):
 
     # -- state -------------------------------------------------------------------------------
     def _ready(self) -> bool:
-        return bool(self._provider.one_logger_ready and OneLoggerProvider.instance().one_logger_enabled)
+        return telemetry_enabled(self._provider)
 
     def _application_running(self) -> bool:
         return bool(self._provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))
@@ -85,7 +82,6 @@ class TelemetryCallback(Callback):
 
     # -- Lightning hooks -----------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._fn_started = time.perf_counter()
         if not self._ready():
             self._warn_not_configured()
         elif self._call_on_app_start and not self._application_running():

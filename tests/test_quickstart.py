@@ -13,17 +13,22 @@ from telemetry_jit import cli
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_quickstart_runs_end_to_end_on_inductor(tmp_path: Path) -> None:
-    out = tmp_path / "runs" / "quickstart.jsonl"
+def run_example(name: str, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--out", str(out), "--epochs", "2"],
+        [sys.executable, str(ROOT / "examples" / name), "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=600,
-        cwd=tmp_path,
+        cwd=out.parent,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def test_quickstart_runs_end_to_end_on_inductor(tmp_path: Path) -> None:
+    out = tmp_path / "quickstart.jsonl"
+    result = run_example("quickstart.py", out, "--epochs", "2")
     assert "telemetry-jit summary" in result.stdout
     assert "graph breaks:" in result.stdout and "quickstart.py" in result.stdout
 
@@ -41,14 +46,7 @@ def test_quickstart_runs_end_to_end_on_inductor(tmp_path: Path) -> None:
 
 def test_thunder_example_writes_thunder_compile_spans(tmp_path: Path) -> None:
     out = tmp_path / "thunder.jsonl"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "thunder_quickstart.py"), "--out", str(out), "--epochs", "1"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
+    result = run_example("thunder_quickstart.py", out, "--epochs", "1")
     assert "thunder cache:" in result.stdout
     (run,) = telemetry_jit.read_telemetry(out)
     spans = run.find("compilation")

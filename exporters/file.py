@@ -6,17 +6,17 @@ and that holds every span that ended before the kill. Records carry parent links
 tree can be rebuilt (``telemetry_jit.read_telemetry``).
 
 File policy: never clobber. A file that exists is appended to; every record carries the run id,
-so runs sharing a file stay apart. With ``WORLD_SIZE > 1`` each rank writes its own file
-(``name.rank<R>.jsonl``).
+so runs sharing a file stay apart. In a job of several processes each rank writes its own file
+(``name.rank<R>.jsonl``) and every record carries ``rank``, ``local_rank``, ``world_size`` and
+``node``. A process that learns only later that it is one rank of many (rank 0 of a Lightning
+DDP launch learns it at ``fit``) moves what it wrote so far to its rank file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import socket
 import threading
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,18 +26,14 @@ from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import BaseExporter, ExportError
 from overrides import override
 
+from . import identity
+
 FORMAT = "telemetry-jit"
 FORMAT_VERSION = 1
 
 
 def _unix_ns(timestamp: TracingTimestamp) -> int:
     return round(timestamp.seconds_since_epoch * 1e9)
-
-
-def _distributed_identity() -> tuple[int, int]:
-    rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
-    world_size = int(os.environ.get("WORLD_SIZE", "1") or 1)
-    return rank, world_size
 
 
 def rank_path(path: Path, rank: int, world_size: int) -> Path:
@@ -51,8 +47,10 @@ class FileExporter(BaseExporter):
     """Write spans and events as JSON Lines to ``path``.
 
     Args:
-        path: the file to append to. Its folder is created if missing.
-        run_id: identifies this run's records; a fresh UUID by default.
+        path: the file to append to (``name.rank<R>.jsonl`` beside it in a multi-process job). Its
+            folder is created if missing.
+        run_id: identifies this run's records; by default the job's run id, shared by its ranks
+            (``TELEMETRY_JIT_RUN_ID``).
 
     Raises:
         ValueError: ``path`` is a directory.
@@ -65,10 +63,13 @@ class FileExporter(BaseExporter):
 
     def __init__(self, path: str | os.PathLike[str], run_id: str | None = None) -> None:
         super().__init__()
-        self.rank, self.world_size = _distributed_identity()
-        self.path = rank_path(Path(path).expanduser(), self.rank, self.world_size)
-        self.run_id = run_id or uuid.uuid4().hex
+        self.base_path = Path(path).expanduser()
+        me = identity.current()
+        self.path = rank_path(self.base_path, me.rank, me.world_size)
+        self.run_id = run_id or identity.run_id()
         self._fd: int | None = None
+        self._created = False
+        self._identity_version = identity.version()
         self._lock = threading.Lock()
         _check_writable(self.path)
 
@@ -76,16 +77,9 @@ class FileExporter(BaseExporter):
     def initialize(self) -> None:
         super().initialize()
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-        self._write(
-            {
-                "kind": "run_start",
-                "format": FORMAT,
-                "format_version": FORMAT_VERSION,
-                "host": socket.gethostname(),
-                "world_size": self.world_size,
-            }
-        )
+        self._created = not self.path.exists()
+        self._fd = _open(self.path)
+        self._write({"kind": "run_start", "format": FORMAT, "format_version": FORMAT_VERSION})
 
     @override
     def export_start(self, span: Span) -> None:
@@ -142,14 +136,38 @@ class FileExporter(BaseExporter):
         super().close()
 
     def _write(self, record: dict[str, Any]) -> None:
+        if self._identity_version != identity.version():
+            self._follow_identity()
         record["run"] = self.run_id
-        record["rank"] = self.rank
+        record.update(identity.current().as_attributes())
         record["pid"] = os.getpid()
         line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             if self._fd is None:
                 raise ExportError(f"FileExporter({self.path}) is not open")
             os.write(self._fd, line)
+
+    def _follow_identity(self) -> None:
+        """Move to this rank's file once the process learns its rank, taking this run's records along."""
+        self._identity_version = identity.version()
+        me = identity.current()
+        target = rank_path(self.base_path, me.rank, me.world_size)
+        with self._lock:
+            if target == self.path or self._fd is None:
+                return
+            os.close(self._fd)
+            if self._created and not target.exists():
+                os.replace(self.path, target)
+            else:
+                marker = f'"run":"{self.run_id}"'.encode()
+                with open(self.path, "rb") as old, open(target, "ab") as new:
+                    new.writelines(line for line in old if marker in line)
+            self.path = target
+            self._fd = _open(target)
+
+
+def _open(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
 
 
 def _parent_id(span: Span) -> str | None:

@@ -14,6 +14,7 @@ parent the export filter dropped. This exporter passes parent contexts explicitl
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import os
 import socket
@@ -34,8 +35,11 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Status, StatusCode
 from overrides import override
+
+from . import identity
 
 PROTOCOLS = ("grpc", "http/protobuf")
 _VERSIONED = ("torch", "lightning", "lightning-thunder", "nv-one-logger-training-telemetry", "telemetry-jit")
@@ -131,6 +135,16 @@ class _RetryingSpanExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
         return self.inner.force_flush(timeout_millis)
+
+
+class _RunTraceIds(RandomIdGenerator):
+    """One trace per run: every rank's root span gets the trace id derived from the shared run id."""
+
+    def __init__(self, run_id: str) -> None:
+        self._trace_id = int(hashlib.sha256(run_id.encode()).hexdigest()[:32], 16) or 1
+
+    def generate_trace_id(self) -> int:
+        return self._trace_id
 
 
 class OTLPExporter(BaseExporter):
@@ -254,14 +268,11 @@ class OTLPExporter(BaseExporter):
         )
 
     def _resource(self) -> Resource:
-        rank = int(os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0")) or 0)
         attributes: dict[str, Any] = {
             "service.name": self.service_name or "telemetry-jit",
+            "service.instance.id": identity.run_id(),
             "host.name": socket.gethostname(),
             "process.pid": os.getpid(),
-            "rank": rank,
-            "local_rank": int(os.environ.get("LOCAL_RANK", "0") or 0),
-            "world_size": int(os.environ.get("WORLD_SIZE", "1") or 1),
         }
         for package in _VERSIONED:
             with contextlib.suppress(metadata.PackageNotFoundError):
@@ -275,7 +286,7 @@ class OTLPExporter(BaseExporter):
         for name in _OTEL_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
         self._retrying = _RetryingSpanExporter(self._build_span_exporter(), self._retry_buffer_size)
-        self._provider = TracerProvider(resource=self._resource())
+        self._provider = TracerProvider(resource=self._resource(), id_generator=_RunTraceIds(identity.run_id()))
         self._processor = BatchSpanProcessor(
             self._retrying, max_queue_size=self._max_queue_size, export_timeout_millis=int(self.timeout * 1000)
         )
@@ -293,7 +304,7 @@ class OTLPExporter(BaseExporter):
             span.name_str,
             context=context,
             start_time=_ns(span.start_event.timestamp),
-            attributes=_attributes(span.attributes),
+            attributes={**_attributes(span.attributes), **identity.current().as_attributes()},
         )
 
     @override
@@ -302,7 +313,8 @@ class OTLPExporter(BaseExporter):
         otel_span = self._spans.pop(span.id, None)
         if otel_span is None:
             return
-        otel_span.set_attributes(_attributes(span.attributes) or {})
+        # the rank may have become known while the span ran (rank 0 of a DDP launch learns it at fit)
+        otel_span.set_attributes({**_attributes(span.attributes), **identity.current().as_attributes()})
         stop_event = span.stop_event
         otel_span.end(end_time=_ns(stop_event.timestamp) if stop_event is not None else None)
         self._ended += 1

@@ -18,7 +18,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
     TrainingTelemetryProvider,
 )
 
-from telemetry_jit.exporters import FileExporter, OTLPExporter
+from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter, identity
 
 
 def configure(
@@ -60,6 +60,17 @@ def configure(
     """
     if not isinstance(app_name, str) or not app_name:
         raise ValueError("configure(app_name=...) needs a non-empty application name.")
+    provider = TrainingTelemetryProvider.instance()
+    if provider.one_logger_ready:
+        warnings.warn(
+            "telemetry_jit.configure: the telemetry provider is already configured in this process and nv-one-logger "
+            "allows one configuration per application, so this call changes nothing and returns the existing "
+            "provider. Configure once at start-up and reuse TrainingTelemetryProvider.instance().",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+        return provider
+    identity.reset()
     all_exporters = list(exporters)
     if otlp is None:
         otlp = "otlp" in os.environ.get("OTEL_TRACES_EXPORTER", "").lower().split(",")
@@ -78,6 +89,9 @@ def configure(
             raise TypeError(
                 f"configure(exporters=...) takes nv-one-logger Exporter objects, got {type(exporter).__name__}."
             )
+    # Exporters of our own never block (a local append; OTLP sends from its own thread); others run isolated.
+    safe = (FileExporter, OTLPExporter, IsolatedExporter)
+    all_exporters = [e if isinstance(e, safe) else IsolatedExporter(e) for e in all_exporters]
     size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
     config = OneLoggerConfig(
         application_name=app_name,
@@ -95,16 +109,6 @@ def configure(
             **training_config,
         ),
     )
-    provider = TrainingTelemetryProvider.instance()
-    if provider.one_logger_ready:
-        warnings.warn(
-            "telemetry_jit.configure: the telemetry provider is already configured in this process and nv-one-logger "
-            "allows one configuration per application, so this call changes nothing and returns the existing "
-            "provider. Configure once at start-up and reuse TrainingTelemetryProvider.instance().",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-        return provider
     provider.with_base_config(config)
     for exporter in all_exporters:
         provider.with_exporter(exporter)

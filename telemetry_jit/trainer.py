@@ -13,6 +13,7 @@ from nv_one_logger.core.span import StandardSpanName
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit.exporters import identity
 from telemetry_jit.jit import JitConfig, JitTransform
 from telemetry_jit.recording import CompileRecorder, CompileStats, telemetry_enabled
 
@@ -82,6 +83,8 @@ class TelemetryCallback(Callback):
 
     # -- Lightning hooks -----------------------------------------------------------------------
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        # the strategy has set up the ranks by now; exporters put them on every record
+        identity.update(trainer.global_rank, trainer.local_rank, trainer.world_size)
         if not self._ready():
             self._warn_not_configured()
         elif self._call_on_app_start and not self._application_running():

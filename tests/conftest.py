@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from nv_one_logger.core.internal.singleton import SingletonMeta
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 import telemetry_jit
+from telemetry_jit.exporters import identity
 from telemetry_jit.reader import TelemetryRun
 
 
@@ -34,12 +36,15 @@ class Telemetry:
 
 
 def fresh_provider_state() -> None:
-    # nv-one-logger allows one configuration per process; tests need one per test.
+    # nv-one-logger allows one configuration per process; tests need one per test, each its own run.
     SingletonMeta._instances.clear()
+    os.environ.pop(identity.RUN_ID_VARIABLE, None)
+    identity.reset()
 
 
 @pytest.fixture(autouse=True)
-def clean_dynamo() -> Iterator[None]:
+def clean_state() -> Iterator[None]:
+    identity.reset()
     torch._dynamo.reset()
     dynamo_utils.clear_compilation_metrics()
     dynamo_utils.set_compilation_metrics_limit(100_000)

@@ -51,7 +51,7 @@ class BrokenExporter(BaseExporter):
         if self.mode == "hang":
             RELEASE.wait()
         if self.mode == "slow":
-            time.sleep(0.05)
+            time.sleep(0.2)
 
     @override
     def export_start(self, span: Span) -> None:
@@ -92,6 +92,7 @@ def plain_losses() -> list[float]:
 @pytest.mark.parametrize("mode", ["raise", "hang", "slow"])
 def test_a_broken_exporter_changes_nothing_for_training_or_the_other_exporters(mode: str, tmp_path: Path) -> None:
     expected = plain_losses()
+    RELEASE.clear()
     broken = BrokenExporter(mode)
     exporter = IsolatedExporter(broken, max_queue_size=50, close_timeout=0.5) if mode == "hang" else broken
     fresh_provider_state()
@@ -108,10 +109,10 @@ def test_a_broken_exporter_changes_nothing_for_training_or_the_other_exporters(m
         RELEASE.set()
         fresh_provider_state()
     assert losses == expected
-    assert seconds < 60
+    assert seconds < 10  # on the training thread, the slow exporter alone would take longer
     assert broken.calls > 0
     ours = [w for w in caught if "IsolatedExporter" in str(w.message)]
-    assert len(ours) <= 3  # bounded: each kind of trouble is reported once
+    assert 1 <= len(ours) <= 3  # configure() isolated it; each kind of trouble is reported once
     run = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1]
     assert run.find("compilation") and run.find("training_loop")[0].end_unix_ns is not None
     assert run.find("application")[0].end_unix_ns is not None

@@ -49,6 +49,7 @@ def _from_environment() -> ProcessIdentity:
 
 _current: ProcessIdentity | None = None
 _version = 0
+_told = False  # update() was called: the trainer knows better than the environment
 
 
 def current() -> ProcessIdentity:
@@ -64,18 +65,27 @@ def version() -> int:
 
 
 def update(rank: int, local_rank: int, world_size: int) -> None:
-    global _current, _version
+    global _current, _version, _told
     new = replace(current(), rank=int(rank), local_rank=int(local_rank), world_size=int(world_size))
+    _told = True
     if new != _current:
         _current = new
         _version += 1
 
 
-def reset() -> None:
-    """Read the identity from the environment again (when telemetry is configured)."""
+def refresh() -> None:
+    """Read the identity from the environment again, unless :func:`update` has set it."""
     global _current, _version
-    _current = None
-    _version += 1
+    if not _told:
+        _current = None
+        _version += 1
+
+
+def reset() -> None:
+    """Forget everything learnt (a new process, or a test)."""
+    global _told
+    _told = False
+    refresh()
 
 
 def run_id() -> str:

@@ -20,12 +20,14 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
 
 from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter, identity
 
+_configuration: dict[str, Any] | None = None
+
 
 def configure(
     app_name: str,
     *,
     file: str | os.PathLike[str] | None = "telemetry.jsonl",
-    otlp: bool | str | OTLPExporter | None = None,
+    otlp: bool | str | dict[str, Any] | OTLPExporter | None = None,
     exporters: Sequence[Exporter] = (),
     global_batch_size: int = 1,
     session_tag: str | None = None,
@@ -45,8 +47,9 @@ def configure(
         file: JSON Lines file to write (see :class:`telemetry_jit.exporters.FileExporter`);
             ``None`` for none.
         otlp: also export over OTLP (see :class:`telemetry_jit.exporters.OTLPExporter`): ``True``
-            for the endpoint from the ``OTEL_EXPORTER_OTLP_*`` variables, an endpoint string, or an
-            exporter. ``None`` (default) turns it on when ``OTEL_TRACES_EXPORTER`` names ``otlp``.
+            for the endpoint from the ``OTEL_EXPORTER_OTLP_*`` variables, an endpoint string, a dict
+            of :class:`OTLPExporter` arguments, or an exporter. ``None`` (default) turns it on when
+            ``OTEL_TRACES_EXPORTER`` names ``otlp``.
         exporters: further nv-one-logger exporters; each runs on its own thread
             (:class:`telemetry_jit.exporters.IsolatedExporter`) so it cannot block or crash training.
         global_batch_size: samples per optimizer step over all ranks.
@@ -70,12 +73,14 @@ def configure(
             stacklevel=2,
         )
         return provider
-    identity.reset()
+    identity.refresh()
     all_exporters = list(exporters)
     if otlp is None:
         otlp = "otlp" in os.environ.get("OTEL_TRACES_EXPORTER", "").lower().split(",")
     if otlp is True or isinstance(otlp, str):
         otlp = OTLPExporter(endpoint=None if otlp is True else otlp, service_name=app_name)
+    elif isinstance(otlp, dict):
+        otlp = OTLPExporter(**otlp, service_name=app_name)
     if isinstance(otlp, OTLPExporter):
         otlp.service_name = otlp.service_name or app_name
         all_exporters.append(otlp)
@@ -90,6 +95,18 @@ def configure(
                 f"configure(exporters=...) takes nv-one-logger Exporter objects, got {type(exporter).__name__}."
             )
     # Exporters of our own never block (a local append; OTLP sends from its own thread); others run isolated.
+    global _configuration
+    _configuration = {
+        "app_name": app_name,
+        "file": None if file is None else str(file),
+        "otlp": {"endpoint": otlp.endpoint, "protocol": otlp.protocol} if isinstance(otlp, OTLPExporter) else None,
+        "global_batch_size": global_batch_size,
+        "session_tag": session_tag,
+        "perf_tag": perf_tag,
+        "world_size": world_size,
+        "export_iteration_spans": export_iteration_spans,
+        **training_config,
+    }
     safe = (FileExporter, OTLPExporter, IsolatedExporter)
     all_exporters = [e if isinstance(e, safe) else IsolatedExporter(e) for e in all_exporters]
     size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
@@ -121,6 +138,13 @@ def configure(
     provider.configure_provider()
     atexit.register(_end_application, provider)
     return provider
+
+
+def configuration() -> dict[str, Any] | None:
+    """The arguments of the last :func:`configure` call, for processes that must configure alike
+    (ranks started by spawning); ``None`` if telemetry was set up otherwise. Other exporters passed
+    with ``exporters=`` are not carried over."""
+    return dict(_configuration) if _configuration is not None else None
 
 
 def _end_application(provider: TrainingTelemetryProvider) -> None:

@@ -48,6 +48,8 @@ class TelemetryCallback(Callback):
         self.last_compile_stats: CompileStats | None = None
         self._call_on_app_start = call_on_app_start
         self._warned_not_configured = False
+        self._spawned_configuration: dict[str, Any] | None = None
+        self._owns_application = False
         if not call_on_app_start:
             return
         if self._ready():
@@ -68,6 +70,26 @@ class TelemetryCallback(Callback):
             stacklevel=3,
         )
 
+    # -- processes started by spawning (ddp_spawn): pickled here, configured again there -----------
+    def __getstate__(self) -> dict[str, Any]:
+        from telemetry_jit.configure import configuration
+
+        return {"configuration": configuration(), "compile_telemetry": self.compiles is not None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(  # type: ignore[misc]
+            TrainingTelemetryProvider.instance(), call_on_app_start=False, compile_telemetry=state["compile_telemetry"]
+        )
+        self._spawned_configuration = state["configuration"]
+
+    def _configure_spawned_rank(self) -> None:
+        """In a process started by spawning, configure telemetry as the launching process did."""
+        from telemetry_jit.configure import configure
+
+        configure(**self._spawned_configuration)
+        one_logger.on_app_start()
+        self._owns_application = True
+
     # -- state -------------------------------------------------------------------------------
     def _ready(self) -> bool:
         return telemetry_enabled(self._provider)
@@ -85,6 +107,8 @@ class TelemetryCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         # the strategy has set up the ranks by now; exporters put them on every record
         identity.update(trainer.global_rank, trainer.local_rank, trainer.world_size)
+        if not self._ready() and self._spawned_configuration is not None:
+            self._configure_spawned_rank()
         if not self._ready():
             self._warn_not_configured()
         elif self._call_on_app_start and not self._application_running():
@@ -102,6 +126,9 @@ class TelemetryCallback(Callback):
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.compiles is not None:
             self.compiles.stop()
+        if self._owns_application:  # a spawned rank: nobody else ends its application
+            self._owns_application = False
+            self.on_app_end()
 
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Close what the failed run left open, marked with the error; the exception itself goes on unchanged."""
@@ -323,6 +350,12 @@ def hook_trainer_cls(
     if telemetry_callback is None:
         telemetry_callback = TelemetryCallback(training_telemetry_provider, compile_telemetry=compile_telemetry)
 
+    return _hooked_class(trainer_cls, telemetry_callback, jit_config), telemetry_callback
+
+
+def _hooked_class(trainer_cls: type[pl.Trainer], telemetry_callback: Any, jit_config: Any) -> type[pl.Trainer]:
+    """A new subclass of ``trainer_cls`` that adds ``telemetry_callback`` (and a ``JitTransform``)."""
+
     class HookedTrainer(trainer_cls):  # type: ignore[valid-type, misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             callbacks = [cb for cb in _as_callback_list(kwargs.get("callbacks")) if cb is not telemetry_callback]
@@ -347,5 +380,14 @@ def hook_trainer_cls(
                 callback.on_save_checkpoint_end()
             return result
 
+        def __reduce__(self) -> tuple[Any, ...]:
+            # the class lives in a closure: ddp_spawn and friends rebuild it from its ingredients
+            return _rebuild_hooked_trainer, (trainer_cls, telemetry_callback, jit_config), self.__dict__
+
     HookedTrainer.__name__ = HookedTrainer.__qualname__ = f"Hooked{trainer_cls.__name__}"
-    return HookedTrainer, telemetry_callback
+    return HookedTrainer
+
+
+def _rebuild_hooked_trainer(trainer_cls: type[pl.Trainer], telemetry_callback: Any, jit_config: Any) -> pl.Trainer:
+    cls = _hooked_class(trainer_cls, telemetry_callback, jit_config)
+    return cls.__new__(cls)

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from telemetry_jit.reader import TelemetryFileError, read_telemetry
-from telemetry_jit.summary import format_summary
+from telemetry_jit.summary import format_rank_comparison, format_summary
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -19,6 +19,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     status = 0
+    shown = []
     for path in args.files:
         try:
             runs = read_telemetry(path)
@@ -28,6 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         for run in runs if args.all_runs else runs[-1:]:
             print(format_summary(run))
+            shown.append(run)
+    comparison = format_rank_comparison(shown)
+    if comparison:
+        print(f"\n{comparison}")
     return status
 
 

@@ -153,7 +153,7 @@ class CompileRecorder:
             self._record(record)
         self._probe.detach()
 
-    def emit_summary(self, span: Span | None) -> CompileStats:
+    def emit_summary(self, span: Span | None, count_by_rank: list[int] | None = None) -> CompileStats:
         """Add ``compile_summary`` to ``span`` (the loop that is ending) and return the totals."""
         self.poll()
         stats = self.stats
@@ -161,8 +161,10 @@ class CompileRecorder:
         target = span if span is not None else self._current_parent()
         stats.thunder = self._thunder_counts()
         if recorder is not None and target is not None and target.active:
-            wall_time_s = time.perf_counter() - self._started_at
-            recorder.event(target, Event.create(JitEventName.COMPILE_SUMMARY, stats.attributes(wall_time_s)))
+            attributes = stats.attributes(time.perf_counter() - self._started_at)
+            if count_by_rank is not None:
+                attributes.add("compile.count_by_rank", count_by_rank)
+            recorder.event(target, Event.create(JitEventName.COMPILE_SUMMARY, attributes))
         return stats
 
     def _thunder_counts(self) -> dict[str, tuple[int, int]]:

@@ -98,3 +98,25 @@ def _short(location: str, keep: int = 2) -> str:
     path, _, line = location.rpartition(":")
     parts = path.split("/")
     return ("/".join(parts[-keep:]) + f":{line}") if path else location
+
+
+def format_rank_comparison(runs: list[TelemetryRun]) -> str | None:
+    """Point out ranks of one run that compiled a different number of times than rank 0."""
+    by_run: dict[str, dict[int, int]] = defaultdict(dict)
+    for run in runs:
+        by_run[run.run_id][run.rank] = len(run.find(JitSpanName.COMPILATION.value))
+    lines = []
+    for run_id, counts in by_run.items():
+        if len(counts) < 2:
+            continue
+        reference = counts.get(0, next(iter(counts.values())))
+        differing = {rank: count for rank, count in sorted(counts.items()) if count != reference}
+        listed = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(counts.items()))
+        if differing:
+            lines.append(
+                f"run {run_id[:8]}: ranks compiled a different number of times ({listed}). Ranks that recompile "
+                "differently can desynchronise collectives and hang."
+            )
+        else:
+            lines.append(f"run {run_id[:8]}: all {len(counts)} ranks compiled {reference} times.")
+    return "\n".join(lines) or None

@@ -8,7 +8,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_warn
 from nv_one_logger.core.span import StandardSpanName
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
@@ -173,7 +175,7 @@ class TelemetryCallback(Callback):
             self.compiles.ensure_registered()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._summarize(self._active_span("training_loop"))
+        self._summarize(self._active_span("training_loop"), trainer)
         if self._active_span("training_loop") is not None:
             one_logger.on_train_end()
 
@@ -204,7 +206,7 @@ class TelemetryCallback(Callback):
         if self._active_span("validation_single_iteration") is not None:
             one_logger.on_validation_single_iteration_end()
         if trainer.state.fn == "validate":
-            self._summarize(self._active_span("validation_loop"))
+            self._summarize(self._active_span("validation_loop"), trainer)
         one_logger.on_validation_end()
 
     def on_validation_batch_start(
@@ -235,11 +237,24 @@ class TelemetryCallback(Callback):
             self.compiles.poll()
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._summarize(self._active_span("testing_loop"))
+        self._summarize(self._active_span("testing_loop"), trainer)
 
-    def _summarize(self, span: Any) -> None:
-        if self.compiles is not None:
-            self.last_compile_stats = self.compiles.emit_summary(span)
+    def _summarize(self, span: Any, trainer: pl.Trainer | None = None) -> None:
+        if self.compiles is None:
+            return
+        counts = None
+        if trainer is not None and trainer.world_size > 1:
+            # every rank reaches this hook: a collective is safe here, and ranks that compile a
+            # different number of times are a classic cause of hangs
+            self.compiles.poll()
+            gathered = trainer.strategy.all_gather(torch.tensor([self.compiles.stats.count]))
+            counts = [int(count) for count in gathered.flatten().tolist()]
+            if len(set(counts)) > 1:
+                rank_zero_warn(
+                    f"telemetry-jit: ranks compiled a different number of times ({counts}, by rank). Ranks that "
+                    "recompile differently can desynchronise collectives and hang; see the compile spans per rank."
+                )
+        self.last_compile_stats = self.compiles.emit_summary(span, count_by_rank=counts)
 
     # -- checkpoint saves, called by HookedTrainer.save_checkpoint ----------------------------
     def on_save_checkpoint_start(self, global_step: int) -> None:

@@ -1,0 +1,98 @@
+"""A real 2-process DDP training on CPU (gloo): every rank records its own compile telemetry."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import telemetry_jit
+from telemetry_jit import cli
+from tests.otlp_receivers import GrpcReceiver
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import lightning.pytorch as pl
+    import torch
+    import telemetry_jit
+    sys.path.insert(0, {root!r})
+    from tests.models import Net, loader, TRAINER_DEFAULTS
+
+    class RankOneRecompiles(Net):
+        def training_step(self, batch, batch_idx):
+            if self.global_rank == 1 and batch_idx == 1:
+                self(batch[0][:3])  # a shape only rank 1 sees: a recompile only rank 1 does
+            return super().training_step(batch, batch_idx)
+
+    def main():
+        provider = telemetry_jit.configure(
+            "ddp-test", file={path!r}, otlp={{"endpoint": {endpoint!r}, "protocol": "grpc"}}
+        )
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+            pl.Trainer, provider,
+            jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": "aot_eager"}}),
+        )
+        trainer = HookedTrainer(max_epochs=2, strategy={strategy!r}, devices=2, **TRAINER_DEFAULTS)
+        trainer.fit(RankOneRecompiles("print"), loader(32, 4))
+        callback.on_app_end()
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+@pytest.mark.parametrize("strategy", ["ddp", "ddp_spawn"])
+def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsys) -> None:
+    receiver = GrpcReceiver()
+    try:
+        script = tmp_path / "train.py"
+        path = tmp_path / "t.jsonl"
+        script.write_text(SCRIPT.format(root=str(ROOT), path=str(path), endpoint=receiver.endpoint, strategy=strategy))
+        result = subprocess.run(
+            [sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=tmp_path,
+            env={"OTEL_BSP_SCHEDULE_DELAY": "50", **__import__("os").environ, "PYTHONWARNINGS": "always"},
+        )
+    finally:
+        receiver.stop()
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "ranks compiled a different number of times" in result.stderr
+
+    files = [tmp_path / "t.rank0.jsonl", tmp_path / "t.rank1.jsonl"]
+    runs = [telemetry_jit.read_telemetry(file)[-1] for file in files]
+    assert [run.rank for run in runs] == [0, 1]
+    assert runs[0].run_id == runs[1].run_id  # one run, two ranks
+    counts = [len(run.find("compilation")) for run in runs]
+    assert counts[1] > counts[0] > 0
+    for rank, file in enumerate(files):
+        records = [json.loads(line) for line in file.read_text().splitlines()]
+        spans = [r for r in records if r["kind"] in ("span", "event", "error")]
+        assert all(r["rank"] == rank and r["local_rank"] == rank and r["node"] == socket.gethostname() for r in spans)
+        assert all(r["world_size"] == 2 for r in records if r["kind"] == "span")
+    for run in runs:
+        (loop,) = run.find("training_loop")
+        (summary,) = [e for e in loop.events if e.name == "compile_summary"]
+        assert summary.attributes["compile.count_by_rank"] == counts
+
+    # OTLP: both ranks' spans side by side in one trace
+    received = receiver.received.spans()
+    assert {s.attributes["rank"] for s in received} == {0, 1}
+    assert len({s.trace_id for s in received if s.attributes["world_size"] == 2}) == 1
+    compiles = [s for s in received if s.name == "compilation"]
+    assert sorted(s.attributes["rank"] for s in compiles) == [0] * counts[0] + [1] * counts[1]
+
+    # and the CLI points the difference out from the two files
+    assert cli.main(["summary", *map(str, files)]) == 0
+    assert f"rank 0: {counts[0]}, rank 1: {counts[1]}" in capsys.readouterr().out

@@ -259,3 +259,35 @@ def test_compile_spans_never_hang_under_dropped_iteration_spans(telemetry: Telem
     assert not run.find("training_single_iteration")
     for span in compilation_spans(run):
         assert span.parent_id in run.spans
+
+
+def test_a_thousand_recompiles_stay_exact_and_bounded(telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2000)
+    monkeypatch.setattr(torch._dynamo.config, "accumulated_recompile_limit", 4000)
+    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
+
+    class Scale(torch.nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * 2 + 1
+
+    class EveryStepANewShape(Net):
+        def __init__(self) -> None:
+            super().__init__()
+            self.scale = Scale()
+            self.scale.compile(backend="eager")
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.scale(torch.ones(batch_idx + 1))  # a shape never seen before: a recompile every step
+            return super().training_step(batch, batch_idx)
+
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(EveryStepANewShape(), loader(4000, 4))
+    callback.on_app_end()
+    run = telemetry.run()
+    spans = assert_matches_torch(run)
+    assert len(spans) == 1000
+    stats = callback.last_compile_stats
+    assert stats.recompile_count == 999
+    assert len(stats.recompile_reasons) <= 200  # bounded, whatever the run length
+    summary = summary_of(run.find("training_loop")[0])
+    assert summary["compile.recompile_count"] == 999 and len(summary["compile.top_recompile_reasons"]) == 5

@@ -29,7 +29,8 @@ from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handl
 
 from telemetry_jit.records import CompileRecord, GraphBreak
 
-CompileStartListener = Callable[[str, str], Any]
+CompileStartListener = Callable[[str, str, str], Any]
+CompileEndListener = Callable[[str], None]
 
 _BREAK_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame")
 _BREAK_LOCATION = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)", re.DOTALL)
@@ -102,9 +103,11 @@ class DynamoProbe:
     """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`.
 
     Args:
-        on_compile_start: called as ``fn(compile_id, trigger)`` when a compile begins; whatever it
-            returns comes back as ``CompileRecord.context``. Exceptions are caught: telemetry must
-            never break a compile.
+        on_compile_start: called as ``fn(compile_id, trigger, description)`` when a compile begins
+            (the description names the code and, for a recompile, torch's reason); whatever it
+            returns comes back as ``CompileRecord.context``.
+        on_compile_end: called as ``fn(compile_id)`` when it ends. Exceptions in either are caught:
+            telemetry must never break a compile.
 
     Example::
 
@@ -115,8 +118,11 @@ class DynamoProbe:
         probe.detach()
     """
 
-    def __init__(self, on_compile_start: CompileStartListener | None = None) -> None:
+    def __init__(
+        self, on_compile_start: CompileStartListener | None = None, on_compile_end: CompileEndListener | None = None
+    ) -> None:
         self._on_compile_start = on_compile_start
+        self._on_compile_end = on_compile_end
         self._attached = False
         self._open: _Window | None = None
         self._finished: dict[tuple[str, bool], _Window] = {}
@@ -163,12 +169,16 @@ class DynamoProbe:
             trigger = "lazy_backward" if args.callback_trigger == CallbackTrigger.LAZY_BACKWARD else "dynamo"
             frame_id = _frame_id(args.compile_id)
             if trigger == "dynamo":
-                backend = _current_backend_name()
+                backend, code = _current_compile()
                 self._backends[frame_id] = backend
+                if code is not None:
+                    self._frames[frame_id] = (code.co_name, f"{code.co_filename}:{code.co_firstlineno}")
             else:
                 backend = self._backends.get(frame_id, "")
             self._break_log.entries.clear()
-            context = self._on_compile_start(args.compile_id, trigger) if self._on_compile_start else None
+            context = None
+            if self._on_compile_start:
+                context = self._on_compile_start(args.compile_id, trigger, self._describe(args.compile_id, trigger))
             self._open = _Window(
                 compile_id=args.compile_id,
                 trigger=trigger,
@@ -180,8 +190,20 @@ class DynamoProbe:
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
             self._warn(error)
 
+    def _describe(self, compile_id: str, trigger: str) -> str:
+        name, location = self._frames.get(_frame_id(compile_id), ("a frame", ""))
+        what = f"{name} ({location.rsplit('/', 1)[-1]})" if location else name
+        if trigger == "lazy_backward":
+            return f"the backward graph of {what} [{compile_id}]"
+        if _attempt(compile_id) == 0:
+            return f"{what} [{compile_id}]"
+        reason = getattr(dynamo_utils.get_metrics_context(), "_metrics", {}).get("recompile_reason") or "unknown"
+        return f"{what} [{compile_id}, recompile: {reason}]"
+
     def _on_end(self, args: CallbackArgs) -> None:
         try:
+            if self._on_compile_end:
+                self._on_compile_end(args.compile_id)
             window, self._open = self._open, None
             if window is None or window.compile_id != args.compile_id:
                 return
@@ -309,8 +331,8 @@ def _attempt(compile_id: str) -> int:
     return int(digits.group()) if digits else 0
 
 
-def _current_backend_name() -> str:
-    """Name of the backend of the compile in progress, read from dynamo's ``_compile`` frame."""
+def _current_compile() -> tuple[str, Any]:
+    """The backend name and code object of the compile in progress, from dynamo's ``_compile`` frame."""
     from torch._dynamo.eval_frame import innermost_backend
 
     frame = sys._getframe(1)
@@ -320,9 +342,9 @@ def _current_backend_name() -> str:
         if frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals:
             backend = innermost_backend(frame.f_locals["compiler_fn"])
             name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
-            return str(name or type(backend).__name__)
+            return str(name or type(backend).__name__), frame.f_locals.get("code")
         frame = frame.f_back
-    return ""
+    return "", None
 
 
 _PHASES = (

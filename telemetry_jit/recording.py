@@ -17,6 +17,7 @@ from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 from telemetry_jit import thunder_probe
+from telemetry_jit.console import CompileConsole
 from telemetry_jit.dynamo import DynamoProbe
 from telemetry_jit.records import CompileRecord
 from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName
@@ -117,10 +118,11 @@ class CompileRecorder:
     application span), never under a span the configured exporters drop.
     """
 
-    def __init__(self, provider: TrainingTelemetryProvider) -> None:
+    def __init__(self, provider: TrainingTelemetryProvider, console: CompileConsole | None = None) -> None:
         self._provider = provider
+        self.console = console
         self._trainer: Any = None
-        self._probe = DynamoProbe(on_compile_start=self._on_compile_start)
+        self._probe = DynamoProbe(on_compile_start=self._on_compile_start, on_compile_end=self._on_compile_end)
         self._warned_frames: set[str] = set()
         self.stats = CompileStats()
         self._started_at = 0.0
@@ -177,9 +179,15 @@ class CompileRecorder:
         return counts
 
     # -- recording ---------------------------------------------------------------------------
-    def _on_compile_start(self, compile_id: str, trigger: str) -> CompileContext:
+    def _on_compile_start(self, compile_id: str, trigger: str, description: str) -> CompileContext:
         self.poll()  # flush the compiles that finished before this one, while their loop is running
+        if self.console is not None:
+            self.console.compile_started(description)
         return self._context()
+
+    def _on_compile_end(self, compile_id: str) -> None:
+        if self.console is not None:
+            self.console.compile_finished()
 
     def _context(self) -> CompileContext:
         trainer = self._trainer
@@ -207,6 +215,8 @@ class CompileRecorder:
     def _record(self, record: CompileRecord) -> None:
         context = record.context if isinstance(record.context, CompileContext) else self._context()
         self.stats.add(record)
+        if self.console is not None:
+            self.console.recorded(record, context.global_step)
         if record.recompile_limit_hit:
             self._warn_recompile_limit(record)
         recorder = self._recorder()

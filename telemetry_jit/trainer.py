@@ -15,6 +15,7 @@ from nv_one_logger.core.span import StandardSpanName
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit.console import CompileConsole
 from telemetry_jit.exporters import identity
 from telemetry_jit.jit import JitConfig, JitTransform
 from telemetry_jit.recording import CompileRecorder, CompileStats, telemetry_enabled
@@ -31,6 +32,9 @@ class TelemetryCallback(Callback):
         training_telemetry_provider: the configured ``TrainingTelemetryProvider``.
         call_on_app_start: start the application span now, unless one is already running.
         compile_telemetry: record compilation spans and ``compile_summary`` events.
+        live: say on the console what is compiling when a compile takes longer than a second, and
+            warn about recompile storms while training runs.
+        live_all_ranks: do that on every rank, not only rank zero.
 
     Example::
 
@@ -44,8 +48,11 @@ class TelemetryCallback(Callback):
         training_telemetry_provider: TrainingTelemetryProvider,
         call_on_app_start: bool = True,
         compile_telemetry: bool = True,
+        live: bool = True,
+        live_all_ranks: bool = False,
     ) -> None:
         self._provider = training_telemetry_provider
+        self._live = (live, live_all_ranks)
         self.compiles = CompileRecorder(training_telemetry_provider) if compile_telemetry else None
         self.last_compile_stats: CompileStats | None = None
         self._call_on_app_start = call_on_app_start
@@ -76,11 +83,15 @@ class TelemetryCallback(Callback):
     def __getstate__(self) -> dict[str, Any]:
         from telemetry_jit.configure import configuration
 
-        return {"configuration": configuration(), "compile_telemetry": self.compiles is not None}
+        return {"configuration": configuration(), "compile_telemetry": self.compiles is not None, "live": self._live}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(  # type: ignore[misc]
-            TrainingTelemetryProvider.instance(), call_on_app_start=False, compile_telemetry=state["compile_telemetry"]
+            TrainingTelemetryProvider.instance(),
+            call_on_app_start=False,
+            compile_telemetry=state["compile_telemetry"],
+            live=state["live"][0],
+            live_all_ranks=state["live"][1],
         )
         self._spawned_configuration = state["configuration"]
 
@@ -123,6 +134,10 @@ class TelemetryCallback(Callback):
             )
             one_logger.on_app_start()
         if self.compiles is not None:
+            live, all_ranks = self._live
+            show = live and (all_ranks or trainer.is_global_zero)
+            bar = trainer.progress_bar_callback
+            self.compiles.console = CompileConsole(print_fn=bar.print if bar is not None else None) if show else None
             self.compiles.start(trainer)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -326,6 +341,7 @@ def hook_trainer_cls(
     *,
     jit_config: JitConfig | Sequence[JitConfig] | None = None,
     compile_telemetry: bool = True,
+    live: bool = True,
 ) -> tuple[type[pl.Trainer], Any]:
     """Return ``(HookedTrainer, callback)``: a subclass of ``trainer_cls`` carrying telemetry.
 
@@ -341,6 +357,8 @@ def hook_trainer_cls(
         jit_config: compile these modules with a :class:`JitTransform` added to every trainer
             (unless the trainer is given its own ``JitTransform``).
         compile_telemetry: record compilation spans (only for a callback created here).
+        live: console messages for slow compiles and recompile storms, on rank zero (only for a
+            callback created here).
 
     Example::
 
@@ -363,7 +381,9 @@ def hook_trainer_cls(
     if jit_config is not None:
         JitTransform(jit_config)  # fail now, before any trainer is built, on a bad config
     if telemetry_callback is None:
-        telemetry_callback = TelemetryCallback(training_telemetry_provider, compile_telemetry=compile_telemetry)
+        telemetry_callback = TelemetryCallback(
+            training_telemetry_provider, compile_telemetry=compile_telemetry, live=live
+        )
 
     return _hooked_class(trainer_cls, telemetry_callback, jit_config), telemetry_callback
 

@@ -1,0 +1,97 @@
+"""Live console messages while training runs: slow compilations and recompile storms."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import warnings
+from collections import defaultdict, deque
+from collections.abc import Callable
+
+from telemetry_jit.records import CompileRecord
+
+_log = logging.getLogger("telemetry_jit")
+
+
+class CompileConsole:
+    """Say what is compiling when a compilation runs longer than ``threshold_s``, and how long it
+    took; warn once per frame when it keeps recompiling.
+
+    Fast compilations stay quiet. Messages go to ``print_fn`` (the trainer callback passes
+    Lightning's progress bar ``print`` when there is one), else to the ``telemetry_jit`` logger.
+
+    Args:
+        threshold_s: announce a compilation still running after this many seconds.
+        storm_recompiles: this many recompiles of one frame within ``storm_steps`` training steps
+            is a recompile storm.
+        storm_steps: the window, in steps.
+        print_fn: where messages go.
+
+    Example::
+
+        console = CompileConsole(threshold_s=1.0)
+    """
+
+    def __init__(
+        self,
+        threshold_s: float = 1.0,
+        storm_recompiles: int = 4,
+        storm_steps: int = 100,
+        print_fn: Callable[[str], None] | None = None,
+    ) -> None:
+        self.threshold_s = threshold_s
+        self.storm_recompiles = storm_recompiles
+        self.storm_steps = storm_steps
+        self.print_fn = print_fn
+        self._timer: threading.Timer | None = None
+        self._announced = False
+        self._started = 0.0
+        self._what = ""
+        self._recent: dict[str, deque[tuple[int, str]]] = defaultdict(lambda: deque(maxlen=self.storm_recompiles))
+        self._stormy: set[str] = set()
+
+    def _say(self, message: str) -> None:
+        try:
+            (self.print_fn or _log.warning)(message)
+        except Exception:  # noqa: BLE001 - a closed progress bar must not break a compile
+            _log.warning(message)
+
+    def compile_started(self, what: str) -> None:
+        self.compile_finished()
+        self._what, self._started, self._announced = what, time.perf_counter(), False
+        self._timer = threading.Timer(self.threshold_s, self._announce)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _announce(self) -> None:
+        self._announced = True
+        self._say(f"telemetry-jit: compiling {self._what} ...")
+
+    def compile_finished(self) -> None:
+        timer, self._timer = self._timer, None
+        if timer is None:
+            return
+        timer.cancel()
+        if self._announced:
+            self._say(f"telemetry-jit: compiled {self._what} in {time.perf_counter() - self._started:.1f} s")
+
+    def recorded(self, record: CompileRecord, global_step: int) -> None:
+        """Watch for a frame that keeps recompiling (called once per recorded compile)."""
+        if not record.is_recompile or record.trigger == "lazy_backward":
+            return
+        frame = f"{record.frame or record.compile_id.rsplit('/', 1)[0]} ({record.location or 'unknown location'})"
+        recent = self._recent[frame]
+        recent.append((global_step, record.recompile_reason))
+        if frame in self._stormy or len(recent) < self.storm_recompiles:
+            return
+        if recent[-1][0] - recent[0][0] <= self.storm_steps:
+            self._stormy.add(frame)
+            reasons = "; ".join(dict.fromkeys(reason for _, reason in recent))
+            warnings.warn(
+                f"telemetry-jit: recompile storm: {frame} recompiled {len(recent)} times within "
+                f"{recent[-1][0] - recent[0][0]} steps. Reasons: {reasons}. A changing shape wants "
+                "dynamic=True or torch._dynamo.mark_dynamic; every recompile costs compile time.",
+                RuntimeWarning,
+                stacklevel=2,
+            )

@@ -1,0 +1,87 @@
+"""Live console messages: slow compiles announced, fast ones quiet, recompile storms warned."""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+
+from telemetry_jit import hook_trainer_cls
+from tests.conftest import Telemetry
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+
+def slow_backend(graph: Any, inputs: Any) -> Any:
+    time.sleep(1.3)
+    return graph.forward
+
+
+def test_a_slow_compile_is_announced_while_it_runs_and_timed(telemetry: Telemetry, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="telemetry_jit")
+    model = Net()
+    model.model.compile(backend=slow_backend)
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    HookedTrainer(max_epochs=1, limit_train_batches=2, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+    lines = [r.getMessage() for r in caplog.records if r.name == "telemetry_jit"]
+    started = [line for line in lines if line.startswith("telemetry-jit: compiling forward (models.py:")]
+    finished = [line for line in lines if line.startswith("telemetry-jit: compiled forward (models.py:")]
+    assert started and finished
+    assert float(finished[0].rsplit(" in ", 1)[1].removesuffix(" s")) >= 1.3
+
+
+def test_with_a_progress_bar_messages_go_through_it(telemetry: Telemetry, capsys) -> None:
+    model = Net()
+    model.model.compile(backend=slow_backend)
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    options = dict(TRAINER_DEFAULTS, enable_progress_bar=True)
+    HookedTrainer(max_epochs=1, limit_train_batches=1, **options).fit(model, loader(8, 4))
+    assert "telemetry-jit: compiling forward" in capsys.readouterr().out
+
+
+def test_fast_compiles_are_quiet_and_live_false_is_silent(telemetry: Telemetry, caplog) -> None:
+    caplog.set_level(logging.DEBUG, logger="telemetry_jit")
+    model = Net("print")
+    model.model.compile(backend="eager")
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(18, 4))
+    assert not [r for r in caplog.records if r.name == "telemetry_jit"]
+    slow = Net()
+    slow.model.compile(backend=slow_backend)
+    Quiet, _ = hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
+    Quiet(max_epochs=1, limit_train_batches=1, **TRAINER_DEFAULTS).fit(slow, loader(8, 4))
+    assert not [r for r in caplog.records if r.name == "telemetry_jit"]
+
+
+class ShapeEveryStep(Net):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        self.model(x[: 1 + batch_idx % 4].repeat(1 + batch_idx, 1))  # a new batch size every step
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_recompile_storm_is_warned_once_while_training(telemetry: Telemetry, monkeypatch) -> None:
+    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64)
+    model = ShapeEveryStep()
+    model.model.compile(backend="eager")
+    seen_at: list[int] = []
+    caught: list[warnings.WarningMessage] = []
+
+    class Watch(pl.Callback):
+        def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+            if not seen_at and any("recompile storm" in str(w.message) for w in caught):
+                seen_at.append(trainer.global_step)
+
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    with warnings.catch_warnings(record=True) as recorded:
+        warnings.simplefilter("always")
+        caught = recorded  # fills as warnings arrive
+        HookedTrainer(max_epochs=1, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(model, loader(80, 4))
+    storm = [w for w in caught if "recompile storm" in str(w.message)]
+    assert len(storm) == 1
+    assert "size mismatch" in str(storm[0].message)
+    assert seen_at and seen_at[0] < 20  # while training was still running

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from telemetry_jit.reader import TelemetryFileError, read_telemetry
+from telemetry_jit.reader import TelemetryFileError, TelemetryRun, read_telemetry
 from telemetry_jit.summary import format_rank_comparison, format_summary
+from telemetry_jit.trace import to_trace_events
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -16,7 +19,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = commands.add_parser("summary", help="print compile time, recompiles and graph breaks of a run")
     summary.add_argument("files", nargs="+", help="JSON Lines files written by telemetry-jit (one per rank)")
     summary.add_argument("--all-runs", action="store_true", help="summarize every run in a file, not only the last")
+    trace = commands.add_parser("trace", help="write a Chrome Trace Event / Perfetto JSON file (one track per rank)")
+    trace.add_argument("files", nargs="+", help="JSON Lines files written by telemetry-jit (one per rank)")
+    trace.add_argument("-o", "--output", required=True, help="the trace file to write, e.g. trace.json")
     args = parser.parse_args(argv)
+    if args.command == "trace":
+        return _trace(args.files, args.output)
 
     status = 0
     shown = []
@@ -33,6 +41,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     comparison = format_rank_comparison(shown)
     if comparison:
         print(f"\n{comparison}")
+    return status
+
+
+def _load_last_runs(paths: Sequence[str]) -> tuple[list[TelemetryRun], int]:
+    runs, status = [], 0
+    for path in paths:
+        try:
+            runs.append(read_telemetry(path)[-1])
+        except (FileNotFoundError, TelemetryFileError) as error:
+            print(f"telemetry-jit: {error}", file=sys.stderr)
+            status = 1
+    return runs, status
+
+
+def _trace(paths: Sequence[str], output: str) -> int:
+    runs, status = _load_last_runs(paths)
+    if not runs:
+        return 1
+    Path(output).write_text(json.dumps(to_trace_events(runs)))
+    print(f"wrote {output}: {len(runs)} rank(s); open it in https://ui.perfetto.dev or chrome://tracing")
     return status
 
 

@@ -46,6 +46,7 @@ class TelemetryRun:
 
     run_id: str
     rank: int
+    node: str = ""
     spans: dict[str, SpanRecord] = field(default_factory=dict)
     data_errors: list[dict[str, Any]] = field(default_factory=list)
 
@@ -100,7 +101,7 @@ def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
             key = (str(record["run"]), int(record.get("rank", 0)))
             run = runs.get(key)
             if run is None:
-                run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1])
+                run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")))
             _apply(run, record)
         except (KeyError, TypeError, ValueError) as error:
             kind = record.get("kind")

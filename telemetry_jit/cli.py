@@ -9,7 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from telemetry_jit.reader import TelemetryFileError, TelemetryRun, read_telemetry
-from telemetry_jit.summary import format_rank_comparison, format_summary
+from telemetry_jit.report import render_report
+from telemetry_jit.summary import format_rank_comparison, format_summary, summarize
 from telemetry_jit.trace import to_trace_events
 
 
@@ -22,9 +23,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     trace = commands.add_parser("trace", help="write a Chrome Trace Event / Perfetto JSON file (one track per rank)")
     trace.add_argument("files", nargs="+", help="JSON Lines files written by telemetry-jit (one per rank)")
     trace.add_argument("-o", "--output", required=True, help="the trace file to write, e.g. trace.json")
+    report = commands.add_parser("report", help="write a self-contained HTML report of a run")
+    report.add_argument("file", help="a JSON Lines file written by telemetry-jit")
+    report.add_argument("-o", "--output", required=True, help="the HTML file to write, e.g. report.html")
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(args.files, args.output)
+    if args.command == "report":
+        return _report(args.file, args.output)
 
     status = 0
     shown = []
@@ -61,6 +67,15 @@ def _trace(paths: Sequence[str], output: str) -> int:
         return 1
     Path(output).write_text(json.dumps(to_trace_events(runs)))
     print(f"wrote {output}: {len(runs)} rank(s); open it in https://ui.perfetto.dev or chrome://tracing")
+    return status
+
+
+def _report(path: str, output: str) -> int:
+    runs, status = _load_last_runs([path])
+    if not runs:
+        return 1
+    Path(output).write_text(render_report(summarize(runs[0])))
+    print(f"wrote {output}")
     return status
 
 

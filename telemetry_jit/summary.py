@@ -1,12 +1,106 @@
-"""A readable summary of the compile telemetry in a run, for terminals."""
+"""What a run's compile telemetry amounts to (:func:`summarize`), and its terminal rendering."""
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 
-from telemetry_jit.reader import SpanRecord, TelemetryRun
+from telemetry_jit.reader import EventRecord, SpanRecord, TelemetryRun
 from telemetry_jit.schema import JitEventName, JitSpanName
+
+FRAME_HEADERS = ("frame", "location", "compiles", "recompiles", "breaks", "ms")
+BREAK_HEADERS = ("location", "count", "reason")
+THUNDER_HEADERS = ("module", "misses", "hits")
+
+
+@dataclass
+class RunSummary:
+    run: TelemetryRun
+    loop_name: str
+    wall_ms: float
+    compiles: list[SpanRecord]
+    compile_ms: float
+    recompiles: list[SpanRecord]
+    breaks: list[EventRecord]
+    fallbacks: list[SpanRecord]
+    limit_hits: int
+    errors: list[SpanRecord]
+    frame_rows: list[tuple[object, ...]] = field(default_factory=list)
+    reasons: list[tuple[str, int]] = field(default_factory=list)
+    break_rows: list[tuple[object, ...]] = field(default_factory=list)
+    thunder_rows: list[tuple[object, ...]] = field(default_factory=list)
+
+    @property
+    def share(self) -> str:
+        return f"{100 * self.compile_ms / self.wall_ms:.1f}%" if self.wall_ms else "n/a"
+
+
+def _total_ms(spans: Sequence[SpanRecord]) -> float:
+    return sum(span.duration_ms or 0.0 for span in spans)
+
+
+def short_location(location: str, keep: int = 2) -> str:
+    path, _, line = location.rpartition(":")
+    parts = path.split("/")
+    return ("/".join(parts[-keep:]) + f":{line}") if path else location
+
+
+def summarize(run: TelemetryRun) -> RunSummary:
+    compiles = sorted(run.find(JitSpanName.COMPILATION.value), key=lambda s: s.start_unix_ns)
+    loops = run.find("training_loop") or run.find("validation_loop") or run.find("application")
+    fallbacks = [s for s in compiles if s.attributes.get("compile.fell_back_to_eager")]
+    summary = RunSummary(
+        run=run,
+        loop_name=loops[0].name if loops else "run",
+        wall_ms=_total_ms(loops),
+        compiles=compiles,
+        compile_ms=_total_ms(compiles),
+        recompiles=[s for s in compiles if s.attributes.get("compile.is_recompile")],
+        breaks=[e for s in compiles for e in s.events if e.name == JitEventName.GRAPH_BREAK.value],
+        fallbacks=fallbacks,
+        limit_hits=sum(any(e.is_error for e in s.events) for s in fallbacks),
+        errors=[s for s in compiles if s.attributes.get("compile.failed") and s not in fallbacks],
+    )
+    per_frame: dict[tuple[str, str], list[SpanRecord]] = defaultdict(list)
+    for span in compiles:
+        key = (str(span.attributes.get("compile.frame") or "?"), str(span.attributes.get("compile.location") or ""))
+        per_frame[key].append(span)
+    summary.frame_rows = [
+        (
+            frame,
+            short_location(location),
+            len(spans),
+            sum(bool(s.attributes.get("compile.is_recompile")) for s in spans),
+            sum(int(s.attributes.get("compile.graph_breaks", 0)) for s in spans),
+            f"{_total_ms(spans):.1f}",
+        )
+        for (frame, location), spans in sorted(per_frame.items(), key=lambda item: -_total_ms(item[1]))
+    ]
+    reasons = Counter(str(s.attributes.get("compile.recompile_reason") or "unknown") for s in summary.recompiles)
+    summary.reasons = reasons.most_common(5)
+    where = Counter(
+        (
+            str(e.attributes.get("graph_break.location") or "unknown location"),
+            str(e.attributes.get("graph_break.reason")),
+        )
+        for e in summary.breaks
+    )
+    summary.break_rows = [(short_location(loc), count, reason) for (loc, reason), count in where.most_common(10)]
+    loop_summaries = [
+        e.attributes for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY.value
+    ]
+    summary.thunder_rows = [
+        row
+        for attributes in loop_summaries
+        for row in zip(
+            attributes.get("compile.thunder_modules", []),
+            attributes.get("compile.thunder_cache_misses", []),
+            attributes.get("compile.thunder_cache_hits", []),
+            strict=False,
+        )
+    ]
+    return summary
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -17,87 +111,29 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     return ["  " + line for line in lines]
 
 
-def _total_ms(spans: Sequence[SpanRecord]) -> float:
-    return sum(span.duration_ms or 0.0 for span in spans)
-
-
 def format_summary(run: TelemetryRun) -> str:
-    compiles = sorted(run.find(JitSpanName.COMPILATION.value), key=lambda s: s.start_unix_ns)
-    loops = run.find("training_loop") or run.find("validation_loop") or run.find("application")
-    wall_ms = _total_ms(loops)
-    compile_ms = _total_ms(compiles)
-    recompiles = [s for s in compiles if s.attributes.get("compile.is_recompile")]
-    breaks = [e for s in compiles for e in s.events if e.name == JitEventName.GRAPH_BREAK.value]
-    share = f"{100 * compile_ms / wall_ms:.1f}%" if wall_ms else "n/a"
+    """The summary as terminal text."""
+    s = summarize(run)
     lines = [
         f"telemetry-jit summary (run {run.run_id[:8]}, rank {run.rank})",
-        f"  {loops[0].name if loops else 'run'} wall time: {wall_ms / 1000:.2f} s",
-        f"  compile time: {compile_ms / 1000:.2f} s ({share} of it) in {len(compiles)} compilations",
-        f"  recompilations: {len(recompiles)}    graph breaks: {len(breaks)}",
+        f"  {s.loop_name} wall time: {s.wall_ms / 1000:.2f} s",
+        f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
+        f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
     ]
-    fallbacks = [s for s in compiles if s.attributes.get("compile.fell_back_to_eager")]
-    if fallbacks:
-        limit_hits = sum(any(e.is_error for e in s.events) for s in fallbacks)
-        lines.append(f"  fell back to eager: {len(fallbacks)} (recompile limit hit: {limit_hits})")
-    errors = [s for s in compiles if s.attributes.get("compile.failed") and s not in fallbacks]
-    if errors:
-        lines.append(f"  failed compilations: {len(errors)}, first: {errors[0].attributes.get('compile.failure')}")
-    if not compiles:
+    if s.fallbacks:
+        lines.append(f"  fell back to eager: {len(s.fallbacks)} (recompile limit hit: {s.limit_hits})")
+    if s.errors:
+        lines.append(f"  failed compilations: {len(s.errors)}, first: {s.errors[0].attributes.get('compile.failure')}")
+    if not s.compiles:
         return "\n".join([*lines, "  no compilation happened in this run"])
-
-    per_frame: dict[tuple[str, str], list[SpanRecord]] = defaultdict(list)
-    for span in compiles:
-        key = (str(span.attributes.get("compile.frame") or "?"), str(span.attributes.get("compile.location") or ""))
-        per_frame[key].append(span)
-    rows = [
-        (
-            frame,
-            _short(location),
-            len(spans),
-            sum(bool(s.attributes.get("compile.is_recompile")) for s in spans),
-            sum(int(s.attributes.get("compile.graph_breaks", 0)) for s in spans),
-            f"{_total_ms(spans):.1f}",
-        )
-        for (frame, location), spans in sorted(per_frame.items(), key=lambda item: -_total_ms(item[1]))
-    ]
-    lines += ["", "  per frame:", *_table(("frame", "location", "compiles", "recompiles", "breaks", "ms"), rows)]
-
-    summaries = [e.attributes for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY.value]
-    thunder_rows = [
-        row
-        for summary in summaries
-        for row in zip(
-            summary.get("compile.thunder_modules", []),
-            summary.get("compile.thunder_cache_misses", []),
-            summary.get("compile.thunder_cache_hits", []),
-            strict=False,
-        )
-    ]
-    if thunder_rows:
-        lines += ["", "  thunder cache:", *_table(("module", "misses", "hits"), thunder_rows)]
-
-    reasons = Counter(str(s.attributes.get("compile.recompile_reason") or "unknown") for s in recompiles)
-    if reasons:
-        lines += ["", "  top recompile reasons:"]
-        lines += [f"    {count}x  {reason}" for reason, count in reasons.most_common(5)]
-
-    where = Counter(
-        (
-            str(e.attributes.get("graph_break.location") or "unknown location"),
-            str(e.attributes.get("graph_break.reason")),
-        )
-        for e in breaks
-    )
-    if where:
-        rows = [(_short(location), count, reason) for (location, reason), count in where.most_common(10)]
-        lines += ["", "  graph breaks:", *_table(("location", "count", "reason"), rows)]
+    lines += ["", "  per frame:", *_table(FRAME_HEADERS, s.frame_rows)]
+    if s.thunder_rows:
+        lines += ["", "  thunder cache:", *_table(THUNDER_HEADERS, s.thunder_rows)]
+    if s.reasons:
+        lines += ["", "  top recompile reasons:", *[f"    {count}x  {reason}" for reason, count in s.reasons]]
+    if s.break_rows:
+        lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, s.break_rows)]
     return "\n".join(lines)
-
-
-def _short(location: str, keep: int = 2) -> str:
-    path, _, line = location.rpartition(":")
-    parts = path.split("/")
-    return ("/".join(parts[-keep:]) + f":{line}") if path else location
 
 
 def format_rank_comparison(runs: list[TelemetryRun]) -> str | None:
@@ -110,9 +146,8 @@ def format_rank_comparison(runs: list[TelemetryRun]) -> str | None:
         if len(counts) < 2:
             continue
         reference = counts.get(0, next(iter(counts.values())))
-        differing = {rank: count for rank, count in sorted(counts.items()) if count != reference}
         listed = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(counts.items()))
-        if differing:
+        if any(count != reference for count in counts.values()):
             lines.append(
                 f"run {run_id[:8]}: ranks compiled a different number of times ({listed}). Ranks that recompile "
                 "differently can desynchronise collectives and hang."

@@ -17,6 +17,7 @@ import contextlib
 import hashlib
 import logging
 import os
+import random
 import socket
 import threading
 import warnings
@@ -35,7 +36,7 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Status, StatusCode
 from overrides import override
 
@@ -137,11 +138,20 @@ class _RetryingSpanExporter(SpanExporter):
         return self.inner.force_flush(timeout_millis)
 
 
-class _RunTraceIds(RandomIdGenerator):
-    """One trace per run: every rank's root span gets the trace id derived from the shared run id."""
+class _RunTraceIds(IdGenerator):
+    """One trace per run: every rank's root span gets the trace id derived from the shared run id.
+
+    Span ids come from a generator of our own: the SDK's default draws on the global ``random``
+    module, whose state torch._dynamo saves and restores around every compilation, so spans
+    created during compiles would get the same ids again and again.
+    """
 
     def __init__(self, run_id: str) -> None:
         self._trace_id = int(hashlib.sha256(run_id.encode()).hexdigest()[:32], 16) or 1
+        self._random = random.Random(os.urandom(16))
+
+    def generate_span_id(self) -> int:
+        return self._random.getrandbits(64) or 1
 
     def generate_trace_id(self) -> int:
         return self._trace_id

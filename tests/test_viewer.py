@@ -1,0 +1,114 @@
+"""A real trace viewer, no containers: Arize Phoenix receives a training run's spans over OTLP and
+gives them back through its own REST API."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+
+import telemetry_jit
+from telemetry_jit.exporters import OTLPExporter
+from tests.conftest import fresh_provider_state
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+ROOT = Path(__file__).resolve().parents[1]
+PHOENIX = Path(os.environ.get("TELEMETRY_JIT_PHOENIX", ROOT / ".venv-phoenix" / "bin" / "phoenix"))
+PROJECT = "telemetry-jit-test"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def spans_in(base: str) -> list[dict]:
+    try:
+        with urllib.request.urlopen(f"{base}/v1/projects/{PROJECT}/spans?limit=1000", timeout=10) as response:
+            return json.load(response).get("data", [])
+    except urllib.error.HTTPError as error:
+        if error.code == 404:  # the project appears with its first span
+            return []
+        raise
+
+
+def flat(attributes: dict, prefix: str = "") -> dict:
+    """Phoenix nests dotted attribute names (``compile.id`` -> ``{"compile": {"id": ...}}``)."""
+    out = {}
+    for key, value in attributes.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+@pytest.fixture
+def phoenix(tmp_path: Path):
+    if not PHOENIX.exists():
+        pytest.skip(f"Arize Phoenix is not installed at {PHOENIX} (.ci/run installs it in .venv-phoenix)")
+    port = free_port()
+    env = {
+        **os.environ,
+        "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(free_port()),
+    }
+    server = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"{base}/healthz", timeout=2)
+                break
+            except OSError:
+                time.sleep(0.5)
+        else:
+            pytest.fail("Phoenix did not start within 180 s")
+        yield base
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_phoenix_shows_a_training_runs_compile_spans(phoenix: str, tmp_path: Path) -> None:
+    fresh_provider_state()
+    exporter = OTLPExporter(
+        f"{phoenix}/v1/traces", protocol="http/protobuf", resource_attributes={"openinference.project.name": PROJECT}
+    )
+    provider = telemetry_jit.configure("viewer-test", file=tmp_path / "t.jsonl", otlp=exporter)
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+        pl.Trainer, provider, jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
+    )
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(18, 4))
+    callback.on_app_end()
+    fresh_provider_state()
+    written = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1]
+
+    deadline, spans = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(spans) < len(written.spans):
+        spans = spans_in(phoenix)
+        time.sleep(0.5)
+    assert sorted(s["name"] for s in spans) == sorted(s.name for s in written.spans.values())
+    by_id = {s["context"]["span_id"]: s for s in spans}
+    compiles = [s for s in spans if s["name"] == "compilation"]
+    by_compile_id = {flat(s["attributes"])["compile.id"]: flat(s["attributes"]) for s in compiles}
+    for span in written.find("compilation"):
+        shown = by_compile_id[span.attributes["compile.id"]]
+        for name in ("compile.frame", "compile.location", "compile.recompile_reason", "train.global_step"):
+            assert shown.get(name, "") == span.attributes[name], name
+    assert all(by_id[s["parent_id"]]["name"] in ("training_loop", "validation_loop") for s in compiles)
+    assert len({s["context"]["trace_id"] for s in spans}) == 1
+    breaks = [flat(e["attributes"]) for s in compiles for e in s["events"] if e["name"] == "graph_break"]
+    assert breaks and all("tests/models.py:" in b["graph_break.location"] for b in breaks)

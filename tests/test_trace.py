@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+import http.server
 import json
+import shutil
+import subprocess
+import threading
+import urllib.parse
 from pathlib import Path
 
 import lightning.pytorch as pl
+import pytest
 
 from telemetry_jit import JitConfig, cli, hook_trainer_cls
 from tests.conftest import Telemetry
@@ -55,3 +62,58 @@ def test_trace_nests_compiles_under_loops_one_track_per_rank(telemetry: Telemetr
                 for loop in loops
             )
         assert any(e["ph"] == "i" and e["name"] == "graph_break" and e["pid"] == pid for e in events)
+
+
+SPEEDSCOPE = (
+    Path(__file__).resolve().parents[1] / ".node-speedscope" / "node_modules" / "speedscope" / "dist" / "release"
+)
+CHROMIUM = shutil.which("chromium")
+
+
+@pytest.mark.skipif(
+    CHROMIUM is None or not SPEEDSCOPE.exists(), reason="needs Debian's chromium and speedscope (.ci/run installs both)"
+)
+def test_trace_loads_in_speedscope(telemetry: Telemetry, tmp_path: Path) -> None:
+    """speedscope, a real Trace Event consumer, imports the file in headless Chromium."""
+    HookedTrainer, callback = hook_trainer_cls(
+        pl.Trainer, telemetry.provider, jit_config=JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
+    )
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(18, 4))
+    callback.on_app_end()
+    site = tmp_path / "site"
+    shutil.copytree(SPEEDSCOPE, site)
+    assert cli.main(["trace", str(telemetry.path), "-o", str(site / "trace.json")]) == 0
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    handler.log_message = lambda *args: None  # type: ignore[method-assign]
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        result = subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={tmp_path / 'profile'}",
+                "--virtual-time-budget=8000",
+                "--enable-logging=stderr",
+                "--v=0",
+                "--dump-dom",
+                f"{base}/index.html#profileURL={urllib.parse.quote(base + '/trace.json', safe='')}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    finally:
+        server.shutdown()
+    console = [line for line in result.stderr.splitlines() if ":CONSOLE:" in line and "GL" not in line]
+    assert any("Importing as Trace Event Format profile" in line for line in console), console
+    assert not [line for line in console if "rror" in line or "ailed" in line], console
+    assert "<title>trace.json - speedscope</title>" in result.stdout

@@ -11,11 +11,11 @@ import lightning.pytorch as pl
 import pytest
 
 from telemetry_jit import JitConfig, cli, hook_trainer_cls
+from tests.browser import CHROMIUM, chromium
 from tests.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 
 class Elements(HTMLParser):
@@ -67,27 +67,14 @@ def test_report_holds_timeline_tables_and_every_graph_break_offline(report: tupl
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
 def test_report_renders_in_headless_chromium_without_errors(report: tuple[Path, Telemetry], tmp_path: Path) -> None:
     output, _ = report
-    flags = [
-        CHROMIUM,
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        f"--user-data-dir={tmp_path / 'profile'}",
-        "--enable-logging=stderr",
-        "--v=0",
-    ]
-    dom = subprocess.run([*flags, "--dump-dom", output.as_uri()], capture_output=True, text=True, timeout=120)
+    profile = tmp_path / "profile"
+    dom = subprocess.run(chromium(profile, "--dump-dom", output.as_uri()), capture_output=True, text=True, timeout=120)
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert '<svg id="timeline"' in dom.stdout and '<table id="frames">' in dom.stdout
     assert "Uncaught" not in dom.stderr and "SyntaxError" not in dom.stderr
     screenshot = tmp_path / "report.png"
     shot = subprocess.run(
-        [*flags, f"--screenshot={screenshot}", "--window-size=1280,1600", output.as_uri()],
+        chromium(profile, f"--screenshot={screenshot}", "--window-size=1280,1600", output.as_uri()),
         capture_output=True,
         text=True,
         timeout=120,

@@ -15,6 +15,7 @@ import lightning.pytorch as pl
 import pytest
 
 from telemetry_jit import JitConfig, cli, hook_trainer_cls
+from tests.browser import CHROMIUM, chromium
 from tests.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
@@ -67,7 +68,6 @@ def test_trace_nests_compiles_under_loops_one_track_per_rank(telemetry: Telemetr
 SPEEDSCOPE = (
     Path(__file__).resolve().parents[1] / ".node-speedscope" / "node_modules" / "speedscope" / "dist" / "release"
 )
-CHROMIUM = shutil.which("chromium")
 
 
 @pytest.mark.skipif(
@@ -90,23 +90,12 @@ def test_trace_loads_in_speedscope(telemetry: Telemetry, tmp_path: Path) -> None
     base = f"http://127.0.0.1:{server.server_address[1]}"
     try:
         result = subprocess.run(
-            [
-                CHROMIUM,
-                "--headless",
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-quic",
-                "--no-first-run",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                f"--user-data-dir={tmp_path / 'profile'}",
+            chromium(
+                tmp_path / "profile",
                 "--virtual-time-budget=8000",
-                "--enable-logging=stderr",
-                "--v=0",
                 "--dump-dom",
                 f"{base}/index.html#profileURL={urllib.parse.quote(base + '/trace.json', safe='')}",
-            ],
+            ),
             capture_output=True,
             text=True,
             timeout=120,

@@ -230,6 +230,18 @@ class OTLPExporter(BaseExporter):
         self._ended = 0
         self.dropped = 0  # spans lost, known once the exporter is closed
 
+    def arguments(self) -> dict[str, Any]:
+        """What it takes to build this exporter again (in another process of the same job)."""
+        return {
+            "endpoint": self.endpoint,
+            "protocol": self.protocol,
+            "headers": self._headers,
+            "timeout": self.timeout,
+            "insecure": self._insecure,
+            "certificate_file": self._certificate_file,
+            "resource_attributes": self._resource_attributes,
+        }
+
     def __repr__(self) -> str:  # headers stay out of logs
         return f"OTLPExporter(endpoint={self.endpoint!r}, protocol={self.protocol!r})"
 

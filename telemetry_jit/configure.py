@@ -94,12 +94,11 @@ def configure(
             raise TypeError(
                 f"configure(exporters=...) takes nv-one-logger Exporter objects, got {type(exporter).__name__}."
             )
-    # Exporters of our own never block (a local append; OTLP sends from its own thread); others run isolated.
     global _configuration
     _configuration = {
         "app_name": app_name,
         "file": None if file is None else str(file),
-        "otlp": {"endpoint": otlp.endpoint, "protocol": otlp.protocol} if isinstance(otlp, OTLPExporter) else None,
+        "otlp": otlp.arguments() if isinstance(otlp, OTLPExporter) else None,
         "global_batch_size": global_batch_size,
         "session_tag": session_tag,
         "perf_tag": perf_tag,
@@ -107,6 +106,7 @@ def configure(
         "export_iteration_spans": export_iteration_spans,
         **training_config,
     }
+    # Exporters of our own never block (a local append; OTLP sends from its own thread); others run isolated.
     safe = (FileExporter, OTLPExporter, IsolatedExporter)
     all_exporters = [e if isinstance(e, safe) else IsolatedExporter(e) for e in all_exporters]
     size = world_size or int(os.environ.get("WORLD_SIZE", "1"))

@@ -2,6 +2,10 @@
 # Installs telemetry-jit (editable) with its test and thunder extras into the current Python.
 # An existing torch (>= 2.8) is left alone; without one, torch 2.13.0 is installed, which on
 # a CPU-only machine with the on-disk wheel is the CPU build (no CUDA packages are pulled).
+#
+#   --test-tools   also the outside tools some tests drive: Debian's chromium (needs root),
+#                  speedscope (npm) and Arize Phoenix (in .venv-phoenix). A test whose tool could
+#                  not be installed is skipped and says why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
@@ -19,3 +23,19 @@ else
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi
 "$PY" -m pip install --quiet -e ".[thunder,test]"
+
+if [ "${1:-}" = "--test-tools" ]; then
+    if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
+            || echo "warning: could not install chromium; the browser tests will be skipped"
+    fi
+    if [ ! -d .node-speedscope/node_modules/speedscope ] && command -v npm >/dev/null 2>&1; then
+        npm install --silent --prefix .node-speedscope speedscope@1.25.0 >/dev/null 2>&1 \
+            || echo "warning: could not install speedscope; the trace consumer test will be skipped"
+    fi
+    if [ ! -x .venv-phoenix/bin/phoenix ]; then
+        # its own environment: Phoenix's dependencies never meet the project's
+        ("$PY" -m venv .venv-phoenix && .venv-phoenix/bin/pip install --quiet arize-phoenix) >/dev/null 2>&1 \
+            || echo "warning: could not install arize-phoenix; the viewer test will be skipped"
+    fi
+fi

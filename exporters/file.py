@@ -69,7 +69,8 @@ class FileExporter(BaseExporter):
         self.run_id = run_id or identity.run_id()
         self._fd: int | None = None
         self._created = False
-        self._identity_version = identity.version()
+        self._identity_version = -1  # the identity fields go on every record; refreshed when it changes
+        self._stamp: dict[str, Any] = {}
         self._lock = threading.Lock()
         _check_writable(self.path)
 
@@ -138,9 +139,7 @@ class FileExporter(BaseExporter):
     def _write(self, record: dict[str, Any]) -> None:
         if self._identity_version != identity.version():
             self._follow_identity()
-        record["run"] = self.run_id
-        record.update(identity.current().as_attributes())
-        record["pid"] = os.getpid()
+        record.update(self._stamp)
         line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
         with self._lock:
             if self._fd is None:
@@ -151,6 +150,7 @@ class FileExporter(BaseExporter):
         """Move to this rank's file once the process learns its rank, taking this run's records along."""
         self._identity_version = identity.version()
         me = identity.current()
+        self._stamp = {"run": self.run_id, **me.as_attributes(), "pid": os.getpid()}
         target = rank_path(self.base_path, me.rank, me.world_size)
         with self._lock:
             if target == self.path or self._fd is None:

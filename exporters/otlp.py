@@ -344,17 +344,20 @@ class OTLPExporter(BaseExporter):
     @override
     def export_event(self, event: Event, span: Span) -> None:
         super().export_event(event, span)
-        otel_span = self._spans.get(span.id)
-        if otel_span is not None:
-            otel_span.add_event(event.name_str, _attributes(event.attributes), timestamp=_ns(event.timestamp))
+        self._add_event(event, span)
 
     @override
     def export_error(self, event: ErrorEvent, span: Span) -> None:
         super().export_error(event, span)
+        otel_span = self._add_event(event, span)
+        if otel_span is not None:
+            otel_span.set_status(Status(StatusCode.ERROR, event.error_message))
+
+    def _add_event(self, event: Event, span: Span) -> trace.Span | None:
         otel_span = self._spans.get(span.id)
         if otel_span is not None:
             otel_span.add_event(event.name_str, _attributes(event.attributes), timestamp=_ns(event.timestamp))
-            otel_span.set_status(Status(StatusCode.ERROR, event.error_message))
+        return otel_span
 
     @override
     def export_telemetry_data_error(self, error: TelemetryDataError) -> None:

@@ -32,37 +32,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "report":
         return _report(args.file, args.output)
 
-    status = 0
-    shown = []
-    for path in args.files:
-        try:
-            runs = read_telemetry(path)
-        except (FileNotFoundError, TelemetryFileError) as error:
-            print(f"telemetry-jit: {error}", file=sys.stderr)
-            status = 1
-            continue
-        for run in runs if args.all_runs else runs[-1:]:
-            print(format_summary(run))
-            shown.append(run)
-    comparison = format_rank_comparison(shown)
+    runs, status = _load_runs(args.files, all_runs=args.all_runs)
+    for run in runs:
+        print(format_summary(run))
+    comparison = format_rank_comparison(runs)
     if comparison:
         print(f"\n{comparison}")
     return status
 
 
-def _load_last_runs(paths: Sequence[str]) -> tuple[list[TelemetryRun], int]:
+def _load_runs(paths: Sequence[str], all_runs: bool = False) -> tuple[list[TelemetryRun], int]:
+    """The last run of each file (every run with ``all_runs``), and 1 if a file could not be read."""
     runs, status = [], 0
     for path in paths:
         try:
-            runs.append(read_telemetry(path)[-1])
+            found = read_telemetry(path)
         except (FileNotFoundError, TelemetryFileError) as error:
             print(f"telemetry-jit: {error}", file=sys.stderr)
             status = 1
+            continue
+        runs.extend(found if all_runs else found[-1:])
     return runs, status
 
 
 def _trace(paths: Sequence[str], output: str) -> int:
-    runs, status = _load_last_runs(paths)
+    runs, status = _load_runs(paths)
     if not runs:
         return 1
     Path(output).write_text(json.dumps(to_trace_events(runs)))
@@ -71,7 +65,7 @@ def _trace(paths: Sequence[str], output: str) -> int:
 
 
 def _report(path: str, output: str) -> int:
-    runs, status = _load_last_runs([path])
+    runs, status = _load_runs([path])
     if not runs:
         return 1
     Path(output).write_text(render_report(summarize(runs[0])))

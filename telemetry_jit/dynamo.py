@@ -130,7 +130,6 @@ class DynamoProbe:
         self._frames: dict[str, tuple[str, str]] = {}
         self._backends: dict[str, str] = {}
         self._break_log = _GraphBreakLog()
-        self._breaks_at_attach = 0
         self._warned = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -139,7 +138,6 @@ class DynamoProbe:
             return
         metrics = dynamo_utils._compilation_metrics
         self._last_metric = metrics[-1] if metrics else None
-        self._breaks_at_attach = total_graph_breaks()
         self._break_log.install()
         callback_handler.register_start_callback(self._on_start)
         callback_handler.register_end_callback(self._on_end)
@@ -238,10 +236,6 @@ class DynamoProbe:
             )
 
     # -- reading results ---------------------------------------------------------------------
-    @property
-    def compiling(self) -> bool:
-        return self._open is not None
-
     def poll(self, final: bool = False) -> list[CompileRecord]:
         """Return the compiles that finished since the last call.
 
@@ -269,9 +263,6 @@ class DynamoProbe:
             records.extend(self._record(None, window) for window in self._finished.values())
             self._finished.clear()
         return records
-
-    def graph_breaks_since_attach(self) -> int:
-        return total_graph_breaks() - self._breaks_at_attach
 
     def _record(self, metric: Any, window: _Window | None) -> CompileRecord:
         compile_id = str(metric.compile_id) if metric is not None else window.compile_id

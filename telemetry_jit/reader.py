@@ -9,8 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FORMAT = "telemetry-jit"
-
 
 class TelemetryFileError(ValueError):
     """The file is not a readable telemetry-jit file."""

@@ -79,9 +79,9 @@ class CompileStats:
         )
 
 
-def telemetry_enabled(provider: TrainingTelemetryProvider) -> bool:
+def telemetry_enabled() -> bool:
     """Whether nv-one-logger is configured and recording (it disables itself after an internal error)."""
-    return bool(provider.one_logger_ready and OneLoggerProvider.instance().one_logger_enabled)
+    return OneLoggerProvider.instance().one_logger_enabled
 
 
 def _timestamp(epoch_ns: int) -> TracingTimestamp:
@@ -200,7 +200,7 @@ class CompileRecorder:
 
     def _recorder(self) -> Any:
         """nv-one-logger's recorder while it records; ``None`` otherwise (then compiles are only counted)."""
-        return self._provider.recorder if telemetry_enabled(self._provider) else None
+        return self._provider.recorder if telemetry_enabled() else None
 
     def _current_parent(self) -> Span | None:
         recorder = self._recorder()

@@ -105,7 +105,7 @@ class TelemetryCallback(Callback):
 
     # -- state -------------------------------------------------------------------------------
     def _ready(self) -> bool:
-        return telemetry_enabled(self._provider)
+        return telemetry_enabled()
 
     def _application_running(self) -> bool:
         return bool(self._provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))
@@ -190,8 +190,9 @@ class TelemetryCallback(Callback):
             self.compiles.ensure_registered()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._summarize(self._active_span("training_loop"), trainer)
-        if self._active_span("training_loop") is not None:
+        loop = self._active_span("training_loop")
+        self._summarize(loop, trainer)
+        if loop is not None:
             one_logger.on_train_end()
 
     def on_train_batch_start(
@@ -229,8 +230,8 @@ class TelemetryCallback(Callback):
     ) -> None:
         if not self._ready():
             return
-        if self._active_span("validation_single_iteration") is not None:
-            one_logger.on_validation_single_iteration_end()
+        if self._provider.recorder.get_active_spans_by_name("validation_single_iteration"):
+            one_logger.on_validation_single_iteration_end()  # Lightning skipped the batch end (lightning#20999)
         one_logger.on_validation_single_iteration_start()
 
     def on_validation_batch_end(

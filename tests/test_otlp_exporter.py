@@ -243,3 +243,18 @@ def test_standard_variables_configure_it_and_arguments_win(monkeypatch: pytest.M
         "arg",
         1.0,
     )
+
+
+def test_the_environment_alone_turns_otlp_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    receiver = GrpcReceiver()
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.endpoint)
+    try:
+        fresh_provider_state()
+        provider = telemetry_jit.configure("from-env", file=None)
+        telemetry_jit.hook_trainer_cls(pl.Trainer, provider)[1].on_app_end()
+    finally:
+        fresh_provider_state()
+        receiver.stop()
+    (span,) = receiver.received.spans()
+    assert span.name == "application" and span.resource["service.name"] == "from-env"

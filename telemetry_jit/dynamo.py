@@ -8,6 +8,8 @@ Where the facts live (torch 2.8 - 2.13):
 - ``CompilationMetrics`` (one per compile, appended *after* the end callback) carry torch's own
   start/end times, code location, recompile reason and phase times.
 - The ``graph_breaks`` log artifact is the only place that names the user line of a break.
+- Under DDP, dynamo's DDPOptimizer splits graphs at gradient-bucket boundaries; it says so only in
+  its INFO log line "DDPOptimizer used bucket cap ... and created N buckets".
 
 The probe does no work per training step beyond :meth:`poll` noticing that nothing changed.
 """
@@ -33,6 +35,8 @@ CompileStartListener = Callable[[str, str, str], Any]
 CompileEndListener = Callable[[str], None]
 
 _BREAK_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame")
+_DDP_LOGGER = "torch._dynamo.backends.distributed"
+_DDP_BUCKETS_MESSAGE = "DDPOptimizer used bucket cap"
 _BREAK_LOCATION = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)", re.DOTALL)
 _GRACEFUL_SKIP = "Failed to handle graph break gracefully"
 _FALLBACK_FAILURES = ("Unsupported", "SkipFrame", "RecompileLimitExceeded", "FailOnRecompileLimitHit")
@@ -51,6 +55,8 @@ class _Window:
     context: Any
     end_ns: int = 0
     graph_breaks: list[GraphBreak] = field(default_factory=list)
+    ddp_buckets: list[int] = field(default_factory=list)
+    ddp_bucket_cap_bytes: int = 0
 
 
 class _GraphBreakLog(logging.Handler):
@@ -99,6 +105,42 @@ class _GraphBreakLog(logging.Handler):
         return ""
 
 
+class _DDPBucketLog(logging.Filter):
+    """Collects ``(bucket cap, buckets)`` from DDPOptimizer's INFO line, one per graph it split.
+
+    A filter on the logger rather than a handler, so the records the user would not have seen
+    without telemetry-jit are dropped here and the console stays exactly as it was.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: list[tuple[int, int]] = []
+        self._shown_from = logging.WARNING
+        self._saved_level: int | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if _DDP_BUCKETS_MESSAGE in str(record.msg) and isinstance(record.args, tuple) and len(record.args) == 2:
+            self.entries.append((int(record.args[0]), int(record.args[1])))
+        return record.levelno >= self._shown_from
+
+    def install(self) -> None:
+        logger = logging.getLogger(_DDP_LOGGER)
+        self._shown_from = logger.getEffectiveLevel()
+        self._saved_level = logger.level
+        if not logger.isEnabledFor(logging.INFO):
+            logger.setLevel(logging.INFO)
+        logger.addFilter(self)
+
+    def uninstall(self) -> None:
+        if self._saved_level is None:
+            return
+        logger = logging.getLogger(_DDP_LOGGER)
+        logger.removeFilter(self)
+        logger.setLevel(self._saved_level)
+        self._saved_level = None
+        self.entries.clear()
+
+
 class DynamoProbe:
     """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`.
 
@@ -125,11 +167,13 @@ class DynamoProbe:
         self._on_compile_end = on_compile_end
         self._attached = False
         self._open: _Window | None = None
-        self._finished: dict[tuple[str, bool], _Window] = {}
+        # lists: under DDP every subgraph compiles its own lazy backward under one compile id
+        self._finished: dict[tuple[str, bool], list[_Window]] = {}
         self._last_metric: Any = None
         self._frames: dict[str, tuple[str, str]] = {}
         self._backends: dict[str, str] = {}
         self._break_log = _GraphBreakLog()
+        self._ddp_log = _DDPBucketLog()
         self._warned = False
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -139,6 +183,7 @@ class DynamoProbe:
         metrics = dynamo_utils._compilation_metrics
         self._last_metric = metrics[-1] if metrics else None
         self._break_log.install()
+        self._ddp_log.install()
         callback_handler.register_start_callback(self._on_start)
         callback_handler.register_end_callback(self._on_end)
         self._attached = True
@@ -153,6 +198,7 @@ class DynamoProbe:
             with contextlib.suppress(ValueError):  # torch._dynamo.reset() clears all callbacks
                 remove(callback)
         self._break_log.uninstall()
+        self._ddp_log.uninstall()
         self._attached = False
 
     def ensure_registered(self) -> None:
@@ -174,6 +220,7 @@ class DynamoProbe:
             else:
                 backend = self._backends.get(frame_id, "")
             self._break_log.entries.clear()
+            self._ddp_log.entries.clear()
             context = None
             if self._on_compile_start:
                 context = self._on_compile_start(args.compile_id, trigger, self._describe(args.compile_id, trigger))
@@ -207,7 +254,10 @@ class DynamoProbe:
                 return
             window.end_ns = time.time_ns()
             window.graph_breaks = self._graph_breaks_since(window.breaks_before)
-            self._finished[(window.compile_id, window.trigger == "dynamo")] = window
+            window.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
+            window.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
+            self._ddp_log.entries.clear()
+            self._finished.setdefault((window.compile_id, window.trigger == "dynamo"), []).append(window)
         except Exception as error:  # noqa: BLE001
             self._warn(error)
 
@@ -257,12 +307,20 @@ class DynamoProbe:
         for metric in entries[start:]:
             if getattr(metric, "is_runtime", False):
                 continue
-            window = self._finished.pop((metric.compile_id, metric.is_forward is not False), None)
-            records.append(self._record(metric, window))
+            records.append(self._record(metric, self._take_window(metric.compile_id, metric.is_forward is not False)))
         if final:
-            records.extend(self._record(None, window) for window in self._finished.values())
+            records.extend(self._record(None, window) for windows in self._finished.values() for window in windows)
             self._finished.clear()
         return records
+
+    def _take_window(self, compile_id: Any, forward: bool) -> _Window | None:
+        windows = self._finished.get((str(compile_id), forward))
+        if not windows:
+            return None
+        window = windows.pop(0)
+        if not windows:
+            del self._finished[(str(compile_id), forward)]
+        return window
 
     def _record(self, metric: Any, window: _Window | None) -> CompileRecord:
         compile_id = str(metric.compile_id) if metric is not None else window.compile_id
@@ -293,6 +351,8 @@ class DynamoProbe:
             is_recompile=_attempt(compile_id) > 0,
             recompile_reason=(metric.recompile_reason or "") if metric is not None else "",
             graph_breaks=window.graph_breaks if window is not None else [],
+            ddp_buckets=window.ddp_buckets if window is not None else [],
+            ddp_bucket_cap_bytes=window.ddp_bucket_cap_bytes if window is not None else 0,
             phase_times_s=_phase_times(metric),
             failure=failure,
             fell_back_to_eager=fail_type in _FALLBACK_FAILURES,

@@ -43,6 +43,7 @@ class CompileStats:
     count: int = 0
     recompile_count: int = 0
     graph_break_count: int = 0
+    ddp_graph_splits: int = 0
     recompile_limit_hits: int = 0
     total_time_ms: float = 0.0
     recompile_reasons: Counter[str] = field(default_factory=Counter)
@@ -52,6 +53,7 @@ class CompileStats:
         self.count += 1
         self.total_time_ms += record.duration_ms
         self.graph_break_count += len(record.graph_breaks)
+        self.ddp_graph_splits += record.ddp_graph_splits
         self.recompile_limit_hits += record.recompile_limit_hit
         if record.is_recompile:
             self.recompile_count += 1
@@ -65,6 +67,7 @@ class CompileStats:
                 "compile.count": self.count,
                 "compile.recompile_count": self.recompile_count,
                 "compile.graph_break_count": self.graph_break_count,
+                "compile.ddp_graph_splits": self.ddp_graph_splits,
                 "compile.recompile_limit_hits": self.recompile_limit_hits,
                 "compile.total_time_ms": round(self.total_time_ms, 3),
                 "compile.wall_time_ms": round(wall_time_s * 1000, 3),
@@ -106,6 +109,9 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> Attribu
         "train.global_step": context.global_step,
         "train.stage": context.stage,
     }
+    if record.ddp_buckets:
+        attributes["compile.ddp_graph_splits"] = record.ddp_graph_splits
+        attributes["compile.ddp_bucket_cap_bytes"] = record.ddp_bucket_cap_bytes
     attributes.update({f"compile.time.{phase}_s": value for phase, value in record.phase_times_s.items()})
     attributes.update({f"compile.{name}": value for name, value in record.extra.items()})
     return Attributes(attributes)
@@ -251,6 +257,8 @@ class CompileRecorder:
                         timestamp=_timestamp(record.start_ns),
                     ),
                 )
+            if record.ddp_graph_splits:
+                recorder.event(span, _ddp_split_event(record))
             if record.recompile_limit_hit:
                 recorder.error(span, f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly")
             elif record.failure and not record.fell_back_to_eager:
@@ -276,6 +284,22 @@ class CompileRecorder:
             RuntimeWarning,
             stacklevel=2,
         )
+
+
+def _ddp_split_event(record: CompileRecord) -> Event:
+    return Event.create(
+        JitEventName.DDP_GRAPH_SPLIT,
+        Attributes(
+            {
+                "ddp.splits": record.ddp_graph_splits,
+                "ddp.subgraphs": sum(record.ddp_buckets),
+                "ddp.bucket_cap_bytes": record.ddp_bucket_cap_bytes,
+                "ddp.reason": "DDPOptimizer split the graph at DDP gradient-bucket boundaries so all-reduce "
+                "overlaps backward; not a graph break in user code",
+            }
+        ),
+        timestamp=_timestamp(record.start_ns),
+    )
 
 
 def _exported_ancestor(recorder: Any, span: Span | None) -> Span | None:

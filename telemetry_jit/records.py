@@ -35,6 +35,9 @@ class CompileRecord:
     is_recompile: bool = False
     recompile_reason: str = ""
     graph_breaks: list[GraphBreak] = field(default_factory=list)
+    # buckets of each graph dynamo's DDPOptimizer partitioned in this compile; empty outside DDP
+    ddp_buckets: list[int] = field(default_factory=list)
+    ddp_bucket_cap_bytes: int = 0
     phase_times_s: dict[str, float] = field(default_factory=dict)
     failure: str = ""  # the compiler's error text when compilation failed
     fell_back_to_eager: bool = False  # a failure dynamo handled by running the frame eagerly
@@ -45,3 +48,8 @@ class CompileRecord:
     @property
     def duration_ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
+
+    @property
+    def ddp_graph_splits(self) -> int:
+        """Cuts DDPOptimizer made at gradient-bucket boundaries: not graph breaks in user code."""
+        return sum(buckets - 1 for buckets in self.ddp_buckets if buckets > 1)

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from telemetry_jit.summary import BREAK_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, RunSummary, short_location
+from telemetry_jit.summary import (
+    BREAK_HEADERS,
+    DDP_HEADERS,
+    FRAME_HEADERS,
+    THUNDER_HEADERS,
+    RunSummary,
+    short_location,
+)
 
 _WIDTH, _ROW, _LEFT = 1100, 22, 150
 _COLOURS = {"training_loop": "#9ecae1", "validation_loop": "#c7e9c0", "testing_loop": "#fdd0a2"}
@@ -128,6 +135,14 @@ def render_report(summary: RunSummary) -> str:
         "<h2>Every graph break</h2>",
         _break_details(summary),
     ]
+    if summary.ddp_rows:
+        sections += [
+            "<h2>DDP optimizer splits</h2>",
+            "<p>torch._dynamo's DDPOptimizer cut these graphs at DDP gradient-bucket boundaries so that "
+            "all-reduce overlaps backward. They are not graph breaks in your code; the bucket size is DDP's "
+            "<code>bucket_cap_mb</code>.</p>",
+            _table(DDP_HEADERS, summary.ddp_rows, "ddp-splits"),
+        ]
     body = "\n".join(sections)
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>telemetry-jit report</title>'

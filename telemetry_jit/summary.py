@@ -12,6 +12,7 @@ from telemetry_jit.schema import JitEventName, JitSpanName
 FRAME_HEADERS = ("frame", "location", "compiles", "recompiles", "breaks", "ms")
 BREAK_HEADERS = ("location", "count", "reason")
 THUNDER_HEADERS = ("module", "misses", "hits")
+DDP_HEADERS = ("frame", "location", "compile", "splits", "bucket cap MB")
 
 
 @dataclass
@@ -30,6 +31,11 @@ class RunSummary:
     reasons: list[tuple[str, int]] = field(default_factory=list)
     break_rows: list[tuple[object, ...]] = field(default_factory=list)
     thunder_rows: list[tuple[object, ...]] = field(default_factory=list)
+    ddp_rows: list[tuple[object, ...]] = field(default_factory=list)
+
+    @property
+    def ddp_splits(self) -> int:
+        return sum(int(row[3]) for row in self.ddp_rows)
 
     @property
     def share(self) -> str:
@@ -87,6 +93,18 @@ def summarize(run: TelemetryRun) -> RunSummary:
         for e in summary.breaks
     )
     summary.break_rows = [(short_location(loc), count, reason) for (loc, reason), count in where.most_common(10)]
+    summary.ddp_rows = [
+        (
+            str(span.attributes.get("compile.frame") or "?"),
+            short_location(str(span.attributes.get("compile.location") or "")),
+            str(span.attributes.get("compile.id", "")),
+            int(event.attributes.get("ddp.splits", 0)),
+            round(int(event.attributes.get("ddp.bucket_cap_bytes", 0)) / 2**20, 2),
+        )
+        for span in compiles
+        for event in span.events
+        if event.name == JitEventName.DDP_GRAPH_SPLIT.value
+    ]
     loop_summaries = [
         e.attributes for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY.value
     ]
@@ -133,6 +151,12 @@ def format_summary(run: TelemetryRun) -> str:
         lines += ["", "  top recompile reasons:", *[f"    {count}x  {reason}" for reason, count in s.reasons]]
     if s.break_rows:
         lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, s.break_rows)]
+    if s.ddp_rows:
+        lines += [
+            "",
+            f"  DDP optimizer splits: {s.ddp_splits} (graphs cut at DDP gradient-bucket boundaries, not graph breaks)",
+            *_table(DDP_HEADERS, s.ddp_rows),
+        ]
     return "\n".join(lines)
 
 

@@ -96,3 +96,91 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
     # and the CLI points the difference out from the two files
     assert cli.main(["summary", *map(str, files)]) == 0
     assert f"rank 0: {counts[0]}, rank 1: {counts[1]}" in capsys.readouterr().out
+
+
+SPLIT_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import sys
+    import lightning.pytorch as pl
+    import torch._dynamo.utils
+    import telemetry_jit
+    sys.path.insert(0, {root!r})
+    from tests.models import Body, Net, loader, TRAINER_DEFAULTS
+
+    class WideBody(Body):
+        def forward(self, x):
+            for index in range(4):  # 4 MiB of weights: DDP's 1 MiB first bucket makes DDPOptimizer split
+                x = getattr(self, f"layer{{index}}")(x)
+            print("", end="")  # and one graph break in user code
+            return self.head(x)
+
+    def main():
+        provider = telemetry_jit.configure("ddp-split", file={path!r})
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+            pl.Trainer, provider,
+            jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": "aot_eager"}}),
+        )
+        net = Net(width=512, layers=4)
+        net.model.__class__ = WideBody
+        trainer = HookedTrainer(max_epochs=1, strategy="ddp", devices=2, limit_train_batches=3, **TRAINER_DEFAULTS)
+        trainer.fit(net, loader(16, 4, features=512))
+        callback.on_app_end()
+        seen_by_torch = {{
+            "compiles": [[m.compile_id, m.is_forward] for m in telemetry_jit.dynamo.compiles_recorded_by_torch()],
+            "graph_breaks": telemetry_jit.dynamo.total_graph_breaks(),
+        }}
+        with open(f"torch.rank{{trainer.global_rank}}.json", "w") as file:
+            json.dump(seen_by_torch, file)
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_ddp_optimizer_splits_are_reported_apart_from_graph_breaks(tmp_path: Path, capsys) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(SPLIT_SCRIPT.format(root=str(ROOT), path=str(tmp_path / "t.jsonl")))
+    print_line = (
+        script.read_text().splitlines().index('        print("", end="")  # and one graph break in user code') + 1
+    )
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "DDPOptimizer used bucket cap" not in result.stderr + result.stdout  # the console is left as it was
+
+    files = [tmp_path / "t.rank0.jsonl", tmp_path / "t.rank1.jsonl"]
+    for rank, file in enumerate(files):
+        torch_saw = json.loads((tmp_path / f"torch.rank{rank}.json").read_text())
+        run = telemetry_jit.read_telemetry(file)[-1]
+        compiles = run.find("compilation")
+        assert sorted(
+            (s.attributes["compile.id"], s.attributes["compile.trigger"] != "lazy_backward") for s in compiles
+        ) == sorted((compile_id, forward) for compile_id, forward in torch_saw["compiles"])
+        (split,) = [(s, e) for s in compiles for e in s.events if e.name == "ddp_graph_split"]
+        span, event = split
+        # every subgraph DDPOptimizer made compiles its own backward: torch's count of those is the truth
+        backward_graphs = [
+            c for c, forward in torch_saw["compiles"] if c == span.attributes["compile.id"] and not forward
+        ]
+        assert event.attributes["ddp.subgraphs"] == len(backward_graphs) == 2
+        assert event.attributes["ddp.splits"] == span.attributes["compile.ddp_graph_splits"] == 1
+        assert event.attributes["ddp.bucket_cap_bytes"] == 25 * 2**20  # DDP's default bucket_cap_mb
+        breaks = [e for s in compiles for e in s.events if e.name == "graph_break"]
+        assert len(breaks) == torch_saw["graph_breaks"] == 1
+        assert breaks[0].attributes["graph_break.location"] == f"{script}:{print_line}"
+        (loop,) = run.find("training_loop")
+        (summary,) = [e for e in loop.events if e.name == "compile_summary"]
+        assert summary.attributes["compile.ddp_graph_splits"] == 1
+        assert summary.attributes["compile.graph_break_count"] == 1
+
+    assert cli.main(["summary", str(files[0])]) == 0
+    out = capsys.readouterr().out
+    assert "graph breaks: 1" in out
+    assert "DDP optimizer splits: 1" in out
+    assert cli.main(["report", str(files[0]), "-o", str(tmp_path / "report.html")]) == 0
+    report = (tmp_path / "report.html").read_text()
+    assert (
+        '<table id="ddp-splits">' in report
+        and '<td class="">0/0</td><td class="num">1</td>' in report.split('id="ddp-splits"')[1]
+    )

@@ -14,6 +14,7 @@ DDP launch learns it at ``fit``) moves what it wrote so far to its rank file.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -30,6 +31,9 @@ from . import identity
 
 FORMAT = "telemetry-jit"
 FORMAT_VERSION = 1
+
+_encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
+_id_text = functools.lru_cache(maxsize=4096)(str)  # a span's id is written with each of its records
 
 
 def _unix_ns(timestamp: TracingTimestamp) -> int:
@@ -70,7 +74,7 @@ class FileExporter(BaseExporter):
         self._fd: int | None = None
         self._created = False
         self._identity_version = -1  # the identity fields go on every record; refreshed when it changes
-        self._stamp: dict[str, Any] = {}
+        self._stamp = ""  # the identity fields, encoded once: ',"run":...,"pid":...}' closes every record
         self._lock = threading.Lock()
         _check_writable(self.path)
 
@@ -88,7 +92,7 @@ class FileExporter(BaseExporter):
         self._write(
             {
                 "kind": "span_start",
-                "span_id": str(span.id),
+                "span_id": _id_text(span.id),
                 "parent_id": _parent_id(span),
                 "name": span.name_str,
                 "start_unix_ns": _unix_ns(span.start_event.timestamp),
@@ -104,7 +108,7 @@ class FileExporter(BaseExporter):
         self._write(
             {
                 "kind": "span",
-                "span_id": str(span.id),
+                "span_id": _id_text(span.id),
                 "parent_id": _parent_id(span),
                 "name": span.name_str,
                 "start_unix_ns": _unix_ns(span.start_event.timestamp),
@@ -139,8 +143,7 @@ class FileExporter(BaseExporter):
     def _write(self, record: dict[str, Any]) -> None:
         if self._identity_version != identity.version():
             self._follow_identity()
-        record.update(self._stamp)
-        line = (json.dumps(record, separators=(",", ":"), default=str) + "\n").encode()
+        line = (_encode(record)[:-1] + self._stamp).encode()
         with self._lock:
             if self._fd is None:
                 raise ExportError(f"FileExporter({self.path}) is not open")
@@ -150,7 +153,7 @@ class FileExporter(BaseExporter):
         """Move to this rank's file once the process learns its rank, taking this run's records along."""
         self._identity_version = identity.version()
         me = identity.current()
-        self._stamp = {"run": self.run_id, **me.as_attributes(), "pid": os.getpid()}
+        self._stamp = "," + _encode({"run": self.run_id, **me.as_attributes(), "pid": os.getpid()})[1:] + "\n"
         target = rank_path(self.base_path, me.rank, me.world_size)
         with self._lock:
             if target == self.path or self._fd is None:
@@ -171,13 +174,13 @@ def _open(path: Path) -> int:
 
 
 def _parent_id(span: Span) -> str | None:
-    return str(span.parent_span.id) if span.parent_span is not None else None
+    return _id_text(span.parent_span.id) if span.parent_span is not None else None
 
 
 def _event_record(kind: str, event: Event, span: Span) -> dict[str, Any]:
     return {
         "kind": kind,
-        "span_id": str(span.id),
+        "span_id": _id_text(span.id),
         "name": event.name_str,
         "time_unix_ns": _unix_ns(event.timestamp),
         "attributes": event.attributes.to_json(),

@@ -11,15 +11,16 @@ from typing import Any
 
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.attributes import Attributes
-from nv_one_logger.core.event import Event
+from nv_one_logger.core.event import ErrorEvent, Event
 from nv_one_logger.core.span import Span
 from nv_one_logger.core.time import TracingTimestamp
+from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 from telemetry_jit import thunder_probe
 from telemetry_jit.console import CompileConsole
 from telemetry_jit.dynamo import DynamoProbe
-from telemetry_jit.records import CompileRecord
+from telemetry_jit.records import CompileRecord, GraphBreak
 from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName
 
 _MAX_DISTINCT_REASONS = 200
@@ -204,7 +205,7 @@ class CompileRecorder:
             parent=self._current_parent(),
         )
 
-    def _recorder(self) -> Any:
+    def _recorder(self) -> TrainingRecorder | None:
         """nv-one-logger's recorder while it records; ``None`` otherwise (then compiles are only counted)."""
         return self._provider.recorder if telemetry_enabled() else None
 
@@ -230,43 +231,24 @@ class CompileRecorder:
             return
         if context.parent is not None and not context.parent.active:
             context.parent = self._current_parent()
-        latest = getattr(recorder, "_latest_active_span", None)
-        latest_before = latest.get() if latest is not None else None
-        try:
-            span = recorder.start(
-                span_name=JitSpanName.COMPILATION,
-                span_attributes=record_attributes(record, context),
-                start_time=_timestamp(record.start_ns),
-                parent_span=context.parent,
-            )
-            if span is None:
-                return
-            for graph_break in record.graph_breaks:
-                recorder.event(
-                    span,
-                    Event.create(
-                        JitEventName.GRAPH_BREAK,
-                        Attributes(
-                            {
-                                "graph_break.reason": graph_break.summary,
-                                "graph_break.reason_full": graph_break.reason,
-                                "graph_break.location": graph_break.location,
-                                "graph_break.counted_by_torch": graph_break.counted_by_torch,
-                            }
-                        ),
-                        timestamp=_timestamp(record.start_ns),
-                    ),
-                )
-            if record.ddp_graph_splits:
-                recorder.event(span, _ddp_split_event(record))
-            if record.recompile_limit_hit:
-                recorder.error(span, f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly")
-            elif record.failure and not record.fell_back_to_eager:
-                recorder.error(span, f"compilation failed: {record.failure}")
-            recorder.stop(span, stop_time=_timestamp(record.end_ns))
-        finally:
-            if latest is not None:
-                latest.set(latest_before)  # keep nv-one-logger's implicit parenting as it was
+        start = _timestamp(record.start_ns)
+        span = Span.create(
+            name=JitSpanName.COMPILATION,
+            parent_span=context.parent,
+            span_attributes=record_attributes(record, context),
+            start_time=start,
+        )
+        events = [_graph_break_event(graph_break, start) for graph_break in record.graph_breaks]
+        if record.ddp_graph_splits:
+            events.append(_ddp_split_event(record, start))
+        if record.recompile_limit_hit:
+            events.append(ErrorEvent.create(f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly"))
+        elif record.failure and not record.fell_back_to_eager:
+            events.append(ErrorEvent.create(f"compilation failed: {record.failure}"))
+        for event in events:
+            span.add_event(event)
+        span.stop(stop_time=_timestamp(record.end_ns))
+        _export_finished_span(recorder, span, events)
 
     def _warn_recompile_limit(self, record: CompileRecord) -> None:
         frame_id = record.compile_id.rsplit("/", 1)[0]
@@ -286,7 +268,41 @@ class CompileRecorder:
         )
 
 
-def _ddp_split_event(record: CompileRecord) -> Event:
+def _export_finished_span(recorder: TrainingRecorder, span: Span, events: list[Event]) -> None:
+    """Hand a span that is already complete to the recorder's exporters.
+
+    nv-one-logger's ``start``/``event``/``stop`` exist for spans that stay open while work runs
+    (each becomes the implicit parent of the next). A compile is complete when the probes report
+    it, so its span goes straight to the exporters through the recorder's own export path: its
+    export filter and per-exporter error handling. Half the cost of recording it, see
+    benchmarks/recording_cost.py.
+    """
+    if not recorder._should_export_span(span):
+        return
+    for exporter in recorder._exporters:
+        recorder._execute_export(exporter, exporter.export_start, span)
+        for event in events:
+            export = exporter.export_error if isinstance(event, ErrorEvent) else exporter.export_event
+            recorder._execute_export(exporter, export, event, span)
+        recorder._execute_export(exporter, exporter.export_stop, span)
+
+
+def _graph_break_event(graph_break: GraphBreak, timestamp: TracingTimestamp) -> Event:
+    return Event.create(
+        JitEventName.GRAPH_BREAK,
+        Attributes(
+            {
+                "graph_break.reason": graph_break.summary,
+                "graph_break.reason_full": graph_break.reason,
+                "graph_break.location": graph_break.location,
+                "graph_break.counted_by_torch": graph_break.counted_by_torch,
+            }
+        ),
+        timestamp=timestamp,
+    )
+
+
+def _ddp_split_event(record: CompileRecord, timestamp: TracingTimestamp) -> Event:
     return Event.create(
         JitEventName.DDP_GRAPH_SPLIT,
         Attributes(
@@ -298,7 +314,7 @@ def _ddp_split_event(record: CompileRecord) -> Event:
                 "overlaps backward; not a graph break in user code",
             }
         ),
-        timestamp=_timestamp(record.start_ns),
+        timestamp=timestamp,
     )
 
 

@@ -10,6 +10,9 @@ Measured in one process, as ratios against the same run without compile telemetr
    and with HookedTrainer with compile telemetry off and on, runs interleaved so machine noise
    hits all alike. Hooked minus plain is what nv-one-logger's telemetry costs; on minus off is
    telemetry-jit's compile telemetry.
+3. the same HookedTrainer with nv-one-logger's per-iteration telemetry switched off
+   (``is_train_iterations_enabled_or_fn=False``): what is left per step when only loops and
+   compiles are recorded.
 """
 
 from __future__ import annotations
@@ -58,7 +61,10 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as folder:
         SingletonMeta._instances.clear()
-        provider = telemetry_jit.configure("benchmark", file=Path(folder) / "t.jsonl")
+        iterations = [True]  # nv-one-logger reads its switch at each loop start, so it can change per fit
+        provider = telemetry_jit.configure(
+            "benchmark", file=Path(folder) / "t.jsonl", is_train_iterations_enabled_or_fn=lambda: iterations[0]
+        )
         with_compile, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider)
         without_compile, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, compile_telemetry=False)
 
@@ -69,22 +75,30 @@ def main() -> None:
         recorder.stop()
 
         fit_seconds(with_compile, 50)  # warm up: compile once, import everything
-        plain, on, off = [], [], []
+        plain, on, off, no_iterations = [], [], [], []
         for _ in range(args.repeats):
             plain.append(fit_seconds(pl.Trainer, args.steps))
             off.append(fit_seconds(without_compile, args.steps))
             on.append(fit_seconds(with_compile, args.steps))
+            iterations[0] = False
+            no_iterations.append(fit_seconds(with_compile, args.steps))
+            iterations[0] = True
         callback.on_app_end()
 
     plain_us = statistics.median(plain) / args.steps * 1e6
     on_us = statistics.median(on) / args.steps * 1e6
     off_us = statistics.median(off) / args.steps * 1e6
+    lean_us = statistics.median(no_iterations) / args.steps * 1e6
     print(f"torch {torch.__version__}, lightning {pl.__version__}, {args.steps} steps x {args.repeats} repeats")
     print(f"poll() with nothing new (per step):            {poll_ns / 1000:8.3f} us")
     print(f"plain Lightning Trainer step:                  {plain_us:8.1f} us")
     print(f"HookedTrainer step, compile telemetry off:     {off_us:8.1f} us  (nv-one-logger: +{off_us - plain_us:.1f})")
     print(f"HookedTrainer step, compile telemetry on:      {on_us:8.1f} us")
     print(f"difference (noise included):                   {on_us - off_us:8.1f} us  (ratio {on_us / off_us:.3f})")
+    print(
+        f"HookedTrainer step, iteration telemetry off:   {lean_us:8.1f} us  "
+        f"(+{lean_us - plain_us:.1f} over plain, ratio {lean_us / plain_us:.3f})"
+    )
 
 
 if __name__ == "__main__":

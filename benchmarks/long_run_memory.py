@@ -1,10 +1,12 @@
-"""Resident memory and telemetry file size over a long training run (prints figures; not a test).
+"""Resident memory, step time and telemetry file size over a long training run (prints figures; not a test).
 
     python benchmarks/long_run_memory.py [--steps 100000] [--every 10000]
 
 A compiled 10-20-1 MLP trains for ``--steps`` steps with HookedTrainer and compile telemetry on,
-writing to a JSON Lines file; every ``--every`` steps the process's resident memory and the
-file's size are printed. Per-iteration spans stay off the exporters (nv-one-logger's default).
+writing to a JSON Lines file; every ``--every`` steps the process's resident memory, the mean
+step time over those steps and the file's size are printed. Memory and step time should stay
+flat; the file grows only with exported records. Per-iteration spans stay off the exporters
+(nv-one-logger's default).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import argparse
 import resource
 import tempfile
+import time
 from pathlib import Path
 
 import lightning.pytorch as pl
@@ -32,11 +35,15 @@ class Report(pl.Callback):
     def __init__(self, every: int, path: Path) -> None:
         self.every = every
         self.path = path
+        self.window_start = time.perf_counter()
 
     def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
         step = trainer.global_step
         if step % self.every == 0:
-            print(f"{step:>8}  {rss_mib():10.1f}  {self.path.stat().st_size / 1024:12.1f}", flush=True)
+            now = time.perf_counter()
+            step_us = (now - self.window_start) / self.every * 1e6
+            print(f"{step:>8}  {rss_mib():10.1f}  {step_us:10.1f}  {self.path.stat().st_size / 1024:12.1f}", flush=True)
+            self.window_start = time.perf_counter()
 
 
 def main() -> None:
@@ -57,7 +64,7 @@ def main() -> None:
             pl.Trainer, provider, jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
         )
         data = DataLoader(TensorDataset(torch.randn(4096, 10), torch.randn(4096, 1)), batch_size=8)
-        print(f"{'step':>8}  {'RSS MiB':>10}  {'file KiB':>12}")
+        print(f"{'step':>8}  {'RSS MiB':>10}  {'us/step':>10}  {'file KiB':>12}")
         trainer = HookedTrainer(
             max_steps=args.steps,
             accelerator="cpu",

@@ -11,7 +11,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
-from nv_one_logger.core.span import StandardSpanName
+from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
@@ -59,6 +59,10 @@ class TelemetryCallback(Callback):
         self._warned_not_configured = False
         self._spawned_configuration: dict[str, Any] | None = None
         self._owns_application = False
+        self._training_loop: Span | None = None
+        # nv-one-logger's is_train/validation_iterations_enabled, read when each loop starts
+        self._train_iterations = False
+        self._validation_iterations = False
         if not call_on_app_start:
             return
         if self._ready():
@@ -184,12 +188,15 @@ class TelemetryCallback(Callback):
             train_samples_start=trainer.global_step * config.global_batch_size,
             train_iterations_target_or_fn=target,
         )
+        self._training_loop = self._active_span("training_loop")
+        self._train_iterations = config.is_train_iterations_enabled
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.compiles is not None:
             self.compiles.ensure_registered()
 
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._training_loop = None
         loop = self._active_span("training_loop")
         self._summarize(loop, trainer)
         if loop is not None:
@@ -198,7 +205,7 @@ class TelemetryCallback(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self._ready():
+        if self._train_iterations and self._ready():
             one_logger.on_training_single_iteration_start()
 
     def on_train_batch_end(
@@ -206,13 +213,17 @@ class TelemetryCallback(Callback):
     ) -> None:
         if self.compiles is not None:
             self.compiles.poll()
-        if self._ready():
+        if self._train_iterations and self._ready():
             one_logger.on_training_single_iteration_end()
+            if self._training_loop is not None:
+                _forget_exported_events(self._training_loop)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.compiles is not None:
             self.compiles.ensure_registered()
         if self._ready():
+            config = self._provider.config.telemetry_config
+            self._validation_iterations = config is not None and config.is_validation_iterations_enabled
             one_logger.on_validation_start()
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -228,7 +239,7 @@ class TelemetryCallback(Callback):
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        if not self._ready():
+        if not (self._validation_iterations and self._ready()):
             return
         if self._provider.recorder.get_active_spans_by_name("validation_single_iteration"):
             one_logger.on_validation_single_iteration_end()  # Lightning skipped the batch end (lightning#20999)
@@ -245,7 +256,7 @@ class TelemetryCallback(Callback):
     ) -> None:
         if self.compiles is not None:
             self.compiles.poll()
-        if self._ready():
+        if self._validation_iterations and self._ready():
             one_logger.on_validation_single_iteration_end()
 
     def on_test_batch_end(self, *args: Any, **kwargs: Any) -> None:
@@ -325,6 +336,20 @@ class TelemetryCallback(Callback):
 
     def on_testing_end(self) -> None:
         self._explicit(one_logger.on_testing_end)
+
+
+def _forget_exported_events(span: Span) -> None:
+    """Drop the events nv-one-logger keeps on a running span once its exporters have them.
+
+    nv-one-logger appends every event to the span's in-memory list until the span ends (on the
+    training loop, a ``training_metrics_update`` every ``log_every_n_train_iterations`` steps) and
+    formats that whole list on every ``Span.active`` check, which it makes each step: left alone,
+    memory and step time grow with the length of the run. The exporters received each event when
+    it was recorded; nv-one-logger itself needs only the first one (the span start).
+    """
+    events = span.events
+    if len(events) > 1:
+        del events[1:]
 
 
 def _as_callback_list(callbacks: Any) -> list[Callback]:

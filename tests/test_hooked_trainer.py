@@ -11,7 +11,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 
 import telemetry_jit
 from telemetry_jit import JitConfig, JitTransform, TelemetryCallback, hook_trainer_cls
-from tests.conftest import Telemetry
+from tests.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 
@@ -156,3 +156,65 @@ def test_works_with_lightning_cli(telemetry: Telemetry, tmp_path: Path) -> None:
 def test_configure_twice_warns_and_keeps_the_first(telemetry: Telemetry) -> None:
     with pytest.warns(RuntimeWarning, match="already configured .* returns the existing provider"):
         assert telemetry_jit.configure("again", file=None) is telemetry.provider
+
+
+def test_a_long_run_keeps_the_loop_span_small_and_exports_every_update(tmp_path: Path) -> None:
+    # nv-one-logger keeps each training_metrics_update on the loop span and re-formats them all every step
+    fresh_provider_state()
+    path = tmp_path / "long.jsonl"
+    provider = telemetry_jit.configure("long", file=path, global_batch_size=4, log_every_n_train_iterations=2)
+    kept_in_memory = []
+
+    class Watch(Callback):
+        def on_train_batch_end(self, *args: object) -> None:
+            (loop,) = provider.recorder.get_active_spans_by_name("training_loop")
+            kept_in_memory.append(len(loop.events))
+
+    try:
+        HookedTrainer, callback = hook_trainer_cls(pl.Trainer, provider)
+        HookedTrainer(max_epochs=3, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(Net(), loader(40, 4))
+        callback.on_app_end()
+    finally:
+        fresh_provider_state()
+    assert len(kept_in_memory) == 30 and max(kept_in_memory) == 1  # the span start only
+    (loop,) = telemetry_jit.read_telemetry(path)[-1].find("training_loop")
+    updates = [e for e in loop.events if e.name == "training_metrics_update"]
+    assert len(updates) == 15  # every second step, all in the file
+    assert [e.attributes["num_iterations"] for e in updates] == list(range(2, 31, 2))
+    assert loop.end_unix_ns is not None
+
+
+def test_iteration_telemetry_can_be_switched_off_compile_telemetry_stays(tmp_path: Path) -> None:
+    # nv-one-logger's own switches: nothing is recorded per step, the loops and compiles still are
+    fresh_provider_state()
+    path = tmp_path / "t.jsonl"
+    provider = telemetry_jit.configure(
+        "no-iterations",
+        file=path,
+        global_batch_size=4,
+        log_every_n_train_iterations=2,
+        is_train_iterations_enabled_or_fn=False,
+        is_validation_iterations_enabled_or_fn=False,
+    )
+    iteration_spans_seen = []
+
+    class Watch(Callback):
+        def on_train_batch_end(self, *args: object) -> None:
+            iteration_spans_seen.append(len(provider.recorder.get_active_spans_by_name("training_single_iteration")))
+
+    try:
+        HookedTrainer, callback = hook_trainer_cls(pl.Trainer, provider, jit_config=JitConfig(use_torch=True))
+        model = Net("print")
+        HookedTrainer(max_epochs=2, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(model, loader(16, 4), loader(8, 4))
+        callback.on_app_end()
+    finally:
+        fresh_provider_state()
+    assert iteration_spans_seen == [0] * 8
+    run = telemetry_jit.read_telemetry(path)[-1]
+    (loop,) = run.find("training_loop")
+    assert loop.end_unix_ns is not None
+    assert not [e for e in loop.events if e.name == "training_metrics_update"]
+    assert len(run.find("validation_loop")) == 3 and all(v.end_unix_ns for v in run.find("validation_loop"))
+    compiles = run.find("compilation")
+    assert compiles and sum(len([e for e in c.events if e.name == "graph_break"]) for c in compiles) >= 1
+    assert len(model.losses) == 8

@@ -13,6 +13,7 @@ from nv_one_logger.api.config import LoggerConfig, OneLoggerConfig, OneLoggerErr
 from nv_one_logger.exporter.exporter import Exporter
 from nv_one_logger.recorder.default_recorder import ExportCustomizationMode
 from nv_one_logger.training_telemetry.api.config import TrainingTelemetryConfig
+from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanName
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
     DEFAULT_SPANS_EXPORT_BLACKLIST,
     TrainingTelemetryProvider,
@@ -21,6 +22,11 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
 from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter, identity
 
 _configuration: dict[str, Any] | None = None
+_ITERATION_SPANS = (
+    StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION,
+    StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION,
+    StandardTrainingJobSpanName.TESTING_SINGLE_ITERATION,
+)
 
 
 def configure(
@@ -129,12 +135,11 @@ def configure(
     provider.with_base_config(config)
     for exporter in all_exporters:
         provider.with_exporter(exporter)
-    if export_iteration_spans:
-        provider.with_export_customization(ExportCustomizationMode.EXPORT_ALL_SPANS, None)  # type: ignore[arg-type]
-    else:
-        provider.with_export_customization(
-            ExportCustomizationMode.BLACKLIST_SPANS, list(DEFAULT_SPANS_EXPORT_BLACKLIST)
-        )
+    # not EXPORT_ALL_SPANS: nv-one-logger 2.3 then passes its default blacklist along and its recorder refuses it
+    blacklist = [
+        name for name in DEFAULT_SPANS_EXPORT_BLACKLIST if not (export_iteration_spans and name in _ITERATION_SPANS)
+    ]
+    provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, blacklist)
     provider.configure_provider()
     atexit.register(_end_application, provider)
     return provider

@@ -218,3 +218,27 @@ def test_iteration_telemetry_can_be_switched_off_compile_telemetry_stays(tmp_pat
     compiles = run.find("compilation")
     assert compiles and sum(len([e for e in c.events if e.name == "graph_break"]) for c in compiles) >= 1
     assert len(model.losses) == 8
+
+
+def test_iteration_spans_when_asked_for_are_written_as_each_step_ends(tmp_path: Path) -> None:
+    fresh_provider_state()
+    path = tmp_path / "t.jsonl"
+    provider = telemetry_jit.configure("iterations", file=path, global_batch_size=4, export_iteration_spans=True)
+    on_disk, kept = [], []
+
+    class Watch(Callback):
+        def on_train_batch_end(self, *args: object) -> None:
+            on_disk.append(path.read_text().count('"name":"training_single_iteration"'))
+            kept.append(len(provider.recorder.get_active_spans_by_name("training_single_iteration")))
+
+    try:
+        HookedTrainer, callback = hook_trainer_cls(pl.Trainer, provider)
+        HookedTrainer(max_epochs=2, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(Net(), loader(16, 4), loader(8, 4))
+        callback.on_app_end()
+    finally:
+        fresh_provider_state()
+    run = telemetry_jit.read_telemetry(path)[-1]
+    assert len(run.find("training_single_iteration")) == 8
+    assert len(run.find("validation_single_iteration")) == 2 + 2 * 2  # sanity check, then each epoch
+    assert on_disk == [2 * step for step in range(1, 9)]  # start and end record of each step, on disk at once
+    assert kept == [0] * 8  # an ended iteration span is not kept

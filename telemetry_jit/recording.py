@@ -131,6 +131,7 @@ class CompileRecorder:
         self._trainer: Any = None
         self._probe = DynamoProbe(on_compile_start=self._on_compile_start, on_compile_end=self._on_compile_end)
         self._warned_frames: set[str] = set()
+        self._warned_failure = False
         self.stats = CompileStats()
         self._started_at = 0.0
         self._thunder_before: dict[int, tuple[int, int]] = {}
@@ -145,9 +146,9 @@ class CompileRecorder:
 
     def poll(self) -> None:
         for record in self._probe.poll():
-            self._record(record)
+            self._record_safely(record)
         for record in thunder_probe.take_records():
-            self._record(record)
+            self._record_safely(record)
 
     def ensure_registered(self) -> None:
         self._probe.ensure_registered()
@@ -159,7 +160,7 @@ class CompileRecorder:
             if exception is not None and record.failure:
                 record.fell_back_to_eager = False
                 record.failure = f"{type(exception).__name__}: {exception} (torch: {record.failure})"
-            self._record(record)
+            self._record_safely(record)
         self._probe.detach()
 
     def emit_summary(self, span: Span | None, count_by_rank: list[int] | None = None) -> CompileStats:
@@ -218,6 +219,19 @@ class CompileRecorder:
             if spans:
                 return _exported_ancestor(recorder, spans[-1])
         return None
+
+    def _record_safely(self, record: CompileRecord) -> None:
+        try:
+            self._record(record)
+        except Exception as error:  # noqa: BLE001 - a telemetry bug must cost a warning, not the run
+            if not self._warned_failure:
+                self._warned_failure = True
+                warnings.warn(
+                    f"telemetry-jit: could not record a compilation ({error!r}); training goes on, "
+                    "later failures are not reported.",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
 
     def _record(self, record: CompileRecord) -> None:
         context = record.context if isinstance(record.context, CompileContext) else self._context()

@@ -118,6 +118,28 @@ def test_a_broken_exporter_changes_nothing_for_training_or_the_other_exporters(m
     assert run.find("application")[0].end_unix_ns is not None
 
 
+def test_a_failure_while_recording_a_compile_costs_one_warning(telemetry: Telemetry, monkeypatch) -> None:
+    expected = plain_losses()
+
+    def broken(*args: Any) -> None:
+        raise KeyError("a telemetry bug")
+
+    monkeypatch.setattr(telemetry_jit.recording, "record_attributes", broken)
+    compiled_before = len(compiles_recorded_by_torch())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JIT)
+        losses = train(HookedTrainer)
+    assert losses == expected
+    ours = [w for w in caught if "could not record a compilation" in str(w.message)]
+    assert len(ours) == 1 and "a telemetry bug" in str(ours[0].message)
+    run = telemetry.end()
+    assert run.find("training_loop")[0].end_unix_ns is not None
+    (loop,) = run.find("training_loop")
+    (summary,) = [e for e in loop.events if e.name == "compile_summary"]
+    assert summary.attributes["compile.count"] == len(compiles_recorded_by_torch()) - compiled_before > 0
+
+
 def test_provider_not_configured_warns_once_and_training_runs() -> None:
     fresh_provider_state()
     expected = plain_losses()

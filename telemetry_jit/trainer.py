@@ -12,6 +12,7 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
 from nv_one_logger.core.span import Span, StandardSpanName
+from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
@@ -206,7 +207,9 @@ class TelemetryCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         if self._train_iterations and self._ready():
-            one_logger.on_training_single_iteration_start()
+            # per-step calls go to the recorder itself, not nv-one-logger's callbacks module: one
+            # safe-execution wrapper per call instead of two (~24 us a step)
+            self._provider.recorder.on_training_single_iteration_start(TracingTimestamp.now())
 
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
@@ -214,7 +217,7 @@ class TelemetryCallback(Callback):
         if self.compiles is not None:
             self.compiles.poll()
         if self._train_iterations and self._ready():
-            one_logger.on_training_single_iteration_end()
+            self._provider.recorder.on_training_single_iteration_end(TracingTimestamp.now())
             if self._training_loop is not None:
                 _forget_exported_events(self._training_loop)
 
@@ -241,9 +244,11 @@ class TelemetryCallback(Callback):
     ) -> None:
         if not (self._validation_iterations and self._ready()):
             return
-        if self._provider.recorder.get_active_spans_by_name("validation_single_iteration"):
-            one_logger.on_validation_single_iteration_end()  # Lightning skipped the batch end (lightning#20999)
-        one_logger.on_validation_single_iteration_start()
+        recorder = self._provider.recorder
+        if recorder.get_active_spans_by_name("validation_single_iteration"):
+            # Lightning skipped the batch end (lightning#20999)
+            recorder.on_validation_single_iteration_end(TracingTimestamp.now())
+        recorder.on_validation_single_iteration_start(TracingTimestamp.now())
 
     def on_validation_batch_end(
         self,
@@ -257,7 +262,7 @@ class TelemetryCallback(Callback):
         if self.compiles is not None:
             self.compiles.poll()
         if self._validation_iterations and self._ready():
-            one_logger.on_validation_single_iteration_end()
+            self._provider.recorder.on_validation_single_iteration_end(TracingTimestamp.now())
 
     def on_test_batch_end(self, *args: Any, **kwargs: Any) -> None:
         if self.compiles is not None:

@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
 import torch
 from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 import telemetry_jit
 from telemetry_jit import JitConfig, JitTransform, TelemetryCallback, hook_trainer_cls
 from tests.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
+
+
+@contextmanager
+def own_provider(path: Path, **options: Any) -> Iterator[TrainingTelemetryProvider]:
+    """A provider of its own for a test that needs configure() options the fixture leaves at default."""
+    fresh_provider_state()
+    try:
+        yield telemetry_jit.configure("test-app", file=path, global_batch_size=4, **options)
+    finally:
+        fresh_provider_state()
+
+
+def active_spans(name: str) -> list[Any]:
+    return TrainingTelemetryProvider.instance().recorder.get_active_spans_by_name(name)
 
 
 class Recorder(Callback):
@@ -160,22 +178,18 @@ def test_configure_twice_warns_and_keeps_the_first(telemetry: Telemetry) -> None
 
 def test_a_long_run_keeps_the_loop_span_small_and_exports_every_update(tmp_path: Path) -> None:
     # nv-one-logger keeps each training_metrics_update on the loop span and re-formats them all every step
-    fresh_provider_state()
     path = tmp_path / "long.jsonl"
-    provider = telemetry_jit.configure("long", file=path, global_batch_size=4, log_every_n_train_iterations=2)
     kept_in_memory = []
 
     class Watch(Callback):
         def on_train_batch_end(self, *args: object) -> None:
-            (loop,) = provider.recorder.get_active_spans_by_name("training_loop")
+            (loop,) = active_spans("training_loop")
             kept_in_memory.append(len(loop.events))
 
-    try:
+    with own_provider(path, log_every_n_train_iterations=2) as provider:
         HookedTrainer, callback = hook_trainer_cls(pl.Trainer, provider)
         HookedTrainer(max_epochs=3, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(Net(), loader(40, 4))
         callback.on_app_end()
-    finally:
-        fresh_provider_state()
     assert len(kept_in_memory) == 30 and max(kept_in_memory) == 1  # the span start only
     (loop,) = telemetry_jit.read_telemetry(path)[-1].find("training_loop")
     updates = [e for e in loop.events if e.name == "training_metrics_update"]
@@ -186,29 +200,19 @@ def test_a_long_run_keeps_the_loop_span_small_and_exports_every_update(tmp_path:
 
 def test_iteration_telemetry_can_be_switched_off_compile_telemetry_stays(tmp_path: Path) -> None:
     # nv-one-logger's own switches: nothing is recorded per step, the loops and compiles still are
-    fresh_provider_state()
     path = tmp_path / "t.jsonl"
-    provider = telemetry_jit.configure(
-        "no-iterations",
-        file=path,
-        global_batch_size=4,
-        log_every_n_train_iterations=2,
-        is_train_iterations_enabled_or_fn=False,
-        is_validation_iterations_enabled_or_fn=False,
-    )
     iteration_spans_seen = []
 
     class Watch(Callback):
         def on_train_batch_end(self, *args: object) -> None:
-            iteration_spans_seen.append(len(provider.recorder.get_active_spans_by_name("training_single_iteration")))
+            iteration_spans_seen.append(len(active_spans("training_single_iteration")))
 
-    try:
+    switches = {"is_train_iterations_enabled_or_fn": False, "is_validation_iterations_enabled_or_fn": False}
+    with own_provider(path, log_every_n_train_iterations=2, **switches) as provider:
         HookedTrainer, callback = hook_trainer_cls(pl.Trainer, provider, jit_config=JitConfig(use_torch=True))
         model = Net("print")
         HookedTrainer(max_epochs=2, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(model, loader(16, 4), loader(8, 4))
         callback.on_app_end()
-    finally:
-        fresh_provider_state()
     assert iteration_spans_seen == [0] * 8
     run = telemetry_jit.read_telemetry(path)[-1]
     (loop,) = run.find("training_loop")
@@ -221,22 +225,18 @@ def test_iteration_telemetry_can_be_switched_off_compile_telemetry_stays(tmp_pat
 
 
 def test_iteration_spans_when_asked_for_are_written_as_each_step_ends(tmp_path: Path) -> None:
-    fresh_provider_state()
     path = tmp_path / "t.jsonl"
-    provider = telemetry_jit.configure("iterations", file=path, global_batch_size=4, export_iteration_spans=True)
     on_disk, kept = [], []
 
     class Watch(Callback):
         def on_train_batch_end(self, *args: object) -> None:
             on_disk.append(path.read_text().count('"name":"training_single_iteration"'))
-            kept.append(len(provider.recorder.get_active_spans_by_name("training_single_iteration")))
+            kept.append(len(active_spans("training_single_iteration")))
 
-    try:
+    with own_provider(path, export_iteration_spans=True) as provider:
         HookedTrainer, callback = hook_trainer_cls(pl.Trainer, provider)
         HookedTrainer(max_epochs=2, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(Net(), loader(16, 4), loader(8, 4))
         callback.on_app_end()
-    finally:
-        fresh_provider_state()
     run = telemetry_jit.read_telemetry(path)[-1]
     assert len(run.find("training_single_iteration")) == 8
     assert len(run.find("validation_single_iteration")) == 2 + 2 * 2  # sanity check, then each epoch

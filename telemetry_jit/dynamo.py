@@ -59,41 +59,63 @@ class _Window:
     ddp_bucket_cap_bytes: int = 0
 
 
-class _GraphBreakLog(logging.Handler):
-    """Collects ``(location, reason)`` from dynamo's ``graph_breaks`` log artifact.
+class _LogTap(logging.Filter):
+    """Reads some of torch's log records while attached, leaving the user's console exactly as it was.
 
-    The artifact is switched on only for this handler (propagation off) unless the user already
-    enabled it, e.g. with ``TORCH_LOGS=graph_breaks``; then their output is left as it was.
+    Each logger is opened down to ``level`` if it was not already; a filter (not a handler) reads
+    every record first and then lets through only what the user's logging configuration would
+    have shown without telemetry-jit (all of it when they enabled the logger themselves, e.g. with
+    ``TORCH_LOGS``). Subclasses say which loggers and what to take from a record.
     """
 
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.entries: list[tuple[str, str]] = []
-        self._saved: list[tuple[logging.Logger, int, bool]] = []
+    level = logging.DEBUG
 
-    def emit(self, record: logging.LogRecord) -> None:
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: list[Any] = []
+        self._shown_from: dict[str, int] = {}
+        self._saved: list[tuple[logging.Logger, int]] = []
+
+    def loggers(self) -> list[logging.Logger]:
+        raise NotImplementedError
+
+    def read(self, record: logging.LogRecord) -> None:
+        raise NotImplementedError
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with contextlib.suppress(Exception):  # a message torch reworded must never fail the compile logging it
+            self.read(record)
+        return record.levelno >= self._shown_from.get(record.name, logging.WARNING)
+
+    def install(self) -> None:
+        for logger in self.loggers():
+            self._saved.append((logger, logger.level))
+            self._shown_from[logger.name] = logger.getEffectiveLevel()
+            if not logger.isEnabledFor(self.level):
+                logger.setLevel(self.level)
+            logger.addFilter(self)
+
+    def uninstall(self) -> None:
+        for logger, level in self._saved:
+            logger.removeFilter(self)
+            logger.setLevel(level)
+        self._saved.clear()
+        self._shown_from.clear()
+        self.entries.clear()
+
+
+class _GraphBreakLog(_LogTap):
+    """``(location, reason)`` from dynamo's ``graph_breaks`` log artifact, one per logged break."""
+
+    def loggers(self) -> list[logging.Logger]:
+        import torch._logging
+
+        return [torch._logging.getArtifactLogger(module, "graph_breaks") for module in _BREAK_LOGGERS]
+
+    def read(self, record: logging.LogRecord) -> None:
         match = _BREAK_LOCATION.search(record.getMessage())
         if match:
             self.entries.append((f"{match.group(1)}:{match.group(2)}", match.group(3)))
-
-    def install(self) -> None:
-        import torch._logging
-
-        for module in _BREAK_LOGGERS:
-            logger = torch._logging.getArtifactLogger(module, "graph_breaks")
-            self._saved.append((logger, logger.level, logger.propagate))
-            if not logger.isEnabledFor(logging.DEBUG):
-                logger.setLevel(logging.DEBUG)
-                logger.propagate = False
-            logger.addHandler(self)
-
-    def uninstall(self) -> None:
-        for logger, level, propagate in self._saved:
-            logger.removeHandler(self)
-            logger.setLevel(level)
-            logger.propagate = propagate
-        self._saved.clear()
-        self.entries.clear()
 
     def take_location(self, reason: str) -> str:
         """Pop the first logged break whose text contains ``reason``'s first line."""
@@ -105,41 +127,18 @@ class _GraphBreakLog(logging.Handler):
         return ""
 
 
-class _DDPBucketLog(logging.Filter):
-    """Collects ``(bucket cap, buckets)`` from DDPOptimizer's INFO line, one per graph it split.
+class _DDPBucketLog(_LogTap):
+    """``(bucket cap, buckets)`` from DDPOptimizer's INFO line, one per graph it partitioned."""
 
-    A filter on the logger rather than a handler, so the records the user would not have seen
-    without telemetry-jit are dropped here and the console stays exactly as it was.
-    """
+    level = logging.INFO
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.entries: list[tuple[int, int]] = []
-        self._shown_from = logging.WARNING
-        self._saved_level: int | None = None
+    def loggers(self) -> list[logging.Logger]:
+        return [logging.getLogger(_DDP_LOGGER)]
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def read(self, record: logging.LogRecord) -> None:
         if _DDP_BUCKETS_MESSAGE in str(record.msg):
-            with contextlib.suppress(TypeError, ValueError, IndexError):  # a changed message must not fail the compile
-                self.entries.append((int(record.args[0]), int(record.args[1])))  # type: ignore[index]
-        return record.levelno >= self._shown_from
-
-    def install(self) -> None:
-        logger = logging.getLogger(_DDP_LOGGER)
-        self._shown_from = logger.getEffectiveLevel()
-        self._saved_level = logger.level
-        if not logger.isEnabledFor(logging.INFO):
-            logger.setLevel(logging.INFO)
-        logger.addFilter(self)
-
-    def uninstall(self) -> None:
-        if self._saved_level is None:
-            return
-        logger = logging.getLogger(_DDP_LOGGER)
-        logger.removeFilter(self)
-        logger.setLevel(self._saved_level)
-        self._saved_level = None
-        self.entries.clear()
+            cap, buckets = record.args  # type: ignore[misc]
+            self.entries.append((int(cap), int(buckets)))
 
 
 class DynamoProbe:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -297,3 +300,41 @@ def test_a_thousand_recompiles_stay_exact_and_bounded(telemetry: Telemetry, monk
     assert len(stats.recompile_reasons) <= 200  # bounded, whatever the run length
     summary = summary_of(run.find("training_loop")[0])
     assert summary["compile.recompile_count"] == 999 and len(summary["compile.top_recompile_reasons"]) == 5
+
+
+CONSOLE_SCRIPT = """
+import sys
+import torch
+from telemetry_jit.dynamo import DynamoProbe
+
+def f(x):
+    x = x + 1
+    print("", end="")  # a graph break
+    return x * 2
+
+probe = DynamoProbe()
+if sys.argv[1] == "probe":
+    probe.attach()
+torch.compile(f, backend="eager")(torch.ones(3))
+records = probe.poll(final=True)
+print("locations:", [b.location.rsplit(":", 1)[-1] for r in records for b in r.graph_breaks])
+probe.detach()
+"""
+
+
+@pytest.mark.parametrize("torch_logs", ["", "graph_breaks"])
+def test_reading_graph_break_locations_leaves_the_console_as_it_was(torch_logs: str, tmp_path: Path) -> None:
+    script = tmp_path / "breaks.py"
+    script.write_text(CONSOLE_SCRIPT)
+    env = {name: value for name, value in os.environ.items() if name != "TORCH_LOGS"}
+    if torch_logs:
+        env["TORCH_LOGS"] = torch_logs
+    plain, probed = (
+        subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, env=env, timeout=300)
+        for mode in ("plain", "probe")
+    )
+    assert plain.returncode == probed.returncode == 0, probed.stderr[-2000:]
+    assert probed.stderr.count("Graph break") == plain.stderr.count("Graph break")
+    assert ("Graph break" in plain.stderr) == bool(torch_logs)  # shown only when the user asked torch for it
+    line = CONSOLE_SCRIPT.splitlines().index('    print("", end="")  # a graph break') + 1
+    assert f"locations: ['{line}']" in probed.stdout  # and read either way

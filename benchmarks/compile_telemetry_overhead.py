@@ -26,7 +26,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from mlp import MLP  # benchmarks/ is on the path when a script here runs
+from mlp import MLP, QUIET_TRAINER  # benchmarks/ is on the path when a script here runs
 from nv_one_logger.core.internal.singleton import SingletonMeta
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -38,14 +38,7 @@ def fit_seconds(trainer_cls: type[pl.Trainer], steps: int) -> float:
     data = DataLoader(TensorDataset(torch.randn(steps * 8, 10), torch.randn(steps * 8, 1)), batch_size=8)
     model = MLP()
     model.model.compile(backend="eager")
-    trainer = trainer_cls(
-        max_epochs=1,
-        accelerator="cpu",
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-    )
+    trainer = trainer_cls(max_epochs=1, **QUIET_TRAINER)
     start = time.perf_counter()
     trainer.fit(model, data)
     return time.perf_counter() - start

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import torch
-from mlp import MLP  # benchmarks/ is on the path when a script here runs
+from mlp import MLP, QUIET_TRAINER  # benchmarks/ is on the path when a script here runs
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
@@ -66,14 +66,7 @@ def main() -> None:
         data = DataLoader(TensorDataset(torch.randn(4096, 10), torch.randn(4096, 1)), batch_size=8)
         print(f"{'step':>8}  {'RSS MiB':>10}  {'us/step':>10}  {'file KiB':>12}")
         trainer = HookedTrainer(
-            max_steps=args.steps,
-            accelerator="cpu",
-            logger=False,
-            enable_checkpointing=False,
-            enable_progress_bar=False,
-            enable_model_summary=False,
-            limit_val_batches=0,
-            callbacks=[Report(args.every, path)],
+            max_steps=args.steps, limit_val_batches=0, callbacks=[Report(args.every, path)], **QUIET_TRAINER
         )
         trainer.fit(MLP(), data)
         callback.on_app_end()

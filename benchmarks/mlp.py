@@ -1,9 +1,18 @@
-"""The small model the benchmarks train: a compiled 10-20-1 MLP."""
+"""The small model the benchmarks train (a compiled 10-20-1 MLP) and the trainer settings they share."""
 
 from __future__ import annotations
 
 import lightning.pytorch as pl
 import torch
+
+# no logger, checkpoints, progress bar or summary: only the training loop and telemetry are timed
+QUIET_TRAINER = {
+    "accelerator": "cpu",
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
 
 
 class Body(torch.nn.Module):

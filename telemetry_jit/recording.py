@@ -332,8 +332,7 @@ def _ddp_split_event(record: CompileRecord, timestamp: TracingTimestamp) -> Even
     )
 
 
-def _exported_ancestor(recorder: Any, span: Span | None) -> Span | None:
-    should_export = getattr(recorder, "_should_export_span", None)
-    while span is not None and should_export is not None and not should_export(span):
+def _exported_ancestor(recorder: TrainingRecorder, span: Span | None) -> Span | None:
+    while span is not None and not recorder._should_export_span(span):
         span = span.parent_span
     return span

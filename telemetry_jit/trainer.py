@@ -436,7 +436,7 @@ def _hooked_class(trainer_cls: type[pl.Trainer], telemetry_callback: Any, jit_co
             """The telemetry callback, for the explicit ``on_*`` calls."""
             return self._nv_one_logger_callback
 
-        def save_checkpoint(self, *args: Any, **kwargs: Any) -> None:
+        def save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
             callback = self._nv_one_logger_callback
             callback.on_save_checkpoint_start(global_step=self.global_step)
             try:

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import telemetry_jit
 from telemetry_jit import cli
 
@@ -54,19 +56,19 @@ def test_thunder_example_writes_thunder_compile_spans(tmp_path: Path) -> None:
     assert all(s.attributes["compile.source"] == "thunder" for s in spans)
 
 
-def test_cli_summary_and_clear_errors(tmp_path: Path, capsys) -> None:
-    missing = tmp_path / "missing.jsonl"
-    assert cli.main(["summary", str(missing)]) == 1
-    assert "No telemetry file" in capsys.readouterr().err
-    empty = tmp_path / "empty.jsonl"
-    empty.write_text("")
-    assert cli.main(["summary", str(empty)]) == 1
-    assert "is empty" in capsys.readouterr().err
-    foreign = tmp_path / "foreign.jsonl"
-    foreign.write_text('{"hello": 1}\n')
-    assert cli.main(["summary", str(foreign)]) == 1
-    assert "not a telemetry-jit file" in capsys.readouterr().err
-    malformed = tmp_path / "malformed.jsonl"
-    malformed.write_text('{"kind": "span", "run": "r"}\n')
-    assert cli.main(["summary", str(malformed)]) == 1
-    assert "line 1: malformed 'span' record" in capsys.readouterr().err
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (None, "No telemetry file"),
+        ("", "is empty"),
+        ('{"hello": 1}\n', "not a telemetry-jit file"),
+        ('{"kind": "span", "run": "r"}\n', "line 1: malformed 'span' record"),
+    ],
+    ids=["missing", "empty", "foreign", "malformed"],
+)
+def test_cli_summary_says_what_is_wrong_with_a_file(content: str | None, message: str, tmp_path: Path, capsys) -> None:
+    path = tmp_path / "telemetry.jsonl"
+    if content is not None:
+        path.write_text(content)
+    assert cli.main(["summary", str(path)]) == 1
+    assert message in capsys.readouterr().err

@@ -15,6 +15,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 
 import telemetry_jit
 from telemetry_jit import JitConfig, JitTransform, TelemetryCallback, hook_trainer_cls
+from telemetry_jit.dynamo import total_graph_breaks
 from tests.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
@@ -201,26 +202,31 @@ def test_a_long_run_keeps_the_loop_span_small_and_exports_every_update(tmp_path:
 def test_iteration_telemetry_can_be_switched_off_compile_telemetry_stays(tmp_path: Path) -> None:
     # nv-one-logger's own switches: nothing is recorded per step, the loops and compiles still are
     path = tmp_path / "t.jsonl"
-    iteration_spans_seen = []
+    iteration_spans_seen: dict[str, list[int]] = {"training": [], "validation": []}
 
     class Watch(Callback):
         def on_train_batch_end(self, *args: object) -> None:
-            iteration_spans_seen.append(len(active_spans("training_single_iteration")))
+            iteration_spans_seen["training"].append(len(active_spans("training_single_iteration")))
+
+        def on_validation_batch_end(self, *args: object) -> None:
+            iteration_spans_seen["validation"].append(len(active_spans("validation_single_iteration")))
 
     switches = {"is_train_iterations_enabled_or_fn": False, "is_validation_iterations_enabled_or_fn": False}
+    breaks_before = total_graph_breaks()
     with own_provider(path, log_every_n_train_iterations=2, **switches) as provider:
         HookedTrainer, callback = hook_trainer_cls(pl.Trainer, provider, jit_config=JitConfig(use_torch=True))
         model = Net("print")
         HookedTrainer(max_epochs=2, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(model, loader(16, 4), loader(8, 4))
         callback.on_app_end()
-    assert iteration_spans_seen == [0] * 8
+    assert iteration_spans_seen == {"training": [0] * 8, "validation": [0] * 6}
     run = telemetry_jit.read_telemetry(path)[-1]
     (loop,) = run.find("training_loop")
     assert loop.end_unix_ns is not None
     assert not [e for e in loop.events if e.name == "training_metrics_update"]
     assert len(run.find("validation_loop")) == 3 and all(v.end_unix_ns for v in run.find("validation_loop"))
     compiles = run.find("compilation")
-    assert compiles and sum(len([e for e in c.events if e.name == "graph_break"]) for c in compiles) >= 1
+    breaks = [e for c in compiles for e in c.events if e.name == "graph_break"]
+    assert len(breaks) == total_graph_breaks() - breaks_before > 0
     assert len(model.losses) == 8
 
 

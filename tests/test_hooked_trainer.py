@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 import telemetry_jit
-from telemetry_jit import JitConfig, JitTransform, TelemetryCallback, hook_trainer_cls
+from telemetry_jit import JitConfig, JitTransform, TelemetryCallback, cli, hook_trainer_cls
 from telemetry_jit.dynamo import total_graph_breaks
 from tests.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
@@ -248,3 +248,19 @@ def test_iteration_spans_when_asked_for_are_written_as_each_step_ends(tmp_path: 
     assert len(run.find("validation_single_iteration")) == 2 + 2 * 2  # sanity check, then each epoch
     assert on_disk == [2 * step for step in range(1, 9)]  # start and end record of each step, on disk at once
     assert kept == [0] * 8  # an ended iteration span is not kept
+
+
+def test_runs_appended_to_one_file_are_summarised_last_or_all(tmp_path: Path, capsys) -> None:
+    path = tmp_path / "t.jsonl"
+    for epochs in (1, 2):  # two runs of one job script, one file
+        with own_provider(path) as provider:
+            HookedTrainer, callback = hook_trainer_cls(pl.Trainer, provider)
+            HookedTrainer(max_epochs=epochs, **TRAINER_DEFAULTS).fit(Net(), loader(8, 4))
+            callback.on_app_end()
+    first, second = telemetry_jit.read_telemetry(path)
+    assert first.run_id != second.run_id
+    assert cli.main(["summary", str(path)]) == 0
+    assert capsys.readouterr().out.count("telemetry-jit summary (run ") == 1
+    assert cli.main(["summary", "--all-runs", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"run {first.run_id[:8]}" in out and f"run {second.run_id[:8]}" in out

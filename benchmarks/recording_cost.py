@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from nv_one_logger.training_telemetry.api.callbacks import on_app_end, on_app_start
+
 import telemetry_jit
 from telemetry_jit.recording import CompileContext, CompileRecorder
 from telemetry_jit.records import CompileRecord, GraphBreak
@@ -46,8 +48,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         provider = telemetry_jit.configure("recording-cost", file=Path(folder) / "t.jsonl")
         recorder = CompileRecorder(provider)
-        parent = provider.recorder.get_active_spans_by_name("application")
-        context = CompileContext(global_step=7, stage="train", parent=parent[0] if parent else None)
+        context = CompileContext(global_step=7, stage="train", parent=on_app_start())
         records = [record(i) for i in range(args.spans)]
         for item in records:
             item.context = context
@@ -57,7 +58,7 @@ def main() -> None:
             recorder._record(item)
             samples.append(time.perf_counter_ns() - start)
         size = (Path(folder) / "t.jsonl").stat().st_size
-        telemetry_jit.hook_trainer_cls(__import__("lightning.pytorch").pytorch.Trainer, provider)[1].on_app_end()
+        on_app_end()
     print(f"{args.spans} compilation spans, 3 graph-break events each, to a JSON Lines file")
     print(f"median per span: {statistics.median(samples) / 1000:8.1f} us   (target: under 100 us)")
     print(f"p95 per span:    {sorted(samples)[int(0.95 * len(samples))] / 1000:8.1f} us")

@@ -76,6 +76,7 @@ class FileExporter(BaseExporter):
         self._identity_version = -1  # the identity fields go on every record; refreshed when it changes
         self._stamp = ""  # the identity fields, encoded once: ',"run":...,"pid":...}' closes every record
         self._lock = threading.Lock()
+        self._whole: set[Any] = set()  # ids of spans written whole at export_start
         _check_writable(self.path)
 
     @override
@@ -89,6 +90,11 @@ class FileExporter(BaseExporter):
     @override
     def export_start(self, span: Span) -> None:
         super().export_start(span)
+        if span.stop_event is not None:
+            # recorded after it ended (a compilation): one complete record, ahead of its events
+            self._whole.add(span.id)
+            self._write(_span_record(span))
+            return
         self._write(
             {
                 "kind": "span_start",
@@ -102,20 +108,12 @@ class FileExporter(BaseExporter):
     @override
     def export_stop(self, span: Span) -> None:
         super().export_stop(span)
-        stop_event = span.stop_event
-        if stop_event is None:
+        if span.id in self._whole:
+            self._whole.discard(span.id)
+            return
+        if span.stop_event is None:
             raise ExportError(f"span {span.name_str} ({span.id}) was exported as stopped but has no stop event")
-        self._write(
-            {
-                "kind": "span",
-                "span_id": _id_text(span.id),
-                "parent_id": _parent_id(span),
-                "name": span.name_str,
-                "start_unix_ns": _unix_ns(span.start_event.timestamp),
-                "end_unix_ns": _unix_ns(stop_event.timestamp),
-                "attributes": span.attributes.to_json(),
-            }
-        )
+        self._write(_span_record(span))
 
     @override
     def export_event(self, event: Event, span: Span) -> None:
@@ -175,6 +173,18 @@ def _open(path: Path) -> int:
 
 def _parent_id(span: Span) -> str | None:
     return _id_text(span.parent_span.id) if span.parent_span is not None else None
+
+
+def _span_record(span: Span) -> dict[str, Any]:
+    return {
+        "kind": "span",
+        "span_id": _id_text(span.id),
+        "parent_id": _parent_id(span),
+        "name": span.name_str,
+        "start_unix_ns": _unix_ns(span.start_event.timestamp),
+        "end_unix_ns": _unix_ns(span.stop_event.timestamp),  # type: ignore[union-attr]
+        "attributes": span.attributes.to_json(),
+    }
 
 
 def _event_record(kind: str, event: Event, span: Span) -> dict[str, Any]:

@@ -11,11 +11,13 @@ import textwrap
 import time
 from pathlib import Path
 
+import lightning.pytorch as pl
 import pytest
 
 import telemetry_jit
 from telemetry_jit.exporters import FileExporter
-from tests.conftest import fresh_provider_state
+from tests.conftest import Telemetry, fresh_provider_state
+from tests.models import TRAINER_DEFAULTS, Net, loader
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -127,3 +129,22 @@ def test_sigkill_leaves_every_complete_line_parseable_with_ended_spans(tmp_path:
     compiles = run.find("compilation")
     assert compiles and all(span.end_unix_ns is not None for span in compiles)
     assert run.find("training_loop")[0].end_unix_ns is None  # still running when killed
+
+
+def test_a_record_names_each_span_before_its_events_and_a_compile_span_is_one_record(telemetry: Telemetry) -> None:
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+        pl.Trainer, telemetry.provider, jit_config=telemetry_jit.JitConfig(use_torch=True)
+    )
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(8, 4))
+    callback.on_app_end()
+    records = [json.loads(line) for line in telemetry.path.read_text().splitlines()]
+    known: set[str] = set()
+    for record in records:
+        if record["kind"] in ("span_start", "span"):
+            known.add(record["span_id"])
+        elif record["kind"] in ("event", "error"):
+            assert record["span_id"] in known, record  # a reader of the format meets the span first
+    compiles = [r for r in records if r.get("name") == "compilation"]
+    assert compiles and all(r["kind"] == "span" for r in compiles)
+    assert len({r["span_id"] for r in compiles}) == len(compiles)
+    assert any(r["kind"] == "event" and r["name"] == "graph_break" for r in records)

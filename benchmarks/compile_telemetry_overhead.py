@@ -27,10 +27,10 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 from mlp import MLP, QUIET_TRAINER  # benchmarks/ is on the path when a script here runs
-from nv_one_logger.core.internal.singleton import SingletonMeta
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.recording import CompileRecorder
 
 
@@ -53,7 +53,7 @@ def main() -> None:
     pl.seed_everything(0, verbose=False)
 
     with tempfile.TemporaryDirectory() as folder:
-        SingletonMeta._instances.clear()
+        nv_one_logger_compat.forget_configuration()
         iterations = [True]  # nv-one-logger reads its switch at each loop start, so it can change per fit
         provider = telemetry_jit.configure(
             "benchmark", file=Path(folder) / "t.jsonl", is_train_iterations_enabled_or_fn=lambda: iterations[0]

@@ -20,10 +20,10 @@ from pathlib import Path
 
 from nv_one_logger.core.attributes import Attributes
 from nv_one_logger.core.event import Event
-from nv_one_logger.core.internal.singleton import SingletonMeta
 from nv_one_logger.training_telemetry.api.callbacks import on_app_end, on_app_start
 
 import telemetry_jit
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import OTLPExporter
 from telemetry_jit.schema import JitSpanName
 
@@ -32,7 +32,7 @@ from tests.otlp_receivers import GrpcReceiver  # noqa: E402 - a real receiver, s
 
 
 def spans_per_second(exporter: OTLPExporter | None, folder: Path, count: int) -> float:
-    SingletonMeta._instances.clear()
+    nv_one_logger_compat.forget_configuration()
     file = folder / "t.jsonl" if exporter is None else None
     provider = telemetry_jit.configure("throughput", file=file, otlp=exporter if exporter is not None else False)
     on_app_start()

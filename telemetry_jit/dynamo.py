@@ -1,7 +1,7 @@
 """Probe for ``torch._dynamo``: turns its compile callbacks, compilation metrics and graph-break
 counters into :class:`CompileRecord` objects.
 
-Where the facts live (torch 2.8 - 2.13):
+Where the facts live (read through :mod:`telemetry_jit.compat.torch`, torch 2.8 - 2.15):
 
 - ``callback_handler`` start/end callbacks bracket every compile (forward frames and lazily
   compiled backward graphs); the graph-break counter grows only inside these windows.
@@ -19,28 +19,17 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
-import sys
 import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch._dynamo.utils as dynamo_utils
-from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handler
-
+from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.records import CompileRecord, GraphBreak
 
 CompileStartListener = Callable[[str, str, str], Any]
 CompileEndListener = Callable[[str], None]
-
-_BREAK_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame")
-_DDP_LOGGER = "torch._dynamo.backends.distributed"
-_DDP_BUCKETS_MESSAGE = "DDPOptimizer used bucket cap"
-_BREAK_LOCATION = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)", re.DOTALL)
-_GRACEFUL_SKIP = "Failed to handle graph break gracefully"
-_FALLBACK_FAILURES = ("Unsupported", "SkipFrame", "RecompileLimitExceeded", "FailOnRecompileLimitHit")
-_LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
 
 
 @dataclass
@@ -108,14 +97,12 @@ class _GraphBreakLog(_LogTap):
     """``(location, reason)`` from dynamo's ``graph_breaks`` log artifact, one per logged break."""
 
     def loggers(self) -> list[logging.Logger]:
-        import torch._logging
-
-        return [torch._logging.getArtifactLogger(module, "graph_breaks") for module in _BREAK_LOGGERS]
+        return torch_compat.graph_break_loggers()
 
     def read(self, record: logging.LogRecord) -> None:
-        match = _BREAK_LOCATION.search(record.getMessage())
-        if match:
-            self.entries.append((f"{match.group(1)}:{match.group(2)}", match.group(3)))
+        entry = torch_compat.parse_graph_break(record)
+        if entry is not None:
+            self.entries.append(entry)
 
     def take_location(self, reason: str) -> str:
         """Pop the first logged break whose text contains ``reason``'s first line."""
@@ -127,18 +114,31 @@ class _GraphBreakLog(_LogTap):
         return ""
 
 
+class _FrameSkipLog(_LogTap):
+    """dynamo's INFO line saying it gave up on a frame it traced (torch < 2.10)."""
+
+    level = logging.INFO
+
+    def loggers(self) -> list[logging.Logger]:
+        return [logging.getLogger(torch_compat.FRAME_SKIP_LOGGER)]
+
+    def read(self, record: logging.LogRecord) -> None:
+        if torch_compat.is_frame_skip(record):
+            self.entries.append(record.getMessage())
+
+
 class _DDPBucketLog(_LogTap):
     """``(bucket cap, buckets)`` from DDPOptimizer's INFO line, one per graph it partitioned."""
 
     level = logging.INFO
 
     def loggers(self) -> list[logging.Logger]:
-        return [logging.getLogger(_DDP_LOGGER)]
+        return [logging.getLogger(torch_compat.DDP_LOGGER)]
 
     def read(self, record: logging.LogRecord) -> None:
-        if _DDP_BUCKETS_MESSAGE in str(record.msg):
-            cap, buckets = record.args  # type: ignore[misc]
-            self.entries.append((int(cap), int(buckets)))
+        entry = torch_compat.parse_ddp_buckets(record)
+        if entry is not None:
+            self.entries.append(entry)
 
 
 class DynamoProbe:
@@ -174,46 +174,45 @@ class DynamoProbe:
         self._backends: dict[str, str] = {}
         self._break_log = _GraphBreakLog()
         self._ddp_log = _DDPBucketLog()
+        self._skip_log = _FrameSkipLog()
         self._warned = False
 
     # -- lifecycle ---------------------------------------------------------------------------
     def attach(self) -> None:
         if self._attached:
             return
-        metrics = dynamo_utils._compilation_metrics
+        torch_compat.warn_unavailable()
+        metrics = torch_compat.compilation_metrics()
         self._last_metric = metrics[-1] if metrics else None
         self._break_log.install()
         self._ddp_log.install()
-        callback_handler.register_start_callback(self._on_start)
-        callback_handler.register_end_callback(self._on_end)
+        self._skip_log.install()
+        torch_compat.add_compile_callbacks(self._on_start, self._on_end)
         self._attached = True
 
     def detach(self) -> None:
         if not self._attached:
             return
-        for remove, callback in (
-            (callback_handler.remove_start_callback, self._on_start),
-            (callback_handler.remove_end_callback, self._on_end),
-        ):
-            with contextlib.suppress(ValueError):  # torch._dynamo.reset() clears all callbacks
-                remove(callback)
+        torch_compat.remove_compile_callbacks(self._on_start, self._on_end)
         self._break_log.uninstall()
         self._ddp_log.uninstall()
+        self._skip_log.uninstall()
         self._attached = False
 
     def ensure_registered(self) -> None:
         """Register again if ``torch._dynamo.reset()`` cleared the callbacks."""
-        if self._attached and self._on_start not in callback_handler.start_callbacks:
-            callback_handler.register_start_callback(self._on_start)
-            callback_handler.register_end_callback(self._on_end)
+        if self._attached and self._on_start not in torch_compat.compile_start_callbacks():
+            torch_compat.add_compile_callbacks(self._on_start, self._on_end)
 
     # -- torch callbacks -----------------------------------------------------------------------
-    def _on_start(self, args: CallbackArgs) -> None:
+    def _on_start(self, args: Any) -> None:
         try:
-            trigger = "lazy_backward" if args.callback_trigger == CallbackTrigger.LAZY_BACKWARD else "dynamo"
+            trigger = torch_compat.callback_trigger(args)
+            if trigger is None:
+                return
             frame_id = _frame_id(args.compile_id)
             if trigger == "dynamo":
-                backend, code = _current_compile()
+                backend, code = torch_compat.current_compile()
                 self._backends[frame_id] = backend
                 if code is not None:
                     self._frames[frame_id] = (code.co_name, f"{code.co_filename}:{code.co_firstlineno}")
@@ -221,6 +220,7 @@ class DynamoProbe:
                 backend = self._backends.get(frame_id, "")
             self._break_log.entries.clear()
             self._ddp_log.entries.clear()
+            self._skip_log.entries.clear()
             context = None
             if self._on_compile_start:
                 context = self._on_compile_start(args.compile_id, trigger, self._describe(args.compile_id, trigger))
@@ -228,7 +228,7 @@ class DynamoProbe:
                 compile_id=args.compile_id,
                 trigger=trigger,
                 start_ns=time.time_ns(),
-                breaks_before=dict(dynamo_utils.counters["graph_break"]),
+                breaks_before=dict(torch_compat.graph_break_counts()),
                 backend=backend,
                 context=context,
             )
@@ -242,11 +242,13 @@ class DynamoProbe:
             return f"the backward graph of {what} [{compile_id}]"
         if _attempt(compile_id) == 0:
             return f"{what} [{compile_id}]"
-        reason = getattr(dynamo_utils.get_metrics_context(), "_metrics", {}).get("recompile_reason") or "unknown"
+        reason = torch_compat.recompile_reason_in_progress() or "unknown"
         return f"{what} [{compile_id}, recompile: {reason}]"
 
-    def _on_end(self, args: CallbackArgs) -> None:
+    def _on_end(self, args: Any) -> None:
         try:
+            if torch_compat.callback_trigger(args) is None:
+                return
             if self._on_compile_end:
                 self._on_compile_end(args.compile_id)
             window, self._open = self._open, None
@@ -263,17 +265,19 @@ class DynamoProbe:
 
     def _graph_breaks_since(self, before: dict[str, int]) -> list[GraphBreak]:
         breaks = []
-        for reason, count in dynamo_utils.counters["graph_break"].items():
+        for reason, count in torch_compat.graph_break_counts().items():
             for _ in range(count - before.get(reason, 0)):
                 breaks.append(GraphBreak(reason=reason, location=self._break_log.take_location(reason)))
         # What is left was logged as a graph break but counted elsewhere by torch (e.g. "unimplemented"),
         # except dynamo giving up on an outer frame, which the inner frame's compile reports again.
-        breaks.extend(
-            GraphBreak(reason, location, counted_by_torch=False)
-            for location, reason in self._break_log.entries
-            if _GRACEFUL_SKIP not in reason
-        )
+        if not self._skip_log.entries:
+            breaks.extend(
+                GraphBreak(reason, location, counted_by_torch=False)
+                for location, reason in self._break_log.entries
+                if torch_compat.GRACEFUL_SKIP not in reason
+            )
         self._break_log.entries.clear()
+        self._skip_log.entries.clear()
         return breaks
 
     def _warn(self, error: Exception) -> None:
@@ -292,7 +296,7 @@ class DynamoProbe:
         Cheap when nothing happened. With ``final=True`` compiles whose metrics never appeared
         are returned from what the callbacks alone saw.
         """
-        metrics = dynamo_utils._compilation_metrics
+        metrics = torch_compat.compilation_metrics()
         newest = metrics[-1] if metrics else None
         if newest is self._last_metric and not (final and self._finished):
             return []
@@ -337,8 +341,7 @@ class DynamoProbe:
             trigger = "dynamo"
         start_ns = metric.start_time_us * 1000 if metric is not None and metric.start_time_us else window.start_ns
         end_ns = metric.end_time_us * 1000 if metric is not None and metric.end_time_us else window.end_ns
-        fail_type = (metric.fail_type or "") if metric is not None else ""
-        failure = (metric.fail_reason or fail_type) if fail_type else ""
+        failure, fell_back, limit_hit = torch_compat.failure(metric) if metric is not None else ("", False, False)
         return CompileRecord(
             source="dynamo",
             compile_id=compile_id,
@@ -353,23 +356,14 @@ class DynamoProbe:
             graph_breaks=window.graph_breaks if window is not None else [],
             ddp_buckets=window.ddp_buckets if window is not None else [],
             ddp_bucket_cap_bytes=window.ddp_bucket_cap_bytes if window is not None else 0,
-            phase_times_s=_phase_times(metric),
+            phase_times_s=torch_compat.phase_times(metric) if metric is not None else {},
             failure=failure,
-            fell_back_to_eager=fail_type in _FALLBACK_FAILURES,
-            recompile_limit_hit=any(marker in failure.lower() for marker in _LIMIT_MARKERS),
-            extra=_counts(metric),
+            fell_back_to_eager=fell_back,
+            recompile_limit_hit=limit_hit,
+            extra=torch_compat.counts(metric) if metric is not None else {},
+            unavailable=tuple(sorted(torch_compat.UNAVAILABLE)),
             context=window.context if window is not None else None,
         )
-
-
-def total_graph_breaks() -> int:
-    """Sum of ``torch._dynamo.utils.counters["graph_break"]``: dynamo's own graph-break count."""
-    return sum(dynamo_utils.counters["graph_break"].values())
-
-
-def compiles_recorded_by_torch() -> list[Any]:
-    """torch's CompilationMetrics for compiles (runtime entries such as autotuning excluded)."""
-    return [m for m in dynamo_utils.get_compilation_metrics() if not getattr(m, "is_runtime", False)]
 
 
 def _frame_id(compile_id: str) -> str:
@@ -382,49 +376,4 @@ def _attempt(compile_id: str) -> int:
     return int(digits.group()) if digits else 0
 
 
-def _current_compile() -> tuple[str, Any]:
-    """The backend name and code object of the compile in progress, from dynamo's ``_compile`` frame."""
-    from torch._dynamo.eval_frame import innermost_backend
-
-    frame = sys._getframe(1)
-    for _ in range(32):
-        if frame is None:
-            break
-        if frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals:
-            backend = innermost_backend(frame.f_locals["compiler_fn"])
-            name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
-            return str(name or type(backend).__name__), frame.f_locals.get("code")
-        frame = frame.f_back
-    return "", None
-
-
-_PHASES = (
-    ("dynamo", "entire_frame_compile_time_s", 1.0),
-    ("backend", "backend_compile_time_s", 1.0),
-    ("inductor", "inductor_compile_time_s", 1.0),
-    ("backward", "backward_cumulative_compile_time_us", 1e-6),
-)
-
-
-def _phase_times(metric: Any) -> dict[str, float]:
-    if metric is None:
-        return {}
-    times = {}
-    for phase, name, scale in _PHASES:
-        value = getattr(metric, name, None)
-        if value is not None:
-            times[phase] = float(value) * scale
-    return times
-
-
-def _counts(metric: Any) -> dict[str, int]:
-    if metric is None:
-        return {}
-    return {
-        name: int(value)
-        for name in ("graph_op_count", "guard_count", "num_graph_breaks")
-        if (value := getattr(metric, name, None)) is not None
-    }
-
-
-__all__ = ["DynamoProbe", "compiles_recorded_by_torch", "total_graph_breaks"]
+__all__ = ["DynamoProbe"]

@@ -13,7 +13,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from telemetry_jit.thunder_compat import import_thunder
+from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.compat.thunder import import_thunder
 from telemetry_jit.thunder_probe import compile_with_thunder
 
 _GLOB_CHARS = frozenset("*?[")
@@ -194,7 +195,7 @@ class JitTransform(Callback):
             if not (config.use_torch or config.use_thunder):
                 continue
             for name, module in select_modules(root, config.module_selector):
-                if getattr(module, "_compiled_call_impl", None) is not None:
+                if torch_compat.compiled_call(module) is not None:
                     continue  # compiled already: by an earlier epoch, another config, or the user
                 label = name or type(module).__name__
                 if config.use_thunder:

@@ -18,6 +18,8 @@ from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecor
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 from telemetry_jit import thunder_probe
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.console import CompileConsole
 from telemetry_jit.dynamo import DynamoProbe
 from telemetry_jit.records import CompileRecord, GraphBreak
@@ -115,6 +117,8 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> Attribu
         attributes["compile.ddp_bucket_cap_bytes"] = record.ddp_bucket_cap_bytes
     attributes.update({f"compile.time.{phase}_s": value for phase, value in record.phase_times_s.items()})
     attributes.update({f"compile.{name}": value for name, value in record.extra.items()})
+    if record.unavailable:
+        attributes["compile.unavailable"] = list(record.unavailable)
     return Attributes(attributes)
 
 
@@ -141,7 +145,9 @@ class CompileRecorder:
         self._trainer = trainer
         self.stats = CompileStats()
         self._started_at = time.perf_counter()
-        self._thunder_before = {id(c): (c.cache_hits, c.cache_misses) for c in thunder_probe.compiled_modules()}
+        self._thunder_before = {
+            id(c): (c.stats.cache_hits, c.stats.cache_misses) for c in thunder_probe.compiled_modules()
+        }
         self._probe.attach()
 
     def poll(self) -> None:
@@ -182,8 +188,9 @@ class CompileRecorder:
         counts = {}
         for compiled in thunder_probe.compiled_modules():
             hits, misses = self._thunder_before.get(id(compiled), (0, 0))
-            if compiled.cache_misses - misses or compiled.cache_hits - hits:
-                counts[compiled.name] = (compiled.cache_hits - hits, compiled.cache_misses - misses)
+            stats = compiled.stats
+            if stats.cache_misses - misses or stats.cache_hits - hits:
+                counts[compiled.name] = (stats.cache_hits - hits, stats.cache_misses - misses)
         return counts
 
     # -- recording ---------------------------------------------------------------------------
@@ -262,16 +269,14 @@ class CompileRecorder:
         for event in events:
             span.add_event(event)
         span.stop(stop_time=_timestamp(record.end_ns))
-        _export_finished_span(recorder, span, events)
+        nv_one_logger_compat.export_finished_span(recorder, span, events)
 
     def _warn_recompile_limit(self, record: CompileRecord) -> None:
         frame_id = record.compile_id.rsplit("/", 1)[0]
         if frame_id in self._warned_frames:
             return
         self._warned_frames.add(frame_id)
-        import torch._dynamo.config as dynamo_config
-
-        limit = getattr(dynamo_config, "recompile_limit", None) or getattr(dynamo_config, "cache_size_limit", "?")
+        limit = torch_compat.recompile_limit()
         warnings.warn(
             f"telemetry-jit: {record.frame or 'a frame'} ({record.location or 'unknown location'}) hit "
             f"torch._dynamo.config.recompile_limit ({limit}) and now runs eagerly, without compilation. "
@@ -280,25 +285,6 @@ class CompileRecorder:
             RuntimeWarning,
             stacklevel=2,
         )
-
-
-def _export_finished_span(recorder: TrainingRecorder, span: Span, events: list[Event]) -> None:
-    """Hand a span that is already complete to the recorder's exporters.
-
-    nv-one-logger's ``start``/``event``/``stop`` exist for spans that stay open while work runs
-    (each becomes the implicit parent of the next). A compile is complete when the probes report
-    it, so its span goes straight to the exporters through the recorder's own export path: its
-    export filter and per-exporter error handling. Half the cost of recording it, see
-    benchmarks/recording_cost.py.
-    """
-    if not recorder._should_export_span(span):
-        return
-    for exporter in recorder._exporters:
-        recorder._execute_export(exporter, exporter.export_start, span)
-        for event in events:
-            export = exporter.export_error if isinstance(event, ErrorEvent) else exporter.export_event
-            recorder._execute_export(exporter, export, event, span)
-        recorder._execute_export(exporter, exporter.export_stop, span)
 
 
 def _graph_break_event(graph_break: GraphBreak, timestamp: TracingTimestamp) -> Event:
@@ -333,6 +319,6 @@ def _ddp_split_event(record: CompileRecord, timestamp: TracingTimestamp) -> Even
 
 
 def _exported_ancestor(recorder: TrainingRecorder, span: Span | None) -> Span | None:
-    while span is not None and not recorder._should_export_span(span):
+    while span is not None and not nv_one_logger_compat.is_exported(recorder, span):
         span = span.parent_span
     return span

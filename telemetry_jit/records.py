@@ -43,6 +43,8 @@ class CompileRecord:
     fell_back_to_eager: bool = False  # a failure dynamo handled by running the frame eagerly
     recompile_limit_hit: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    # facts the compiler in use does not expose (e.g. a field an older torch lacks): absent, not zero
+    unavailable: tuple[str, ...] = ()
     context: Any = None  # what the recorder captured when the compile started (step, stage, parent)
 
     @property

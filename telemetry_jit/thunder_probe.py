@@ -1,8 +1,8 @@
 """Compiling submodules with ``thunder.jit`` and reading ``thunder.compile_stats`` into
 :class:`CompileRecord` objects.
 
-The compiled module stays where it is in the model: its ``_compiled_call_impl`` (the hook
-``nn.Module.compile`` uses) runs the ``ThunderModule``. Replacing the child with the
+The compiled module stays where it is in the model: the hook ``nn.Module.compile`` uses (see
+:func:`telemetry_jit.compat.torch.set_compiled_call`) runs the ``ThunderModule``. Replacing the child with the
 ``ThunderModule`` would change ``state_dict`` keys (``layer1.weight`` becomes ``layer1..weight``),
 so checkpoints would no longer load into the plain model.
 
@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
+from telemetry_jit.compat import thunder as thunder_compat
+from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.records import CompileRecord
-from telemetry_jit.thunder_compat import import_thunder
 
 # Records wait here until the trainer's recorder takes them (between steps).
 _pending: deque[CompileRecord] = deque(maxlen=10_000)
@@ -55,11 +56,11 @@ def _difference(before: dict[str, str], after: dict[str, str]) -> str:
 class ThunderCompiled:
     """The call installed on a module compiled with thunder; records each cache miss."""
 
-    def __init__(self, module: torch.nn.Module, name: str, thunder_module: torch.nn.Module, thunder: Any) -> None:
+    def __init__(self, module: torch.nn.Module, name: str, thunder_module: torch.nn.Module) -> None:
         self.name = name
         self.module = module
         self.thunder_module = thunder_module
-        self._stats = thunder.compile_stats(thunder_module)
+        self.stats = thunder_compat.CompileStats(thunder_module)
         self._misses = 0
         self._signatures: list[dict[str, str]] = []
         self._clock_offset_ns = time.time_ns() - time.perf_counter_ns()
@@ -70,38 +71,27 @@ class ThunderCompiled:
         try:
             return self.call_thunder(*args, **kwargs)
         finally:
-            if self._stats.cache_misses != self._misses:
+            if self.stats.cache_misses != self._misses:
                 self._record(args, kwargs)
 
     def call_thunder(self, *args: Any, **kwargs: Any) -> Any:
         """Run the ThunderModule, without telemetry."""
         module = self.module
         # thunder traces module.__call__; while it runs, the module must look uncompiled to it
-        object.__setattr__(module, "_compiled_call_impl", None)
+        torch_compat.set_compiled_call(module, None)
         try:
             return self.thunder_module(*args, **kwargs)
         finally:
-            object.__setattr__(module, "_compiled_call_impl", self)
-
-    @property
-    def cache_hits(self) -> int:
-        return self._stats.cache_hits
-
-    @property
-    def cache_misses(self) -> int:
-        return self._stats.cache_misses
+            torch_compat.set_compiled_call(module, self)
 
     def _record(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        stats = self._stats
+        stats = self.stats
         self._misses = stats.cache_misses
         signature = _signature(args, kwargs)
         reason = _difference(self._signatures[-1], signature) if self._signatures else ""
         self._signatures = [*self._signatures[-7:], signature]
         offset = self._clock_offset_ns
-        # A miss traces (tracing window), then transforms and builds the cache entry and runs the
-        # prologue before the host-execution window closes; hits update only the latter.
-        start, traced = stats.last_trace_tracing_start, stats.last_trace_tracing_stop
-        end = max(stats.last_trace_host_execution_stop or traced, traced)
+        start, traced, end = stats.last_compile_window()
         _pending.append(
             CompileRecord(
                 source="thunder",
@@ -123,23 +113,16 @@ class ThunderCompiled:
 def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderCompiled:
     """``thunder.jit`` ``module`` in place (``state_dict`` unchanged) and return its handle."""
     global _warned_profile
-    thunder = import_thunder()
-    transforms = []
-    if profile:
-        if torch.cuda.is_available():
-            from thunder.dev_utils.nvtx_profile_transform import NvtxProfileTransform
-
-            transforms.append(NvtxProfileTransform())
-        elif not _warned_profile:
-            _warned_profile = True
-            warnings.warn(
-                "JitConfig(profile_thunder=True) does nothing on CPU: thunder's NVTX profile ranges need CUDA.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-    thunder_module = thunder.jit(module, transforms=transforms) if transforms else thunder.jit(module)
-    compiled = ThunderCompiled(module, name, thunder_module, thunder)
-    object.__setattr__(module, "_compiled_call_impl", compiled)
+    nvtx_ranges = profile and torch.cuda.is_available()
+    if profile and not nvtx_ranges and not _warned_profile:
+        _warned_profile = True
+        warnings.warn(
+            "JitConfig(profile_thunder=True) does nothing on CPU: thunder's NVTX profile ranges need CUDA.",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    compiled = ThunderCompiled(module, name, thunder_compat.jit(module, nvtx_ranges))
+    torch_compat.set_compiled_call(module, compiled)
     _compiled.add(compiled)
     return compiled
 

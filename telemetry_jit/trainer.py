@@ -16,6 +16,7 @@ from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.console import CompileConsole
 from telemetry_jit.exporters import identity
 from telemetry_jit.jit import JitConfig, JitTransform
@@ -219,7 +220,7 @@ class TelemetryCallback(Callback):
         if self._train_iterations and self._ready():
             self._provider.recorder.on_training_single_iteration_end(TracingTimestamp.now())
             if self._training_loop is not None:
-                _forget_exported_events(self._training_loop)
+                nv_one_logger_compat.forget_exported_events(self._training_loop)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.compiles is not None:
@@ -341,20 +342,6 @@ class TelemetryCallback(Callback):
 
     def on_testing_end(self) -> None:
         self._explicit(one_logger.on_testing_end)
-
-
-def _forget_exported_events(span: Span) -> None:
-    """Drop the events nv-one-logger keeps on a running span once its exporters have them.
-
-    nv-one-logger appends every event to the span's in-memory list until the span ends (on the
-    training loop, a ``training_metrics_update`` every ``log_every_n_train_iterations`` steps) and
-    formats that whole list on every ``Span.active`` check, which it makes each step: left alone,
-    memory and step time grow with the length of the run. The exporters received each event when
-    it was recorded; nv-one-logger itself needs only the first one (the span start).
-    """
-    events = span.events
-    if len(events) > 1:
-        del events[1:]
 
 
 def _as_callback_list(callbacks: Any) -> list[Callback]:

@@ -10,13 +10,26 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch._dynamo.utils as dynamo_utils
-from nv_one_logger.core.internal.singleton import SingletonMeta
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 import telemetry_jit
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.compat.thunder import import_thunder
+from telemetry_jit.compat.torch import reset_compile_state
 from telemetry_jit.exporters import identity
 from telemetry_jit.reader import TelemetryRun
+
+
+@pytest.fixture
+def thunder_importable() -> None:
+    """Skip, saying why, where lightning-thunder does not import with this torch (docs/compatibility.md)."""
+    try:
+        import_thunder()
+    except ImportError as error:
+        pytest.skip(str(error))
+
+
+needs_thunder = pytest.mark.usefixtures("thunder_importable")
 
 
 @dataclass
@@ -37,7 +50,7 @@ class Telemetry:
 
 def fresh_provider_state() -> None:
     # nv-one-logger allows one configuration per process; tests need one per test, each its own run.
-    SingletonMeta._instances.clear()
+    nv_one_logger_compat.forget_configuration()
     os.environ.pop(identity.RUN_ID_VARIABLE, None)
     identity.reset()
 
@@ -45,10 +58,7 @@ def fresh_provider_state() -> None:
 @pytest.fixture(autouse=True)
 def clean_state() -> Iterator[None]:
     identity.reset()
-    torch._dynamo.reset()
-    dynamo_utils.clear_compilation_metrics()
-    dynamo_utils.set_compilation_metrics_limit(100_000)
-    dynamo_utils.counters.clear()
+    reset_compile_state()
     yield
     torch._dynamo.reset()
 

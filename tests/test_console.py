@@ -63,9 +63,8 @@ class ShapeEveryStep(Net):
         return super().training_step(batch, batch_idx)
 
 
-def test_a_recompile_storm_is_warned_once_while_training(telemetry: Telemetry, monkeypatch) -> None:
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 64)
+@torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=64)
+def test_a_recompile_storm_is_warned_once_while_training(telemetry: Telemetry) -> None:
     model = ShapeEveryStep()
     model.model.compile(backend="eager")
     seen_at: list[int] = []

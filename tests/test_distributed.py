@@ -127,8 +127,8 @@ SPLIT_SCRIPT = textwrap.dedent(
         trainer.fit(net, loader(16, 4, features=512))
         callback.on_app_end()
         seen_by_torch = {{
-            "compiles": [[m.compile_id, m.is_forward] for m in telemetry_jit.dynamo.compiles_recorded_by_torch()],
-            "graph_breaks": telemetry_jit.dynamo.total_graph_breaks(),
+            "compiles": [[m.compile_id, m.is_forward] for m in telemetry_jit.compat.torch.compiles_recorded_by_torch()],
+            "graph_breaks": telemetry_jit.compat.torch.total_graph_breaks(),
         }}
         with open(f"torch.rank{{trainer.global_rank}}.json", "w") as file:
             json.dump(seen_by_torch, file)

@@ -11,11 +11,15 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
-from torch._dynamo.callback import callback_handler
 from torch.utils.data import DataLoader
 
 from telemetry_jit import JitConfig, hook_trainer_cls
-from telemetry_jit.dynamo import compiles_recorded_by_torch, total_graph_breaks
+from telemetry_jit.compat.torch import (
+    compile_start_callbacks,
+    compiles_recorded_by_torch,
+    reset_compile_state,
+    total_graph_breaks,
+)
 from telemetry_jit.reader import SpanRecord, TelemetryRun
 from tests.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
@@ -183,11 +187,8 @@ def test_fullgraph_true_has_spans_and_no_breaks(telemetry: Telemetry) -> None:
         HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(8, 4))
 
 
-def test_recompile_limit_hit_is_an_error_event_and_one_warning(
-    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
+@torch._dynamo.config.patch(recompile_limit=2, automatic_dynamic_shapes=False)
+def test_recompile_limit_hit_is_an_error_event_and_one_warning(telemetry: Telemetry) -> None:
     x = torch.randn(1 + 2 + 3 + 4 + 5, 8)
     batches = [(x[sum(range(1, n)) : sum(range(1, n + 1))],) for n in range(1, 6)]  # sizes 1..5
 
@@ -229,9 +230,7 @@ def test_compile_inside_a_validation_only_run(telemetry: Telemetry) -> None:
 
 
 def train_losses(hooked: Telemetry | None) -> tuple[list[float], int, int]:
-    torch._dynamo.reset()
-    torch._dynamo.utils.counters.clear()
-    torch._dynamo.utils.clear_compilation_metrics()
+    reset_compile_state()
     model = Net("item")
     model.model.compile(backend="aot_eager")
     trainer_cls = hook_trainer_cls(pl.Trainer, hooked.provider)[0] if hooked else pl.Trainer
@@ -248,15 +247,15 @@ def test_telemetry_changes_neither_breaks_nor_recompiles_nor_losses(telemetry: T
 
 
 def test_callbacks_are_removed_and_a_second_fit_counts_only_its_own(telemetry: Telemetry) -> None:
-    registered = list(callback_handler.start_callbacks)
+    registered = compile_start_callbacks()
     HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=eager_jit())
     HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader(16, 4))
-    assert callback_handler.start_callbacks == registered
+    assert compile_start_callbacks() == registered
     first = callback.last_compile_stats.count
     assert first > 0
     before = len(compiles_recorded_by_torch())
     HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(16, 4))
-    assert callback_handler.start_callbacks == registered
+    assert compile_start_callbacks() == registered
     assert callback.last_compile_stats.count == len(compiles_recorded_by_torch()) - before
     callback.on_app_end()
     loops = telemetry.run().find("training_loop")
@@ -270,10 +269,8 @@ def test_compile_spans_never_hang_under_dropped_iteration_spans(telemetry: Telem
         assert span.parent_id in run.spans
 
 
-def test_a_thousand_recompiles_stay_exact_and_bounded(telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2000)
-    monkeypatch.setattr(torch._dynamo.config, "accumulated_recompile_limit", 4000)
-    monkeypatch.setattr(torch._dynamo.config, "automatic_dynamic_shapes", False)
+@torch._dynamo.config.patch(recompile_limit=2000, accumulated_recompile_limit=4000, automatic_dynamic_shapes=False)
+def test_a_thousand_recompiles_stay_exact_and_bounded(telemetry: Telemetry) -> None:
 
     class Scale(torch.nn.Module):
         def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -338,3 +335,20 @@ def test_reading_graph_break_locations_leaves_the_console_as_it_was(torch_logs: 
     assert ("Graph break" in plain.stderr) == bool(torch_logs)  # shown only when the user asked torch for it
     line = CONSOLE_SCRIPT.splitlines().index('    print("", end="")  # a graph break') + 1
     assert f"locations: ['{line}']" in probed.stdout  # and read either way
+
+
+def test_every_fact_read_from_torch_exists_on_this_torch_and_spans_say_what_is_missing(telemetry: Telemetry) -> None:
+    import dataclasses
+
+    from torch._dynamo.utils import CompilationMetrics
+
+    from telemetry_jit.compat import torch as torch_compat
+
+    fields = {f.name for f in dataclasses.fields(CompilationMetrics)}
+    read = {name for _, name, _ in torch_compat._PHASES} | set(torch_compat._COUNTS)
+    # a torch release that drops one of these fails here: teach the torch adapter where it went
+    assert read <= fields
+    assert sorted(read - fields) == sorted(torch_compat.UNAVAILABLE.values())
+    run = fit(telemetry, Net(), loader(8, 4), jit=eager_jit())
+    for span in compilation_spans(run):
+        assert span.attributes.get("compile.unavailable", []) == sorted(torch_compat.UNAVAILABLE)

@@ -26,7 +26,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from overrides import override
 
 import telemetry_jit
-from telemetry_jit.dynamo import compiles_recorded_by_torch
+from telemetry_jit.compat.torch import compiles_recorded_by_torch
 from telemetry_jit.exporters import IsolatedExporter
 from tests.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Block, Net, loader

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from telemetry_jit import JitConfig, JitTransform, resolve_root, select_modules
+from telemetry_jit.compat.torch import compiled_call
 from tests.models import Net
 
 
@@ -100,9 +101,9 @@ def test_torch_kwargs_pass_through_and_compile_once() -> None:
     transform._compile(net)
     transform._compile(net)  # a second epoch compiles nothing more
     assert transform.compiled == ["layer0", "layer1"]
-    compiled = net.model.layer0._compiled_call_impl
+    compiled = compiled_call(net.model.layer0)
     assert compiled is not None
-    assert net.model.head._compiled_call_impl is None
+    assert compiled_call(net.model.head) is None
     assert net._compiled is True
     # state_dict keys are those of the plain model
     assert set(net.state_dict()) == set(Net().state_dict())

@@ -11,6 +11,7 @@ import pytest
 
 import telemetry_jit
 from telemetry_jit import cli
+from tests.conftest import needs_thunder
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,6 +47,7 @@ def test_quickstart_runs_end_to_end_on_inductor(tmp_path: Path) -> None:
     assert app.end_unix_ns is not None
 
 
+@needs_thunder
 def test_thunder_example_writes_thunder_compile_spans(tmp_path: Path) -> None:
     out = tmp_path / "thunder.jsonl"
     result = run_example("thunder_quickstart.py", out, "--epochs", "1")

@@ -12,8 +12,10 @@ import torch
 
 import telemetry_jit
 from telemetry_jit import JitConfig, JitTransform
-from telemetry_jit.thunder_compat import NAMED_TENSOR_METHODS, import_thunder
-from tests.conftest import Telemetry
+from telemetry_jit.compat import thunder as thunder_compat
+from telemetry_jit.compat.thunder import import_thunder
+from telemetry_jit.compat.torch import compiled_call
+from tests.conftest import Telemetry, needs_thunder
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 THUNDER = JitConfig(use_thunder=True, module_selector="layer*")
@@ -26,6 +28,7 @@ def fit(telemetry: Telemetry, model: Net, epochs: int = 2, **kwargs) -> tuple[pl
     return trainer, callback
 
 
+@needs_thunder
 def test_trains_like_eager_and_keeps_state_dict_keys(telemetry: Telemetry) -> None:
     eager = Net()
     pl.Trainer(max_epochs=3, **TRAINER_DEFAULTS).fit(eager, loader(18, 4), loader(8, 4))
@@ -35,19 +38,16 @@ def test_trains_like_eager_and_keeps_state_dict_keys(telemetry: Telemetry) -> No
     assert len(model.losses) == 15  # forward, backward and optimizer step, three epochs
     assert model.losses == pytest.approx(eager.losses, rel=1e-4, abs=1e-5)
     assert list(model.state_dict()) == keys
-    assert all(getattr(model.model, name)._compiled_call_impl is not None for name in ("layer0", "layer1"))
-    assert not any(hasattr(torch.Tensor, name) for name in NAMED_TENSOR_METHODS if not _had(name))
+    assert all(compiled_call(getattr(model.model, name)) is not None for name in ("layer0", "layer1"))
+    assert not any(hasattr(torch.Tensor, name) for name in thunder_compat.bridged_methods())
 
 
-def _had(name: str) -> bool:
-    return tuple(int(p) for p in torch.__version__.split("+")[0].split(".")[:2]) < (2, 13)
-
-
+@needs_thunder
 def test_compile_spans_match_thunder_cache_misses_and_summary_its_hits(telemetry: Telemetry) -> None:
     thunder = import_thunder()
     model = Net()
     trainer, callback = fit(telemetry, model)
-    compiled = {name: getattr(model.model, name)._compiled_call_impl.thunder_module for name in ("layer0", "layer1")}
+    compiled = {name: compiled_call(getattr(model.model, name)).thunder_module for name in ("layer0", "layer1")}
     callback.on_app_end()
     run = telemetry.run()
     spans = [s for s in run.find("compilation") if s.attributes["compile.source"] == "thunder"]
@@ -73,6 +73,7 @@ def test_compile_spans_match_thunder_cache_misses_and_summary_its_hits(telemetry
     assert {s.attributes["train.stage"] for s in spans} >= {"train", "validate"}
 
 
+@needs_thunder
 def test_checkpoint_from_thunder_training_loads_into_the_plain_model_and_back(
     telemetry: Telemetry, tmp_path: Path
 ) -> None:
@@ -94,6 +95,7 @@ def test_checkpoint_from_thunder_training_loads_into_the_plain_model_and_back(
     assert len(back.losses) == 5  # resumed after epoch 1
 
 
+@needs_thunder
 def test_profile_thunder_says_once_that_it_does_nothing_on_cpu() -> None:
     if torch.cuda.is_available():
         pytest.skip("CUDA present: the NVTX transform applies")
@@ -106,6 +108,7 @@ def test_profile_thunder_says_once_that_it_does_nothing_on_cpu() -> None:
 
 def test_missing_thunder_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "thunder", None)
+    monkeypatch.setattr(thunder_compat, "_import_error", None)  # whatever this torch made of thunder
     with pytest.raises(ImportError, match=r"pip install 'telemetry-jit\[thunder\]'"):
         import_thunder()
     with pytest.raises(ImportError, match="telemetry-jit"):

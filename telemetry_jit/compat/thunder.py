@@ -1,0 +1,119 @@
+"""The lightning-thunder adapter: importing it on the torch versions users have, and reading
+``thunder.compile_stats``.
+
+lightning-thunder 0.2.6 (the newest release) lists ``Tensor.align_as``, ``align_to``,
+``refine_names``, ``rename``, ``rename_`` and ``has_names`` in its op table at import time; torch
+2.13 removed named tensors, so ``import thunder`` fails with an AttributeError. When (and only
+when) those methods are missing, :func:`import_thunder` adds stand-ins that raise, imports thunder,
+and removes them again: ``torch.Tensor`` is exactly as before for everyone else. It says so once.
+A thunder that still cannot import (torch 2.15 made ``Function.apply`` a builtin, which thunder's
+interpreter cannot look inside) fails with the same clear error every time it is asked for.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from types import ModuleType
+from typing import Any
+
+import torch
+
+NAMED_TENSOR_METHODS = ("align_as", "align_to", "refine_names", "rename", "rename_", "has_names")
+SUPPORTED = "lightning-thunder 0.2.x (0.2.6 tested) with torch 2.8 - 2.14"
+
+_log = logging.getLogger(__name__)
+_import_error: ImportError | None = None
+_bridged: tuple[str, ...] = ()  # the named-tensor methods stood in for while thunder imported
+
+
+def _removed(name: str):  # noqa: ANN202 - a stand-in with the name thunder's table expects
+    def method(self: torch.Tensor, *args: object, **kwargs: object) -> None:
+        raise RuntimeError(f"Tensor.{name}: named tensors were removed from torch {torch.__version__}")
+
+    method.__name__ = name
+    method.__qualname__ = f"Tensor.{name}"
+    return method
+
+
+def import_thunder() -> ModuleType:
+    """Import and return ``thunder``, bridging torch's removed named-tensor methods if needed.
+
+    Raises:
+        ImportError: lightning-thunder is not installed, or does not import with this torch.
+    """
+    global _import_error, _bridged
+    if _import_error is not None:
+        raise _import_error
+    if sys.modules.get("thunder") is not None:
+        return sys.modules["thunder"]
+    missing = [name for name in NAMED_TENSOR_METHODS if not hasattr(torch.Tensor, name)]
+    if missing:
+        _log.warning(
+            "telemetry-jit: torch %s has no named tensors; importing lightning-thunder with temporary "
+            "stand-ins for Tensor.%s (removed again right after the import).",
+            torch.__version__,
+            ", Tensor.".join(missing),
+        )
+        for name in missing:
+            setattr(torch.Tensor, name, _removed(name))
+        _bridged = tuple(missing)
+    try:
+        import thunder
+    except ModuleNotFoundError as error:
+        if error.name != "thunder":
+            raise
+        raise ImportError(
+            "JitConfig(use_thunder=True) needs lightning-thunder: pip install 'telemetry-jit[thunder]' "
+            f"(supported: {SUPPORTED})."
+        ) from error
+    except Exception as error:  # noqa: BLE001 - any import failure gets the versions that work
+        _import_error = ImportError(
+            f"lightning-thunder does not import with torch {torch.__version__}: {error!r}. "
+            f"Supported: {SUPPORTED}. Use JitConfig(use_torch=True) on this torch, or a torch that thunder supports."
+        )
+        # a half-imported thunder would fail differently next time ("... is already registered")
+        for name in [name for name in sys.modules if name == "thunder" or name.startswith("thunder.")]:
+            del sys.modules[name]
+        raise _import_error from error
+    finally:
+        for name in missing:
+            delattr(torch.Tensor, name)
+    return thunder
+
+
+def bridged_methods() -> tuple[str, ...]:
+    """The ``Tensor`` methods :func:`import_thunder` stood in for (and removed again)."""
+    return _bridged
+
+
+class CompileStats:
+    """What ``thunder.compile_stats`` says about one jitted module (times in ``time.perf_counter_ns``)."""
+
+    def __init__(self, thunder_module: Any) -> None:
+        self._stats = import_thunder().compile_stats(thunder_module)
+
+    @property
+    def cache_hits(self) -> int:
+        return self._stats.cache_hits
+
+    @property
+    def cache_misses(self) -> int:
+        return self._stats.cache_misses
+
+    def last_compile_window(self) -> tuple[int, int, int]:
+        """``(tracing start, tracing end, end)`` of the last cache miss: it traces, then transforms,
+        builds the cache entry and runs the prologue before the host-execution window closes."""
+        stats = self._stats
+        start, traced = stats.last_trace_tracing_start, stats.last_trace_tracing_stop
+        return start, traced, max(stats.last_trace_host_execution_stop or traced, traced)
+
+
+def jit(module: torch.nn.Module, nvtx_ranges: bool = False) -> torch.nn.Module:
+    """``thunder.jit(module)``, with thunder's NVTX profile transform when asked for."""
+    thunder = import_thunder()
+    if not nvtx_ranges:
+        return thunder.jit(module)
+    from thunder.dev_utils.nvtx_profile_transform import NvtxProfileTransform
+
+    return thunder.jit(module, transforms=[NvtxProfileTransform()])

@@ -1,0 +1,263 @@
+"""The torch adapter: every internal of ``torch._dynamo`` that telemetry-jit reads, for torch 2.8 - 2.15.
+
+Each fact is read from the most stable surface the running torch offers: the compile callbacks
+(``torch._dynamo.callback``), ``CompilationMetrics`` fields, dynamo's counters, and only where
+nothing else names it, a log record (graph-break locations, DDPOptimizer buckets) or the frame of
+dynamo's ``_compile`` (the backend of a compile in progress). A fact the running torch does not
+expose is listed in :data:`UNAVAILABLE`, said once by :func:`warn_unavailable`, and marked on every
+span (``compile.unavailable``) instead of recorded as an empty value that looks real.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import re
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from types import CodeType
+from typing import Any
+
+import torch
+
+SUPPORTED = "torch 2.8 - 2.15"
+_FIRST, _LAST = (2, 8), (2, 15)
+
+
+def version_tuple(version: str) -> tuple[int, int, int]:
+    """``"2.15.0+cu132"`` -> ``(2, 15, 0)``: release numbers only, local labels and pre-release tags dropped."""
+    numbers = [int(re.match(r"\d*", part).group() or 0) for part in version.split("+")[0].split(".")[:3]]
+    return (*numbers, 0, 0, 0)[:3]  # type: ignore[return-value]
+
+
+VERSION = version_tuple(torch.__version__)
+if VERSION[:2] < _FIRST:
+    raise ImportError(
+        f"telemetry-jit needs torch >= 2.8 (tested: {SUPPORTED}); found torch {torch.__version__}. "
+        "Upgrade torch, e.g. pip install 'torch>=2.8'."
+    )
+
+# after the version check: older torch fails on these with an error that names nothing useful
+import torch._dynamo.utils as _dynamo_utils  # noqa: E402
+from torch._dynamo.callback import CallbackTrigger, callback_handler  # noqa: E402
+
+# -- compile callbacks ----------------------------------------------------------------------------
+Callback = Callable[[Any], None]
+
+
+def add_compile_callbacks(on_start: Callback, on_end: Callback) -> None:
+    callback_handler.register_start_callback(on_start)
+    callback_handler.register_end_callback(on_end)
+
+
+def remove_compile_callbacks(on_start: Callback, on_end: Callback) -> None:
+    for remove, callback in (
+        (callback_handler.remove_start_callback, on_start),
+        (callback_handler.remove_end_callback, on_end),
+    ):
+        with contextlib.suppress(ValueError):  # torch._dynamo.reset() clears all callbacks
+            remove(callback)
+
+
+def compile_start_callbacks() -> list[Callback]:
+    return list(callback_handler.start_callbacks)
+
+
+def callback_trigger(args: Any) -> str | None:
+    """``"dynamo"`` (a frame compile), ``"lazy_backward"`` (its backward graph, compiled at the first
+    backward) or ``None`` for what is not a compilation (runtime autotuning, CUDA-graph recording)."""
+    trigger = args.callback_trigger
+    if trigger == CallbackTrigger.DYNAMO:
+        return "dynamo"
+    if trigger == CallbackTrigger.LAZY_BACKWARD:
+        return "lazy_backward"
+    return None
+
+
+# -- nn.Module.compile's hook ---------------------------------------------------------------------
+def compiled_call(module: torch.nn.Module) -> Callable[..., Any] | None:
+    """What ``module(...)`` runs instead of its own ``_call_impl`` since ``module.compile()`` (or ``None``)."""
+    return getattr(module, "_compiled_call_impl", None)
+
+
+def set_compiled_call(module: torch.nn.Module, call: Callable[..., Any] | None) -> None:
+    """Make ``module(...)`` run ``call``, as ``module.compile()`` does, keeping the module (and its
+    ``state_dict`` keys) where it is in the model."""
+    object.__setattr__(module, "_compiled_call_impl", call)
+
+
+# -- what torch counted --------------------------------------------------------------------------
+def compilation_metrics() -> Sequence[Any]:
+    """torch's own list of ``CompilationMetrics``, newest last (the live deque: cheap to peek at)."""
+    return _dynamo_utils._compilation_metrics
+
+
+def compiles_recorded_by_torch() -> list[Any]:
+    """torch's CompilationMetrics for compiles (runtime entries such as autotuning excluded)."""
+    return [m for m in _dynamo_utils.get_compilation_metrics() if not getattr(m, "is_runtime", False)]
+
+
+def graph_break_counts() -> dict[str, int]:
+    """``counters["graph_break"]``: graph-break reason -> how often dynamo counted it."""
+    return _dynamo_utils.counters["graph_break"]
+
+
+def total_graph_breaks() -> int:
+    """dynamo's own graph-break count."""
+    return sum(graph_break_counts().values())
+
+
+def recompile_reason_in_progress() -> str:
+    """torch's reason for the recompile now running, before its CompilationMetrics exist."""
+    context = _dynamo_utils.get_metrics_context()
+    return str(getattr(context, "_metrics", {}).get("recompile_reason") or "")
+
+
+def recompile_limit() -> int | str:
+    import torch._dynamo.config as config
+
+    return getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", "?")
+
+
+def reset_compile_state() -> None:
+    """Forget every compile: dynamo's caches, its compilation metrics and its counters (for tests and
+    benchmarks that need a process that has compiled nothing)."""
+    torch._dynamo.reset()
+    _dynamo_utils.clear_compilation_metrics()
+    _dynamo_utils.set_compilation_metrics_limit(100_000)
+    _dynamo_utils.counters.clear()
+
+
+# -- the compile in progress ---------------------------------------------------------------------
+def current_compile() -> tuple[str, CodeType | None]:
+    """The backend name and code object of the compile in progress, from dynamo's ``_compile`` frame
+    (its arguments ``compiler_fn`` and ``code``, the same from 2.8 to 2.15)."""
+    frame = sys._getframe(1)
+    for _ in range(48):
+        if frame is None:
+            break
+        if frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals:
+            backend = _innermost_backend(frame.f_locals["compiler_fn"])
+            name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
+            return str(name or type(backend).__name__), frame.f_locals.get("code")
+        frame = frame.f_back
+    return "", None
+
+
+def _innermost_backend(backend: Any) -> Any:
+    # torch >= 2.10's eval_frame.innermost_backend does the same; older torch has no such helper
+    while hasattr(backend, "_torchdynamo_orig_backend"):
+        backend = backend._torchdynamo_orig_backend
+    return backend
+
+
+# -- log records: the only place that names a graph break's user line, and DDPOptimizer's buckets --
+GRAPH_BREAK_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame")
+DDP_LOGGER = "torch._dynamo.backends.distributed"
+_BREAK_LOCATION = re.compile(r"in user code at (.+?):(\d+)\s*\nGraph Break Reason: (.*)", re.DOTALL)
+_DDP_BUCKETS_MESSAGE = "DDPOptimizer used bucket cap"
+# dynamo giving up on an outer frame, which the inner frame's compile reports again: torch >= 2.10
+# logs it as a graph break of its own; older torch logs the inner break, then an INFO line
+GRACEFUL_SKIP = "Failed to handle graph break gracefully"
+FRAME_SKIP_LOGGER = "torch._dynamo.symbolic_convert"
+_FRAME_SKIP_MESSAGE = "Skipping frame because there is a graph break in a for/while loop"
+
+
+def graph_break_loggers() -> list[logging.Logger]:
+    import torch._logging
+
+    return [torch._logging.getArtifactLogger(module, "graph_breaks") for module in GRAPH_BREAK_LOGGERS]
+
+
+def parse_graph_break(record: logging.LogRecord) -> tuple[str, str] | None:
+    """``("file:line", reason)`` from a ``graph_breaks`` artifact record, ``None`` for other records."""
+    match = _BREAK_LOCATION.search(record.getMessage())
+    return (f"{match.group(1)}:{match.group(2)}", match.group(3)) if match else None
+
+
+def is_frame_skip(record: logging.LogRecord) -> bool:
+    """Whether ``record`` says dynamo skipped the frame it traced (torch < 2.10), so the graph breaks
+    logged while tracing it are traced and counted again in the inner frame's compile."""
+    return _FRAME_SKIP_MESSAGE in str(record.msg)
+
+
+def parse_ddp_buckets(record: logging.LogRecord) -> tuple[int, int] | None:
+    """``(bucket cap in bytes, buckets)`` from DDPOptimizer's INFO record, ``None`` for other records."""
+    if _DDP_BUCKETS_MESSAGE not in str(record.msg):
+        return None
+    cap, buckets = record.args  # type: ignore[misc]
+    return int(cap), int(buckets)
+
+
+# -- CompilationMetrics fields -------------------------------------------------------------------
+_FALLBACK_FAILURES = ("Unsupported", "SkipFrame", "RecompileLimitExceeded", "FailOnRecompileLimitHit")
+_LIMIT_MARKERS = ("recompile limit", "recompile_limit", "cache_size_limit", "cache size limit")
+_PHASES = (
+    ("dynamo", "entire_frame_compile_time_s", 1.0),
+    ("backend", "backend_compile_time_s", 1.0),
+    ("inductor", "inductor_compile_time_s", 1.0),
+    ("backward", "backward_cumulative_compile_time_us", 1e-6),
+)
+_COUNTS = ("graph_op_count", "guard_count", "num_graph_breaks")
+
+
+def phase_times(metric: Any) -> dict[str, float]:
+    """Seconds per compile phase that torch measured for this compile."""
+    times = {}
+    for phase, name, scale in _PHASES:
+        value = getattr(metric, name, None)
+        if value is not None:
+            times[phase] = float(value) * scale
+    return times
+
+
+def counts(metric: Any) -> dict[str, int]:
+    return {name: int(value) for name in _COUNTS if (value := getattr(metric, name, None)) is not None}
+
+
+def failure(metric: Any) -> tuple[str, bool, bool]:
+    """``(torch's failure text, fell back to eager, hit the recompile limit)`` of a compile."""
+    fail_type = getattr(metric, "fail_type", None) or ""
+    text = (getattr(metric, "fail_reason", None) or fail_type) if fail_type else ""
+    return text, fail_type in _FALLBACK_FAILURES, any(marker in text.lower() for marker in _LIMIT_MARKERS)
+
+
+# -- what this torch cannot tell -----------------------------------------------------------------
+def _unavailable() -> dict[str, str]:
+    missing = {}
+    fields = {f.name for f in dataclasses.fields(_dynamo_utils.CompilationMetrics)}
+    for fact, name, _ in _PHASES:
+        if name not in fields:
+            missing[f"time.{fact}"] = f"CompilationMetrics.{name}"
+    for name in _COUNTS:
+        if name not in fields:
+            missing[name] = f"CompilationMetrics.{name}"
+    return missing
+
+
+UNAVAILABLE: dict[str, str] = _unavailable()  # fact -> the torch field it would come from
+_warned_unavailable = False
+
+
+def warn_unavailable() -> None:
+    """Say once, by name, which facts this torch does not expose (and so no span carries)."""
+    global _warned_unavailable
+    if _warned_unavailable:
+        return
+    _warned_unavailable = True
+    if not _FIRST <= VERSION[:2] <= _LAST:
+        warnings.warn(
+            f"telemetry-jit: torch {torch.__version__} is outside the tested {SUPPORTED}; compile telemetry may be "
+            "incomplete (see docs/compatibility.md).",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    if UNAVAILABLE:
+        warnings.warn(
+            f"telemetry-jit: torch {torch.__version__} does not record {', '.join(UNAVAILABLE.values())}; "
+            f"compilation spans list these as compile.unavailable.",
+            RuntimeWarning,
+            stacklevel=3,
+        )

@@ -61,16 +61,15 @@ def build_environment(torch_version: str, env_dir: Path, log: Path) -> dict[str,
     python = env_dir / "bin" / "python"
     pin = env_dir.parent / f"constraints-{torch_version}.txt"
     env = {**os.environ, "PIP_CONSTRAINT": str(pin), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
-    if python.exists() and installed_versions(python).get("torch", "").split("+")[0] == torch_version:
-        return env  # kept from an earlier run (--keep)
-    shutil.rmtree(env_dir, ignore_errors=True)
     env_dir.parent.mkdir(parents=True, exist_ok=True)
     pin.write_text(f"torch=={torch_version}\n")
-    steps = (
-        [sys.executable, "-m", "venv", str(env_dir)],
-        [str(python), "-m", "pip", "install", "--quiet", f"torch=={torch_version}"],
-        [str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[thunder,test]"],
-    )
+    steps = [[str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[thunder,test]"]]
+    if not (python.exists() and installed_versions(python).get("torch", "").split("+")[0] == torch_version):
+        shutil.rmtree(env_dir, ignore_errors=True)  # not one kept from an earlier run (--keep)
+        steps[:0] = [
+            [sys.executable, "-m", "venv", str(env_dir)],
+            [str(python), "-m", "pip", "install", "--quiet", f"torch=={torch_version}"],
+        ]
     for step in steps:
         if run(step, log, env) != 0:
             return None

@@ -113,3 +113,18 @@ def test_missing_thunder_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
         import_thunder()
     with pytest.raises(ImportError, match="telemetry-jit"):
         JitTransform(THUNDER).setup(None, Net(), "fit")  # before the first step
+
+
+def test_where_thunder_cannot_import_setup_fails_naming_the_versions_that_work() -> None:
+    try:
+        import_thunder()
+    except ImportError as error:
+        failure = str(error)
+    else:
+        pytest.skip(f"lightning-thunder imports with torch {torch.__version__}")
+    for attempt in range(2):  # the same clear error every time, not a half-imported thunder's
+        with pytest.raises(
+            ImportError, match=r"does not import with torch .*Supported: lightning-thunder 0\.2\.x"
+        ) as e:
+            JitTransform(THUNDER).setup(None, Net(), "fit")  # before the first step
+        assert str(e.value) == failure, attempt

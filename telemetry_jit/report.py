@@ -11,6 +11,7 @@ from telemetry_jit.summary import (
     FRAME_HEADERS,
     THUNDER_HEADERS,
     RunSummary,
+    is_recompile,
     short_location,
 )
 
@@ -73,7 +74,7 @@ def _timeline(summary: RunSummary) -> str:
             f'<rect class="{escape(span.name)}" x="{left:.1f}" y="{4 + row * _ROW}" width="{width:.1f}" '
             f'height="{_ROW - 6}" fill="{colour}"><title>{escape(title)}</title></rect>'
         )
-        if span.name == "compilation" and attributes.get("compile.is_recompile"):
+        if span.name == "compilation" and is_recompile(span):
             step = escape(str(attributes.get("train.global_step", "")))
             parts.append(
                 f'<line class="recompile" x1="{left:.1f}" x2="{left:.1f}" y1="{4 + 3 * _ROW}" y2="{4 * _ROW}" '

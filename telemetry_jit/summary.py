@@ -52,6 +52,13 @@ def short_location(location: str, keep: int = 2) -> str:
     return ("/".join(parts[-keep:]) + f":{line}") if path else location
 
 
+def is_recompile(span: SpanRecord) -> bool:
+    """A frame compiled again: torch's attempt > 0. The backward graph of such a frame, compiled at its
+    first backward, carries the same compile id but is part of that recompile, not another one."""
+    attributes = span.attributes
+    return bool(attributes.get("compile.is_recompile")) and attributes.get("compile.trigger") != "lazy_backward"
+
+
 def summarize(run: TelemetryRun) -> RunSummary:
     compiles = sorted(run.find(JitSpanName.COMPILATION.value), key=lambda s: s.start_unix_ns)
     loops = run.find("training_loop") or run.find("validation_loop") or run.find("application")
@@ -62,7 +69,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         wall_ms=_total_ms(loops),
         compiles=compiles,
         compile_ms=_total_ms(compiles),
-        recompiles=[s for s in compiles if s.attributes.get("compile.is_recompile")],
+        recompiles=[s for s in compiles if is_recompile(s)],
         breaks=[e for s in compiles for e in s.events if e.name == JitEventName.GRAPH_BREAK.value],
         fallbacks=fallbacks,
         limit_hits=sum(any(e.is_error for e in s.events) for s in fallbacks),
@@ -77,7 +84,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
             frame,
             short_location(location),
             len(spans),
-            sum(bool(s.attributes.get("compile.is_recompile")) for s in spans),
+            sum(is_recompile(s) for s in spans),
             sum(int(s.attributes.get("compile.graph_breaks", 0)) for s in spans),
             f"{_total_ms(spans):.1f}",
         )

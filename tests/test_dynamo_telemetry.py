@@ -21,10 +21,15 @@ from telemetry_jit.compat.torch import (
     total_graph_breaks,
 )
 from telemetry_jit.reader import SpanRecord, TelemetryRun
+from telemetry_jit.summary import summarize
 from tests.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 MODELS_FILE = "tests/models.py"
+
+
+def attempt(metric: Any) -> int:
+    return int(str(metric.compile_id).split("/")[-1])
 
 
 def compilation_spans(run: TelemetryRun) -> list[SpanRecord]:
@@ -110,6 +115,7 @@ def test_graph_breaks_in_forward(telemetry: Telemetry, graph_break: str, reason:
     assert forward["compile.time.dynamo_s"] > 0
 
 
+@torch._dynamo.config.patch(automatic_dynamic_shapes=False)  # a static recompile compiles its own backward
 def test_last_batch_of_another_size_is_a_recompile_with_torchs_reason(telemetry: Telemetry) -> None:
     run = fit(telemetry, Net(), loader(18, 4), jit=eager_jit(), epochs=1)  # 4 batches of 4, then 2
     spans = assert_matches_torch(run)
@@ -117,10 +123,16 @@ def test_last_batch_of_another_size_is_a_recompile_with_torchs_reason(telemetry:
     assert recompiles
     assert "size mismatch at index 0. expected 4, actual 2" in recompiles[0].attributes["compile.recompile_reason"]
     assert recompiles[0].attributes["train.global_step"] == 4
+    # the recompiled frame's backward graph is part of that recompile: torch counts frames compiled again
+    assert {s.attributes["compile.trigger"] for s in recompiles} == {"dynamo", "lazy_backward"}
+    torch_recompiles = [m for m in compiles_recorded_by_torch() if attempt(m) > 0 and m.is_forward is not False]
     summary = summary_of(run.find("training_loop")[0])
     assert summary["compile.count"] == len(spans)
-    assert summary["compile.recompile_count"] == len(recompiles)
-    assert summary["compile.top_recompile_reasons"][0].startswith("1x 0/0: tensor")
+    assert summary["compile.recompile_count"] == len(torch_recompiles) == 1
+    assert summary["compile.top_recompile_reasons"] == ["1x " + torch_recompiles[0].recompile_reason]
+    cli_summary = summarize(run)
+    assert len(cli_summary.recompiles) == len(torch_recompiles)
+    assert [reason for reason, _ in cli_summary.reasons] == [torch_recompiles[0].recompile_reason]
     torch_ms = sum(m.duration_us for m in compiles_recorded_by_torch()) / 1000
     assert summary["compile.total_time_ms"] == pytest.approx(torch_ms, rel=0.01, abs=5)
     assert 0 < summary["compile.time_share"] < 1

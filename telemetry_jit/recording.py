@@ -145,6 +145,7 @@ class CompileRecorder:
         self._trainer = trainer
         self.stats = CompileStats()
         self._started_at = time.perf_counter()
+        thunder_probe.take_records()  # thunder compiles between runs (a module called by hand) are not this run's
         self._thunder_before = {
             id(c): (c.stats.cache_hits, c.stats.cache_misses) for c in thunder_probe.compiled_modules()
         }

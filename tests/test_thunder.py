@@ -128,3 +128,23 @@ def test_where_thunder_cannot_import_setup_fails_naming_the_versions_that_work()
         ) as e:
             JitTransform(THUNDER).setup(None, Net(), "fit")  # before the first step
         assert str(e.value) == failure, attempt
+
+
+@needs_thunder
+def test_thunder_compiles_between_fits_are_not_counted_in_the_next_fit(telemetry: Telemetry) -> None:
+    model = Net()
+    _, callback = fit(telemetry, model, epochs=1)
+    layer = model.model.layer0
+    misses_after_first_fit = compiled_call(layer).stats.cache_misses
+    layer(torch.randn(7, 8))  # by hand, between the fits: a shape thunder has not traced
+    assert compiled_call(layer).stats.cache_misses == misses_after_first_fit + 1
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider)
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(16, 4))  # shapes thunder has seen
+    callback.on_app_end()
+    loops = telemetry.run().find("training_loop")
+    second = [e for e in loops[-1].events if e.name == "compile_summary"][0].attributes
+    assert second["compile.count"] == 0
+    assert second["compile.thunder_cache_misses"] == [0, 0]  # both layers ran from thunder's cache
+    assert all(hits > 0 for hits in second["compile.thunder_cache_hits"])
+    in_second = [s for s in telemetry.run().find("compilation") if s.start_unix_ns >= loops[-1].start_unix_ns]
+    assert in_second == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,7 +60,8 @@ def _trace(paths: Sequence[str], output: str) -> int:
     runs, status = _load_runs(paths)
     if not runs:
         return 1
-    Path(output).write_text(json.dumps(to_trace_events(runs)))
+    if not _write_whole(output, json.dumps(to_trace_events(runs))):
+        return 1
     print(f"wrote {output}: {len(runs)} rank(s); open it in https://ui.perfetto.dev or chrome://tracing")
     return status
 
@@ -68,9 +70,26 @@ def _report(path: str, output: str) -> int:
     runs, status = _load_runs([path])
     if not runs:
         return 1
-    Path(output).write_text(render_report(summarize(runs[0])))
+    if not _write_whole(output, render_report(summarize(runs[0]))):
+        return 1
     print(f"wrote {output}")
     return status
+
+
+def _write_whole(output: str, text: str) -> bool:
+    """Write ``output`` whole or not at all: a failure (disk full, say) leaves no truncated or empty file
+    behind, and an earlier file of that name as it was."""
+    path = Path(output)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        partial.write_text(text, encoding="utf-8", errors="replace")
+        os.replace(partial, path)
+    except OSError as error:
+        print(f"telemetry-jit: could not write {output}: {error}", file=sys.stderr)
+        return False
+    finally:
+        partial.unlink(missing_ok=True)
+    return True
 
 
 if __name__ == "__main__":

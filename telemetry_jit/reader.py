@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,6 +83,8 @@ def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
     for number, raw in enumerate(lines, start=1):
         try:
             record = json.loads(raw)
+            if _ESCAPED_SURROGATE.search(raw):
+                record = _valid_text(record)
         except (json.JSONDecodeError, UnicodeDecodeError):
             bad_lines += 1
             if number == len(lines):
@@ -112,6 +115,23 @@ def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
             if parent is not None:
                 parent.children.append(span)
     return list(runs.values())
+
+
+# JSON may escape a lone surrogate (torch text from a file name that is not UTF-8, say); decoded, it is
+# a str no stream, HTML page or JSON file can encode
+_ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _valid_text(value: Any) -> Any:
+    """``value`` with every lone surrogate in its strings replaced by U+FFFD."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [_valid_text(item) for item in value]
+    if isinstance(value, dict):
+        return {_valid_text(key): _valid_text(item) for key, item in value.items()}
+    return value
 
 
 def _apply(run: TelemetryRun, record: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from telemetry_jit.reader import EventRecord, SpanRecord, TelemetryRun
 from telemetry_jit.schema import JitEventName, JitSpanName
 
+_CELL_LIMIT = 100
 FRAME_HEADERS = ("frame", "location", "compiles", "recompiles", "breaks", "ms")
 BREAK_HEADERS = ("location", "count", "reason")
 THUNDER_HEADERS = ("module", "misses", "hits")
@@ -128,8 +129,16 @@ def summarize(run: TelemetryRun) -> RunSummary:
     return summary
 
 
+def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
+    """``text`` fit for one terminal line: its first line, control characters shown as ``?``, at most
+    ``limit`` characters (torch's reasons run to many lines, and a user's message to megabytes)."""
+    first = str(text).strip().split("\n", 1)[0]
+    first = "".join(c if c.isprintable() else "?" for c in first[: limit + 1])
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    cells = [[str(h) for h in headers], *[[one_line(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * width for width in widths))
@@ -148,14 +157,19 @@ def format_summary(run: TelemetryRun) -> str:
     if s.fallbacks:
         lines.append(f"  fell back to eager: {len(s.fallbacks)} (recompile limit hit: {s.limit_hits})")
     if s.errors:
-        lines.append(f"  failed compilations: {len(s.errors)}, first: {s.errors[0].attributes.get('compile.failure')}")
+        first = one_line(s.errors[0].attributes.get("compile.failure"), limit=200)
+        lines.append(f"  failed compilations: {len(s.errors)}, first: {first}")
     if not s.compiles:
         return "\n".join([*lines, "  no compilation happened in this run"])
     lines += ["", "  per frame:", *_table(FRAME_HEADERS, s.frame_rows)]
     if s.thunder_rows:
         lines += ["", "  thunder cache:", *_table(THUNDER_HEADERS, s.thunder_rows)]
     if s.reasons:
-        lines += ["", "  top recompile reasons:", *[f"    {count}x  {reason}" for reason, count in s.reasons]]
+        lines += [
+            "",
+            "  top recompile reasons:",
+            *[f"    {count}x  {one_line(reason, 200)}" for reason, count in s.reasons],
+        ]
     if s.break_rows:
         lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, s.break_rows)]
     if s.ddp_rows:

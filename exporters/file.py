@@ -5,6 +5,12 @@ so a process killed at any moment (SIGKILL included) leaves a file whose complet
 and that holds every span that ended before the kill. Records carry parent links, so the span
 tree can be rebuilt (``telemetry_jit.read_telemetry``).
 
+Whatever a write does, the file stays whole lines: a short or failed write (disk full, a file size
+limit) is cut back off the file, the record is counted as lost, the first loss is warned about and
+the count is written (``records_lost``) once writing works again. A file deleted or moved away
+while the run writes it (its folder too) is noticed at the next record, said once, and created
+again at the same path, so what follows is kept.
+
 File policy: never clobber. A file that exists is appended to; every record carries the run id,
 so runs sharing a file stay apart. In a job of several processes each rank writes its own file
 (``name.rank<R>.jsonl``) and every record carries ``rank``, ``local_rank``, ``world_size`` and
@@ -14,10 +20,12 @@ DDP launch learns it at ``fit``) moves what it wrote so far to its rank file.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
 import threading
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +40,7 @@ from . import identity
 FORMAT = "telemetry-jit"
 FORMAT_VERSION = 1
 
+_RUN_START = {"kind": "run_start", "format": FORMAT, "format_version": FORMAT_VERSION}
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _id_text = functools.lru_cache(maxsize=4096)(str)  # a span's id is written with each of its records
 
@@ -77,6 +86,9 @@ class FileExporter(BaseExporter):
         self._stamp = ""  # the identity fields, encoded once: ',"run":...,"pid":...}' closes every record
         self._lock = threading.Lock()
         self._whole: set[Any] = set()  # ids of spans written whole at export_start
+        self.lost_records = 0  # records a failed write could not put in the file
+        self._unreported_losses = 0
+        self._warned: set[str] = set()
         _check_writable(self.path)
 
     @override
@@ -85,7 +97,7 @@ class FileExporter(BaseExporter):
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._created = not self.path.exists()
         self._fd = _open(self.path)
-        self._write({"kind": "run_start", "format": FORMAT, "format_version": FORMAT_VERSION})
+        self._write(_RUN_START)
 
     @override
     def export_start(self, span: Span) -> None:
@@ -133,6 +145,15 @@ class FileExporter(BaseExporter):
     @override
     def close(self) -> None:
         with self._lock:
+            if self._fd is not None and self._unreported_losses:
+                if self._append(self._loss_record()):
+                    self._unreported_losses = 0
+                else:
+                    warnings.warn(
+                        f"telemetry-jit: {self.lost_records} telemetry record(s) could not be written to {self.path}.",
+                        RuntimeWarning,
+                        stacklevel=2,
+                    )
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -141,11 +162,65 @@ class FileExporter(BaseExporter):
     def _write(self, record: dict[str, Any]) -> None:
         if self._identity_version != identity.version():
             self._follow_identity()
-        line = (_encode(record)[:-1] + self._stamp).encode()
+        line = self._line(record)
         with self._lock:
             if self._fd is None:
                 raise ExportError(f"FileExporter({self.path}) is not open")
-            os.write(self._fd, line)
+            self._reopen_if_gone()
+            if self._unreported_losses and self._append(self._loss_record()):
+                self._unreported_losses = 0
+            if not self._append(line):
+                self.lost_records += 1
+                self._unreported_losses += 1
+
+    def _append(self, line: bytes) -> bool:
+        """Append one whole line, or leave the file as it was and say why (once per kind of failure)."""
+        start = os.fstat(self._fd).st_size
+        written = 0
+        try:
+            while written < len(line):
+                written += os.write(self._fd, line[written:])
+            return True
+        except OSError as error:
+            if written:
+                try:
+                    os.ftruncate(self._fd, start)  # a part of a line would glue onto the next record
+                except OSError:
+                    os.write(self._fd, b"\n")  # then at least end it: the reader skips it, nothing else
+            self._warn(
+                f"error {error.errno}",
+                f"telemetry-jit: could not write to {self.path} ({error.strerror or error}); telemetry records are "
+                "being lost and counted, training goes on. The count is written to the file once it can be.",
+            )
+            return False
+
+    def _line(self, record: dict[str, Any]) -> bytes:
+        return (_encode(record)[:-1] + self._stamp).encode()
+
+    def _loss_record(self) -> bytes:
+        return self._line({"kind": "records_lost", "count": self._unreported_losses})
+
+    def _reopen_if_gone(self) -> None:
+        try:
+            same = os.path.samestat(os.stat(self.path), os.fstat(self._fd))
+        except OSError as error:
+            same = error.errno not in (errno.ENOENT, errno.ENOTDIR)
+        if same:
+            return
+        self._warn(
+            "gone",
+            f"telemetry-jit: {self.path} was deleted or moved while this run was writing it; "
+            "the records that follow go to a new file at the same path.",
+        )
+        os.close(self._fd)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._fd = _open(self.path)
+        self._append(self._line(_RUN_START))
+
+    def _warn(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
 
     def _follow_identity(self) -> None:
         """Move to this rank's file once the process learns its rank, taking this run's records along."""

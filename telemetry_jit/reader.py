@@ -48,6 +48,9 @@ class TelemetryRun:
     node: str = ""
     spans: dict[str, SpanRecord] = field(default_factory=dict)
     data_errors: list[dict[str, Any]] = field(default_factory=list)
+    lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
+    # events of spans whose start is not in the file (it was deleted mid-run), until the span's end record
+    _early_events: dict[str, list[EventRecord]] = field(default_factory=dict, repr=False)
 
     def find(self, name: str) -> list[SpanRecord]:
         return [span for span in self.spans.values() if span.name == name]
@@ -144,17 +147,18 @@ def _apply(run: TelemetryRun, record: dict[str, Any]) -> None:
                 name=record["name"],
                 parent_id=record.get("parent_id"),
                 start_unix_ns=record["start_unix_ns"],
+                events=run._early_events.pop(record["span_id"], []),
             )
         if kind == "span":
             span.end_unix_ns = record["end_unix_ns"]
             span.attributes = record.get("attributes", {})
     elif kind in ("event", "error"):
         span = run.spans.get(record["span_id"])
-        if span is not None:
-            span.events.append(
-                EventRecord(
-                    record["name"], record["time_unix_ns"], record.get("attributes", {}), is_error=kind == "error"
-                )
-            )
+        events = span.events if span is not None else run._early_events.setdefault(record["span_id"], [])
+        events.append(
+            EventRecord(record["name"], record["time_unix_ns"], record.get("attributes", {}), is_error=kind == "error")
+        )
+    elif kind == "records_lost":
+        run.lost_records += int(record["count"])
     elif kind == "telemetry_data_error":
         run.data_errors.append(record.get("attributes", {}))

@@ -154,6 +154,10 @@ def format_summary(run: TelemetryRun) -> str:
         f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
         f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
     ]
+    if run.lost_records:
+        lines.append(
+            f"  incomplete: {run.lost_records} telemetry record(s) could not be written (see the run's warnings)"
+        )
     if s.fallbacks:
         lines.append(f"  fell back to eager: {len(s.fallbacks)} (recompile limit hit: {s.limit_hits})")
     if s.errors:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -148,3 +149,87 @@ def test_a_record_names_each_span_before_its_events_and_a_compile_span_is_one_re
     assert compiles and all(r["kind"] == "span" for r in compiles)
     assert len({r["span_id"] for r in compiles}) == len(compiles)
     assert any(r["kind"] == "event" and r["name"] == "graph_break" for r in records)
+
+
+DISK_FULL_SCRIPT = textwrap.dedent(
+    """
+    import json, os, resource, signal, sys
+    sys.path.insert(0, {root!r})
+    import lightning.pytorch as pl
+    import telemetry_jit
+    from tests.models import Net, loader, TRAINER_DEFAULTS
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # past the size limit a write fails with EFBIG instead
+    path = {path!r}
+
+    class DiskFullForAMoment(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 3:  # the disk fills: the next record fits only in part
+                limit = os.path.getsize(path) + {room}
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
+            if trainer.global_step == 8:  # and has room again
+                resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
+
+    provider = telemetry_jit.configure("disk-full", file=path, global_batch_size=4, log_every_n_train_iterations=1)
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider)
+    model = Net()
+    model.model.compile(backend="eager")
+    HookedTrainer(max_epochs=1, callbacks=[DiskFullForAMoment()], **TRAINER_DEFAULTS).fit(model, loader(48, 4))
+    callback.on_app_end()
+    print(json.dumps({{"steps": len(model.losses)}}))
+    """
+)
+
+
+@pytest.mark.parametrize("room", [0, 100], ids=["failed-writes", "short-writes"])
+def test_a_full_disk_leaves_whole_lines_and_counts_what_it_lost(tmp_path: Path, room: int) -> None:
+    path = tmp_path / "t.jsonl"
+    script = DISK_FULL_SCRIPT.format(root=str(ROOT), path=str(path), room=room)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"steps": 12}  # training unchanged
+    lines = path.read_bytes().split(b"\n")
+    assert lines.pop() == b""
+    records = [json.loads(line) for line in lines]  # every line whole, every line parses
+    lost = [r["count"] for r in records if r["kind"] == "records_lost"]
+    assert len(lost) == 1 and lost[0] > 0
+    assert result.stderr.count("could not write to") == 1  # said once, not per record
+    (run,) = telemetry_jit.read_telemetry(path)
+    assert run.lost_records == lost[0]
+    (loop,) = run.find("training_loop")  # what came after the disk had room again is there
+    assert loop.end_unix_ns is not None and run.find("application")[0].end_unix_ns is not None
+    updates = [e for e in loop.events if e.name == "training_metrics_update"]
+    assert 0 < len(updates) < 12  # some steps' updates were lost, the later ones kept
+    assert f"{lost[0]} telemetry record(s) could not be written" in cli_summary(path)
+
+
+def cli_summary(path: Path) -> str:
+    from telemetry_jit.summary import format_summary
+
+    return format_summary(telemetry_jit.read_telemetry(path)[-1])
+
+
+@pytest.mark.parametrize("what", ["file", "folder"])
+def test_a_file_deleted_mid_run_is_said_once_and_what_follows_is_kept(tmp_path: Path, what: str) -> None:
+    path = tmp_path / "runs" / "t.jsonl"
+    fresh_provider_state()
+    provider = telemetry_jit.configure("deleted", file=path, global_batch_size=4)
+
+    class Delete(pl.Callback):
+        def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
+            if trainer.global_step == 2:
+                path.unlink() if what == "file" else shutil.rmtree(path.parent)
+
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider)
+    model = Net()
+    model.model.compile(backend="eager")
+    with pytest.warns(RuntimeWarning, match="was deleted or moved") as caught:
+        HookedTrainer(max_epochs=2, callbacks=[Delete()], **TRAINER_DEFAULTS).fit(model, loader(16, 4))
+        callback.on_app_end()
+    fresh_provider_state()
+    assert len([w for w in caught if "was deleted or moved" in str(w.message)]) == 1
+    (run,) = telemetry_jit.read_telemetry(path)
+    (loop,) = run.find("training_loop")  # started before the deletion, ended after it: its record is kept
+    assert loop.end_unix_ns is not None
+    assert [e.name for e in loop.events if e.name == "compile_summary"] == ["compile_summary"]
+    assert run.find("application")[0].end_unix_ns is not None

@@ -99,7 +99,13 @@ class _RetryingSpanExporter(SpanExporter):
         self.delivered = 0
         self.dropped = 0
         self.failures = 0
+        self._counting = True
         self._lock = threading.Lock()
+
+    def stop_counting(self) -> None:
+        """Given up on: a delivery that still completes in the background is not counted."""
+        with self._lock:
+            self._counting = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         with self._lock:
@@ -110,6 +116,8 @@ class _RetryingSpanExporter(SpanExporter):
         except Exception:  # noqa: BLE001 - a broken transport is a failed export, not a crash
             result = SpanExportResult.FAILURE
         with self._lock:
+            if not self._counting:
+                return result
             if result is SpanExportResult.SUCCESS:
                 self.delivered += len(batch)
             else:
@@ -128,9 +136,9 @@ class _RetryingSpanExporter(SpanExporter):
             except Exception:  # noqa: BLE001
                 delivered = False
             with self._lock:
-                if delivered:
+                if self._counting and delivered:
                     self.delivered += len(left)
-                else:
+                elif self._counting:
                     self.dropped += len(left)
         self.inner.shutdown()
 
@@ -308,7 +316,11 @@ class OTLPExporter(BaseExporter):
         for name in _OTEL_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
         self._retrying = _RetryingSpanExporter(self._build_span_exporter(), self._retry_buffer_size)
-        self._provider = TracerProvider(resource=self._resource(), id_generator=_RunTraceIds(identity.run_id()))
+        self._provider = TracerProvider(
+            resource=self._resource(),
+            id_generator=_RunTraceIds(identity.run_id()),
+            shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
+        )
         self._processor = BatchSpanProcessor(
             self._retrying, max_queue_size=self._max_queue_size, export_timeout_millis=int(self.timeout * 1000)
         )
@@ -376,14 +388,27 @@ class OTLPExporter(BaseExporter):
             otel_span.end()  # still open at application end: export what is known
             self._ended += 1
         self._spans.clear()
-        self._provider.shutdown()
+        # however much is pending and whatever the collector does (a black hole, 429s, resets), the
+        # application's end waits one export timeout at most; what did not make it is counted below
+        finished = threading.Event()
+
+        def shut_down() -> None:
+            try:
+                self._provider.shutdown()
+            finally:
+                finished.set()
+
+        threading.Thread(target=shut_down, name="telemetry-jit-otlp-close", daemon=True).start()
+        if not finished.wait(self.timeout):
+            self._retrying.stop_counting()
         for name in _OTEL_LOGGERS:
             logging.getLogger(name).removeFilter(self._log_filter)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped:
             warnings.warn(
                 f"{self!r}: {self.dropped} of {self._ended} spans could not be delivered "
-                f"(collector unreachable or too slow; {self._retrying.failures} exports failed).",
+                f"(collector unreachable, refusing or too slow; {self._retrying.failures} exports failed, "
+                f"gave up after the export timeout of {self.timeout:g} s at close).",
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import gzip
+import socket
+import struct
 import threading
 import time
 from concurrent import futures
@@ -138,3 +140,62 @@ class HttpReceiver:
     def stop(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+class MisbehavingCollector:
+    """A collector on 127.0.0.1 that never accepts a span, in one of these ways:
+
+    ``black-hole`` accepts connections and never answers; ``reset`` accepts and resets each one;
+    ``429`` / ``503`` answer OTLP/HTTP with that status (``Retry-After: 1``).
+    """
+
+    def __init__(self, behaviour: str) -> None:
+        self.behaviour = behaviour
+        self.connections = 0
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.2)
+        self.port = self._listener.getsockname()[1]
+        self._held: list[socket.socket] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def endpoint(self, protocol: str) -> str:
+        return f"http://127.0.0.1:{self.port}" + ("/v1/traces" if protocol == "http/protobuf" else "")
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            self.connections += 1
+            if self.behaviour == "black-hole":
+                self._held.append(connection)  # open, never read, never answered
+            elif self.behaviour == "reset":
+                connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                connection.close()  # RST
+            else:
+                threading.Thread(target=self._answer, args=(connection,), daemon=True).start()
+
+    def _answer(self, connection: socket.socket) -> None:
+        with connection, connection.makefile("rb") as stream:
+            while True:
+                headers = []
+                while (line := stream.readline()) not in (b"\r\n", b""):
+                    headers.append(line.decode("latin-1").lower())
+                if not headers:
+                    return
+                length = next((int(h.split(":")[1]) for h in headers if h.startswith("content-length:")), 0)
+                stream.read(length)
+                status = {"429": "429 Too Many Requests", "503": "503 Service Unavailable"}[self.behaviour]
+                connection.sendall(
+                    f"HTTP/1.1 {status}\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n".encode("latin-1")
+                )
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join()
+        for connection in self._held:
+            connection.close()
+        self._listener.close()

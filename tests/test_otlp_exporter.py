@@ -20,7 +20,7 @@ from telemetry_jit.exporters import OTLPExporter
 from telemetry_jit.reader import TelemetryRun
 from tests.conftest import fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
-from tests.otlp_receivers import GrpcReceiver, HttpReceiver, ReceivedSpan
+from tests.otlp_receivers import GrpcReceiver, HttpReceiver, MisbehavingCollector, ReceivedSpan
 
 SECRET = "Bearer s3cr3t-token-123"
 JIT = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "aot_eager"})
@@ -260,3 +260,41 @@ def test_the_environment_alone_turns_otlp_on(monkeypatch: pytest.MonkeyPatch) ->
         receiver.stop()
     (span,) = receiver.received.spans()
     assert span.name == "application" and span.resource["service.name"] == "from-env"
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "protocol"),
+    [
+        ("black-hole", "grpc"),
+        ("black-hole", "http/protobuf"),
+        ("429", "http/protobuf"),
+        ("503", "http/protobuf"),
+        ("reset", "grpc"),
+        ("reset", "http/protobuf"),
+    ],
+)
+def test_a_misbehaving_collector_costs_at_most_one_export_timeout_at_the_end(
+    behaviour: str, protocol: str, configure, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    collector = MisbehavingCollector(behaviour)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "2")  # the standard variable sets the bound
+    try:
+        exporter = OTLPExporter(collector.endpoint(protocol), protocol=protocol)
+        provider = configure(exporter)
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)
+        model = Net("print")
+        HookedTrainer(max_epochs=2, **TRAINER_DEFAULTS).fit(model, loader(18, 4), loader(8, 4))
+        assert len(model.losses) == 10  # training unchanged
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            started = time.monotonic()
+            callback.on_app_end()
+            ending = time.monotonic() - started
+    finally:
+        collector.stop()
+    assert collector.connections > 0  # it was tried
+    assert ending < 2 + 1.5, f"on_app_end took {ending:.1f} s"  # one export timeout, plus the file's own work
+    (undelivered,) = [w for w in caught if "could not be delivered" in str(w.message)]
+    written = file_run(tmp_path)  # the file has everything
+    assert exporter.dropped == len(written.spans) > 0
+    assert f"{exporter.dropped} of {len(written.spans)} spans could not be delivered" in str(undelivered.message)

@@ -176,6 +176,10 @@ class DynamoProbe:
         self._ddp_log = _DDPBucketLog()
         self._skip_log = _FrameSkipLog()
         self._warned = False
+        # graph breaks torch counted while no callback was registered (after torch._dynamo.reset()
+        # cleared them): counters since the last poll less what windows claimed
+        self._breaks_at_poll: dict[str, int] = {}
+        self._claimed: dict[str, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
     def attach(self) -> None:
@@ -184,6 +188,7 @@ class DynamoProbe:
         torch_compat.warn_unavailable()
         metrics = torch_compat.compilation_metrics()
         self._last_metric = metrics[-1] if metrics else None
+        self._breaks_at_poll, self._claimed = dict(torch_compat.graph_break_counts()), {}
         self._break_log.install()
         self._ddp_log.install()
         self._skip_log.install()
@@ -268,6 +273,7 @@ class DynamoProbe:
         for reason, count in torch_compat.graph_break_counts().items():
             for _ in range(count - before.get(reason, 0)):
                 breaks.append(GraphBreak(reason=reason, location=self._break_log.take_location(reason)))
+                self._claimed[reason] = self._claimed.get(reason, 0) + 1
         # What is left was logged as a graph break but counted elsewhere by torch (e.g. "unimplemented"),
         # except dynamo giving up on an outer frame, which the inner frame's compile reports again.
         if not self._skip_log.entries:
@@ -308,14 +314,37 @@ class DynamoProbe:
                 break
         self._last_metric = newest
         records = []
+        windowless = []
         for metric in entries[start:]:
             if getattr(metric, "is_runtime", False):
                 continue
-            records.append(self._record(metric, self._take_window(metric.compile_id, metric.is_forward is not False)))
+            window = self._take_window(metric.compile_id, metric.is_forward is not False)
+            records.append(self._record(metric, window))
+            if window is None and records[-1].trigger == "dynamo":
+                windowless.append(records[-1])
+        self._attribute_unclaimed_breaks(windowless)
         if final:
             records.extend(self._record(None, window) for windows in self._finished.values() for window in windows)
             self._finished.clear()
         return records
+
+    def _attribute_unclaimed_breaks(self, windowless: list[CompileRecord]) -> None:
+        """Give the graph breaks torch counted outside every window to the frame compiles that had no
+        window (compiled after ``torch._dynamo.reset()`` cleared the callbacks, before they were back)."""
+        if self._open is not None:
+            return  # a compile is tracing: its breaks are its own, counted when it ends
+        now = torch_compat.graph_break_counts()
+        unclaimed = {
+            reason: count - self._breaks_at_poll.get(reason, 0) - self._claimed.get(reason, 0)
+            for reason, count in now.items()
+        }
+        if windowless:
+            windowless[0].graph_breaks.extend(
+                GraphBreak(reason, self._break_log.take_location(reason))
+                for reason, count in unclaimed.items()
+                for _ in range(count)
+            )
+        self._breaks_at_poll, self._claimed = dict(now), {}
 
     def _take_window(self, compile_id: Any, forward: bool) -> _Window | None:
         windows = self._finished.get((str(compile_id), forward))

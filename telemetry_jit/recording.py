@@ -138,6 +138,7 @@ class CompileRecorder:
         self._warned_failure = False
         self.stats = CompileStats()
         self._started_at = 0.0
+        self._batch_step: int | None = None
         self._thunder_before: dict[int, tuple[int, int]] = {}
 
     # -- lifecycle, driven by the trainer callback -------------------------------------------
@@ -145,6 +146,7 @@ class CompileRecorder:
         self._trainer = trainer
         self.stats = CompileStats()
         self._started_at = time.perf_counter()
+        self._batch_step = int(getattr(trainer, "global_step", 0) or 0)
         thunder_probe.take_records()  # thunder compiles between runs (a module called by hand) are not this run's
         self._thunder_before = {
             id(c): (c.stats.cache_hits, c.stats.cache_misses) for c in thunder_probe.compiled_modules()
@@ -158,6 +160,12 @@ class CompileRecorder:
             self._record_safely(record)
 
     def ensure_registered(self) -> None:
+        self._probe.ensure_registered()
+
+    def batch_started(self) -> None:
+        """A step begins: compiles the probe could not bracket (``torch._dynamo.reset()`` cleared its
+        callbacks) belong to this step, and the callbacks come back if they were cleared."""
+        self._batch_step = int(getattr(self._trainer, "global_step", 0) or 0)
         self._probe.ensure_registered()
 
     def stop(self, exception: BaseException | None = None) -> None:
@@ -205,11 +213,11 @@ class CompileRecorder:
         if self.console is not None:
             self.console.compile_finished()
 
-    def _context(self) -> CompileContext:
+    def _context(self, global_step: int | None = None) -> CompileContext:
         trainer = self._trainer
         stage = getattr(getattr(trainer, "state", None), "stage", None)
         return CompileContext(
-            global_step=int(getattr(trainer, "global_step", 0) or 0),
+            global_step=int(getattr(trainer, "global_step", 0) or 0) if global_step is None else global_step,
             stage=str(stage.value) if stage is not None else "",
             parent=self._current_parent(),
         )
@@ -242,7 +250,7 @@ class CompileRecorder:
                 )
 
     def _record(self, record: CompileRecord) -> None:
-        context = record.context if isinstance(record.context, CompileContext) else self._context()
+        context = record.context if isinstance(record.context, CompileContext) else self._context(self._batch_step)
         self.stats.add(record)
         if self.console is not None:
             self.console.recorded(record, context.global_step)

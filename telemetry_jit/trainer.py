@@ -207,6 +207,8 @@ class TelemetryCallback(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
+        if self.compiles is not None:
+            self.compiles.batch_started()
         if self._train_iterations and self._ready():
             # per-step calls go to the recorder itself, not nv-one-logger's callbacks module: one
             # safe-execution wrapper per call instead of two (~24 us a step)
@@ -243,6 +245,8 @@ class TelemetryCallback(Callback):
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
+        if self.compiles is not None:
+            self.compiles.batch_started()
         if not (self._validation_iterations and self._ready()):
             return
         recorder = self._provider.recorder
@@ -264,6 +268,14 @@ class TelemetryCallback(Callback):
             self.compiles.poll()
         if self._validation_iterations and self._ready():
             self._provider.recorder.on_validation_single_iteration_end(TracingTimestamp.now())
+
+    def on_test_batch_start(self, *args: Any, **kwargs: Any) -> None:
+        if self.compiles is not None:
+            self.compiles.batch_started()
+
+    def on_predict_batch_start(self, *args: Any, **kwargs: Any) -> None:
+        if self.compiles is not None:
+            self.compiles.batch_started()
 
     def on_test_batch_end(self, *args: Any, **kwargs: Any) -> None:
         if self.compiles is not None:

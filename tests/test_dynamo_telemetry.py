@@ -46,10 +46,17 @@ def assert_matches_torch(run: TelemetryRun, breaks_before: int = 0) -> list[Span
     torch_compiles = compiles_recorded_by_torch()
     spans = [s for s in compilation_spans(run) if s.attributes["compile.source"] == "dynamo"]
     assert len(spans) == len(torch_compiles) > 0
-    by_key = {(s.attributes["compile.id"], s.attributes["compile.trigger"] == "lazy_backward"): s for s in spans}
-    assert sorted(by_key) == sorted((str(m.compile_id), m.is_forward is False) for m in torch_compiles)
+
+    def key(span: SpanRecord) -> tuple[str, bool]:
+        return span.attributes["compile.id"], span.attributes["compile.trigger"] == "lazy_backward"
+
+    # ids repeat after torch._dynamo.reset(): a multiset, matched by torch's own start time
+    assert sorted(map(key, spans)) == sorted((str(m.compile_id), m.is_forward is False) for m in torch_compiles)
     for metric in torch_compiles:
-        span = by_key[(str(metric.compile_id), metric.is_forward is False)]
+        span = min(
+            (s for s in spans if key(s) == (str(metric.compile_id), metric.is_forward is False)),
+            key=lambda s: abs(s.start_unix_ns / 1000 - metric.start_time_us),
+        )
         attempt = int(str(metric.compile_id).split("/")[-1])
         assert span.attributes["compile.is_recompile"] is (attempt > 0)
         assert span.attributes["compile.recompile_reason"] == (metric.recompile_reason or "")
@@ -364,3 +371,34 @@ def test_every_fact_read_from_torch_exists_on_this_torch_and_spans_say_what_is_m
     run = fit(telemetry, Net(), loader(8, 4), jit=eager_jit())
     for span in compilation_spans(run):
         assert span.attributes.get("compile.unavailable", []) == sorted(torch_compat.UNAVAILABLE)
+
+
+@pytest.mark.parametrize("hook", ["on_train_batch_start", "on_train_epoch_end"])
+def test_torch_dynamo_reset_mid_run_keeps_every_compile_and_graph_break_exact(telemetry: Telemetry, hook: str) -> None:
+    reset_at: list[int] = []
+
+    class ResetDynamo(pl.Callback):  # a user's (or a library's) reset between phases
+        def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+            if hook == "on_train_batch_start" and trainer.global_step == 3:
+                self.reset(trainer)
+
+        def on_train_epoch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+            if hook == "on_train_epoch_end" and trainer.current_epoch == 0:
+                self.reset(trainer)
+
+        def reset(self, trainer: pl.Trainer) -> None:
+            torch._dynamo.reset()  # clears dynamo's caches and every compile callback
+            reset_at.append(trainer.global_step)
+
+    model = Net("print")
+    model.model.compile(backend="aot_eager")
+    HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    HookedTrainer(max_epochs=2, callbacks=[ResetDynamo()], **TRAINER_DEFAULTS).fit(model, loader(16, 4))
+    callback.on_app_end()
+    spans = assert_matches_torch(telemetry.run())  # every compile and graph break torch counted, after the reset too
+    starts = sorted((s for s in spans if s.attributes["compile.id"] == "0/0"), key=lambda s: s.start_unix_ns)
+    assert len(starts) == 2  # compile ids begin again at 0/0 after a reset
+    after_reset = [s for s in spans if s.start_unix_ns >= starts[1].start_unix_ns]
+    assert {s.attributes["train.global_step"] for s in after_reset} == set(reset_at)  # the step they compiled in
+    breaks = [e for s in after_reset for e in s.events if e.name == "graph_break"]
+    assert breaks and all(e.attributes["graph_break.location"].endswith(f"{MODELS_FILE}:36") for e in breaks)

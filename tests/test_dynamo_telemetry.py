@@ -402,3 +402,28 @@ def test_torch_dynamo_reset_mid_run_keeps_every_compile_and_graph_break_exact(te
     assert {s.attributes["train.global_step"] for s in after_reset} == set(reset_at)  # the step they compiled in
     breaks = [e for s in after_reset for e in s.events if e.name == "graph_break"]
     assert breaks and all(e.attributes["graph_break.location"].endswith(f"{MODELS_FILE}:36") for e in breaks)
+
+
+@pytest.mark.parametrize("graph_break", [False, True], ids=["whole-graph", "graph-break"])
+def test_a_transformer_with_variable_lengths_matches_torch(telemetry: Telemetry, graph_break: bool) -> None:
+    from tests.transformer import LanguageModel, variable_length_batches
+
+    model = LanguageModel(graph_break)
+    batches = variable_length_batches([12, 12, 9, 16, 12, 7])  # sequence lengths vary: recompiles
+    run = fit(telemetry, model, DataLoader(batches, batch_size=None), jit=eager_jit(), epochs=1)
+    spans = assert_matches_torch(run)  # every compile, recompile reason and counted graph break
+    torch_recompiles = [m for m in compiles_recorded_by_torch() if attempt(m) > 0 and m.is_forward is not False]
+    summary = summary_of(run.find("training_loop")[0])
+    assert summary["compile.recompile_count"] == len(torch_recompiles) > 0
+    assert len(summarize(run).recompiles) == len(torch_recompiles)
+    reasons = sorted(
+        s.attributes["compile.recompile_reason"]
+        for s in spans
+        if s.attributes["compile.trigger"] == "dynamo" and s.attributes["compile.is_recompile"]
+    )
+    assert reasons == sorted(m.recompile_reason for m in torch_recompiles)
+    assert all(reasons)
+    breaks = [e for s in spans for e in s.events if e.name == "graph_break"]
+    if graph_break:
+        assert any(e.attributes["graph_break.location"].endswith("tests/transformer.py:66") for e in breaks)
+    assert len(model.losses) == 6

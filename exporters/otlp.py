@@ -14,6 +14,7 @@ parent the export filter dropped. This exporter passes parent contexts explicitl
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import logging
 import os
@@ -22,7 +23,7 @@ import socket
 import threading
 import warnings
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from typing import Any
 from urllib.parse import urlparse
@@ -182,7 +183,11 @@ class OTLPExporter(BaseExporter):
         insecure, certificate_file: TLS settings for gRPC; defaults from ``..._INSECURE`` /
             ``..._CERTIFICATE`` (read by the OTLP exporter itself).
         resource_attributes: merged into the Resource (as are ``OTEL_RESOURCE_ATTRIBUTES``).
-        max_queue_size: spans the batch processor holds; beyond it new spans are dropped and counted.
+        max_queue_size, schedule_delay_millis, max_export_batch_size, export_timeout_millis: the batch
+            processor's settings; default ``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_SCHEDULE_DELAY``,
+            ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, ``OTEL_BSP_EXPORT_TIMEOUT``, then OTel's defaults. Spans
+            beyond the queue are dropped and counted. The export timeout bounds :meth:`force_flush` and
+            the wait at close (default: ``timeout``).
         retry_buffer_size: spans kept from failed exports and re-sent with the next batch.
         span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
 
@@ -202,7 +207,10 @@ class OTLPExporter(BaseExporter):
         insecure: bool | None = None,
         certificate_file: str | None = None,
         resource_attributes: Mapping[str, Any] | None = None,
-        max_queue_size: int = 2048,
+        max_queue_size: int | None = None,
+        schedule_delay_millis: float | None = None,
+        max_export_batch_size: int | None = None,
+        export_timeout_millis: float | None = None,
         retry_buffer_size: int = 2048,
         span_exporter: SpanExporter | None = None,
     ) -> None:
@@ -230,7 +238,24 @@ class OTLPExporter(BaseExporter):
         self._insecure = insecure
         self._certificate_file = certificate_file
         self._resource_attributes = dict(resource_attributes or {})
-        self._max_queue_size = max_queue_size
+        # the batch processor's settings: arguments win, then OTEL_BSP_* (read by OTel itself), then its defaults
+        self._batching = {
+            name: value
+            for name, value in (
+                ("max_queue_size", max_queue_size),
+                ("schedule_delay_millis", schedule_delay_millis),
+                ("max_export_batch_size", max_export_batch_size),
+                ("export_timeout_millis", export_timeout_millis),
+            )
+            if value is not None
+        }
+        bsp_timeout = export_timeout_millis if export_timeout_millis is not None else _env("OTEL_BSP_EXPORT_TIMEOUT")
+        try:
+            # OTel's batch processor does not use its export timeout; here it bounds a flush and the close
+            self.flush_timeout = float(bsp_timeout) / 1000 if bsp_timeout is not None else self.timeout
+        except ValueError:
+            raise ValueError(f"OTEL_BSP_EXPORT_TIMEOUT must be milliseconds, got {bsp_timeout!r}.") from None
+        self._provider: TracerProvider | None = None
         self._retry_buffer_size = retry_buffer_size
         self._span_exporter = span_exporter
         self._spans: dict[Any, trace.Span] = {}
@@ -248,6 +273,7 @@ class OTLPExporter(BaseExporter):
             "insecure": self._insecure,
             "certificate_file": self._certificate_file,
             "resource_attributes": self._resource_attributes,
+            **self._batching,
         }
 
     def __repr__(self) -> str:  # headers stay out of logs
@@ -299,7 +325,7 @@ class OTLPExporter(BaseExporter):
 
     def _resource(self) -> Resource:
         attributes: dict[str, Any] = {
-            "service.name": self.service_name or "telemetry-jit",
+            "service.name": self.service_name or _application_name() or "telemetry-jit",
             "service.instance.id": identity.run_id(),
             "host.name": socket.gethostname(),
             "process.pid": os.getpid(),
@@ -316,16 +342,26 @@ class OTLPExporter(BaseExporter):
         for name in _OTEL_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
         self._retrying = _RetryingSpanExporter(self._build_span_exporter(), self._retry_buffer_size)
+
+    @functools.cached_property
+    def _tracer(self) -> trace.Tracer:
+        # built at the first span, not in initialize(): nv-one-logger initializes exporters before its
+        # configuration (and so the application name for service.name) is in place
         self._provider = TracerProvider(
             resource=self._resource(),
             id_generator=_RunTraceIds(identity.run_id()),
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
-        self._processor = BatchSpanProcessor(
-            self._retrying, max_queue_size=self._max_queue_size, export_timeout_millis=int(self.timeout * 1000)
-        )
-        self._provider.add_span_processor(self._processor)
-        self._tracer = self._provider.get_tracer("telemetry_jit")
+        self._provider.add_span_processor(BatchSpanProcessor(self._retrying, **self._batching))
+        return self._provider.get_tracer("telemetry_jit")
+
+    def force_flush(self, timeout_seconds: float | None = None) -> bool:
+        """Send what is queued now; wait at most ``timeout_seconds`` (default: the flush timeout).
+        True when everything queued was handed to the collector."""
+        provider = self._provider
+        if provider is None:
+            return True
+        return _bounded(provider.force_flush, self.flush_timeout if timeout_seconds is None else timeout_seconds)
 
     @override
     def export_start(self, span: Span) -> None:
@@ -390,16 +426,7 @@ class OTLPExporter(BaseExporter):
         self._spans.clear()
         # however much is pending and whatever the collector does (a black hole, 429s, resets), the
         # application's end waits one export timeout at most; what did not make it is counted below
-        finished = threading.Event()
-
-        def shut_down() -> None:
-            try:
-                self._provider.shutdown()
-            finally:
-                finished.set()
-
-        threading.Thread(target=shut_down, name="telemetry-jit-otlp-close", daemon=True).start()
-        if not finished.wait(self.timeout):
+        if self._provider is not None and not _bounded(self._provider.shutdown, self.flush_timeout):
             self._retrying.stop_counting()
         for name in _OTEL_LOGGERS:
             logging.getLogger(name).removeFilter(self._log_filter)
@@ -419,6 +446,28 @@ class OTLPExporter(BaseExporter):
         """Spans the backend accepted so far."""
         retrying = getattr(self, "_retrying", None)
         return retrying.delivered if retrying is not None else 0
+
+
+def _bounded(call: Callable[[], Any], seconds: float) -> bool:
+    """Run ``call`` on its own thread and wait for it at most ``seconds``: False if it is still running."""
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            call()
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name="telemetry-jit-otlp-flush", daemon=True).start()
+    return finished.wait(seconds)
+
+
+def _application_name() -> str | None:
+    """The application name of nv-one-logger's configuration, when the exporter came through its builder API."""
+    from nv_one_logger.api.one_logger_provider import OneLoggerProvider
+
+    provider = OneLoggerProvider.instance()
+    return provider.config.application_name if provider.one_logger_ready else None
 
 
 def _ns(timestamp: TracingTimestamp) -> int:

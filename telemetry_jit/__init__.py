@@ -1,6 +1,6 @@
 """telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder."""
 
-from telemetry_jit.configure import configure
+from telemetry_jit.configure import configure, flush, shutdown
 from telemetry_jit.jit import JitConfig, JitTransform, resolve_root, select_modules
 from telemetry_jit.reader import read_telemetry
 from telemetry_jit.recording import CompileStats
@@ -20,8 +20,10 @@ __all__ = [
     "JitTransform",
     "TelemetryCallback",
     "configure",
+    "flush",
     "hook_trainer_cls",
     "read_telemetry",
     "resolve_root",
     "select_modules",
+    "shutdown",
 ]

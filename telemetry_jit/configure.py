@@ -19,9 +19,11 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
     TrainingTelemetryProvider,
 )
 
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter, identity
 
 _configuration: dict[str, Any] | None = None
+_exit_hook = False
 _ITERATION_SPANS = (
     StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION,
     StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION,
@@ -141,7 +143,10 @@ def configure(
     ]
     provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, blacklist)
     provider.configure_provider()
-    atexit.register(_end_application, provider)
+    global _exit_hook
+    if not _exit_hook:  # once per process: shutdown() ends whatever is configured then
+        _exit_hook = True
+        atexit.register(shutdown)
     return provider
 
 
@@ -152,12 +157,37 @@ def configuration() -> dict[str, Any] | None:
     return dict(_configuration) if _configuration is not None else None
 
 
-def _end_application(provider: TrainingTelemetryProvider) -> None:
+def shutdown() -> None:
+    """End telemetry now: the application span ends (open loop spans with it) and every exporter is
+    flushed and closed, each within its own bound (OTLP: one export timeout). Idempotent; it also
+    runs at interpreter exit when you do not call it.
+
+    Example::
+
+        provider = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
+        ...
+        telemetry_jit.shutdown()
+    """
     from nv_one_logger.core.span import StandardSpanName
     from nv_one_logger.training_telemetry.api.callbacks import on_app_end
 
+    provider = TrainingTelemetryProvider.instance()
     try:
         if provider.one_logger_ready and provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION):
             on_app_end()
-    except Exception:  # noqa: BLE001 - interpreter exit: nothing left to report to
+    except Exception:  # noqa: BLE001 - often interpreter exit: nothing left to report to
         pass
+
+
+def flush(timeout_seconds: float | None = None) -> bool:
+    """Send what exporters hold now, without ending anything (the file exporter writes as it goes).
+    True when every exporter finished within its bound (``timeout_seconds``, default each one's own)."""
+    provider = TrainingTelemetryProvider.instance()
+    if not provider.one_logger_ready:
+        return True
+    flushed = [
+        exporter.force_flush(timeout_seconds)
+        for exporter in nv_one_logger_compat.exporters(provider.recorder)
+        if hasattr(exporter, "force_flush")
+    ]
+    return all(flushed)

@@ -42,9 +42,7 @@ class Telemetry:
 
     def end(self) -> TelemetryRun:
         """End the application (flushes everything) and read the file."""
-        from telemetry_jit.configure import _end_application
-
-        _end_application(self.provider)
+        telemetry_jit.shutdown()
         return self.run()
 
 
@@ -71,7 +69,5 @@ def telemetry(tmp_path: Path) -> Iterator[Telemetry]:
     yield Telemetry(provider, path)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        from telemetry_jit.configure import _end_application
-
-        _end_application(provider)
+        telemetry_jit.shutdown()
     fresh_provider_state()

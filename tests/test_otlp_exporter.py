@@ -298,3 +298,99 @@ def test_a_misbehaving_collector_costs_at_most_one_export_timeout_at_the_end(
     written = file_run(tmp_path)  # the file has everything
     assert exporter.dropped == len(written.spans) > 0
     assert f"{exporter.dropped} of {len(written.spans)} spans could not be delivered" in str(undelivered.message)
+
+
+def batching_of(exporter: OTLPExporter) -> dict[str, float]:
+    """What OTel's batch processor was built with (read back from it)."""
+    exporter._tracer  # noqa: B018 - builds the provider and its batch processor
+    (processor,) = exporter._provider._active_span_processor._span_processors
+    inner = processor._batch_processor
+    return {
+        "max_queue_size": inner._max_queue_size,
+        "schedule_delay_millis": inner._schedule_delay_millis,
+        "max_export_batch_size": inner._max_export_batch_size,
+        "export_timeout_millis": inner._export_timeout_millis,
+    }
+
+
+def test_the_standard_batch_processor_variables_apply_and_arguments_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = {
+        "OTEL_BSP_MAX_QUEUE_SIZE": ("max_queue_size", 70),
+        "OTEL_BSP_SCHEDULE_DELAY": ("schedule_delay_millis", 1234),
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": ("max_export_batch_size", 30),
+        "OTEL_BSP_EXPORT_TIMEOUT": ("export_timeout_millis", 4500),
+    }
+    for variable, (_, value) in settings.items():
+        monkeypatch.setenv(variable, str(value))
+    from_env = OTLPExporter("127.0.0.1:4317", protocol="grpc")
+    from_env.initialize()
+    assert batching_of(from_env) == {name: value for name, value in settings.values()}
+    assert from_env.flush_timeout == 4.5  # OTel itself does not use it: it bounds flush and close here
+    from_args = OTLPExporter(
+        "127.0.0.1:4317",
+        protocol="grpc",
+        max_queue_size=50,
+        schedule_delay_millis=10,
+        max_export_batch_size=5,
+        export_timeout_millis=700,
+    )
+    from_args.initialize()
+    assert batching_of(from_args) == {
+        "max_queue_size": 50,
+        "schedule_delay_millis": 10,
+        "max_export_batch_size": 5,
+        "export_timeout_millis": 700,
+    }
+    assert from_args.flush_timeout == 0.7
+    for exporter in (from_env, from_args):
+        exporter.close()
+
+
+def test_flush_sends_what_waits_and_shutdown_ends_once(
+    configure, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "600000")  # batches would wait ten minutes
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4")
+    receiver = GrpcReceiver()
+    try:
+        provider = configure(OTLPExporter(receiver.endpoint, protocol="grpc"))
+        HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(8, 4))
+        assert telemetry_jit.flush(timeout_seconds=10)
+        flushed = receiver.received.spans()
+        assert {s.name for s in flushed} >= {"training_loop", "compilation"}  # sent now, the app still runs
+        assert all(len(r.resource_spans[0].scope_spans[0].spans) <= 4 for r in receiver.received.requests)
+        assert not any(s.name == "application" for s in flushed)
+        telemetry_jit.shutdown()
+        telemetry_jit.shutdown()  # idempotent
+    finally:
+        receiver.stop()
+    assert [s.name for s in receiver.received.spans()].count("application") == 1
+    assert len(file_run(tmp_path).find("application")) == 1
+
+
+def test_an_exporter_added_through_the_builder_api_reports_the_application_name() -> None:
+    from nv_one_logger.api.config import OneLoggerConfig
+    from nv_one_logger.training_telemetry.api.callbacks import on_app_start
+    from nv_one_logger.training_telemetry.api.config import TrainingTelemetryConfig
+    from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+
+    receiver = GrpcReceiver()
+    fresh_provider_state()
+    try:
+        config = OneLoggerConfig(
+            application_name="builder-app",
+            session_tag_or_fn="builder-app",
+            world_size_or_fn=1,
+            telemetry_config=TrainingTelemetryConfig(global_batch_size_or_fn=1, perf_tag_or_fn="builder-app"),
+        )
+        TrainingTelemetryProvider.instance().with_base_config(config).with_exporter(
+            OTLPExporter(receiver.endpoint, protocol="grpc")
+        ).configure_provider()
+        on_app_start()
+        telemetry_jit.shutdown()
+    finally:
+        fresh_provider_state()
+        receiver.stop()
+    (application,) = receiver.received.spans()
+    assert application.resource["service.name"] == "builder-app"

@@ -12,6 +12,7 @@ from importlib import metadata
 
 from nv_one_logger.core.event import ErrorEvent, Event
 from nv_one_logger.core.span import Span
+from nv_one_logger.exporter.exporter import Exporter
 from nv_one_logger.recorder.default_recorder import DefaultRecorder
 
 VERIFIED = "nv-one-logger-training-telemetry 2.3"
@@ -38,6 +39,11 @@ def export_finished_span(recorder: DefaultRecorder, span: Span, events: list[Eve
             export = exporter.export_error if isinstance(event, ErrorEvent) else exporter.export_event
             recorder._execute_export(exporter, export, event, span)
         recorder._execute_export(exporter, exporter.export_stop, span)
+
+
+def exporters(recorder: DefaultRecorder) -> list[Exporter]:
+    """The exporters the recorder sends to."""
+    return list(recorder._exporters)
 
 
 def forget_exported_events(span: Span) -> None:

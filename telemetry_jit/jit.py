@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import inspect
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,13 @@ _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
 
 
+class JitConfigError(ValueError, AssertionError):
+    """A ``JitConfig`` that cannot work. Both a ``ValueError`` and, as NeMo raises, an ``AssertionError``."""
+
+
+SELECTOR_STYLES = ("auto", "glob", "nemo")
+
+
 @dataclass
 class JitConfig:
     """What to compile and how; field-for-field compatible with NeMo's ``JitConfig``.
@@ -35,28 +43,40 @@ class JitConfig:
         use_thunder: Compile with Lightning Thunder (``thunder.jit``, in place: ``state_dict`` keys
             do not change).
         profile_thunder: Apply thunder's NVTX profile transform (CUDA only; a warning on CPU).
+        selector_style: How wildcards match. ``"glob"``: every atom is a glob matched against the
+            whole name, at any depth. ``"nemo"``: NeMo's rule, ``re.match(atom.replace("*", ".*"),
+            name)`` (anchored at the start only), stopping at the first wildcard atom. ``"auto"``
+            (default): the two must agree; where they would select different modules, ``setup``
+            fails naming both selections, so no NeMo config changes meaning silently.
 
     Example::
 
         JitConfig(use_torch=True, module_selector="encoder.layers.*", torch_kwargs={"backend": "inductor"})
     """
 
-    module_selector: str = ""
+    module_selector: str | None = ""
     use_torch: bool = False
     torch_kwargs: dict[str, Any] = field(default_factory=dict)
     use_thunder: bool = False
     profile_thunder: bool = False
+    selector_style: str = "auto"
 
     def __post_init__(self) -> None:
         if self.use_torch and self.use_thunder:
-            raise ValueError(
+            raise JitConfigError(
                 "JitConfig: use_torch and use_thunder cannot both be True; pick one compiler per config "
                 "(pass a list of JitConfig to compile different modules with different compilers)."
             )
+        if self.module_selector is None:
+            self.module_selector = ""  # NeMo's "the whole model"
         if not isinstance(self.module_selector, str):
             raise TypeError(
                 f"JitConfig.module_selector must be a str such as 'model.layers.*', "
                 f"got {type(self.module_selector).__name__}."
+            )
+        if self.selector_style not in SELECTOR_STYLES:
+            raise JitConfigError(
+                f"JitConfig.selector_style must be one of {list(SELECTOR_STYLES)}, got {self.selector_style!r}."
             )
         _split_selector(self.module_selector)  # raises on a malformed selector
         if not isinstance(self.torch_kwargs, dict):
@@ -117,6 +137,58 @@ def select_modules(root: torch.nn.Module, selector: str) -> list[tuple[str, torc
     return level
 
 
+def select_modules_like_nemo(root: torch.nn.Module, selector: str) -> list[tuple[str, torch.nn.Module]]:
+    """NeMo's ``get_modules_from_selector``: exact atoms walk down; the first atom with ``*`` selects
+    the children whose name ``re.match``-es it (anchored at the start only) and ends the walk.
+
+    Raises:
+        AttributeError: an exact atom names nothing, or something that is not an ``nn.Module``.
+    """
+    path: list[str] = []
+    module = root
+    for atom in _split_selector(selector):
+        if "*" in atom:
+            pattern = re.compile(atom.replace("*", ".*"))
+            return [(".".join([*path, name]), child) for name, child in module.named_children() if pattern.match(name)]
+        module = getattr(module, atom)
+        if not isinstance(module, torch.nn.Module):
+            raise AttributeError(f"`{atom}` is not an nn.Module")
+        path.append(atom)
+    return [(".".join(path), module)]
+
+
+def select(root: torch.nn.Module, config: JitConfig) -> list[tuple[str, torch.nn.Module]]:
+    """The modules ``config`` selects under ``root``, by its ``selector_style``.
+
+    Raises:
+        JitConfigError: with ``selector_style="auto"``, glob and NeMo matching disagree.
+        LookupError, TypeError, AttributeError: the selector names nothing, or not a module.
+    """
+    selector = config.module_selector or ""
+    if config.selector_style == "nemo":
+        return select_modules_like_nemo(root, selector)
+    if config.selector_style == "glob" or not any(char in selector for char in _GLOB_CHARS):
+        return select_modules(root, selector)
+    try:
+        nemo = select_modules_like_nemo(root, selector)
+    except AttributeError:
+        return select_modules(root, selector)  # NeMo fails on it too: there is no meaning to keep
+    try:
+        selected = select_modules(root, selector)
+    except LookupError:
+        selected = []
+    if [module for _, module in nemo] != [module for _, module in selected]:
+        glob_names = [name or "<root>" for name, _ in selected] or "nothing"
+        nemo_names = [name or "<root>" for name, _ in nemo] or "nothing"
+        raise JitConfigError(
+            f"JitConfig.module_selector {selector!r} selects different modules than in NeMo: {glob_names} with "
+            f"glob matching (each atom matched whole, at any depth), {nemo_names} with NeMo's (re.match, anchored "
+            "at the start only, stopping at the first wildcard). Say which you mean with "
+            "JitConfig(selector_style='glob') or JitConfig(selector_style='nemo'), or name the modules exactly."
+        )
+    return selected
+
+
 def _matching_children(module: torch.nn.Module, atom: str) -> Iterator[tuple[str, torch.nn.Module]]:
     if _GLOB_CHARS.isdisjoint(atom):
         child = getattr(module, atom, None)
@@ -165,14 +237,18 @@ class JitTransform(Callback):
 
     @property
     def config(self) -> JitConfig | list[JitConfig]:
-        """The config as given (NeMo compatibility)."""
+        """The config as given; assignable, as in NeMo."""
         return self.configs[0] if len(self.configs) == 1 else self.configs
+
+    @config.setter
+    def config(self, config: JitConfig | Sequence[JitConfig]) -> None:
+        self.configs = _as_list(config)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         root = resolve_root(pl_module)
         for config in self.configs:
             if config.use_torch or config.use_thunder:
-                select_modules(root, config.module_selector)
+                select(root, config)
             if config.use_thunder:
                 import_thunder()  # a missing or broken install fails here, before the first step
 
@@ -190,11 +266,13 @@ class JitTransform(Callback):
         self._compile(pl_module)
 
     def _compile(self, pl_module: pl.LightningModule) -> None:
+        if getattr(pl_module, "_compiled", False) is True:
+            return  # NeMo's marker: compiled already (by us, or by the user who set it)
         root = resolve_root(pl_module)
         for config in self.configs:
             if not (config.use_torch or config.use_thunder):
                 continue
-            for name, module in select_modules(root, config.module_selector):
+            for name, module in select(root, config):
                 if torch_compat.compiled_call(module) is not None:
                     continue  # compiled already: by an earlier epoch, another config, or the user
                 label = name or type(module).__name__

@@ -7,6 +7,7 @@ import torch
 
 from telemetry_jit import JitConfig, JitTransform, resolve_root, select_modules
 from telemetry_jit.compat.torch import compiled_call
+from telemetry_jit.jit import JitConfigError, select
 from tests.models import Net
 
 
@@ -107,3 +108,67 @@ def test_torch_kwargs_pass_through_and_compile_once() -> None:
     assert net._compiled is True
     # state_dict keys are those of the plain model
     assert set(net.state_dict()) == set(Net().state_dict())
+
+
+class Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.self_attn = torch.nn.Linear(4, 4)
+        self.self_attn_out = torch.nn.Linear(4, 4)
+        self.mlp = torch.nn.Linear(4, 4)
+
+
+class Layered(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Attention() for _ in range(2))
+
+
+def selected(root: torch.nn.Module, config: JitConfig) -> list[str]:
+    return [name for name, _ in select(root, config)]
+
+
+def test_nemo_configs_never_change_meaning_silently() -> None:
+    root = Layered()
+    # NeMo stops at the first wildcard (each layer); glob matching goes on to the attention modules
+    with pytest.raises(
+        JitConfigError, match=r"\['layers.0.self_attn', 'layers.1.self_attn'\].*\['layers.0', 'layers.1'\]"
+    ):
+        selected(root, JitConfig(use_torch=True, module_selector="layers.*.self_attn"))
+    assert selected(root, JitConfig(use_torch=True, module_selector="layers.*.self_attn", selector_style="nemo")) == [
+        "layers.0",
+        "layers.1",
+    ]
+    assert selected(root, JitConfig(use_torch=True, module_selector="layers.*.self_attn", selector_style="glob")) == [
+        "layers.0.self_attn",
+        "layers.1.self_attn",
+    ]
+    # NeMo's re.match is anchored at the start only: "*attn" also selects "self_attn_out"
+    layer = root.layers[0]
+    with pytest.raises(JitConfigError, match=r"\['self_attn'\] with glob.*\['self_attn', 'self_attn_out'\] with NeMo"):
+        selected(layer, JitConfig(use_torch=True, module_selector="*attn"))
+    assert selected(layer, JitConfig(use_torch=True, module_selector="*attn", selector_style="nemo")) == [
+        "self_attn",
+        "self_attn_out",
+    ]
+    # where both read a selector alike, nothing to say
+    assert selected(root, JitConfig(use_torch=True, module_selector="layers.*")) == ["layers.0", "layers.1"]
+
+
+def test_nemo_defaults_and_errors_keep_their_meaning() -> None:
+    root = Layered()
+    assert selected(root, JitConfig(use_torch=True, module_selector=None)) == [""]  # NeMo's "the whole model"
+    with pytest.raises(AssertionError, match="cannot both be True"):  # as NeMo raises it
+        JitConfig(use_torch=True, use_thunder=True)
+    with pytest.raises(ValueError, match="cannot both be True"):
+        JitConfig(use_torch=True, use_thunder=True)
+    transform = JitTransform(JitConfig(use_torch=True))
+    transform.config = JitConfig(use_torch=True, module_selector="layers")  # assignable, as in NeMo
+    assert transform.config.module_selector == "layers" and transform.configs == [transform.config]
+
+
+def test_a_module_marked_compiled_is_left_alone() -> None:
+    net = Net()
+    net._compiled = True  # NeMo's marker, set by the user or an earlier transform
+    JitTransform(JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}))._compile(net)
+    assert compiled_call(net.model) is None

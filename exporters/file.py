@@ -35,10 +35,10 @@ from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import BaseExporter, ExportError
 from overrides import override
 
+from ..schema import FILE_FORMAT, FILE_FORMAT_VERSION
 from . import identity
 
-FORMAT = "telemetry-jit"
-FORMAT_VERSION = 1
+FORMAT, FORMAT_VERSION = FILE_FORMAT, FILE_FORMAT_VERSION
 
 _RUN_START = {"kind": "run_start", "format": FORMAT, "format_version": FORMAT_VERSION}
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode

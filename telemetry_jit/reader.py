@@ -1,4 +1,10 @@
-"""Load a telemetry-jit JSON Lines file back into spans with their events and parent links."""
+"""Load a telemetry file back into spans with their events and parent links.
+
+Two formats are read, told apart by their records: telemetry-jit's own (``FileExporter`` of this
+package) and nv-one-logger's ``FileExporter``. The latter has no parent links, no run id and
+millisecond timestamps: parents are inferred from time (each span hangs under the innermost span
+that contains it), and :attr:`TelemetryRun.lacks` says what the file could not tell.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,8 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, JitSpanName
 
 
 class TelemetryFileError(ValueError):
@@ -49,6 +57,8 @@ class TelemetryRun:
     spans: dict[str, SpanRecord] = field(default_factory=dict)
     data_errors: list[dict[str, Any]] = field(default_factory=list)
     lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
+    file_format: str = FILE_FORMAT  # or "nv-one-logger"
+    lacks: list[str] = field(default_factory=list)  # what this file's format cannot tell
     # events of spans whose start is not in the file (it was deleted mid-run), until the span's end record
     _early_events: dict[str, list[EventRecord]] = field(default_factory=dict, repr=False)
 
@@ -99,20 +109,34 @@ def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
                 ) from None
             warnings.warn(f"{path}: line {number} is not valid JSON and was skipped.", stacklevel=2)
             continue
-        if not isinstance(record, dict) or "kind" not in record or "run" not in record:
-            raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit file: line {number} has no 'kind'/'run'.")
         try:
-            key = (str(record["run"]), int(record.get("rank", 0)))
-            run = runs.get(key)
-            if run is None:
-                run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")))
-            _apply(run, record)
-        except (KeyError, TypeError, ValueError) as error:
-            kind = record.get("kind")
+            if isinstance(record, dict) and "kind" in record and "run" in record:
+                key = (str(record["run"]), int(record.get("rank", 0)))
+                run = runs.get(key)
+                if run is None:
+                    run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")))
+                _check_version(path, record)
+                _apply(run, record)
+            elif isinstance(record, dict) and record.get("type") in _NV_ONE_LOGGER_TYPES:
+                key = (f"nv-one-logger-{record.get('pid', 0)}", 0)
+                if key not in runs:
+                    runs[key] = TelemetryRun(run_id=key[0], rank=0, file_format="nv-one-logger", lacks=list(_NV_LACKS))
+                _apply_nv_one_logger(runs[key], record)
+            else:
+                raise TelemetryFileError(
+                    f"{str(path)!r} is not a telemetry file: line {number} is neither a telemetry-jit record "
+                    "('kind'/'run') nor an nv-one-logger FileExporter record ('type')."
+                )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            if isinstance(error, TelemetryFileError):
+                raise
+            kind = record.get("kind", record.get("type"))
             raise TelemetryFileError(f"{str(path)!r} line {number}: malformed {kind!r} record ({error!r}).") from None
     if not runs:
         raise TelemetryFileError(f"{str(path)!r} holds no complete telemetry record.")
     for run in runs.values():
+        if run.file_format == "nv-one-logger":
+            _infer_parents(run)
         for span in run.spans.values():
             parent = run.parent(span)
             if parent is not None:
@@ -135,6 +159,65 @@ def _valid_text(value: Any) -> Any:
     if isinstance(value, dict):
         return {_valid_text(key): _valid_text(item) for key, item in value.items()}
     return value
+
+
+def _check_version(path: Path, record: dict[str, Any]) -> None:
+    if record["kind"] == "run_start" and int(record.get("format_version", 1)) > FILE_FORMAT_VERSION:
+        raise TelemetryFileError(
+            f"{str(path)!r} was written in telemetry-jit file format {record['format_version']}, newer than this "
+            f"telemetry-jit reads ({FILE_FORMAT_VERSION}): upgrade telemetry-jit to read it."
+        )
+
+
+_NV_ONE_LOGGER_TYPES = frozenset(("start", "stop", "complete", "event", "application_error", "telemetry_data_error"))
+_NV_LACKS = (
+    "no parent links: each span is put under the innermost span whose time contains it",
+    "millisecond timestamps only",
+    "no run id or rank: nv-one-logger's FileExporter holds one run per file",
+)
+
+
+def _ms(event: dict[str, Any]) -> int:
+    return int(event["attributes"]["timestamp_msec"]) * 1_000_000
+
+
+def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
+    kind = record["type"]
+    if kind in ("start", "complete", "stop"):
+        span = run.spans.get(record["id"])
+        if span is None:
+            span = run.spans[record["id"]] = SpanRecord(
+                span_id=record["id"],
+                name=record["name"],
+                parent_id=None,
+                start_unix_ns=_ms(record["start_event"]) if "start_event" in record else _ms(record["stop_event"]),
+                events=run._early_events.pop(record["id"], []),
+            )
+        span.attributes.update(record.get("attributes") or {})
+        if kind != "start":
+            span.end_unix_ns = _ms(record["stop_event"])
+    elif kind in ("event", "application_error"):
+        event = record["event"]
+        span = run.spans.get(record["span_id"])
+        events = span.events if span is not None else run._early_events.setdefault(record["span_id"], [])
+        events.append(EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error"))
+    else:
+        run.data_errors.append(record.get("event", {}).get("attributes", {}))
+
+
+def _infer_parents(run: TelemetryRun) -> None:
+    """Each span's parent: the innermost other span (not a compilation) whose time contains it."""
+    forever = float("inf")
+    spans = sorted(run.spans.values(), key=lambda s: (s.start_unix_ns, -(s.end_unix_ns or forever)))
+    for index, span in enumerate(spans):
+        end = span.end_unix_ns or forever
+        containing = [
+            other
+            for other in spans[:index]  # sorted so that a span comes after every span that contains it
+            if other.name != JitSpanName.COMPILATION.value and (other.end_unix_ns or forever) >= end
+        ]
+        if containing:
+            span.parent_id = min(containing, key=lambda o: (o.end_unix_ns or forever) - o.start_unix_ns).span_id
 
 
 def _apply(run: TelemetryRun, record: dict[str, Any]) -> None:

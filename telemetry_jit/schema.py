@@ -24,3 +24,8 @@ class JitEventName(str, Enum):
 
 # The loop spans a compilation span may hang under, innermost first (nv-one-logger names).
 LOOP_SPAN_NAMES = ("validation_loop", "testing_loop", "training_loop", "application")
+
+
+# The JSON Lines file telemetry_jit.exporters.FileExporter writes; the reader refuses a newer version.
+FILE_FORMAT = "telemetry-jit"
+FILE_FORMAT_VERSION = 1

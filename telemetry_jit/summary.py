@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from telemetry_jit.reader import EventRecord, SpanRecord, TelemetryRun
-from telemetry_jit.schema import JitEventName, JitSpanName
+from telemetry_jit.schema import FILE_FORMAT, JitEventName, JitSpanName
 
 _CELL_LIMIT = 100
 FRAME_HEADERS = ("frame", "location", "compiles", "recompiles", "breaks", "ms")
@@ -148,8 +148,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
 def format_summary(run: TelemetryRun) -> str:
     """The summary as terminal text."""
     s = summarize(run)
+    source = f"run {run.run_id[:8]}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
     lines = [
-        f"telemetry-jit summary (run {run.run_id[:8]}, rank {run.rank})",
+        f"telemetry-jit summary ({source}, rank {run.rank})",
+        *[f"  (this file format has {what})" for what in run.lacks],
         f"  {s.loop_name} wall time: {s.wall_ms / 1000:.2f} s",
         f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
         f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",

@@ -233,3 +233,10 @@ def test_a_file_deleted_mid_run_is_said_once_and_what_follows_is_kept(tmp_path: 
     assert loop.end_unix_ns is not None
     assert [e.name for e in loop.events if e.name == "compile_summary"] == ["compile_summary"]
     assert run.find("application")[0].end_unix_ns is not None
+
+
+def test_a_file_from_a_newer_telemetry_jit_is_refused_clearly(tmp_path: Path) -> None:
+    path = tmp_path / "future.jsonl"
+    path.write_text('{"kind":"run_start","format":"telemetry-jit","format_version":99,"run":"r","rank":0}\n')
+    with pytest.raises(telemetry_jit.reader.TelemetryFileError, match="format 99, newer than .* upgrade telemetry-jit"):
+        telemetry_jit.read_telemetry(path)

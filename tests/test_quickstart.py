@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -63,7 +64,7 @@ def test_thunder_example_writes_thunder_compile_spans(tmp_path: Path) -> None:
     [
         (None, "No telemetry file"),
         ("", "is empty"),
-        ('{"hello": 1}\n', "not a telemetry-jit file"),
+        ('{"hello": 1}\n', "is neither a telemetry-jit record"),
         ('{"kind": "span", "run": "r"}\n', "line 1: malformed 'span' record"),
     ],
     ids=["missing", "empty", "foreign", "malformed"],
@@ -74,3 +75,58 @@ def test_cli_summary_says_what_is_wrong_with_a_file(content: str | None, message
         path.write_text(content)
     assert cli.main(["summary", str(path)]) == 1
     assert message in capsys.readouterr().err
+
+
+NV_ONE_LOGGER_RUN = """
+import sys
+sys.path.insert(0, {root!r})
+import lightning.pytorch as pl
+from nv_one_logger.api.config import OneLoggerConfig
+from nv_one_logger.exporter.file_exporter import FileExporter
+from nv_one_logger.training_telemetry.api.config import TrainingTelemetryConfig
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+import telemetry_jit
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+config = OneLoggerConfig(
+    application_name="nv-app", session_tag_or_fn="nv-app", world_size_or_fn=1,
+    telemetry_config=TrainingTelemetryConfig(global_batch_size_or_fn=4, perf_tag_or_fn="nv-app"),
+)
+provider = TrainingTelemetryProvider.instance()
+provider.with_base_config(config).with_exporter(FileExporter(file_path={path!r})).configure_provider()
+HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider)
+model = Net("print")
+model.model.compile(backend="aot_eager")
+HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(10, 4))
+callback.on_app_end()
+"""
+
+
+def test_files_from_nv_one_loggers_own_file_exporter_read_like_ours(tmp_path: Path) -> None:
+    # nv-one-logger's documented drop-in path: its builder API with its own FileExporter
+    nv_file = tmp_path / "nv-one-logger.jsonl"
+    script = NV_ONE_LOGGER_RUN.format(root=str(ROOT), path=str(nv_file))
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(nv_file.read_text().splitlines()[0])["type"] == "start"  # really nv-one-logger's format
+    (run,) = telemetry_jit.read_telemetry(nv_file)
+    assert run.file_format == "nv-one-logger" and any("parent links" in what for what in run.lacks)
+    compiles = run.find("compilation")
+    assert compiles and all(run.parent(s).name == "training_loop" for s in compiles)  # inferred from time
+    assert run.parent(run.find("training_loop")[0]).name == "application"
+    breaks = [e for s in compiles for e in s.events if e.name == "graph_break"]
+    assert breaks and all(e.attributes["graph_break.location"].endswith("tests/models.py:36") for e in breaks)
+
+    text = cli_output("summary", str(nv_file))
+    assert "nv-one-logger file" in text and "no parent links" in text
+    assert f"in {len(compiles)} compilations" in text and f"graph breaks: {len(breaks)}" in text
+    assert cli.main(["report", str(nv_file), "-o", str(tmp_path / "report.html")]) == 0
+    assert cli.main(["trace", str(nv_file), "-o", str(tmp_path / "trace.json")]) == 0
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert sum(e.get("name") == "compilation" for e in trace["traceEvents"]) == len(compiles)
+
+
+def cli_output(*args: str) -> str:
+    result = subprocess.run([sys.executable, "-m", "telemetry_jit.cli", *args], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return result.stdout

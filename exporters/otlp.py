@@ -320,7 +320,11 @@ class OTLPExporter(BaseExporter):
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
         return HttpExporter(
-            endpoint=self.endpoint, certificate_file=self._certificate_file, headers=self._headers, timeout=self.timeout
+            endpoint=self.endpoint,
+            certificate_file=self._certificate_file,
+            headers=self._headers,
+            timeout=self.timeout,
+            session=_session_trusting_the_given_certificate(),
         )
 
     def _resource(self) -> Resource:
@@ -446,6 +450,25 @@ class OTLPExporter(BaseExporter):
         """Spans the backend accepted so far."""
         retrying = getattr(self, "_retrying", None)
         return retrying.delivered if retrying is not None else 0
+
+
+def _session_trusting_the_given_certificate() -> Any:
+    """A requests session on which the collector's CA file (``certificate_file`` or
+    ``OTEL_EXPORTER_OTLP_CERTIFICATE``) is the one trusted.
+
+    requests lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``, set on many machines, override the CA
+    file OTel puts on its session, so a collector with its own certificate could never be reached.
+    """
+    import requests
+
+    class Session(requests.Session):
+        def merge_environment_settings(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            settings = super().merge_environment_settings(*args, **kwargs)
+            if isinstance(self.verify, str):
+                settings["verify"] = self.verify
+            return settings
+
+    return Session()
 
 
 def _bounded(call: Callable[[], Any], seconds: float) -> bool:

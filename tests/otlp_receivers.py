@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import gzip
 import socket
+import ssl
 import struct
+import subprocess
 import threading
 import time
 from concurrent import futures
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -75,16 +78,22 @@ class Received:
 class GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):
     """``opentelemetry.proto.collector.trace.v1.TraceService`` on 127.0.0.1."""
 
-    def __init__(self, port: int = 0) -> None:
+    def __init__(self, port: int = 0, tls: tuple[Path, Path] | None = None) -> None:
         self.received = Received()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+        if tls is None:
+            self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
+        else:
+            certificate, key = (path.read_bytes() for path in tls)
+            credentials = grpc.ssl_server_credentials([(key, certificate)])
+            self.port = self._server.add_secure_port(f"127.0.0.1:{port}", credentials)
+        self.scheme = "https" if tls else "http"
         self._server.start()
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{self.scheme}://127.0.0.1:{self.port}"
 
     def Export(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC method name
         self.received.requests.append(request)
@@ -99,7 +108,7 @@ class GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):
 class HttpReceiver:
     """OTLP/HTTP (protobuf) on 127.0.0.1, path ``/v1/traces``."""
 
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, tls: tuple[Path, Path] | None = None) -> None:
         self.received = Received()
         received = self.received
 
@@ -130,12 +139,17 @@ class HttpReceiver:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = self._server.server_address[1]
+        self.scheme = "https" if tls else "http"
+        if tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*tls)
+            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
         self._thread.start()
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1/traces"
+        return f"{self.scheme}://127.0.0.1:{self.port}/v1/traces"
 
     def stop(self) -> None:
         self._server.shutdown()
@@ -199,3 +213,31 @@ class MisbehavingCollector:
         for connection in self._held:
             connection.close()
         self._listener.close()
+
+
+def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
+    """``(certificate, key)`` for localhost and 127.0.0.1, made with the openssl command."""
+    certificate, key = folder / "collector.crt", folder / "collector.key"
+    subprocess.run(
+        [
+            "openssl",
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "1",
+            "-subj",
+            "/CN=localhost",
+            "-addext",
+            "subjectAltName=DNS:localhost,IP:127.0.0.1",
+            "-keyout",
+            str(key),
+            "-out",
+            str(certificate),
+        ],
+        check=True,
+        capture_output=True,
+    )
+    return certificate, key

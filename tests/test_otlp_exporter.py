@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import socket
 import time
 import warnings
@@ -20,7 +21,13 @@ from telemetry_jit.exporters import OTLPExporter
 from telemetry_jit.reader import TelemetryRun
 from tests.conftest import fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
-from tests.otlp_receivers import GrpcReceiver, HttpReceiver, MisbehavingCollector, ReceivedSpan
+from tests.otlp_receivers import (
+    GrpcReceiver,
+    HttpReceiver,
+    MisbehavingCollector,
+    ReceivedSpan,
+    self_signed_certificate,
+)
 
 SECRET = "Bearer s3cr3t-token-123"
 JIT = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "aot_eager"})
@@ -394,3 +401,30 @@ def test_an_exporter_added_through_the_builder_api_reports_the_application_name(
         receiver.stop()
     (application,) = receiver.received.spans()
     assert application.resource["service.name"] == "builder-app"
+
+
+@pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command to make a certificate")
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_tls_with_a_self_signed_collector_certificate(
+    protocol: str, configure, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    certificate, key = self_signed_certificate(tmp_path)
+    receiver = (GrpcReceiver if protocol == "grpc" else HttpReceiver)(tls=(certificate, key))
+    try:
+        # not trusted: nothing is delivered, and the end says so
+        untrusted = OTLPExporter(receiver.endpoint, protocol=protocol, timeout=2)
+        train(configure(untrusted), epochs=1)
+        with pytest.warns(RuntimeWarning, match="could not be delivered"):
+            telemetry_jit.shutdown()
+        assert receiver.received.spans() == [] and untrusted.dropped > 0
+        # trusted through the standard variable: everything arrives encrypted
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", str(certificate))
+        trusted = OTLPExporter(receiver.endpoint, protocol=protocol, timeout=5)
+        train(configure(trusted), epochs=1)
+        telemetry_jit.shutdown()
+    finally:
+        receiver.stop()
+    assert trusted.dropped == 0
+    assert sorted(s.name for s in receiver.received.spans()) == sorted(
+        s.name for s in file_run(tmp_path).spans.values()
+    )

@@ -62,7 +62,7 @@ def main() -> None:
         without_compile, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, compile_telemetry=False)
 
         recorder = CompileRecorder(provider)
-        recorder.start(trainer=None)
+        recorder.start(lambda: (0, "train"))
         calls = 200_000
         poll_ns = min(timeit.repeat(recorder.poll, number=calls, repeat=5)) / calls * 1e9
         recorder.stop()

@@ -1,7 +1,9 @@
 """telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder."""
 
 from telemetry_jit.configure import configure, flush, shutdown
+from telemetry_jit.fabric import FabricCompileTelemetry
 from telemetry_jit.jit import JitConfig, JitTransform, resolve_root, select_modules
+from telemetry_jit.loop import CompileTelemetry
 from telemetry_jit.reader import read_telemetry
 from telemetry_jit.recording import CompileStats
 from telemetry_jit.records import CompileRecord, GraphBreak
@@ -13,6 +15,8 @@ __version__ = "0.1.0"
 __all__ = [
     "CompileRecord",
     "CompileStats",
+    "CompileTelemetry",
+    "FabricCompileTelemetry",
     "GraphBreak",
     "JitConfig",
     "JitEventName",

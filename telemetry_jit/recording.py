@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 import warnings
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.attributes import Attributes
@@ -28,6 +28,13 @@ from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName
 _MAX_DISTINCT_REASONS = 200
 _TOP_REASONS = 5
 _MAX_FAILURE_TEXT = 2000
+
+
+Position = Callable[[], tuple[int, str]]  # where the training loop is: (global step, stage)
+
+
+def _nowhere() -> tuple[int, str]:
+    return 0, ""
 
 
 @dataclass
@@ -132,7 +139,7 @@ class CompileRecorder:
     def __init__(self, provider: TrainingTelemetryProvider, console: CompileConsole | None = None) -> None:
         self._provider = provider
         self.console = console
-        self._trainer: Any = None
+        self._position: Position = _nowhere
         self._probe = DynamoProbe(on_compile_start=self._on_compile_start, on_compile_end=self._on_compile_end)
         self._warned_frames: set[str] = set()
         self._warned_failure = False
@@ -142,11 +149,12 @@ class CompileRecorder:
         self._thunder_before: dict[int, tuple[int, int]] = {}
 
     # -- lifecycle, driven by the trainer callback -------------------------------------------
-    def start(self, trainer: Any) -> None:
-        self._trainer = trainer
+    def start(self, position: Position) -> None:
+        """Begin a run: ``position()`` says where the loop is, as ``(global step, stage)``."""
+        self._position = position
         self.stats = CompileStats()
         self._started_at = time.perf_counter()
-        self._batch_step = int(getattr(trainer, "global_step", 0) or 0)
+        self._batch_step = position()[0]
         thunder_probe.take_records()  # thunder compiles between runs (a module called by hand) are not this run's
         self._thunder_before = {
             id(c): (c.stats.cache_hits, c.stats.cache_misses) for c in thunder_probe.compiled_modules()
@@ -165,7 +173,7 @@ class CompileRecorder:
     def batch_started(self) -> None:
         """A step begins: compiles the probe could not bracket (``torch._dynamo.reset()`` cleared its
         callbacks) belong to this step, and the callbacks come back if they were cleared."""
-        self._batch_step = int(getattr(self._trainer, "global_step", 0) or 0)
+        self._batch_step = self._position()[0]
         self._probe.ensure_registered()
 
     def stop(self, exception: BaseException | None = None) -> None:
@@ -214,12 +222,9 @@ class CompileRecorder:
             self.console.compile_finished()
 
     def _context(self, global_step: int | None = None) -> CompileContext:
-        trainer = self._trainer
-        stage = getattr(getattr(trainer, "state", None), "stage", None)
+        step, stage = self._position()
         return CompileContext(
-            global_step=int(getattr(trainer, "global_step", 0) or 0) if global_step is None else global_step,
-            stage=str(stage.value) if stage is not None else "",
-            parent=self._current_parent(),
+            global_step=step if global_step is None else global_step, stage=stage, parent=self._current_parent()
         )
 
     def _recorder(self) -> TrainingRecorder | None:

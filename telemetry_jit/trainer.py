@@ -3,6 +3,7 @@ mutates the class it is given and adds compile telemetry and ``JitTransform``.""
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -144,7 +145,7 @@ class TelemetryCallback(Callback):
             show = live and (all_ranks or trainer.is_global_zero)
             bar = trainer.progress_bar_callback
             self.compiles.console = CompileConsole(print_fn=bar.print if bar is not None else None) if show else None
-            self.compiles.start(trainer)
+            self.compiles.start(functools.partial(_position, trainer))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.compiles is not None:
@@ -354,6 +355,11 @@ class TelemetryCallback(Callback):
 
     def on_testing_end(self) -> None:
         self._explicit(one_logger.on_testing_end)
+
+
+def _position(trainer: pl.Trainer) -> tuple[int, str]:
+    stage = trainer.state.stage
+    return trainer.global_step, stage.value if stage is not None else ""
 
 
 def _as_callback_list(callbacks: Any) -> list[Callback]:

@@ -1,0 +1,88 @@
+"""Compile telemetry for any training loop: a plain PyTorch loop, Lightning Fabric, or your own."""
+
+from __future__ import annotations
+
+import warnings
+from types import TracebackType
+
+from nv_one_logger.core.span import StandardSpanName
+from nv_one_logger.training_telemetry.api import callbacks as one_logger
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+
+from telemetry_jit.console import CompileConsole
+from telemetry_jit.exporters import identity
+from telemetry_jit.recording import CompileRecorder, CompileStats, telemetry_enabled
+
+
+class CompileTelemetry:
+    """Record every compilation while a block runs, as a ``HookedTrainer`` does for ``fit``.
+
+    Compilation spans, recompiles with torch's reasons, graph breaks and a ``compile_summary`` go to
+    nv-one-logger's provider and its exporters. Tell it which step the loop is on with :meth:`step`
+    (spans carry it as ``train.global_step``); nothing else runs per step. Compile spans hang under
+    the nv-one-logger loop span running when they start (``training_loop`` if you record one with
+    nv-one-logger's ``on_train_start``), else the application span, which is started here (and
+    ended on exit) if none is running.
+
+    Args:
+        provider: the configured ``TrainingTelemetryProvider`` (default: ``instance()``).
+        stage: what the loop does, ``train.stage`` on the spans.
+        live: announce slow compiles and warn about recompile storms on the console.
+
+    Example::
+
+        telemetry_jit.configure("my-loop", file="runs/telemetry.jsonl")
+        model = torch.compile(model)
+        with telemetry_jit.CompileTelemetry() as telemetry:
+            for step, (x, y) in enumerate(loader):
+                telemetry.step(step)
+                loss = loss_fn(model(x), y)
+                ...
+        print(telemetry.stats.count, "compilations")
+    """
+
+    def __init__(
+        self, provider: TrainingTelemetryProvider | None = None, *, stage: str = "train", live: bool = True
+    ) -> None:
+        self._provider = provider or TrainingTelemetryProvider.instance()
+        self.stage = stage
+        self.global_step = 0
+        self._recorder = CompileRecorder(self._provider, console=CompileConsole() if live else None)
+        self._owns_application = False
+        self.stats: CompileStats | None = None
+
+    def step(self, global_step: int) -> None:
+        """The loop is at ``global_step`` now (cheap: call it every step)."""
+        self.global_step = global_step
+        self._recorder.poll()
+        self._recorder.batch_started()
+
+    def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
+        """Which process of a distributed job this is, for every record (files become per rank)."""
+        identity.update(rank, local_rank, world_size)
+
+    def __enter__(self) -> CompileTelemetry:
+        if not telemetry_enabled():
+            warnings.warn(
+                "telemetry-jit: the telemetry provider is not configured, so compilations are only counted. "
+                "Call telemetry_jit.configure(app_name, file=...) first.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        elif not self._provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION):
+            one_logger.on_app_start()
+            self._owns_application = True
+        self._recorder.start(self._position)
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
+    ) -> None:
+        self._recorder.stop(error)
+        self.stats = self._recorder.emit_summary(None)
+        if self._owns_application:
+            self._owns_application = False
+            one_logger.on_app_end()
+
+    def _position(self) -> tuple[int, str]:
+        return self.global_step, self.stage

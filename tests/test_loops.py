@@ -1,0 +1,142 @@
+"""Compile telemetry beyond the Trainer: a plain PyTorch loop and Lightning Fabric, exact as the Trainer's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import torch
+from nv_one_logger.training_telemetry.api import callbacks as one_logger
+
+import telemetry_jit
+from telemetry_jit.compat.torch import compiles_recorded_by_torch
+from tests.conftest import Telemetry
+from tests.test_dynamo_telemetry import assert_matches_torch, attempt, summary_of
+
+ROOT = Path(__file__).resolve().parents[1]
+# a shape change is a recompile every time (torch may otherwise remember from an earlier run that a
+# dimension is dynamic, and compile it dynamic from the start)
+STATIC_SHAPES = torch._dynamo.config.patch(automatic_dynamic_shapes=False)
+
+
+class Model(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.encoder = torch.nn.Linear(8, 16)
+        self.head = torch.nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.encoder(x))
+        print("", end="")  # a graph break in user code
+        return self.head(h)
+
+
+BATCHES = [torch.randn(4, 8) for _ in range(4)] + [torch.randn(2, 8)]  # the last is shorter: a recompile
+
+
+def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, on_step, backward=None) -> None:
+    for step, x in enumerate(BATCHES * 2):
+        on_step(step)
+        loss = model(x).pow(2).mean()
+        (backward or torch.Tensor.backward)(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+
+
+def assert_exact(run: telemetry_jit.reader.TelemetryRun, stats: telemetry_jit.CompileStats, parent: str) -> None:
+    spans = assert_matches_torch(run)  # every compile, torch's recompile reasons, every counted graph break
+    recompiles = [m for m in compiles_recorded_by_torch() if attempt(m) > 0 and m.is_forward is not False]
+    assert stats.recompile_count == len(recompiles) > 0
+    assert sorted(stats.recompile_reasons) == sorted(m.recompile_reason for m in recompiles)
+    first_recompile = min((s for s in spans if s.attributes["compile.is_recompile"]), key=lambda s: s.start_unix_ns)
+    assert first_recompile.attributes["train.global_step"] == 4  # the step with the shorter batch
+    assert {s.attributes["train.stage"] for s in spans} == {"train"}
+    assert {run.parent(s).name for s in spans} == {parent}
+    breaks = [e for s in spans for e in s.events if e.name == "graph_break"]
+    assert breaks and all(e.attributes["graph_break.location"].endswith("tests/test_loops.py:34") for e in breaks)
+    assert summary_of(run.find(parent)[0])["compile.count"] == len(spans) == stats.count
+
+
+@STATIC_SHAPES
+def test_a_plain_loop_is_exact(telemetry: Telemetry) -> None:
+    model = torch.compile(Model(), backend="aot_eager")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with telemetry_jit.CompileTelemetry(telemetry.provider) as recorder:
+        train(model, optimizer, recorder.step)
+    telemetry_jit.shutdown()
+    assert_exact(telemetry.run(), recorder.stats, parent="application")
+
+
+@STATIC_SHAPES
+def test_a_plain_loop_with_nv_one_logger_loop_spans_hangs_compiles_under_them(telemetry: Telemetry) -> None:
+    model = torch.compile(Model(), backend="aot_eager")
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    one_logger.on_app_start()
+    with telemetry_jit.CompileTelemetry(telemetry.provider) as recorder:
+        one_logger.on_train_start(train_iterations_start=0, train_samples_start=0, train_iterations_target_or_fn=10)
+        train(model, optimizer, recorder.step)
+        recorder.__exit__(None, None, None)  # the summary goes on the training loop while it runs
+        one_logger.on_train_end()
+    telemetry_jit.shutdown()
+    assert_exact(telemetry.run(), recorder.stats, parent="training_loop")
+
+
+@STATIC_SHAPES
+def test_fabric_is_exact(telemetry: Telemetry) -> None:
+    recorder = telemetry_jit.FabricCompileTelemetry(telemetry.provider)
+    fabric = L.Fabric(accelerator="cpu", devices=1, callbacks=[recorder])
+    model, optimizer = fabric.setup(*_compiled_model_and_optimizer())
+    fabric.call("on_train_start", fabric)
+    train(model, optimizer, lambda step: fabric.call("on_train_batch_start", step), backward=fabric.backward)
+    fabric.call("on_train_end")
+    telemetry_jit.shutdown()
+    assert_exact(telemetry.run(), recorder.stats, parent="application")
+
+
+def _compiled_model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = torch.compile(Model(), backend="aot_eager")
+    return model, torch.optim.SGD(model.parameters(), lr=0.01)
+
+
+def run_example(name: str, out: Path, *args: str) -> str:
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), "--out", str(out), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=out.parent,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_the_plain_loop_example_runs_end_to_end(tmp_path: Path) -> None:
+    out = tmp_path / "plain.jsonl"
+    printed = run_example("plain_loop.py", out)
+    (run,) = telemetry_jit.read_telemetry(out)
+    compiles = run.find("compilation")
+    assert f"{len(compiles)} compilations" in printed and "telemetry-jit summary" in printed
+    assert any(s.attributes["compile.is_recompile"] for s in compiles)
+    assert any(e.name == "graph_break" for s in compiles for e in s.events)
+
+
+def test_the_fabric_example_on_two_processes_writes_one_file_per_rank(tmp_path: Path) -> None:
+    out = tmp_path / "fabric.jsonl"
+    printed = run_example("fabric_loop.py", out, "--devices", "2")
+    assert "telemetry-jit summary" in printed
+    counts = []
+    for rank in (0, 1):
+        path = tmp_path / f"fabric.rank{rank}.jsonl"
+        (run,) = telemetry_jit.read_telemetry(path)
+        assert run.rank == rank
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        compile_records = [r for r in records if r.get("name") == "compilation"]
+        assert compile_records and all((r["rank"], r["world_size"]) == (rank, 2) for r in compile_records)
+        compiles = run.find("compilation")
+        assert any(s.attributes["compile.is_recompile"] for s in compiles)
+        counts.append(len(compiles))
+    assert counts[0] == counts[1] > 0  # both ranks compiled alike

@@ -1,17 +1,35 @@
-"""telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder."""
+"""telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder.
 
-from telemetry_jit.configure import configure, flush, shutdown
-from telemetry_jit.fabric import FabricCompileTelemetry
-from telemetry_jit.jit import JitConfig, JitTransform, resolve_root, select_modules
-from telemetry_jit.loop import CompileTelemetry
-from telemetry_jit.reader import read_telemetry
-from telemetry_jit.recording import CompileStats
-from telemetry_jit.records import CompileRecord, GraphBreak
-from telemetry_jit.schema import JitEventName, JitSpanName
-from telemetry_jit.trainer import TelemetryCallback, hook_trainer_cls
+The names below are imported when first used: reading telemetry files (``read_telemetry`` and the
+``telemetry-jit`` command) never imports torch, Lightning, nv-one-logger or OpenTelemetry.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+_WHERE = {
+    "CompileRecord": "records",
+    "CompileStats": "recording",
+    "CompileTelemetry": "loop",
+    "FabricCompileTelemetry": "fabric",
+    "GraphBreak": "records",
+    "JitConfig": "jit",
+    "JitEventName": "schema",
+    "JitSpanName": "schema",
+    "JitTransform": "jit",
+    "TelemetryCallback": "trainer",
+    "configure": "configure",
+    "flush": "configure",
+    "hook_trainer_cls": "trainer",
+    "read_telemetry": "reader",
+    "resolve_root": "jit",
+    "select_modules": "jit",
+    "shutdown": "configure",
+}
 __all__ = [
     "CompileRecord",
     "CompileStats",
@@ -31,3 +49,27 @@ __all__ = [
     "select_modules",
     "shutdown",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:
+        raise AttributeError(f"module 'telemetry_jit' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"telemetry_jit.{_WHERE[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_WHERE])
+
+
+if TYPE_CHECKING:
+    from telemetry_jit.configure import configure, flush, shutdown
+    from telemetry_jit.fabric import FabricCompileTelemetry
+    from telemetry_jit.jit import JitConfig, JitTransform, resolve_root, select_modules
+    from telemetry_jit.loop import CompileTelemetry
+    from telemetry_jit.reader import read_telemetry
+    from telemetry_jit.recording import CompileStats
+    from telemetry_jit.records import CompileRecord, GraphBreak
+    from telemetry_jit.schema import JitEventName, JitSpanName
+    from telemetry_jit.trainer import TelemetryCallback, hook_trainer_cls

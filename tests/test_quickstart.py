@@ -130,3 +130,24 @@ def cli_output(*args: str) -> str:
     result = subprocess.run([sys.executable, "-m", "telemetry_jit.cli", *args], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def test_the_cli_reads_files_without_importing_torch(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(
+        '{"kind":"run_start","format":"telemetry-jit","format_version":1,"run":"r","rank":0}\n'
+        '{"kind":"span","span_id":"a","parent_id":null,"name":"application","start_unix_ns":1,"end_unix_ns":2,'
+        '"attributes":{},"run":"r","rank":0}\n'
+    )
+    script = (
+        "import sys\n"
+        "from telemetry_jit import cli\n"
+        f"for command in (['summary', {str(path)!r}], ['report', {str(path)!r}, '-o', {str(tmp_path / 'r.html')!r}],"
+        f" ['trace', {str(path)!r}, '-o', {str(tmp_path / 't.json')!r}]):\n"
+        "    assert cli.main(command) == 0\n"
+        "heavy = [m for m in ('torch', 'lightning', 'nv_one_logger', 'opentelemetry', 'thunder') if m in sys.modules]\n"
+        "print('heavy:', heavy)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "heavy: []" in result.stdout  # the analysis side never imports the training side

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import fcntl
 import json
 import os
 import platform
@@ -232,6 +233,17 @@ def write_table(cells: list[dict]) -> None:
     TABLE.write_text("\n".join(lines) + "\n")
 
 
+def record(result: dict) -> None:
+    """Put one cell's result into docs/compatibility.json and rewrite the table (several runs of
+    this script may record at once: each cell is merged into the file under a lock)."""
+    with open(RESULTS.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        cells = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
+        cells = [c for c in cells if (c["torch"], c["lightning"]) != (result["torch"], result["lightning"])]
+        RESULTS.write_text(json.dumps([*cells, result], indent=1) + "\n")
+        write_table([*cells, result])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--torch", nargs="+", default=list(TORCH_RELEASES), metavar="VERSION")
@@ -243,16 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest")
     args = parser.parse_args(argv)
-    cells = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
     failed = False
     for torch_version in args.torch:
         for result in run_cell(torch_version, args.lightning, args.envs.resolve(), args.keep, args.pytest_args):
-            cells = [c for c in cells if (c["torch"], c["lightning"]) != (result["torch"], result["lightning"])]
-            cells.append(result)
             failed |= "error" in result or result["failed"] + result["errors"] > 0 or result["passed"] == 0
             if not args.no_record:
-                RESULTS.write_text(json.dumps(cells, indent=1) + "\n")
-                write_table(cells)
+                record(result)
     if not args.no_record:
         print(f"wrote {TABLE.relative_to(ROOT)}")
     return 1 if failed else 0

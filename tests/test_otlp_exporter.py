@@ -188,7 +188,7 @@ def test_slow_collector_does_not_slow_training(configure, tmp_path: Path) -> Non
 def test_collector_restarting_mid_run_loses_nothing(configure, tmp_path: Path) -> None:
     receiver = GrpcReceiver()
     port = receiver.port
-    exporter = OTLPExporter(receiver.endpoint, protocol="grpc", timeout=1)
+    exporter = OTLPExporter(receiver.endpoint, protocol="grpc", timeout=5)  # the bound at close: room to resend
     provider = configure(exporter)
     HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)
     HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader(8, 4))

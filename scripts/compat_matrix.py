@@ -107,6 +107,15 @@ def run_suite(python: Path, env: dict[str, str], report: Path, log: Path, pytest
     command = [str(python), "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={report}", *pytest_args]
     with log.open("a") as out:
         returncode = subprocess.run(command, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT).returncode
+    return {
+        **parse_junit(report),
+        "returncode": returncode,
+        "minutes": round((time.monotonic() - started) / 60, 1),
+    }
+
+
+def parse_junit(report: Path) -> dict:
+    """Counts, failed test names and skip reasons from pytest's JUnit XML report."""
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
     failed, skipped = [], {}
     if report.exists():
@@ -121,13 +130,7 @@ def run_suite(python: Path, env: dict[str, str], report: Path, log: Path, pytest
                 skipped[reason] = skipped.get(reason, 0) + 1
             else:
                 counts["passed"] += 1
-    return {
-        **counts,
-        "returncode": returncode,
-        "minutes": round((time.monotonic() - started) / 60, 1),
-        "failed_tests": failed,
-        "skip_reasons": skipped,
-    }
+    return {**counts, "failed_tests": failed, "skip_reasons": skipped}
 
 
 def run_cell(torch_version: str, lightnings: list[str], envs: Path, keep: bool, pytest_args: list[str]) -> list[dict]:
@@ -222,6 +225,8 @@ def write_table(cells: list[dict]) -> None:
         notes += [f"failed: {name}" for name in cell["failed_tests"]]
         if cell["thunder"] != "imports":
             notes.insert(0, f"thunder: {cell['thunder']}")
+        if cell.get("note"):
+            notes.insert(0, cell["note"])
         if cell.get("pytest_args"):
             notes.insert(0, f"ran with pytest arguments {' '.join(cell['pytest_args'])}")
         lines.append(f"- torch {cell['torch']}, lightning {cell['lightning']}: " + ("; ".join(notes) or "nothing"))

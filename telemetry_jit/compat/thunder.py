@@ -6,7 +6,7 @@ lightning-thunder 0.2.6 (the newest release) lists ``Tensor.align_as``, ``align_
 2.13 removed named tensors, so ``import thunder`` fails with an AttributeError. When (and only
 when) those methods are missing, :func:`import_thunder` adds stand-ins that raise, imports thunder,
 and removes them again: ``torch.Tensor`` is exactly as before for everyone else. It says so once.
-A thunder that still cannot import (torch 2.15 made ``Function.apply`` a builtin, which thunder's
+A thunder that still cannot import (torch 2.14 made ``Function.apply`` a builtin, which thunder's
 interpreter cannot look inside) fails with the same clear error every time it is asked for.
 """
 
@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 NAMED_TENSOR_METHODS = ("align_as", "align_to", "refine_names", "rename", "rename_", "has_names")
-SUPPORTED = "lightning-thunder 0.2.x (0.2.6 tested) with torch 2.8 - 2.14"
+SUPPORTED = "lightning-thunder 0.2.x (0.2.6 tested) with torch 2.8 - 2.13"
 
 _log = logging.getLogger(__name__)
 _import_error: ImportError | None = None

@@ -91,7 +91,9 @@ def plain_losses() -> list[float]:
 
 @pytest.mark.parametrize("mode", ["raise", "hang", "slow"])
 def test_a_broken_exporter_changes_nothing_for_training_or_the_other_exporters(mode: str, tmp_path: Path) -> None:
+    started = time.perf_counter()
     expected = plain_losses()
+    plain_seconds = time.perf_counter() - started
     RELEASE.clear()
     broken = BrokenExporter(mode)
     exporter = IsolatedExporter(broken, max_queue_size=50, close_timeout=0.5) if mode == "hang" else broken
@@ -109,8 +111,9 @@ def test_a_broken_exporter_changes_nothing_for_training_or_the_other_exporters(m
         RELEASE.set()
         fresh_provider_state()
     assert losses == expected
-    assert seconds < 10  # on the training thread, the slow exporter alone would take longer
     assert broken.calls > 0
+    # on the training thread, the slow exporter would add 0.2 s for each of its ~34 calls here: ~7 s
+    assert seconds < plain_seconds + 4
     ours = [w for w in caught if "IsolatedExporter" in str(w.message)]
     assert 1 <= len(ours) <= 3  # configure() isolated it; each kind of trouble is reported once
     run = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1]

@@ -38,9 +38,7 @@ from overrides import override
 from ..schema import FILE_FORMAT, FILE_FORMAT_VERSION
 from . import identity
 
-FORMAT, FORMAT_VERSION = FILE_FORMAT, FILE_FORMAT_VERSION
-
-_RUN_START = {"kind": "run_start", "format": FORMAT, "format_version": FORMAT_VERSION}
+_RUN_START = {"kind": "run_start", "format": FILE_FORMAT, "format_version": FILE_FORMAT_VERSION}
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
 _id_text = functools.lru_cache(maxsize=4096)(str)  # a span's id is written with each of its records
 
@@ -175,7 +173,6 @@ class FileExporter(BaseExporter):
 
     def _append(self, line: bytes) -> bool:
         """Append one whole line, or leave the file as it was and say why (once per kind of failure)."""
-        start = os.fstat(self._fd).st_size
         written = 0
         try:
             while written < len(line):
@@ -184,7 +181,8 @@ class FileExporter(BaseExporter):
         except OSError as error:
             if written:
                 try:
-                    os.ftruncate(self._fd, start)  # a part of a line would glue onto the next record
+                    # a part of a line would glue onto the next record (one writer per file: the part is the tail)
+                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
                 except OSError:
                     os.write(self._fd, b"\n")  # then at least end it: the reader skips it, nothing else
             self._warn(

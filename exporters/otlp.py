@@ -137,10 +137,9 @@ class _RetryingSpanExporter(SpanExporter):
             except Exception:  # noqa: BLE001
                 delivered = False
             with self._lock:
-                if self._counting and delivered:
-                    self.delivered += len(left)
-                elif self._counting:
-                    self.dropped += len(left)
+                if self._counting:
+                    self.delivered += len(left) if delivered else 0
+                    self.dropped += 0 if delivered else len(left)
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:
@@ -439,7 +438,7 @@ class OTLPExporter(BaseExporter):
             warnings.warn(
                 f"{self!r}: {self.dropped} of {self._ended} spans could not be delivered "
                 f"(collector unreachable, refusing or too slow; {self._retrying.failures} exports failed, "
-                f"gave up after the export timeout of {self.timeout:g} s at close).",
+                f"gave up after the export timeout of {self.flush_timeout:g} s at close).",
                 RuntimeWarning,
                 stacklevel=2,
             )

@@ -168,12 +168,11 @@ def shutdown() -> None:
         ...
         telemetry_jit.shutdown()
     """
-    from nv_one_logger.core.span import StandardSpanName
     from nv_one_logger.training_telemetry.api.callbacks import on_app_end
 
     provider = TrainingTelemetryProvider.instance()
     try:
-        if provider.one_logger_ready and provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION):
+        if provider.one_logger_ready and nv_one_logger_compat.application_running(provider):
             on_app_end()
     except Exception:  # noqa: BLE001 - often interpreter exit: nothing left to report to
         pass

@@ -78,7 +78,7 @@ class CompileConsole:
 
     def recorded(self, record: CompileRecord, global_step: int) -> None:
         """Watch for a frame that keeps recompiling (called once per recorded compile)."""
-        if not record.is_recompile or record.trigger == "lazy_backward":
+        if not record.is_frame_recompile:
             return
         frame = f"{record.frame or record.compile_id.rsplit('/', 1)[0]} ({record.location or 'unknown location'})"
         recent = self._recent[frame]

@@ -164,7 +164,7 @@ def select(root: torch.nn.Module, config: JitConfig) -> list[tuple[str, torch.nn
         JitConfigError: with ``selector_style="auto"``, glob and NeMo matching disagree.
         LookupError, TypeError, AttributeError: the selector names nothing, or not a module.
     """
-    selector = config.module_selector or ""
+    selector = config.module_selector
     if config.selector_style == "nemo":
         return select_modules_like_nemo(root, selector)
     if config.selector_style == "glob" or not any(char in selector for char in _GLOB_CHARS):

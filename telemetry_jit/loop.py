@@ -5,10 +5,10 @@ from __future__ import annotations
 import warnings
 from types import TracebackType
 
-from nv_one_logger.core.span import StandardSpanName
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.console import CompileConsole
 from telemetry_jit.exporters import identity
 from telemetry_jit.recording import CompileRecorder, CompileStats, telemetry_enabled
@@ -69,7 +69,7 @@ class CompileTelemetry:
                 RuntimeWarning,
                 stacklevel=2,
             )
-        elif not self._provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION):
+        elif not nv_one_logger_compat.application_running(self._provider):
             one_logger.on_app_start()
             self._owns_application = True
         self._recorder.start(self._position)

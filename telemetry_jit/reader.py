@@ -208,16 +208,17 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
 def _infer_parents(run: TelemetryRun) -> None:
     """Each span's parent: the innermost other span (not a compilation) whose time contains it."""
     forever = float("inf")
+    # sorted so that a span comes after every span that contains it; the open ones form a stack
     spans = sorted(run.spans.values(), key=lambda s: (s.start_unix_ns, -(s.end_unix_ns or forever)))
-    for index, span in enumerate(spans):
+    open_spans: list[SpanRecord] = []
+    for span in spans:
         end = span.end_unix_ns or forever
-        containing = [
-            other
-            for other in spans[:index]  # sorted so that a span comes after every span that contains it
-            if other.name != JitSpanName.COMPILATION.value and (other.end_unix_ns or forever) >= end
-        ]
-        if containing:
-            span.parent_id = min(containing, key=lambda o: (o.end_unix_ns or forever) - o.start_unix_ns).span_id
+        while open_spans and (open_spans[-1].end_unix_ns or forever) < end:
+            open_spans.pop()
+        if open_spans:
+            span.parent_id = open_spans[-1].span_id
+        if span.name != JitSpanName.COMPILATION.value:
+            open_spans.append(span)
 
 
 def _apply(run: TelemetryRun, record: dict[str, Any]) -> None:

@@ -65,7 +65,7 @@ class CompileStats:
         self.graph_break_count += len(record.graph_breaks)
         self.ddp_graph_splits += record.ddp_graph_splits
         self.recompile_limit_hits += record.recompile_limit_hit
-        if record.is_recompile and record.trigger != "lazy_backward":  # its frame's recompile, counted there
+        if record.is_frame_recompile:
             self.recompile_count += 1
             reason = record.recompile_reason or "unknown"
             if reason in self.recompile_reasons or len(self.recompile_reasons) < _MAX_DISTINCT_REASONS:

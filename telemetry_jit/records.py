@@ -52,6 +52,11 @@ class CompileRecord:
         return (self.end_ns - self.start_ns) / 1e6
 
     @property
+    def is_frame_recompile(self) -> bool:
+        """A frame compiled again; its backward graph (same compile id) is part of that recompile."""
+        return self.is_recompile and self.trigger != "lazy_backward"
+
+    @property
     def ddp_graph_splits(self) -> int:
         """Cuts DDPOptimizer made at gradient-bucket boundaries: not graph breaks in user code."""
         return sum(buckets - 1 for buckets in self.ddp_buckets if buckets > 1)

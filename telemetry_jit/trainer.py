@@ -12,7 +12,7 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
-from nv_one_logger.core.span import Span, StandardSpanName
+from nv_one_logger.core.span import Span
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
@@ -69,7 +69,7 @@ class TelemetryCallback(Callback):
         if not call_on_app_start:
             return
         if self._ready():
-            if not self._application_running():
+            if not nv_one_logger_compat.application_running(self._provider):
                 one_logger.on_app_start()
         else:
             self._warn_not_configured()
@@ -114,9 +114,6 @@ class TelemetryCallback(Callback):
     def _ready(self) -> bool:
         return telemetry_enabled()
 
-    def _application_running(self) -> bool:
-        return bool(self._provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))
-
     def _active_span(self, name: str) -> Any:
         if not self._ready():
             return None
@@ -131,7 +128,7 @@ class TelemetryCallback(Callback):
             self._configure_spawned_rank()
         if not self._ready():
             self._warn_not_configured()
-        elif self._call_on_app_start and not self._application_running():
+        elif self._call_on_app_start and not nv_one_logger_compat.application_running(self._provider):
             # configured after hook_trainer_cls: the application span can only start now
             warnings.warn(
                 "telemetry-jit: the telemetry provider was configured after hook_trainer_cls; the application span "
@@ -323,7 +320,7 @@ class TelemetryCallback(Callback):
             self._warn_not_configured()
 
     def on_app_end(self) -> None:
-        if self._ready() and self._application_running():
+        if self._ready() and nv_one_logger_compat.application_running(self._provider):
             one_logger.on_app_end()
 
     def on_model_init_start(self) -> None:

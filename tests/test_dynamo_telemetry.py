@@ -266,15 +266,15 @@ def test_telemetry_changes_neither_breaks_nor_recompiles_nor_losses(telemetry: T
 
 
 def test_callbacks_are_removed_and_a_second_fit_counts_only_its_own(telemetry: Telemetry) -> None:
-    registered = compile_start_callbacks()
+    registered = list(compile_start_callbacks())
     HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=eager_jit())
     HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader(16, 4))
-    assert compile_start_callbacks() == registered
+    assert list(compile_start_callbacks()) == registered
     first = callback.last_compile_stats.count
     assert first > 0
     before = len(compiles_recorded_by_torch())
     HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(16, 4))
-    assert compile_start_callbacks() == registered
+    assert list(compile_start_callbacks()) == registered
     assert callback.last_compile_stats.count == len(compiles_recorded_by_torch()) - before
     callback.on_app_end()
     loops = telemetry.run().find("training_loop")

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
@@ -15,8 +13,8 @@ import telemetry_jit
 from telemetry_jit.compat.torch import compiles_recorded_by_torch
 from tests.conftest import Telemetry
 from tests.test_dynamo_telemetry import assert_matches_torch, attempt, summary_of
+from tests.test_quickstart import run_example
 
-ROOT = Path(__file__).resolve().parents[1]
 # a shape change is a recompile every time (torch may otherwise remember from an earlier run that a
 # dimension is dynamic, and compile it dynamic from the start)
 STATIC_SHAPES = torch._dynamo.config.patch(automatic_dynamic_shapes=False)
@@ -35,6 +33,8 @@ class Model(torch.nn.Module):
         return self.head(h)
 
 
+SOURCE = Path(__file__).read_text().splitlines()
+PRINT_LINE = 1 + SOURCE.index('        print("", end="")  # a graph break in user code')
 BATCHES = [torch.randn(4, 8) for _ in range(4)] + [torch.randn(2, 8)]  # the last is shorter: a recompile
 
 
@@ -57,7 +57,8 @@ def assert_exact(run: telemetry_jit.reader.TelemetryRun, stats: telemetry_jit.Co
     assert {s.attributes["train.stage"] for s in spans} == {"train"}
     assert {run.parent(s).name for s in spans} == {parent}
     breaks = [e for s in spans for e in s.events if e.name == "graph_break"]
-    assert breaks and all(e.attributes["graph_break.location"].endswith("tests/test_loops.py:34") for e in breaks)
+    where = f"tests/test_loops.py:{PRINT_LINE}"
+    assert breaks and all(e.attributes["graph_break.location"].endswith(where) for e in breaks)
     assert summary_of(run.find(parent)[0])["compile.count"] == len(spans) == stats.count
 
 
@@ -102,21 +103,9 @@ def _compiled_model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimi
     return model, torch.optim.SGD(model.parameters(), lr=0.01)
 
 
-def run_example(name: str, out: Path, *args: str) -> str:
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / name), "--out", str(out), *args],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=out.parent,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result.stdout
-
-
 def test_the_plain_loop_example_runs_end_to_end(tmp_path: Path) -> None:
     out = tmp_path / "plain.jsonl"
-    printed = run_example("plain_loop.py", out)
+    printed = run_example("plain_loop.py", out).stdout
     (run,) = telemetry_jit.read_telemetry(out)
     compiles = run.find("compilation")
     assert f"{len(compiles)} compilations" in printed and "telemetry-jit summary" in printed
@@ -126,7 +115,7 @@ def test_the_plain_loop_example_runs_end_to_end(tmp_path: Path) -> None:
 
 def test_the_fabric_example_on_two_processes_writes_one_file_per_rank(tmp_path: Path) -> None:
     out = tmp_path / "fabric.jsonl"
-    printed = run_example("fabric_loop.py", out, "--devices", "2")
+    printed = run_example("fabric_loop.py", out, "--devices", "2").stdout
     assert "telemetry-jit summary" in printed
     counts = []
     for rank in (0, 1):

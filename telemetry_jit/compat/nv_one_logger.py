@@ -8,15 +8,17 @@ nv-one-logger keeps on a running span, and forgetting the per-process configurat
 
 from __future__ import annotations
 
-from importlib import metadata
+from typing import Any
 
 from nv_one_logger.core.event import ErrorEvent, Event
-from nv_one_logger.core.span import Span
+from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.exporter.exporter import Exporter
 from nv_one_logger.recorder.default_recorder import DefaultRecorder
 
-VERIFIED = "nv-one-logger-training-telemetry 2.3"
-VERSION = metadata.version("nv-one-logger-training-telemetry")
+
+def application_running(provider: Any) -> bool:
+    """Whether nv-one-logger's ``application`` span is running (it allows one per process)."""
+    return bool(provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))
 
 
 def is_exported(recorder: DefaultRecorder, span: Span) -> bool:

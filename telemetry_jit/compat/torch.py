@@ -61,8 +61,9 @@ def remove_compile_callbacks(on_start: Callback, on_end: Callback) -> None:
             remove(callback)
 
 
-def compile_start_callbacks() -> list[Callback]:
-    return list(callback_handler.start_callbacks)
+def compile_start_callbacks() -> Sequence[Callback]:
+    """torch's live list of start callbacks (read it, do not change it): cheap to check every step."""
+    return callback_handler.start_callbacks
 
 
 def callback_trigger(args: Any) -> str | None:

@@ -14,9 +14,9 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
+from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.compat.thunder import import_thunder
-from telemetry_jit.thunder_probe import compile_with_thunder
+from telemetry_jit.thunder_probe import compile_with_thunder, compile_with_thunder_dynamo
 
 _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
@@ -27,6 +27,10 @@ class JitConfigError(ValueError, AssertionError):
 
 
 SELECTOR_STYLES = ("auto", "glob", "nemo")
+THUNDER_BACKENDS = {  # JitConfig.thunder_backend -> what compiles, as the startup line names it
+    "jit": "thunder.jit",
+    "dynamo": "torch.compile with thunder.dynamo.ThunderCompiler",
+}
 
 
 @dataclass
@@ -40,8 +44,10 @@ class JitConfig:
         use_torch: Compile with ``module.compile(**torch_kwargs)``.
         torch_kwargs: Passed through to ``torch.compile`` (``backend``, ``mode``, ``fullgraph``,
             ``dynamic``, ``options``, ``disable``).
-        use_thunder: Compile with Lightning Thunder (``thunder.jit``, in place: ``state_dict`` keys
-            do not change).
+        use_thunder: Compile with Lightning Thunder, as ``thunder_backend`` says.
+        thunder_backend: ``"jit"`` (default): ``thunder.jit`` of each module, in place (``state_dict``
+            keys do not change). ``"dynamo"``: NeMo's path, ``module.compile(backend=
+            thunder.dynamo.ThunderCompiler())``; ops thunder leaves to torch become graph breaks.
         profile_thunder: Apply thunder's NVTX profile transform (CUDA only; a warning on CPU).
         selector_style: How wildcards match. ``"glob"``: every atom is a glob matched against the
             whole name, at any depth. ``"nemo"``: NeMo's rule, ``re.match(atom.replace("*", ".*"),
@@ -60,6 +66,7 @@ class JitConfig:
     use_thunder: bool = False
     profile_thunder: bool = False
     selector_style: str = "auto"
+    thunder_backend: str = "jit"
 
     def __post_init__(self) -> None:
         if self.use_torch and self.use_thunder:
@@ -77,6 +84,10 @@ class JitConfig:
         if self.selector_style not in SELECTOR_STYLES:
             raise JitConfigError(
                 f"JitConfig.selector_style must be one of {list(SELECTOR_STYLES)}, got {self.selector_style!r}."
+            )
+        if self.thunder_backend not in THUNDER_BACKENDS:
+            raise JitConfigError(
+                f"JitConfig.thunder_backend must be one of {list(THUNDER_BACKENDS)}, got {self.thunder_backend!r}."
             )
         _split_selector(self.module_selector)  # raises on a malformed selector
         if not isinstance(self.torch_kwargs, dict):
@@ -249,8 +260,10 @@ class JitTransform(Callback):
         for config in self.configs:
             if config.use_torch or config.use_thunder:
                 select(root, config)
-            if config.use_thunder:
-                import_thunder()  # a missing or broken install fails here, before the first step
+            if config.use_thunder and config.thunder_backend == "dynamo":
+                thunder_compat.dynamo_compiler()  # a missing or broken install fails here, before the first step
+            elif config.use_thunder:
+                thunder_compat.import_thunder()
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._compile(pl_module)
@@ -276,11 +289,13 @@ class JitTransform(Callback):
                 if torch_compat.compiled_call(module) is not None:
                     continue  # compiled already: by an earlier epoch, another config, or the user
                 label = name or type(module).__name__
-                if config.use_thunder:
+                if config.use_thunder and config.thunder_backend == "dynamo":
+                    compile_with_thunder_dynamo(module, label, profile=config.profile_thunder)
+                elif config.use_thunder:
                     compile_with_thunder(module, label, profile=config.profile_thunder)
                 else:
                     module.compile(**config.torch_kwargs)
                 self.compiled.append(name or "<root>")
-                compiler = "thunder.jit" if config.use_thunder else "torch.compile"
+                compiler = THUNDER_BACKENDS[config.thunder_backend] if config.use_thunder else "torch.compile"
                 rank_zero_info(f"telemetry-jit: {compiler}({label})")
         pl_module._compiled = bool(self.compiled)  # NeMo's marker

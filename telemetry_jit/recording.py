@@ -157,7 +157,7 @@ class CompileRecorder:
         self._batch_step = position()[0]
         thunder_probe.take_records()  # thunder compiles between runs (a module called by hand) are not this run's
         self._thunder_before = {
-            id(c): (c.stats.cache_hits, c.stats.cache_misses) for c in thunder_probe.compiled_modules()
+            id(c): (c.stats.cache_hits, c.stats.cache_misses) for c in thunder_probe.compiled_functions()
         }
         self._probe.attach()
 
@@ -203,7 +203,7 @@ class CompileRecorder:
     def _thunder_counts(self) -> dict[str, tuple[int, int]]:
         """Cache hits and misses per thunder-compiled module during this call."""
         counts = {}
-        for compiled in thunder_probe.compiled_modules():
+        for compiled in thunder_probe.compiled_functions():
             hits, misses = self._thunder_before.get(id(compiled), (0, 0))
             stats = compiled.stats
             if stats.cache_misses - misses or stats.cache_hits - hits:
@@ -255,6 +255,8 @@ class CompileRecorder:
                 )
 
     def _record(self, record: CompileRecord) -> None:
+        if record.trigger == "dynamo":
+            record.graph_breaks.extend(thunder_probe.take_splits(record.compile_id))
         context = record.context if isinstance(record.context, CompileContext) else self._context(self._batch_step)
         self.stats.add(record)
         if self.console is not None:
@@ -310,6 +312,7 @@ def _graph_break_event(graph_break: GraphBreak, timestamp: TracingTimestamp) -> 
                 "graph_break.reason_full": graph_break.reason,
                 "graph_break.location": graph_break.location,
                 "graph_break.counted_by_torch": graph_break.counted_by_torch,
+                "graph_break.compiler": graph_break.compiler,
             }
         ),
         timestamp=timestamp,

@@ -14,6 +14,8 @@ class GraphBreak:
     location: str = ""  # "file:line" of user code, empty when unknown
     # False for breaks torch logs but leaves out of counters["graph_break"] (data-dependent branching)
     counted_by_torch: bool = True
+    # "thunder" for an op thunder.dynamo.ThunderCompiler left to torch (a split of dynamo's graph)
+    compiler: str = "dynamo"
 
     @property
     def summary(self) -> str:

@@ -1,14 +1,17 @@
-"""Compiling submodules with ``thunder.jit`` and reading ``thunder.compile_stats`` into
+"""Compiling submodules with thunder and reading ``thunder.compile_stats`` into
 :class:`CompileRecord` objects.
 
-The compiled module stays where it is in the model: the hook ``nn.Module.compile`` uses (see
-:func:`telemetry_jit.compat.torch.set_compiled_call`) runs the ``ThunderModule``. Replacing the child with the
-``ThunderModule`` would change ``state_dict`` keys (``layer1.weight`` becomes ``layer1..weight``),
-so checkpoints would no longer load into the plain model.
+Two ways to compile, as ``JitConfig.thunder_backend`` picks. ``"jit"``: ``thunder.jit`` of the
+module. The compiled module stays where it is in the model: the hook ``nn.Module.compile`` uses
+(see :func:`telemetry_jit.compat.torch.set_compiled_call`) runs the ``ThunderModule``. Replacing
+the child with the ``ThunderModule`` would change ``state_dict`` keys (``layer1.weight`` becomes
+``layer1..weight``), so checkpoints would no longer load into the plain model. ``"dynamo"``
+(NeMo's): ``module.compile(backend=thunder.dynamo.ThunderCompiler())``; dynamo captures graphs,
+thunder splits each into pieces it runs and ops it leaves to torch.
 
-After each call the wrapper compares thunder's cache-miss count with the last one it saw; a new
-miss becomes a record with thunder's own timestamps: from the start of tracing to the end of the
-host window in which transforms ran and the cache entry was built.
+After each call of a thunder-compiled function telemetry-jit compares thunder's cache-miss count
+with the last one it saw; a new miss becomes a record with thunder's own timestamps: from the start
+of tracing to the end of the host window in which transforms ran and the cache entry was built.
 """
 
 from __future__ import annotations
@@ -23,11 +26,12 @@ import torch
 
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.records import CompileRecord
+from telemetry_jit.records import CompileRecord, GraphBreak
 
 # Records wait here until the trainer's recorder takes them (between steps).
 _pending: deque[CompileRecord] = deque(maxlen=10_000)
-_compiled: weakref.WeakSet[ThunderCompiled] = weakref.WeakSet()
+_splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
+_watched: weakref.WeakSet[ThunderFunction] = weakref.WeakSet()
 _warned_profile = False
 
 
@@ -53,36 +57,22 @@ def _difference(before: dict[str, str], after: dict[str, str]) -> str:
     )
 
 
-class ThunderCompiled:
-    """The call installed on a module compiled with thunder; records each cache miss."""
+class ThunderFunction:
+    """One thunder-compiled function: each new cache miss becomes a :class:`CompileRecord`."""
 
-    def __init__(self, module: torch.nn.Module, name: str, thunder_module: torch.nn.Module) -> None:
+    def __init__(self, name: str, thunder_module: torch.nn.Module, location: str) -> None:
         self.name = name
-        self.module = module
-        self.thunder_module = thunder_module
         self.stats = thunder_compat.CompileStats(thunder_module)
+        self._location = location
         self._misses = 0
         self._signatures: list[dict[str, str]] = []
         self._clock_offset_ns = time.time_ns() - time.perf_counter_ns()
-        source = getattr(type(module).forward, "__code__", None)
-        self._location = f"{source.co_filename}:{source.co_firstlineno}" if source else ""
+        _watched.add(self)
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return self.call_thunder(*args, **kwargs)
-        finally:
-            if self.stats.cache_misses != self._misses:
-                self._record(args, kwargs)
-
-    def call_thunder(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the ThunderModule, without telemetry."""
-        module = self.module
-        # thunder traces module.__call__; while it runs, the module must look uncompiled to it
-        torch_compat.set_compiled_call(module, None)
-        try:
-            return self.thunder_module(*args, **kwargs)
-        finally:
-            torch_compat.set_compiled_call(module, self)
+    def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """After a call with these inputs: record the compile if thunder missed its cache."""
+        if self.stats.cache_misses != self._misses:
+            self._record(args, kwargs)
 
     def _record(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         stats = self.stats
@@ -110,8 +100,67 @@ class ThunderCompiled:
         )
 
 
-def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderCompiled:
-    """``thunder.jit`` ``module`` in place (``state_dict`` unchanged) and return its handle."""
+class ThunderCompiled:
+    """The call installed on a module compiled with ``thunder.jit``."""
+
+    def __init__(self, module: torch.nn.Module, name: str, thunder_module: torch.nn.Module) -> None:
+        self.module = module
+        self.thunder_module = thunder_module
+        self.function = ThunderFunction(name, thunder_module, _forward_location(module))
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.call_thunder(*args, **kwargs)
+        finally:
+            self.function.check(args, kwargs)
+
+    def call_thunder(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the ThunderModule, without telemetry."""
+        module = self.module
+        # thunder traces module.__call__; while it runs, the module must look uncompiled to it
+        torch_compat.set_compiled_call(module, None)
+        try:
+            return self.thunder_module(*args, **kwargs)
+        finally:
+            torch_compat.set_compiled_call(module, self)
+
+
+class ThunderDynamoBackend:
+    """``thunder.dynamo.ThunderCompiler`` as a ``torch.compile`` backend (NeMo's thunder path).
+
+    dynamo's compiles are recorded like any backend's; in addition each piece thunder compiles is a
+    :class:`ThunderFunction` (its first call traces it), and each op thunder leaves to torch becomes
+    a graph break of the dynamo compile that made the graph.
+    """
+
+    def __init__(self, name: str, location: str, nvtx_ranges: bool = False) -> None:
+        self.__name__ = "thunder"  # torch.compile names a backend by it: compile.backend on dynamo's spans
+        self.name = name
+        self.location = location
+        self.compiler = thunder_compat.dynamo_compiler(nvtx_ranges)
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        split, made = thunder_compat.split_graph(self.compiler, graph, example_inputs)
+        for piece, thunder_module in made.thunder_modules:
+            function = ThunderFunction(f"{self.name}/graph{made.index}.{piece}", thunder_module, self.location)
+            thunder_module.register_forward_hook(
+                lambda _, args, kwargs, __, function=function: function.check(args, kwargs), with_kwargs=True
+            )
+        if made.splits:
+            _splits[torch_compat.current_compile_id()] = [
+                GraphBreak(reason, location, counted_by_torch=False, compiler="thunder")
+                for reason, location in made.splits
+            ]
+        return split
+
+
+def _forward_location(module: torch.nn.Module) -> str:
+    source = getattr(type(module).forward, "__code__", None)
+    return f"{source.co_filename}:{source.co_firstlineno}" if source else ""
+
+
+def _warn_profile_on_cpu(profile: bool) -> bool:
+    """Whether to add thunder's NVTX ranges; says once that they do nothing without CUDA."""
     global _warned_profile
     nvtx_ranges = profile and torch.cuda.is_available()
     if profile and not nvtx_ranges and not _warned_profile:
@@ -119,12 +168,22 @@ def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = Fal
         warnings.warn(
             "JitConfig(profile_thunder=True) does nothing on CPU: thunder's NVTX profile ranges need CUDA.",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
-    compiled = ThunderCompiled(module, name, thunder_compat.jit(module, nvtx_ranges))
+    return nvtx_ranges
+
+
+def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderCompiled:
+    """``thunder.jit`` ``module`` in place (``state_dict`` unchanged) and return its handle."""
+    compiled = ThunderCompiled(module, name, thunder_compat.jit(module, _warn_profile_on_cpu(profile)))
     torch_compat.set_compiled_call(module, compiled)
-    _compiled.add(compiled)
     return compiled
+
+
+def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: bool = False) -> None:
+    """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
+    backend = ThunderDynamoBackend(name, _forward_location(module), _warn_profile_on_cpu(profile))
+    module.compile(backend=backend)
 
 
 def take_records() -> list[CompileRecord]:
@@ -136,5 +195,10 @@ def take_records() -> list[CompileRecord]:
     return records
 
 
-def compiled_modules() -> list[ThunderCompiled]:
-    return sorted(_compiled, key=lambda compiled: compiled.name)
+def take_splits(compile_id: str) -> list[GraphBreak]:
+    """The ops thunder left to torch in the graph dynamo compile ``compile_id`` made."""
+    return _splits.pop(compile_id, [])
+
+
+def compiled_functions() -> list[ThunderFunction]:
+    return sorted(_watched, key=lambda function: function.name)

@@ -38,6 +38,8 @@ class Block(torch.nn.Module):
             h = h * float(h.sum().item() > -1e9)
         elif self.graph_break == "branch" and h.sum() > 0:  # data-dependent control flow
             h = h * 1.0
+        elif self.graph_break == "histc":  # no graph break for dynamo; thunder has no histc of its own
+            h = h + torch.histc(h, bins=4).sum() * 0.0
         return h
 
 

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 import telemetry_jit
-from telemetry_jit import JitConfig, JitTransform
+from telemetry_jit import JitConfig, JitTransform, thunder_probe
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat.thunder import import_thunder
-from telemetry_jit.compat.torch import compiled_call
+from telemetry_jit.compat.torch import compiled_call, compiles_recorded_by_torch, total_graph_breaks
 from tests.conftest import Telemetry, needs_thunder
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
@@ -135,9 +135,9 @@ def test_thunder_compiles_between_fits_are_not_counted_in_the_next_fit(telemetry
     model = Net()
     _, callback = fit(telemetry, model, epochs=1)
     layer = model.model.layer0
-    misses_after_first_fit = compiled_call(layer).stats.cache_misses
+    misses_after_first_fit = compiled_call(layer).function.stats.cache_misses
     layer(torch.randn(7, 8))  # by hand, between the fits: a shape thunder has not traced
-    assert compiled_call(layer).stats.cache_misses == misses_after_first_fit + 1
+    assert compiled_call(layer).function.stats.cache_misses == misses_after_first_fit + 1
     HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider)
     HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(16, 4))  # shapes thunder has seen
     callback.on_app_end()
@@ -148,3 +148,60 @@ def test_thunder_compiles_between_fits_are_not_counted_in_the_next_fit(telemetry
     assert all(hits > 0 for hits in second["compile.thunder_cache_hits"])
     in_second = [s for s in telemetry.run().find("compilation") if s.start_unix_ns >= loops[-1].start_unix_ns]
     assert in_second == []
+
+
+@needs_thunder
+def test_nemos_thunder_path_trains_with_compile_spans_and_thunder_splits_as_graph_breaks(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def with_print(model: Net) -> Net:
+        model.model.layer1.graph_break = "print"  # a graph break for dynamo, after thunder's split
+        return model
+
+    eager = with_print(Net(graph_break="histc"))
+    pl.Trainer(max_epochs=2, **TRAINER_DEFAULTS).fit(eager, loader(18, 4), loader(8, 4))
+    compilers = []  # each ThunderCompiler that split a graph: thunder's own record of its splits
+    split_graph = thunder_compat.split_graph
+
+    def spy(compiler: object, *args: object) -> object:
+        compilers.append(compiler)
+        return split_graph(compiler, *args)
+
+    monkeypatch.setattr(thunder_compat, "split_graph", spy)
+    config = JitConfig(use_thunder=True, thunder_backend="dynamo", module_selector=None)  # NeMo's whole model
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config)
+    model = with_print(Net(graph_break="histc"))
+    HookedTrainer(max_epochs=2, **TRAINER_DEFAULTS).fit(model, loader(18, 4), loader(8, 4))
+    assert model.losses == pytest.approx(eager.losses, rel=1e-4, abs=1e-5)
+    run = telemetry.end()
+
+    spans = run.find("compilation")
+    dynamo = [s for s in spans if s.attributes["compile.source"] == "dynamo"]
+    assert len(dynamo) == len(compiles_recorded_by_torch()) > 0
+    assert {s.attributes["compile.backend"] for s in dynamo} == {"thunder"}
+    breaks = [e for s in dynamo for e in s.events if e.name == "graph_break"]
+    by_torch = [e for e in breaks if e.attributes["graph_break.compiler"] == "dynamo"]
+    assert len(by_torch) == total_graph_breaks() > 0
+    splits = [e for e in breaks if e.attributes["graph_break.compiler"] == "thunder"]
+    subgraphs = [info for compiler in {id(c): c for c in compilers}.values() for info in compiler.subgraph_infos]
+    assert len(splits) == sum(len(info.split_reasons) for info in subgraphs) > 0
+    histc_line = next(n for n, line in enumerate(Path(models_file()).read_text().splitlines(), 1) if "histc(" in line)
+    for split in splits:
+        assert "histc" in split.attributes["graph_break.reason"]
+        assert split.attributes["graph_break.location"] == f"{models_file()}:{histc_line}"
+        assert split.attributes["graph_break.counted_by_torch"] is False
+
+    pieces = thunder_probe.compiled_functions()
+    thunder = [s for s in spans if s.attributes["compile.source"] == "thunder"]
+    assert len(thunder) == sum(piece.stats.cache_misses for piece in pieces) >= len(pieces) > 0
+    assert {s.attributes["compile.frame"] for s in thunder} == {piece.name for piece in pieces}
+    assert all(piece.name.startswith("Body/graph") for piece in pieces)
+    assert all(s.end_unix_ns > s.start_unix_ns for s in thunder)
+    (summary,) = [e for e in run.find("training_loop")[0].events if e.name == "compile_summary"]
+    assert sorted(summary.attributes["compile.thunder_modules"]) == sorted(piece.name for piece in pieces)
+
+
+def models_file() -> str:
+    import tests.models
+
+    return tests.models.__file__

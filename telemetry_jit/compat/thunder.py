@@ -13,11 +13,15 @@ interpreter cannot look inside) fails with the same clear error every time it is
 from __future__ import annotations
 
 import logging
+import re
 import sys
+from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
 import torch
+
+from telemetry_jit.compat import torch as torch_compat
 
 NAMED_TENSOR_METHODS = ("align_as", "align_to", "refine_names", "rename", "rename_", "has_names")
 SUPPORTED = "lightning-thunder 0.2.x (0.2.6 tested) with torch 2.8 - 2.13"
@@ -109,11 +113,73 @@ class CompileStats:
         return start, traced, max(stats.last_trace_host_execution_stop or traced, traced)
 
 
-def jit(module: torch.nn.Module, nvtx_ranges: bool = False) -> torch.nn.Module:
-    """``thunder.jit(module)``, with thunder's NVTX profile transform when asked for."""
-    thunder = import_thunder()
+def _transforms(nvtx_ranges: bool) -> list[Any]:
     if not nvtx_ranges:
-        return thunder.jit(module)
+        return []
     from thunder.dev_utils.nvtx_profile_transform import NvtxProfileTransform
 
-    return thunder.jit(module, transforms=[NvtxProfileTransform()])
+    return [NvtxProfileTransform()]
+
+
+def jit(module: torch.nn.Module, nvtx_ranges: bool = False) -> torch.nn.Module:
+    """``thunder.jit(module)``, with thunder's NVTX profile transform when asked for."""
+    return import_thunder().jit(module, transforms=_transforms(nvtx_ranges))
+
+
+def dynamo_compiler(nvtx_ranges: bool = False) -> Any:
+    """A ``thunder.dynamo.ThunderCompiler``: the ``torch.compile`` backend NeMo compiles with.
+
+    Raises:
+        ImportError: thunder does not import, or has no ``thunder.dynamo``.
+    """
+    import_thunder()
+    try:
+        from thunder.dynamo import ThunderCompiler
+    except ImportError as error:
+        raise ImportError(
+            f"JitConfig(thunder_backend='dynamo') needs thunder.dynamo.ThunderCompiler, which this "
+            f"lightning-thunder lacks ({error}). Supported: {SUPPORTED}; or use thunder_backend='jit'."
+        ) from error
+    return ThunderCompiler(transforms=_transforms(nvtx_ranges))
+
+
+@dataclass(frozen=True)
+class ThunderGraph:
+    """What ``ThunderCompiler`` made of one dynamo graph."""
+
+    index: int  # the how-many-th graph this compiler got
+    thunder_modules: list[tuple[str, torch.nn.Module]]  # pieces thunder runs, by name in the split graph
+    splits: list[tuple[str, str]]  # why thunder left an op to torch: (reason, "file:line" of the op)
+
+
+_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def split_graph(compiler: Any, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple[Any, ThunderGraph]:
+    """Run ``compiler`` on a dynamo graph; return its split graph and what thunder made of it.
+
+    The pieces are GraphModules with their code generated at once: thunder runs a piece under its
+    own interpreter on first call, where generating it lazily fails (torch 2.13: ``object of type
+    'MappingKeysView' has no len()``).
+    """
+    with torch_compat.eager_graph_modules():
+        split = compiler(graph, example_inputs)
+    info = compiler.subgraph_infos[-1]
+    thunder_fns = {id(fn) for fn in info.thunder_compiled_fns}
+    modules = [(name, child) for name, child in split.named_children() if id(child) in thunder_fns]
+    nodes = {node.name: node for node in info.original_graph_module.graph.nodes}
+    splits = []
+    for reason in info.split_reasons:
+        text = f"thunder split ({reason.reason_type.name}): {reason.info}"
+        if reason.exception:
+            text += f"\n{reason.exception}"
+        node = nodes.get(_node_name(reason.info or ""))
+        frames = _STACK_FRAME.findall((node.meta.get("stack_trace") or "") if node is not None else "")
+        splits.append((text, f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""))
+    return split, ThunderGraph(len(compiler.subgraph_infos) - 1, modules, splits)
+
+
+def _node_name(info: str) -> str:
+    # thunder's split reasons read "node with name: <name> and target: ..."
+    match = re.search(r"name: (\S+)", info)
+    return match.group(1) if match else ""

@@ -16,7 +16,7 @@ import logging
 import re
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import CodeType
 from typing import Any
 
@@ -145,6 +145,24 @@ def current_compile() -> tuple[str, CodeType | None]:
             return str(name or type(backend).__name__), frame.f_locals.get("code")
         frame = frame.f_back
     return "", None
+
+
+def current_compile_id() -> str:
+    """The id of the compile in progress as the compile callbacks name it (``"0/1"``), or ``""``."""
+    from torch._guards import CompileContext
+
+    compile_id = CompileContext.current_compile_id()
+    return "" if compile_id is None else str(compile_id)
+
+
+@contextlib.contextmanager
+def eager_graph_modules() -> Iterator[None]:
+    """GraphModules built inside generate their code at once, not lazily on first call (dynamo's
+    default). Code that runs a GraphModule under its own interpreter (thunder) cannot trigger it."""
+    from torch.fx._lazy_graph_module import _use_lazy_graph_module
+
+    with _use_lazy_graph_module(False):
+        yield
 
 
 def _innermost_backend(backend: Any) -> Any:

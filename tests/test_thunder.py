@@ -113,9 +113,24 @@ def test_missing_thunder_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
         import_thunder()
     with pytest.raises(ImportError, match="telemetry-jit"):
         JitTransform(THUNDER).setup(None, Net(), "fit")  # before the first step
+    dynamo = JitConfig(use_thunder=True, module_selector="layer*", thunder_backend="dynamo")
+    with pytest.raises(ImportError, match="telemetry-jit"):
+        JitTransform(dynamo).setup(None, Net(), "fit")
 
 
-def test_where_thunder_cannot_import_setup_fails_naming_the_versions_that_work() -> None:
+@needs_thunder
+def test_a_thunder_without_thunder_dynamo_fails_at_setup_naming_the_other_backend(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "thunder.dynamo", None)
+    dynamo = JitConfig(use_thunder=True, module_selector="layer*", thunder_backend="dynamo")
+    with pytest.raises(ImportError, match=r"needs thunder\.dynamo\.ThunderCompiler.*thunder_backend='jit'"):
+        JitTransform(dynamo).setup(None, Net(), "fit")
+
+
+@pytest.mark.parametrize("backend", ["jit", "dynamo"])
+def test_where_thunder_cannot_import_setup_fails_naming_the_versions_that_work(backend: str) -> None:
+    config = JitConfig(use_thunder=True, module_selector="layer*", thunder_backend=backend)
     try:
         import_thunder()
     except ImportError as error:
@@ -126,7 +141,7 @@ def test_where_thunder_cannot_import_setup_fails_naming_the_versions_that_work()
         with pytest.raises(
             ImportError, match=r"does not import with torch .*Supported: lightning-thunder 0\.2\.x"
         ) as e:
-            JitTransform(THUNDER).setup(None, Net(), "fit")  # before the first step
+            JitTransform(config).setup(None, Net(), "fit")  # before the first step
         assert str(e.value) == failure, attempt
 
 

@@ -31,7 +31,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.recording import CompileRecorder
+from telemetry_jit.recording.recorder import CompileRecorder
 
 
 def fit_seconds(trainer_cls: type[pl.Trainer], steps: int) -> float:

@@ -18,8 +18,8 @@ from pathlib import Path
 from nv_one_logger.training_telemetry.api.callbacks import on_app_end, on_app_start
 
 import telemetry_jit
-from telemetry_jit.recording import CompileContext, CompileRecorder
-from telemetry_jit.records import CompileRecord, GraphBreak
+from telemetry_jit.recording.recorder import CompileContext, CompileRecorder
+from telemetry_jit.recording.records import CompileRecord, GraphBreak
 
 
 def record(index: int) -> CompileRecord:

@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from telemetry_jit.thunder_probe import compile_with_thunder, take_records
+from telemetry_jit.probes.thunder import compile_with_thunder, take_records
 
 
 def per_call_us(call, x: torch.Tensor, calls: int) -> float:

@@ -33,7 +33,7 @@ from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import BaseExporter, ExportError
-from overrides import override
+from typing_extensions import override
 
 from ..schema import FILE_FORMAT, FILE_FORMAT_VERSION
 from . import identity

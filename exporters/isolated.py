@@ -18,7 +18,7 @@ from typing import Any
 from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
 from nv_one_logger.exporter.exporter import BaseExporter, Exporter
-from overrides import override
+from typing_extensions import override
 
 _STOP = object()
 

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from telemetry_jit.compat import torch as torch_compat  # noqa: E402
-from telemetry_jit.dynamo import DynamoProbe  # noqa: E402
+from telemetry_jit.probes.dynamo import DynamoProbe  # noqa: E402
 
 
 class Model(torch.nn.Module):

@@ -12,22 +12,22 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _WHERE = {
-    "CompileRecord": "records",
-    "CompileStats": "recording",
+    "CompileRecord": "recording.records",
+    "CompileStats": "recording.stats",
     "CompileTelemetry": "loop",
-    "FabricCompileTelemetry": "fabric",
-    "GraphBreak": "records",
-    "JitConfig": "jit",
+    "FabricCompileTelemetry": "lightning.fabric",
+    "GraphBreak": "recording.records",
+    "JitConfig": "lightning.jit_transform",
     "JitEventName": "schema",
     "JitSpanName": "schema",
-    "JitTransform": "jit",
-    "TelemetryCallback": "trainer",
+    "JitTransform": "lightning.jit_transform",
+    "TelemetryCallback": "lightning.trainer",
     "configure": "configure",
     "flush": "configure",
-    "hook_trainer_cls": "trainer",
-    "read_telemetry": "reader",
-    "resolve_root": "jit",
-    "select_modules": "jit",
+    "hook_trainer_cls": "lightning.trainer",
+    "read_telemetry": "analysis.reader",
+    "resolve_root": "lightning.jit_transform",
+    "select_modules": "lightning.jit_transform",
     "shutdown": "configure",
 }
 __all__ = [
@@ -64,12 +64,12 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from telemetry_jit.analysis.reader import read_telemetry
     from telemetry_jit.configure import configure, flush, shutdown
-    from telemetry_jit.fabric import FabricCompileTelemetry
-    from telemetry_jit.jit import JitConfig, JitTransform, resolve_root, select_modules
+    from telemetry_jit.lightning.fabric import FabricCompileTelemetry
+    from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform, resolve_root, select_modules
+    from telemetry_jit.lightning.trainer import TelemetryCallback, hook_trainer_cls
     from telemetry_jit.loop import CompileTelemetry
-    from telemetry_jit.reader import read_telemetry
-    from telemetry_jit.recording import CompileStats
-    from telemetry_jit.records import CompileRecord, GraphBreak
+    from telemetry_jit.recording.records import CompileRecord, GraphBreak
+    from telemetry_jit.recording.stats import CompileStats
     from telemetry_jit.schema import JitEventName, JitSpanName
-    from telemetry_jit.trainer import TelemetryCallback, hook_trainer_cls

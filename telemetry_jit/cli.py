@@ -9,10 +9,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from telemetry_jit.reader import TelemetryFileError, TelemetryRun, read_telemetry
-from telemetry_jit.report import render_report
-from telemetry_jit.summary import format_rank_comparison, format_summary, summarize
-from telemetry_jit.trace import to_trace_events
+from telemetry_jit.analysis.reader import TelemetryFileError, TelemetryRun, read_telemetry
+from telemetry_jit.analysis.report import render_report
+from telemetry_jit.analysis.summary import format_rank_comparison, format_summary, summarize
+from telemetry_jit.analysis.trace import to_trace_events
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -13,11 +13,11 @@ import torch
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 import telemetry_jit
+from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.thunder import import_thunder
 from telemetry_jit.compat.torch import reset_compile_state
 from telemetry_jit.exporters import identity
-from telemetry_jit.reader import TelemetryRun
 
 
 @pytest.fixture

@@ -14,14 +14,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from telemetry_jit import JitConfig, hook_trainer_cls
+from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun
+from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.compat.torch import (
     compile_start_callbacks,
     compiles_recorded_by_torch,
     reset_compile_state,
     total_graph_breaks,
 )
-from telemetry_jit.reader import SpanRecord, TelemetryRun
-from telemetry_jit.summary import summarize
 from tests.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
@@ -321,7 +321,7 @@ def test_a_thousand_recompiles_stay_exact_and_bounded(telemetry: Telemetry) -> N
 CONSOLE_SCRIPT = """
 import sys
 import torch
-from telemetry_jit.dynamo import DynamoProbe
+from telemetry_jit.probes.dynamo import DynamoProbe
 
 def f(x):
     x = x + 1

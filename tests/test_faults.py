@@ -23,7 +23,7 @@ from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
 from nv_one_logger.exporter.exporter import BaseExporter
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
-from overrides import override
+from typing_extensions import override
 
 import telemetry_jit
 from telemetry_jit.compat.torch import compiles_recorded_by_torch
@@ -127,7 +127,7 @@ def test_a_failure_while_recording_a_compile_costs_one_warning(telemetry: Teleme
     def broken(*args: Any) -> None:
         raise KeyError("a telemetry bug")
 
-    monkeypatch.setattr(telemetry_jit.recording, "record_attributes", broken)
+    monkeypatch.setattr(telemetry_jit.recording.recorder, "record_attributes", broken)
     compiled_before = len(compiles_recorded_by_torch())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -317,5 +317,5 @@ def test_nothing_exported_holds_tensor_data_or_environment_values(telemetry: Tel
 def test_reader_rejects_binary_garbage_clearly(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_bytes(os.urandom(4096).replace(b"\n", b"x") + b"\n" + os.urandom(100))
-    with pytest.raises(telemetry_jit.reader.TelemetryFileError, match="not a telemetry-jit"):
+    with pytest.raises(telemetry_jit.analysis.reader.TelemetryFileError, match="not a telemetry-jit"):
         telemetry_jit.read_telemetry(garbage)

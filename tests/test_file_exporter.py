@@ -204,7 +204,7 @@ def test_a_full_disk_leaves_whole_lines_and_counts_what_it_lost(tmp_path: Path, 
 
 
 def cli_summary(path: Path) -> str:
-    from telemetry_jit.summary import format_summary
+    from telemetry_jit.analysis.summary import format_summary
 
     return format_summary(telemetry_jit.read_telemetry(path)[-1])
 
@@ -238,5 +238,7 @@ def test_a_file_deleted_mid_run_is_said_once_and_what_follows_is_kept(tmp_path: 
 def test_a_file_from_a_newer_telemetry_jit_is_refused_clearly(tmp_path: Path) -> None:
     path = tmp_path / "future.jsonl"
     path.write_text('{"kind":"run_start","format":"telemetry-jit","format_version":99,"run":"r","rank":0}\n')
-    with pytest.raises(telemetry_jit.reader.TelemetryFileError, match="format 99, newer than .* upgrade telemetry-jit"):
+    with pytest.raises(
+        telemetry_jit.analysis.reader.TelemetryFileError, match="format 99, newer than .* upgrade telemetry-jit"
+    ):
         telemetry_jit.read_telemetry(path)

@@ -7,7 +7,7 @@ import torch
 
 from telemetry_jit import JitConfig, JitTransform, resolve_root, select_modules
 from telemetry_jit.compat.torch import compiled_call
-from telemetry_jit.jit import JitConfigError, select
+from telemetry_jit.lightning.jit_transform import JitConfigError, select
 from tests.models import Net
 
 

@@ -47,7 +47,9 @@ def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, on_step, bac
         optimizer.zero_grad()
 
 
-def assert_exact(run: telemetry_jit.reader.TelemetryRun, stats: telemetry_jit.CompileStats, parent: str) -> None:
+def assert_exact(
+    run: telemetry_jit.analysis.reader.TelemetryRun, stats: telemetry_jit.CompileStats, parent: str
+) -> None:
     spans = assert_matches_torch(run)  # every compile, torch's recompile reasons, every counted graph break
     recompiles = [m for m in compiles_recorded_by_torch() if attempt(m) > 0 and m.is_forward is not False]
     assert stats.recompile_count == len(recompiles) > 0

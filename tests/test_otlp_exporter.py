@@ -17,8 +17,8 @@ import torch
 from packaging.version import Version
 
 import telemetry_jit
+from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.exporters import OTLPExporter
-from telemetry_jit.reader import TelemetryRun
 from tests.conftest import fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 from tests.otlp_receivers import (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from telemetry_jit.reader import SpanRecord, TelemetryRun
+from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun
 
 
 def _args(attributes: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ import warnings
 from collections import defaultdict, deque
 from collections.abc import Callable
 
-from telemetry_jit.records import CompileRecord
+from telemetry_jit.recording.records import CompileRecord
 
 _log = logging.getLogger("telemetry_jit")
 

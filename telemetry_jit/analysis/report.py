@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from html import escape
 
-from telemetry_jit.summary import (
+from telemetry_jit.analysis.summary import (
     BREAK_HEADERS,
     DDP_HEADERS,
     FRAME_HEADERS,

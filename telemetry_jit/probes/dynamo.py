@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.records import CompileRecord, GraphBreak
+from telemetry_jit.recording.records import CompileRecord, GraphBreak
 
 CompileStartListener = Callable[[str, str, str], Any]
 CompileEndListener = Callable[[str], None]

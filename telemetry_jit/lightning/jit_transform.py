@@ -16,7 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.thunder_probe import compile_with_thunder, compile_with_thunder_dynamo
+from telemetry_jit.probes.thunder import compile_with_thunder, compile_with_thunder_dynamo
 
 _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}

@@ -26,7 +26,7 @@ import torch
 
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.records import CompileRecord, GraphBreak
+from telemetry_jit.recording.records import CompileRecord, GraphBreak
 
 # Records wait here until the trainer's recorder takes them (between steps).
 _pending: deque[CompileRecord] = deque(maxlen=10_000)

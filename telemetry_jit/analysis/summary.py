@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from telemetry_jit.reader import EventRecord, SpanRecord, TelemetryRun
+from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun
 from telemetry_jit.schema import FILE_FORMAT, JitEventName, JitSpanName
 
 _CELL_LIMIT = 100

@@ -1,13 +1,11 @@
-"""Turns :class:`CompileRecord` objects into nv-one-logger spans and events, and keeps the
-running totals behind each loop's ``compile_summary``."""
+"""Turns :class:`CompileRecord` objects into nv-one-logger spans and events."""
 
 from __future__ import annotations
 
 import time
 import warnings
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.attributes import Attributes
@@ -17,12 +15,13 @@ from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
-from telemetry_jit import thunder_probe
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.console import CompileConsole
-from telemetry_jit.dynamo import DynamoProbe
-from telemetry_jit.records import CompileRecord, GraphBreak
+from telemetry_jit.probes import thunder as thunder_probe
+from telemetry_jit.probes.dynamo import DynamoProbe
+from telemetry_jit.recording.console import CompileConsole
+from telemetry_jit.recording.records import CompileRecord, GraphBreak
+from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName
 
 _MAX_DISTINCT_REASONS = 200
@@ -44,52 +43,6 @@ class CompileContext:
     global_step: int
     stage: str
     parent: Span | None
-
-
-@dataclass
-class CompileStats:
-    """Running totals over one ``fit``/``validate``/``test``; constant size whatever the run length."""
-
-    count: int = 0
-    recompile_count: int = 0
-    graph_break_count: int = 0
-    ddp_graph_splits: int = 0
-    recompile_limit_hits: int = 0
-    total_time_ms: float = 0.0
-    recompile_reasons: Counter[str] = field(default_factory=Counter)
-    thunder: dict[str, tuple[int, int]] = field(default_factory=dict)  # module -> (cache hits, misses)
-
-    def add(self, record: CompileRecord) -> None:
-        self.count += 1
-        self.total_time_ms += record.duration_ms
-        self.graph_break_count += len(record.graph_breaks)
-        self.ddp_graph_splits += record.ddp_graph_splits
-        self.recompile_limit_hits += record.recompile_limit_hit
-        if record.is_frame_recompile:
-            self.recompile_count += 1
-            reason = record.recompile_reason or "unknown"
-            if reason in self.recompile_reasons or len(self.recompile_reasons) < _MAX_DISTINCT_REASONS:
-                self.recompile_reasons[reason] += 1
-
-    def attributes(self, wall_time_s: float) -> Attributes:
-        return Attributes(
-            {
-                "compile.count": self.count,
-                "compile.recompile_count": self.recompile_count,
-                "compile.graph_break_count": self.graph_break_count,
-                "compile.ddp_graph_splits": self.ddp_graph_splits,
-                "compile.recompile_limit_hits": self.recompile_limit_hits,
-                "compile.total_time_ms": round(self.total_time_ms, 3),
-                "compile.wall_time_ms": round(wall_time_s * 1000, 3),
-                "compile.time_share": round(self.total_time_ms / 1000 / wall_time_s, 6) if wall_time_s > 0 else 0.0,
-                "compile.top_recompile_reasons": [
-                    f"{count}x {reason}" for reason, count in self.recompile_reasons.most_common(_TOP_REASONS)
-                ],
-                "compile.thunder_modules": list(self.thunder),
-                "compile.thunder_cache_hits": [hits for hits, _ in self.thunder.values()],
-                "compile.thunder_cache_misses": [misses for _, misses in self.thunder.values()],
-            }
-        )
 
 
 def telemetry_enabled() -> bool:

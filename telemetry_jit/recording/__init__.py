@@ -1,0 +1,2 @@
+"""Recording: compile records, their running totals, the spans and events they become, and the live
+console."""

@@ -1,0 +1,59 @@
+"""Running totals behind each loop's ``compile_summary`` event."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from nv_one_logger.core.attributes import Attributes
+
+from telemetry_jit.recording.records import CompileRecord
+
+_MAX_DISTINCT_REASONS = 200
+_TOP_REASONS = 5
+
+
+@dataclass
+class CompileStats:
+    """Running totals over one ``fit``/``validate``/``test``; constant size whatever the run length."""
+
+    count: int = 0
+    recompile_count: int = 0
+    graph_break_count: int = 0
+    ddp_graph_splits: int = 0
+    recompile_limit_hits: int = 0
+    total_time_ms: float = 0.0
+    recompile_reasons: Counter[str] = field(default_factory=Counter)
+    thunder: dict[str, tuple[int, int]] = field(default_factory=dict)  # module -> (cache hits, misses)
+
+    def add(self, record: CompileRecord) -> None:
+        self.count += 1
+        self.total_time_ms += record.duration_ms
+        self.graph_break_count += len(record.graph_breaks)
+        self.ddp_graph_splits += record.ddp_graph_splits
+        self.recompile_limit_hits += record.recompile_limit_hit
+        if record.is_frame_recompile:
+            self.recompile_count += 1
+            reason = record.recompile_reason or "unknown"
+            if reason in self.recompile_reasons or len(self.recompile_reasons) < _MAX_DISTINCT_REASONS:
+                self.recompile_reasons[reason] += 1
+
+    def attributes(self, wall_time_s: float) -> Attributes:
+        return Attributes(
+            {
+                "compile.count": self.count,
+                "compile.recompile_count": self.recompile_count,
+                "compile.graph_break_count": self.graph_break_count,
+                "compile.ddp_graph_splits": self.ddp_graph_splits,
+                "compile.recompile_limit_hits": self.recompile_limit_hits,
+                "compile.total_time_ms": round(self.total_time_ms, 3),
+                "compile.wall_time_ms": round(wall_time_s * 1000, 3),
+                "compile.time_share": round(self.total_time_ms / 1000 / wall_time_s, 6) if wall_time_s > 0 else 0.0,
+                "compile.top_recompile_reasons": [
+                    f"{count}x {reason}" for reason, count in self.recompile_reasons.most_common(_TOP_REASONS)
+                ],
+                "compile.thunder_modules": list(self.thunder),
+                "compile.thunder_cache_hits": [hits for hits, _ in self.thunder.values()],
+                "compile.thunder_cache_misses": [misses for _, misses in self.thunder.values()],
+            }
+        )

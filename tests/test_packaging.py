@@ -1,0 +1,77 @@
+"""What the package declares matches what it is: every subpackage is shipped, every outside import is
+a declared dependency, and every declared dependency is imported."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+import sys
+from importlib.metadata import distributions
+from pathlib import Path
+
+import tomllib
+
+ROOT = Path(__file__).resolve().parent.parent
+PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+SOURCES = {"telemetry_jit": ROOT / "telemetry_jit", "telemetry_jit.exporters": ROOT / "exporters"}
+
+
+def _normalized(requirement: str) -> str:
+    return re.split(r"[<>=!~\[; ]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _outside_imports() -> set[str]:
+    """Every non-standard-library module the package imports, by its full name."""
+    names = set()
+    for source in SOURCES.values():
+        for path in source.rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.Import):
+                    names.update(alias.name for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    # "from opentelemetry import trace": the name may be a module of a namespace package
+                    names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    top = {name: name.split(".")[0] for name in names}
+    return {name for name in names if top[name] not in sys.stdlib_module_names and top[name] != "telemetry_jit"}
+
+
+def _distribution_of(module: str, owners: dict[str, str]) -> str:
+    """The installed distribution whose files hold ``module``, found from the top down without
+    importing it (namespace packages such as ``opentelemetry`` are shared by several)."""
+    parts = module.split(".")
+    for depth in range(1, len(parts) + 1):
+        spec = importlib.util.find_spec(".".join(parts[:depth]))
+        if spec is None:
+            break
+        if spec.origin in owners:
+            return owners[spec.origin]
+    return parts[0]
+
+
+def test_every_subpackage_is_shipped() -> None:
+    shipped = set(PROJECT["tool"]["setuptools"]["packages"])
+    found = {
+        ".".join([package, *init.parent.relative_to(source).parts])
+        for package, source in SOURCES.items()
+        for init in source.rglob("__init__.py")
+    }
+    assert found == shipped, "list each package under [tool.setuptools] packages in pyproject.toml"
+
+
+def test_dependencies_match_imports() -> None:
+    declared = {_normalized(requirement) for requirement in PROJECT["project"]["dependencies"]}
+    optional = {
+        _normalized(requirement)
+        for requirements in PROJECT["project"]["optional-dependencies"].values()
+        for requirement in requirements
+    }
+    owners = {
+        str(distribution.locate_file(file)): distribution.metadata["Name"]
+        for distribution in distributions()
+        for file in distribution.files or ()
+        if file.suffix == ".py"
+    }
+    imported = {_normalized(_distribution_of(module, owners)) for module in _outside_imports()}
+    assert imported - declared - optional == set(), "imported but not declared in pyproject.toml"
+    assert declared - imported == set(), "declared in pyproject.toml but never imported"

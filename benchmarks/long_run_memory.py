@@ -70,7 +70,8 @@ def main() -> None:
         )
         trainer.fit(MLP(), data)
         callback.on_app_end()
-        print(f"compilations recorded: {callback.last_compile_stats.count}; file {path.stat().st_size / 1024:.1f} KiB")
+        compiles = trainer.compile_telemetry.last_stats.count
+        print(f"compilations recorded: {compiles}; file {path.stat().st_size / 1024:.1f} KiB")
 
 
 if __name__ == "__main__":

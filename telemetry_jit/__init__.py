@@ -12,16 +12,18 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _WHERE = {
+    "CompileConsole": "recording.console",
     "CompileRecord": "recording.records",
     "CompileStats": "recording.stats",
     "CompileTelemetry": "loop",
+    "CompileTelemetryCallback": "lightning.compile_telemetry",
     "FabricCompileTelemetry": "lightning.fabric",
     "GraphBreak": "recording.records",
     "JitConfig": "lightning.jit_transform",
     "JitEventName": "schema",
     "JitSpanName": "schema",
     "JitTransform": "lightning.jit_transform",
-    "TelemetryCallback": "lightning.trainer",
+    "TimeEventCallback": "lightning.time_events",
     "configure": "configure",
     "flush": "configure",
     "hook_trainer_cls": "lightning.trainer",
@@ -31,16 +33,18 @@ _WHERE = {
     "shutdown": "configure",
 }
 __all__ = [
+    "CompileConsole",
     "CompileRecord",
     "CompileStats",
     "CompileTelemetry",
+    "CompileTelemetryCallback",
     "FabricCompileTelemetry",
     "GraphBreak",
     "JitConfig",
     "JitEventName",
     "JitSpanName",
     "JitTransform",
-    "TelemetryCallback",
+    "TimeEventCallback",
     "configure",
     "flush",
     "hook_trainer_cls",
@@ -66,10 +70,13 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from telemetry_jit.analysis.reader import read_telemetry
     from telemetry_jit.configure import configure, flush, shutdown
+    from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
     from telemetry_jit.lightning.fabric import FabricCompileTelemetry
     from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform, resolve_root, select_modules
-    from telemetry_jit.lightning.trainer import TelemetryCallback, hook_trainer_cls
+    from telemetry_jit.lightning.time_events import TimeEventCallback
+    from telemetry_jit.lightning.trainer import hook_trainer_cls
     from telemetry_jit.loop import CompileTelemetry
+    from telemetry_jit.recording.console import CompileConsole
     from telemetry_jit.recording.records import CompileRecord, GraphBreak
     from telemetry_jit.recording.stats import CompileStats
     from telemetry_jit.schema import JitEventName, JitSpanName

@@ -11,7 +11,8 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import identity
 from telemetry_jit.recording.console import CompileConsole
-from telemetry_jit.recording.recorder import CompileRecorder, CompileStats, telemetry_enabled
+from telemetry_jit.recording.recorder import CompileRecorder, telemetry_enabled
+from telemetry_jit.recording.stats import CompileStats
 
 
 class CompileTelemetry:

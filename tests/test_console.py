@@ -8,9 +8,10 @@ import warnings
 from typing import Any
 
 import lightning.pytorch as pl
+import pytest
 import torch
 
-from telemetry_jit import hook_trainer_cls
+from telemetry_jit import CompileConsole, hook_trainer_cls
 from tests.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
@@ -87,3 +88,18 @@ def test_a_recompile_storm_is_warned_once_while_training(telemetry: Telemetry) -
     assert len(storm) == 1
     assert "size mismatch" in str(storm[0].message)
     assert seen_at and seen_at[0] < 20  # while training was still running
+
+
+def test_console_thresholds_given_to_hook_trainer_cls_are_kept_at_every_fit(telemetry: Telemetry, caplog) -> None:
+    caplog.set_level(logging.WARNING, logger="telemetry_jit")
+    console = CompileConsole(threshold_s=30.0)  # a slow compile (1.3 s) is quiet under this threshold
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider, live=console)
+    for _ in range(2):  # the second setup must not rebuild the console with default thresholds
+        model = Net()
+        model.model.compile(backend=slow_backend)
+        trainer = HookedTrainer(max_epochs=1, limit_train_batches=1, **TRAINER_DEFAULTS)
+        trainer.fit(model, loader(8, 4))
+        assert trainer.compile_telemetry.console is console
+        assert not [r for r in caplog.records if r.name == "telemetry_jit"]
+    with pytest.raises(TypeError, match="CompileConsole"):
+        hook_trainer_cls(pl.Trainer, telemetry.provider, live="yes")

@@ -268,17 +268,20 @@ def test_telemetry_changes_neither_breaks_nor_recompiles_nor_losses(telemetry: T
 def test_callbacks_are_removed_and_a_second_fit_counts_only_its_own(telemetry: Telemetry) -> None:
     registered = list(compile_start_callbacks())
     HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=eager_jit())
-    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader(16, 4))
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    trainer.fit(Net(), loader(16, 4))
     assert list(compile_start_callbacks()) == registered
-    first = callback.last_compile_stats.count
+    first = trainer.compile_telemetry.last_stats.count
     assert first > 0
     before = len(compiles_recorded_by_torch())
-    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(16, 4))
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    trainer.fit(Net("print"), loader(16, 4))
     assert list(compile_start_callbacks()) == registered
-    assert callback.last_compile_stats.count == len(compiles_recorded_by_torch()) - before
+    second = trainer.compile_telemetry.last_stats.count
+    assert second == len(compiles_recorded_by_torch()) - before
     callback.on_app_end()
     loops = telemetry.run().find("training_loop")
-    assert [summary_of(loop)["compile.count"] for loop in loops] == [first, callback.last_compile_stats.count]
+    assert [summary_of(loop)["compile.count"] for loop in loops] == [first, second]
 
 
 def test_compile_spans_never_hang_under_dropped_iteration_spans(telemetry: Telemetry) -> None:
@@ -306,12 +309,13 @@ def test_a_thousand_recompiles_stay_exact_and_bounded(telemetry: Telemetry) -> N
             return super().training_step(batch, batch_idx)
 
     HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
-    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(EveryStepANewShape(), loader(4000, 4))
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    trainer.fit(EveryStepANewShape(), loader(4000, 4))
     callback.on_app_end()
     run = telemetry.run()
     spans = assert_matches_torch(run)
     assert len(spans) == 1000
-    stats = callback.last_compile_stats
+    stats = trainer.compile_telemetry.last_stats
     assert stats.recompile_count == 999
     assert len(stats.recompile_reasons) <= 200  # bounded, whatever the run length
     summary = summary_of(run.find("training_loop")[0])

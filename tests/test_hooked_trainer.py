@@ -14,7 +14,7 @@ from lightning.pytorch.callbacks import Callback, ModelCheckpoint
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 import telemetry_jit
-from telemetry_jit import JitConfig, JitTransform, TelemetryCallback, cli, hook_trainer_cls
+from telemetry_jit import JitConfig, JitTransform, TimeEventCallback, cli, hook_trainer_cls
 from telemetry_jit.compat.torch import total_graph_breaks
 from tests.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
@@ -50,10 +50,13 @@ def test_the_given_class_is_not_mutated(telemetry: Telemetry) -> None:
     assert first is not second and issubclass(first, pl.Trainer) and issubclass(second, pl.Trainer)
     assert not hasattr(pl.Trainer, "nv_one_logger_callback")
     plain = pl.Trainer(**TRAINER_DEFAULTS)
-    assert not any(isinstance(cb, TelemetryCallback) for cb in plain.callbacks)
+    assert not any(isinstance(cb, TimeEventCallback) for cb in plain.callbacks)
     hooked = first(**TRAINER_DEFAULTS)
     assert hooked.nv_one_logger_callback is callback
-    assert hooked.callbacks[0] is callback
+    # configuration of spawned ranks, then compile summaries before the loop spans they go on end
+    ours = [type(cb).__name__ for cb in hooked.callbacks[:3]]
+    assert ours == ["SpawnedRankTelemetry", "CompileTelemetryCallback", "TimeEventCallback"]
+    assert hooked.callbacks[1] is hooked.compile_telemetry and hooked.callbacks[2] is callback
 
 
 def test_hooking_twice_starts_one_application_span(telemetry: Telemetry) -> None:
@@ -68,7 +71,7 @@ def test_callbacks_are_kept_single_or_list_and_jit_transform_not_duplicated(tele
     HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JitConfig(use_torch=True))
     mine = Recorder()
     single = HookedTrainer(callbacks=mine, **TRAINER_DEFAULTS)
-    assert single.callbacks[0] is callback and mine in single.callbacks
+    assert single.callbacks[2] is callback and mine in single.callbacks
     assert sum(isinstance(cb, JitTransform) for cb in single.callbacks) == 1
     own = JitTransform(JitConfig(use_torch=True, module_selector="layer0"))
     trainer = HookedTrainer(callbacks=[mine, own], **TRAINER_DEFAULTS)
@@ -167,7 +170,7 @@ def test_works_with_lightning_cli(telemetry: Telemetry, tmp_path: Path) -> None:
         save_config_callback=None,
     )
     assert isinstance(cli.trainer, HookedTrainer)
-    assert cli.trainer.callbacks[0] is callback
+    assert cli.trainer.callbacks[2] is callback
     cli.trainer.fit(cli.model, loader(8, 4, features=4))
     assert len(telemetry.end().find("training_loop")) == 1
 

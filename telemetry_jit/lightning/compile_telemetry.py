@@ -1,0 +1,184 @@
+"""Compile telemetry from Lightning's hooks: a ``compilation`` span per compile and a
+``compile_summary`` per loop."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_warn
+from nv_one_logger.core.span import Span
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+from typing_extensions import override
+
+from telemetry_jit.recording.console import CompileConsole
+from telemetry_jit.recording.recorder import CompileRecorder, telemetry_enabled
+from telemetry_jit.recording.stats import CompileStats
+from telemetry_jit.schema import TrainingSpanName
+
+
+class CompileTelemetryCallback(Callback):
+    """Record every ``torch.compile`` and thunder compilation while the trainer runs.
+
+    Each compile becomes a ``compilation`` span under the loop that was running when it started;
+    each loop's end adds a ``compile_summary`` event with the totals (on several ranks, also the
+    compile count of every rank, and a warning when they differ).
+
+    Args:
+        training_telemetry_provider: the configured ``TrainingTelemetryProvider``.
+        console: says on the console what is compiling when a compile is slow, and warns about
+            recompile storms (its thresholds are yours to set); ``None`` for silence. Without a
+            ``print_fn`` of its own it prints through the progress bar.
+        console_all_ranks: use the console on every rank, not only on rank zero.
+
+    Example::
+
+        callback = CompileTelemetryCallback(provider, console=CompileConsole(threshold_s=5.0))
+        trainer = Trainer(callbacks=[callback])
+        trainer.fit(model)
+        print(callback.last_stats.count, "compilations")
+    """
+
+    def __init__(
+        self,
+        training_telemetry_provider: TrainingTelemetryProvider,
+        console: CompileConsole | None = None,
+        console_all_ranks: bool = False,
+    ) -> None:
+        self._provider = training_telemetry_provider
+        self.console = console
+        self.console_all_ranks = console_all_ranks
+        self._print_fn = console.print_fn if console is not None else None
+        self.recorder = CompileRecorder(training_telemetry_provider)
+        self.last_stats: CompileStats | None = None  # the totals of the last loop that ended
+
+    def __getstate__(self) -> dict[str, Any]:
+        # the provider is per process: a spawned rank uses its own
+        return {"console": self.console, "console_all_ranks": self.console_all_ranks}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(TrainingTelemetryProvider.instance(), **state)  # type: ignore[misc]
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        console = self.console if self.console_all_ranks or trainer.is_global_zero else None
+        if console is not None and self._print_fn is None:
+            bar = trainer.progress_bar_callback
+            console.print_fn = bar.print if bar is not None else None
+        self.recorder.console = console
+        self.recorder.start(functools.partial(_position, trainer))
+
+    @override
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.recorder.ensure_registered()
+
+    @override
+    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.recorder.ensure_registered()
+
+    @override
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
+        self.recorder.batch_started()
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.recorder.poll()
+
+    @override
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self.recorder.batch_started()
+
+    @override
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self.recorder.poll()
+
+    @override
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self.recorder.batch_started()
+
+    @override
+    def on_test_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self.recorder.poll()
+
+    @override
+    def on_predict_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self.recorder.batch_started()
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._summarize(trainer, TrainingSpanName.TRAINING_LOOP)
+
+    @override
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "validate":  # in fit, validation's compiles are in the training summary
+            self._summarize(trainer, TrainingSpanName.VALIDATION_LOOP)
+
+    @override
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._summarize(trainer, TrainingSpanName.TESTING_LOOP)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.recorder.stop()
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Keep what compiled; mark the compile that failed with the error."""
+        self.recorder.stop(exception)
+        loop = self._active_span(TrainingSpanName.TRAINING_LOOP) or self._active_span(TrainingSpanName.VALIDATION_LOOP)
+        self.last_stats = self.recorder.emit_summary(loop)
+
+    def _active_span(self, name: str) -> Span | None:
+        if not telemetry_enabled():
+            return None
+        spans = self._provider.recorder.get_active_spans_by_name(name)
+        return spans[-1] if spans else None
+
+    def _summarize(self, trainer: pl.Trainer, loop_name: str) -> None:
+        counts = None
+        if trainer.world_size > 1:
+            # every rank reaches this hook: a collective is safe here, and ranks that compile a
+            # different number of times are a classic cause of hangs
+            self.recorder.poll()
+            gathered = trainer.strategy.all_gather(torch.tensor([self.recorder.stats.count]))
+            counts = [int(count) for count in gathered.flatten().tolist()]
+            if len(set(counts)) > 1:
+                rank_zero_warn(
+                    f"telemetry-jit: ranks compiled a different number of times ({counts}, by rank). Ranks that "
+                    "recompile differently can desynchronise collectives and hang; see the compile spans per rank."
+                )
+        self.last_stats = self.recorder.emit_summary(self._active_span(loop_name), count_by_rank=counts)
+
+
+def _position(trainer: pl.Trainer) -> tuple[int, str]:
+    stage = trainer.state.stage
+    return trainer.global_step, stage.value if stage is not None else ""

@@ -1,0 +1,55 @@
+"""Telemetry in ranks started by spawning (``strategy="ddp_spawn"``): new processes, configured again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+from nv_one_logger.training_telemetry.api import callbacks as one_logger
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+from typing_extensions import override
+
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.recording.recorder import telemetry_enabled
+
+
+class SpawnedRankTelemetry(Callback):
+    """Configure telemetry in a spawned rank as :func:`telemetry_jit.configure` did in the launching
+    process, and end that rank's application span at teardown.
+
+    The trainer's callbacks are pickled into each spawned process; this one carries the
+    configuration along. It must come before the other telemetry callbacks, whose ``setup`` needs a
+    configured provider. In the launching process, and in ranks started otherwise, it does nothing.
+    """
+
+    def __init__(self) -> None:
+        self._configuration: dict[str, Any] | None = None
+        self._owns_application = False
+
+    def __getstate__(self) -> dict[str, Any]:
+        from telemetry_jit.configure import configuration
+
+        return {"configuration": configuration()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self._configuration = state["configuration"]
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if telemetry_enabled() or self._configuration is None:
+            return
+        from telemetry_jit.configure import configure
+
+        configure(**self._configuration)
+        one_logger.on_app_start()
+        self._owns_application = True
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if not self._owns_application:
+            return
+        self._owns_application = False  # nobody else ends a spawned rank's application
+        if telemetry_enabled() and nv_one_logger_compat.application_running(TrainingTelemetryProvider.instance()):
+            one_logger.on_app_end()

@@ -35,6 +35,71 @@ class JitEventName(str, Enum):
         return self.value
 
 
+class CompileAttr:
+    """Attributes of ``compilation`` spans and ``compile_summary`` events."""
+
+    BACKEND: Final = "compile.backend"
+    COUNT: Final = "compile.count"
+    COUNT_BY_RANK: Final = "compile.count_by_rank"
+    DDP_BUCKET_CAP_BYTES: Final = "compile.ddp_bucket_cap_bytes"
+    DDP_GRAPH_SPLITS: Final = "compile.ddp_graph_splits"
+    DURATION_MS: Final = "compile.duration_ms"
+    FAILED: Final = "compile.failed"
+    FAILURE: Final = "compile.failure"
+    FELL_BACK_TO_EAGER: Final = "compile.fell_back_to_eager"
+    FRAME: Final = "compile.frame"
+    GRAPH_BREAK_COUNT: Final = "compile.graph_break_count"
+    GRAPH_BREAKS: Final = "compile.graph_breaks"
+    ID: Final = "compile.id"
+    IS_RECOMPILE: Final = "compile.is_recompile"
+    LOCATION: Final = "compile.location"
+    RECOMPILE_COUNT: Final = "compile.recompile_count"
+    RECOMPILE_LIMIT_HITS: Final = "compile.recompile_limit_hits"
+    RECOMPILE_REASON: Final = "compile.recompile_reason"
+    SOURCE: Final = "compile.source"
+    THUNDER_CACHE_HITS: Final = "compile.thunder_cache_hits"
+    THUNDER_CACHE_MISSES: Final = "compile.thunder_cache_misses"
+    THUNDER_MODULES: Final = "compile.thunder_modules"
+    TIME_SHARE: Final = "compile.time_share"
+    TOP_RECOMPILE_REASONS: Final = "compile.top_recompile_reasons"
+    TOTAL_TIME_MS: Final = "compile.total_time_ms"
+    TRIGGER: Final = "compile.trigger"
+    UNAVAILABLE: Final = "compile.unavailable"
+    WALL_TIME_MS: Final = "compile.wall_time_ms"
+    PREFIX: Final = "compile."  # + a torch or thunder count, e.g. compile.inductor_fx_local_cache_hit_count
+
+    @staticmethod
+    def phase_time(phase: str) -> str:
+        """Seconds a compile spent in ``phase`` (``dynamo``, ``aot_autograd``, ``inductor``, ``tracing`` ...)."""
+        return f"compile.time.{phase}_s"
+
+
+class GraphBreakAttr:
+    """Attributes of ``graph_break`` events."""
+
+    COMPILER: Final = "graph_break.compiler"
+    COUNTED_BY_TORCH: Final = "graph_break.counted_by_torch"
+    LOCATION: Final = "graph_break.location"
+    REASON: Final = "graph_break.reason"
+    REASON_FULL: Final = "graph_break.reason_full"
+
+
+class DdpAttr:
+    """Attributes of ``ddp_graph_split`` events."""
+
+    BUCKET_CAP_BYTES: Final = "ddp.bucket_cap_bytes"
+    REASON: Final = "ddp.reason"
+    SPLITS: Final = "ddp.splits"
+    SUBGRAPHS: Final = "ddp.subgraphs"
+
+
+class TrainAttr:
+    """Where training was when a compile started (on ``compilation`` spans)."""
+
+    GLOBAL_STEP: Final = "train.global_step"
+    STAGE: Final = "train.stage"
+
+
 # The loop spans a compilation span may hang under, innermost first (nv-one-logger names).
 LOOP_SPAN_NAMES = (
     TrainingSpanName.VALIDATION_LOOP,

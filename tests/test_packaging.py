@@ -75,3 +75,14 @@ def test_dependencies_match_imports() -> None:
     imported = {_normalized(_distribution_of(module, owners)) for module in _outside_imports()}
     assert imported - declared - optional == set(), "imported but not declared in pyproject.toml"
     assert declared - imported == set(), "declared in pyproject.toml but never imported"
+
+
+def test_the_schema_names_nv_one_loggers_spans_as_it_does() -> None:
+    from nv_one_logger.core.span import StandardSpanName
+    from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanName
+
+    from telemetry_jit.schema import TrainingSpanName
+
+    theirs = {span.value for span in StandardTrainingJobSpanName} | {StandardSpanName.APPLICATION.value}
+    ours = {value for name, value in vars(TrainingSpanName).items() if name.isupper()}
+    assert ours <= theirs

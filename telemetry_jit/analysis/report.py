@@ -14,9 +14,14 @@ from telemetry_jit.analysis.summary import (
     is_recompile,
     short_location,
 )
+from telemetry_jit.schema import CompileAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr, TrainingSpanName
 
 _WIDTH, _ROW, _LEFT = 1100, 22, 150
-_COLOURS = {"training_loop": "#9ecae1", "validation_loop": "#c7e9c0", "testing_loop": "#fdd0a2"}
+_COLOURS = {
+    TrainingSpanName.TRAINING_LOOP: "#9ecae1",
+    TrainingSpanName.VALIDATION_LOOP: "#c7e9c0",
+    TrainingSpanName.TESTING_LOOP: "#fdd0a2",
+}
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
@@ -43,7 +48,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], table_id: s
 
 def _timeline(summary: RunSummary) -> str:
     """Loops as bars, compilations over them (recompiles darker), recompiles marked on a step axis."""
-    spans = [s for s in summary.run.spans.values() if s.name in _COLOURS or s.name == "compilation"]
+    spans = [s for s in summary.run.spans.values() if s.name in _COLOURS or s.name == JitSpanName.COMPILATION]
     if not spans:
         return '<p class="muted">No loops or compilations recorded.</p>'
     start = min(s.start_unix_ns for s in spans)
@@ -53,19 +58,24 @@ def _timeline(summary: RunSummary) -> str:
     def x(ns: int) -> float:
         return _LEFT + (ns - start) * scale
 
-    rows = {"training_loop": 0, "validation_loop": 1, "testing_loop": 1, "compilation": 2}
+    rows = {
+        TrainingSpanName.TRAINING_LOOP: 0,
+        TrainingSpanName.VALIDATION_LOOP: 1,
+        TrainingSpanName.TESTING_LOOP: 1,
+        JitSpanName.COMPILATION.value: 2,
+    }
     labels = ["training", "validation / test", "compilation", "recompiles (step)"]
     parts = [f'<text x="4" y="{16 + i * _ROW}">{escape(label)}</text>' for i, label in enumerate(labels)]
     for span in sorted(spans, key=lambda s: s.start_unix_ns):
         row = rows[span.name]
         left, right = x(span.start_unix_ns), x(span.end_unix_ns or end)
         attributes = span.attributes
-        if span.name == "compilation":
-            colour = "#b30000" if attributes.get("compile.is_recompile") else "#e34a33"
+        if span.name == JitSpanName.COMPILATION:
+            colour = "#b30000" if attributes.get(CompileAttr.IS_RECOMPILE) else "#e34a33"
             title = (
-                f"{attributes.get('compile.frame', '')} {attributes.get('compile.id', '')} "
-                f"({attributes.get('compile.trigger', '')}) {span.duration_ms or 0:.1f} ms at step "
-                f"{attributes.get('train.global_step', '')} {attributes.get('compile.recompile_reason', '')}"
+                f"{attributes.get(CompileAttr.FRAME, '')} {attributes.get(CompileAttr.ID, '')} "
+                f"({attributes.get(CompileAttr.TRIGGER, '')}) {span.duration_ms or 0:.1f} ms at step "
+                f"{attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
             )
         else:
             colour, title = _COLOURS[span.name], f"{span.name} {span.duration_ms or 0:.0f} ms"
@@ -74,8 +84,8 @@ def _timeline(summary: RunSummary) -> str:
             f'<rect class="{escape(span.name)}" x="{left:.1f}" y="{4 + row * _ROW}" width="{width:.1f}" '
             f'height="{_ROW - 6}" fill="{colour}"><title>{escape(title)}</title></rect>'
         )
-        if span.name == "compilation" and is_recompile(span):
-            step = escape(str(attributes.get("train.global_step", "")))
+        if span.name == JitSpanName.COMPILATION and is_recompile(span):
+            step = escape(str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
             parts.append(
                 f'<line class="recompile" x1="{left:.1f}" x2="{left:.1f}" y1="{4 + 3 * _ROW}" y2="{4 * _ROW}" '
                 f'stroke="#b30000" stroke-width="2"><title>{escape(title)}</title></line>'
@@ -92,15 +102,15 @@ def _break_details(summary: RunSummary) -> str:
     items = []
     for span in summary.compiles:
         for event in span.events:
-            if event.name != "graph_break":
+            if event.name != JitEventName.GRAPH_BREAK:
                 continue
             attributes = event.attributes
-            location = short_location(str(attributes.get("graph_break.location") or "unknown location"))
-            frame, compile_id = span.attributes.get("compile.frame", ""), span.attributes.get("compile.id", "")
-            full = escape(str(attributes.get("graph_break.reason_full", "")))
+            location = short_location(str(attributes.get(GraphBreakAttr.LOCATION) or "unknown location"))
+            frame, compile_id = span.attributes.get(CompileAttr.FRAME, ""), span.attributes.get(CompileAttr.ID, "")
+            full = escape(str(attributes.get(GraphBreakAttr.REASON_FULL, "")))
             items.append(
                 f"<li><b>{escape(location)}</b> ({escape(str(frame))}, compile {escape(str(compile_id))}): "
-                f"{escape(str(attributes.get('graph_break.reason')))}"
+                f"{escape(str(attributes.get(GraphBreakAttr.REASON)))}"
                 f"<details><summary>torch's full reason</summary><pre>{full}</pre></details></li>"
             )
     return f'<ul id="graph-breaks">{"".join(items[:200])}</ul>' if items else '<p class="muted">No graph breaks.</p>'

@@ -7,7 +7,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun
-from telemetry_jit.schema import FILE_FORMAT, JitEventName, JitSpanName
+from telemetry_jit.schema import (
+    FILE_FORMAT,
+    CompileAttr,
+    DdpAttr,
+    GraphBreakAttr,
+    JitEventName,
+    JitSpanName,
+    TrainingSpanName,
+)
 
 _CELL_LIMIT = 100
 FRAME_HEADERS = ("frame", "location", "compiles", "recompiles", "breaks", "ms")
@@ -57,13 +65,17 @@ def is_recompile(span: SpanRecord) -> bool:
     """A frame compiled again: torch's attempt > 0. The backward graph of such a frame, compiled at its
     first backward, carries the same compile id but is part of that recompile, not another one."""
     attributes = span.attributes
-    return bool(attributes.get("compile.is_recompile")) and attributes.get("compile.trigger") != "lazy_backward"
+    return bool(attributes.get(CompileAttr.IS_RECOMPILE)) and attributes.get(CompileAttr.TRIGGER) != "lazy_backward"
 
 
 def summarize(run: TelemetryRun) -> RunSummary:
     compiles = sorted(run.find(JitSpanName.COMPILATION.value), key=lambda s: s.start_unix_ns)
-    loops = run.find("training_loop") or run.find("validation_loop") or run.find("application")
-    fallbacks = [s for s in compiles if s.attributes.get("compile.fell_back_to_eager")]
+    loops = (
+        run.find(TrainingSpanName.TRAINING_LOOP)
+        or run.find(TrainingSpanName.VALIDATION_LOOP)
+        or run.find(TrainingSpanName.APPLICATION)
+    )
+    fallbacks = [s for s in compiles if s.attributes.get(CompileAttr.FELL_BACK_TO_EAGER)]
     summary = RunSummary(
         run=run,
         loop_name=loops[0].name if loops else "run",
@@ -74,11 +86,11 @@ def summarize(run: TelemetryRun) -> RunSummary:
         breaks=[e for s in compiles for e in s.events if e.name == JitEventName.GRAPH_BREAK.value],
         fallbacks=fallbacks,
         limit_hits=sum(any(e.is_error for e in s.events) for s in fallbacks),
-        errors=[s for s in compiles if s.attributes.get("compile.failed") and s not in fallbacks],
+        errors=[s for s in compiles if s.attributes.get(CompileAttr.FAILED) and s not in fallbacks],
     )
     per_frame: dict[tuple[str, str], list[SpanRecord]] = defaultdict(list)
     for span in compiles:
-        key = (str(span.attributes.get("compile.frame") or "?"), str(span.attributes.get("compile.location") or ""))
+        key = (str(span.attributes.get(CompileAttr.FRAME) or "?"), str(span.attributes.get(CompileAttr.LOCATION) or ""))
         per_frame[key].append(span)
     summary.frame_rows = [
         (
@@ -86,28 +98,28 @@ def summarize(run: TelemetryRun) -> RunSummary:
             short_location(location),
             len(spans),
             sum(is_recompile(s) for s in spans),
-            sum(int(s.attributes.get("compile.graph_breaks", 0)) for s in spans),
+            sum(int(s.attributes.get(CompileAttr.GRAPH_BREAKS, 0)) for s in spans),
             f"{_total_ms(spans):.1f}",
         )
         for (frame, location), spans in sorted(per_frame.items(), key=lambda item: -_total_ms(item[1]))
     ]
-    reasons = Counter(str(s.attributes.get("compile.recompile_reason") or "unknown") for s in summary.recompiles)
+    reasons = Counter(str(s.attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown") for s in summary.recompiles)
     summary.reasons = reasons.most_common(5)
     where = Counter(
         (
-            str(e.attributes.get("graph_break.location") or "unknown location"),
-            str(e.attributes.get("graph_break.reason")),
+            str(e.attributes.get(GraphBreakAttr.LOCATION) or "unknown location"),
+            str(e.attributes.get(GraphBreakAttr.REASON)),
         )
         for e in summary.breaks
     )
     summary.break_rows = [(short_location(loc), count, reason) for (loc, reason), count in where.most_common(10)]
     summary.ddp_rows = [
         (
-            str(span.attributes.get("compile.frame") or "?"),
-            short_location(str(span.attributes.get("compile.location") or "")),
-            str(span.attributes.get("compile.id", "")),
-            int(event.attributes.get("ddp.splits", 0)),
-            round(int(event.attributes.get("ddp.bucket_cap_bytes", 0)) / 2**20, 2),
+            str(span.attributes.get(CompileAttr.FRAME) or "?"),
+            short_location(str(span.attributes.get(CompileAttr.LOCATION) or "")),
+            str(span.attributes.get(CompileAttr.ID, "")),
+            int(event.attributes.get(DdpAttr.SPLITS, 0)),
+            round(int(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES, 0)) / 2**20, 2),
         )
         for span in compiles
         for event in span.events
@@ -120,9 +132,9 @@ def summarize(run: TelemetryRun) -> RunSummary:
         row
         for attributes in loop_summaries
         for row in zip(
-            attributes.get("compile.thunder_modules", []),
-            attributes.get("compile.thunder_cache_misses", []),
-            attributes.get("compile.thunder_cache_hits", []),
+            attributes.get(CompileAttr.THUNDER_MODULES, []),
+            attributes.get(CompileAttr.THUNDER_CACHE_MISSES, []),
+            attributes.get(CompileAttr.THUNDER_CACHE_HITS, []),
             strict=False,
         )
     ]
@@ -163,7 +175,7 @@ def format_summary(run: TelemetryRun) -> str:
     if s.fallbacks:
         lines.append(f"  fell back to eager: {len(s.fallbacks)} (recompile limit hit: {s.limit_hits})")
     if s.errors:
-        first = one_line(s.errors[0].attributes.get("compile.failure"), limit=200)
+        first = one_line(s.errors[0].attributes.get(CompileAttr.FAILURE), limit=200)
         lines.append(f"  failed compilations: {len(s.errors)}, first: {first}")
     if not s.compiles:
         return "\n".join([*lines, "  no compilation happened in this run"])

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun
+from telemetry_jit.schema import JitSpanName
 
 
 def _args(attributes: dict[str, Any]) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def to_trace_events(runs: Sequence[TelemetryRun]) -> dict[str, Any]:
             events.append(
                 {
                     "name": span.name,
-                    "cat": "compile" if span.name == "compilation" else "training",
+                    "cat": "compile" if span.name == JitSpanName.COMPILATION else "training",
                     "ph": "X",
                     "ts": (span.start_unix_ns - origin) / 1000,
                     "dur": max(end - span.start_unix_ns, 0) / 1000,

@@ -22,7 +22,15 @@ from telemetry_jit.probes.dynamo import DynamoProbe
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.records import CompileRecord, GraphBreak
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName
+from telemetry_jit.schema import (
+    LOOP_SPAN_NAMES,
+    CompileAttr,
+    DdpAttr,
+    GraphBreakAttr,
+    JitEventName,
+    JitSpanName,
+    TrainAttr,
+)
 
 _MAX_DISTINCT_REASONS = 200
 _TOP_REASONS = 5
@@ -56,29 +64,29 @@ def _timestamp(epoch_ns: int) -> TracingTimestamp:
 
 def record_attributes(record: CompileRecord, context: CompileContext) -> Attributes:
     attributes = {
-        "compile.source": record.source,
-        "compile.id": record.compile_id,
-        "compile.trigger": record.trigger,
-        "compile.backend": record.backend,
-        "compile.frame": record.frame,
-        "compile.location": record.location,
-        "compile.is_recompile": record.is_recompile,
-        "compile.recompile_reason": record.recompile_reason,
-        "compile.graph_breaks": len(record.graph_breaks),
-        "compile.duration_ms": round(record.duration_ms, 3),
-        "compile.failed": bool(record.failure),
-        "compile.fell_back_to_eager": record.fell_back_to_eager,
-        "compile.failure": record.failure.strip()[:_MAX_FAILURE_TEXT],
-        "train.global_step": context.global_step,
-        "train.stage": context.stage,
+        CompileAttr.SOURCE: record.source,
+        CompileAttr.ID: record.compile_id,
+        CompileAttr.TRIGGER: record.trigger,
+        CompileAttr.BACKEND: record.backend,
+        CompileAttr.FRAME: record.frame,
+        CompileAttr.LOCATION: record.location,
+        CompileAttr.IS_RECOMPILE: record.is_recompile,
+        CompileAttr.RECOMPILE_REASON: record.recompile_reason,
+        CompileAttr.GRAPH_BREAKS: len(record.graph_breaks),
+        CompileAttr.DURATION_MS: round(record.duration_ms, 3),
+        CompileAttr.FAILED: bool(record.failure),
+        CompileAttr.FELL_BACK_TO_EAGER: record.fell_back_to_eager,
+        CompileAttr.FAILURE: record.failure.strip()[:_MAX_FAILURE_TEXT],
+        TrainAttr.GLOBAL_STEP: context.global_step,
+        TrainAttr.STAGE: context.stage,
     }
     if record.ddp_buckets:
-        attributes["compile.ddp_graph_splits"] = record.ddp_graph_splits
-        attributes["compile.ddp_bucket_cap_bytes"] = record.ddp_bucket_cap_bytes
-    attributes.update({f"compile.time.{phase}_s": value for phase, value in record.phase_times_s.items()})
-    attributes.update({f"compile.{name}": value for name, value in record.extra.items()})
+        attributes[CompileAttr.DDP_GRAPH_SPLITS] = record.ddp_graph_splits
+        attributes[CompileAttr.DDP_BUCKET_CAP_BYTES] = record.ddp_bucket_cap_bytes
+    attributes.update({CompileAttr.phase_time(phase): value for phase, value in record.phase_times_s.items()})
+    attributes.update({CompileAttr.PREFIX + name: value for name, value in record.extra.items()})
     if record.unavailable:
-        attributes["compile.unavailable"] = list(record.unavailable)
+        attributes[CompileAttr.UNAVAILABLE] = list(record.unavailable)
     return Attributes(attributes)
 
 
@@ -149,7 +157,7 @@ class CompileRecorder:
         if recorder is not None and target is not None and target.active:
             attributes = stats.attributes(time.perf_counter() - self._started_at)
             if count_by_rank is not None:
-                attributes.add("compile.count_by_rank", count_by_rank)
+                attributes.add(CompileAttr.COUNT_BY_RANK, count_by_rank)
             recorder.event(target, Event.create(JitEventName.COMPILE_SUMMARY, attributes))
         return stats
 
@@ -261,11 +269,11 @@ def _graph_break_event(graph_break: GraphBreak, timestamp: TracingTimestamp) -> 
         JitEventName.GRAPH_BREAK,
         Attributes(
             {
-                "graph_break.reason": graph_break.summary,
-                "graph_break.reason_full": graph_break.reason,
-                "graph_break.location": graph_break.location,
-                "graph_break.counted_by_torch": graph_break.counted_by_torch,
-                "graph_break.compiler": graph_break.compiler,
+                GraphBreakAttr.REASON: graph_break.summary,
+                GraphBreakAttr.REASON_FULL: graph_break.reason,
+                GraphBreakAttr.LOCATION: graph_break.location,
+                GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,
+                GraphBreakAttr.COMPILER: graph_break.compiler,
             }
         ),
         timestamp=timestamp,
@@ -277,10 +285,10 @@ def _ddp_split_event(record: CompileRecord, timestamp: TracingTimestamp) -> Even
         JitEventName.DDP_GRAPH_SPLIT,
         Attributes(
             {
-                "ddp.splits": record.ddp_graph_splits,
-                "ddp.subgraphs": sum(record.ddp_buckets),
-                "ddp.bucket_cap_bytes": record.ddp_bucket_cap_bytes,
-                "ddp.reason": "DDPOptimizer split the graph at DDP gradient-bucket boundaries so all-reduce "
+                DdpAttr.SPLITS: record.ddp_graph_splits,
+                DdpAttr.SUBGRAPHS: sum(record.ddp_buckets),
+                DdpAttr.BUCKET_CAP_BYTES: record.ddp_bucket_cap_bytes,
+                DdpAttr.REASON: "DDPOptimizer split the graph at DDP gradient-bucket boundaries so all-reduce "
                 "overlaps backward; not a graph break in user code",
             }
         ),

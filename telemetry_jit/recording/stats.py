@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from nv_one_logger.core.attributes import Attributes
 
 from telemetry_jit.recording.records import CompileRecord
+from telemetry_jit.schema import CompileAttr
 
 _MAX_DISTINCT_REASONS = 200
 _TOP_REASONS = 5
@@ -41,19 +42,19 @@ class CompileStats:
     def attributes(self, wall_time_s: float) -> Attributes:
         return Attributes(
             {
-                "compile.count": self.count,
-                "compile.recompile_count": self.recompile_count,
-                "compile.graph_break_count": self.graph_break_count,
-                "compile.ddp_graph_splits": self.ddp_graph_splits,
-                "compile.recompile_limit_hits": self.recompile_limit_hits,
-                "compile.total_time_ms": round(self.total_time_ms, 3),
-                "compile.wall_time_ms": round(wall_time_s * 1000, 3),
-                "compile.time_share": round(self.total_time_ms / 1000 / wall_time_s, 6) if wall_time_s > 0 else 0.0,
-                "compile.top_recompile_reasons": [
+                CompileAttr.COUNT: self.count,
+                CompileAttr.RECOMPILE_COUNT: self.recompile_count,
+                CompileAttr.GRAPH_BREAK_COUNT: self.graph_break_count,
+                CompileAttr.DDP_GRAPH_SPLITS: self.ddp_graph_splits,
+                CompileAttr.RECOMPILE_LIMIT_HITS: self.recompile_limit_hits,
+                CompileAttr.TOTAL_TIME_MS: round(self.total_time_ms, 3),
+                CompileAttr.WALL_TIME_MS: round(wall_time_s * 1000, 3),
+                CompileAttr.TIME_SHARE: round(self.total_time_ms / 1000 / wall_time_s, 6) if wall_time_s > 0 else 0.0,
+                CompileAttr.TOP_RECOMPILE_REASONS: [
                     f"{count}x {reason}" for reason, count in self.recompile_reasons.most_common(_TOP_REASONS)
                 ],
-                "compile.thunder_modules": list(self.thunder),
-                "compile.thunder_cache_hits": [hits for hits, _ in self.thunder.values()],
-                "compile.thunder_cache_misses": [misses for _, misses in self.thunder.values()],
+                CompileAttr.THUNDER_MODULES: list(self.thunder),
+                CompileAttr.THUNDER_CACHE_HITS: [hits for hits, _ in self.thunder.values()],
+                CompileAttr.THUNDER_CACHE_MISSES: [misses for _, misses in self.thunder.values()],
             }
         )

@@ -139,7 +139,7 @@ def test_last_batch_of_another_size_is_a_recompile_with_torchs_reason(telemetry:
     assert summary["compile.top_recompile_reasons"] == ["1x " + torch_recompiles[0].recompile_reason]
     cli_summary = summarize(run)
     assert len(cli_summary.recompiles) == len(torch_recompiles)
-    assert [reason for reason, _ in cli_summary.reasons] == [torch_recompiles[0].recompile_reason]
+    assert [row.reason for row in cli_summary.reasons] == [torch_recompiles[0].recompile_reason]
     torch_ms = sum(m.duration_us for m in compiles_recorded_by_torch()) / 1000
     assert summary["compile.total_time_ms"] == pytest.approx(torch_ms, rel=0.01, abs=5)
     assert 0 < summary["compile.time_share"] < 1

@@ -10,6 +10,7 @@ from telemetry_jit.analysis.summary import (
     DDP_HEADERS,
     FRAME_HEADERS,
     THUNDER_HEADERS,
+    ReasonRow,
     RunSummary,
     is_recompile,
     short_location,
@@ -140,7 +141,7 @@ def render_report(summary: RunSummary) -> str:
         sections += ["<h2>Thunder cache</h2>", _table(THUNDER_HEADERS, summary.thunder_rows, "thunder")]
     sections += [
         "<h2>Top recompile reasons</h2>",
-        _table(("count", "reason"), [(count, reason) for reason, count in summary.reasons], "reasons"),
+        _table(ReasonRow._fields, summary.reasons, "reasons"),
         "<h2>Graph breaks by location</h2>",
         _table(BREAK_HEADERS, summary.break_rows, "breaks"),
         "<h2>Every graph break</h2>",

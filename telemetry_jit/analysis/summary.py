@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun
 from telemetry_jit.schema import (
@@ -18,9 +19,53 @@ from telemetry_jit.schema import (
 )
 
 _CELL_LIMIT = 100
-FRAME_HEADERS = ("frame", "location", "compiles", "recompiles", "breaks", "ms")
-BREAK_HEADERS = ("location", "count", "reason")
-THUNDER_HEADERS = ("module", "misses", "hits")
+
+
+class FrameRow(NamedTuple):
+    """One compiled frame (or thunder module): how often and how long it compiled."""
+
+    frame: str
+    location: str
+    compiles: int
+    recompiles: int
+    breaks: int
+    ms: str
+
+
+class BreakRow(NamedTuple):
+    """One graph-break location and reason, with how often it broke."""
+
+    location: str
+    count: int
+    reason: str
+
+
+class ThunderRow(NamedTuple):
+    """One thunder-compiled module's cache misses and hits over a loop."""
+
+    module: str
+    misses: int
+    hits: int
+
+
+class DdpRow(NamedTuple):
+    """One compile that DDPOptimizer split at gradient-bucket boundaries."""
+
+    frame: str
+    location: str
+    compile: str
+    splits: int
+    bucket_cap_mb: float
+
+
+class ReasonRow(NamedTuple):
+    count: int
+    reason: str
+
+
+FRAME_HEADERS = FrameRow._fields
+BREAK_HEADERS = BreakRow._fields
+THUNDER_HEADERS = ThunderRow._fields
 DDP_HEADERS = ("frame", "location", "compile", "splits", "bucket cap MB")
 
 
@@ -36,15 +81,15 @@ class RunSummary:
     fallbacks: list[SpanRecord]
     limit_hits: int
     errors: list[SpanRecord]
-    frame_rows: list[tuple[object, ...]] = field(default_factory=list)
-    reasons: list[tuple[str, int]] = field(default_factory=list)
-    break_rows: list[tuple[object, ...]] = field(default_factory=list)
-    thunder_rows: list[tuple[object, ...]] = field(default_factory=list)
-    ddp_rows: list[tuple[object, ...]] = field(default_factory=list)
+    frame_rows: list[FrameRow] = field(default_factory=list)
+    reasons: list[ReasonRow] = field(default_factory=list)  # the top recompile reasons
+    break_rows: list[BreakRow] = field(default_factory=list)
+    thunder_rows: list[ThunderRow] = field(default_factory=list)
+    ddp_rows: list[DdpRow] = field(default_factory=list)
 
     @property
     def ddp_splits(self) -> int:
-        return sum(int(row[3]) for row in self.ddp_rows)
+        return sum(row.splits for row in self.ddp_rows)
 
     @property
     def share(self) -> str:
@@ -93,7 +138,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         key = (str(span.attributes.get(CompileAttr.FRAME) or "?"), str(span.attributes.get(CompileAttr.LOCATION) or ""))
         per_frame[key].append(span)
     summary.frame_rows = [
-        (
+        FrameRow(
             frame,
             short_location(location),
             len(spans),
@@ -104,7 +149,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         for (frame, location), spans in sorted(per_frame.items(), key=lambda item: -_total_ms(item[1]))
     ]
     reasons = Counter(str(s.attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown") for s in summary.recompiles)
-    summary.reasons = reasons.most_common(5)
+    summary.reasons = [ReasonRow(count, reason) for reason, count in reasons.most_common(5)]
     where = Counter(
         (
             str(e.attributes.get(GraphBreakAttr.LOCATION) or "unknown location"),
@@ -112,9 +157,11 @@ def summarize(run: TelemetryRun) -> RunSummary:
         )
         for e in summary.breaks
     )
-    summary.break_rows = [(short_location(loc), count, reason) for (loc, reason), count in where.most_common(10)]
+    summary.break_rows = [
+        BreakRow(short_location(loc), count, reason) for (loc, reason), count in where.most_common(10)
+    ]
     summary.ddp_rows = [
-        (
+        DdpRow(
             str(span.attributes.get(CompileAttr.FRAME) or "?"),
             short_location(str(span.attributes.get(CompileAttr.LOCATION) or "")),
             str(span.attributes.get(CompileAttr.ID, "")),
@@ -129,7 +176,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         e.attributes for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY.value
     ]
     summary.thunder_rows = [
-        row
+        ThunderRow(*row)
         for attributes in loop_summaries
         for row in zip(
             attributes.get(CompileAttr.THUNDER_MODULES, []),
@@ -186,7 +233,7 @@ def format_summary(run: TelemetryRun) -> str:
         lines += [
             "",
             "  top recompile reasons:",
-            *[f"    {count}x  {one_line(reason, 200)}" for reason, count in s.reasons],
+            *[f"    {row.count}x  {one_line(row.reason, 200)}" for row in s.reasons],
         ]
     if s.break_rows:
         lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, s.break_rows)]

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.recording.records import CompileRecord, GraphBreak
+from telemetry_jit.recording.records import CompileRecord, GraphBreak, Trigger
 
 CompileStartListener = Callable[[str, str, str], Any]
 CompileEndListener = Callable[[str], None]
@@ -37,7 +37,7 @@ class _Window:
     """What the callbacks saw of one compile."""
 
     compile_id: str
-    trigger: str
+    trigger: Trigger
     start_ns: int
     breaks_before: dict[str, int]
     backend: str
@@ -324,7 +324,9 @@ class DynamoProbe:
                 windowless.append(records[-1])
         self._attribute_unclaimed_breaks(windowless)
         if final:
-            records.extend(self._record(None, window) for windows in self._finished.values() for window in windows)
+            records.extend(
+                self._record_without_metrics(window) for windows in self._finished.values() for window in windows
+            )
             self._finished.clear()
         return records
 
@@ -356,43 +358,57 @@ class DynamoProbe:
         return window
 
     def _record(self, metric: Any, window: _Window | None) -> CompileRecord:
-        compile_id = str(metric.compile_id) if metric is not None else window.compile_id
-        frame_id = _frame_id(compile_id)
-        if metric is not None and metric.co_name:
-            location = f"{metric.co_filename}:{metric.co_firstlineno}"
-            self._frames[frame_id] = (metric.co_name, location)
-        frame, location = self._frames.get(frame_id, ("", ""))
-        if metric is not None and metric.is_forward is False:
-            trigger = "lazy_backward"
-        elif window is not None:
-            trigger = window.trigger
+        """A compile from torch's CompilationMetrics, with what the callbacks saw of it (if anything)."""
+        compile_id = str(metric.compile_id)
+        if metric.co_name:
+            self._frames[_frame_id(compile_id)] = (metric.co_name, f"{metric.co_filename}:{metric.co_firstlineno}")
+        if metric.is_forward is False:
+            trigger: Trigger = "lazy_backward"
         else:
-            trigger = "dynamo"
-        start_ns = metric.start_time_us * 1000 if metric is not None and metric.start_time_us else window.start_ns
-        end_ns = metric.end_time_us * 1000 if metric is not None and metric.end_time_us else window.end_ns
-        failure, fell_back, limit_hit = torch_compat.failure(metric) if metric is not None else ("", False, False)
+            trigger = window.trigger if window is not None else "dynamo"
+        failure, fell_back, limit_hit = torch_compat.failure(metric)
         return CompileRecord(
-            source="dynamo",
-            compile_id=compile_id,
+            **self._seen_by_callbacks(compile_id, window),
             trigger=trigger,
-            start_ns=start_ns,
-            end_ns=end_ns,
-            backend=window.backend if window is not None else self._backends.get(frame_id, ""),
-            frame=frame,
-            location=location,
-            is_recompile=_attempt(compile_id) > 0,
-            recompile_reason=(metric.recompile_reason or "") if metric is not None else "",
-            graph_breaks=window.graph_breaks if window is not None else [],
-            ddp_buckets=window.ddp_buckets if window is not None else [],
-            ddp_bucket_cap_bytes=window.ddp_bucket_cap_bytes if window is not None else 0,
-            phase_times_s=torch_compat.phase_times(metric) if metric is not None else {},
+            start_ns=metric.start_time_us * 1000 if metric.start_time_us else window.start_ns,
+            end_ns=metric.end_time_us * 1000 if metric.end_time_us else window.end_ns,
+            recompile_reason=metric.recompile_reason or "",
+            phase_times_s=torch_compat.phase_times(metric),
             failure=failure,
             fell_back_to_eager=fell_back,
             recompile_limit_hit=limit_hit,
-            extra=torch_compat.counts(metric) if metric is not None else {},
-            unavailable=tuple(sorted(torch_compat.UNAVAILABLE)),
-            context=window.context if window is not None else None,
+            extra=torch_compat.counts(metric),
         )
+
+    def _record_without_metrics(self, window: _Window) -> CompileRecord:
+        """A compile whose CompilationMetrics never appeared: what the callbacks alone saw."""
+        return CompileRecord(
+            **self._seen_by_callbacks(window.compile_id, window),
+            trigger=window.trigger,
+            start_ns=window.start_ns,
+            end_ns=window.end_ns,
+        )
+
+    def _seen_by_callbacks(self, compile_id: str, window: _Window | None) -> dict[str, Any]:
+        frame, location = self._frames.get(_frame_id(compile_id), ("", ""))
+        seen = {
+            "source": "dynamo",
+            "compile_id": compile_id,
+            "frame": frame,
+            "location": location,
+            "is_recompile": _attempt(compile_id) > 0,
+            "unavailable": tuple(sorted(torch_compat.UNAVAILABLE)),
+            "backend": self._backends.get(_frame_id(compile_id), ""),
+        }
+        if window is not None:
+            seen.update(
+                backend=window.backend,
+                graph_breaks=window.graph_breaks,
+                ddp_buckets=window.ddp_buckets,
+                ddp_bucket_cap_bytes=window.ddp_bucket_cap_bytes,
+                context=window.context,
+            )
+        return seen
 
 
 def _frame_id(compile_id: str) -> str:

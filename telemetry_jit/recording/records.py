@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+Source = Literal["dynamo", "thunder"]  # which probe saw the compile
+# what started it: dynamo tracing a frame, a backward graph compiled at its first backward, a thunder cache miss
+Trigger = Literal["dynamo", "lazy_backward", "thunder"]
+Compiler = Literal["dynamo", "thunder"]
 
 
 @dataclass(frozen=True)
@@ -15,7 +20,7 @@ class GraphBreak:
     # False for breaks torch logs but leaves out of counters["graph_break"] (data-dependent branching)
     counted_by_torch: bool = True
     # "thunder" for an op thunder.dynamo.ThunderCompiler left to torch (a split of dynamo's graph)
-    compiler: str = "dynamo"
+    compiler: Compiler = "dynamo"
 
     @property
     def summary(self) -> str:
@@ -26,9 +31,9 @@ class GraphBreak:
 class CompileRecord:
     """One finished compilation, with its real start and end (epoch nanoseconds)."""
 
-    source: str  # "dynamo" or "thunder"
+    source: Source
     compile_id: str
-    trigger: str  # "dynamo", "lazy_backward", "thunder"
+    trigger: Trigger
     start_ns: int
     end_ns: int
     backend: str = ""

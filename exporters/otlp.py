@@ -79,12 +79,10 @@ class _OnceFilter(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self.seen: set[tuple[str, str]] = set()
-        self.suppressed = 0
 
     def filter(self, record: logging.LogRecord) -> bool:
         key = (record.name, str(record.msg))
         if key in self.seen:
-            self.suppressed += 1
             return False
         self.seen.add(key)
         return True
@@ -98,7 +96,6 @@ class _RetryingSpanExporter(SpanExporter):
         self.capacity = capacity
         self.pending: deque[ReadableSpan] = deque()
         self.delivered = 0
-        self.dropped = 0
         self.failures = 0
         self._counting = True
         self._lock = threading.Lock()
@@ -123,9 +120,7 @@ class _RetryingSpanExporter(SpanExporter):
                 self.delivered += len(batch)
             else:
                 self.failures += 1
-                keep = batch[-self.capacity :] if self.capacity else []
-                self.dropped += len(batch) - len(keep)
-                self.pending.extend(keep)
+                self.pending.extend(batch[-self.capacity :] if self.capacity else [])
         return result
 
     def shutdown(self) -> None:
@@ -137,9 +132,8 @@ class _RetryingSpanExporter(SpanExporter):
             except Exception:  # noqa: BLE001
                 delivered = False
             with self._lock:
-                if self._counting:
-                    self.delivered += len(left) if delivered else 0
-                    self.dropped += 0 if delivered else len(left)
+                if self._counting and delivered:
+                    self.delivered += len(left)
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

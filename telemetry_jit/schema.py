@@ -28,7 +28,6 @@ class JitSpanName(str, Enum):
 class JitEventName(str, Enum):
     GRAPH_BREAK = "graph_break"
     DDP_GRAPH_SPLIT = "ddp_graph_split"
-    RECOMPILE_LIMIT_HIT = "recompile_limit_hit"
     COMPILE_SUMMARY = "compile_summary"
 
     def __str__(self) -> str:

@@ -132,7 +132,11 @@ def test_explicit_calls_and_implicit_spans_land_in_the_file(telemetry: Telemetry
     assert recorder.batches == 8  # the user's callback still ran
     assert app.end_unix_ns is not None
     assert run.roots == [app]  # parent links read back both ways
-    assert {child.name for child in app.children} >= {"model_initialization", "training_loop", "testing_loop"}
+    assert {span.name for span in run.spans.values() if span.parent_id == app.span_id} >= {
+        "model_initialization",
+        "training_loop",
+        "testing_loop",
+    }
 
 
 def test_checkpoint_saves_automatic_and_explicit_are_spans(telemetry: Telemetry, tmp_path: Path) -> None:

@@ -40,7 +40,6 @@ class SpanRecord:
     end_unix_ns: int | None = None  # None: the span never ended (process killed or still running)
     attributes: dict[str, Any] = field(default_factory=dict)
     events: list[EventRecord] = field(default_factory=list)
-    children: list[SpanRecord] = field(default_factory=list)
 
     @property
     def duration_ms(self) -> float | None:
@@ -92,14 +91,12 @@ def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
         lines.pop()
     if not lines:
         raise TelemetryFileError(f"{str(path)!r} is empty: the run wrote no telemetry.")
-    bad_lines = 0
     for number, raw in enumerate(lines, start=1):
         try:
             record = json.loads(raw)
             if _ESCAPED_SURROGATE.search(raw):
                 record = _valid_text(record)
         except (json.JSONDecodeError, UnicodeDecodeError):
-            bad_lines += 1
             if number == len(lines):
                 warnings.warn(f"{path}: last line {number} is truncated and was skipped.", stacklevel=2)
                 continue
@@ -137,10 +134,6 @@ def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
     for run in runs.values():
         if run.file_format == "nv-one-logger":
             _infer_parents(run)
-        for span in run.spans.values():
-            parent = run.parent(span)
-            if parent is not None:
-                parent.children.append(span)
     return list(runs.values())
 
 

@@ -187,7 +187,6 @@ def test_nemos_thunder_path_trains_with_compile_spans_and_thunder_splits_as_grap
     config = JitConfig(use_thunder=True, thunder_backend="dynamo", module_selector=None)  # NeMo's whole model
     HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config)
     model = with_print(Net(graph_break="histc"))
-    earlier = set(thunder_probe.compiled_functions())  # other tests' modules, until collected
     HookedTrainer(max_epochs=2, **TRAINER_DEFAULTS).fit(model, loader(18, 4), loader(8, 4))
     assert model.losses == pytest.approx(eager.losses, rel=1e-4, abs=1e-5)
     run = telemetry.end()
@@ -208,7 +207,7 @@ def test_nemos_thunder_path_trains_with_compile_spans_and_thunder_splits_as_grap
         assert split.attributes["graph_break.location"] == f"{models_file()}:{histc_line}"
         assert split.attributes["graph_break.counted_by_torch"] is False
 
-    pieces = [piece for piece in thunder_probe.compiled_functions() if piece not in earlier]
+    pieces = [piece for source in thunder_probe.sources_in(model) for piece in source.functions]
     thunder = [s for s in spans if s.attributes["compile.source"] == "thunder"]
     assert len(thunder) == sum(piece.stats.cache_misses for piece in pieces) >= len(pieces) > 0
     assert {s.attributes["compile.frame"] for s in thunder} == {piece.name for piece in pieces}

@@ -83,7 +83,7 @@ class CompileTelemetryCallback(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self.recorder.batch_started()
+        self._batch_started(pl_module, batch_idx)
 
     @override
     def on_train_batch_end(
@@ -95,7 +95,7 @@ class CompileTelemetryCallback(Callback):
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self.recorder.batch_started()
+        self._batch_started(pl_module, batch_idx)
 
     @override
     def on_validation_batch_end(
@@ -113,7 +113,7 @@ class CompileTelemetryCallback(Callback):
     def on_test_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self.recorder.batch_started()
+        self._batch_started(pl_module, batch_idx)
 
     @override
     def on_test_batch_end(
@@ -131,7 +131,7 @@ class CompileTelemetryCallback(Callback):
     def on_predict_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self.recorder.batch_started()
+        self._batch_started(pl_module, batch_idx)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -156,6 +156,11 @@ class CompileTelemetryCallback(Callback):
         self.recorder.stop(exception)
         loop = self._active_span(TrainingSpanName.TRAINING_LOOP) or self._active_span(TrainingSpanName.VALIDATION_LOOP)
         self.last_stats = self.recorder.emit_summary(loop)
+
+    def _batch_started(self, pl_module: pl.LightningModule, batch_idx: int) -> None:
+        if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
+            self.recorder.watch_thunder(pl_module)
+        self.recorder.batch_started()
 
     def _active_span(self, name: str) -> Span | None:
         if not telemetry_enabled():

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import time
 import warnings
-import weakref
 from collections import deque
 from typing import Any
 
@@ -28,10 +27,6 @@ from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.recording.records import CompileRecord, GraphBreak
 
-# Records wait here until the trainer's recorder takes them (between steps).
-_pending: deque[CompileRecord] = deque(maxlen=10_000)
-_splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
-_watched: weakref.WeakSet[ThunderFunction] = weakref.WeakSet()
 _warned_profile = False
 
 
@@ -67,7 +62,13 @@ class ThunderFunction:
         self._misses = 0
         self._signatures: list[dict[str, str]] = []
         self._clock_offset_ns = time.time_ns() - time.perf_counter_ns()
-        _watched.add(self)
+        self._pending: deque[CompileRecord] = deque(maxlen=10_000)  # until a recorder takes them
+
+    def take_records(self) -> list[CompileRecord]:
+        """The compiles recorded since the last call."""
+        records = list(self._pending)
+        self._pending.clear()
+        return records
 
     def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """After a call with these inputs: record the compile if thunder missed its cache."""
@@ -82,7 +83,7 @@ class ThunderFunction:
         self._signatures = [*self._signatures[-7:], signature]
         offset = self._clock_offset_ns
         start, traced, end = stats.last_compile_window()
-        _pending.append(
+        self._pending.append(
             CompileRecord(
                 source="thunder",
                 compile_id=f"{self.name}/{self._misses - 1}",
@@ -107,6 +108,13 @@ class ThunderCompiled:
         self.module = module
         self.thunder_module = thunder_module
         self.function = ThunderFunction(name, thunder_module, _forward_location(module))
+
+    @property
+    def functions(self) -> list[ThunderFunction]:
+        return [self.function]
+
+    def take_splits(self, compile_id: str) -> list[GraphBreak]:
+        return []  # thunder.jit does not split graphs
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -138,16 +146,23 @@ class ThunderDynamoBackend:
         self.name = name
         self.location = location
         self.compiler = thunder_compat.dynamo_compiler(nvtx_ranges)
+        self.functions: list[ThunderFunction] = []  # one per piece, in the order thunder made them
+        self._splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
+
+    def take_splits(self, compile_id: str) -> list[GraphBreak]:
+        """The ops thunder left to torch in the graph dynamo compile ``compile_id`` made."""
+        return self._splits.pop(compile_id, [])
 
     def __call__(self, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         split, made = thunder_compat.split_graph(self.compiler, graph, example_inputs)
         for piece, thunder_module in made.thunder_modules:
             function = ThunderFunction(f"{self.name}/graph{made.index}.{piece}", thunder_module, self.location)
+            self.functions.append(function)
             thunder_module.register_forward_hook(
                 lambda _, args, kwargs, __, function=function: function.check(args, kwargs), with_kwargs=True
             )
         if made.splits:
-            _splits[torch_compat.current_compile_id()] = [
+            self._splits[torch_compat.current_compile_id()] = [
                 GraphBreak(reason, location, counted_by_torch=False, compiler="thunder")
                 for reason, location in made.splits
             ]
@@ -180,25 +195,38 @@ def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = Fal
     return compiled
 
 
-def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: bool = False) -> None:
+class ThunderDynamoCompiled:
+    """The call installed on a module compiled with :class:`ThunderDynamoBackend`: dynamo's own
+    compiled call, and the backend, so that recorders find the pieces from the model."""
+
+    def __init__(self, compiled_call: Any, backend: ThunderDynamoBackend) -> None:
+        self.compiled_call = compiled_call
+        self.backend = backend
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled_call(*args, **kwargs)
+
+    @property
+    def functions(self) -> list[ThunderFunction]:
+        return self.backend.functions
+
+    def take_splits(self, compile_id: str) -> list[GraphBreak]:
+        return self.backend.take_splits(compile_id)
+
+
+def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderDynamoCompiled:
     """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
     backend = ThunderDynamoBackend(name, _forward_location(module), _warn_profile_on_cpu(profile))
     module.compile(backend=backend)
+    compiled = ThunderDynamoCompiled(torch_compat.compiled_call(module), backend)
+    torch_compat.set_compiled_call(module, compiled)
+    return compiled
 
 
-def take_records() -> list[CompileRecord]:
-    """The thunder compiles recorded since the last call (cheap when there are none)."""
-    if not _pending:
-        return []
-    records = list(_pending)
-    _pending.clear()
-    return records
+ThunderSource = ThunderCompiled | ThunderDynamoCompiled  # a module's thunder compilation: its pieces and splits
 
 
-def take_splits(compile_id: str) -> list[GraphBreak]:
-    """The ops thunder left to torch in the graph dynamo compile ``compile_id`` made."""
-    return _splits.pop(compile_id, [])
-
-
-def compiled_functions() -> list[ThunderFunction]:
-    return sorted(_watched, key=lambda function: function.name)
+def sources_in(model: torch.nn.Module) -> list[ThunderSource]:
+    """The thunder compilations installed on ``model``'s modules (by :class:`~telemetry_jit.JitTransform`)."""
+    calls = (torch_compat.compiled_call(module) for module in model.modules())
+    return [call for call in calls if isinstance(call, (ThunderCompiled, ThunderDynamoCompiled))]

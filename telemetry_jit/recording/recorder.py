@@ -7,6 +7,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.attributes import Attributes
 from nv_one_logger.core.event import ErrorEvent, Event
@@ -19,6 +20,7 @@ from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.probes import thunder as thunder_probe
 from telemetry_jit.probes.dynamo import DynamoProbe
+from telemetry_jit.probes.thunder import ThunderSource
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.records import CompileRecord, GraphBreak
 from telemetry_jit.recording.stats import CompileStats
@@ -56,6 +58,10 @@ class CompileContext:
 def telemetry_enabled() -> bool:
     """Whether nv-one-logger is configured and recording (it disables itself after an internal error)."""
     return OneLoggerProvider.instance().one_logger_enabled
+
+
+def _name(function: thunder_probe.ThunderFunction) -> str:
+    return function.name
 
 
 def _timestamp(epoch_ns: int) -> TracingTimestamp:
@@ -107,7 +113,8 @@ class CompileRecorder:
         self.stats = CompileStats()
         self._started_at = 0.0
         self._batch_step: int | None = None
-        self._thunder_before: dict[int, tuple[int, int]] = {}
+        self._thunder: dict[int, ThunderSource] = {}  # by id: the thunder compilations watched this run
+        self._thunder_before: dict[int, tuple[int, int]] = {}  # function id -> (hits, misses) when first seen
 
     # -- lifecycle, driven by the trainer callback -------------------------------------------
     def start(self, position: Position) -> None:
@@ -116,17 +123,28 @@ class CompileRecorder:
         self.stats = CompileStats()
         self._started_at = time.perf_counter()
         self._batch_step = position()[0]
-        thunder_probe.take_records()  # thunder compiles between runs (a module called by hand) are not this run's
-        self._thunder_before = {
-            id(c): (c.stats.cache_hits, c.stats.cache_misses) for c in thunder_probe.compiled_functions()
-        }
+        self._thunder, self._thunder_before = {}, {}
         self._probe.attach()
+
+    def watch_thunder(self, model: torch.nn.Module) -> None:
+        """Record the thunder compilations installed on ``model`` (cheap to repeat; call it after
+        modules may have been compiled, e.g. at each loop's first batch)."""
+        for source in thunder_probe.sources_in(model):
+            if id(source) in self._thunder:
+                continue
+            self._thunder[id(source)] = source
+            for function in source.functions:
+                function.take_records()  # compiled before this run (a module called by hand): not this run's
+                self._thunder_before[id(function)] = (function.stats.cache_hits, function.stats.cache_misses)
 
     def poll(self) -> None:
         for record in self._probe.poll():
             self._record_safely(record)
-        for record in thunder_probe.take_records():
+        for record in self._thunder_records():
             self._record_safely(record)
+
+    def _thunder_records(self) -> list[CompileRecord]:
+        return [record for source in self._thunder.values() for f in source.functions for record in f.take_records()]
 
     def ensure_registered(self) -> None:
         self._probe.ensure_registered()
@@ -140,7 +158,7 @@ class CompileRecorder:
     def stop(self, exception: BaseException | None = None) -> None:
         """Record what is left and detach; with ``exception``, the compiles that failed in the
         step that raised are marked with it (torch's own text stays in ``compile.failure``)."""
-        for record in [*self._probe.poll(final=True), *thunder_probe.take_records()]:
+        for record in [*self._probe.poll(final=True), *self._thunder_records()]:
             if exception is not None and record.failure:
                 record.fell_back_to_eager = False
                 record.failure = f"{type(exception).__name__}: {exception} (torch: {record.failure})"
@@ -164,11 +182,11 @@ class CompileRecorder:
     def _thunder_counts(self) -> dict[str, tuple[int, int]]:
         """Cache hits and misses per thunder-compiled module during this call."""
         counts = {}
-        for compiled in thunder_probe.compiled_functions():
-            hits, misses = self._thunder_before.get(id(compiled), (0, 0))
-            stats = compiled.stats
+        for function in sorted((f for source in self._thunder.values() for f in source.functions), key=_name):
+            hits, misses = self._thunder_before.get(id(function), (0, 0))
+            stats = function.stats
             if stats.cache_misses - misses or stats.cache_hits - hits:
-                counts[compiled.name] = (stats.cache_hits - hits, stats.cache_misses - misses)
+                counts[function.name] = (stats.cache_hits - hits, stats.cache_misses - misses)
         return counts
 
     # -- recording ---------------------------------------------------------------------------
@@ -217,7 +235,8 @@ class CompileRecorder:
 
     def _record(self, record: CompileRecord) -> None:
         if record.trigger == "dynamo":
-            record.graph_breaks.extend(thunder_probe.take_splits(record.compile_id))
+            for source in self._thunder.values():
+                record.graph_breaks.extend(source.take_splits(record.compile_id))
         context = record.context if isinstance(record.context, CompileContext) else self._context(self._batch_step)
         self.stats.add(record)
         if self.console is not None:

@@ -24,13 +24,13 @@ _WHERE = {
     "JitSpanName": "schema",
     "JitTransform": "lightning.jit_transform",
     "TimeEventCallback": "lightning.time_events",
-    "configure": "configure",
-    "flush": "configure",
+    "configure": "configuration",
+    "flush": "configuration",
     "hook_trainer_cls": "lightning.trainer",
     "read_telemetry": "analysis.reader",
     "resolve_root": "lightning.jit_transform",
     "select_modules": "lightning.jit_transform",
-    "shutdown": "configure",
+    "shutdown": "configuration",
 }
 __all__ = [
     "CompileConsole",
@@ -69,7 +69,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from telemetry_jit.analysis.reader import read_telemetry
-    from telemetry_jit.configure import configure, flush, shutdown
+    from telemetry_jit.configuration import configure, flush, shutdown
     from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
     from telemetry_jit.lightning.fabric import FabricCompileTelemetry
     from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform, resolve_root, select_modules

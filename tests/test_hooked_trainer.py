@@ -55,7 +55,7 @@ def test_the_given_class_is_not_mutated(telemetry: Telemetry) -> None:
     assert hooked.nv_one_logger_callback is callback
     # configuration of spawned ranks, then compile summaries before the loop spans they go on end
     ours = [type(cb).__name__ for cb in hooked.callbacks[:3]]
-    assert ours == ["SpawnedRankTelemetry", "CompileTelemetryCallback", "TimeEventCallback"]
+    assert ours == ["RankTelemetry", "CompileTelemetryCallback", "TimeEventCallback"]
     assert hooked.callbacks[1] is hooked.compile_telemetry and hooked.callbacks[2] is callback
 
 

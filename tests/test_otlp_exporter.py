@@ -3,6 +3,7 @@ that is down or restarts."""
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import shutil
@@ -374,6 +375,25 @@ def test_flush_sends_what_waits_and_shutdown_ends_once(
         receiver.stop()
     assert [s.name for s in receiver.received.spans()].count("application") == 1
     assert len(file_run(tmp_path).find("application")) == 1
+
+
+def test_shutdown_is_registered_for_exit_once_per_configuration_and_removed_when_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    at_exit: list[object] = []
+    monkeypatch.setattr(atexit, "register", lambda function, *args, **kwargs: at_exit.append(function) or function)
+    monkeypatch.setattr(atexit, "unregister", lambda function: at_exit.remove(function))
+    try:
+        for name in ("first", "second"):  # nv-one-logger allows one configuration; tests forget it in between
+            fresh_provider_state()
+            telemetry_jit.configure(name, file=tmp_path / f"{name}.jsonl")
+            assert at_exit.count(telemetry_jit.shutdown) == 1
+        assert telemetry_jit.configuration.configuration().app_name == "second"
+        telemetry_jit.shutdown()
+        assert telemetry_jit.shutdown not in at_exit and telemetry_jit.configuration.configuration() is None
+        telemetry_jit.shutdown()  # idempotent
+    finally:
+        fresh_provider_state()
 
 
 def test_an_exporter_added_through_the_builder_api_reports_the_application_name() -> None:

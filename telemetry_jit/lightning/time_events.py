@@ -15,7 +15,6 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from typing_extensions import override
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.exporters import identity
 from telemetry_jit.recording.recorder import telemetry_enabled
 from telemetry_jit.schema import TrainingSpanName
 
@@ -81,8 +80,6 @@ class TimeEventCallback(Callback):
     # -- the loops ------------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        # the strategy has set up the ranks by now; exporters put them on every record
-        identity.update(trainer.global_rank, trainer.local_rank, trainer.world_size)
         if not telemetry_enabled():
             self._warn_not_configured()
         elif self._call_on_app_start and not nv_one_logger_compat.application_running(self._provider):

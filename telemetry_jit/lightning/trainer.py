@@ -12,7 +12,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
-from telemetry_jit.lightning.spawned_ranks import SpawnedRankTelemetry
+from telemetry_jit.lightning.ranks import RankTelemetry
 from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.recording.console import CompileConsole
 
@@ -82,21 +82,19 @@ def hook_trainer_cls(
     if compile_telemetry:
         console = live if isinstance(live, CompileConsole) else (CompileConsole() if live else None)
         compiles = CompileTelemetryCallback(training_telemetry_provider, console, console_all_ranks=live_all_ranks)
-    telemetry = _Telemetry(SpawnedRankTelemetry(), compiles, telemetry_callback)
+    telemetry = _Telemetry(RankTelemetry(), compiles, telemetry_callback)
     return _hooked_class(trainer_cls, telemetry, jit_config), telemetry_callback
 
 
 class _Telemetry:
     """The callbacks every trainer of one hooked class shares, in the order their hooks must run:
-    configuration of spawned ranks first, compile summaries before the loop spans they go on end."""
+    ranks (and configuration of spawned ones) first, compile summaries before the loop spans they go on end."""
 
-    def __init__(
-        self, spawned_ranks: SpawnedRankTelemetry, compiles: CompileTelemetryCallback | None, time_events: Any
-    ) -> None:
-        self.spawned_ranks = spawned_ranks
+    def __init__(self, ranks: RankTelemetry, compiles: CompileTelemetryCallback | None, time_events: Any) -> None:
+        self.ranks = ranks
         self.compiles = compiles
         self.time_events = time_events
-        self.callbacks = [callback for callback in (spawned_ranks, compiles, time_events) if callback is not None]
+        self.callbacks = [callback for callback in (ranks, compiles, time_events) if callback is not None]
 
 
 def _hooked_class(trainer_cls: type[pl.Trainer], telemetry: _Telemetry, jit_config: Any) -> type[pl.Trainer]:

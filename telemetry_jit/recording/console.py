@@ -51,6 +51,10 @@ class CompileConsole:
         self._recent: dict[str, deque[tuple[int, str]]] = defaultdict(lambda: deque(maxlen=self.storm_recompiles))
         self._stormy: set[str] = set()
 
+    def __reduce__(self) -> tuple[type[CompileConsole], tuple[float, int, int]]:
+        # into a spawned rank go the thresholds; it prints through its own progress bar or logger
+        return CompileConsole, (self.threshold_s, self.storm_recompiles, self.storm_steps)
+
     def _say(self, message: str) -> None:
         try:
             (self.print_fn or _log.warning)(message)

@@ -1,4 +1,5 @@
-"""Telemetry in ranks started by spawning (``strategy="ddp_spawn"``): new processes, configured again."""
+"""Which rank a process is, for every record; ranks started by spawning (``strategy="ddp_spawn"``)
+are new processes and are configured again."""
 
 from __future__ import annotations
 
@@ -11,25 +12,26 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from typing_extensions import override
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.configuration import Configuration, configuration
+from telemetry_jit.exporters import identity
 from telemetry_jit.recording.recorder import telemetry_enabled
 
 
-class SpawnedRankTelemetry(Callback):
-    """Configure telemetry in a spawned rank as :func:`telemetry_jit.configure` did in the launching
-    process, and end that rank's application span at teardown.
+class RankTelemetry(Callback):
+    """Tell the exporters which rank this process is (the strategy knows by ``setup``), and in a
+    spawned rank configure telemetry as :func:`telemetry_jit.configure` did in the launching
+    process, ending that rank's application span at teardown.
 
     The trainer's callbacks are pickled into each spawned process; this one carries the
     configuration along. It must come before the other telemetry callbacks, whose ``setup`` needs a
-    configured provider. In the launching process, and in ranks started otherwise, it does nothing.
+    configured provider and records that name their rank.
     """
 
     def __init__(self) -> None:
-        self._configuration: dict[str, Any] | None = None
+        self._configuration: Configuration | None = None
         self._owns_application = False
 
     def __getstate__(self) -> dict[str, Any]:
-        from telemetry_jit.configure import configuration
-
         return {"configuration": configuration()}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -38,11 +40,10 @@ class SpawnedRankTelemetry(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        identity.update(trainer.global_rank, trainer.local_rank, trainer.world_size)
         if telemetry_enabled() or self._configuration is None:
             return
-        from telemetry_jit.configure import configure
-
-        configure(**self._configuration)
+        self._configuration.apply()
         one_logger.on_app_start()
         self._owns_application = True
 

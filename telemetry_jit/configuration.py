@@ -6,6 +6,7 @@ import atexit
 import os
 import warnings
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,13 +23,36 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter, identity
 
-_configuration: dict[str, Any] | None = None
-_exit_hook = False
 _ITERATION_SPANS = (
     StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION,
     StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION,
     StandardTrainingJobSpanName.TESTING_SINGLE_ITERATION,
 )
+
+
+@dataclass(frozen=True)
+class Configuration:
+    """The arguments of one :func:`configure` call, minus other exporters: what a process started by
+    spawning (a ``ddp_spawn`` rank) needs to configure alike."""
+
+    app_name: str
+    file: str | None
+    otlp: dict[str, Any] | None  # OTLPExporter arguments
+    global_batch_size: int
+    session_tag: str | None
+    perf_tag: str | None
+    world_size: int | None
+    export_iteration_spans: bool
+    training_config: dict[str, Any]
+
+    def apply(self) -> TrainingTelemetryProvider:
+        """:func:`configure` with these arguments."""
+        arguments = asdict(self)
+        return configure(**arguments.pop("training_config"), **arguments)
+
+
+# The configuration in effect, from configure() to shutdown(); while set, shutdown() runs at exit.
+_in_effect: Configuration | None = None
 
 
 def configure(
@@ -47,8 +71,8 @@ def configure(
     """Configure ``TrainingTelemetryProvider.instance()`` and return it.
 
     Telemetry errors never propagate into training (nv-one-logger's
-    ``DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR``), and the application span is closed at
-    interpreter exit if ``on_app_end`` was never called.
+    ``DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR``), and :func:`shutdown` runs at interpreter exit
+    unless you call it first.
 
     Args:
         app_name: the application name (``service.name`` for OTLP backends).
@@ -82,79 +106,95 @@ def configure(
         )
         return provider
     identity.refresh()
-    all_exporters = list(exporters)
-    if otlp is None:
+    otlp_exporter = _otlp_exporter(otlp, app_name)
+    file_exporter = FileExporter(file) if file is not None else None
+    log_dir = file_exporter.path.parent if file_exporter is not None else Path.cwd()
+    provider.with_base_config(
+        OneLoggerConfig(
+            application_name=app_name,
+            session_tag_or_fn=session_tag or app_name,
+            world_size_or_fn=world_size or int(os.environ.get("WORLD_SIZE", "1")),
+            error_handling_strategy=OneLoggerErrorHandlingStrategy.DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR,
+            logger_config=LoggerConfig(
+                log_level="WARNING",
+                log_file_path_for_info=str(log_dir / "onelogger.log"),
+                log_file_path_for_err=str(log_dir / "onelogger.err"),
+            ),
+            telemetry_config=TrainingTelemetryConfig(
+                global_batch_size_or_fn=global_batch_size,
+                perf_tag_or_fn=perf_tag or app_name,
+                **training_config,
+            ),
+        )
+    )
+    for exporter in _safe_exporters(file_exporter, otlp_exporter, exporters):
+        provider.with_exporter(exporter)
+    provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, _blacklist(export_iteration_spans))
+    provider.configure_provider()
+    global _in_effect
+    if _in_effect is None:
+        atexit.register(shutdown)
+    _in_effect = Configuration(
+        app_name=app_name,
+        file=None if file is None else str(file),
+        otlp=otlp_exporter.arguments() if otlp_exporter is not None else None,
+        global_batch_size=global_batch_size,
+        session_tag=session_tag,
+        perf_tag=perf_tag,
+        world_size=world_size,
+        export_iteration_spans=export_iteration_spans,
+        training_config=dict(training_config),
+    )
+    return provider
+
+
+def _otlp_exporter(otlp: bool | str | dict[str, Any] | OTLPExporter | None, app_name: str) -> OTLPExporter | None:
+    """The OTLP exporter ``configure(otlp=...)`` asks for, named for the application."""
+    if otlp is None:  # the standard variable decides
         otlp = "otlp" in os.environ.get("OTEL_TRACES_EXPORTER", "").lower().split(",")
-    if otlp is True or isinstance(otlp, str):
-        otlp = OTLPExporter(endpoint=None if otlp is True else otlp, service_name=app_name)
-    elif isinstance(otlp, dict):
-        otlp = OTLPExporter(**otlp, service_name=app_name)
+    if otlp is False:
+        return None
+    if otlp is True:
+        return OTLPExporter(service_name=app_name)
+    if isinstance(otlp, str):
+        return OTLPExporter(endpoint=otlp, service_name=app_name)
+    if isinstance(otlp, dict):
+        return OTLPExporter(**{"service_name": app_name, **otlp})
     if isinstance(otlp, OTLPExporter):
         otlp.service_name = otlp.service_name or app_name
-        all_exporters.append(otlp)
-    log_dir = Path.cwd()
-    if file is not None:
-        file_exporter = FileExporter(file)
-        all_exporters.insert(0, file_exporter)
-        log_dir = file_exporter.path.parent
-    for exporter in all_exporters:
+        return otlp
+    raise TypeError(
+        f"configure(otlp=...) takes True, an endpoint, a dict of OTLPExporter arguments or an OTLPExporter, "
+        f"got {type(otlp).__name__}."
+    )
+
+
+def _safe_exporters(
+    file_exporter: FileExporter | None, otlp_exporter: OTLPExporter | None, others: Sequence[Exporter]
+) -> list[Exporter]:
+    """Every exporter, those not our own each on its own thread: ours never block (a local append;
+    OTLP sends from its own thread), others might."""
+    for exporter in others:
         if not isinstance(exporter, Exporter):
             raise TypeError(
                 f"configure(exporters=...) takes nv-one-logger Exporter objects, got {type(exporter).__name__}."
             )
-    global _configuration
-    _configuration = {
-        "app_name": app_name,
-        "file": None if file is None else str(file),
-        "otlp": otlp.arguments() if isinstance(otlp, OTLPExporter) else None,
-        "global_batch_size": global_batch_size,
-        "session_tag": session_tag,
-        "perf_tag": perf_tag,
-        "world_size": world_size,
-        "export_iteration_spans": export_iteration_spans,
-        **training_config,
-    }
-    # Exporters of our own never block (a local append; OTLP sends from its own thread); others run isolated.
     safe = (FileExporter, OTLPExporter, IsolatedExporter)
-    all_exporters = [e if isinstance(e, safe) else IsolatedExporter(e) for e in all_exporters]
-    size = world_size or int(os.environ.get("WORLD_SIZE", "1"))
-    config = OneLoggerConfig(
-        application_name=app_name,
-        session_tag_or_fn=session_tag or app_name,
-        world_size_or_fn=size,
-        error_handling_strategy=OneLoggerErrorHandlingStrategy.DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR,
-        logger_config=LoggerConfig(
-            log_level="WARNING",
-            log_file_path_for_info=str(log_dir / "onelogger.log"),
-            log_file_path_for_err=str(log_dir / "onelogger.err"),
-        ),
-        telemetry_config=TrainingTelemetryConfig(
-            global_batch_size_or_fn=global_batch_size,
-            perf_tag_or_fn=perf_tag or app_name,
-            **training_config,
-        ),
-    )
-    provider.with_base_config(config)
-    for exporter in all_exporters:
-        provider.with_exporter(exporter)
+    exporters = [file_exporter, *[e if isinstance(e, safe) else IsolatedExporter(e) for e in others], otlp_exporter]
+    return [exporter for exporter in exporters if exporter is not None]
+
+
+def _blacklist(export_iteration_spans: bool) -> list[Any]:
     # not EXPORT_ALL_SPANS: nv-one-logger 2.3 then passes its default blacklist along and its recorder refuses it
-    blacklist = [
+    return [
         name for name in DEFAULT_SPANS_EXPORT_BLACKLIST if not (export_iteration_spans and name in _ITERATION_SPANS)
     ]
-    provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, blacklist)
-    provider.configure_provider()
-    global _exit_hook
-    if not _exit_hook:  # once per process: shutdown() ends whatever is configured then
-        _exit_hook = True
-        atexit.register(shutdown)
-    return provider
 
 
-def configuration() -> dict[str, Any] | None:
-    """The arguments of the last :func:`configure` call, for processes that must configure alike
-    (ranks started by spawning); ``None`` if telemetry was set up otherwise. Other exporters passed
-    with ``exporters=`` are not carried over."""
-    return dict(_configuration) if _configuration is not None else None
+def configuration() -> Configuration | None:
+    """The configuration :func:`configure` put in effect (``None`` if telemetry was set up otherwise,
+    or after :func:`shutdown`). Other exporters passed with ``exporters=`` are not part of it."""
+    return _in_effect
 
 
 def shutdown() -> None:
@@ -170,6 +210,10 @@ def shutdown() -> None:
     """
     from nv_one_logger.training_telemetry.api.callbacks import on_app_end
 
+    global _in_effect
+    if _in_effect is not None:
+        atexit.unregister(shutdown)
+        _in_effect = None
     provider = TrainingTelemetryProvider.instance()
     try:
         if provider.one_logger_ready and nv_one_logger_compat.application_running(provider):

@@ -36,7 +36,8 @@ from nv_one_logger.exporter.exporter import BaseExporter, ExportError
 from typing_extensions import override
 
 from ..schema import FILE_FORMAT, FILE_FORMAT_VERSION
-from . import identity
+from .identity import IdentityTracker, this_process
+from .identity import run_id as job_run_id
 
 _RUN_START = {"kind": "run_start", "format": FILE_FORMAT, "format_version": FILE_FORMAT_VERSION}
 _encode = json.JSONEncoder(separators=(",", ":"), default=str).encode
@@ -62,6 +63,8 @@ class FileExporter(BaseExporter):
             folder is created if missing.
         run_id: identifies this run's records; by default the job's run id, shared by its ranks
             (``TELEMETRY_JIT_RUN_ID``).
+        identity: where the rank, world size and node on every record come from (default: this
+            process's, which the trainer updates).
 
     Raises:
         ValueError: ``path`` is a directory.
@@ -72,12 +75,15 @@ class FileExporter(BaseExporter):
         provider.with_exporter(FileExporter("runs/telemetry.jsonl"))
     """
 
-    def __init__(self, path: str | os.PathLike[str], run_id: str | None = None) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], run_id: str | None = None, identity: IdentityTracker | None = None
+    ) -> None:
         super().__init__()
         self.base_path = Path(path).expanduser()
-        me = identity.current()
+        self.identity = identity or this_process
+        me = self.identity.current()
         self.path = rank_path(self.base_path, me.rank, me.world_size)
-        self.run_id = run_id or identity.run_id()
+        self.run_id = run_id or job_run_id()
         self._fd: int | None = None
         self._created = False
         self._identity_version = -1  # the identity fields go on every record; refreshed when it changes
@@ -158,7 +164,7 @@ class FileExporter(BaseExporter):
         super().close()
 
     def _write(self, record: dict[str, Any]) -> None:
-        if self._identity_version != identity.version():
+        if self._identity_version != self.identity.version:
             self._follow_identity()
         line = self._line(record)
         with self._lock:
@@ -222,8 +228,8 @@ class FileExporter(BaseExporter):
 
     def _follow_identity(self) -> None:
         """Move to this rank's file once the process learns its rank, taking this run's records along."""
-        self._identity_version = identity.version()
-        me = identity.current()
+        self._identity_version = self.identity.version
+        me = self.identity.current()
         self._stamp = "," + _encode({"run": self.run_id, **me.as_attributes(), "pid": os.getpid()})[1:] + "\n"
         target = rank_path(self.base_path, me.rank, me.world_size)
         with self._lock:

@@ -2,7 +2,7 @@
 
 Read from the usual variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``NODE_RANK``/``GROUP_RANK``)
 when first asked; whoever learns better (the trainer, once its strategy has set up the ranks) calls
-:func:`update`. Launchers such as Lightning's start the other ranks after the first process has
+``this_process.update``. Launchers such as Lightning's start the other ranks after the first process has
 configured its exporters, so rank 0 may only learn that it is rank 0 of many at ``fit``.
 
 The run id ties the ranks of one job together: taken from ``TELEMETRY_JIT_RUN_ID`` when set, else
@@ -47,45 +47,44 @@ def _from_environment() -> ProcessIdentity:
     )
 
 
-_current: ProcessIdentity | None = None
-_version = 0
-_told = False  # update() was called: the trainer knows better than the environment
+class IdentityTracker:
+    """What this process has learnt of its identity: from the environment when first asked, until
+    whoever knows better (the trainer, once its strategy has set up the ranks) calls :meth:`update`.
+
+    Exporters read :meth:`current` for every record; :attr:`version` changes with it, so they can
+    re-encode only then.
+    """
+
+    def __init__(self) -> None:
+        self._current: ProcessIdentity | None = None
+        self.version = 0
+        self._told = False  # update() was called: the trainer knows better than the environment
+
+    def current(self) -> ProcessIdentity:
+        if self._current is None:
+            self._current = _from_environment()
+        return self._current
+
+    def update(self, rank: int, local_rank: int, world_size: int) -> None:
+        new = replace(self.current(), rank=int(rank), local_rank=int(local_rank), world_size=int(world_size))
+        self._told = True
+        if new != self._current:
+            self._current = new
+            self.version += 1
+
+    def refresh(self) -> None:
+        """Read the identity from the environment again, unless :meth:`update` has set it."""
+        if not self._told:
+            self._current = None
+            self.version += 1
+
+    def reset(self) -> None:
+        """Forget everything learnt (a new process, or a test)."""
+        self._told = False
+        self.refresh()
 
 
-def current() -> ProcessIdentity:
-    global _current
-    if _current is None:
-        _current = _from_environment()
-    return _current
-
-
-def version() -> int:
-    """Changes whenever :func:`update` changes the identity (cheap to compare per record)."""
-    return _version
-
-
-def update(rank: int, local_rank: int, world_size: int) -> None:
-    global _current, _version, _told
-    new = replace(current(), rank=int(rank), local_rank=int(local_rank), world_size=int(world_size))
-    _told = True
-    if new != _current:
-        _current = new
-        _version += 1
-
-
-def refresh() -> None:
-    """Read the identity from the environment again, unless :func:`update` has set it."""
-    global _current, _version
-    if not _told:
-        _current = None
-        _version += 1
-
-
-def reset() -> None:
-    """Forget everything learnt (a new process, or a test)."""
-    global _told
-    _told = False
-    refresh()
+this_process = IdentityTracker()  # one per process, as the identity it tracks
 
 
 def run_id() -> str:

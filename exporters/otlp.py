@@ -41,7 +41,8 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Status, StatusCode
 from typing_extensions import override
 
-from . import identity
+from .identity import IdentityTracker, this_process
+from .identity import run_id as job_run_id
 
 PROTOCOLS = ("grpc", "http/protobuf")
 _VERSIONED = ("torch", "lightning", "lightning-thunder", "nv-one-logger-training-telemetry", "telemetry-jit")
@@ -183,6 +184,8 @@ class OTLPExporter(BaseExporter):
             the wait at close (default: ``timeout``).
         retry_buffer_size: spans kept from failed exports and re-sent with the next batch.
         span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
+        identity: where the rank, world size and node on every span come from (default: this
+            process's, which the trainer updates).
 
     Example::
 
@@ -206,8 +209,10 @@ class OTLPExporter(BaseExporter):
         export_timeout_millis: float | None = None,
         retry_buffer_size: int = 2048,
         span_exporter: SpanExporter | None = None,
+        identity: IdentityTracker | None = None,
     ) -> None:
         super().__init__()
+        self.identity = identity or this_process
         self.protocol = (
             protocol or _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
         ).lower()
@@ -323,7 +328,7 @@ class OTLPExporter(BaseExporter):
     def _resource(self) -> Resource:
         attributes: dict[str, Any] = {
             "service.name": self.service_name or _application_name() or "telemetry-jit",
-            "service.instance.id": identity.run_id(),
+            "service.instance.id": job_run_id(),
             "host.name": socket.gethostname(),
             "process.pid": os.getpid(),
         }
@@ -346,7 +351,7 @@ class OTLPExporter(BaseExporter):
         # configuration (and so the application name for service.name) is in place
         self._provider = TracerProvider(
             resource=self._resource(),
-            id_generator=_RunTraceIds(identity.run_id()),
+            id_generator=_RunTraceIds(job_run_id()),
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
         self._provider.add_span_processor(BatchSpanProcessor(self._retrying, **self._batching))
@@ -371,7 +376,7 @@ class OTLPExporter(BaseExporter):
             span.name_str,
             context=context,
             start_time=_ns(span.start_event.timestamp),
-            attributes={**_attributes(span.attributes), **identity.current().as_attributes()},
+            attributes={**_attributes(span.attributes), **self.identity.current().as_attributes()},
         )
 
     @override
@@ -381,7 +386,7 @@ class OTLPExporter(BaseExporter):
         if otel_span is None:
             return
         # the rank may have become known while the span ran (rank 0 of a DDP launch learns it at fit)
-        otel_span.set_attributes({**_attributes(span.attributes), **identity.current().as_attributes()})
+        otel_span.set_attributes({**_attributes(span.attributes), **self.identity.current().as_attributes()})
         stop_event = span.stop_event
         otel_span.end(end_time=_ns(stop_event.timestamp) if stop_event is not None else None)
         self._ended += 1

@@ -105,7 +105,7 @@ def configure(
             stacklevel=2,
         )
         return provider
-    identity.refresh()
+    identity.this_process.refresh()
     otlp_exporter = _otlp_exporter(otlp, app_name)
     file_exporter = FileExporter(file) if file is not None else None
     log_dir = file_exporter.path.parent if file_exporter is not None else Path.cwd()

@@ -60,7 +60,7 @@ class CompileTelemetry:
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
         """Which process of a distributed job this is, for every record (files become per rank)."""
-        identity.update(rank, local_rank, world_size)
+        identity.this_process.update(rank, local_rank, world_size)
 
     def __enter__(self) -> CompileTelemetry:
         if not telemetry_enabled():

@@ -50,12 +50,12 @@ def fresh_provider_state() -> None:
     # nv-one-logger allows one configuration per process; tests need one per test, each its own run.
     nv_one_logger_compat.forget_configuration()
     os.environ.pop(identity.RUN_ID_VARIABLE, None)
-    identity.reset()
+    identity.this_process.reset()
 
 
 @pytest.fixture(autouse=True)
 def clean_state() -> Iterator[None]:
-    identity.reset()
+    identity.this_process.reset()
     reset_compile_state()
     yield
     torch._dynamo.reset()

@@ -40,7 +40,7 @@ class RankTelemetry(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        identity.update(trainer.global_rank, trainer.local_rank, trainer.world_size)
+        identity.this_process.update(trainer.global_rank, trainer.local_rank, trainer.world_size)
         if telemetry_enabled() or self._configuration is None:
             return
         self._configuration.apply()

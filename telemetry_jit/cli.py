@@ -9,6 +9,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from telemetry_jit.analysis.compare import Budget, check, diff, format_diff
 from telemetry_jit.analysis.reader import TelemetryFileError, TelemetryRun, read_telemetry
 from telemetry_jit.analysis.report import render_report
 from telemetry_jit.analysis.summary import format_rank_comparison, format_summary, summarize
@@ -27,11 +28,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = commands.add_parser("report", help="write a self-contained HTML report of a run")
     report.add_argument("file", help="a JSON Lines file written by telemetry-jit")
     report.add_argument("-o", "--output", required=True, help="the HTML file to write, e.g. report.html")
+    diff = commands.add_parser("diff", help="compare two runs: compile time, recompiles, graph breaks, cache")
+    diff.add_argument("base", help="the run to compare with (e.g. the main branch's)")
+    diff.add_argument("new", help="the run under review")
+    diff.add_argument("--json", action="store_true", help="print JSON for tools instead of text")
+    check = commands.add_parser(
+        "check", help="exit 1 when a run breaks its compile budget (a CI gate); see docs/ci-gate.md"
+    )
+    check.add_argument("file", help="the run to check")
+    check.add_argument("--baseline", help="a run to compare with (for --no-new-graph-breaks)")
+    check.add_argument("--max-graph-breaks", type=int, metavar="N")
+    check.add_argument("--max-recompiles", type=int, metavar="N")
+    check.add_argument("--max-compile-share", metavar="P", help="percent of the loop's wall time, e.g. 25 or 25%%")
+    check.add_argument("--no-new-graph-breaks", action="store_true", help="fail on a graph break the baseline lacks")
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(args.files, args.output)
     if args.command == "report":
         return _report(args.file, args.output)
+    if args.command == "diff":
+        return _diff(args.base, args.new, as_json=args.json)
+    if args.command == "check":
+        return _check(args)
 
     runs, status = _load_runs(args.files, all_runs=args.all_runs)
     for run in runs:
@@ -74,6 +92,49 @@ def _report(path: str, output: str) -> int:
         return 1
     print(f"wrote {output}")
     return status
+
+
+def _diff(base_path: str, new_path: str, as_json: bool) -> int:
+    runs, status = _load_runs([base_path, new_path])
+    if status:
+        return status
+    result = diff(*runs)
+    print(json.dumps(result.as_json(), indent=2) if as_json else format_diff(result))
+    return 0
+
+
+def _check(args: argparse.Namespace) -> int:
+    """0: within budget; 1: a budget broken (each said); 2: cannot tell."""
+    try:
+        share = None if args.max_compile_share is None else _percentage(args.max_compile_share)
+    except ValueError as error:
+        print(f"telemetry-jit check: {error}", file=sys.stderr)
+        return 2
+    runs, status = _load_runs([args.file, *([args.baseline] if args.baseline else [])])
+    if status:
+        return 2
+    budget = Budget(args.max_graph_breaks, args.max_recompiles, share, args.no_new_graph_breaks)
+    try:
+        broken = check(runs[0], budget, baseline=runs[1] if args.baseline else None)
+    except ValueError as error:
+        print(f"telemetry-jit check: {error}", file=sys.stderr)
+        return 2
+    if broken:
+        print(f"telemetry-jit check: {args.file} breaks its compile budget:")
+        print("\n".join(f"  {reason}" for reason in broken))
+        return 1
+    print(f"telemetry-jit check: {args.file} is within budget.")
+    return 0
+
+
+def _percentage(text: str) -> float:
+    try:
+        value = float(text.strip().removesuffix("%"))
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 100:
+        raise ValueError(f"--max-compile-share takes a percentage from 0 to 100 (e.g. 25 or 25%), got {text!r}.")
+    return value / 100
 
 
 def _write_whole(output: str, text: str) -> bool:

@@ -38,6 +38,9 @@ class CompileAttr:
     """Attributes of ``compilation`` spans and ``compile_summary`` events."""
 
     BACKEND: Final = "compile.backend"
+    CACHE_HITS: Final = "compile.cache_hits"
+    CACHE_MISSES: Final = "compile.cache_misses"
+    CACHE_TIME_SAVED_S: Final = "compile.cache_time_saved_s"
     COUNT: Final = "compile.count"
     COUNT_BY_RANK: Final = "compile.count_by_rank"
     DDP_BUCKET_CAP_BYTES: Final = "compile.ddp_bucket_cap_bytes"
@@ -66,6 +69,11 @@ class CompileAttr:
     UNAVAILABLE: Final = "compile.unavailable"
     WALL_TIME_MS: Final = "compile.wall_time_ms"
     PREFIX: Final = "compile."  # + a torch or thunder count, e.g. compile.inductor_fx_local_cache_hit_count
+
+    @staticmethod
+    def cache(outcome: str) -> str:
+        """What the compile caches did (``fx_graph_local_hits``, ..., ``time_saved_s``)."""
+        return f"compile.cache.{outcome}"
 
     @staticmethod
     def phase_time(phase: str) -> str:

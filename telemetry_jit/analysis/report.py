@@ -132,6 +132,10 @@ def render_report(summary: RunSummary) -> str:
         f"<h1>telemetry-jit report</h1><p class='muted'>run {escape(run.run_id)}, rank {run.rank} "
         f"{escape(run.node)}</p>",
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
+    ]
+    if summary.warm_start.hits or summary.warm_start.misses:
+        sections.append(f'<p id="compile-cache">Compile cache: {escape(summary.warm_start.line)}</p>')
+    sections += [
         "<h2>Timeline</h2>",
         _timeline(summary),
         "<h2>Compilations per frame</h2>",

@@ -58,6 +58,25 @@ class DdpRow(NamedTuple):
     bucket_cap_mb: float
 
 
+class WarmStart(NamedTuple):
+    """What the FX graph and AOTAutograd caches did over a run (torch's counts on each compile span)."""
+
+    hits: int
+    misses: int
+    saved_s: float  # torch's remote_cache_time_saved_s, summed
+    missed_frames: list[str]  # frames that compiled a graph the caches did not have
+    unavailable: list[str]  # cache counts this torch does not record
+
+    @property
+    def line(self) -> str:
+        looked_up = self.hits + self.misses
+        kind = "warm start" if self.hits and not self.misses else "cold start" if not self.hits else "partly warm"
+        text = f"{self.hits} of {looked_up} graphs from the compile cache ({kind}), {self.saved_s:.1f} s saved"
+        if self.missed_frames:
+            text += f"; missed: {', '.join(self.missed_frames[:5])}"
+        return text
+
+
 class ReasonRow(NamedTuple):
     count: int
     reason: str
@@ -86,6 +105,7 @@ class RunSummary:
     break_rows: list[BreakRow] = field(default_factory=list)
     thunder_rows: list[ThunderRow] = field(default_factory=list)
     ddp_rows: list[DdpRow] = field(default_factory=list)
+    warm_start: WarmStart = WarmStart(0, 0, 0.0, [], [])
 
     @property
     def ddp_splits(self) -> int:
@@ -104,6 +124,12 @@ def short_location(location: str, keep: int = 2) -> str:
     path, _, line = location.rpartition(":")
     parts = path.split("/")
     return ("/".join(parts[-keep:]) + f":{line}") if path else location
+
+
+def frame_label(span: SpanRecord) -> str:
+    """``frame (file:line)`` of a compilation span, as tables and comparisons name it."""
+    location = short_location(str(span.attributes.get(CompileAttr.LOCATION) or ""))
+    return f"{span.attributes.get(CompileAttr.FRAME) or '?'} ({location})"
 
 
 def is_recompile(span: SpanRecord) -> bool:
@@ -172,6 +198,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         for event in span.events
         if event.name == JitEventName.DDP_GRAPH_SPLIT.value
     ]
+    summary.warm_start = _warm_start(compiles)
     loop_summaries = [
         e.attributes for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY.value
     ]
@@ -186,6 +213,29 @@ def summarize(run: TelemetryRun) -> RunSummary:
         )
     ]
     return summary
+
+
+def _warm_start(compiles: Sequence[SpanRecord]) -> WarmStart:
+    hits = misses = 0
+    saved = 0.0
+    missed: dict[str, None] = {}
+    unavailable: dict[str, None] = {}
+    for span in compiles:
+        attributes = span.attributes
+        for name, value in attributes.items():
+            if not name.startswith(CompileAttr.cache("")):
+                continue
+            if name.endswith("_hits"):
+                hits += int(value)
+            elif name.endswith("_misses") and value:
+                misses += int(value)
+                missed[frame_label(span)] = None
+            elif name == CompileAttr.cache("time_saved_s"):
+                saved += float(value)
+        for fact in attributes.get(CompileAttr.UNAVAILABLE) or ():
+            if str(fact).startswith("cache."):
+                unavailable[str(fact)] = None
+    return WarmStart(hits, misses, saved, list(missed), list(unavailable))
 
 
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
@@ -215,6 +265,10 @@ def format_summary(run: TelemetryRun) -> str:
         f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
         f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
     ]
+    if s.warm_start.hits or s.warm_start.misses:
+        lines.append(f"  compile cache: {s.warm_start.line}")
+    if s.warm_start.unavailable:
+        lines.append(f"  (the torch of this run did not record compile.{', compile.'.join(s.warm_start.unavailable)})")
     if run.lost_records:
         lines.append(
             f"  incomplete: {run.lost_records} telemetry record(s) could not be written (see the run's warnings)"

@@ -220,6 +220,18 @@ _PHASES = (
     ("backward", "backward_cumulative_compile_time_us", 1e-6),
 )
 _COUNTS = ("graph_op_count", "guard_count", "num_graph_breaks")
+# compile.cache.<ours> <- CompilationMetrics.<torch's>; the local counts are absent before torch 2.9
+_CACHE = (
+    ("fx_graph_local_hits", "inductor_fx_local_cache_hit_count"),
+    ("fx_graph_local_misses", "inductor_fx_local_cache_miss_count"),
+    ("fx_graph_remote_hits", "inductor_fx_remote_cache_hit_count"),
+    ("fx_graph_remote_misses", "inductor_fx_remote_cache_miss_count"),
+    ("aot_autograd_local_hits", "aotautograd_local_cache_hit_count"),
+    ("aot_autograd_local_misses", "aotautograd_local_cache_miss_count"),
+    ("aot_autograd_remote_hits", "aotautograd_remote_cache_hit_count"),
+    ("aot_autograd_remote_misses", "aotautograd_remote_cache_miss_count"),
+    ("time_saved_s", "remote_cache_time_saved_s"),  # torch's figure, local hits included
+)
 
 
 def phase_times(metric: Any) -> dict[str, float]:
@@ -234,6 +246,13 @@ def phase_times(metric: Any) -> dict[str, float]:
 
 def counts(metric: Any) -> dict[str, int]:
     return {name: int(value) for name in _COUNTS if (value := getattr(metric, name, None)) is not None}
+
+
+def cache_outcome(metric: Any) -> dict[str, float]:
+    """What the FX graph and AOTAutograd caches did for this compile: hits and misses (local and
+    remote) and the time torch says they saved; only what torch filled in (a compile that never
+    reached a cache has none)."""
+    return {ours: value for ours, name in _CACHE if (value := getattr(metric, name, None)) is not None}
 
 
 def failure(metric: Any) -> tuple[str, bool, bool]:
@@ -253,6 +272,9 @@ def _unavailable() -> dict[str, str]:
     for name in _COUNTS:
         if name not in fields:
             missing[name] = f"CompilationMetrics.{name}"
+    for ours, name in _CACHE:
+        if name not in fields:
+            missing[f"cache.{ours}"] = f"CompilationMetrics.{name}"
     return missing
 
 

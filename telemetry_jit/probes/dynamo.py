@@ -377,6 +377,7 @@ class DynamoProbe:
             failure=failure,
             fell_back_to_eager=fell_back,
             recompile_limit_hit=limit_hit,
+            cache=torch_compat.cache_outcome(metric),
             extra=torch_compat.counts(metric),
         )
 

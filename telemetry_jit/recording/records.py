@@ -49,6 +49,8 @@ class CompileRecord:
     failure: str = ""  # the compiler's error text when compilation failed
     fell_back_to_eager: bool = False  # a failure dynamo handled by running the frame eagerly
     recompile_limit_hit: bool = False
+    # what the FX graph / AOTAutograd caches did: fx_graph_local_hits, ..., time_saved_s
+    cache: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     # facts the compiler in use does not expose (e.g. a field an older torch lacks): absent, not zero
     unavailable: tuple[str, ...] = ()
@@ -62,6 +64,14 @@ class CompileRecord:
     def is_frame_recompile(self) -> bool:
         """A frame compiled again; its backward graph (same compile id) is part of that recompile."""
         return self.is_recompile and self.trigger != "lazy_backward"
+
+    @property
+    def cache_hits(self) -> int:
+        return int(sum(value for name, value in self.cache.items() if name.endswith("_hits")))
+
+    @property
+    def cache_misses(self) -> int:
+        return int(sum(value for name, value in self.cache.items() if name.endswith("_misses")))
 
     @property
     def ddp_graph_splits(self) -> int:

@@ -24,6 +24,9 @@ class CompileStats:
     ddp_graph_splits: int = 0
     recompile_limit_hits: int = 0
     total_time_ms: float = 0.0
+    cache_hits: int = 0  # graphs the FX graph / AOTAutograd caches had
+    cache_misses: int = 0
+    cache_time_saved_s: float = 0.0
     recompile_reasons: Counter[str] = field(default_factory=Counter)
     thunder: dict[str, tuple[int, int]] = field(default_factory=dict)  # module -> (cache hits, misses)
 
@@ -33,6 +36,9 @@ class CompileStats:
         self.graph_break_count += len(record.graph_breaks)
         self.ddp_graph_splits += record.ddp_graph_splits
         self.recompile_limit_hits += record.recompile_limit_hit
+        self.cache_hits += record.cache_hits
+        self.cache_misses += record.cache_misses
+        self.cache_time_saved_s += record.cache.get("time_saved_s", 0.0)
         if record.is_frame_recompile:
             self.recompile_count += 1
             reason = record.recompile_reason or "unknown"
@@ -48,6 +54,9 @@ class CompileStats:
                 CompileAttr.DDP_GRAPH_SPLITS: self.ddp_graph_splits,
                 CompileAttr.RECOMPILE_LIMIT_HITS: self.recompile_limit_hits,
                 CompileAttr.TOTAL_TIME_MS: round(self.total_time_ms, 3),
+                CompileAttr.CACHE_HITS: self.cache_hits,
+                CompileAttr.CACHE_MISSES: self.cache_misses,
+                CompileAttr.CACHE_TIME_SAVED_S: round(self.cache_time_saved_s, 3),
                 CompileAttr.WALL_TIME_MS: round(wall_time_s * 1000, 3),
                 CompileAttr.TIME_SHARE: round(self.total_time_ms / 1000 / wall_time_s, 6) if wall_time_s > 0 else 0.0,
                 CompileAttr.TOP_RECOMPILE_REASONS: [

@@ -1,0 +1,214 @@
+"""Two runs side by side (``telemetry-jit diff``) and a run against its budgets (``telemetry-jit check``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.summary import (
+    RunSummary,
+    frame_label,
+    is_recompile,
+    one_line,
+    short_location,
+    summarize,
+)
+from telemetry_jit.schema import CompileAttr, GraphBreakAttr
+
+BreakKey = tuple[str, str]  # (file:line as the summary shows it, first line of the reason)
+
+
+@dataclass
+class FrameFigures:
+    """One compiled frame of one run."""
+
+    compiles: int = 0
+    recompiles: int = 0
+    compile_ms: float = 0.0
+    recompile_reasons: Counter[str] = field(default_factory=Counter)
+
+
+@dataclass
+class RunFigures:
+    """What a comparison of two runs looks at."""
+
+    compiles: int
+    recompiles: int
+    compile_ms: float
+    wall_ms: float
+    graph_breaks: Counter[BreakKey]
+    cache_hits: int
+    cache_misses: int
+    frames: dict[str, FrameFigures]  # "frame (file:line)" -> figures
+
+    @property
+    def compile_share(self) -> float:
+        """Compile time over the loop's wall time, 0 - 1."""
+        return self.compile_ms / self.wall_ms if self.wall_ms else 0.0
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        looked_up = self.cache_hits + self.cache_misses
+        return self.cache_hits / looked_up if looked_up else None
+
+
+def figures(run: TelemetryRun | RunSummary) -> RunFigures:
+    summary = run if isinstance(run, RunSummary) else summarize(run)
+    frames: dict[str, FrameFigures] = {}
+    for span in summary.compiles:
+        frame = frames.setdefault(frame_label(span), FrameFigures())
+        frame.compiles += 1
+        frame.compile_ms += span.duration_ms or 0.0
+        if is_recompile(span):
+            frame.recompiles += 1
+            frame.recompile_reasons[one_line(span.attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown")] += 1
+    return RunFigures(
+        compiles=len(summary.compiles),
+        recompiles=len(summary.recompiles),
+        compile_ms=summary.compile_ms,
+        wall_ms=summary.wall_ms,
+        graph_breaks=Counter(
+            (
+                short_location(str(event.attributes.get(GraphBreakAttr.LOCATION) or "unknown location")),
+                one_line(event.attributes.get(GraphBreakAttr.REASON) or ""),
+            )
+            for event in summary.breaks
+        ),
+        cache_hits=summary.warm_start.hits,
+        cache_misses=summary.warm_start.misses,
+        frames=frames,
+    )
+
+
+@dataclass
+class RunDiff:
+    base: RunFigures
+    new: RunFigures
+
+    @property
+    def new_graph_breaks(self) -> Counter[BreakKey]:
+        """Breaks the new run has more of than the base, by location and reason."""
+        return self.new.graph_breaks - self.base.graph_breaks
+
+    @property
+    def fixed_graph_breaks(self) -> Counter[BreakKey]:
+        return self.base.graph_breaks - self.new.graph_breaks
+
+    def as_json(self) -> dict[str, Any]:
+        def run(figures: RunFigures) -> dict[str, Any]:
+            return {
+                "compiles": figures.compiles,
+                "recompiles": figures.recompiles,
+                "compile_s": round(figures.compile_ms / 1000, 3),
+                "wall_s": round(figures.wall_ms / 1000, 3),
+                "compile_share": round(figures.compile_share, 4),
+                "graph_breaks": sum(figures.graph_breaks.values()),
+                "cache_hits": figures.cache_hits,
+                "cache_misses": figures.cache_misses,
+                "cache_hit_rate": figures.cache_hit_rate,
+            }
+
+        def breaks(counter: Counter[BreakKey]) -> list[dict[str, Any]]:
+            return [{"location": loc, "reason": reason, "count": n} for (loc, reason), n in sorted(counter.items())]
+
+        frames = sorted(set(self.base.frames) | set(self.new.frames))
+        return {
+            "base": run(self.base),
+            "new": run(self.new),
+            "new_graph_breaks": breaks(self.new_graph_breaks),
+            "fixed_graph_breaks": breaks(self.fixed_graph_breaks),
+            "frames": [
+                {
+                    "frame": frame,
+                    **{
+                        side: {
+                            "compiles": f.compiles,
+                            "recompiles": f.recompiles,
+                            "compile_s": round(f.compile_ms / 1000, 3),
+                            "recompile_reasons": dict(f.recompile_reasons),
+                        }
+                        for side, f in (
+                            ("base", self.base.frames.get(frame, FrameFigures())),
+                            ("new", self.new.frames.get(frame, FrameFigures())),
+                        )
+                    },
+                }
+                for frame in frames
+            ],
+        }
+
+
+def diff(base: TelemetryRun, new: TelemetryRun) -> RunDiff:
+    return RunDiff(figures(base), figures(new))
+
+
+def _rate(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.0f}%"
+
+
+def format_diff(result: RunDiff) -> str:
+    """The two runs side by side, as terminal text."""
+    base, new = result.base, result.new
+    rows = [
+        ("compile time", f"{base.compile_ms / 1000:.2f} s", f"{new.compile_ms / 1000:.2f} s"),
+        ("compile share", f"{100 * base.compile_share:.1f}%", f"{100 * new.compile_share:.1f}%"),
+        ("compilations", str(base.compiles), str(new.compiles)),
+        ("recompilations", str(base.recompiles), str(new.recompiles)),
+        ("graph breaks", str(sum(base.graph_breaks.values())), str(sum(new.graph_breaks.values()))),
+        ("cache hit rate", _rate(base.cache_hit_rate), _rate(new.cache_hit_rate)),
+    ]
+    lines = ["telemetry-jit diff (base -> new)", *[f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]]
+    for title, counter in (
+        ("new graph breaks", result.new_graph_breaks),
+        ("fixed graph breaks", result.fixed_graph_breaks),
+    ):
+        if counter:
+            lines += [
+                "",
+                f"  {title}:",
+                *[f"    {loc}  {n}x  {reason}" for (loc, reason), n in sorted(counter.items())],
+            ]
+    lines += ["", "  per frame (compiles, recompiles, compile time):"]
+    for frame in sorted(set(base.frames) | set(new.frames)):
+        b, n = base.frames.get(frame, FrameFigures()), new.frames.get(frame, FrameFigures())
+        lines.append(
+            f"    {one_line(frame)}: {b.compiles}, {b.recompiles}, {b.compile_ms / 1000:.2f} s"
+            f"  ->  {n.compiles}, {n.recompiles}, {n.compile_ms / 1000:.2f} s"
+        )
+        for reason in n.recompile_reasons.keys() - b.recompile_reasons.keys():
+            lines.append(f"      new recompile reason: {reason}")
+    return "\n".join(lines)
+
+
+@dataclass
+class Budget:
+    """What ``telemetry-jit check`` enforces; ``None`` leaves a figure unchecked."""
+
+    max_graph_breaks: int | None = None
+    max_recompiles: int | None = None
+    max_compile_share: float | None = None  # 0 - 1
+    no_new_graph_breaks: bool = False  # against a baseline run
+
+
+def check(run: TelemetryRun, budget: Budget, baseline: TelemetryRun | None = None) -> list[str]:
+    """Every way ``run`` breaks ``budget``, each a readable sentence; empty when it keeps it."""
+    if budget.no_new_graph_breaks and baseline is None:
+        raise ValueError("--no-new-graph-breaks compares with a baseline run: pass --baseline FILE.")
+    new = figures(run)
+    broken = []
+    breaks = sum(new.graph_breaks.values())
+    if budget.max_graph_breaks is not None and breaks > budget.max_graph_breaks:
+        broken.append(f"{breaks} graph breaks, more than the {budget.max_graph_breaks} allowed")
+    if budget.max_recompiles is not None and new.recompiles > budget.max_recompiles:
+        broken.append(f"{new.recompiles} recompilations, more than the {budget.max_recompiles} allowed")
+    if budget.max_compile_share is not None and new.compile_share > budget.max_compile_share:
+        broken.append(
+            f"compiling took {100 * new.compile_share:.1f}% of the run, more than the "
+            f"{100 * budget.max_compile_share:g}% allowed"
+        )
+    if budget.no_new_graph_breaks and baseline is not None:
+        for (location, reason), count in sorted((new.graph_breaks - figures(baseline).graph_breaks).items()):
+            broken.append(f"new graph break at {location} ({count}x, not in the baseline): {reason}")
+    return broken

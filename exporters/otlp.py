@@ -21,6 +21,7 @@ import os
 import random
 import socket
 import threading
+import time
 import warnings
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,8 @@ from nv_one_logger.core.span import Span
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import BaseExporter
 from opentelemetry import trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
@@ -161,7 +164,8 @@ class _RunTraceIds(IdGenerator):
 
 
 class OTLPExporter(BaseExporter):
-    """Send spans to an OTLP endpoint. Arguments win over the standard ``OTEL_*`` variables.
+    """Send spans to an OTLP endpoint, and offer producers a :attr:`meter_provider` whose metrics go
+    to the same collector. Arguments win over the standard ``OTEL_*`` variables.
 
     Args:
         endpoint: collector address; default ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, then
@@ -184,6 +188,9 @@ class OTLPExporter(BaseExporter):
             the wait at close (default: ``timeout``).
         retry_buffer_size: spans kept from failed exports and re-sent with the next batch.
         span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
+        metrics: also send metrics (``/v1/metrics`` over HTTP; ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``
+            when set), every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60 s) and at close; default
+            on unless ``OTEL_METRICS_EXPORTER=none``.
         identity: where the rank, world size and node on every span come from (default: this
             process's, which the trainer updates).
 
@@ -209,6 +216,7 @@ class OTLPExporter(BaseExporter):
         export_timeout_millis: float | None = None,
         retry_buffer_size: int = 2048,
         span_exporter: SpanExporter | None = None,
+        metrics: bool | None = None,
         identity: IdentityTracker | None = None,
     ) -> None:
         super().__init__()
@@ -254,6 +262,10 @@ class OTLPExporter(BaseExporter):
         except ValueError:
             raise ValueError(f"OTEL_BSP_EXPORT_TIMEOUT must be milliseconds, got {bsp_timeout!r}.") from None
         self._provider: TracerProvider | None = None
+        if metrics is None:
+            metrics = os.environ.get("OTEL_METRICS_EXPORTER", "otlp").strip().lower() != "none"
+        self.metrics = metrics
+        self._meter_provider: MeterProvider | None = None
         self._retry_buffer_size = retry_buffer_size
         self._span_exporter = span_exporter
         self._spans: dict[Any, trace.Span] = {}
@@ -271,6 +283,7 @@ class OTLPExporter(BaseExporter):
             "insecure": self._insecure,
             "certificate_file": self._certificate_file,
             "resource_attributes": self._resource_attributes,
+            "metrics": self.metrics,
             **self._batching,
         }
 
@@ -302,16 +315,10 @@ class OTLPExporter(BaseExporter):
         if self.protocol == "grpc":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
-            credentials = None
-            if self._certificate_file:
-                import grpc
-
-                with open(self._certificate_file, "rb") as handle:
-                    credentials = grpc.ssl_channel_credentials(handle.read())
             return GrpcExporter(
                 endpoint=self.endpoint,
                 insecure=self._insecure,
-                credentials=credentials,
+                credentials=self._grpc_credentials(),
                 headers=self._headers,
                 timeout=self.timeout,
             )
@@ -324,6 +331,36 @@ class OTLPExporter(BaseExporter):
             timeout=self.timeout,
             session=_session_trusting_the_given_certificate(),
         )
+
+    def _build_metric_exporter(self) -> MetricExporter:
+        if self.protocol == "grpc":
+            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
+
+            return GrpcExporter(
+                endpoint=os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or self.endpoint,
+                insecure=self._insecure,
+                credentials=self._grpc_credentials(),
+                headers=self._headers,
+                timeout=self.timeout,
+            )
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
+
+        endpoint = self.endpoint.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics"
+        return HttpExporter(
+            endpoint=os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or endpoint,
+            certificate_file=self._certificate_file,
+            headers=self._headers,
+            timeout=self.timeout,
+            session=_session_trusting_the_given_certificate(),
+        )
+
+    def _grpc_credentials(self) -> Any:
+        if not self._certificate_file:
+            return None
+        import grpc
+
+        with open(self._certificate_file, "rb") as handle:
+            return grpc.ssl_channel_credentials(handle.read())
 
     def _resource(self) -> Resource:
         attributes: dict[str, Any] = {
@@ -357,13 +394,24 @@ class OTLPExporter(BaseExporter):
         self._provider.add_span_processor(BatchSpanProcessor(self._retrying, **self._batching))
         return self._provider.get_tracer("telemetry_jit")
 
+    @property
+    def meter_provider(self) -> MeterProvider | None:
+        """Metrics recorded here go to this exporter's collector (``None`` with ``metrics=False``).
+        Built at first use, like the tracer, so that ``service.name`` is the application's."""
+        if not self.metrics or not self.ready:
+            return None
+        if self._meter_provider is None:
+            reader = PeriodicExportingMetricReader(self._build_metric_exporter())
+            self._meter_provider = MeterProvider(
+                resource=self._resource(), metric_readers=[reader], shutdown_on_exit=False
+            )
+        return self._meter_provider
+
     def force_flush(self, timeout_seconds: float | None = None) -> bool:
         """Send what is queued now; wait at most ``timeout_seconds`` (default: the flush timeout).
         True when everything queued was handed to the collector."""
-        provider = self._provider
-        if provider is None:
-            return True
-        return _bounded(provider.force_flush, self.flush_timeout if timeout_seconds is None else timeout_seconds)
+        flushes = [p.force_flush for p in (self._provider, self._meter_provider) if p is not None]
+        return all(_bounded(flushes, self.flush_timeout if timeout_seconds is None else timeout_seconds))
 
     @override
     def export_start(self, span: Span) -> None:
@@ -428,7 +476,10 @@ class OTLPExporter(BaseExporter):
         self._spans.clear()
         # however much is pending and whatever the collector does (a black hole, 429s, resets), the
         # application's end waits one export timeout at most; what did not make it is counted below
-        if self._provider is not None and not _bounded(self._provider.shutdown, self.flush_timeout):
+        # the meter provider's last collection goes out now too, within the same bound
+        shutdowns = [p.shutdown for p in (self._provider, self._meter_provider) if p is not None]
+        finished = _bounded(shutdowns, self.flush_timeout)
+        if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
         for name in _OTEL_LOGGERS:
             logging.getLogger(name).removeFilter(self._log_filter)
@@ -469,18 +520,23 @@ def _session_trusting_the_given_certificate() -> Any:
     return Session()
 
 
-def _bounded(call: Callable[[], Any], seconds: float) -> bool:
-    """Run ``call`` on its own thread and wait for it at most ``seconds``: False if it is still running."""
-    finished = threading.Event()
+def _bounded(calls: Sequence[Callable[[], Any]], seconds: float) -> list[bool]:
+    """Run each call on its own thread, together, and wait at most ``seconds`` in all: for each,
+    whether it finished (True) or still runs (False)."""
+    deadline = time.monotonic() + seconds
+    finished = []
+    for call in calls:
+        done = threading.Event()
 
-    def run() -> None:
-        try:
-            call()
-        finally:
-            finished.set()
+        def run(call: Callable[[], Any] = call, done: threading.Event = done) -> None:
+            try:
+                call()
+            finally:
+                done.set()
 
-    threading.Thread(target=run, name="telemetry-jit-otlp-flush", daemon=True).start()
-    return finished.wait(seconds)
+        threading.Thread(target=run, name="telemetry-jit-otlp-flush", daemon=True).start()
+        finished.append(done)
+    return [done.wait(max(deadline - time.monotonic(), 0)) for done in finished]
 
 
 def _application_name() -> str | None:

@@ -107,6 +107,16 @@ class TrainAttr:
     STAGE: Final = "train.stage"
 
 
+class MetricName:
+    """The OpenTelemetry metrics recorded next to the spans (Prometheus: dots become underscores,
+    counters get ``_total``)."""
+
+    COMPILATIONS: Final = "telemetry_jit.compilations"
+    RECOMPILATIONS: Final = "telemetry_jit.recompilations"
+    GRAPH_BREAKS: Final = "telemetry_jit.graph_breaks"
+    COMPILE_DURATION: Final = "telemetry_jit.compile.duration"
+
+
 # The loop spans a compilation span may hang under, innermost first (nv-one-logger names).
 LOOP_SPAN_NAMES = (
     TrainingSpanName.VALIDATION_LOOP,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
@@ -46,10 +47,40 @@ class ReceivedSpan:
 
 
 @dataclass
+class MetricPoint:
+    name: str
+    unit: str
+    attributes: dict[str, Any]
+    value: float  # a sum's value, a histogram's sum
+    count: int  # a histogram's count; 0 for a sum
+    resource: dict[str, Any]
+
+
+@dataclass
 class Received:
     requests: list[trace_service_pb2.ExportTraceServiceRequest] = field(default_factory=list)
     metadata: list[dict[str, str]] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
+    metric_requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = field(default_factory=list)
+
+    def metric_points(self) -> list[MetricPoint]:
+        """The data points of the last request that held each metric (cumulative: the latest counts)."""
+        latest: dict[tuple[str, tuple[tuple[str, Any], ...]], MetricPoint] = {}
+        for request in self.metric_requests:
+            for resource_metrics in request.resource_metrics:
+                resource = _attributes(resource_metrics.resource.attributes)
+                for scope_metrics in resource_metrics.scope_metrics:
+                    for metric in scope_metrics.metrics:
+                        kind = metric.WhichOneof("data")
+                        for point in getattr(metric, kind).data_points:
+                            attributes = _attributes(point.attributes)
+                            if kind == "histogram":
+                                value, count = point.sum, point.count
+                            else:
+                                value, count = point.as_double or point.as_int, 0
+                            key = (metric.name, tuple(sorted(attributes.items())))
+                            latest[key] = MetricPoint(metric.name, metric.unit, attributes, value, count, resource)
+        return list(latest.values())
 
     def spans(self) -> list[ReceivedSpan]:
         spans = []
@@ -75,13 +106,23 @@ class Received:
         return spans
 
 
+class _GrpcMetricsService(metrics_service_pb2_grpc.MetricsServiceServicer):
+    def __init__(self, received: Received) -> None:
+        self.received = received
+
+    def Export(self, request: Any, context: grpc.ServicerContext) -> Any:  # noqa: N802 - gRPC method name
+        self.received.metric_requests.append(request)
+        return metrics_service_pb2.ExportMetricsServiceResponse()
+
+
 class GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):
-    """``opentelemetry.proto.collector.trace.v1.TraceService`` on 127.0.0.1."""
+    """The collector's ``TraceService`` and ``MetricsService`` on 127.0.0.1."""
 
     def __init__(self, port: int = 0, tls: tuple[Path, Path] | None = None) -> None:
         self.received = Received()
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(self, self._server)
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_GrpcMetricsService(self.received), self._server)
         if tls is None:
             self.port = self._server.add_insecure_port(f"127.0.0.1:{port}")
         else:
@@ -106,7 +147,7 @@ class GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 class HttpReceiver:
-    """OTLP/HTTP (protobuf) on 127.0.0.1, path ``/v1/traces``."""
+    """OTLP/HTTP (protobuf) on 127.0.0.1, paths ``/v1/traces`` and ``/v1/metrics``."""
 
     def __init__(self, delay: float = 0.0, tls: tuple[Path, Path] | None = None) -> None:
         self.received = Received()
@@ -118,16 +159,22 @@ class HttpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
-                if self.path != "/v1/traces":
+                if self.path == "/v1/metrics":
+                    metrics = metrics_service_pb2.ExportMetricsServiceRequest()
+                    metrics.ParseFromString(body)
+                    received.metric_requests.append(metrics)
+                    payload = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
+                elif self.path == "/v1/traces":
+                    request = trace_service_pb2.ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    received.requests.append(request)
+                    received.metadata.append({k.lower(): v for k, v in self.headers.items()})
+                    received.raw.append(body)
+                    payload = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+                else:
                     self.send_response(404)
                     self.end_headers()
                     return
-                request = trace_service_pb2.ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                received.requests.append(request)
-                received.metadata.append({k.lower(): v for k, v in self.headers.items()})
-                received.raw.append(body)
-                payload = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", str(len(payload)))

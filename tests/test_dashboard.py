@@ -9,6 +9,7 @@ from pathlib import Path
 
 import yaml
 
+from telemetry_jit.schema import CompileAttr, MetricName
 from tests.conftest import Telemetry
 
 DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "dashboard"
@@ -25,6 +26,14 @@ def test_compose_collector_and_provisioning_fit_together() -> None:
     assert source["datasources"][0]["url"] == "http://tempo:3200"
     provider = yaml.safe_load((DASHBOARD / "grafana/provisioning/dashboards/telemetry-jit.yaml").read_text())
     assert provider["providers"][0]["options"]["path"] == "/var/lib/grafana/dashboards"
+    # metrics: collector -> its Prometheus endpoint -> Prometheus -> Grafana
+    assert "prometheus" in compose["services"]
+    assert collector["service"]["pipelines"]["metrics"]["exporters"] == ["prometheus"]
+    port = collector["exporters"]["prometheus"]["endpoint"].rsplit(":", 1)[1]
+    scrape = yaml.safe_load((DASHBOARD / "prometheus.yml").read_text())
+    assert scrape["scrape_configs"][0]["static_configs"][0]["targets"] == [f"otel-collector:{port}"]
+    source = yaml.safe_load((DASHBOARD / "grafana/provisioning/datasources/prometheus.yaml").read_text())
+    assert source["datasources"][0]["url"] == "http://prometheus:9090"
 
 
 def test_every_dashboard_query_names_real_spans_and_attributes(telemetry: Telemetry) -> None:
@@ -46,7 +55,18 @@ def test_every_dashboard_query_names_real_spans_and_attributes(telemetry: Teleme
     assert {"Recompiles over time, by frame", "Graph breaks over time, by location"} <= {
         panel["title"] for panel in dashboard["panels"]
     }
-    for panel in dashboard["panels"]:
+    metrics = {
+        name.replace(".", "_") + ("" if name == MetricName.COMPILE_DURATION else "_total")
+        for key, name in vars(MetricName).items()
+        if key.isupper()
+    }
+    for panel in [p for p in dashboard["panels"] if p["datasource"]["type"] == "prometheus"]:
+        for target in panel["targets"]:  # Prometheus names: dots become underscores, counters end in _total
+            assert set(re.findall(r"telemetry_jit_\w+", target["expr"])) <= metrics, panel["title"]
+            for label in re.findall(r"by \(([^)]*)\)", target["expr"])[0].split(","):
+                labels = {name.replace(".", "_") for name in (CompileAttr.FRAME, CompileAttr.SOURCE, "rank")}
+                assert label.strip() in labels, (panel["title"], label)
+    for panel in [p for p in dashboard["panels"] if p["datasource"]["type"] == "tempo"]:
         query = panel["targets"][0]["query"]
         for name in re.findall(r'(?<![:\w])name = "([^"]+)"', query):
             assert run.find(name), (panel["title"], name)

@@ -448,3 +448,45 @@ def test_tls_with_a_self_signed_collector_certificate(
     assert sorted(s.name for s in receiver.received.spans()) == sorted(
         s.name for s in file_run(tmp_path).spans.values()
     )
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_compile_metrics_reach_a_real_otlp_metrics_receiver_next_to_the_spans(
+    configure, protocol: str, tmp_path: Path
+) -> None:
+    receiver = GrpcReceiver() if protocol == "grpc" else HttpReceiver()
+    try:
+        provider = configure(OTLPExporter(receiver.endpoint, protocol=protocol))
+        train(provider, epochs=1)
+        telemetry_jit.shutdown()  # the last collection goes out at close
+    finally:
+        receiver.stop()
+    compiles = file_run(tmp_path).find("compilation")
+    points = receiver.received.metric_points()
+    by_name: dict[str, list] = {}
+    for point in points:
+        by_name.setdefault(point.name, []).append(point)
+
+    def total(name: str, frame: str | None = None) -> float:
+        return sum(p.value for p in by_name.get(name, []) if frame is None or p.attributes["compile.frame"] == frame)
+
+    assert total("telemetry_jit.compilations") == len(compiles) > 0
+    for frame in {s.attributes["compile.frame"] for s in compiles}:
+        assert total("telemetry_jit.compilations", frame) == len(
+            [s for s in compiles if s.attributes["compile.frame"] == frame]
+        )
+    recompiles = [
+        s
+        for s in compiles
+        if s.attributes["compile.is_recompile"] and s.attributes["compile.trigger"] != "lazy_backward"
+    ]
+    assert total("telemetry_jit.recompilations") == len(recompiles) > 0
+    breaks = sum(s.attributes["compile.graph_breaks"] for s in compiles)
+    assert total("telemetry_jit.graph_breaks") == breaks > 0
+    (durations,) = [by_name["telemetry_jit.compile.duration"]]
+    assert sum(p.count for p in durations) == len(compiles)
+    assert sum(p.value for p in durations) == pytest.approx(
+        sum(s.duration_ms for s in compiles) / 1000, rel=0.05, abs=0.01
+    )
+    assert {p.unit for p in durations} == {"s"}
+    assert all(p.attributes["rank"] == 0 and p.resource["service.name"] == "otlp-app" for p in points)

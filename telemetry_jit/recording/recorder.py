@@ -15,13 +15,18 @@ from nv_one_logger.core.span import Span
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+from opentelemetry import metrics
+from opentelemetry.metrics import MeterProvider
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.exporters import identity
 from telemetry_jit.probes import thunder as thunder_probe
 from telemetry_jit.probes.dynamo import DynamoProbe
 from telemetry_jit.probes.thunder import ThunderSource
 from telemetry_jit.recording.console import CompileConsole
+from telemetry_jit.recording.metrics import CompileMetrics
 from telemetry_jit.recording.records import CompileRecord, GraphBreak
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import (
@@ -114,6 +119,7 @@ class CompileRecorder:
         self.stats = CompileStats()
         self._started_at = 0.0
         self._batch_step: int | None = None
+        self._metrics: list[CompileMetrics] = []
         self._thunder: dict[int, ThunderSource] = {}  # by id: the thunder compilations watched this run
         self._thunder_before: dict[int, tuple[int, int]] = {}  # function id -> (hits, misses) when first seen
 
@@ -125,7 +131,19 @@ class CompileRecorder:
         self._started_at = time.perf_counter()
         self._batch_step = position()[0]
         self._thunder, self._thunder_before = {}, {}
+        self._metrics = [CompileMetrics(provider) for provider in self._meter_providers()]
         self._probe.attach()
+
+    def _meter_providers(self) -> list[MeterProvider]:
+        """Where compile metrics go: each exporter that sends metrics too (OTLP), and the
+        application's own global MeterProvider when it set one."""
+        recorder = self._recorder()
+        exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
+        providers = [p for e in exporters if (p := getattr(e, "meter_provider", None)) is not None]
+        application = metrics.get_meter_provider()
+        if isinstance(application, SdkMeterProvider):
+            providers.append(application)
+        return providers
 
     def watch_thunder(self, model: torch.nn.Module) -> None:
         """Record the thunder compilations installed on ``model`` (cheap to repeat; call it after
@@ -240,6 +258,8 @@ class CompileRecorder:
                 record.graph_breaks.extend(source.take_splits(record.compile_id))
         context = record.context if isinstance(record.context, CompileContext) else self._context(self._batch_step)
         self.stats.add(record)
+        for compile_metrics in self._metrics:
+            compile_metrics.record(record, identity.this_process.current().rank)
         if self.console is not None:
             self.console.recorded(record, context.global_step)
         if record.recompile_limit_hit:

@@ -38,6 +38,7 @@ class CompileAttr:
     """Attributes of ``compilation`` spans and ``compile_summary`` events."""
 
     BACKEND: Final = "compile.backend"
+    CACHE_BYPASSES: Final = "compile.cache_bypasses"
     CACHE_HITS: Final = "compile.cache_hits"
     CACHE_MISSES: Final = "compile.cache_misses"
     CACHE_TIME_SAVED_S: Final = "compile.cache_time_saved_s"

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 import telemetry_jit
 from telemetry_jit.analysis.reader import TelemetryRun
@@ -88,3 +89,23 @@ def test_a_second_run_against_the_same_cache_shows_torchs_hits(tmp_path: Path) -
             assert warm_start.saved_s == pytest.approx(
                 sum(torch_cache(m).get("time_saved_s", 0.0) for m in metrics), abs=1e-3
             )
+
+
+def test_why_torch_bypassed_a_cache_is_on_the_span_and_in_the_summary(telemetry) -> None:
+    from torch._dynamo.utils import counters
+
+    model = torch.nn.Linear(8, 8)
+    compiled = torch.compile(model)
+    # freezing folds weights into constants: torch caches neither the FX graph nor the AOTAutograd graph
+    with torch._inductor.config.patch(freezing=True), torch.no_grad(), telemetry_jit.CompileTelemetry(stage="predict"):
+        compiled(torch.randn(2, 8))
+    run = telemetry.end()
+    (span,) = run.find("compilation")
+    bypasses = span.attributes["compile.cache_bypasses"]
+    assert (
+        len(bypasses)
+        == counters["inductor"]["fxgraph_cache_bypass"] + counters["aot_autograd"]["autograd_cache_bypass"]
+    )
+    assert any(reason.startswith("fx_graph: ") for reason in bypasses)
+    assert any(reason.startswith("aot_autograd: ") and "freezing" in reason for reason in bypasses)
+    assert f"compile cache bypassed: {bypasses[0]}" in format_summary(run)

@@ -66,6 +66,7 @@ class WarmStart(NamedTuple):
     saved_s: float  # torch's remote_cache_time_saved_s, summed
     missed_frames: list[str]  # frames that compiled a graph the caches did not have
     unavailable: list[str]  # cache counts this torch does not record
+    bypasses: list[str]  # why torch could not use a cache ("fx_graph: <reason>"), distinct
 
     @property
     def line(self) -> str:
@@ -105,7 +106,7 @@ class RunSummary:
     break_rows: list[BreakRow] = field(default_factory=list)
     thunder_rows: list[ThunderRow] = field(default_factory=list)
     ddp_rows: list[DdpRow] = field(default_factory=list)
-    warm_start: WarmStart = WarmStart(0, 0, 0.0, [], [])
+    warm_start: WarmStart = WarmStart(0, 0, 0.0, [], [], [])
 
     @property
     def ddp_splits(self) -> int:
@@ -220,8 +221,10 @@ def _warm_start(compiles: Sequence[SpanRecord]) -> WarmStart:
     saved = 0.0
     missed: dict[str, None] = {}
     unavailable: dict[str, None] = {}
+    bypasses: dict[str, None] = {}
     for span in compiles:
         attributes = span.attributes
+        bypasses.update(dict.fromkeys(str(reason) for reason in attributes.get(CompileAttr.CACHE_BYPASSES) or ()))
         for name, value in attributes.items():
             if not name.startswith(CompileAttr.cache("")):
                 continue
@@ -235,7 +238,7 @@ def _warm_start(compiles: Sequence[SpanRecord]) -> WarmStart:
         for fact in attributes.get(CompileAttr.UNAVAILABLE) or ():
             if str(fact).startswith("cache."):
                 unavailable[str(fact)] = None
-    return WarmStart(hits, misses, saved, list(missed), list(unavailable))
+    return WarmStart(hits, misses, saved, list(missed), list(unavailable), list(bypasses))
 
 
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
@@ -267,6 +270,7 @@ def format_summary(run: TelemetryRun) -> str:
     ]
     if s.warm_start.hits or s.warm_start.misses:
         lines.append(f"  compile cache: {s.warm_start.line}")
+    lines += [f"  compile cache bypassed: {one_line(reason, 200)}" for reason in s.warm_start.bypasses[:5]]
     if s.warm_start.unavailable:
         lines.append(f"  (the torch of this run did not record compile.{', compile.'.join(s.warm_start.unavailable)})")
     if run.lost_records:

@@ -202,6 +202,23 @@ def is_frame_skip(record: logging.LogRecord) -> bool:
     return _FRAME_SKIP_MESSAGE in str(record.msg)
 
 
+# INFO lines saying why a compile could not use a cache: (logger, message prefix, which cache)
+_CACHE_BYPASS = (
+    ("torch._inductor.codecache", "Bypassing FX Graph Cache because", "fx_graph"),
+    ("torch._functorch._aot_autograd.autograd_cache", "Bypassing autograd cache due to", "aot_autograd"),
+)
+CACHE_BYPASS_LOGGERS = tuple(dict.fromkeys(logger for logger, _, _ in _CACHE_BYPASS))
+
+
+def parse_cache_bypass(record: logging.LogRecord) -> str | None:
+    """``"<cache>: <torch's reason>"`` from a cache-bypass INFO record, ``None`` for other records."""
+    for logger, prefix, cache in _CACHE_BYPASS:
+        if record.name == logger and str(record.msg).startswith(prefix):
+            reason = record.args[0] if isinstance(record.args, tuple) and record.args else record.getMessage()
+            return f"{cache}: {reason}"
+    return None
+
+
 def parse_ddp_buckets(record: logging.LogRecord) -> tuple[int, int] | None:
     """``(bucket cap in bytes, buckets)`` from DDPOptimizer's INFO record, ``None`` for other records."""
     if _DDP_BUCKETS_MESSAGE not in str(record.msg):

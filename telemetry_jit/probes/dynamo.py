@@ -46,6 +46,7 @@ class _Window:
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     ddp_buckets: list[int] = field(default_factory=list)
     ddp_bucket_cap_bytes: int = 0
+    cache_bypasses: list[str] = field(default_factory=list)
 
 
 class _LogTap(logging.Filter):
@@ -141,6 +142,20 @@ class _DDPBucketLog(_LogTap):
             self.entries.append(entry)
 
 
+class _CacheBypassLog(_LogTap):
+    """Why the FX graph or AOTAutograd cache was bypassed, from torch's INFO lines."""
+
+    level = logging.INFO
+
+    def loggers(self) -> list[logging.Logger]:
+        return [logging.getLogger(name) for name in torch_compat.CACHE_BYPASS_LOGGERS]
+
+    def read(self, record: logging.LogRecord) -> None:
+        reason = torch_compat.parse_cache_bypass(record)
+        if reason is not None:
+            self.entries.append(reason)
+
+
 class DynamoProbe:
     """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`.
 
@@ -175,6 +190,8 @@ class DynamoProbe:
         self._break_log = _GraphBreakLog()
         self._ddp_log = _DDPBucketLog()
         self._skip_log = _FrameSkipLog()
+        self._bypass_log = _CacheBypassLog()
+        self._logs: list[_LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
         self._warned = False
         # graph breaks torch counted while no callback was registered (after torch._dynamo.reset()
         # cleared them): counters since the last poll less what windows claimed
@@ -189,9 +206,8 @@ class DynamoProbe:
         metrics = torch_compat.compilation_metrics()
         self._last_metric = metrics[-1] if metrics else None
         self._breaks_at_poll, self._claimed = dict(torch_compat.graph_break_counts()), {}
-        self._break_log.install()
-        self._ddp_log.install()
-        self._skip_log.install()
+        for log in self._logs:
+            log.install()
         torch_compat.add_compile_callbacks(self._on_start, self._on_end)
         self._attached = True
 
@@ -199,9 +215,8 @@ class DynamoProbe:
         if not self._attached:
             return
         torch_compat.remove_compile_callbacks(self._on_start, self._on_end)
-        self._break_log.uninstall()
-        self._ddp_log.uninstall()
-        self._skip_log.uninstall()
+        for log in self._logs:
+            log.uninstall()
         self._attached = False
 
     def ensure_registered(self) -> None:
@@ -223,9 +238,8 @@ class DynamoProbe:
                     self._frames[frame_id] = (code.co_name, f"{code.co_filename}:{code.co_firstlineno}")
             else:
                 backend = self._backends.get(frame_id, "")
-            self._break_log.entries.clear()
-            self._ddp_log.entries.clear()
-            self._skip_log.entries.clear()
+            for log in self._logs:
+                log.entries.clear()
             context = None
             if self._on_compile_start:
                 context = self._on_compile_start(args.compile_id, trigger, self._describe(args.compile_id, trigger))
@@ -264,6 +278,8 @@ class DynamoProbe:
             window.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
             window.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
             self._ddp_log.entries.clear()
+            window.cache_bypasses = list(self._bypass_log.entries)
+            self._bypass_log.entries.clear()
             self._finished.setdefault((window.compile_id, window.trigger == "dynamo"), []).append(window)
         except Exception as error:  # noqa: BLE001
             self._warn(error)
@@ -407,6 +423,7 @@ class DynamoProbe:
                 graph_breaks=window.graph_breaks,
                 ddp_buckets=window.ddp_buckets,
                 ddp_bucket_cap_bytes=window.ddp_bucket_cap_bytes,
+                cache_bypasses=window.cache_bypasses,
                 context=window.context,
             )
         return seen

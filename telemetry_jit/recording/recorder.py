@@ -96,6 +96,8 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> Attribu
         attributes[CompileAttr.DDP_BUCKET_CAP_BYTES] = record.ddp_bucket_cap_bytes
     attributes.update({CompileAttr.phase_time(phase): value for phase, value in record.phase_times_s.items()})
     attributes.update({CompileAttr.cache(outcome): value for outcome, value in record.cache.items()})
+    if record.cache_bypasses:
+        attributes[CompileAttr.CACHE_BYPASSES] = record.cache_bypasses
     attributes.update({CompileAttr.PREFIX + name: value for name, value in record.extra.items()})
     if record.unavailable:
         attributes[CompileAttr.UNAVAILABLE] = list(record.unavailable)

@@ -51,6 +51,7 @@ class CompileRecord:
     recompile_limit_hit: bool = False
     # what the FX graph / AOTAutograd caches did: fx_graph_local_hits, ..., time_saved_s
     cache: dict[str, float] = field(default_factory=dict)
+    cache_bypasses: list[str] = field(default_factory=list)  # "fx_graph: <torch's reason>", ...
     extra: dict[str, Any] = field(default_factory=dict)
     # facts the compiler in use does not expose (e.g. a field an older torch lacks): absent, not zero
     unavailable: tuple[str, ...] = ()

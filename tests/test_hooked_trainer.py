@@ -54,9 +54,9 @@ def test_the_given_class_is_not_mutated(telemetry: Telemetry) -> None:
     hooked = first(**TRAINER_DEFAULTS)
     assert hooked.nv_one_logger_callback is callback
     # configuration of spawned ranks, then compile summaries before the loop spans they go on end
-    ours = [type(cb).__name__ for cb in hooked.callbacks[:3]]
+    ours = [type(cb).__name__ for cb in hooked.callbacks[0].callbacks]
     assert ours == ["RankTelemetry", "CompileTelemetryCallback", "TimeEventCallback"]
-    assert hooked.callbacks[1] is hooked.compile_telemetry and hooked.callbacks[2] is callback
+    assert hooked.callbacks[0].callbacks[1:] == [hooked.compile_telemetry, callback]
 
 
 def test_hooking_twice_starts_one_application_span(telemetry: Telemetry) -> None:
@@ -71,14 +71,15 @@ def test_callbacks_are_kept_single_or_list_and_jit_transform_not_duplicated(tele
     HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JitConfig(use_torch=True))
     mine = Recorder()
     single = HookedTrainer(callbacks=mine, **TRAINER_DEFAULTS)
-    assert single.callbacks[2] is callback and mine in single.callbacks
+    assert single.callbacks[0].time_events is callback and mine in single.callbacks
     assert sum(isinstance(cb, JitTransform) for cb in single.callbacks) == 1
     own = JitTransform(JitConfig(use_torch=True, module_selector="layer0"))
     trainer = HookedTrainer(callbacks=[mine, own], **TRAINER_DEFAULTS)
     transforms = [cb for cb in trainer.callbacks if isinstance(cb, JitTransform)]
     assert transforms == [own]
     trainer = HookedTrainer(callbacks=[callback, mine], **TRAINER_DEFAULTS)  # passing the callback too is harmless
-    assert [cb for cb in trainer.callbacks if cb is callback] == [callback]
+    assert not any(cb is callback for cb in trainer.callbacks)  # it runs once, inside the telemetry callback
+    assert trainer.callbacks[0].time_events is callback and mine in trainer.callbacks
 
 
 def test_bad_arguments_are_named(telemetry: Telemetry) -> None:
@@ -174,7 +175,7 @@ def test_works_with_lightning_cli(telemetry: Telemetry, tmp_path: Path) -> None:
         save_config_callback=None,
     )
     assert isinstance(cli.trainer, HookedTrainer)
-    assert cli.trainer.callbacks[2] is callback
+    assert cli.trainer.callbacks[0].time_events is callback
     cli.trainer.fit(cli.model, loader(8, 4, features=4))
     assert len(telemetry.end().find("training_loop")) == 1
 

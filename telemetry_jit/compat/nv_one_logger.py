@@ -3,17 +3,24 @@
 Its public API (``TrainingTelemetryProvider``, the ``callbacks`` module, ``Span``/``Event``) is used
 directly; what it does not offer publicly is here: handing an already finished span to the
 recorder's exporters through its own export filter and error handling, trimming the event list
-nv-one-logger keeps on a running span, and forgetting the per-process configuration.
+nv-one-logger keeps on a running span, forgetting the per-process configuration, and its
+per-iteration bookkeeping without the iteration spans nobody exports (:class:`IterationBookkeeping`).
 """
 
 from __future__ import annotations
 
+import warnings
+from importlib import metadata
 from typing import Any
 
 from nv_one_logger.core.event import ErrorEvent, Event
+from nv_one_logger.core.exceptions import assert_that
 from nv_one_logger.core.span import Span, StandardSpanName
+from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import Exporter
 from nv_one_logger.recorder.default_recorder import DefaultRecorder
+from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanName
+from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
 
 def application_running(provider: Any) -> bool:
@@ -67,3 +74,118 @@ def forget_configuration() -> None:
     from nv_one_logger.core.internal.singleton import SingletonMeta
 
     SingletonMeta._instances.clear()
+
+
+# -- per-iteration bookkeeping -------------------------------------------------------------------
+# The nv-one-logger-training-telemetry releases whose TrainingRecorder.on_{training,validation}_single_iteration_*
+# the fast path reproduces (the state each updates; the span it starts is the only difference).
+ITERATION_FAST_PATH_VERIFIED = ("2.3.1",)
+_TRAINING = StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION
+_VALIDATION = StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION
+_said: set[str] = set()
+
+
+def _say_once(key: str, message: str) -> None:
+    if key not in _said:
+        _said.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+class IterationBookkeeping:
+    """nv-one-logger's per-iteration calls, at a fraction of their cost when nobody sees the spans.
+
+    ``TrainingRecorder.on_training_single_iteration_start/end`` update its timers and counters, send
+    ``training_metrics_update`` every N iterations, and start and stop an iteration span, which
+    costs most of the ~200 us a step and which nv-one-logger's default blacklist keeps from every
+    exporter. When the iteration spans would not be exported and the installed nv-one-logger is one
+    this was verified against, the fast path does the same bookkeeping without the span: exporters
+    receive the same records, nv-one-logger's timers read the same. Otherwise (iteration spans
+    exported, an unverified nv-one-logger, or ``fast=False``) it calls nv-one-logger's own methods.
+
+    Example::
+
+        iterations = IterationBookkeeping(provider.recorder)
+        iterations.training_start(TracingTimestamp.now())
+        ...
+        iterations.training_end(TracingTimestamp.now())
+    """
+
+    def __init__(self, recorder: TrainingRecorder, fast: bool = True) -> None:
+        self.recorder = recorder
+        self.fast = fast and self._fast_path_applies()
+
+    def _fast_path_applies(self) -> bool:
+        version = metadata.version("nv-one-logger-training-telemetry")
+        if version not in ITERATION_FAST_PATH_VERIFIED:
+            _say_once(
+                "version",
+                f"telemetry-jit: nv-one-logger-training-telemetry {version} is not a release its per-iteration fast "
+                f"path was verified against ({', '.join(ITERATION_FAST_PATH_VERIFIED)}); nv-one-logger's own (slower) "
+                "per-iteration path is used.",
+            )
+            return False
+        # the iteration spans are created only to be exported: with the default blacklist, nobody sees them
+        return not any(self.recorder._should_export_span(Span.create(name=name)) for name in (_TRAINING, _VALIDATION))
+
+    def _timer(self, name: StandardTrainingJobSpanName) -> Any:
+        return self.recorder._training_state.multi_iteration_timers[name]
+
+    def training_start(self, now: TracingTimestamp) -> None:
+        if not self.fast:
+            self.recorder.on_training_single_iteration_start(now)
+            return
+        self._timer(_TRAINING).start(now)
+
+    def training_end(self, now: TracingTimestamp) -> None:
+        if not self.fast:
+            self.recorder.on_training_single_iteration_end(now)
+            return
+        # TrainingRecorder.on_training_single_iteration_end (2.3.1), step 1 and 2; step 3 stops the span
+        recorder, state = self.recorder, self.recorder._training_state
+        config = recorder._get_training_config()
+        timer = self._timer(_TRAINING)
+        timer.stop(now)
+        state.completed_training_iterations_overall += 1
+        state.train_samples_processed_current_job += config.global_batch_size
+        if config.seq_length:
+            state.train_tokens_current_job = config.seq_length * state.train_samples_processed_current_job
+        state.last_logged_train_iterations_finish_time = now
+        if not state.first_logged_train_iterations_finish_time:
+            state.first_logged_train_iterations_finish_time = now
+        if config.is_log_throughput_enabled:
+            assert_that(
+                config.flops_per_sample and config.flops_per_sample > 0,
+                "flops_per_sample must be set to a positive value when is_log_throughput_enabled is True",
+            )
+            flops = config.global_batch_size * config.flops_per_sample
+            assert_that(
+                state.completed_floating_point_operations_overall is not None,
+                "completed_floating_point_operations_overall must be initialized.",
+            )
+            state.completed_floating_point_operations_overall += flops
+            state.total_flops_current_job += flops
+            total = timer.total_time_sec
+            assert_that(total > 0, "train_iterations_time_total must be greater than 0")
+            state.tflops_per_gpu.add_value(
+                float(state.total_flops_current_job) / (total * 10**12 * recorder._config.world_size)
+            )
+        recorder._maybe_send_training_metrics_update()
+
+    def validation_start(self, now: TracingTimestamp) -> None:
+        if not self.fast:
+            self.recorder.on_validation_single_iteration_start(now)
+            return
+        self._timer(_VALIDATION).start(now)
+
+    def validation_end(self, now: TracingTimestamp) -> None:
+        if not self.fast:
+            self.recorder.on_validation_single_iteration_end(now)
+            return
+        self._timer(_VALIDATION).stop(now)
+
+    def validation_running(self) -> bool:
+        """A validation iteration started and did not end (Lightning skips its batch end, lightning#20999)."""
+        return self._timer(_VALIDATION).is_active
+
+    def training_running(self) -> bool:
+        return self._timer(_TRAINING).is_active

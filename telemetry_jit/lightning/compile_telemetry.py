@@ -10,12 +10,11 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_warn
-from nv_one_logger.core.span import Span
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
 from telemetry_jit.recording.console import CompileConsole
-from telemetry_jit.recording.recorder import CompileRecorder, telemetry_enabled
+from telemetry_jit.recording.recorder import CompileRecorder, active_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import TrainingSpanName
 
@@ -154,19 +153,15 @@ class CompileTelemetryCallback(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Keep what compiled; mark the compile that failed with the error."""
         self.recorder.stop(exception)
-        loop = self._active_span(TrainingSpanName.TRAINING_LOOP) or self._active_span(TrainingSpanName.VALIDATION_LOOP)
+        loop = active_span(self._provider, TrainingSpanName.TRAINING_LOOP) or active_span(
+            self._provider, TrainingSpanName.VALIDATION_LOOP
+        )
         self.last_stats = self.recorder.emit_summary(loop)
 
     def _batch_started(self, pl_module: pl.LightningModule, batch_idx: int) -> None:
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
             self.recorder.watch_thunder(pl_module)
         self.recorder.batch_started()
-
-    def _active_span(self, name: str) -> Span | None:
-        if not telemetry_enabled():
-            return None
-        spans = self._provider.recorder.get_active_spans_by_name(name)
-        return spans[-1] if spans else None
 
     def _summarize(self, trainer: pl.Trainer, loop_name: str) -> None:
         counts = None
@@ -181,7 +176,7 @@ class CompileTelemetryCallback(Callback):
                     f"telemetry-jit: ranks compiled a different number of times ({counts}, by rank). Ranks that "
                     "recompile differently can desynchronise collectives and hang; see the compile spans per rank."
                 )
-        self.last_stats = self.recorder.emit_summary(self._active_span(loop_name), count_by_rank=counts)
+        self.last_stats = self.recorder.emit_summary(active_span(self._provider, loop_name), count_by_rank=counts)
 
 
 def _position(trainer: pl.Trainer) -> tuple[int, str]:

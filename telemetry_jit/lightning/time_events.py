@@ -16,7 +16,7 @@ from typing_extensions import override
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import IterationBookkeeping
-from telemetry_jit.recording.recorder import telemetry_enabled
+from telemetry_jit.recording.recorder import active_span, telemetry_enabled
 from telemetry_jit.schema import TrainingSpanName
 
 
@@ -90,12 +90,6 @@ class TimeEventCallback(Callback):
             stacklevel=3,
         )
 
-    def _active_span(self, name: str) -> Span | None:
-        if not telemetry_enabled():
-            return None
-        spans = self._provider.recorder.get_active_spans_by_name(name)
-        return spans[-1] if spans else None
-
     # -- the loops ------------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -129,7 +123,7 @@ class TimeEventCallback(Callback):
             train_samples_start=trainer.global_step * config.global_batch_size,
             train_iterations_target_or_fn=target,
         )
-        self._training_loop = self._active_span(TrainingSpanName.TRAINING_LOOP)
+        self._training_loop = active_span(self._provider, TrainingSpanName.TRAINING_LOOP)
         self._train_iterations = config.is_train_iterations_enabled
         self._bookkeeping()
 
@@ -154,7 +148,7 @@ class TimeEventCallback(Callback):
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._training_loop = None
-        if self._active_span(TrainingSpanName.TRAINING_LOOP) is not None:
+        if active_span(self._provider, TrainingSpanName.TRAINING_LOOP) is not None:
             one_logger.on_train_end()
 
     @override
@@ -210,7 +204,7 @@ class TimeEventCallback(Callback):
             (TrainingSpanName.VALIDATION_ITERATION, iterations.validation_running, iterations.validation_end),
             (TrainingSpanName.TRAINING_ITERATION, iterations.training_running, iterations.training_end),
         ):
-            span = self._active_span(name)  # none on the fast path: the error would go nowhere anyway
+            span = active_span(self._provider, name)  # none on the fast path: the error would go nowhere anyway
             if span is not None:
                 self._provider.recorder.error(span, message)
             if running():
@@ -219,7 +213,7 @@ class TimeEventCallback(Callback):
             (TrainingSpanName.VALIDATION_LOOP, one_logger.on_validation_end),
             (TrainingSpanName.TRAINING_LOOP, one_logger.on_train_end),
         ):
-            span = self._active_span(name)
+            span = active_span(self._provider, name)
             if span is not None:
                 self._provider.recorder.error(span, message)
                 end_loop()

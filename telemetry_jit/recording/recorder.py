@@ -6,6 +6,7 @@ import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import attrgetter
 
 import torch
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
@@ -65,8 +66,12 @@ def telemetry_enabled() -> bool:
     return OneLoggerProvider.instance().one_logger_enabled
 
 
-def _name(function: thunder_probe.ThunderFunction) -> str:
-    return function.name
+def active_span(provider: TrainingTelemetryProvider, name: str) -> Span | None:
+    """The running nv-one-logger span called ``name`` (the newest), while telemetry records."""
+    if not telemetry_enabled():
+        return None
+    spans = provider.recorder.get_active_spans_by_name(name)
+    return spans[-1] if spans else None
 
 
 def _timestamp(epoch_ns: int) -> TracingTimestamp:
@@ -203,7 +208,9 @@ class CompileRecorder:
     def _thunder_counts(self) -> dict[str, tuple[int, int]]:
         """Cache hits and misses per thunder-compiled module during this call."""
         counts = {}
-        for function in sorted((f for source in self._thunder.values() for f in source.functions), key=_name):
+        for function in sorted(
+            (f for source in self._thunder.values() for f in source.functions), key=attrgetter("name")
+        ):
             hits, misses = self._thunder_before.get(id(function), (0, 0))
             stats = function.stats
             if stats.cache_misses - misses or stats.cache_hits - hits:

@@ -108,6 +108,7 @@ def configure(
     identity.this_process.refresh()
     otlp_exporter = _otlp_exporter(otlp, app_name)
     file_exporter = FileExporter(file) if file is not None else None
+    all_exporters = _safe_exporters(file_exporter, otlp_exporter, exporters)  # raises before the provider changes
     log_dir = file_exporter.path.parent if file_exporter is not None else Path.cwd()
     provider.with_base_config(
         OneLoggerConfig(
@@ -127,7 +128,7 @@ def configure(
             ),
         )
     )
-    for exporter in _safe_exporters(file_exporter, otlp_exporter, exporters):
+    for exporter in all_exporters:
         provider.with_exporter(exporter)
     provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, _blacklist(export_iteration_spans))
     provider.configure_provider()

@@ -185,6 +185,27 @@ def test_configure_twice_warns_and_keeps_the_first(telemetry: Telemetry) -> None
         assert telemetry_jit.configure("again", file=None) is telemetry.provider
 
 
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"exporters": [object()]}, "takes nv-one-logger Exporter objects"),
+        ({"otlp": 42}, "takes True, an endpoint, a dict of OTLPExporter arguments or an OTLPExporter"),
+    ],
+)
+def test_bad_configure_arguments_are_named_and_leave_the_provider_configurable(
+    tmp_path: Path, bad: dict[str, Any], message: str
+) -> None:
+    fresh_provider_state()
+    try:
+        with pytest.raises(TypeError, match=message):
+            telemetry_jit.configure("bad", file=tmp_path / "t.jsonl", **bad)
+        provider = telemetry_jit.configure("fixed", file=tmp_path / "t.jsonl")  # the corrected call works
+        assert provider.config.application_name == "fixed"
+        telemetry_jit.shutdown()
+    finally:
+        fresh_provider_state()
+
+
 def test_a_long_run_keeps_the_loop_span_small_and_exports_every_update(tmp_path: Path) -> None:
     # nv-one-logger keeps each training_metrics_update on the loop span and re-formats them all every step
     path = tmp_path / "long.jsonl"

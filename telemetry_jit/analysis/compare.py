@@ -8,7 +8,6 @@ from typing import Any
 
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.summary import (
-    RunSummary,
     frame_label,
     is_recompile,
     one_line,
@@ -28,6 +27,14 @@ class FrameFigures:
     recompiles: int = 0
     compile_ms: float = 0.0
     recompile_reasons: Counter[str] = field(default_factory=Counter)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "compiles": self.compiles,
+            "recompiles": self.recompiles,
+            "compile_s": round(self.compile_ms / 1000, 3),
+            "recompile_reasons": dict(self.recompile_reasons),
+        }
 
 
 @dataclass
@@ -53,9 +60,24 @@ class RunFigures:
         looked_up = self.cache_hits + self.cache_misses
         return self.cache_hits / looked_up if looked_up else None
 
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "compiles": self.compiles,
+            "recompiles": self.recompiles,
+            "compile_s": round(self.compile_ms / 1000, 3),
+            "wall_s": round(self.wall_ms / 1000, 3),
+            "compile_share": round(self.compile_share, 4),
+            "graph_breaks": sum(self.graph_breaks.values()),
+            "cache_hits": self.cache_hits,
+            "cache_misses": self.cache_misses,
+            "cache_hit_rate": self.cache_hit_rate,
+        }
 
-def figures(run: TelemetryRun | RunSummary) -> RunFigures:
-    summary = run if isinstance(run, RunSummary) else summarize(run)
+
+def figures(run: TelemetryRun) -> RunFigures:
+    summary = summarize(run)
+    # keyed by "frame (file:line)" with the last two path parts, as are graph breaks: a baseline recorded
+    # in another checkout (a developer's machine, CI) has other absolute paths
     frames: dict[str, FrameFigures] = {}
     for span in summary.compiles:
         frame = frames.setdefault(frame_label(span), FrameFigures())
@@ -96,48 +118,25 @@ class RunDiff:
     def fixed_graph_breaks(self) -> Counter[BreakKey]:
         return self.base.graph_breaks - self.new.graph_breaks
 
+    def frames(self) -> list[tuple[str, FrameFigures, FrameFigures]]:
+        """``(frame, base figures, new figures)`` for every frame either run compiled."""
+        return [
+            (frame, self.base.frames.get(frame, FrameFigures()), self.new.frames.get(frame, FrameFigures()))
+            for frame in sorted(self.base.frames.keys() | self.new.frames.keys())
+        ]
+
     def as_json(self) -> dict[str, Any]:
-        def run(figures: RunFigures) -> dict[str, Any]:
-            return {
-                "compiles": figures.compiles,
-                "recompiles": figures.recompiles,
-                "compile_s": round(figures.compile_ms / 1000, 3),
-                "wall_s": round(figures.wall_ms / 1000, 3),
-                "compile_share": round(figures.compile_share, 4),
-                "graph_breaks": sum(figures.graph_breaks.values()),
-                "cache_hits": figures.cache_hits,
-                "cache_misses": figures.cache_misses,
-                "cache_hit_rate": figures.cache_hit_rate,
-            }
-
-        def breaks(counter: Counter[BreakKey]) -> list[dict[str, Any]]:
-            return [{"location": loc, "reason": reason, "count": n} for (loc, reason), n in sorted(counter.items())]
-
-        frames = sorted(set(self.base.frames) | set(self.new.frames))
         return {
-            "base": run(self.base),
-            "new": run(self.new),
-            "new_graph_breaks": breaks(self.new_graph_breaks),
-            "fixed_graph_breaks": breaks(self.fixed_graph_breaks),
-            "frames": [
-                {
-                    "frame": frame,
-                    **{
-                        side: {
-                            "compiles": f.compiles,
-                            "recompiles": f.recompiles,
-                            "compile_s": round(f.compile_ms / 1000, 3),
-                            "recompile_reasons": dict(f.recompile_reasons),
-                        }
-                        for side, f in (
-                            ("base", self.base.frames.get(frame, FrameFigures())),
-                            ("new", self.new.frames.get(frame, FrameFigures())),
-                        )
-                    },
-                }
-                for frame in frames
-            ],
+            "base": self.base.as_json(),
+            "new": self.new.as_json(),
+            "new_graph_breaks": _breaks_json(self.new_graph_breaks),
+            "fixed_graph_breaks": _breaks_json(self.fixed_graph_breaks),
+            "frames": [{"frame": frame, "base": b.as_json(), "new": n.as_json()} for frame, b, n in self.frames()],
         }
+
+
+def _breaks_json(counter: Counter[BreakKey]) -> list[dict[str, Any]]:
+    return [{"location": loc, "reason": reason, "count": n} for (loc, reason), n in sorted(counter.items())]
 
 
 def diff(base: TelemetryRun, new: TelemetryRun) -> RunDiff:
@@ -171,8 +170,7 @@ def format_diff(result: RunDiff) -> str:
                 *[f"    {loc}  {n}x  {reason}" for (loc, reason), n in sorted(counter.items())],
             ]
     lines += ["", "  per frame (compiles, recompiles, compile time):"]
-    for frame in sorted(set(base.frames) | set(new.frames)):
-        b, n = base.frames.get(frame, FrameFigures()), new.frames.get(frame, FrameFigures())
+    for frame, b, n in result.frames():
         lines.append(
             f"    {one_line(frame)}: {b.compiles}, {b.recompiles}, {b.compile_ms / 1000:.2f} s"
             f"  ->  {n.compiles}, {n.recompiles}, {n.compile_ms / 1000:.2f} s"

@@ -96,6 +96,8 @@ class CompileTelemetryCallback(Callback):
     ) -> None:
         self._batch_started(pl_module, batch_idx)
 
+    on_test_batch_start = on_predict_batch_start = on_validation_batch_start
+
     @override
     def on_validation_batch_end(
         self,
@@ -108,29 +110,7 @@ class CompileTelemetryCallback(Callback):
     ) -> None:
         self.recorder.poll()
 
-    @override
-    def on_test_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._batch_started(pl_module, batch_idx)
-
-    @override
-    def on_test_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self.recorder.poll()
-
-    @override
-    def on_predict_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._batch_started(pl_module, batch_idx)
+    on_test_batch_end = on_validation_batch_end
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

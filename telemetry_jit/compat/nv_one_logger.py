@@ -40,7 +40,7 @@ def export_finished_span(recorder: DefaultRecorder, span: Span, events: list[Eve
     (each becomes the implicit parent of the next); a finished span goes straight to the exporters,
     through the recorder's own export filter and per-exporter error handling.
     """
-    if not recorder._should_export_span(span):
+    if not is_exported(recorder, span):
         return
     for exporter in recorder._exporters:
         recorder._execute_export(exporter, exporter.export_start, span)
@@ -125,7 +125,7 @@ class IterationBookkeeping:
             )
             return False
         # the iteration spans are created only to be exported: with the default blacklist, nobody sees them
-        return not any(self.recorder._should_export_span(Span.create(name=name)) for name in (_TRAINING, _VALIDATION))
+        return not any(is_exported(self.recorder, Span.create(name=name)) for name in (_TRAINING, _VALIDATION))
 
     def _timer(self, name: StandardTrainingJobSpanName) -> Any:
         return self.recorder._training_state.multi_iteration_timers[name]

@@ -14,6 +14,7 @@ import torch
 
 import telemetry_jit
 from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.report import render_report
 from telemetry_jit.analysis.summary import format_summary, summarize
 from telemetry_jit.compat import torch as torch_compat
 
@@ -86,6 +87,7 @@ def test_a_second_run_against_the_same_cache_shows_torchs_hits(tmp_path: Path) -
         else:
             assert hits > 0 and misses == 0
             assert "(warm start)" in format_summary(run)
+            assert f"Compile cache: {warm_start.line}" in render_report(summarize(run))
             assert warm_start.saved_s == pytest.approx(
                 sum(torch_cache(m).get("time_saved_s", 0.0) for m in metrics), abs=1e-3
             )

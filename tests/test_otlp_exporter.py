@@ -11,6 +11,7 @@ import socket
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
@@ -490,3 +491,21 @@ def test_compile_metrics_reach_a_real_otlp_metrics_receiver_next_to_the_spans(
     )
     assert {p.unit for p in durations} == {"s"}
     assert all(p.attributes["rank"] == 0 and p.resource["service.name"] == "otlp-app" for p in points)
+
+
+@pytest.mark.parametrize(("kwargs", "env"), [({"metrics": False}, {}), ({}, {"OTEL_METRICS_EXPORTER": "none"})])
+def test_compile_metrics_can_be_switched_off_spans_still_go(
+    configure, kwargs: dict[str, Any], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    receiver = GrpcReceiver()
+    try:
+        exporter = OTLPExporter(receiver.endpoint, protocol="grpc", **kwargs)
+        train(configure(exporter), epochs=1)
+        assert exporter.meter_provider is None
+        telemetry_jit.shutdown()
+    finally:
+        receiver.stop()
+    assert receiver.received.metric_requests == []
+    assert any(span.name == "compilation" for span in receiver.received.spans())

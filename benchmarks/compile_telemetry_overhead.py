@@ -6,10 +6,12 @@ Measured in one process, as ratios against the same run without compile telemetr
 
 1. ``poll``: the only per-step work compile telemetry adds (checking that torch recorded no new
    compile), timed directly.
-2. fit-level: median step time of a compiled 10-20-1 MLP trained with a plain Lightning Trainer
-   and with HookedTrainer with compile telemetry off and on, runs interleaved so machine noise
-   hits all alike. Hooked minus plain is what nv-one-logger's telemetry costs; on minus off is
-   telemetry-jit's compile telemetry.
+2. fit-level: step time of a compiled 10-20-1 MLP trained with a plain Lightning Trainer and with
+   HookedTrainer with compile telemetry off and on, runs interleaved so machine noise hits all
+   alike. A step's time is the interval between two batches leaving the data loader (its median
+   in a fit, then the median over repeats): a fit's setup and teardown are not steps. Hooked
+   minus plain is what nv-one-logger's telemetry costs; on minus off is telemetry-jit's compile
+   telemetry.
 3. the same HookedTrainer with nv-one-logger's per-iteration bookkeeping done by nv-one-logger's
    own methods (``TimeEventCallback(iteration_fast_path=False)``): the per-step cost of the
    iteration spans the fast path leaves out.
@@ -23,11 +25,14 @@ Measured in one process, as ratios against the same run without compile telemetr
 from __future__ import annotations
 
 import argparse
+import itertools
 import statistics
 import tempfile
 import time
 import timeit
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -39,14 +44,32 @@ from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.recording.recorder import CompileRecorder
 
 
-def fit_seconds(trainer_cls: type[pl.Trainer], steps: int) -> float:
-    data = DataLoader(TensorDataset(torch.randn(steps * 8, 10), torch.randn(steps * 8, 1)), batch_size=8)
+class StampedBatches:
+    """The batches of a data loader, each stamped with the time it was handed to the loop."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        self.loader = loader
+        self.stamps: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        for batch in self.loader:
+            self.stamps.append(time.thread_time_ns())
+            yield batch
+
+
+def step_seconds(trainer_cls: type[pl.Trainer], steps: int) -> float:
+    """Median time between two batches of one fit."""
+    data = StampedBatches(
+        DataLoader(TensorDataset(torch.randn(steps * 8, 10), torch.randn(steps * 8, 1)), batch_size=8)
+    )
     model = MLP()
     model.model.compile(backend="eager")
-    trainer = trainer_cls(max_epochs=1, **QUIET_TRAINER)
-    start = time.perf_counter()
-    trainer.fit(model, data)
-    return time.perf_counter() - start
+    trainer_cls(max_epochs=1, **QUIET_TRAINER).fit(model, data)
+    stamps = data.stamps[10:]  # the first steps compile
+    return statistics.median(b - a for a, b in itertools.pairwise(stamps)) / 1e9
 
 
 def _upstream_hook(provider: object) -> type[pl.Trainer]:
@@ -83,49 +106,46 @@ def main() -> None:
         poll_ns = min(timeit.repeat(recorder.poll, number=calls, repeat=5)) / calls * 1e9
         recorder.stop()
 
-        fit_seconds(with_compile, 50)  # warm up: compile once, import everything
-        plain, on, off, no_iterations, own_path, upstream = [], [], [], [], [], []
+        step_seconds(with_compile, 50)  # warm up: compile once, import everything
+        variants = {
+            "HookedTrainer (iteration fast path)": with_compile,
+            "HookedTrainer, compile telemetry off": without_compile,
+            "HookedTrainer, nv-one-logger's own iteration path": upstream_path,
+            "HookedTrainer, iteration telemetry off": with_compile,
+        }
+        rounds: list[dict[str, float]] = []
         for _ in range(args.repeats):
-            plain.append(fit_seconds(pl.Trainer, args.steps))
-            off.append(fit_seconds(without_compile, args.steps))
-            on.append(fit_seconds(with_compile, args.steps))
-            own_path.append(fit_seconds(upstream_path, args.steps))
-            iterations[0] = False
-            no_iterations.append(fit_seconds(with_compile, args.steps))
-            iterations[0] = True
+            times = {"plain": step_seconds(pl.Trainer, args.steps)}
+            for name, trainer_cls in variants.items():
+                iterations[0] = "iteration telemetry off" not in name
+                times[name] = step_seconds(trainer_cls, args.steps)
+            rounds.append(times)
+        iterations[0] = True
         callback.on_app_end()
-        # last, with the application span ended: nv-one-logger's own hook starts one of its own (while one
-        # runs, nv-one-logger records a telemetry error and stops recording for everyone)
-        plain_again = []
         if args.upstream:
+            # last, with the application span ended: nv-one-logger's own hook starts one of its own (while
+            # one runs, nv-one-logger records a telemetry error and stops recording for everyone)
             upstream_hook = _upstream_hook(provider)
-            for _ in range(args.repeats):
-                plain_again.append(fit_seconds(pl.Trainer, args.steps))
-                upstream.append(fit_seconds(upstream_hook, args.steps))
+            for times in rounds:
+                times["plain (beside upstream)"] = step_seconds(pl.Trainer, args.steps)
+                times["nv-one-logger's own hook_trainer_cls"] = step_seconds(upstream_hook, args.steps)
 
-    plain_us = statistics.median(plain) / args.steps * 1e6
-    on_us = statistics.median(on) / args.steps * 1e6
-    off_us = statistics.median(off) / args.steps * 1e6
-    lean_us = statistics.median(no_iterations) / args.steps * 1e6
-    own_us = statistics.median(own_path) / args.steps * 1e6
-    print(f"torch {torch.__version__}, lightning {pl.__version__}, {args.steps} steps x {args.repeats} repeats")
-    print(f"poll() with nothing new (per step):            {poll_ns / 1000:8.3f} us")
-    print(f"plain Lightning Trainer step:                  {plain_us:8.1f} us")
-    print(f"HookedTrainer step, compile telemetry off:     {off_us:8.1f} us  (+{off_us - plain_us:.1f} over plain)")
-    print(f"HookedTrainer step, compile telemetry on:      {on_us:8.1f} us  (+{on_us - plain_us:.1f} over plain)")
-    print(f"  the same, nv-one-logger's own iteration path: {own_us:8.1f} us  (+{own_us - plain_us:.1f} over plain)")
-    if upstream:
-        upstream_us = statistics.median(upstream) / args.steps * 1e6
-        again_us = statistics.median(plain_again) / args.steps * 1e6
-        print(
-            f"nv-one-logger's own hook_trainer_cls:          {upstream_us:8.1f} us  "
-            f"(+{upstream_us - again_us:.1f} over plain measured beside it, {again_us:.1f} us)"
-        )
-    print(f"difference (noise included):                   {on_us - off_us:8.1f} us  (ratio {on_us / off_us:.3f})")
-    print(
-        f"HookedTrainer step, iteration telemetry off:   {lean_us:8.1f} us  "
-        f"(+{lean_us - plain_us:.1f} over plain, ratio {lean_us / plain_us:.3f})"
-    )
+    print(f"torch {torch.__version__}, lightning {pl.__version__}, {args.steps} steps x {args.repeats} rounds")
+    print(f"poll() with nothing new: {poll_ns / 1000:.3f} us a step")
+    print(f"plain Lightning Trainer step: {statistics.median(t['plain'] for t in rounds) * 1e6:.1f} us")
+    print("per step over plain (median of the rounds' differences, [quartiles]):")
+
+    def over(name: str, base: str = "plain") -> None:
+        differences = sorted((t[name] - t[base]) * 1e6 for t in rounds)
+        low, _, high = statistics.quantiles(differences, n=4)
+        print(f"  {name:52s} {statistics.median(differences):+7.1f} us  [{low:+.1f}, {high:+.1f}]")
+
+    for name in variants:
+        over(name)
+    if args.upstream:
+        over("nv-one-logger's own hook_trainer_cls", base="plain (beside upstream)")
+    print("compile telemetry's own share (on - off):")
+    over("HookedTrainer (iteration fast path)", base="HookedTrainer, compile telemetry off")
 
 
 if __name__ == "__main__":

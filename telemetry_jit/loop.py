@@ -55,8 +55,7 @@ class CompileTelemetry:
     def step(self, global_step: int) -> None:
         """The loop is at ``global_step`` now (cheap: call it every step)."""
         self.global_step = global_step
-        self._recorder.poll()
-        self._recorder.batch_started()
+        self._recorder.batch_started(global_step)
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
         """Which process of a distributed job this is, for every record (files become per rank)."""

@@ -11,6 +11,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 
 import telemetry_jit
 from telemetry_jit import TimeEventCallback, hook_trainer_cls
@@ -23,7 +24,9 @@ _MEASURED = ("time", "timestamp", "throughput", "duration", "_msec", "_sec")
 _IDS = ("span_id", "parent_id", "run", "pid", "start_unix_ns", "end_unix_ns", "time_unix_ns")
 
 
-def record_run(folder: Path, fast: bool, **config: Any) -> tuple[list[dict[str, Any]], TimeEventCallback]:
+def record_run(
+    folder: Path, fast: bool, callbacks: tuple[pl.Callback, ...] = (), **config: Any
+) -> tuple[list[dict[str, Any]], TimeEventCallback]:
     fresh_provider_state()
     torch._dynamo.reset()
     path = folder / f"{'fast' if fast else 'upstream'}.jsonl"
@@ -41,7 +44,7 @@ def record_run(folder: Path, fast: bool, **config: Any) -> tuple[list[dict[str, 
     callback = TimeEventCallback(provider, iteration_fast_path=fast)
     HookedTrainer, _ = hook_trainer_cls(pl.Trainer, provider, telemetry_callback=callback, compile_telemetry=False)
     pl.seed_everything(0, verbose=False)
-    HookedTrainer(max_epochs=2, **TRAINER_DEFAULTS).fit(Net(), loader(18, 4), loader(8, 4))
+    HookedTrainer(max_epochs=2, callbacks=list(callbacks), **TRAINER_DEFAULTS).fit(Net(), loader(18, 4), loader(8, 4))
     telemetry_jit.shutdown()
     fresh_provider_state()
     return [json.loads(line) for line in path.read_text().splitlines()], callback
@@ -107,3 +110,20 @@ def test_an_unverified_nv_one_logger_falls_back_and_says_so_once(
     said = [w for w in caught if "is not a release its per-iteration fast path was verified against" in str(w.message)]
     assert len(said) == 1
     assert len(metric_updates(records)) == 5
+
+
+class StopRecordingMidStep(pl.Callback):
+    """nv-one-logger stops recording after an internal error; here between a step's start and end
+    (a user's callback runs after the telemetry's)."""
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: object) -> None:
+        if trainer.global_step == 5:
+            OneLoggerProvider.instance().force_disable_logging()
+
+
+def test_nothing_is_exported_once_nv_one_logger_stops_recording_mid_step(tmp_path: Path) -> None:
+    fast, _ = record_run(tmp_path, fast=True, callbacks=(StopRecordingMidStep(),))
+    upstream, _ = record_run(tmp_path, fast=False, callbacks=(StopRecordingMidStep(),))
+    assert comparable(fast) == comparable(upstream)
+    # updates after iterations 2 and 4; the one due when step 5 (the sixth iteration) ends is not sent
+    assert [u["current_iteration"] for u in metric_updates(fast)] == [1, 3]

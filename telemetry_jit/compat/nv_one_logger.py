@@ -85,6 +85,11 @@ _VALIDATION = StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION
 _said: set[str] = set()
 
 
+def _metrics_update_due(completed_iterations: int, every_n: int) -> bool:
+    """TrainingRecorder._maybe_send_training_metrics_update's condition, after an iteration ended."""
+    return completed_iterations > 1 and completed_iterations % every_n == 0
+
+
 def _say_once(key: str, message: str) -> None:
     if key not in _said:
         _said.add(key)
@@ -113,6 +118,9 @@ class IterationBookkeeping:
     def __init__(self, recorder: TrainingRecorder, fast: bool = True) -> None:
         self.recorder = recorder
         self.fast = fast and self._fast_path_applies()
+        # nv-one-logger's own timer objects (its training state lives as long as its recorder)
+        timers = recorder._training_state.multi_iteration_timers
+        self._training_timer, self._validation_timer = timers[_TRAINING], timers[_VALIDATION]
 
     def _fast_path_applies(self) -> bool:
         version = metadata.version("nv-one-logger-training-telemetry")
@@ -127,28 +135,41 @@ class IterationBookkeeping:
         # the iteration spans are created only to be exported: with the default blacklist, nobody sees them
         return not any(is_exported(self.recorder, Span.create(name=name)) for name in (_TRAINING, _VALIDATION))
 
-    def _timer(self, name: StandardTrainingJobSpanName) -> Any:
-        return self.recorder._training_state.multi_iteration_timers[name]
-
     def training_start(self, now: TracingTimestamp) -> None:
         if not self.fast:
             self.recorder.on_training_single_iteration_start(now)
             return
-        self._timer(_TRAINING).start(now)
+        self._training_timer.start(now)
 
     def training_end(self, now: TracingTimestamp) -> None:
-        if not self.fast:
-            self.recorder.on_training_single_iteration_end(now)
-            return
-        # TrainingRecorder.on_training_single_iteration_end (2.3.1), step 1 and 2; step 3 stops the span
+        """End the iteration :meth:`training_start` began (the caller checks that one is running);
+        nothing reaches an exporter once nv-one-logger has stopped recording (its recorder's
+        methods do nothing then)."""
         recorder, state = self.recorder, self.recorder._training_state
         config = recorder._get_training_config()
-        timer = self._timer(_TRAINING)
+        if not self.fast:
+            recorder.on_training_single_iteration_end(now)
+        else:
+            self._training_end_without_span(now, config)
+        if _metrics_update_due(state.completed_training_iterations_overall, config.log_every_n_train_iterations):
+            if self.fast:
+                recorder._maybe_send_training_metrics_update()
+            # nv-one-logger keeps every event of a running span and formats them all on each look-up
+            for loop in recorder.get_active_spans_by_name(StandardTrainingJobSpanName.TRAINING_LOOP):
+                forget_exported_events(loop)
+
+    def _training_end_without_span(self, now: TracingTimestamp, config: Any) -> None:
+        """TrainingRecorder.on_training_single_iteration_end (2.3.1), step 1; step 2 (the metrics update,
+        which checks again whether it is due) runs only when due; step 3 stops the span."""
+        recorder, state = self.recorder, self.recorder._training_state
+        timer = self._training_timer
         timer.stop(now)
         state.completed_training_iterations_overall += 1
-        state.train_samples_processed_current_job += config.global_batch_size
-        if config.seq_length:
-            state.train_tokens_current_job = config.seq_length * state.train_samples_processed_current_job
+        samples = config.global_batch_size
+        state.train_samples_processed_current_job += samples
+        seq_length = config.seq_length
+        if seq_length:
+            state.train_tokens_current_job = seq_length * state.train_samples_processed_current_job
         state.last_logged_train_iterations_finish_time = now
         if not state.first_logged_train_iterations_finish_time:
             state.first_logged_train_iterations_finish_time = now
@@ -157,7 +178,7 @@ class IterationBookkeeping:
                 config.flops_per_sample and config.flops_per_sample > 0,
                 "flops_per_sample must be set to a positive value when is_log_throughput_enabled is True",
             )
-            flops = config.global_batch_size * config.flops_per_sample
+            flops = samples * config.flops_per_sample
             assert_that(
                 state.completed_floating_point_operations_overall is not None,
                 "completed_floating_point_operations_overall must be initialized.",
@@ -169,23 +190,22 @@ class IterationBookkeeping:
             state.tflops_per_gpu.add_value(
                 float(state.total_flops_current_job) / (total * 10**12 * recorder._config.world_size)
             )
-        recorder._maybe_send_training_metrics_update()
 
     def validation_start(self, now: TracingTimestamp) -> None:
         if not self.fast:
             self.recorder.on_validation_single_iteration_start(now)
             return
-        self._timer(_VALIDATION).start(now)
+        self._validation_timer.start(now)
 
     def validation_end(self, now: TracingTimestamp) -> None:
         if not self.fast:
             self.recorder.on_validation_single_iteration_end(now)
             return
-        self._timer(_VALIDATION).stop(now)
+        self._validation_timer.stop(now)
 
     def validation_running(self) -> bool:
         """A validation iteration started and did not end (Lightning skips its batch end, lightning#20999)."""
-        return self._timer(_VALIDATION).is_active
+        return self._validation_timer.is_active
 
     def training_running(self) -> bool:
-        return self._timer(_TRAINING).is_active
+        return self._training_timer.is_active

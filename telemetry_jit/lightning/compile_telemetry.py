@@ -82,35 +82,18 @@ class CompileTelemetryCallback(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._batch_started(pl_module, batch_idx)
-
-    @override
-    def on_train_batch_end(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
-    ) -> None:
-        self.recorder.poll()
+        if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
+            self.recorder.watch_thunder(pl_module)
+        self.recorder.batch_started(trainer.global_step)
 
     @override
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._batch_started(pl_module, batch_idx)
+        self.on_train_batch_start(trainer, pl_module, batch, batch_idx)
 
     on_test_batch_start = on_predict_batch_start = on_validation_batch_start
-
-    @override
-    def on_validation_batch_end(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        outputs: Any,
-        batch: Any,
-        batch_idx: int,
-        dataloader_idx: int = 0,
-    ) -> None:
-        self.recorder.poll()
-
-    on_test_batch_end = on_validation_batch_end
+    # no batch-end hooks: a batch's compiles are recorded when the next batch starts or the loop ends
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -118,6 +101,7 @@ class CompileTelemetryCallback(Callback):
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.recorder.poll()  # under the validation loop, whose span ends next
         if trainer.state.fn == "validate":  # in fit, validation's compiles are in the training summary
             self._summarize(trainer, TrainingSpanName.VALIDATION_LOOP)
 
@@ -137,11 +121,6 @@ class CompileTelemetryCallback(Callback):
             self._provider, TrainingSpanName.VALIDATION_LOOP
         )
         self.last_stats = self.recorder.emit_summary(loop)
-
-    def _batch_started(self, pl_module: pl.LightningModule, batch_idx: int) -> None:
-        if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
-            self.recorder.watch_thunder(pl_module)
-        self.recorder.batch_started()
 
     def _summarize(self, trainer: pl.Trainer, loop_name: str) -> None:
         counts = None

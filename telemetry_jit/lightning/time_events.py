@@ -8,7 +8,6 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from nv_one_logger.core.span import Span
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
@@ -52,7 +51,6 @@ class TimeEventCallback(Callback):
         self.iteration_fast_path = iteration_fast_path
         self._iterations: IterationBookkeeping | None = None
         self._warned_not_configured = False
-        self._training_loop: Span | None = None
         # nv-one-logger's is_train/validation_iterations_enabled, read when each loop starts
         self._train_iterations = False
         self._validation_iterations = False
@@ -123,7 +121,6 @@ class TimeEventCallback(Callback):
             train_samples_start=trainer.global_step * config.global_batch_size,
             train_iterations_target_or_fn=target,
         )
-        self._training_loop = active_span(self._provider, TrainingSpanName.TRAINING_LOOP)
         self._train_iterations = config.is_train_iterations_enabled
         self._bookkeeping()
 
@@ -139,15 +136,13 @@ class TimeEventCallback(Callback):
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._train_iterations and telemetry_enabled():
+        # started while telemetry recorded (checked there; asking again costs ~5 us a step in a real loop);
+        # if nv-one-logger stopped since, its recorder does nothing
+        if self._train_iterations and self._iterations.training_running():
             self._iterations.training_end(TracingTimestamp.now())
-            if self._training_loop is not None:
-                # nv-one-logger keeps every event of a running span and formats them all per step
-                nv_one_logger_compat.forget_exported_events(self._training_loop)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._training_loop = None
         if active_span(self._provider, TrainingSpanName.TRAINING_LOOP) is not None:
             one_logger.on_train_end()
 
@@ -180,7 +175,7 @@ class TimeEventCallback(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if self._validation_iterations and telemetry_enabled():
+        if self._validation_iterations and self._iterations.validation_running():
             self._iterations.validation_end(TracingTimestamp.now())
 
     @override

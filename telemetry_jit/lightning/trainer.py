@@ -88,6 +88,8 @@ def hook_trainer_cls(
 
 
 _HOOKS = tuple(name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown"))
+# hooks Lightning calls directly on every callback, not through its dispatcher that skips non-callables
+_CALLED_DIRECTLY = ("on_save_checkpoint", "on_load_checkpoint")
 
 
 class _Telemetry(Callback):
@@ -97,7 +99,8 @@ class _Telemetry(Callback):
 
     One, because Lightning spends a few microseconds per callback on every hook of every step,
     implemented or not (about 15 us a step each); each hook here calls only the callbacks that
-    implement it.
+    implement it, and a hook none implements is ``None``: Lightning's dispatcher skips a hook that
+    is not callable, without its profiler context (four hooks a training step).
     """
 
     def __init__(self, ranks: RankTelemetry, compiles: CompileTelemetryCallback | None, time_events: Any) -> None:
@@ -107,8 +110,12 @@ class _Telemetry(Callback):
         self.callbacks = [callback for callback in (ranks, compiles, time_events) if callback is not None]
         for hook in _HOOKS:
             implementers = [getattr(cb, hook) for cb in self.callbacks if _implements(cb, hook)]
-            if implementers:
+            if len(implementers) == 1:
+                setattr(self, hook, implementers[0])
+            elif implementers:
                 setattr(self, hook, functools.partial(_call_each, implementers))
+            elif hook not in _CALLED_DIRECTLY:
+                setattr(self, hook, None)
 
     def __reduce__(self) -> tuple[Any, ...]:
         return _Telemetry, (self.ranks, self.compiles, self.time_events)

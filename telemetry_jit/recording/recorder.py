@@ -166,8 +166,9 @@ class CompileRecorder:
     def poll(self) -> None:
         for record in self._probe.poll():
             self._record_safely(record)
-        for record in self._thunder_records():
-            self._record_safely(record)
+        if self._thunder:
+            for record in self._thunder_records():
+                self._record_safely(record)
 
     def _thunder_records(self) -> list[CompileRecord]:
         return [record for source in self._thunder.values() for f in source.functions for record in f.take_records()]
@@ -175,10 +176,12 @@ class CompileRecorder:
     def ensure_registered(self) -> None:
         self._probe.ensure_registered()
 
-    def batch_started(self) -> None:
-        """A step begins: compiles the probe could not bracket (``torch._dynamo.reset()`` cleared its
-        callbacks) belong to this step, and the callbacks come back if they were cleared."""
-        self._batch_step = self._position()[0]
+    def batch_started(self, global_step: int) -> None:
+        """A step begins: the steps before are recorded, compiles the probe could not bracket
+        (``torch._dynamo.reset()`` cleared its callbacks) belong to this step, and the callbacks come
+        back if they were cleared."""
+        self.poll()
+        self._batch_step = global_step
         self._probe.ensure_registered()
 
     def stop(self, exception: BaseException | None = None) -> None:

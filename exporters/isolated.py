@@ -20,6 +20,8 @@ from nv_one_logger.core.span import Span
 from nv_one_logger.exporter.exporter import BaseExporter, Exporter
 from typing_extensions import override
 
+from .finished import FinishedSpan, export_finished
+
 _STOP = object()
 
 
@@ -99,6 +101,10 @@ class IsolatedExporter(BaseExporter):
     def export_error(self, event: ErrorEvent, span: Span) -> None:
         super().export_error(event, span)
         self._submit(self.exporter.export_error, event, span)
+
+    def export_finished_span(self, span: FinishedSpan) -> None:
+        self._check_state()
+        self._submit(export_finished, self.exporter, span)
 
     @override
     def export_telemetry_data_error(self, error: TelemetryDataError) -> None:

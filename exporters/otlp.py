@@ -29,7 +29,6 @@ from importlib import metadata
 from typing import Any
 from urllib.parse import urlparse
 
-from nv_one_logger.core.attributes import Attributes
 from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
 from nv_one_logger.core.time import TracingTimestamp
@@ -44,6 +43,7 @@ from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Status, StatusCode
 from typing_extensions import override
 
+from .finished import FinishedSpan
 from .identity import IdentityTracker, this_process
 from .identity import run_id as job_run_id
 
@@ -416,16 +416,33 @@ class OTLPExporter(BaseExporter):
     @override
     def export_start(self, span: Span) -> None:
         super().export_start(span)
-        parent = span.parent_span
-        while parent is not None and parent.id not in self._spans:
-            parent = parent.parent_span  # the export filter dropped it: hang under its nearest exported ancestor
-        context = trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
         self._spans[span.id] = self._tracer.start_span(
             span.name_str,
-            context=context,
+            context=self._parent_context(span.parent_span),
             start_time=_ns(span.start_event.timestamp),
-            attributes={**_attributes(span.attributes), **self.identity.current().as_attributes()},
+            attributes={**_attributes(span.attributes.to_json()), **self.identity.current().as_attributes()},
         )
+
+    def export_finished_span(self, span: FinishedSpan) -> None:
+        """A span recorded after it ended: one OTel span, started and ended at once."""
+        self._check_state()
+        otel_span = self._tracer.start_span(
+            span.name,
+            context=self._parent_context(span.parent),
+            start_time=span.start_unix_ns,
+            attributes={**_attributes(span.exported_attributes()), **self.identity.current().as_attributes()},
+        )
+        for event in span.events:
+            otel_span.add_event(event.name, _attributes(event.exported_attributes()), timestamp=event.time_unix_ns)
+            if event.error:
+                otel_span.set_status(Status(StatusCode.ERROR, event.message))
+        otel_span.end(end_time=span.end_unix_ns)
+        self._ended += 1
+
+    def _parent_context(self, parent: Span | None) -> Any:
+        while parent is not None and parent.id not in self._spans:
+            parent = parent.parent_span  # the export filter dropped it: hang under its nearest exported ancestor
+        return trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
 
     @override
     def export_stop(self, span: Span) -> None:
@@ -434,7 +451,7 @@ class OTLPExporter(BaseExporter):
         if otel_span is None:
             return
         # the rank may have become known while the span ran (rank 0 of a DDP launch learns it at fit)
-        otel_span.set_attributes({**_attributes(span.attributes), **self.identity.current().as_attributes()})
+        otel_span.set_attributes({**_attributes(span.attributes.to_json()), **self.identity.current().as_attributes()})
         stop_event = span.stop_event
         otel_span.end(end_time=_ns(stop_event.timestamp) if stop_event is not None else None)
         self._ended += 1
@@ -454,7 +471,7 @@ class OTLPExporter(BaseExporter):
     def _add_event(self, event: Event, span: Span) -> trace.Span | None:
         otel_span = self._spans.get(span.id)
         if otel_span is not None:
-            otel_span.add_event(event.name_str, _attributes(event.attributes), timestamp=_ns(event.timestamp))
+            otel_span.add_event(event.name_str, _attributes(event.attributes.to_json()), timestamp=_ns(event.timestamp))
         return otel_span
 
     @override
@@ -462,7 +479,7 @@ class OTLPExporter(BaseExporter):
         super().export_telemetry_data_error(error)
         span = self._tracer.start_span("telemetry_data_error", start_time=_ns(error.timestamp))
         span.set_status(Status(StatusCode.ERROR, error.error_message))
-        span.add_event(error.name_str, _attributes(error.attributes), timestamp=_ns(error.timestamp))
+        span.add_event(error.name_str, _attributes(error.attributes.to_json()), timestamp=_ns(error.timestamp))
         span.end(end_time=_ns(error.timestamp))
         self._ended += 1
 
@@ -551,9 +568,10 @@ def _ns(timestamp: TracingTimestamp) -> int:
     return round(timestamp.seconds_since_epoch * 1e9)
 
 
-def _attributes(attributes: Attributes | None) -> dict[str, Any]:
+def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """Attribute values as OTel takes them (primitives and lists of one primitive type)."""
     converted: dict[str, Any] = {}
-    for name, value in (attributes.to_json() if attributes else {}).items():
+    for name, value in attributes.items():
         if isinstance(value, (str, bool, int, float)):
             converted[name] = value
         elif isinstance(value, (list, tuple)) and value and len({type(v) for v in value}) == 1:

@@ -11,12 +11,16 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
+import torch
+from torch.utils.data import DataLoader
 
 import telemetry_jit
 from telemetry_jit.exporters import FileExporter
+from telemetry_jit.exporters.finished import FinishedEvent, FinishedSpan
 from tests.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
@@ -149,6 +153,47 @@ def test_a_record_names_each_span_before_its_events_and_a_compile_span_is_one_re
     assert compiles and all(r["kind"] == "span" for r in compiles)
     assert len({r["span_id"] for r in compiles}) == len(compiles)
     assert any(r["kind"] == "event" and r["name"] == "graph_break" for r in records)
+
+
+def test_a_finished_span_as_nv_one_logger_objects_keeps_exact_milliseconds() -> None:
+    start = 1795384998159872805  # float seconds make this 5 ms span 4.9999 ms
+    span = FinishedSpan("compilation", None, start, start + 5_000_000, {"a": 1}, (FinishedEvent("e", start, {}),))
+    nv_span, (event,) = span.as_nv_one_logger()
+    assert nv_span.attributes.to_json() == span.exported_attributes() == {"a": 1, "duration_msec": 5}
+    assert event.attributes.to_json() == span.events[0].exported_attributes() == {"timestamp_msec": start // 1_000_000}
+
+
+def _clocks_apart(record: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+    clocks = [record[key] for key in ("start_unix_ns", "end_unix_ns", "time_unix_ns") if key in record]
+    return {key: value for key, value in record.items() if not key.endswith("_unix_ns")}, clocks
+
+
+@torch._dynamo.config.patch(recompile_limit=2, automatic_dynamic_shapes=False)
+def test_an_exporter_without_whole_spans_gets_the_same_compile_records_through_span_calls(tmp_path: Path) -> None:
+    fresh_provider_state()
+    whole, calls = tmp_path / "whole.jsonl", tmp_path / "calls.jsonl"
+    span_calls_only = FileExporter(calls)
+    span_calls_only.export_finished_span = None  # as any other nv-one-logger exporter: its span calls only
+    provider = telemetry_jit.configure("both", file=whole, exporters=[span_calls_only])
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+        pl.Trainer, provider, jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
+    )
+    sizes = [(torch.randn(n, 8), torch.randn(n, 1)) for n in (1, 2, 3, 4, 5)]  # past the recompile limit
+    with pytest.warns(RuntimeWarning, match="recompile_limit"):
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), DataLoader(sizes, batch_size=None))
+    callback.on_app_end()
+    telemetry_jit.shutdown()
+    fresh_provider_state()
+    records = [[json.loads(line) for line in path.read_text().splitlines()] for path in (whole, calls)]
+    assert len(records[0]) == len(records[1])
+    for mine, theirs in zip(*records, strict=True):
+        (fields, clocks), (their_fields, their_clocks) = _clocks_apart(mine), _clocks_apart(theirs)
+        assert fields == their_fields
+        # nv-one-logger keeps times as float seconds: within a microsecond of the exact nanoseconds
+        assert all(abs(a - b) < 1000 for a, b in zip(clocks, their_clocks, strict=True))
+    compiles = {r["span_id"] for r in records[0] if r.get("name") == "compilation"}
+    events = [r for r in records[0] if r["kind"] in ("event", "error") and r["span_id"] in compiles]
+    assert {r["kind"] for r in events} == {"event", "error"}  # graph breaks, and the recompile limit's error
 
 
 DISK_FULL_SCRIPT = textwrap.dedent(

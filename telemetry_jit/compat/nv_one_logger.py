@@ -13,7 +13,6 @@ import warnings
 from importlib import metadata
 from typing import Any
 
-from nv_one_logger.core.event import ErrorEvent, Event
 from nv_one_logger.core.exceptions import assert_that
 from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.core.time import TracingTimestamp
@@ -22,32 +21,29 @@ from nv_one_logger.recorder.default_recorder import DefaultRecorder
 from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanName
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
+from telemetry_jit.exporters.finished import FinishedSpan, export_finished
+
 
 def application_running(provider: Any) -> bool:
     """Whether nv-one-logger's ``application`` span is running (it allows one per process)."""
     return bool(provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))
 
 
-def is_exported(recorder: DefaultRecorder, span: Span) -> bool:
-    """Whether the recorder's export filter (nv-one-logger's span blacklist) lets ``span`` through."""
+def is_exported(recorder: DefaultRecorder, span: Span | FinishedSpan) -> bool:
+    """Whether the recorder's export filter (nv-one-logger's span blacklist) lets ``span`` through
+    (the filter reads only the name)."""
     return recorder._should_export_span(span)
 
 
-def export_finished_span(recorder: DefaultRecorder, span: Span, events: list[Event]) -> None:
-    """Hand a span that is already complete, with its events, to the recorder's exporters.
-
-    nv-one-logger's ``start``/``event``/``stop`` exist for spans that stay open while work runs
-    (each becomes the implicit parent of the next); a finished span goes straight to the exporters,
-    through the recorder's own export filter and per-exporter error handling.
+def export_finished_span(recorder: DefaultRecorder, span: FinishedSpan) -> None:
+    """Hand a span recorded after it ended to the recorder's exporters, through the recorder's own
+    export filter and per-exporter error handling: whole to the exporters that take whole spans,
+    through nv-one-logger's span calls to the others (see :mod:`telemetry_jit.exporters.finished`).
     """
     if not is_exported(recorder, span):
         return
     for exporter in recorder._exporters:
-        recorder._execute_export(exporter, exporter.export_start, span)
-        for event in events:
-            export = exporter.export_error if isinstance(event, ErrorEvent) else exporter.export_event
-            recorder._execute_export(exporter, export, event, span)
-        recorder._execute_export(exporter, exporter.export_stop, span)
+        recorder._execute_export(exporter, export_finished, exporter, span)
 
 
 def exporters(recorder: DefaultRecorder) -> list[Exporter]:

@@ -10,10 +10,9 @@ from operator import attrgetter
 
 import torch
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
-from nv_one_logger.core.attributes import Attributes
-from nv_one_logger.core.event import ErrorEvent, Event
+from nv_one_logger.core.attributes import AttributeValue
+from nv_one_logger.core.event import Event
 from nv_one_logger.core.span import Span
-from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from opentelemetry import metrics
@@ -23,6 +22,7 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.exporters import identity
+from telemetry_jit.exporters.finished import FinishedEvent, FinishedSpan
 from telemetry_jit.probes import thunder as thunder_probe
 from telemetry_jit.probes.dynamo import DynamoProbe
 from telemetry_jit.probes.thunder import ThunderSource
@@ -74,11 +74,7 @@ def active_span(provider: TrainingTelemetryProvider, name: str) -> Span | None:
     return spans[-1] if spans else None
 
 
-def _timestamp(epoch_ns: int) -> TracingTimestamp:
-    return TracingTimestamp.for_timestamp(timestamp_sec=epoch_ns / 1e9, validate_timestamp=False)
-
-
-def record_attributes(record: CompileRecord, context: CompileContext) -> Attributes:
+def record_attributes(record: CompileRecord, context: CompileContext) -> dict[str, AttributeValue]:
     attributes = {
         CompileAttr.SOURCE: record.source,
         CompileAttr.ID: record.compile_id,
@@ -106,7 +102,7 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> Attribu
     attributes.update({CompileAttr.PREFIX + name: value for name, value in record.extra.items()})
     if record.unavailable:
         attributes[CompileAttr.UNAVAILABLE] = list(record.unavailable)
-    return Attributes(attributes)
+    return attributes
 
 
 class CompileRecorder:
@@ -281,24 +277,23 @@ class CompileRecorder:
             return
         if context.parent is not None and not context.parent.active:
             context.parent = self._current_parent()
-        start = _timestamp(record.start_ns)
-        span = Span.create(
-            name=JitSpanName.COMPILATION,
-            parent_span=context.parent,
-            span_attributes=record_attributes(record, context),
-            start_time=start,
-        )
-        events = [_graph_break_event(graph_break, start) for graph_break in record.graph_breaks]
+        events = [_graph_break_event(graph_break, record.start_ns) for graph_break in record.graph_breaks]
         if record.ddp_graph_splits:
-            events.append(_ddp_split_event(record, start))
+            events.append(_ddp_split_event(record))
         if record.recompile_limit_hit:
-            events.append(ErrorEvent.create(f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly"))
+            message = f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly"
+            events.append(FinishedEvent.error_event(message, record.end_ns))
         elif record.failure and not record.fell_back_to_eager:
-            events.append(ErrorEvent.create(f"compilation failed: {record.failure}"))
-        for event in events:
-            span.add_event(event)
-        span.stop(stop_time=_timestamp(record.end_ns))
-        nv_one_logger_compat.export_finished_span(recorder, span, events)
+            events.append(FinishedEvent.error_event(f"compilation failed: {record.failure}", record.end_ns))
+        span = FinishedSpan(
+            name=JitSpanName.COMPILATION.value,
+            parent=context.parent,
+            start_unix_ns=record.start_ns,
+            end_unix_ns=record.end_ns,
+            attributes=record_attributes(record, context),
+            events=tuple(events),
+        )
+        nv_one_logger_compat.export_finished_span(recorder, span)
 
     def _warn_recompile_limit(self, record: CompileRecord) -> None:
         frame_id = record.compile_id.rsplit("/", 1)[0]
@@ -316,35 +311,31 @@ class CompileRecorder:
         )
 
 
-def _graph_break_event(graph_break: GraphBreak, timestamp: TracingTimestamp) -> Event:
-    return Event.create(
-        JitEventName.GRAPH_BREAK,
-        Attributes(
-            {
-                GraphBreakAttr.REASON: graph_break.summary,
-                GraphBreakAttr.REASON_FULL: graph_break.reason,
-                GraphBreakAttr.LOCATION: graph_break.location,
-                GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,
-                GraphBreakAttr.COMPILER: graph_break.compiler,
-            }
-        ),
-        timestamp=timestamp,
+def _graph_break_event(graph_break: GraphBreak, time_unix_ns: int) -> FinishedEvent:
+    return FinishedEvent(
+        JitEventName.GRAPH_BREAK.value,
+        time_unix_ns,
+        {
+            GraphBreakAttr.REASON: graph_break.summary,
+            GraphBreakAttr.REASON_FULL: graph_break.reason,
+            GraphBreakAttr.LOCATION: graph_break.location,
+            GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,
+            GraphBreakAttr.COMPILER: graph_break.compiler,
+        },
     )
 
 
-def _ddp_split_event(record: CompileRecord, timestamp: TracingTimestamp) -> Event:
-    return Event.create(
-        JitEventName.DDP_GRAPH_SPLIT,
-        Attributes(
-            {
-                DdpAttr.SPLITS: record.ddp_graph_splits,
-                DdpAttr.SUBGRAPHS: sum(record.ddp_buckets),
-                DdpAttr.BUCKET_CAP_BYTES: record.ddp_bucket_cap_bytes,
-                DdpAttr.REASON: "DDPOptimizer split the graph at DDP gradient-bucket boundaries so all-reduce "
-                "overlaps backward; not a graph break in user code",
-            }
-        ),
-        timestamp=timestamp,
+def _ddp_split_event(record: CompileRecord) -> FinishedEvent:
+    return FinishedEvent(
+        JitEventName.DDP_GRAPH_SPLIT.value,
+        record.start_ns,
+        {
+            DdpAttr.SPLITS: record.ddp_graph_splits,
+            DdpAttr.SUBGRAPHS: sum(record.ddp_buckets),
+            DdpAttr.BUCKET_CAP_BYTES: record.ddp_bucket_cap_bytes,
+            DdpAttr.REASON: "DDPOptimizer split the graph at DDP gradient-bucket boundaries so all-reduce "
+            "overlaps backward; not a graph break in user code",
+        },
     )
 
 

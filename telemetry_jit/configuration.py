@@ -217,7 +217,8 @@ def shutdown() -> None:
         _in_effect = None
     provider = TrainingTelemetryProvider.instance()
     try:
-        if provider.one_logger_ready and nv_one_logger_compat.application_running(provider):
+        # stopped recording (an internal error): nv-one-logger would skip on_app_end, with a warning
+        if nv_one_logger_compat.telemetry_enabled() and nv_one_logger_compat.application_running(provider):
             on_app_end()
     except Exception:  # noqa: BLE001 - often interpreter exit: nothing left to report to
         pass

@@ -9,9 +9,10 @@ from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.compat.nv_one_logger import telemetry_enabled
 from telemetry_jit.exporters import identity
 from telemetry_jit.recording.console import CompileConsole
-from telemetry_jit.recording.recorder import CompileRecorder, telemetry_enabled
+from telemetry_jit.recording.recorder import CompileRecorder
 from telemetry_jit.recording.stats import CompileStats
 
 

@@ -4,6 +4,7 @@ recorded with the fast path and with nv-one-logger's own path, exports the same 
 from __future__ import annotations
 
 import json
+import logging
 import warnings
 from pathlib import Path
 from typing import Any
@@ -121,9 +122,13 @@ class StopRecordingMidStep(pl.Callback):
             OneLoggerProvider.instance().force_disable_logging()
 
 
-def test_nothing_is_exported_once_nv_one_logger_stops_recording_mid_step(tmp_path: Path) -> None:
+def test_nothing_is_exported_once_nv_one_logger_stops_recording_mid_step(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING)
     fast, _ = record_run(tmp_path, fast=True, callbacks=(StopRecordingMidStep(),))
     upstream, _ = record_run(tmp_path, fast=False, callbacks=(StopRecordingMidStep(),))
     assert comparable(fast) == comparable(upstream)
+    assert "because OneLogger is not enabled" not in caplog.text  # nv-one-logger's recorder is not called
     # updates after iterations 2 and 4; the one due when step 5 (the sixth iteration) ends is not sent
     assert [u["current_iteration"] for u in metric_updates(fast)] == [1, 3]

@@ -13,6 +13,7 @@ import warnings
 from importlib import metadata
 from typing import Any
 
+from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.exceptions import assert_that
 from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.core.time import TracingTimestamp
@@ -22,6 +23,11 @@ from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanNa
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
 from telemetry_jit.exporters.finished import FinishedSpan, export_finished
+
+
+def telemetry_enabled() -> bool:
+    """Whether nv-one-logger is configured and recording (it disables itself after an internal error)."""
+    return OneLoggerProvider.instance().one_logger_enabled
 
 
 def application_running(provider: Any) -> bool:
@@ -49,6 +55,12 @@ def export_finished_span(recorder: DefaultRecorder, span: FinishedSpan) -> None:
 def exporters(recorder: DefaultRecorder) -> list[Exporter]:
     """The exporters the recorder sends to."""
     return list(recorder._exporters)
+
+
+def is_running(span: Span) -> bool:
+    """``span.active``, without formatting every event of the span into an assertion message first
+    (``Span.active`` does, on every call)."""
+    return span.stop_event is None
 
 
 def forget_exported_events(span: Span) -> None:
@@ -133,22 +145,25 @@ class IterationBookkeeping:
 
     def training_start(self, now: TracingTimestamp) -> None:
         if not self.fast:
-            self.recorder.on_training_single_iteration_start(now)
+            if telemetry_enabled():  # its recorder would log a warning for each call it skips
+                self.recorder.on_training_single_iteration_start(now)
             return
         self._training_timer.start(now)
 
     def training_end(self, now: TracingTimestamp) -> None:
-        """End the iteration :meth:`training_start` began (the caller checks that one is running);
-        nothing reaches an exporter once nv-one-logger has stopped recording (its recorder's
-        methods do nothing then)."""
+        """End the iteration :meth:`training_start` began (the caller checks that one is running).
+
+        Once nv-one-logger has stopped recording, the fast path keeps its timers going (nobody reads
+        them then) and sends nothing."""
         recorder, state = self.recorder, self.recorder._training_state
         config = recorder._get_training_config()
         if not self.fast:
-            recorder.on_training_single_iteration_end(now)
+            if telemetry_enabled():
+                recorder.on_training_single_iteration_end(now)
         else:
             self._training_end_without_span(now, config)
         if _metrics_update_due(state.completed_training_iterations_overall, config.log_every_n_train_iterations):
-            if self.fast:
+            if self.fast and telemetry_enabled():
                 recorder._maybe_send_training_metrics_update()
             # nv-one-logger keeps every event of a running span and formats them all on each look-up
             for loop in recorder.get_active_spans_by_name(StandardTrainingJobSpanName.TRAINING_LOOP):
@@ -189,13 +204,15 @@ class IterationBookkeeping:
 
     def validation_start(self, now: TracingTimestamp) -> None:
         if not self.fast:
-            self.recorder.on_validation_single_iteration_start(now)
+            if telemetry_enabled():
+                self.recorder.on_validation_single_iteration_start(now)
             return
         self._validation_timer.start(now)
 
     def validation_end(self, now: TracingTimestamp) -> None:
         if not self.fast:
-            self.recorder.on_validation_single_iteration_end(now)
+            if telemetry_enabled():
+                self.recorder.on_validation_single_iteration_end(now)
             return
         self._validation_timer.stop(now)
 

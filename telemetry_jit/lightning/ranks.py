@@ -12,9 +12,9 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from typing_extensions import override
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.compat.nv_one_logger import telemetry_enabled
 from telemetry_jit.configuration import Configuration, configuration
 from telemetry_jit.exporters import identity
-from telemetry_jit.recording.recorder import telemetry_enabled
 
 
 class RankTelemetry(Callback):

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from operator import attrgetter
 
 import torch
-from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.attributes import AttributeValue
 from nv_one_logger.core.event import Event
 from nv_one_logger.core.span import Span
@@ -21,6 +20,7 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.compat.nv_one_logger import telemetry_enabled
 from telemetry_jit.exporters import identity
 from telemetry_jit.exporters.finished import FinishedEvent, FinishedSpan
 from telemetry_jit.probes import thunder as thunder_probe
@@ -59,11 +59,6 @@ class CompileContext:
     global_step: int
     stage: str
     parent: Span | None
-
-
-def telemetry_enabled() -> bool:
-    """Whether nv-one-logger is configured and recording (it disables itself after an internal error)."""
-    return OneLoggerProvider.instance().one_logger_enabled
 
 
 def active_span(provider: TrainingTelemetryProvider, name: str) -> Span | None:
@@ -197,7 +192,7 @@ class CompileRecorder:
         recorder = self._recorder()
         target = span if span is not None else self._current_parent()
         stats.thunder = self._thunder_counts()
-        if recorder is not None and target is not None and target.active:
+        if recorder is not None and target is not None and nv_one_logger_compat.is_running(target):
             attributes = stats.attributes(time.perf_counter() - self._started_at)
             if count_by_rank is not None:
                 attributes.add(CompileAttr.COUNT_BY_RANK, count_by_rank)
@@ -275,7 +270,7 @@ class CompileRecorder:
         recorder = self._recorder()
         if recorder is None:
             return
-        if context.parent is not None and not context.parent.active:
+        if context.parent is not None and not nv_one_logger_compat.is_running(context.parent):
             context.parent = self._current_parent()
         events = [_graph_break_event(graph_break, record.start_ns) for graph_break in record.graph_breaks]
         if record.ddp_graph_splits:

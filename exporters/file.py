@@ -130,7 +130,7 @@ class FileExporter(BaseExporter):
         if span.stop_event is not None:
             # recorded after it ended (a compilation): one complete record, ahead of its events
             self._whole.add(span.id)
-            self._write(_span_record(span))
+            self._write(_nv_span_record(span))
             return
         self._write(
             {
@@ -150,41 +150,29 @@ class FileExporter(BaseExporter):
             return
         if span.stop_event is None:
             raise ExportError(f"span {span.name_str} ({span.id}) was exported as stopped but has no stop event")
-        self._write(_span_record(span))
+        self._write(_nv_span_record(span))
 
     @override
     def export_event(self, event: Event, span: Span) -> None:
         super().export_event(event, span)
-        self._write(_event_record("event", event, span))
+        self._write(_nv_event_record("event", event, span))
 
     @override
     def export_error(self, event: ErrorEvent, span: Span) -> None:
         super().export_error(event, span)
-        self._write(_event_record("error", event, span))
+        self._write(_nv_event_record("error", event, span))
 
     def export_finished_span(self, span: FinishedSpan) -> None:
         """A span recorded after it ended: its record and its events' in one write."""
         self._check_state()
         span_id = str(span.id)
+        parent_id = _id_text(span.parent.id) if span.parent is not None else None
+        start, end = span.start_unix_ns, span.end_unix_ns
         self._write(
-            {
-                "kind": "span",
-                "span_id": span_id,
-                "parent_id": _id_text(span.parent.id) if span.parent is not None else None,
-                "name": span.name,
-                "start_unix_ns": span.start_unix_ns,
-                "end_unix_ns": span.end_unix_ns,
-                "attributes": span.exported_attributes(),
-            },
+            _span_record(span_id, parent_id, span.name, start, end, span.exported_attributes()),
             *(
-                {
-                    "kind": "error" if event.error else "event",
-                    "span_id": span_id,
-                    "name": event.name,
-                    "time_unix_ns": event.time_unix_ns,
-                    "attributes": event.exported_attributes(),
-                }
-                for event in span.events
+                _event_record("error" if e.error else "event", span_id, e.name, e.time_unix_ns, e.exported_attributes())
+                for e in span.events
             ),
         )
 
@@ -302,26 +290,33 @@ def _parent_id(span: Span) -> str | None:
     return _id_text(span.parent_span.id) if span.parent_span is not None else None
 
 
-def _span_record(span: Span) -> dict[str, Any]:
+def _span_record(
+    span_id: str, parent_id: str | None, name: str, start_unix_ns: int, end_unix_ns: int, attributes: Any
+) -> dict[str, Any]:
     return {
         "kind": "span",
-        "span_id": _id_text(span.id),
-        "parent_id": _parent_id(span),
-        "name": span.name_str,
-        "start_unix_ns": _unix_ns(span.start_event.timestamp),
-        "end_unix_ns": _unix_ns(span.stop_event.timestamp),  # type: ignore[union-attr]
-        "attributes": span.attributes.to_json(),
+        "span_id": span_id,
+        "parent_id": parent_id,
+        "name": name,
+        "start_unix_ns": start_unix_ns,
+        "end_unix_ns": end_unix_ns,
+        "attributes": attributes,
     }
 
 
-def _event_record(kind: str, event: Event, span: Span) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "span_id": _id_text(span.id),
-        "name": event.name_str,
-        "time_unix_ns": _unix_ns(event.timestamp),
-        "attributes": event.attributes.to_json(),
-    }
+def _event_record(kind: str, span_id: str, name: str, time_unix_ns: int, attributes: Any) -> dict[str, Any]:
+    return {"kind": kind, "span_id": span_id, "name": name, "time_unix_ns": time_unix_ns, "attributes": attributes}
+
+
+def _nv_span_record(span: Span) -> dict[str, Any]:
+    """A stopped nv-one-logger span's record."""
+    start, stop = span.start_event.timestamp, span.stop_event.timestamp  # type: ignore[union-attr]
+    attributes = span.attributes.to_json()
+    return _span_record(_id_text(span.id), _parent_id(span), span.name_str, _unix_ns(start), _unix_ns(stop), attributes)
+
+
+def _nv_event_record(kind: str, event: Event, span: Span) -> dict[str, Any]:
+    return _event_record(kind, _id_text(span.id), event.name_str, _unix_ns(event.timestamp), event.attributes.to_json())
 
 
 def _check_writable(path: Path) -> None:

@@ -420,7 +420,7 @@ class OTLPExporter(BaseExporter):
             span.name_str,
             context=self._parent_context(span.parent_span),
             start_time=_ns(span.start_event.timestamp),
-            attributes={**_attributes(span.attributes.to_json()), **self.identity.current().as_attributes()},
+            attributes=self._with_identity(span.attributes.to_json()),
         )
 
     def export_finished_span(self, span: FinishedSpan) -> None:
@@ -430,7 +430,7 @@ class OTLPExporter(BaseExporter):
             span.name,
             context=self._parent_context(span.parent),
             start_time=span.start_unix_ns,
-            attributes={**_attributes(span.exported_attributes()), **self.identity.current().as_attributes()},
+            attributes=self._with_identity(span.exported_attributes()),
         )
         for event in span.events:
             otel_span.add_event(event.name, _attributes(event.exported_attributes()), timestamp=event.time_unix_ns)
@@ -438,6 +438,10 @@ class OTLPExporter(BaseExporter):
                 otel_span.set_status(Status(StatusCode.ERROR, event.message))
         otel_span.end(end_time=span.end_unix_ns)
         self._ended += 1
+
+    def _with_identity(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
+        """``attributes`` as OTel values, with this process's rank, world size and node."""
+        return {**_attributes(attributes), **self.identity.current().as_attributes()}
 
     def _parent_context(self, parent: Span | None) -> Any:
         while parent is not None and parent.id not in self._spans:
@@ -451,7 +455,7 @@ class OTLPExporter(BaseExporter):
         if otel_span is None:
             return
         # the rank may have become known while the span ran (rank 0 of a DDP launch learns it at fit)
-        otel_span.set_attributes({**_attributes(span.attributes.to_json()), **self.identity.current().as_attributes()})
+        otel_span.set_attributes(self._with_identity(span.attributes.to_json()))
         stop_event = span.stop_event
         otel_span.end(end_time=_ns(stop_event.timestamp) if stop_event is not None else None)
         self._ended += 1

@@ -101,9 +101,10 @@ class CompileTelemetryCallback(Callback):
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.recorder.poll()  # under the validation loop, whose span ends next
-        if trainer.state.fn == "validate":  # in fit, validation's compiles are in the training summary
+        if trainer.state.fn == "validate":
             self._summarize(trainer, TrainingSpanName.VALIDATION_LOOP)
+        else:  # in fit: its compiles go in the training summary, their spans under this loop, which ends next
+            self.recorder.poll()
 
     @override
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

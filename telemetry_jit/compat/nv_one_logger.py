@@ -143,12 +143,17 @@ class IterationBookkeeping:
         # the iteration spans are created only to be exported: with the default blacklist, nobody sees them
         return not any(is_exported(self.recorder, Span.create(name=name)) for name in (_TRAINING, _VALIDATION))
 
+    def _own_path(self, call: Any, now: TracingTimestamp) -> None:
+        """nv-one-logger's own per-iteration ``call``, while it records (its recorder would log a
+        warning for each call it skips)."""
+        if telemetry_enabled():
+            call(now)
+
     def training_start(self, now: TracingTimestamp) -> None:
-        if not self.fast:
-            if telemetry_enabled():  # its recorder would log a warning for each call it skips
-                self.recorder.on_training_single_iteration_start(now)
-            return
-        self._training_timer.start(now)
+        if self.fast:
+            self._training_timer.start(now)
+        else:
+            self._own_path(self.recorder.on_training_single_iteration_start, now)
 
     def training_end(self, now: TracingTimestamp) -> None:
         """End the iteration :meth:`training_start` began (the caller checks that one is running).
@@ -157,11 +162,10 @@ class IterationBookkeeping:
         them then) and sends nothing."""
         recorder, state = self.recorder, self.recorder._training_state
         config = recorder._get_training_config()
-        if not self.fast:
-            if telemetry_enabled():
-                recorder.on_training_single_iteration_end(now)
-        else:
+        if self.fast:
             self._training_end_without_span(now, config)
+        else:
+            self._own_path(recorder.on_training_single_iteration_end, now)
         if _metrics_update_due(state.completed_training_iterations_overall, config.log_every_n_train_iterations):
             if self.fast and telemetry_enabled():
                 recorder._maybe_send_training_metrics_update()
@@ -203,18 +207,16 @@ class IterationBookkeeping:
             )
 
     def validation_start(self, now: TracingTimestamp) -> None:
-        if not self.fast:
-            if telemetry_enabled():
-                self.recorder.on_validation_single_iteration_start(now)
-            return
-        self._validation_timer.start(now)
+        if self.fast:
+            self._validation_timer.start(now)
+        else:
+            self._own_path(self.recorder.on_validation_single_iteration_start, now)
 
     def validation_end(self, now: TracingTimestamp) -> None:
-        if not self.fast:
-            if telemetry_enabled():
-                self.recorder.on_validation_single_iteration_end(now)
-            return
-        self._validation_timer.stop(now)
+        if self.fast:
+            self._validation_timer.stop(now)
+        else:
+            self._own_path(self.recorder.on_validation_single_iteration_end, now)
 
     def validation_running(self) -> bool:
         """A validation iteration started and did not end (Lightning skips its batch end, lightning#20999)."""

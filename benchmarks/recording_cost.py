@@ -24,9 +24,9 @@ from nv_one_logger.training_telemetry.api.callbacks import on_app_end, on_app_st
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
 import telemetry_jit
-from telemetry_jit.recording.recorder import CompileContext, CompileRecorder, record_attributes
+from telemetry_jit.recording.recorder import CompileContext, CompileRecorder, graph_break_attributes, record_attributes
 from telemetry_jit.recording.records import CompileRecord, GraphBreak
-from telemetry_jit.schema import GraphBreakAttr, JitEventName, JitSpanName
+from telemetry_jit.schema import JitEventName, JitSpanName
 
 
 def record(index: int) -> CompileRecord:
@@ -58,14 +58,8 @@ def nv_one_logger_span_calls(recorder: TrainingRecorder, item: CompileRecord, co
         parent_span=context.parent,
     )
     for graph_break in item.graph_breaks:
-        event_attributes = {
-            GraphBreakAttr.REASON: graph_break.summary,
-            GraphBreakAttr.REASON_FULL: graph_break.reason,
-            GraphBreakAttr.LOCATION: graph_break.location,
-            GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,
-            GraphBreakAttr.COMPILER: graph_break.compiler,
-        }
-        recorder.event(span, Event.create(JitEventName.GRAPH_BREAK, Attributes(event_attributes), timestamp=start))
+        attributes = Attributes(graph_break_attributes(graph_break))
+        recorder.event(span, Event.create(JitEventName.GRAPH_BREAK, attributes, timestamp=start))
     recorder.stop(span, stop_time=TracingTimestamp.for_timestamp(item.end_ns / 1e9, validate_timestamp=False))
 
 

@@ -306,18 +306,18 @@ class CompileRecorder:
         )
 
 
+def graph_break_attributes(graph_break: GraphBreak) -> dict[str, AttributeValue]:
+    return {
+        GraphBreakAttr.REASON: graph_break.summary,
+        GraphBreakAttr.REASON_FULL: graph_break.reason,
+        GraphBreakAttr.LOCATION: graph_break.location,
+        GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,
+        GraphBreakAttr.COMPILER: graph_break.compiler,
+    }
+
+
 def _graph_break_event(graph_break: GraphBreak, time_unix_ns: int) -> FinishedEvent:
-    return FinishedEvent(
-        JitEventName.GRAPH_BREAK.value,
-        time_unix_ns,
-        {
-            GraphBreakAttr.REASON: graph_break.summary,
-            GraphBreakAttr.REASON_FULL: graph_break.reason,
-            GraphBreakAttr.LOCATION: graph_break.location,
-            GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,
-            GraphBreakAttr.COMPILER: graph_break.compiler,
-        },
-    )
+    return FinishedEvent(JitEventName.GRAPH_BREAK.value, time_unix_ns, graph_break_attributes(graph_break))
 
 
 def _ddp_split_event(record: CompileRecord) -> FinishedEvent:

@@ -25,7 +25,6 @@ import functools
 import json
 import os
 import threading
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,10 +35,12 @@ from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import BaseExporter, ExportError
 from typing_extensions import override
 
-from ..schema import FILE_FORMAT, FILE_FORMAT_VERSION
+from telemetry_jit.identity import IdentityTracker
+from telemetry_jit.identity import run_id as job_run_id
+from telemetry_jit.notices import Notices
+from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION
+
 from .finished import FinishedSpan
-from .identity import IdentityTracker, this_process
-from .identity import run_id as job_run_id
 
 _RUN_START = {"kind": "run_start", "format": FILE_FORMAT, "format_version": FILE_FORMAT_VERSION}
 
@@ -84,8 +85,8 @@ class FileExporter(BaseExporter):
             folder is created if missing.
         run_id: identifies this run's records; by default the job's run id, shared by its ranks
             (``TELEMETRY_JIT_RUN_ID``).
-        identity: where the rank, world size and node on every record come from (default: this
-            process's, which the trainer updates).
+        identity: where the rank, world size and node on every record come from (default: the
+            environment's; ``configure`` shares one with its exporters, which the trainer updates).
 
     Raises:
         ValueError: ``path`` is a directory.
@@ -101,7 +102,7 @@ class FileExporter(BaseExporter):
     ) -> None:
         super().__init__()
         self.base_path = Path(path).expanduser()
-        self.identity = identity or this_process
+        self.identity = identity or IdentityTracker()
         me = self.identity.current()
         self.path = rank_path(self.base_path, me.rank, me.world_size)
         self.run_id = run_id or job_run_id()
@@ -113,7 +114,7 @@ class FileExporter(BaseExporter):
         self._whole: set[Any] = set()  # ids of spans written whole at export_start
         self.lost_records = 0  # records a failed write could not put in the file
         self._unreported_losses = 0
-        self._warned: set[str] = set()
+        self._notices = Notices()
         _check_writable(self.path)
 
     @override
@@ -188,10 +189,9 @@ class FileExporter(BaseExporter):
                 if self._append(self._loss_record()):
                     self._unreported_losses = 0
                 else:
-                    warnings.warn(
+                    self._warn(
+                        "lost at close",
                         f"telemetry-jit: {self.lost_records} telemetry record(s) could not be written to {self.path}.",
-                        RuntimeWarning,
-                        stacklevel=2,
                     )
             if self._fd is not None:
                 os.close(self._fd)
@@ -215,18 +215,20 @@ class FileExporter(BaseExporter):
 
     def _append(self, line: bytes) -> bool:
         """Append whole lines, or leave the file as it was and say why (once per kind of failure)."""
+        fd = self._fd
+        assert fd is not None, "written only while open"
         written = 0
         try:
             while written < len(line):
-                written += os.write(self._fd, line[written:])
+                written += os.write(fd, line[written:])
             return True
         except OSError as error:
             if written:
                 try:
                     # a part of a line would glue onto the next record (one writer per file: the part is the tail)
-                    os.ftruncate(self._fd, os.fstat(self._fd).st_size - written)
+                    os.ftruncate(fd, os.fstat(fd).st_size - written)
                 except OSError:
-                    os.write(self._fd, b"\n")  # then at least end it: the reader skips it, nothing else
+                    os.write(fd, b"\n")  # then at least end it: the reader skips it, nothing else
             self._warn(
                 f"error {error.errno}",
                 f"telemetry-jit: could not write to {self.path} ({error.strerror or error}); telemetry records are "
@@ -241,8 +243,10 @@ class FileExporter(BaseExporter):
         return self._line({"kind": "records_lost", "count": self._unreported_losses})
 
     def _reopen_if_gone(self) -> None:
+        fd = self._fd
+        assert fd is not None, "checked only while open"
         try:
-            same = os.path.samestat(os.stat(self.path), os.fstat(self._fd))
+            same = os.path.samestat(os.stat(self.path), os.fstat(fd))
         except OSError as error:
             same = error.errno not in (errno.ENOENT, errno.ENOTDIR)
         if same:
@@ -252,15 +256,13 @@ class FileExporter(BaseExporter):
             f"telemetry-jit: {self.path} was deleted or moved while this run was writing it; "
             "the records that follow go to a new file at the same path.",
         )
-        os.close(self._fd)
+        os.close(fd)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._fd = _open(self.path)
         self._append(self._line(_RUN_START))
 
     def _warn(self, kind: str, message: str) -> None:
-        if kind not in self._warned:
-            self._warned.add(kind)
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
+        self._notices.warn(kind, message, every_rank=True)
 
     def _follow_identity(self) -> None:
         """Move to this rank's file once the process learns its rank, taking this run's records along."""
@@ -310,7 +312,7 @@ def _event_record(kind: str, span_id: str, name: str, time_unix_ns: int, attribu
 
 def _nv_span_record(span: Span) -> dict[str, Any]:
     """A stopped nv-one-logger span's record."""
-    start, stop = span.start_event.timestamp, span.stop_event.timestamp  # type: ignore[union-attr]
+    start, stop = span.start_event.timestamp, span.stop_event.timestamp
     attributes = span.attributes.to_json()
     return _span_record(_id_text(span.id), _parent_id(span), span.name_str, _unix_ns(start), _unix_ns(stop), attributes)
 

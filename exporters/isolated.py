@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -19,6 +18,8 @@ from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
 from nv_one_logger.exporter.exporter import BaseExporter, Exporter
 from typing_extensions import override
+
+from telemetry_jit.notices import Notices
 
 from .finished import FinishedSpan, export_finished
 
@@ -47,15 +48,13 @@ class IsolatedExporter(BaseExporter):
         self.errors = 0
         self._queue: queue.Queue[Any] = queue.Queue(max_queue_size)
         self._worker = threading.Thread(target=self._run, name=f"telemetry-{type(exporter).__name__}", daemon=True)
-        self._warned: set[str] = set()
+        self._notices = Notices()
 
     def __repr__(self) -> str:
         return f"IsolatedExporter({type(self.exporter).__name__})"
 
     def _warn_once(self, kind: str, message: str) -> None:
-        if kind not in self._warned:
-            self._warned.add(kind)
-            warnings.warn(f"{self!r}: {message}", RuntimeWarning, stacklevel=3)
+        self._notices.warn(kind, f"{self!r}: {message}", every_rank=True)
 
     def _submit(self, method: Callable[..., None], *args: Any) -> None:
         try:

@@ -9,12 +9,14 @@ per-iteration bookkeeping without the iteration spans nobody exports (:class:`It
 
 from __future__ import annotations
 
-import warnings
+import time
+from collections.abc import Callable
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar
 
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.exceptions import assert_that
+from nv_one_logger.core.internal.multi_window_timer import MultiWindowTimer
 from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import Exporter
@@ -22,7 +24,7 @@ from nv_one_logger.recorder.default_recorder import DefaultRecorder
 from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanName
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
-from telemetry_jit.exporters.finished import FinishedSpan, export_finished
+S = TypeVar("S")
 
 
 def telemetry_enabled() -> bool:
@@ -35,21 +37,19 @@ def application_running(provider: Any) -> bool:
     return bool(provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))
 
 
-def is_exported(recorder: DefaultRecorder, span: Span | FinishedSpan) -> bool:
+def is_exported(recorder: DefaultRecorder, span: Any) -> bool:
     """Whether the recorder's export filter (nv-one-logger's span blacklist) lets ``span`` through
-    (the filter reads only the name)."""
+    (the filter reads only ``span.name``)."""
     return recorder._should_export_span(span)
 
 
-def export_finished_span(recorder: DefaultRecorder, span: FinishedSpan) -> None:
-    """Hand a span recorded after it ended to the recorder's exporters, through the recorder's own
-    export filter and per-exporter error handling: whole to the exporters that take whole spans,
-    through nv-one-logger's span calls to the others (see :mod:`telemetry_jit.exporters.finished`).
-    """
+def export_each(recorder: DefaultRecorder, span: S, deliver: Callable[[Exporter, S], None]) -> None:
+    """``deliver(exporter, span)`` for each of the recorder's exporters, through the recorder's own
+    export filter and per-exporter error handling (a span recorded after it ended, handed over whole)."""
     if not is_exported(recorder, span):
         return
     for exporter in recorder._exporters:
-        recorder._execute_export(exporter, export_finished, exporter, span)
+        recorder._execute_export(exporter, deliver, exporter, span)
 
 
 def exporters(recorder: DefaultRecorder) -> list[Exporter]:
@@ -90,18 +90,52 @@ def forget_configuration() -> None:
 ITERATION_FAST_PATH_VERIFIED = ("2.3.1",)
 _TRAINING = StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION
 _VALIDATION = StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION
-_said: set[str] = set()
+
+
+def unverified_iteration_release() -> str:
+    """The installed nv-one-logger-training-telemetry release when the fast path was not verified
+    against it (then nv-one-logger's own per-iteration path runs), else ``""``."""
+    version = metadata.version("nv-one-logger-training-telemetry")
+    return "" if version in ITERATION_FAST_PATH_VERIFIED else version
+
+
+def _now() -> TracingTimestamp:
+    """``TracingTimestamp.now()`` (2.3.1), without its frozen-dataclass ``__init__`` (a third of the
+    fast path's cost per step)."""
+    timestamp = _new_timestamp(TracingTimestamp)
+    fields = timestamp.__dict__
+    fields["_seconds_since_epoch"] = time.time()
+    fields["_perf_counter_seconds"] = time.perf_counter()
+    return timestamp
+
+
+_new_timestamp = object.__new__
+
+
+def _start_window(timer: MultiWindowTimer, now: TracingTimestamp) -> None:
+    """``MultiWindowTimer.start`` (2.3.1) for a timer the caller knows is not running."""
+    timer._current_window_start = now
+    timer._total_window_count += 1
+    if timer._first_window_start is None:
+        timer._first_window_start = now
+
+
+def _stop_window(timer: MultiWindowTimer, now: TracingTimestamp) -> None:
+    """``MultiWindowTimer.stop`` (2.3.1) for a running timer: the same statistics, in the same order
+    of operations (so the same floating-point values)."""
+    duration = now._perf_counter_seconds - timer._current_window_start._perf_counter_seconds
+    timer._latest_window_end = now
+    timer._latest_window_duration_sec = duration
+    timer._min_window_duration_sec = min(timer._min_window_duration_sec, duration)
+    timer._max_window_duration_sec = max(timer._max_window_duration_sec, duration)
+    timer._total_time_sec += duration
+    timer._avg_window_duration_sec = timer._total_time_sec / timer._total_window_count
+    timer._current_window_start = None
 
 
 def _metrics_update_due(completed_iterations: int, every_n: int) -> bool:
     """TrainingRecorder._maybe_send_training_metrics_update's condition, after an iteration ended."""
     return completed_iterations > 1 and completed_iterations % every_n == 0
-
-
-def _say_once(key: str, message: str) -> None:
-    if key not in _said:
-        _said.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
 class IterationBookkeeping:
@@ -118,30 +152,20 @@ class IterationBookkeeping:
     Example::
 
         iterations = IterationBookkeeping(provider.recorder)
-        iterations.training_start(TracingTimestamp.now())
+        iterations.training_start()
         ...
-        iterations.training_end(TracingTimestamp.now())
+        iterations.training_end()
     """
 
     def __init__(self, recorder: TrainingRecorder, fast: bool = True) -> None:
         self.recorder = recorder
-        self.fast = fast and self._fast_path_applies()
+        # the iteration spans are created only to be exported: with the default blacklist, nobody sees them
+        exported = any(is_exported(recorder, Span.create(name=name)) for name in (_TRAINING, _VALIDATION))
+        self.unverified_release = unverified_iteration_release()
+        self.fast = fast and not exported and not self.unverified_release
         # nv-one-logger's own timer objects (its training state lives as long as its recorder)
         timers = recorder._training_state.multi_iteration_timers
         self._training_timer, self._validation_timer = timers[_TRAINING], timers[_VALIDATION]
-
-    def _fast_path_applies(self) -> bool:
-        version = metadata.version("nv-one-logger-training-telemetry")
-        if version not in ITERATION_FAST_PATH_VERIFIED:
-            _say_once(
-                "version",
-                f"telemetry-jit: nv-one-logger-training-telemetry {version} is not a release its per-iteration fast "
-                f"path was verified against ({', '.join(ITERATION_FAST_PATH_VERIFIED)}); nv-one-logger's own (slower) "
-                "per-iteration path is used.",
-            )
-            return False
-        # the iteration spans are created only to be exported: with the default blacklist, nobody sees them
-        return not any(is_exported(self.recorder, Span.create(name=name)) for name in (_TRAINING, _VALIDATION))
 
     def _own_path(self, call: Any, now: TracingTimestamp) -> None:
         """nv-one-logger's own per-iteration ``call``, while it records (its recorder would log a
@@ -149,23 +173,41 @@ class IterationBookkeeping:
         if telemetry_enabled():
             call(now)
 
-    def training_start(self, now: TracingTimestamp) -> None:
+    def training_start(self) -> None:
         if self.fast:
-            self._training_timer.start(now)
+            _start_window(self._training_timer, _now())
         else:
-            self._own_path(self.recorder.on_training_single_iteration_start, now)
+            self._own_path(self.recorder.on_training_single_iteration_start, TracingTimestamp.now())
 
-    def training_end(self, now: TracingTimestamp) -> None:
-        """End the iteration :meth:`training_start` began (the caller checks that one is running).
+    def training_end(self) -> None:
+        """End the iteration :meth:`training_start` began, if one is running (Lightning may skip a
+        batch's end).
 
-        Once nv-one-logger has stopped recording, the fast path keeps its timers going (nobody reads
-        them then) and sends nothing."""
-        recorder, state = self.recorder, self.recorder._training_state
-        config = recorder._get_training_config()
-        if self.fast:
-            self._training_end_without_span(now, config)
-        else:
+        The fast path is TrainingRecorder.on_training_single_iteration_end (2.3.1) step 1 inline; step 2
+        (the metrics update, which checks again whether it is due) runs only when due; step 3 stops
+        the span, which the fast path never started. Once nv-one-logger has stopped recording, the
+        fast path keeps its timers going (nobody reads them then) and sends nothing."""
+        timer = self._training_timer
+        if timer._current_window_start is None:
+            return
+        now = _now()
+        recorder = self.recorder
+        state, config = recorder._training_state, recorder._config.telemetry_config
+        if not self.fast:
             self._own_path(recorder.on_training_single_iteration_end, now)
+        else:
+            _stop_window(timer, now)
+            state.completed_training_iterations_overall += 1
+            samples = config.global_batch_size
+            state.train_samples_processed_current_job += samples
+            seq_length = config.seq_length
+            if seq_length:
+                state.train_tokens_current_job = seq_length * state.train_samples_processed_current_job
+            state.last_logged_train_iterations_finish_time = now
+            if not state.first_logged_train_iterations_finish_time:
+                state.first_logged_train_iterations_finish_time = now
+            if config.is_log_throughput_enabled:
+                self._count_flops(samples, config)
         if _metrics_update_due(state.completed_training_iterations_overall, config.log_every_n_train_iterations):
             if self.fast and telemetry_enabled():
                 recorder._maybe_send_training_metrics_update()
@@ -173,54 +215,38 @@ class IterationBookkeeping:
             for loop in recorder.get_active_spans_by_name(StandardTrainingJobSpanName.TRAINING_LOOP):
                 forget_exported_events(loop)
 
-    def _training_end_without_span(self, now: TracingTimestamp, config: Any) -> None:
-        """TrainingRecorder.on_training_single_iteration_end (2.3.1), step 1; step 2 (the metrics update,
-        which checks again whether it is due) runs only when due; step 3 stops the span."""
-        recorder, state = self.recorder, self.recorder._training_state
-        timer = self._training_timer
-        timer.stop(now)
-        state.completed_training_iterations_overall += 1
-        samples = config.global_batch_size
-        state.train_samples_processed_current_job += samples
-        seq_length = config.seq_length
-        if seq_length:
-            state.train_tokens_current_job = seq_length * state.train_samples_processed_current_job
-        state.last_logged_train_iterations_finish_time = now
-        if not state.first_logged_train_iterations_finish_time:
-            state.first_logged_train_iterations_finish_time = now
-        if config.is_log_throughput_enabled:
-            assert_that(
-                config.flops_per_sample and config.flops_per_sample > 0,
-                "flops_per_sample must be set to a positive value when is_log_throughput_enabled is True",
-            )
-            flops = samples * config.flops_per_sample
-            assert_that(
-                state.completed_floating_point_operations_overall is not None,
-                "completed_floating_point_operations_overall must be initialized.",
-            )
-            state.completed_floating_point_operations_overall += flops
-            state.total_flops_current_job += flops
-            total = timer.total_time_sec
-            assert_that(total > 0, "train_iterations_time_total must be greater than 0")
-            state.tflops_per_gpu.add_value(
-                float(state.total_flops_current_job) / (total * 10**12 * recorder._config.world_size)
-            )
+    def _count_flops(self, samples: int, config: Any) -> None:
+        state = self.recorder._training_state
+        assert_that(
+            config.flops_per_sample and config.flops_per_sample > 0,
+            "flops_per_sample must be set to a positive value when is_log_throughput_enabled is True",
+        )
+        flops = samples * config.flops_per_sample
+        assert_that(
+            state.completed_floating_point_operations_overall is not None,
+            "completed_floating_point_operations_overall must be initialized.",
+        )
+        state.completed_floating_point_operations_overall += flops
+        state.total_flops_current_job += flops
+        total = self._training_timer.total_time_sec
+        assert_that(total > 0, "train_iterations_time_total must be greater than 0")
+        state.tflops_per_gpu.add_value(
+            float(state.total_flops_current_job) / (total * 10**12 * self.recorder._config.world_size)
+        )
 
-    def validation_start(self, now: TracingTimestamp) -> None:
+    def validation_start(self) -> None:
+        self.validation_end()  # one still running: Lightning skipped its batch end (lightning#20999)
         if self.fast:
-            self._validation_timer.start(now)
+            _start_window(self._validation_timer, _now())
         else:
-            self._own_path(self.recorder.on_validation_single_iteration_start, now)
+            self._own_path(self.recorder.on_validation_single_iteration_start, TracingTimestamp.now())
 
-    def validation_end(self, now: TracingTimestamp) -> None:
+    def validation_end(self) -> None:
+        """End the validation iteration :meth:`validation_start` began, if one is running."""
+        timer = self._validation_timer
+        if timer._current_window_start is None:
+            return
         if self.fast:
-            self._validation_timer.stop(now)
+            _stop_window(timer, _now())
         else:
-            self._own_path(self.recorder.on_validation_single_iteration_end, now)
-
-    def validation_running(self) -> bool:
-        """A validation iteration started and did not end (Lightning skips its batch end, lightning#20999)."""
-        return self._validation_timer.is_active
-
-    def training_running(self) -> bool:
-        return self._training_timer.is_active
+            self._own_path(self.recorder.on_validation_single_iteration_end, TracingTimestamp.now())

@@ -21,8 +21,6 @@ from typing import Any
 
 import torch
 
-from telemetry_jit.compat import torch as torch_compat
-
 NAMED_TENSOR_METHODS = ("align_as", "align_to", "refine_names", "rename", "rename_", "has_names")
 SUPPORTED = "lightning-thunder 0.2.x (0.2.6 tested) with torch 2.8 - 2.13"
 
@@ -53,7 +51,7 @@ def import_thunder() -> ModuleType:
         return sys.modules["thunder"]
     missing = [name for name in NAMED_TENSOR_METHODS if not hasattr(torch.Tensor, name)]
     if missing:
-        _log.warning(
+        _log.debug(
             "telemetry-jit: torch %s has no named tensors; importing lightning-thunder with temporary "
             "stand-ins for Tensor.%s (removed again right after the import).",
             torch.__version__,
@@ -91,7 +89,7 @@ def bridged_methods() -> tuple[str, ...]:
     return _bridged
 
 
-class CompileStats:
+class ThunderStats:
     """What ``thunder.compile_stats`` says about one jitted module (times in ``time.perf_counter_ns``)."""
 
     def __init__(self, thunder_module: Any) -> None:
@@ -158,12 +156,11 @@ _STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 def split_graph(compiler: Any, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple[Any, ThunderGraph]:
     """Run ``compiler`` on a dynamo graph; return its split graph and what thunder made of it.
 
-    The pieces are GraphModules with their code generated at once: thunder runs a piece under its
-    own interpreter on first call, where generating it lazily fails (torch 2.13: ``object of type
-    'MappingKeysView' has no len()``).
+    Call it where GraphModules generate their code at once (``torch_compat.eager_graph_modules``):
+    thunder runs a piece under its own interpreter on first call, where generating it lazily fails
+    (torch 2.13: ``object of type 'MappingKeysView' has no len()``).
     """
-    with torch_compat.eager_graph_modules():
-        split = compiler(graph, example_inputs)
+    split = compiler(graph, example_inputs)
     info = compiler.subgraph_infos[-1]
     thunder_fns = {id(fn) for fn in info.thunder_compiled_fns}
     modules = [(name, child) for name, child in split.named_children() if id(child) in thunder_fns]

@@ -15,10 +15,9 @@ import dataclasses
 import logging
 import re
 import sys
-import warnings
 from collections.abc import Callable, Iterator, Sequence
-from types import CodeType
-from typing import Any
+from types import CodeType, FrameType
+from typing import Any, Literal
 
 import torch
 
@@ -28,8 +27,9 @@ _FIRST, _LAST = (2, 8), (2, 15)
 
 def version_tuple(version: str) -> tuple[int, int, int]:
     """``"2.15.0+cu132"`` -> ``(2, 15, 0)``: release numbers only, local labels and pre-release tags dropped."""
-    numbers = [int(re.match(r"\d*", part).group() or 0) for part in version.split("+")[0].split(".")[:3]]
-    return (*numbers, 0, 0, 0)[:3]  # type: ignore[return-value]
+    numbers = [int(re.sub(r"\D.*", "", part) or 0) for part in version.split("+")[0].split(".")[:3]]
+    numbers += [0] * (3 - len(numbers))
+    return numbers[0], numbers[1], numbers[2]
 
 
 VERSION = version_tuple(torch.__version__)
@@ -66,7 +66,7 @@ def compile_start_callbacks() -> Sequence[Callback]:
     return callback_handler.start_callbacks
 
 
-def callback_trigger(args: Any) -> str | None:
+def callback_trigger(args: Any) -> Literal["dynamo", "lazy_backward"] | None:
     """``"dynamo"`` (a frame compile), ``"lazy_backward"`` (its backward graph, compiled at the first
     backward) or ``None`` for what is not a compilation (runtime autotuning, CUDA-graph recording)."""
     trigger = args.callback_trigger
@@ -119,7 +119,8 @@ def recompile_reason_in_progress() -> str:
 def recompile_limit() -> int | str:
     import torch._dynamo.config as config
 
-    return getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", "?")
+    limit = getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", None)
+    return int(limit) if limit is not None else "?"
 
 
 def reset_compile_state() -> None:
@@ -135,7 +136,7 @@ def reset_compile_state() -> None:
 def current_compile() -> tuple[str, CodeType | None]:
     """The backend name and code object of the compile in progress, from dynamo's ``_compile`` frame
     (its arguments ``compiler_fn`` and ``code``, the same from 2.8 to 2.15)."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     for _ in range(48):
         if frame is None:
             break
@@ -223,8 +224,8 @@ def parse_ddp_buckets(record: logging.LogRecord) -> tuple[int, int] | None:
     """``(bucket cap in bytes, buckets)`` from DDPOptimizer's INFO record, ``None`` for other records."""
     if _DDP_BUCKETS_MESSAGE not in str(record.msg):
         return None
-    cap, buckets = record.args  # type: ignore[misc]
-    return int(cap), int(buckets)
+    cap, buckets = record.args if isinstance(record.args, tuple) else (0, 0)
+    return int(str(cap)), int(str(buckets))
 
 
 # -- CompilationMetrics fields -------------------------------------------------------------------
@@ -296,26 +297,20 @@ def _unavailable() -> dict[str, str]:
 
 
 UNAVAILABLE: dict[str, str] = _unavailable()  # fact -> the torch field it would come from
-_warned_unavailable = False
 
 
-def warn_unavailable() -> None:
-    """Say once, by name, which facts this torch does not expose (and so no span carries)."""
-    global _warned_unavailable
-    if _warned_unavailable:
-        return
-    _warned_unavailable = True
+def version_notes() -> list[str]:
+    """What a user of this torch should be told once: a release outside the tested range, and the
+    facts it does not expose (and so no span carries)."""
+    notes = []
     if not _FIRST <= VERSION[:2] <= _LAST:
-        warnings.warn(
+        notes.append(
             f"telemetry-jit: torch {torch.__version__} is outside the tested {SUPPORTED}; compile telemetry may be "
-            "incomplete (see docs/compatibility.md).",
-            RuntimeWarning,
-            stacklevel=3,
+            "incomplete (see docs/compatibility.md)."
         )
     if UNAVAILABLE:
-        warnings.warn(
+        notes.append(
             f"telemetry-jit: torch {torch.__version__} does not record {', '.join(UNAVAILABLE.values())}; "
-            f"compilation spans list these as compile.unavailable.",
-            RuntimeWarning,
-            stacklevel=3,
+            "compilation spans list these as compile.unavailable."
         )
+    return notes

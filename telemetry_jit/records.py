@@ -1,14 +1,25 @@
-"""Plain records of what a compiler did, produced by the probes and consumed by the recorder."""
+"""Plain records of what a compiler did: produced by the probes, consumed by the recorder and its
+listeners. No torch, no nv-one-logger at run time: the analysis side shares the rules written here."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from nv_one_logger.core.span import Span
 
 Source = Literal["dynamo", "thunder"]  # which probe saw the compile
 # what started it: dynamo tracing a frame, a backward graph compiled at its first backward, a thunder cache miss
 Trigger = Literal["dynamo", "lazy_backward", "thunder"]
 Compiler = Literal["dynamo", "thunder"]
+AttributeValue = str | bool | int | float | list[str] | list[int] | list[float] | list[bool]
+
+
+def is_frame_recompile(is_recompile: bool, trigger: str) -> bool:
+    """A frame compiled again (torch's attempt > 0). The backward graph of such a frame, compiled at its
+    first backward, carries the same compile id but is part of that recompile, not another one."""
+    return is_recompile and trigger != "lazy_backward"
 
 
 @dataclass(frozen=True)
@@ -16,15 +27,27 @@ class GraphBreak:
     """One graph break counted while a compilation traced user code."""
 
     reason: str  # the compiler's full reason text
-    location: str = ""  # "file:line" of user code, empty when unknown
+    location: str = ""  # "file:line" of the innermost frame that broke, empty when unknown
     # False for breaks torch logs but leaves out of counters["graph_break"] (data-dependent branching)
     counted_by_torch: bool = True
     # "thunder" for an op thunder.dynamo.ThunderCompiler left to torch (a split of dynamo's graph)
     compiler: Compiler = "dynamo"
+    # the frames that led to the break, outermost first ("file:line"), where torch names them
+    stack: tuple[str, ...] = ()
 
     @property
     def summary(self) -> str:
         return self.reason.strip().split("\n", 1)[0]
+
+
+@dataclass(frozen=True)
+class CompileContext:
+    """Where training was when a compile started."""
+
+    global_step: int = 0
+    stage: str = ""
+    parent: Span | None = None  # the nv-one-logger span the compilation span hangs under
+    rank: int = 0
 
 
 @dataclass
@@ -52,19 +75,23 @@ class CompileRecord:
     # what the FX graph / AOTAutograd caches did: fx_graph_local_hits, ..., time_saved_s
     cache: dict[str, float] = field(default_factory=dict)
     cache_bypasses: list[str] = field(default_factory=list)  # "fx_graph: <torch's reason>", ...
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, int] = field(default_factory=dict)
     # facts the compiler in use does not expose (e.g. a field an older torch lacks): absent, not zero
     unavailable: tuple[str, ...] = ()
-    context: Any = None  # what the recorder captured when the compile started (step, stage, parent)
+    context: CompileContext | None = None  # where training was when the compile started
 
     @property
     def duration_ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
 
     @property
+    def frame_id(self) -> str:
+        """torch's frame number (``"3"`` of ``"3/1"``; thunder: the module's name)."""
+        return self.compile_id.rsplit("/", 1)[0]
+
+    @property
     def is_frame_recompile(self) -> bool:
-        """A frame compiled again; its backward graph (same compile id) is part of that recompile."""
-        return self.is_recompile and self.trigger != "lazy_backward"
+        return is_frame_recompile(self.is_recompile, self.trigger)
 
     @property
     def cache_hits(self) -> int:

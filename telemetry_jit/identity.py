@@ -1,0 +1,135 @@
+"""Which process of a distributed job this is, and which job: for exporters to put on every record.
+
+The rank is read from the usual variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``SLURM_PROCID``
+...) when first asked; whoever learns better (the trainer, once its strategy has set up the ranks)
+calls :meth:`IdentityTracker.update`. Launchers such as Lightning's start the other ranks after the
+first process has configured its exporters, so rank 0 may only learn that it is rank 0 of many at
+``fit``.
+
+The run id ties the ranks of one job together (:func:`run_id`): ``TELEMETRY_JIT_RUN_ID`` when set,
+else the job id its launcher gives every rank (torchrun / torch elastic, SLURM, LSF, MPI), else made up
+once and put into the environment, so that ranks launched from this process (Lightning's and Fabric's
+launchers) inherit it.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass, replace
+
+RUN_ID_VARIABLE = "TELEMETRY_JIT_RUN_ID"
+
+# (variable, launcher): job ids every rank of a job sees alike, most specific first
+LAUNCHER_JOB_IDS = (
+    ("TORCHELASTIC_RUN_ID", "torchrun"),  # "none" when torchrun was given no --rdzv-id on several nodes
+    ("SLURM_JOB_ID", "slurm"),
+    ("LSB_JOBID", "lsf"),
+    ("PMIX_NAMESPACE", "mpi"),
+    ("OMPI_MCA_ess_base_jobid", "mpi"),
+)
+_RANK_VARIABLES = ("RANK", "GLOBAL_RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+_LOCAL_RANK_VARIABLES = ("LOCAL_RANK", "SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
+_WORLD_SIZE_VARIABLES = ("WORLD_SIZE", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+class IdentityError(ValueError):
+    """A launcher variable that says which rank this is holds something that is not a rank."""
+
+
+@dataclass(frozen=True)
+class ProcessIdentity:
+    rank: int
+    local_rank: int
+    world_size: int
+    node: str
+
+    def as_attributes(self) -> dict[str, int | str]:
+        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size, "node": self.node}
+
+
+def _number(names: tuple[str, ...], default: int, minimum: int = 0) -> int:
+    """The first of ``names`` that is set, as a number; a set variable that is not one is an error
+    (a rank guessed wrong would put one rank's records in another's file)."""
+    for name in names:
+        value = os.environ.get(name)
+        if value is None:
+            continue
+        text = value.strip()
+        if not (text.isascii() and text.isdigit()) or int(text) < minimum:
+            raise IdentityError(
+                f"telemetry-jit: the environment variable {name}={value!r} is not a valid "
+                f"{'world size' if minimum else 'rank'} (a whole number >= {minimum}). Unset it, or set it as your "
+                "launcher does (torchrun, SLURM and Lightning set it for each process)."
+            )
+        return int(text)
+    return default
+
+
+def from_environment() -> ProcessIdentity:
+    """This process's identity as its launcher's variables give it (rank 0 of 1 without any).
+
+    Raises:
+        IdentityError: a rank or world-size variable is set to something that is not a number.
+    """
+    local_rank = _number(_LOCAL_RANK_VARIABLES, default=0)
+    return ProcessIdentity(
+        rank=_number(_RANK_VARIABLES, default=local_rank),
+        local_rank=local_rank,
+        world_size=_number(_WORLD_SIZE_VARIABLES, default=1, minimum=1),
+        node=socket.gethostname(),
+    )
+
+
+class IdentityTracker:
+    """What one configuration has learnt of its process's identity: from the environment when first
+    asked, until whoever knows better (the trainer, once its strategy has set up the ranks) calls
+    :meth:`update`.
+
+    Exporters read :meth:`current` for every record; :attr:`version` changes with it, so they can
+    re-encode only then.
+
+    Example::
+
+        identity = IdentityTracker()
+        FileExporter("runs/telemetry.jsonl", identity=identity)
+        identity.update(rank=1, local_rank=1, world_size=2)  # the exporter moves to .rank1.jsonl
+    """
+
+    def __init__(self) -> None:
+        self._current: ProcessIdentity | None = None
+        self.version = 0
+
+    def current(self) -> ProcessIdentity:
+        if self._current is None:
+            self._current = from_environment()
+        return self._current
+
+    def update(self, rank: int, local_rank: int, world_size: int) -> None:
+        new = replace(self.current(), rank=int(rank), local_rank=int(local_rank), world_size=int(world_size))
+        if new != self._current:
+            self._current = new
+            self.version += 1
+
+
+def launcher_job_id() -> tuple[str, str] | None:
+    """``(launcher, job id)`` from the first launcher variable that names this job, else ``None``."""
+    for variable, launcher in LAUNCHER_JOB_IDS:
+        value = os.environ.get(variable, "").strip()
+        if value and value.lower() != "none":
+            step = os.environ.get("SLURM_STEP_ID", "").strip() if launcher == "slurm" else ""
+            return launcher, f"{value}.{step}" if step else value
+    return None
+
+
+def run_id() -> str:
+    """This job's run id, the same in every rank of the job: ``TELEMETRY_JIT_RUN_ID``, else the
+    launcher's job id (``torchrun-<id>``, ``slurm-<job>.<step>``, ...), else a new one. Either way it is
+    put into the environment, so that ranks launched from this process inherit it."""
+    value = os.environ.get(RUN_ID_VARIABLE, "").strip()
+    if not value:
+        found = launcher_job_id()
+        value = f"{found[0]}-{found[1]}" if found else uuid.uuid4().hex
+        os.environ[RUN_ID_VARIABLE] = value
+    return value

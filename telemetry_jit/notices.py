@@ -1,0 +1,98 @@
+"""Warnings said once, by the rank that should say them: Lightning's ``rank_zero_warn`` and
+``WarningCache`` idiom, for code that must not import Lightning.
+
+A fact about the job (this torch lacks a field, a frame hit the recompile limit on every rank) is said
+by rank zero alone; a fact about one process (its disk is full, its exporter hangs) by every rank,
+prefixed with its rank when there are several. Each :class:`Notices` says a key once.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Hashable
+
+
+def global_rank() -> int:
+    """This process's rank as Lightning knows it (its strategies set it), else as the launcher's
+    variables say, else 0. Never raises: it only decides who speaks."""
+    try:
+        from lightning_utilities.core.rank_zero import rank_zero_only
+
+        rank = getattr(rank_zero_only, "rank", None)
+        if rank is not None:
+            return int(rank)
+    except ImportError:
+        pass
+    for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
+        value = os.environ.get(name, "")
+        if value.isascii() and value.isdigit():
+            return int(value)
+    return 0
+
+
+def _several_ranks() -> bool:
+    value = os.environ.get("WORLD_SIZE", "")
+    return value.isdigit() and int(value) > 1
+
+
+class Notices:
+    """Says each key's warning once; ``every_rank=False`` (the default) on rank zero only.
+
+    Example::
+
+        notices = Notices()
+        notices.warn("disk", "telemetry-jit: cannot write ...", every_rank=True)
+    """
+
+    def __init__(self) -> None:
+        self._said: set[Hashable] = set()
+
+    def warn(
+        self,
+        key: Hashable,
+        message: str,
+        *,
+        every_rank: bool = False,
+        category: type[Warning] = RuntimeWarning,
+        origin: str = "",
+        stacklevel: int = 2,
+    ) -> bool:
+        """Warn unless ``key`` was said already; True when it was said now.
+
+        ``origin`` (``"file:line"``) names the line Python shows as the warning's source, e.g. the
+        user's code a warning is about, instead of the line that called this.
+        """
+        if key in self._said:
+            return False
+        self._said.add(key)
+        rank = global_rank()
+        if not every_rank and rank != 0:
+            return False
+        if every_rank and _several_ranks():
+            message = f"[rank {rank}] {message}"
+        path, _, line = origin.rpartition(":")
+        if path and line.isdigit():
+            warnings.warn_explicit(message, category, path, int(line), module=path)
+        else:
+            warnings.warn(message, category, stacklevel=stacklevel + 1)
+        return True
+
+    def forget(self) -> None:
+        """Say every warning again (a new run in the same process)."""
+        self._said.clear()
+
+
+process_notices = Notices()  # what is true of the whole process: its torch, its nv-one-logger, its thunder
+
+
+def warn_once(
+    key: Hashable,
+    message: str,
+    *,
+    every_rank: bool = False,
+    category: type[Warning] = RuntimeWarning,
+    origin: str = "",
+) -> bool:
+    """:meth:`Notices.warn` on the process-wide notices."""
+    return process_notices.warn(key, message, every_rank=every_rank, category=category, origin=origin, stacklevel=3)

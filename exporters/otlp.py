@@ -3,7 +3,8 @@
 Built on opentelemetry-sdk: a ``TracerProvider`` with a ``Resource`` and a batch processor, so
 the training thread only queues spans; a background thread sends them. Each nv-one-logger span
 becomes one OTel span with its original start and end, its parent (in one trace per
-application), its attributes and its events as span events.
+application), its attributes and its events as span events. What the exporter sends where is
+:mod:`.otlp_settings`; how it gets there, :mod:`.otlp_transport`; this module translates.
 
 Why not ``nv-one-logger-otel``: it attaches OTel contexts it never detaches (so the user's own
 OTel spans get re-parented under telemetry spans), sets no ``Resource`` (backends show
@@ -20,14 +21,9 @@ import logging
 import os
 import random
 import socket
-import threading
-import time
-import warnings
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from importlib import metadata
 from typing import Any
-from urllib.parse import urlparse
 
 from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
@@ -35,113 +31,23 @@ from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import BaseExporter
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.trace import Status, StatusCode
 from typing_extensions import override
 
+from telemetry_jit.identity import IdentityTracker
+from telemetry_jit.identity import run_id as job_run_id
+from telemetry_jit.notices import Notices
+
 from .finished import FinishedSpan
-from .identity import IdentityTracker, this_process
-from .identity import run_id as job_run_id
+from .otlp_settings import OTLPOptions, OTLPSettings, redact_url
+from .otlp_transport import OTEL_LOGGERS, OnceFilter, RetryingSpanExporter, bounded, metric_exporter, span_exporter
 
-PROTOCOLS = ("grpc", "http/protobuf")
 _VERSIONED = ("torch", "lightning", "lightning-thunder", "nv-one-logger-training-telemetry", "telemetry-jit")
-_OTEL_LOGGERS = (
-    "opentelemetry.exporter.otlp.proto.grpc.exporter",
-    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
-    "opentelemetry.sdk._shared_internal",
-    "opentelemetry.sdk.trace.export",
-)
-_log = logging.getLogger(__name__)
-
-
-def parse_headers(text: str, source: str) -> dict[str, str]:
-    """Parse ``key=value,key2=value2`` (the OTLP headers format)."""
-    headers = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ValueError(f"{source} is malformed: expected 'key=value,key2=value2' (values are not shown).")
-        headers[key.strip().lower()] = value.strip()
-    return headers
-
-
-def _env(*names: str) -> str | None:
-    for name in names:
-        value = os.environ.get(name)
-        if value:
-            return value
-    return None
-
-
-class _OnceFilter(logging.Filter):
-    """Lets each distinct OTel warning through once: an unreachable collector costs one line."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[tuple[str, str]] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, str(record.msg))
-        if key in self.seen:
-            return False
-        self.seen.add(key)
-        return True
-
-
-class _RetryingSpanExporter(SpanExporter):
-    """Keeps what a failed export carried (newest first, bounded) and sends it with the next batch."""
-
-    def __init__(self, inner: SpanExporter, capacity: int) -> None:
-        self.inner = inner
-        self.capacity = capacity
-        self.pending: deque[ReadableSpan] = deque()
-        self.delivered = 0
-        self.failures = 0
-        self._counting = True
-        self._lock = threading.Lock()
-
-    def stop_counting(self) -> None:
-        """Given up on: a delivery that still completes in the background is not counted."""
-        with self._lock:
-            self._counting = False
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        with self._lock:
-            batch = [*self.pending, *spans]
-            self.pending.clear()
-        try:
-            result = self.inner.export(batch)
-        except Exception:  # noqa: BLE001 - a broken transport is a failed export, not a crash
-            result = SpanExportResult.FAILURE
-        with self._lock:
-            if not self._counting:
-                return result
-            if result is SpanExportResult.SUCCESS:
-                self.delivered += len(batch)
-            else:
-                self.failures += 1
-                self.pending.extend(batch[-self.capacity :] if self.capacity else [])
-        return result
-
-    def shutdown(self) -> None:
-        with self._lock:
-            left, self.pending = list(self.pending), deque()
-        if left:
-            try:
-                delivered = self.inner.export(left) is SpanExportResult.SUCCESS
-            except Exception:  # noqa: BLE001
-                delivered = False
-            with self._lock:
-                if self._counting and delivered:
-                    self.delivered += len(left)
-        self.inner.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30_000) -> bool:
-        return self.inner.force_flush(timeout_millis)
 
 
 class _RunTraceIds(IdGenerator):
@@ -187,12 +93,15 @@ class OTLPExporter(BaseExporter):
             beyond the queue are dropped and counted. The export timeout bounds :meth:`force_flush` and
             the wait at close (default: ``timeout``).
         retry_buffer_size: spans kept from failed exports and re-sent with the next batch.
+        Settings that could not send anything (a queue of 0, a timeout of 0, an endpoint that is no
+        address) raise :class:`~telemetry_jit.exporters.otlp_settings.OTLPSettingsError` here, naming
+        the argument or variable.
         span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
         metrics: also send metrics (``/v1/metrics`` over HTTP; ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``
             when set), every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60 s) and at close; default
             on unless ``OTEL_METRICS_EXPORTER=none``.
-        identity: where the rank, world size and node on every span come from (default: this
-            process's, which the trainer updates).
+        identity: where the rank, world size and node on every span come from (default: the
+            environment's; ``configure`` shares one with its exporters, which the trainer updates).
 
     Example::
 
@@ -220,147 +129,53 @@ class OTLPExporter(BaseExporter):
         identity: IdentityTracker | None = None,
     ) -> None:
         super().__init__()
-        self.identity = identity or this_process
-        self.protocol = (
-            protocol or _env("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
-        ).lower()
-        if self.protocol not in PROTOCOLS:
-            raise ValueError(f"OTLP protocol {self.protocol!r} is not supported; use one of {list(PROTOCOLS)}.")
-        self.endpoint = self._endpoint(endpoint)
-        if isinstance(headers, str):
-            headers = parse_headers(headers, "OTLPExporter(headers=...)")
-        elif headers is None:
-            for name in ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"):
-                if os.environ.get(name):
-                    headers = parse_headers(os.environ[name], name)
-                    break
-        self._headers = dict(headers) if headers else None
-        self.service_name = service_name or os.environ.get("OTEL_SERVICE_NAME")
-        timeout_env = _env("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
-        try:
-            self.timeout = float(timeout if timeout is not None else timeout_env or 10.0)
-        except ValueError:
-            raise ValueError(f"OTEL_EXPORTER_OTLP_TIMEOUT must be a number of seconds, got {timeout_env!r}.") from None
-        self._insecure = insecure
-        self._certificate_file = certificate_file
-        self._resource_attributes = dict(resource_attributes or {})
-        # the batch processor's settings: arguments win, then OTEL_BSP_* (read by OTel itself), then its defaults
-        self._batching = {
-            name: value
-            for name, value in (
-                ("max_queue_size", max_queue_size),
-                ("schedule_delay_millis", schedule_delay_millis),
-                ("max_export_batch_size", max_export_batch_size),
-                ("export_timeout_millis", export_timeout_millis),
-            )
-            if value is not None
-        }
-        bsp_timeout = export_timeout_millis if export_timeout_millis is not None else _env("OTEL_BSP_EXPORT_TIMEOUT")
-        try:
-            # OTel's batch processor does not use its export timeout; here it bounds a flush and the close
-            self.flush_timeout = float(bsp_timeout) / 1000 if bsp_timeout is not None else self.timeout
-        except ValueError:
-            raise ValueError(f"OTEL_BSP_EXPORT_TIMEOUT must be milliseconds, got {bsp_timeout!r}.") from None
-        self._provider: TracerProvider | None = None
-        if metrics is None:
-            metrics = os.environ.get("OTEL_METRICS_EXPORTER", "otlp").strip().lower() != "none"
-        self.metrics = metrics
-        self._meter_provider: MeterProvider | None = None
+        self.options = OTLPOptions(
+            endpoint=endpoint,
+            protocol=protocol,
+            headers=headers,
+            service_name=service_name,
+            timeout=timeout,
+            insecure=insecure,
+            certificate_file=certificate_file,
+            resource_attributes=resource_attributes,
+            max_queue_size=max_queue_size,
+            schedule_delay_millis=schedule_delay_millis,
+            max_export_batch_size=max_export_batch_size,
+            export_timeout_millis=export_timeout_millis,
+            metrics=metrics,
+        )
+        self.settings = OTLPSettings.resolve(self.options)
+        self.identity = identity or IdentityTracker()
         self._retry_buffer_size = retry_buffer_size
         self._span_exporter = span_exporter
+        self._provider: TracerProvider | None = None
+        self._meter_provider: MeterProvider | None = None
         self._spans: dict[Any, trace.Span] = {}
-        self._log_filter = _OnceFilter()
+        self._log_filter = OnceFilter()
+        self._notices = Notices()
         self._ended = 0
         self.dropped = 0  # spans lost, known once the exporter is closed
 
-    def arguments(self) -> dict[str, Any]:
-        """What it takes to build this exporter again (in another process of the same job)."""
-        return {
-            "endpoint": self.endpoint,
-            "protocol": self.protocol,
-            "headers": self._headers,
-            "timeout": self.timeout,
-            "insecure": self._insecure,
-            "certificate_file": self._certificate_file,
-            "resource_attributes": self._resource_attributes,
-            "metrics": self.metrics,
-            **self._batching,
-        }
+    @property
+    def endpoint(self) -> str:
+        return self.settings.endpoint
 
-    def __repr__(self) -> str:  # headers stay out of logs
-        return f"OTLPExporter(endpoint={self.endpoint!r}, protocol={self.protocol!r})"
+    @property
+    def protocol(self) -> str:
+        return self.settings.protocol
 
-    def _endpoint(self, endpoint: str | None) -> str:
-        if endpoint is None:
-            endpoint = os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
-            base = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
-            if endpoint is None and base:
-                endpoint = base.rstrip("/") + "/v1/traces" if self.protocol == "http/protobuf" else base
-        if endpoint is None:
-            return "localhost:4317" if self.protocol == "grpc" else "http://localhost:4318/v1/traces"
-        parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
-        try:
-            port_ok = parsed.port is None or 0 < parsed.port < 65536
-        except ValueError:
-            port_ok = False
-        bad_scheme = self.protocol == "http/protobuf" and parsed.scheme not in ("http", "https")
-        if not parsed.hostname or not port_ok or bad_scheme:
-            example = "http://localhost:4318/v1/traces" if self.protocol == "http/protobuf" else "localhost:4317"
-            raise ValueError(f"OTLP endpoint {endpoint!r} is malformed for {self.protocol}; expected e.g. {example!r}.")
-        return endpoint
+    @property
+    def service_name(self) -> str | None:
+        return self.settings.service_name
 
-    def _build_span_exporter(self) -> SpanExporter:
-        if self._span_exporter is not None:
-            return self._span_exporter
-        if self.protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+    def with_service_name(self, service_name: str) -> None:
+        """Name the service, unless the arguments or ``OTEL_SERVICE_NAME`` did (before the first span)."""
+        if self.settings.service_name is None:
+            self.options = OTLPOptions(**{**self.options.given(), "service_name": service_name})
+            self.settings = OTLPSettings.resolve(self.options)
 
-            return GrpcExporter(
-                endpoint=self.endpoint,
-                insecure=self._insecure,
-                credentials=self._grpc_credentials(),
-                headers=self._headers,
-                timeout=self.timeout,
-            )
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
-
-        return HttpExporter(
-            endpoint=self.endpoint,
-            certificate_file=self._certificate_file,
-            headers=self._headers,
-            timeout=self.timeout,
-            session=_session_trusting_the_given_certificate(),
-        )
-
-    def _build_metric_exporter(self) -> MetricExporter:
-        if self.protocol == "grpc":
-            from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
-
-            return GrpcExporter(
-                endpoint=os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or self.endpoint,
-                insecure=self._insecure,
-                credentials=self._grpc_credentials(),
-                headers=self._headers,
-                timeout=self.timeout,
-            )
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpExporter
-
-        endpoint = self.endpoint.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics"
-        return HttpExporter(
-            endpoint=os.environ.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or endpoint,
-            certificate_file=self._certificate_file,
-            headers=self._headers,
-            timeout=self.timeout,
-            session=_session_trusting_the_given_certificate(),
-        )
-
-    def _grpc_credentials(self) -> Any:
-        if not self._certificate_file:
-            return None
-        import grpc
-
-        with open(self._certificate_file, "rb") as handle:
-            return grpc.ssl_channel_credentials(handle.read())
+    def __repr__(self) -> str:  # headers and passwords stay out of logs
+        return f"OTLPExporter(endpoint={redact_url(self.endpoint)!r}, protocol={self.protocol!r})"
 
     def _resource(self) -> Resource:
         attributes: dict[str, Any] = {
@@ -372,15 +187,16 @@ class OTLPExporter(BaseExporter):
         for package in _VERSIONED:
             with contextlib.suppress(metadata.PackageNotFoundError):
                 attributes[f"version.{package}"] = metadata.version(package)
-        attributes.update(self._resource_attributes)
+        attributes.update(self.settings.resource_attributes)
         return Resource.create(attributes)
 
     @override
     def initialize(self) -> None:
         super().initialize()
-        for name in _OTEL_LOGGERS:
+        for name in OTEL_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
-        self._retrying = _RetryingSpanExporter(self._build_span_exporter(), self._retry_buffer_size)
+        spans = self._span_exporter or span_exporter(self.settings)
+        self._retrying = RetryingSpanExporter(spans, self._retry_buffer_size)
 
     @functools.cached_property
     def _tracer(self) -> trace.Tracer:
@@ -391,17 +207,17 @@ class OTLPExporter(BaseExporter):
             id_generator=_RunTraceIds(job_run_id()),
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
-        self._provider.add_span_processor(BatchSpanProcessor(self._retrying, **self._batching))
+        self._provider.add_span_processor(BatchSpanProcessor(self._retrying, **self.settings.batch))  # type: ignore[arg-type]
         return self._provider.get_tracer("telemetry_jit")
 
     @property
     def meter_provider(self) -> MeterProvider | None:
         """Metrics recorded here go to this exporter's collector (``None`` with ``metrics=False``).
         Built at first use, like the tracer, so that ``service.name`` is the application's."""
-        if not self.metrics or not self.ready:
+        if not self.settings.metrics or not self.ready:
             return None
         if self._meter_provider is None:
-            reader = PeriodicExportingMetricReader(self._build_metric_exporter())
+            reader = PeriodicExportingMetricReader(metric_exporter(self.settings))
             self._meter_provider = MeterProvider(
                 resource=self._resource(), metric_readers=[reader], shutdown_on_exit=False
             )
@@ -411,7 +227,7 @@ class OTLPExporter(BaseExporter):
         """Send what is queued now; wait at most ``timeout_seconds`` (default: the flush timeout).
         True when everything queued was handed to the collector."""
         flushes = [p.force_flush for p in (self._provider, self._meter_provider) if p is not None]
-        return all(_bounded(flushes, self.flush_timeout if timeout_seconds is None else timeout_seconds))
+        return all(bounded(flushes, self.settings.flush_timeout_s if timeout_seconds is None else timeout_seconds))
 
     @override
     def export_start(self, span: Span) -> None:
@@ -499,19 +315,19 @@ class OTLPExporter(BaseExporter):
         # application's end waits one export timeout at most; what did not make it is counted below
         # the meter provider's last collection goes out now too, within the same bound
         shutdowns = [p.shutdown for p in (self._provider, self._meter_provider) if p is not None]
-        finished = _bounded(shutdowns, self.flush_timeout)
+        finished = bounded(shutdowns, self.settings.flush_timeout_s)
         if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
-        for name in _OTEL_LOGGERS:
+        for name in OTEL_LOGGERS:
             logging.getLogger(name).removeFilter(self._log_filter)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped:
-            warnings.warn(
+            self._notices.warn(
+                "undelivered",
                 f"{self!r}: {self.dropped} of {self._ended} spans could not be delivered "
                 f"(collector unreachable, refusing or too slow; {self._retrying.failures} exports failed, "
-                f"gave up after the export timeout of {self.flush_timeout:g} s at close).",
-                RuntimeWarning,
-                stacklevel=2,
+                f"gave up after the export timeout of {self.settings.flush_timeout_s:g} s at close).",
+                every_rank=True,
             )
         super().close()
 
@@ -520,44 +336,6 @@ class OTLPExporter(BaseExporter):
         """Spans the backend accepted so far."""
         retrying = getattr(self, "_retrying", None)
         return retrying.delivered if retrying is not None else 0
-
-
-def _session_trusting_the_given_certificate() -> Any:
-    """A requests session on which the collector's CA file (``certificate_file`` or
-    ``OTEL_EXPORTER_OTLP_CERTIFICATE``) is the one trusted.
-
-    requests lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``, set on many machines, override the CA
-    file OTel puts on its session, so a collector with its own certificate could never be reached.
-    """
-    import requests
-
-    class Session(requests.Session):
-        def merge_environment_settings(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-            settings = super().merge_environment_settings(*args, **kwargs)
-            if isinstance(self.verify, str):
-                settings["verify"] = self.verify
-            return settings
-
-    return Session()
-
-
-def _bounded(calls: Sequence[Callable[[], Any]], seconds: float) -> list[bool]:
-    """Run each call on its own thread, together, and wait at most ``seconds`` in all: for each,
-    whether it finished (True) or still runs (False)."""
-    deadline = time.monotonic() + seconds
-    finished = []
-    for call in calls:
-        done = threading.Event()
-
-        def run(call: Callable[[], Any] = call, done: threading.Event = done) -> None:
-            try:
-                call()
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="telemetry-jit-otlp-flush", daemon=True).start()
-        finished.append(done)
-    return [done.wait(max(deadline - time.monotonic(), 0)) for done in finished]
 
 
 def _application_name() -> str | None:

@@ -1,0 +1,320 @@
+"""What an OTLP exporter sends where: arguments over OpenTelemetry's standard variables over defaults,
+resolved and checked once, when the exporter is built.
+
+Every variable is read by OpenTelemetry's own name (``opentelemetry.sdk.environment_variables``). A
+value that would make the exporter send nothing (a queue of 0 spans, a timeout of 0 s, an endpoint
+that is no address) is an error naming the variable, the value and what is valid; a value that is
+not a number at all gets OpenTelemetry's own treatment: one warning, and the default. An empty
+variable counts as unset, as the OpenTelemetry specification says.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal
+from urllib.parse import urlparse, urlunparse
+
+from opentelemetry.environment_variables import OTEL_METRICS_EXPORTER, OTEL_TRACES_EXPORTER
+from opentelemetry.sdk.environment_variables import (
+    OTEL_BSP_EXPORT_TIMEOUT,
+    OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
+    OTEL_BSP_MAX_QUEUE_SIZE,
+    OTEL_BSP_SCHEDULE_DELAY,
+    OTEL_EXPORTER_OTLP_ENDPOINT,
+    OTEL_EXPORTER_OTLP_HEADERS,
+    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TIMEOUT,
+    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
+    OTEL_EXPORTER_OTLP_TRACES_HEADERS,
+    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
+    OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+    OTEL_SERVICE_NAME,
+)
+from opentelemetry.util.re import parse_env_headers
+
+Protocol = Literal["grpc", "http/protobuf"]
+PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
+# OTEL_TRACES_EXPORTER names: the ones that mean OTLP (and the protocol they pick), and OpenTelemetry's
+# other exporters, which telemetry-jit does not implement
+_OTLP_NAMES: dict[str, Protocol | None] = {"otlp": None, "otlp_proto_grpc": "grpc", "otlp_proto_http": "http/protobuf"}
+_OTHER_OTEL_NAMES = ("console", "zipkin", "zipkin_json", "zipkin_proto", "jaeger", "prometheus", "logging")
+_DEFAULT_TIMEOUT_S = 10.0
+_BATCH_DEFAULTS = {  # OpenTelemetry's own defaults
+    "max_queue_size": 2048,
+    "schedule_delay_millis": 5000,
+    "max_export_batch_size": 512,
+    "export_timeout_millis": None,  # telemetry-jit: the export timeout bounds a flush and the close
+}
+_BATCH_VARIABLES = {  # name -> (variable, unit)
+    "max_queue_size": (OTEL_BSP_MAX_QUEUE_SIZE, "spans"),
+    "schedule_delay_millis": (OTEL_BSP_SCHEDULE_DELAY, "milliseconds"),
+    "max_export_batch_size": (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, "spans"),
+    "export_timeout_millis": (OTEL_BSP_EXPORT_TIMEOUT, "milliseconds"),
+}
+_HOST = re.compile(r"^[A-Za-z0-9._~%-]+$|^\[[0-9A-Fa-f:.]+\]$")
+
+
+class OTLPSettingsError(ValueError):
+    """An OTLP setting (argument or variable) with which nothing could be sent."""
+
+
+def _environ(name: str) -> str | None:
+    value = os.environ.get(name)
+    return value if value and value.strip() else None  # empty counts as unset
+
+
+def redact_url(url: str) -> str:
+    """``url`` with any password in it replaced by ``***`` (``http://user:***@host:4318``)."""
+    parsed = urlparse(url if "://" in url else f"//{url}")
+    if parsed.password is None:
+        return url
+    host = parsed.netloc.rsplit("@", 1)[1]
+    redacted = urlunparse(parsed._replace(netloc=f"{parsed.username}:***@{host}"))
+    return redacted if "://" in url else redacted.removeprefix("//")
+
+
+@dataclass(frozen=True)
+class OTLPOptions:
+    """What the user asked of an ``OTLPExporter``; ``None`` means "not said": the standard variable,
+    then the default, decide. What a process started by spawning needs to build the same exporter:
+    secrets it took from the environment are read there again, not carried along."""
+
+    endpoint: str | None = None
+    protocol: str | None = None
+    headers: Mapping[str, str] | str | None = None
+    service_name: str | None = None
+    timeout: float | None = None
+    insecure: bool | None = None
+    certificate_file: str | None = None
+    resource_attributes: Mapping[str, Any] | None = None
+    max_queue_size: int | None = None
+    schedule_delay_millis: float | None = None
+    max_export_batch_size: int | None = None
+    export_timeout_millis: float | None = None
+    metrics: bool | None = None
+
+    def given(self) -> dict[str, Any]:
+        """The options that were set, by name."""
+        return {f.name: value for f in fields(self) if (value := getattr(self, f.name)) is not None}
+
+    def __repr__(self) -> str:
+        shown = {
+            name: ("<redacted>" if name == "headers" else redact_url(value) if name == "endpoint" else value)
+            for name, value in self.given().items()
+        }
+        return f"OTLPOptions({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
+
+
+@dataclass(frozen=True)
+class OTLPSettings:
+    """The settings an OTLP exporter runs with, resolved from :class:`OTLPOptions` and the environment.
+
+    Example::
+
+        settings = OTLPSettings.resolve(OTLPOptions(endpoint="http://collector:4318/v1/traces"))
+        settings.protocol  # "http/protobuf", from OTEL_EXPORTER_OTLP_PROTOCOL or the argument
+    """
+
+    protocol: Protocol
+    endpoint: str
+    metrics_endpoint: str
+    headers: Mapping[str, str] = field(repr=False)
+    service_name: str | None
+    timeout_s: float
+    flush_timeout_s: float  # bounds a flush and the wait at close
+    insecure: bool | None
+    certificate_file: str | None
+    resource_attributes: Mapping[str, Any]
+    batch: Mapping[str, float]  # BatchSpanProcessor's arguments
+    metrics: bool
+
+    def __repr__(self) -> str:
+        return (
+            f"OTLPSettings(protocol={self.protocol!r}, endpoint={redact_url(self.endpoint)!r}, "
+            f"timeout_s={self.timeout_s:g}, headers=<{len(self.headers)} redacted>)"
+        )
+
+    @classmethod
+    def resolve(cls, options: OTLPOptions) -> OTLPSettings:
+        """Arguments over variables over defaults, checked.
+
+        Raises:
+            OTLPSettingsError: a setting with which nothing could be sent, naming it and what is valid.
+        """
+        protocol = _protocol(options.protocol)
+        endpoint = _endpoint(options.endpoint, protocol)
+        metrics_endpoint = _environ(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
+        if metrics_endpoint is None:
+            metrics_endpoint = (
+                endpoint.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics"
+                if protocol == "http/protobuf"
+                else endpoint
+            )
+        else:
+            metrics_endpoint = _checked_endpoint(metrics_endpoint, protocol, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
+        timeout = _positive(
+            "timeout",
+            options.timeout,
+            (OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT),
+            _DEFAULT_TIMEOUT_S,
+            "seconds",
+        )
+        batch = {}
+        for name, default in _BATCH_DEFAULTS.items():
+            variable, unit = _BATCH_VARIABLES[name]
+            value = _positive(name, getattr(options, name), (variable,), default, unit)
+            if value is not None:
+                batch[name] = value
+        if batch["max_export_batch_size"] > batch["max_queue_size"]:
+            raise OTLPSettingsError(
+                f"OTLP max_export_batch_size ({batch['max_export_batch_size']:g}, {OTEL_BSP_MAX_EXPORT_BATCH_SIZE}) "
+                f"is larger than max_queue_size ({batch['max_queue_size']:g}, {OTEL_BSP_MAX_QUEUE_SIZE}): "
+                "a batch is taken from the queue, so it must be at most as large."
+            )
+        flush_timeout = batch["export_timeout_millis"] / 1000 if "export_timeout_millis" in batch else timeout
+        metrics = options.metrics
+        if metrics is None:
+            metrics = (_environ(OTEL_METRICS_EXPORTER) or "otlp").strip().lower() != "none"
+        return cls(
+            protocol=protocol,
+            endpoint=endpoint,
+            metrics_endpoint=metrics_endpoint,
+            headers=_headers(options.headers),
+            service_name=options.service_name or _environ(OTEL_SERVICE_NAME),
+            timeout_s=timeout,
+            flush_timeout_s=flush_timeout,
+            insecure=options.insecure,
+            certificate_file=options.certificate_file,
+            resource_attributes=dict(options.resource_attributes or {}),
+            batch=batch,
+            metrics=metrics,
+        )
+
+
+def traces_exporter_wanted() -> bool:
+    """Whether ``OTEL_TRACES_EXPORTER`` asks for OTLP (names split at commas, spaces around them
+    allowed, as OpenTelemetry reads it).
+
+    Raises:
+        OTLPSettingsError: a name OpenTelemetry does not know either.
+    """
+    value = _environ(OTEL_TRACES_EXPORTER)
+    if value is None:
+        return False
+    names = [name.strip().lower() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in _OTLP_NAMES and name not in (*_OTHER_OTEL_NAMES, "none")]
+    if unknown:
+        raise OTLPSettingsError(
+            f"{OTEL_TRACES_EXPORTER}={value!r} names {', '.join(map(repr, unknown))}, which is no exporter "
+            f"OpenTelemetry knows. telemetry-jit sends spans over OTLP: use one of {sorted(_OTLP_NAMES)}, or 'none'."
+        )
+    others = [name for name in names if name in _OTHER_OTEL_NAMES]
+    if others:
+        warnings.warn(
+            f"telemetry-jit: {OTEL_TRACES_EXPORTER} names {', '.join(others)}; telemetry-jit exports only over OTLP "
+            "(and to its file), so it leaves those to your own OpenTelemetry setup.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+    return any(name in _OTLP_NAMES for name in names)
+
+
+def _given_or_variable(given: Any, argument: str, variables: tuple[str, ...]) -> tuple[Any, str]:
+    """The argument when given, else the first of ``variables`` that is set: ``(value, where from)``,
+    ``(None, "")`` when neither says."""
+    if given is not None:
+        return given, f"OTLPExporter({argument}=...)"
+    for name in variables:
+        if (value := _environ(name)) is not None:
+            return value, name
+    return None, ""
+
+
+def _protocol(given: str | None) -> Protocol:
+    value, source = _given_or_variable(
+        given, "protocol", (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
+    )
+    if value is None:
+        return "grpc"
+    protocol = value.strip().lower()
+    if protocol == "http/json":
+        raise OTLPSettingsError(f"{source}={value!r}: OTLP over http/json is not supported; use one of {PROTOCOLS}.")
+    for known in PROTOCOLS:
+        if protocol == known:
+            return known
+    raise OTLPSettingsError(f"{source}={value!r} is not an OTLP protocol; use one of {list(PROTOCOLS)}.")
+
+
+def _endpoint(given: str | None, protocol: Protocol) -> str:
+    if given is not None:
+        return _checked_endpoint(given, protocol, "OTLPExporter(endpoint=...)")
+    traces = _environ(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+    if traces is not None:
+        return _checked_endpoint(traces, protocol, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
+    base = _environ(OTEL_EXPORTER_OTLP_ENDPOINT)
+    if base is not None:
+        endpoint = base.strip().rstrip("/") + "/v1/traces" if protocol == "http/protobuf" else base.strip()
+        return _checked_endpoint(endpoint, protocol, OTEL_EXPORTER_OTLP_ENDPOINT)
+    return "localhost:4317" if protocol == "grpc" else "http://localhost:4318/v1/traces"
+
+
+def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
+    endpoint = endpoint.strip()
+    parsed = urlparse(endpoint if "://" in endpoint else f"//{endpoint}")
+    try:
+        port_ok = parsed.port is None or 0 < parsed.port < 65536
+    except ValueError:
+        port_ok = False
+    schemes = ("http", "https") if protocol == "http/protobuf" else ("", "http", "https", "grpc", "grpcs", "unix")
+    host_ok = bool(parsed.hostname) and bool(_HOST.match(parsed.hostname or "")) or parsed.scheme == "unix"
+    if not host_ok or not port_ok or parsed.scheme not in schemes:
+        example = "http://localhost:4318/v1/traces" if protocol == "http/protobuf" else "localhost:4317"
+        raise OTLPSettingsError(
+            f"{source}={redact_url(endpoint)!r} is not an OTLP endpoint for {protocol}; expected an address such "
+            f"as {example!r}."
+        )
+    return endpoint
+
+
+def _headers(given: Mapping[str, str] | str | None) -> dict[str, str]:
+    """Headers as OpenTelemetry reads them (percent-decoded, names lower case); values never shown."""
+    if isinstance(given, Mapping):
+        return {str(name).lower(): str(value) for name, value in given.items()}
+    text, source = _given_or_variable(given, "headers", (OTEL_EXPORTER_OTLP_TRACES_HEADERS, OTEL_EXPORTER_OTLP_HEADERS))
+    if text is None:
+        return {}
+    headers = dict(parse_env_headers(text, liberal=True))
+    expected = len([item for item in text.split(",") if item.strip()])
+    if len(headers) < expected:
+        raise OTLPSettingsError(
+            f"{source} is malformed: expected 'name=value,name2=value2' (values percent-encoded; not shown here)."
+        )
+    return headers
+
+
+def _positive(name: str, given: float | None, variables: tuple[str, ...], default: float | None, unit: str) -> Any:
+    """An argument, else the first variable set, else ``default``; a number > 0 either way."""
+    value, source = _given_or_variable(given, name, variables)
+    if value is None:
+        return default
+    if given is None:
+        try:
+            value = float(value)
+        except ValueError:
+            warnings.warn(
+                f"telemetry-jit: {source}={value!r} is not a number of {unit}; OpenTelemetry's default is used.",
+                RuntimeWarning,
+                stacklevel=4,
+            )
+            return default
+    if not value > 0 or value != value or value == float("inf"):
+        raise OTLPSettingsError(
+            f"{source}={value!r}: must be a number of {unit} greater than 0 (OpenTelemetry's default: "
+            f"{default if default is not None else 'the export timeout'}). With it, nothing would be sent."
+        )
+    return int(value) if name in ("max_queue_size", "max_export_batch_size") else value

@@ -13,12 +13,12 @@ __version__ = "0.1.0"
 
 _WHERE = {
     "CompileConsole": "recording.console",
-    "CompileRecord": "recording.records",
+    "CompileRecord": "records",
     "CompileStats": "recording.stats",
     "CompileTelemetry": "loop",
     "CompileTelemetryCallback": "lightning.compile_telemetry",
     "FabricCompileTelemetry": "lightning.fabric",
-    "GraphBreak": "recording.records",
+    "GraphBreak": "records",
     "JitConfig": "lightning.jit_transform",
     "JitEventName": "schema",
     "JitSpanName": "schema",
@@ -77,6 +77,6 @@ if TYPE_CHECKING:
     from telemetry_jit.lightning.trainer import hook_trainer_cls
     from telemetry_jit.loop import CompileTelemetry
     from telemetry_jit.recording.console import CompileConsole
-    from telemetry_jit.recording.records import CompileRecord, GraphBreak
     from telemetry_jit.recording.stats import CompileStats
+    from telemetry_jit.records import CompileRecord, GraphBreak
     from telemetry_jit.schema import JitEventName, JitSpanName

@@ -21,7 +21,9 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
 )
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter, identity
+from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter
+from telemetry_jit.exporters.otlp_settings import OTLPOptions, traces_exporter_wanted
+from telemetry_jit.identity import IdentityTracker
 
 _ITERATION_SPANS = (
     StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION,
@@ -37,7 +39,7 @@ class Configuration:
 
     app_name: str
     file: str | None
-    otlp: dict[str, Any] | None  # OTLPExporter arguments
+    otlp: OTLPOptions | None  # what the OTLP exporter was asked for (secrets from the environment not included)
     global_batch_size: int
     session_tag: str | None
     perf_tag: str | None
@@ -45,10 +47,12 @@ class Configuration:
     export_iteration_spans: bool
     training_config: dict[str, Any]
 
-    def apply(self) -> TrainingTelemetryProvider:
-        """:func:`configure` with these arguments."""
+    def apply(self, rank: int, local_rank: int, world_size: int) -> TrainingTelemetryProvider:
+        """:func:`configure` with these arguments, in a process that knows its rank (a spawned rank)."""
+        tracker = IdentityTracker()
+        tracker.update(rank, local_rank, world_size)
         arguments = asdict(self)
-        return configure(**arguments.pop("training_config"), **arguments)
+        return _configure(tracker, **arguments.pop("training_config"), **arguments)
 
 
 # The configuration in effect, from configure() to shutdown(); while set, shutdown() runs at exit.
@@ -93,6 +97,36 @@ def configure(
         provider = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
         HookedTrainer, callback = telemetry_jit.hook_trainer_cls(Trainer, provider)
     """
+    return _configure(
+        IdentityTracker(),
+        app_name,
+        file=file,
+        otlp=otlp,
+        exporters=exporters,
+        global_batch_size=global_batch_size,
+        session_tag=session_tag,
+        perf_tag=perf_tag,
+        world_size=world_size,
+        export_iteration_spans=export_iteration_spans,
+        **training_config,
+    )
+
+
+def _configure(
+    identity: IdentityTracker,
+    app_name: str,
+    *,
+    file: str | os.PathLike[str] | None,
+    otlp: bool | str | dict[str, Any] | OTLPOptions | OTLPExporter | None,
+    exporters: Sequence[Exporter] = (),
+    global_batch_size: int,
+    session_tag: str | None,
+    perf_tag: str | None,
+    world_size: int | None,
+    export_iteration_spans: bool,
+    **training_config: Any,
+) -> TrainingTelemetryProvider:
+    """:func:`configure`, its exporters sharing ``identity``."""
     if not isinstance(app_name, str) or not app_name:
         raise ValueError("configure(app_name=...) needs a non-empty application name.")
     provider = TrainingTelemetryProvider.instance()
@@ -102,12 +136,11 @@ def configure(
             "allows one configuration per application, so this call changes nothing and returns the existing "
             "provider. Configure once at start-up and reuse TrainingTelemetryProvider.instance().",
             RuntimeWarning,
-            stacklevel=2,
+            stacklevel=3,
         )
         return provider
-    identity.this_process.refresh()
-    otlp_exporter = _otlp_exporter(otlp, app_name)
-    file_exporter = FileExporter(file) if file is not None else None
+    otlp_exporter = _otlp_exporter(otlp, app_name, identity)
+    file_exporter = FileExporter(file, identity=identity) if file is not None else None
     all_exporters = _safe_exporters(file_exporter, otlp_exporter, exporters)  # raises before the provider changes
     log_dir = file_exporter.path.parent if file_exporter is not None else Path.cwd()
     provider.with_base_config(
@@ -138,7 +171,7 @@ def configure(
     _in_effect = Configuration(
         app_name=app_name,
         file=None if file is None else str(file),
-        otlp=otlp_exporter.arguments() if otlp_exporter is not None else None,
+        otlp=otlp_exporter.options if otlp_exporter is not None else None,
         global_batch_size=global_batch_size,
         session_tag=session_tag,
         perf_tag=perf_tag,
@@ -149,20 +182,24 @@ def configure(
     return provider
 
 
-def _otlp_exporter(otlp: bool | str | dict[str, Any] | OTLPExporter | None, app_name: str) -> OTLPExporter | None:
+def _otlp_exporter(
+    otlp: bool | str | dict[str, Any] | OTLPOptions | OTLPExporter | None, app_name: str, identity: IdentityTracker
+) -> OTLPExporter | None:
     """The OTLP exporter ``configure(otlp=...)`` asks for, named for the application."""
     if otlp is None:  # the standard variable decides
-        otlp = "otlp" in os.environ.get("OTEL_TRACES_EXPORTER", "").lower().split(",")
+        otlp = traces_exporter_wanted()
+    if isinstance(otlp, OTLPOptions):  # a spawned rank's: as the launching process was asked
+        otlp = otlp.given()
     if otlp is False:
         return None
     if otlp is True:
-        return OTLPExporter(service_name=app_name)
+        return OTLPExporter(service_name=app_name, identity=identity)
     if isinstance(otlp, str):
-        return OTLPExporter(endpoint=otlp, service_name=app_name)
+        return OTLPExporter(endpoint=otlp, service_name=app_name, identity=identity)
     if isinstance(otlp, dict):
-        return OTLPExporter(**{"service_name": app_name, **otlp})
+        return OTLPExporter(**{"service_name": app_name, "identity": identity, **otlp})
     if isinstance(otlp, OTLPExporter):
-        otlp.service_name = otlp.service_name or app_name
+        otlp.with_service_name(app_name)
         return otlp
     raise TypeError(
         f"configure(otlp=...) takes True, an endpoint, a dict of OTLPExporter arguments or an OTLPExporter, "
@@ -190,6 +227,18 @@ def _blacklist(export_iteration_spans: bool) -> list[Any]:
     return [
         name for name in DEFAULT_SPANS_EXPORT_BLACKLIST if not (export_iteration_spans and name in _ITERATION_SPANS)
     ]
+
+
+def set_rank(provider: TrainingTelemetryProvider, rank: int, local_rank: int, world_size: int) -> None:
+    """Tell the provider's exporters which rank this process is (each rank then writes its own file),
+    once the trainer's strategy or the loop's launcher knows it."""
+    if not nv_one_logger_compat.telemetry_enabled():
+        return
+    for exporter in nv_one_logger_compat.exporters(provider.recorder):
+        for each in (exporter, getattr(exporter, "exporter", None)):  # an IsolatedExporter holds another
+            tracker = getattr(each, "identity", None)
+            if isinstance(tracker, IdentityTracker):
+                tracker.update(rank, local_rank, world_size)
 
 
 def configuration() -> Configuration | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from types import TracebackType
 
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
@@ -10,7 +9,8 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import telemetry_enabled
-from telemetry_jit.exporters import identity
+from telemetry_jit.configuration import set_rank as tell_exporters_rank
+from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.recorder import CompileRecorder
 from telemetry_jit.recording.stats import CompileStats
@@ -49,7 +49,8 @@ class CompileTelemetry:
         self._provider = provider or TrainingTelemetryProvider.instance()
         self.stage = stage
         self.global_step = 0
-        self._recorder = CompileRecorder(self._provider, console=CompileConsole() if live else None)
+        self._recorder = CompileRecorder(self._provider, listeners=[CompileConsole()] if live else [])
+        self._rank = 0
         self._owns_application = False
         self.stats: CompileStats | None = None
 
@@ -60,20 +61,20 @@ class CompileTelemetry:
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
         """Which process of a distributed job this is, for every record (files become per rank)."""
-        identity.this_process.update(rank, local_rank, world_size)
+        self._rank = rank
+        tell_exporters_rank(self._provider, rank, local_rank, world_size)
 
     def __enter__(self) -> CompileTelemetry:
         if not telemetry_enabled():
-            warnings.warn(
+            warn_once(
+                "loop not configured",
                 "telemetry-jit: the telemetry provider is not configured, so compilations are only counted. "
                 "Call telemetry_jit.configure(app_name, file=...) first.",
-                RuntimeWarning,
-                stacklevel=2,
             )
         elif not nv_one_logger_compat.application_running(self._provider):
             one_logger.on_app_start()
             self._owns_application = True
-        self._recorder.start(self._position)
+        self._recorder.start(self._position, rank=self._rank)
         return self
 
     def __exit__(

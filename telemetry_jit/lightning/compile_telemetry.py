@@ -67,8 +67,8 @@ class CompileTelemetryCallback(Callback):
         if console is not None and self._print_fn is None:
             bar = trainer.progress_bar_callback
             console.print_fn = bar.print if bar is not None else None
-        self.recorder.console = console
-        self.recorder.start(functools.partial(_position, trainer))
+        self.recorder.listeners = [console] if console is not None else []
+        self.recorder.start(functools.partial(_position, trainer), rank=trainer.global_rank)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -16,7 +16,7 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.probes.thunder import compile_with_thunder, compile_with_thunder_dynamo
+from telemetry_jit.lightning.compilers import compile_with_thunder, compile_with_thunder_dynamo
 
 _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
@@ -175,7 +175,7 @@ def select(root: torch.nn.Module, config: JitConfig) -> list[tuple[str, torch.nn
         JitConfigError: with ``selector_style="auto"``, glob and NeMo matching disagree.
         LookupError, TypeError, AttributeError: the selector names nothing, or not a module.
     """
-    selector = config.module_selector
+    selector = config.module_selector or ""
     if config.selector_style == "nemo":
         return select_modules_like_nemo(root, selector)
     if config.selector_style == "glob" or not any(char in selector for char in _GLOB_CHARS):
@@ -218,16 +218,15 @@ def _matching_children(module: torch.nn.Module, atom: str) -> Iterator[tuple[str
 
 
 def _as_list(config: JitConfig | Sequence[JitConfig]) -> list[JitConfig]:
-    configs = [config] if isinstance(config, JitConfig) else config
-    if not isinstance(configs, (list, tuple)):
-        configs = [configs]
-    for item in configs:
-        if not isinstance(item, JitConfig):
-            raise TypeError(
-                f"JitTransform takes a JitConfig or a list of JitConfig, got {type(item).__name__}. "
-                "Build one with telemetry_jit.JitConfig(use_torch=True, ...)."
-            )
-    return list(configs)
+    items: list[object] = list(config) if isinstance(config, (list, tuple)) else [config]
+    configs = [item for item in items if isinstance(item, JitConfig)]
+    if len(configs) < len(items):
+        wrong = next(item for item in items if not isinstance(item, JitConfig))
+        raise TypeError(
+            f"JitTransform takes a JitConfig or a list of JitConfig, got {type(wrong).__name__}. "
+            "Build one with telemetry_jit.JitConfig(use_torch=True, ...)."
+        )
+    return configs
 
 
 class JitTransform(Callback):
@@ -298,4 +297,4 @@ class JitTransform(Callback):
                 self.compiled.append(name or "<root>")
                 compiler = THUNDER_BACKENDS[config.thunder_backend] if config.use_thunder else "torch.compile"
                 rank_zero_info(f"telemetry-jit: {compiler}({label})")
-        pl_module._compiled = bool(self.compiled)  # NeMo's marker
+        setattr(pl_module, "_compiled", bool(self.compiled))  # noqa: B010 - NeMo's marker, not a declared attribute

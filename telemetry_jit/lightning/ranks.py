@@ -13,8 +13,7 @@ from typing_extensions import override
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import telemetry_enabled
-from telemetry_jit.configuration import Configuration, configuration
-from telemetry_jit.exporters import identity
+from telemetry_jit.configuration import Configuration, configuration, set_rank
 
 
 class RankTelemetry(Callback):
@@ -40,10 +39,10 @@ class RankTelemetry(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        identity.this_process.update(trainer.global_rank, trainer.local_rank, trainer.world_size)
         if telemetry_enabled() or self._configuration is None:
+            set_rank(TrainingTelemetryProvider.instance(), trainer.global_rank, trainer.local_rank, trainer.world_size)
             return
-        self._configuration.apply()
+        self._configuration.apply(trainer.global_rank, trainer.local_rank, trainer.world_size)
         one_logger.on_app_start()
         self._owns_application = True
 

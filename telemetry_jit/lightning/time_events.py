@@ -3,18 +3,17 @@ loops and iterations, checkpoint saves, and the explicit ``on_*`` calls."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.compat.nv_one_logger import IterationBookkeeping, telemetry_enabled
+from telemetry_jit.compat.nv_one_logger import ITERATION_FAST_PATH_VERIFIED, IterationBookkeeping, telemetry_enabled
+from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.recording.recorder import active_span
 from telemetry_jit.schema import TrainingSpanName
 
@@ -50,10 +49,10 @@ class TimeEventCallback(Callback):
         self._call_on_app_start = call_on_app_start
         self.iteration_fast_path = iteration_fast_path
         self._iterations: IterationBookkeeping | None = None
-        self._warned_not_configured = False
+        self._notices = Notices()
         # nv-one-logger's is_train/validation_iterations_enabled, read when each loop starts
-        self._train_iterations = False
-        self._validation_iterations = False
+        self._train_iterations: IterationBookkeeping | None = None
+        self._validation_iterations: IterationBookkeeping | None = None
         if not call_on_app_start:
             return
         if telemetry_enabled():
@@ -74,17 +73,22 @@ class TimeEventCallback(Callback):
         recorder = self._provider.recorder
         if self._iterations is None or self._iterations.recorder is not recorder:
             self._iterations = IterationBookkeeping(recorder, fast=self.iteration_fast_path)
+            release = self._iterations.unverified_release
+            if release and self.iteration_fast_path:
+                warn_once(
+                    "iteration fast path unverified",
+                    f"telemetry-jit: nv-one-logger-training-telemetry {release} is not a release its per-iteration "
+                    f"fast path was verified against ({', '.join(ITERATION_FAST_PATH_VERIFIED)}); nv-one-logger's own "
+                    "(slower) per-iteration path is used.",
+                )
         return self._iterations
 
     def _warn_not_configured(self) -> None:
-        if self._warned_not_configured:
-            return
-        self._warned_not_configured = True
-        warnings.warn(
+        self._notices.warn(
+            "not configured",
             "telemetry-jit: the telemetry provider is not configured, so nothing is recorded; training runs as usual. "
             "Call telemetry_jit.configure(app_name, file=...) (or nv-one-logger's configure_provider()) before "
             "hook_trainer_cls, or at least before fit.",
-            RuntimeWarning,
             stacklevel=3,
         )
 
@@ -94,11 +98,10 @@ class TimeEventCallback(Callback):
         if not telemetry_enabled():
             self._warn_not_configured()
         elif self._call_on_app_start and not nv_one_logger_compat.application_running(self._provider):
-            warnings.warn(
+            self._notices.warn(
+                "configured late",
                 "telemetry-jit: the telemetry provider was configured after hook_trainer_cls; the application span "
                 "starts at this fit/validate/test. Configure before hooking to include start-up.",
-                RuntimeWarning,
-                stacklevel=2,
             )
             one_logger.on_app_start()
 
@@ -108,11 +111,10 @@ class TimeEventCallback(Callback):
             return
         config = self._provider.config.telemetry_config
         if config is None:
-            warnings.warn(
+            self._notices.warn(
+                "no training config",
                 "telemetry-jit: no training telemetry config is set, so training-loop spans are skipped. "
                 "Use telemetry_jit.configure(...) or provider.set_training_telemetry_config(...) before fit.",
-                RuntimeWarning,
-                stacklevel=2,
             )
             return
         target = None if config.train_iterations_target else max(int(trainer.estimated_stepping_batches), 1)
@@ -121,8 +123,8 @@ class TimeEventCallback(Callback):
             train_samples_start=trainer.global_step * config.global_batch_size,
             train_iterations_target_or_fn=target,
         )
-        self._train_iterations = config.is_train_iterations_enabled
-        self._bookkeeping()
+        iterations = self._bookkeeping()
+        self._train_iterations = iterations if config.is_train_iterations_enabled else None
 
     @override
     def on_train_batch_start(
@@ -130,15 +132,15 @@ class TimeEventCallback(Callback):
     ) -> None:
         # nv-one-logger's per-iteration calls without its callbacks module: the bookkeeping asks whether
         # nv-one-logger still records only where it matters (asking costs ~4 us in a real loop)
-        if self._train_iterations:
-            self._iterations.training_start(TracingTimestamp.now())
+        if (iterations := self._train_iterations) is not None:
+            iterations.training_start()
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if self._train_iterations and self._iterations.training_running():
-            self._iterations.training_end(TracingTimestamp.now())
+        if (iterations := self._train_iterations) is not None:
+            iterations.training_end()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -149,20 +151,17 @@ class TimeEventCallback(Callback):
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if telemetry_enabled():
             config = self._provider.config.telemetry_config
-            self._validation_iterations = config is not None and config.is_validation_iterations_enabled
-            self._bookkeeping()
+            iterations = self._bookkeeping()
+            enabled = config is not None and config.is_validation_iterations_enabled
+            self._validation_iterations = iterations if enabled else None
             one_logger.on_validation_start()
 
     @override
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        if not self._validation_iterations:
-            return
-        iterations = self._iterations
-        if iterations.validation_running():  # Lightning skipped the batch end (lightning#20999)
-            iterations.validation_end(TracingTimestamp.now())
-        iterations.validation_start(TracingTimestamp.now())
+        if (iterations := self._validation_iterations) is not None:
+            iterations.validation_start()
 
     @override
     def on_validation_batch_end(
@@ -174,17 +173,15 @@ class TimeEventCallback(Callback):
         batch_idx: int,
         dataloader_idx: int = 0,
     ) -> None:
-        if self._validation_iterations and self._iterations.validation_running():
-            self._iterations.validation_end(TracingTimestamp.now())
+        if (iterations := self._validation_iterations) is not None:
+            iterations.validation_end()
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if not telemetry_enabled():
             return
         # Lightning may skip on_validation_batch_end (lightning#20999); close the iteration first.
-        iterations = self._bookkeeping()
-        if iterations.validation_running():
-            iterations.validation_end(TracingTimestamp.now())
+        self._bookkeeping().validation_end()
         one_logger.on_validation_end()
 
     @override
@@ -194,15 +191,14 @@ class TimeEventCallback(Callback):
             return
         message = f"{type(exception).__name__}: {exception}"
         iterations = self._bookkeeping()
-        for name, running, end in (
-            (TrainingSpanName.VALIDATION_ITERATION, iterations.validation_running, iterations.validation_end),
-            (TrainingSpanName.TRAINING_ITERATION, iterations.training_running, iterations.training_end),
+        for name, end in (
+            (TrainingSpanName.VALIDATION_ITERATION, iterations.validation_end),
+            (TrainingSpanName.TRAINING_ITERATION, iterations.training_end),
         ):
             span = active_span(self._provider, name)  # none on the fast path: the error would go nowhere anyway
             if span is not None:
                 self._provider.recorder.error(span, message)
-            if running():
-                end(TracingTimestamp.now())
+            end()
         for name, end_loop in (
             (TrainingSpanName.VALIDATION_LOOP, one_logger.on_validation_end),
             (TrainingSpanName.TRAINING_LOOP, one_logger.on_train_end),

@@ -3,9 +3,8 @@ mutates the class it is given and adds compile telemetry and ``JitTransform``.""
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar, overload
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
@@ -26,16 +25,46 @@ def _as_callback_list(callbacks: Any) -> list[Callback]:
     return list(callbacks)
 
 
+TrainerT = TypeVar("TrainerT", bound=pl.Trainer)
+CallbackT = TypeVar("CallbackT", bound=Callback)
+
+
+@overload
 def hook_trainer_cls(
-    trainer_cls: type[pl.Trainer],
+    trainer_cls: type[TrainerT],
     training_telemetry_provider: TrainingTelemetryProvider,
-    telemetry_callback: Any = None,
+    telemetry_callback: None = None,
     *,
     jit_config: JitConfig | Sequence[JitConfig] | None = None,
     compile_telemetry: bool = True,
     live: bool | CompileConsole = True,
     live_all_ranks: bool = False,
-) -> tuple[type[pl.Trainer], Any]:
+) -> tuple[type[TrainerT], TimeEventCallback]: ...
+
+
+@overload
+def hook_trainer_cls(
+    trainer_cls: type[TrainerT],
+    training_telemetry_provider: TrainingTelemetryProvider,
+    telemetry_callback: CallbackT,
+    *,
+    jit_config: JitConfig | Sequence[JitConfig] | None = None,
+    compile_telemetry: bool = True,
+    live: bool | CompileConsole = True,
+    live_all_ranks: bool = False,
+) -> tuple[type[TrainerT], CallbackT]: ...
+
+
+def hook_trainer_cls(
+    trainer_cls: type[TrainerT],
+    training_telemetry_provider: TrainingTelemetryProvider,
+    telemetry_callback: Callback | None = None,
+    *,
+    jit_config: JitConfig | Sequence[JitConfig] | None = None,
+    compile_telemetry: bool = True,
+    live: bool | CompileConsole = True,
+    live_all_ranks: bool = False,
+) -> tuple[type[TrainerT], Callback]:
     """Return ``(HookedTrainer, callback)``: a subclass of ``trainer_cls`` carrying telemetry.
 
     Same arguments and return value as nv-one-logger's ``hook_trainer_cls``; ``trainer_cls`` itself is
@@ -110,10 +139,8 @@ class _Telemetry(Callback):
         self.callbacks = [callback for callback in (ranks, compiles, time_events) if callback is not None]
         for hook in _HOOKS:
             implementers = [getattr(cb, hook) for cb in self.callbacks if _implements(cb, hook)]
-            if len(implementers) == 1:
-                setattr(self, hook, implementers[0])
-            elif implementers:
-                setattr(self, hook, functools.partial(_call_each, implementers))
+            if implementers:
+                setattr(self, hook, _calling_each(implementers))
             elif hook not in _CALLED_DIRECTLY:
                 setattr(self, hook, None)
 
@@ -125,12 +152,30 @@ def _implements(callback: Any, hook: str) -> bool:
     return getattr(type(callback), hook, None) is not getattr(Callback, hook)
 
 
-def _call_each(hooks: list[Any], *args: Any, **kwargs: Any) -> None:
-    for hook in hooks:
-        hook(*args, **kwargs)
+def _calling_each(hooks: list[Callable[..., Any]]) -> Callable[..., Any]:
+    """One hook that calls ``hooks`` in order, with nothing in between where there are one or two
+    (Python calls between torch's kernels are slow, and these run every step)."""
+    if len(hooks) == 1:
+        return hooks[0]
+    if len(hooks) == 2:
+        first, second = hooks
+
+        def both(*args: Any, **kwargs: Any) -> None:
+            first(*args, **kwargs)
+            second(*args, **kwargs)
+
+        return both
+
+    def each(*args: Any, **kwargs: Any) -> None:
+        for hook in hooks:
+            hook(*args, **kwargs)
+
+    return each
 
 
-def _hooked_class(trainer_cls: type[pl.Trainer], telemetry: _Telemetry, jit_config: Any) -> type[pl.Trainer]:
+def _hooked_class(
+    trainer_cls: type[TrainerT], telemetry: _Telemetry, jit_config: JitConfig | Sequence[JitConfig] | None
+) -> type[TrainerT]:
     """A new subclass of ``trainer_cls`` that adds the telemetry callbacks (and a ``JitTransform``)."""
 
     class HookedTrainer(trainer_cls):  # type: ignore[valid-type, misc]
@@ -145,7 +190,7 @@ def _hooked_class(trainer_cls: type[pl.Trainer], telemetry: _Telemetry, jit_conf
             self._compile_telemetry = telemetry.compiles
 
         @property
-        def nv_one_logger_callback(self) -> Any:
+        def nv_one_logger_callback(self) -> Callback:
             """The time-event callback, for the explicit ``on_*`` calls."""
             return self._nv_one_logger_callback
 
@@ -172,6 +217,8 @@ def _hooked_class(trainer_cls: type[pl.Trainer], telemetry: _Telemetry, jit_conf
     return HookedTrainer
 
 
-def _rebuild_hooked_trainer(trainer_cls: type[pl.Trainer], telemetry: _Telemetry, jit_config: Any) -> pl.Trainer:
+def _rebuild_hooked_trainer(
+    trainer_cls: type[pl.Trainer], telemetry: _Telemetry, jit_config: JitConfig | Sequence[JitConfig] | None
+) -> pl.Trainer:
     cls = _hooked_class(trainer_cls, telemetry, jit_config)
     return cls.__new__(cls)

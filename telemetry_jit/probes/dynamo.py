@@ -11,7 +11,8 @@ Where the facts live (read through :mod:`telemetry_jit.compat.torch`, torch 2.8 
 - Under DDP, dynamo's DDPOptimizer splits graphs at gradient-bucket boundaries; it says so only in
   its INFO log line "DDPOptimizer used bucket cap ... and created N buckets".
 
-The probe does no work per training step beyond :meth:`poll` noticing that nothing changed.
+The probe only observes: torch's callbacks record what they saw into the probe, and whoever reads it
+calls :meth:`poll`. It does no work per training step beyond :meth:`poll` noticing that nothing changed.
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ import contextlib
 import logging
 import re
 import time
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.recording.records import CompileRecord, GraphBreak, Trigger
+from telemetry_jit.notices import warn_once
+from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak, Source, Trigger
 
-CompileStartListener = Callable[[str, str, str], Any]
-CompileEndListener = Callable[[str], None]
+ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
+StartListener = Callable[[str], None]  # told a compile began: what compiles, in words
+EndListener = Callable[[], None]
 
 
 @dataclass
@@ -41,7 +43,7 @@ class _Window:
     start_ns: int
     breaks_before: dict[str, int]
     backend: str
-    context: Any
+    context: CompileContext | None
     end_ns: int = 0
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     ddp_buckets: list[int] = field(default_factory=list)
@@ -160,11 +162,12 @@ class DynamoProbe:
     """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`.
 
     Args:
-        on_compile_start: called as ``fn(compile_id, trigger, description)`` when a compile begins
-            (the description names the code and, for a recompile, torch's reason); whatever it
-            returns comes back as ``CompileRecord.context``.
-        on_compile_end: called as ``fn(compile_id)`` when it ends. Exceptions in either are caught:
-            telemetry must never break a compile.
+        context: asked when a compile begins where training is; the answer is the record's
+            ``context``.
+        on_compile_start: told when a compile begins, with a description (the code and, for a
+            recompile, torch's reason).
+        on_compile_end: told when it ends. Exceptions in any of them are caught: telemetry must
+            never break a compile.
 
     Example::
 
@@ -176,8 +179,14 @@ class DynamoProbe:
     """
 
     def __init__(
-        self, on_compile_start: CompileStartListener | None = None, on_compile_end: CompileEndListener | None = None
+        self,
+        context: ContextFn | None = None,
+        on_compile_start: StartListener | None = None,
+        on_compile_end: EndListener | None = None,
     ) -> None:
+        self._context = context
+        # bound once: torch's callback list is checked for them every step, by identity
+        self._start_callback, self._end_callback = self._on_start, self._on_end
         self._on_compile_start = on_compile_start
         self._on_compile_end = on_compile_end
         self._attached = False
@@ -185,6 +194,8 @@ class DynamoProbe:
         # lists: under DDP every subgraph compiles its own lazy backward under one compile id
         self._finished: dict[tuple[str, bool], list[_Window]] = {}
         self._last_metric: Any = None
+        # torch keeps its last 64 CompilationMetrics: they are taken at every compile's start, records made at poll
+        self._collected: list[Any] = []
         self._frames: dict[str, tuple[str, str]] = {}
         self._backends: dict[str, str] = {}
         self._break_log = _GraphBreakLog()
@@ -192,7 +203,6 @@ class DynamoProbe:
         self._skip_log = _FrameSkipLog()
         self._bypass_log = _CacheBypassLog()
         self._logs: list[_LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
-        self._warned = False
         # graph breaks torch counted while no callback was registered (after torch._dynamo.reset()
         # cleared them): counters since the last poll less what windows claimed
         self._breaks_at_poll: dict[str, int] = {}
@@ -202,27 +212,39 @@ class DynamoProbe:
     def attach(self) -> None:
         if self._attached:
             return
-        torch_compat.warn_unavailable()
+        for note in torch_compat.version_notes():
+            warn_once(note, note)
         metrics = torch_compat.compilation_metrics()
         self._last_metric = metrics[-1] if metrics else None
+        self._collected = []
         self._breaks_at_poll, self._claimed = dict(torch_compat.graph_break_counts()), {}
         for log in self._logs:
             log.install()
-        torch_compat.add_compile_callbacks(self._on_start, self._on_end)
+        torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
         self._attached = True
 
     def detach(self) -> None:
         if not self._attached:
             return
-        torch_compat.remove_compile_callbacks(self._on_start, self._on_end)
+        torch_compat.remove_compile_callbacks(self._start_callback, self._end_callback)
         for log in self._logs:
             log.uninstall()
         self._attached = False
 
     def ensure_registered(self) -> None:
         """Register again if ``torch._dynamo.reset()`` cleared the callbacks."""
-        if self._attached and self._on_start not in torch_compat.compile_start_callbacks():
-            torch_compat.add_compile_callbacks(self._on_start, self._on_end)
+        if self._attached and self._start_callback not in torch_compat.compile_start_callbacks():
+            torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
+
+    def has_news(self) -> bool:
+        """Whether :meth:`poll` has something to do: torch recorded a compile since the last poll, or
+        ``torch._dynamo.reset()`` cleared the callbacks. Cheap: called at every training step."""
+        metrics = torch_compat.compilation_metrics()
+        return (
+            bool(self._collected)
+            or (bool(metrics) and metrics[-1] is not self._last_metric)
+            or (self._attached and self._start_callback not in torch_compat.compile_start_callbacks())
+        )
 
     # -- torch callbacks -----------------------------------------------------------------------
     def _on_start(self, args: Any) -> None:
@@ -230,6 +252,7 @@ class DynamoProbe:
             trigger = torch_compat.callback_trigger(args)
             if trigger is None:
                 return
+            self._collect()
             frame_id = _frame_id(args.compile_id)
             if trigger == "dynamo":
                 backend, code = torch_compat.current_compile()
@@ -240,9 +263,9 @@ class DynamoProbe:
                 backend = self._backends.get(frame_id, "")
             for log in self._logs:
                 log.entries.clear()
-            context = None
-            if self._on_compile_start:
-                context = self._on_compile_start(args.compile_id, trigger, self._describe(args.compile_id, trigger))
+            context = self._context() if self._context is not None else None
+            if self._on_compile_start is not None:
+                self._on_compile_start(self._describe(args.compile_id, trigger))
             self._open = _Window(
                 compile_id=args.compile_id,
                 trigger=trigger,
@@ -252,7 +275,7 @@ class DynamoProbe:
                 context=context,
             )
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
-            self._warn(error)
+            _warn(error)
 
     def _describe(self, compile_id: str, trigger: str) -> str:
         name, location = self._frames.get(_frame_id(compile_id), ("a frame", ""))
@@ -268,8 +291,8 @@ class DynamoProbe:
         try:
             if torch_compat.callback_trigger(args) is None:
                 return
-            if self._on_compile_end:
-                self._on_compile_end(args.compile_id)
+            if self._on_compile_end is not None:
+                self._on_compile_end()
             window, self._open = self._open, None
             if window is None or window.compile_id != args.compile_id:
                 return
@@ -282,7 +305,7 @@ class DynamoProbe:
             self._bypass_log.entries.clear()
             self._finished.setdefault((window.compile_id, window.trigger == "dynamo"), []).append(window)
         except Exception as error:  # noqa: BLE001
-            self._warn(error)
+            _warn(error)
 
     def _graph_breaks_since(self, before: dict[str, int]) -> list[GraphBreak]:
         breaks = []
@@ -302,42 +325,40 @@ class DynamoProbe:
         self._skip_log.entries.clear()
         return breaks
 
-    def _warn(self, error: Exception) -> None:
-        if not self._warned:
-            self._warned = True
-            warnings.warn(
-                f"telemetry-jit: dynamo probe failed ({error!r}); compile telemetry may be incomplete.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-
     # -- reading results ---------------------------------------------------------------------
-    def poll(self, final: bool = False) -> list[CompileRecord]:
-        """Return the compiles that finished since the last call.
-
-        Cheap when nothing happened. With ``final=True`` compiles whose metrics never appeared
-        are returned from what the callbacks alone saw.
-        """
+    def _collect(self) -> None:
+        """Take the CompilationMetrics torch appended since the last look."""
         metrics = torch_compat.compilation_metrics()
-        newest = metrics[-1] if metrics else None
-        if newest is self._last_metric and not (final and self._finished):
-            return []
+        if not metrics or metrics[-1] is self._last_metric:
+            return
         entries = list(metrics)
         start = 0
         for index in range(len(entries) - 1, -1, -1):
             if entries[index] is self._last_metric:
                 start = index + 1
                 break
-        self._last_metric = newest
+        self._collected.extend(entries[start:])
+        self._last_metric = entries[-1]
+
+    def poll(self, final: bool = False) -> list[CompileRecord]:
+        """Return the compiles that finished since the last call.
+
+        Cheap when nothing happened. With ``final=True`` compiles whose metrics never appeared
+        are returned from what the callbacks alone saw.
+        """
+        self._collect()
+        if not self._collected and not (final and self._finished):
+            return []
         records = []
         windowless = []
-        for metric in entries[start:]:
+        for metric in self._collected:
             if getattr(metric, "is_runtime", False):
                 continue
             window = self._take_window(metric.compile_id, metric.is_forward is not False)
             records.append(self._record(metric, window))
             if window is None and records[-1].trigger == "dynamo":
                 windowless.append(records[-1])
+        self._collected = []
         self._attribute_unclaimed_breaks(windowless)
         if final:
             records.extend(
@@ -383,11 +404,12 @@ class DynamoProbe:
         else:
             trigger = window.trigger if window is not None else "dynamo"
         failure, fell_back, limit_hit = torch_compat.failure(metric)
+        start_ns, end_ns = (window.start_ns, window.end_ns) if window is not None else (0, 0)
         return CompileRecord(
             **self._seen_by_callbacks(compile_id, window),
             trigger=trigger,
-            start_ns=metric.start_time_us * 1000 if metric.start_time_us else window.start_ns,
-            end_ns=metric.end_time_us * 1000 if metric.end_time_us else window.end_ns,
+            start_ns=metric.start_time_us * 1000 if metric.start_time_us else start_ns,
+            end_ns=metric.end_time_us * 1000 if metric.end_time_us else end_ns,
             recompile_reason=metric.recompile_reason or "",
             phase_times_s=torch_compat.phase_times(metric),
             failure=failure,
@@ -406,9 +428,9 @@ class DynamoProbe:
             end_ns=window.end_ns,
         )
 
-    def _seen_by_callbacks(self, compile_id: str, window: _Window | None) -> dict[str, Any]:
+    def _seen_by_callbacks(self, compile_id: str, window: _Window | None) -> _SeenByCallbacks:
         frame, location = self._frames.get(_frame_id(compile_id), ("", ""))
-        seen = {
+        seen: _SeenByCallbacks = {
             "source": "dynamo",
             "compile_id": compile_id,
             "frame": frame,
@@ -419,14 +441,38 @@ class DynamoProbe:
         }
         if window is not None:
             seen.update(
-                backend=window.backend,
-                graph_breaks=window.graph_breaks,
-                ddp_buckets=window.ddp_buckets,
-                ddp_bucket_cap_bytes=window.ddp_bucket_cap_bytes,
-                cache_bypasses=window.cache_bypasses,
-                context=window.context,
+                {
+                    "backend": window.backend,
+                    "graph_breaks": window.graph_breaks,
+                    "ddp_buckets": window.ddp_buckets,
+                    "ddp_bucket_cap_bytes": window.ddp_bucket_cap_bytes,
+                    "cache_bypasses": window.cache_bypasses,
+                    "context": window.context,
+                }
             )
         return seen
+
+
+class _SeenByCallbacks(TypedDict, total=False):
+    source: Source
+    compile_id: str
+    frame: str
+    location: str
+    is_recompile: bool
+    unavailable: tuple[str, ...]
+    backend: str
+    graph_breaks: list[GraphBreak]
+    ddp_buckets: list[int]
+    ddp_bucket_cap_bytes: int
+    cache_bypasses: list[str]
+    context: CompileContext | None
+
+
+def _warn(error: Exception) -> None:
+    warn_once(
+        "dynamo probe failed",
+        f"telemetry-jit: dynamo probe failed ({error!r}); compile telemetry may be incomplete.",
+    )
 
 
 def _frame_id(compile_id: str) -> str:

@@ -1,33 +1,26 @@
-"""Compiling submodules with thunder and reading ``thunder.compile_stats`` into
+"""Probe for thunder: reads ``thunder.compile_stats`` of each thunder-compiled function into
 :class:`CompileRecord` objects.
 
-Two ways to compile, as ``JitConfig.thunder_backend`` picks. ``"jit"``: ``thunder.jit`` of the
-module. The compiled module stays where it is in the model: the hook ``nn.Module.compile`` uses
-(see :func:`telemetry_jit.compat.torch.set_compiled_call`) runs the ``ThunderModule``. Replacing
-the child with the ``ThunderModule`` would change ``state_dict`` keys (``layer1.weight`` becomes
-``layer1..weight``), so checkpoints would no longer load into the plain model. ``"dynamo"``
-(NeMo's): ``module.compile(backend=thunder.dynamo.ThunderCompiler())``; dynamo captures graphs,
-thunder splits each into pieces it runs and ops it leaves to torch.
-
-After each call of a thunder-compiled function telemetry-jit compares thunder's cache-miss count
-with the last one it saw; a new miss becomes a record with thunder's own timestamps: from the start
-of tracing to the end of the host window in which transforms ran and the cache entry was built.
+After each call of a thunder-compiled function the compilation calls :meth:`ThunderFunction.check`,
+which compares thunder's cache-miss count with the last one it saw; a new miss becomes a record with
+thunder's own timestamps: from the start of tracing to the end of the host window in which
+transforms ran and the cache entry was built. Compiling (``thunder.jit``, thunder's dynamo backend)
+is :mod:`telemetry_jit.lightning.compilers`' job; each of its compilations is a
+:class:`ThunderSource` the recorder finds on the model it trains.
 """
 
 from __future__ import annotations
 
 import time
-import warnings
 from collections import deque
+from operator import attrgetter
 from typing import Any
 
 import torch
 
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.recording.records import CompileRecord, GraphBreak
-
-_warned_profile = False
+from telemetry_jit.records import CompileRecord, GraphBreak
 
 
 def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
@@ -57,7 +50,7 @@ class ThunderFunction:
 
     def __init__(self, name: str, thunder_module: torch.nn.Module, location: str) -> None:
         self.name = name
-        self.stats = thunder_compat.CompileStats(thunder_module)
+        self.stats = thunder_compat.ThunderStats(thunder_module)
         self._location = location
         self._misses = 0
         self._signatures: list[dict[str, str]] = []
@@ -101,132 +94,68 @@ class ThunderFunction:
         )
 
 
-class ThunderCompiled:
-    """The call installed on a module compiled with ``thunder.jit``."""
+class ThunderSource:
+    """A module's thunder compilation, as probes see it: the functions thunder compiled for it and the
+    ops thunder left to torch in the graphs dynamo made (``thunder.dynamo`` only). It is the call
+    installed on the module in place of its own (see ``torch_compat.set_compiled_call``)."""
 
-    def __init__(self, module: torch.nn.Module, name: str, thunder_module: torch.nn.Module) -> None:
-        self.module = module
-        self.thunder_module = thunder_module
-        self.function = ThunderFunction(name, thunder_module, _forward_location(module))
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError
 
     @property
     def functions(self) -> list[ThunderFunction]:
-        return [self.function]
+        raise NotImplementedError
 
     def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        return []  # thunder.jit does not split graphs
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return self.call_thunder(*args, **kwargs)
-        finally:
-            self.function.check(args, kwargs)
-
-    def call_thunder(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the ThunderModule, without telemetry."""
-        module = self.module
-        # thunder traces module.__call__; while it runs, the module must look uncompiled to it
-        torch_compat.set_compiled_call(module, None)
-        try:
-            return self.thunder_module(*args, **kwargs)
-        finally:
-            torch_compat.set_compiled_call(module, self)
-
-
-class ThunderDynamoBackend:
-    """``thunder.dynamo.ThunderCompiler`` as a ``torch.compile`` backend (NeMo's thunder path).
-
-    dynamo's compiles are recorded like any backend's; in addition each piece thunder compiles is a
-    :class:`ThunderFunction` (its first call traces it), and each op thunder leaves to torch becomes
-    a graph break of the dynamo compile that made the graph.
-    """
-
-    def __init__(self, name: str, location: str, nvtx_ranges: bool = False) -> None:
-        self.__name__ = "thunder"  # torch.compile names a backend by it: compile.backend on dynamo's spans
-        self.name = name
-        self.location = location
-        self.compiler = thunder_compat.dynamo_compiler(nvtx_ranges)
-        self.functions: list[ThunderFunction] = []  # one per piece, in the order thunder made them
-        self._splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
-
-    def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        """The ops thunder left to torch in the graph dynamo compile ``compile_id`` made."""
-        return self._splits.pop(compile_id, [])
-
-    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
-        split, made = thunder_compat.split_graph(self.compiler, graph, example_inputs)
-        for piece, thunder_module in made.thunder_modules:
-            function = ThunderFunction(f"{self.name}/graph{made.index}.{piece}", thunder_module, self.location)
-            self.functions.append(function)
-            thunder_module.register_forward_hook(
-                lambda _, args, kwargs, __, function=function: function.check(args, kwargs), with_kwargs=True
-            )
-        if made.splits:
-            self._splits[torch_compat.current_compile_id()] = [
-                GraphBreak(reason, location, counted_by_torch=False, compiler="thunder")
-                for reason, location in made.splits
-            ]
-        return split
-
-
-def _forward_location(module: torch.nn.Module) -> str:
-    source = getattr(type(module).forward, "__code__", None)
-    return f"{source.co_filename}:{source.co_firstlineno}" if source else ""
-
-
-def _warn_profile_on_cpu(profile: bool) -> bool:
-    """Whether to add thunder's NVTX ranges; says once that they do nothing without CUDA."""
-    global _warned_profile
-    nvtx_ranges = profile and torch.cuda.is_available()
-    if profile and not nvtx_ranges and not _warned_profile:
-        _warned_profile = True
-        warnings.warn(
-            "JitConfig(profile_thunder=True) does nothing on CPU: thunder's NVTX profile ranges need CUDA.",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-    return nvtx_ranges
-
-
-def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderCompiled:
-    """``thunder.jit`` ``module`` in place (``state_dict`` unchanged) and return its handle."""
-    compiled = ThunderCompiled(module, name, thunder_compat.jit(module, _warn_profile_on_cpu(profile)))
-    torch_compat.set_compiled_call(module, compiled)
-    return compiled
-
-
-class ThunderDynamoCompiled:
-    """The call installed on a module compiled with :class:`ThunderDynamoBackend`: dynamo's own
-    compiled call, and the backend, so that recorders find the pieces from the model."""
-
-    def __init__(self, compiled_call: Any, backend: ThunderDynamoBackend) -> None:
-        self.compiled_call = compiled_call
-        self.backend = backend
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.compiled_call(*args, **kwargs)
-
-    @property
-    def functions(self) -> list[ThunderFunction]:
-        return self.backend.functions
-
-    def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        return self.backend.take_splits(compile_id)
-
-
-def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderDynamoCompiled:
-    """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
-    backend = ThunderDynamoBackend(name, _forward_location(module), _warn_profile_on_cpu(profile))
-    module.compile(backend=backend)
-    compiled = ThunderDynamoCompiled(torch_compat.compiled_call(module), backend)
-    torch_compat.set_compiled_call(module, compiled)
-    return compiled
-
-
-ThunderSource = ThunderCompiled | ThunderDynamoCompiled  # a module's thunder compilation: its pieces and splits
+        """The ops thunder left to torch in the graph the dynamo compile ``compile_id`` made."""
+        return []
 
 
 def sources_in(model: torch.nn.Module) -> list[ThunderSource]:
     """The thunder compilations installed on ``model``'s modules (by :class:`~telemetry_jit.JitTransform`)."""
     calls = (torch_compat.compiled_call(module) for module in model.modules())
-    return [call for call in calls if isinstance(call, (ThunderCompiled, ThunderDynamoCompiled))]
+    return [call for call in calls if isinstance(call, ThunderSource)]
+
+
+class ThunderWatch:
+    """The thunder compilations one run watches: their new compiles, and each function's cache hits
+    and misses during the run."""
+
+    def __init__(self) -> None:
+        self._sources: dict[int, ThunderSource] = {}  # by id
+        self._before: dict[int, tuple[int, int]] = {}  # function id -> (hits, misses) when first seen
+
+    def watch(self, model: torch.nn.Module) -> None:
+        """Watch the thunder compilations installed on ``model`` (cheap to repeat; call it after modules
+        may have been compiled, e.g. at each loop's first batch)."""
+        for source in sources_in(model):
+            if id(source) in self._sources:
+                continue
+            self._sources[id(source)] = source
+            for function in source.functions:
+                function.take_records()  # compiled before this run (a module called by hand): not this run's
+                self._before[id(function)] = (function.stats.cache_hits, function.stats.cache_misses)
+
+    def __bool__(self) -> bool:
+        return bool(self._sources)
+
+    def take_records(self) -> list[CompileRecord]:
+        """The compiles recorded since the last call."""
+        return [record for function in self._functions() for record in function.take_records()]
+
+    def take_splits(self, compile_id: str) -> list[GraphBreak]:
+        """The ops thunder left to torch in the graph the dynamo compile ``compile_id`` made."""
+        return [split for source in self._sources.values() for split in source.take_splits(compile_id)]
+
+    def cache_counts(self) -> dict[str, tuple[int, int]]:
+        """``(cache hits, cache misses)`` during the run, per function that had any, by name."""
+        counts = {}
+        for function in sorted(self._functions(), key=attrgetter("name")):
+            hits, misses = self._before.get(id(function), (0, 0))
+            stats = function.stats
+            if stats.cache_misses - misses or stats.cache_hits - hits:
+                counts[function.name] = (stats.cache_hits - hits, stats.cache_misses - misses)
+        return counts
+
+    def _functions(self) -> list[ThunderFunction]:
+        return [function for source in self._sources.values() for function in source.functions]

@@ -9,12 +9,13 @@ import warnings
 from collections import defaultdict, deque
 from collections.abc import Callable
 
-from telemetry_jit.recording.records import CompileRecord
+from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.records import CompileRecord
 
 _log = logging.getLogger("telemetry_jit")
 
 
-class CompileConsole:
+class CompileConsole(CompileListener):
     """Say what is compiling when a compilation runs longer than ``threshold_s``, and how long it
     took; warn once per frame when it keeps recompiling.
 
@@ -61,9 +62,9 @@ class CompileConsole:
         except Exception:  # noqa: BLE001 - a closed progress bar must not break a compile
             _log.warning(message)
 
-    def compile_started(self, what: str) -> None:
+    def compile_started(self, description: str) -> None:
         self.compile_finished()
-        self._what, self._started, self._announced = what, time.perf_counter(), False
+        self._what, self._started, self._announced = description, time.perf_counter(), False
         self._timer = threading.Timer(self.threshold_s, self._announce)
         self._timer.daemon = True
         self._timer.start()
@@ -80,10 +81,11 @@ class CompileConsole:
         if self._announced:
             self._say(f"telemetry-jit: compiled {self._what} in {time.perf_counter() - self._started:.1f} s")
 
-    def recorded(self, record: CompileRecord, global_step: int) -> None:
-        """Watch for a frame that keeps recompiling (called once per recorded compile)."""
+    def recorded(self, record: CompileRecord) -> None:
+        """Watch for a frame that keeps recompiling."""
         if not record.is_frame_recompile:
             return
+        global_step = record.context.global_step if record.context is not None else 0
         frame = f"{record.frame or record.compile_id.rsplit('/', 1)[0]} ({record.location or 'unknown location'})"
         recent = self._recent[frame]
         recent.append((global_step, record.recompile_reason))

@@ -3,22 +3,36 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from opentelemetry import metrics
 from opentelemetry.metrics import Meter, MeterProvider
+from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
-from telemetry_jit.recording.records import CompileRecord
+from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.records import CompileRecord
 from telemetry_jit.schema import CompileAttr, MetricName
 
 
-class CompileMetrics:
+def meter_providers(exporters: Iterable[object]) -> list[MeterProvider]:
+    """Where compile metrics go: each exporter that sends metrics too (OTLP), and the application's own
+    global MeterProvider when it set one."""
+    providers = [p for e in exporters if (p := getattr(e, "meter_provider", None)) is not None]
+    application = metrics.get_meter_provider()
+    if isinstance(application, SdkMeterProvider):
+        providers.append(application)
+    return providers
+
+
+class CompileMetrics(CompileListener):
     """Counters of compilations, recompilations and graph breaks, and a histogram of compile
     seconds, each with the frame, the compiler (``dynamo``/``thunder``) and the rank as attributes.
 
     Example::
 
         metrics = CompileMetrics(meter_provider)
-        metrics.record(record, rank=0)
+        metrics.recorded(record)
     """
 
     def __init__(self, meter_provider: MeterProvider) -> None:
@@ -36,11 +50,11 @@ class CompileMetrics:
             MetricName.COMPILE_DURATION, unit="s", description="Time each compilation took"
         )
 
-    def record(self, record: CompileRecord, rank: int) -> None:
+    def recorded(self, record: CompileRecord) -> None:
         attributes: dict[str, Any] = {
             CompileAttr.FRAME: record.frame or "?",
             CompileAttr.SOURCE: record.source,
-            "rank": rank,
+            "rank": record.context.rank if record.context is not None else 0,
         }
         self.compilations.add(1, attributes)
         if record.is_frame_recompile:

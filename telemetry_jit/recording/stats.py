@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from nv_one_logger.core.attributes import Attributes
-
-from telemetry_jit.recording.records import CompileRecord
+from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.records import AttributeValue, CompileRecord
 from telemetry_jit.schema import CompileAttr
 
 _MAX_DISTINCT_REASONS = 200
@@ -15,8 +14,15 @@ _TOP_REASONS = 5
 
 
 @dataclass
-class CompileStats:
-    """Running totals over one ``fit``/``validate``/``test``; constant size whatever the run length."""
+class CompileStats(CompileListener):
+    """Running totals over one ``fit``/``validate``/``test``; constant size whatever the run length.
+
+    Example::
+
+        stats = CompileStats()
+        stats.recorded(record)
+        stats.count, stats.recompile_count
+    """
 
     count: int = 0
     recompile_count: int = 0
@@ -30,7 +36,7 @@ class CompileStats:
     recompile_reasons: Counter[str] = field(default_factory=Counter)
     thunder: dict[str, tuple[int, int]] = field(default_factory=dict)  # module -> (cache hits, misses)
 
-    def add(self, record: CompileRecord) -> None:
+    def recorded(self, record: CompileRecord) -> None:
         self.count += 1
         self.total_time_ms += record.duration_ms
         self.graph_break_count += len(record.graph_breaks)
@@ -45,25 +51,24 @@ class CompileStats:
             if reason in self.recompile_reasons or len(self.recompile_reasons) < _MAX_DISTINCT_REASONS:
                 self.recompile_reasons[reason] += 1
 
-    def attributes(self, wall_time_s: float) -> Attributes:
-        return Attributes(
-            {
-                CompileAttr.COUNT: self.count,
-                CompileAttr.RECOMPILE_COUNT: self.recompile_count,
-                CompileAttr.GRAPH_BREAK_COUNT: self.graph_break_count,
-                CompileAttr.DDP_GRAPH_SPLITS: self.ddp_graph_splits,
-                CompileAttr.RECOMPILE_LIMIT_HITS: self.recompile_limit_hits,
-                CompileAttr.TOTAL_TIME_MS: round(self.total_time_ms, 3),
-                CompileAttr.CACHE_HITS: self.cache_hits,
-                CompileAttr.CACHE_MISSES: self.cache_misses,
-                CompileAttr.CACHE_TIME_SAVED_S: round(self.cache_time_saved_s, 3),
-                CompileAttr.WALL_TIME_MS: round(wall_time_s * 1000, 3),
-                CompileAttr.TIME_SHARE: round(self.total_time_ms / 1000 / wall_time_s, 6) if wall_time_s > 0 else 0.0,
-                CompileAttr.TOP_RECOMPILE_REASONS: [
-                    f"{count}x {reason}" for reason, count in self.recompile_reasons.most_common(_TOP_REASONS)
-                ],
-                CompileAttr.THUNDER_MODULES: list(self.thunder),
-                CompileAttr.THUNDER_CACHE_HITS: [hits for hits, _ in self.thunder.values()],
-                CompileAttr.THUNDER_CACHE_MISSES: [misses for _, misses in self.thunder.values()],
-            }
-        )
+    def attributes(self, wall_time_s: float) -> dict[str, AttributeValue]:
+        """The ``compile_summary`` event's attributes, for a call that ran ``wall_time_s`` so far."""
+        return {
+            CompileAttr.COUNT: self.count,
+            CompileAttr.RECOMPILE_COUNT: self.recompile_count,
+            CompileAttr.GRAPH_BREAK_COUNT: self.graph_break_count,
+            CompileAttr.DDP_GRAPH_SPLITS: self.ddp_graph_splits,
+            CompileAttr.RECOMPILE_LIMIT_HITS: self.recompile_limit_hits,
+            CompileAttr.TOTAL_TIME_MS: round(self.total_time_ms, 3),
+            CompileAttr.CACHE_HITS: self.cache_hits,
+            CompileAttr.CACHE_MISSES: self.cache_misses,
+            CompileAttr.CACHE_TIME_SAVED_S: round(self.cache_time_saved_s, 3),
+            CompileAttr.WALL_TIME_MS: round(wall_time_s * 1000, 3),
+            CompileAttr.TIME_SHARE: round(self.total_time_ms / 1000 / wall_time_s, 6) if wall_time_s > 0 else 0.0,
+            CompileAttr.TOP_RECOMPILE_REASONS: [
+                f"{count}x {reason}" for reason, count in self.recompile_reasons.most_common(_TOP_REASONS)
+            ],
+            CompileAttr.THUNDER_MODULES: list(self.thunder),
+            CompileAttr.THUNDER_CACHE_HITS: [hits for hits, _ in self.thunder.values()],
+            CompileAttr.THUNDER_CACHE_MISSES: [misses for _, misses in self.thunder.values()],
+        }

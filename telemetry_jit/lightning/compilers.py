@@ -1,0 +1,141 @@
+"""How ``JitTransform`` compiles a module with thunder, in place, observable by the thunder probe.
+
+Two ways, as ``JitConfig.thunder_backend`` picks. ``"jit"``: ``thunder.jit`` of the module. The
+compiled module stays where it is in the model: the hook ``nn.Module.compile`` uses (see
+:func:`telemetry_jit.compat.torch.set_compiled_call`) runs the ``ThunderModule``. Replacing the
+child with the ``ThunderModule`` would change ``state_dict`` keys (``layer1.weight`` becomes
+``layer1..weight``), so checkpoints would no longer load into the plain model. ``"dynamo"``
+(NeMo's): ``module.compile(backend=thunder.dynamo.ThunderCompiler())``; dynamo captures graphs,
+thunder splits each into pieces it runs and ops it leaves to torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from telemetry_jit.compat import thunder as thunder_compat
+from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.notices import warn_once
+from telemetry_jit.probes.thunder import ThunderFunction, ThunderSource
+from telemetry_jit.records import GraphBreak
+
+
+class ThunderCompiled(ThunderSource):
+    """The call installed on a module compiled with ``thunder.jit``."""
+
+    def __init__(self, module: torch.nn.Module, name: str, thunder_module: torch.nn.Module) -> None:
+        self.module = module
+        self.thunder_module = thunder_module
+        self.function = ThunderFunction(name, thunder_module, _forward_location(module))
+
+    @property
+    def functions(self) -> list[ThunderFunction]:
+        return [self.function]
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return self.call_thunder(*args, **kwargs)
+        finally:
+            self.function.check(args, kwargs)
+
+    def call_thunder(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the ThunderModule, without telemetry."""
+        module = self.module
+        # thunder traces module.__call__; while it runs, the module must look uncompiled to it
+        torch_compat.set_compiled_call(module, None)
+        try:
+            return self.thunder_module(*args, **kwargs)
+        finally:
+            torch_compat.set_compiled_call(module, self)
+
+
+class ThunderDynamoBackend:
+    """``thunder.dynamo.ThunderCompiler`` as a ``torch.compile`` backend (NeMo's thunder path).
+
+    dynamo's compiles are recorded like any backend's; in addition each piece thunder compiles is a
+    :class:`ThunderFunction` (its first call traces it), and each op thunder leaves to torch becomes
+    a graph break of the dynamo compile that made the graph.
+    """
+
+    def __init__(self, name: str, location: str, nvtx_ranges: bool = False) -> None:
+        self.__name__ = "thunder"  # torch.compile names a backend by it: compile.backend on dynamo's spans
+        self.name = name
+        self.location = location
+        self.compiler = thunder_compat.dynamo_compiler(nvtx_ranges)
+        self.functions: list[ThunderFunction] = []  # one per piece, in the order thunder made them
+        self._splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
+
+    def take_splits(self, compile_id: str) -> list[GraphBreak]:
+        return self._splits.pop(compile_id, [])
+
+    def __call__(self, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
+        with torch_compat.eager_graph_modules():
+            split, made = thunder_compat.split_graph(self.compiler, graph, example_inputs)
+        for piece, thunder_module in made.thunder_modules:
+            function = ThunderFunction(f"{self.name}/graph{made.index}.{piece}", thunder_module, self.location)
+            self.functions.append(function)
+            thunder_module.register_forward_hook(
+                lambda _, args, kwargs, __, function=function: function.check(args, kwargs), with_kwargs=True
+            )
+        if made.splits:
+            self._splits[torch_compat.current_compile_id()] = [
+                GraphBreak(reason, location, counted_by_torch=False, compiler="thunder")
+                for reason, location in made.splits
+            ]
+        return split
+
+
+class ThunderDynamoCompiled(ThunderSource):
+    """The call installed on a module compiled with :class:`ThunderDynamoBackend`: dynamo's own
+    compiled call, and the backend, so that recorders find the pieces from the model."""
+
+    def __init__(self, compiled_call: Callable[..., Any], backend: ThunderDynamoBackend) -> None:
+        self.compiled_call = compiled_call
+        self.backend = backend
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.compiled_call(*args, **kwargs)
+
+    @property
+    def functions(self) -> list[ThunderFunction]:
+        return self.backend.functions
+
+    def take_splits(self, compile_id: str) -> list[GraphBreak]:
+        return self.backend.take_splits(compile_id)
+
+
+def _forward_location(module: torch.nn.Module) -> str:
+    source = getattr(type(module).forward, "__code__", None)
+    return f"{source.co_filename}:{source.co_firstlineno}" if source else ""
+
+
+def _nvtx_ranges(profile: bool) -> bool:
+    """Whether to add thunder's NVTX ranges; says once that they do nothing without CUDA."""
+    nvtx_ranges = profile and torch.cuda.is_available()
+    if profile and not nvtx_ranges:
+        warn_once(
+            "profile_thunder on CPU",
+            "JitConfig(profile_thunder=True) does nothing on CPU: thunder's NVTX profile ranges need CUDA.",
+        )
+    return nvtx_ranges
+
+
+def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderCompiled:
+    """``thunder.jit`` ``module`` in place (``state_dict`` unchanged) and return its handle."""
+    compiled = ThunderCompiled(module, name, thunder_compat.jit(module, _nvtx_ranges(profile)))
+    torch_compat.set_compiled_call(module, compiled)
+    return compiled
+
+
+def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderDynamoCompiled:
+    """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
+    backend = ThunderDynamoBackend(name, _forward_location(module), _nvtx_ranges(profile))
+    module.compile(backend=backend)
+    call = torch_compat.compiled_call(module)
+    assert call is not None  # module.compile() installed it
+    compiled = ThunderDynamoCompiled(call, backend)
+    torch_compat.set_compiled_call(module, compiled)
+    return compiled

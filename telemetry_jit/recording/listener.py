@@ -1,0 +1,33 @@
+"""What the recorder tells whoever follows compilations: totals, metrics, the live console, alerts,
+Lightning's loggers. One small interface the recorder loops over."""
+
+from __future__ import annotations
+
+from telemetry_jit.records import CompileRecord
+
+
+class CompileListener:
+    """Told of compilations while a run is recorded; every method does nothing unless overridden.
+
+    ``compile_started`` and ``compile_finished`` run inside torch's compile callbacks (keep them
+    cheap, never raise); ``recorded`` runs once per compilation when the recorder takes it, its
+    ``record.context`` saying where training was when it started.
+
+    Example::
+
+        class CountRecompiles(CompileListener):
+            def __init__(self) -> None:
+                self.recompiles = 0
+
+            def recorded(self, record: CompileRecord) -> None:
+                self.recompiles += record.is_frame_recompile
+    """
+
+    def compile_started(self, description: str) -> None:
+        """A compilation began; ``description`` names the code (and a recompile's reason) in words."""
+
+    def compile_finished(self) -> None:
+        """The compilation that began last ended."""
+
+    def recorded(self, record: CompileRecord) -> None:
+        """A finished compilation was recorded."""

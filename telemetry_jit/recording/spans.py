@@ -1,0 +1,92 @@
+"""What a compilation becomes: a ``compilation`` span with its ``graph_break``, ``ddp_graph_split``
+and error events (names and attributes in :mod:`telemetry_jit.schema`, documented in docs/telemetry.md)."""
+
+from __future__ import annotations
+
+from telemetry_jit.exporters.finished import FinishedEvent, FinishedSpan
+from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord, GraphBreak
+from telemetry_jit.schema import CompileAttr, DdpAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr
+
+_MAX_FAILURE_TEXT = 2000
+_DDP_REASON = (
+    "DDPOptimizer split the graph at DDP gradient-bucket boundaries so all-reduce overlaps backward; "
+    "not a graph break in user code"
+)
+
+
+def compilation_span(record: CompileRecord, context: CompileContext) -> FinishedSpan:
+    """The span of one finished compilation, under ``context.parent``."""
+    events = [_graph_break_event(graph_break, record.start_ns) for graph_break in record.graph_breaks]
+    if record.ddp_graph_splits:
+        events.append(_ddp_split_event(record))
+    if record.recompile_limit_hit:
+        message = f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly"
+        events.append(FinishedEvent.error_event(message, record.end_ns))
+    elif record.failure and not record.fell_back_to_eager:
+        events.append(FinishedEvent.error_event(f"compilation failed: {record.failure}", record.end_ns))
+    return FinishedSpan(
+        name=JitSpanName.COMPILATION.value,
+        parent=context.parent,
+        start_unix_ns=record.start_ns,
+        end_unix_ns=record.end_ns,
+        attributes=record_attributes(record, context),
+        events=tuple(events),
+    )
+
+
+def record_attributes(record: CompileRecord, context: CompileContext) -> dict[str, AttributeValue]:
+    attributes: dict[str, AttributeValue] = {
+        CompileAttr.SOURCE: record.source,
+        CompileAttr.ID: record.compile_id,
+        CompileAttr.TRIGGER: record.trigger,
+        CompileAttr.BACKEND: record.backend,
+        CompileAttr.FRAME: record.frame,
+        CompileAttr.LOCATION: record.location,
+        CompileAttr.IS_RECOMPILE: record.is_recompile,
+        CompileAttr.RECOMPILE_REASON: record.recompile_reason,
+        CompileAttr.GRAPH_BREAKS: len(record.graph_breaks),
+        CompileAttr.DURATION_MS: round(record.duration_ms, 3),
+        CompileAttr.FAILED: bool(record.failure),
+        CompileAttr.FELL_BACK_TO_EAGER: record.fell_back_to_eager,
+        CompileAttr.FAILURE: record.failure.strip()[:_MAX_FAILURE_TEXT],
+        TrainAttr.GLOBAL_STEP: context.global_step,
+        TrainAttr.STAGE: context.stage,
+    }
+    if record.ddp_buckets:
+        attributes[CompileAttr.DDP_GRAPH_SPLITS] = record.ddp_graph_splits
+        attributes[CompileAttr.DDP_BUCKET_CAP_BYTES] = record.ddp_bucket_cap_bytes
+    attributes.update({CompileAttr.phase_time(phase): value for phase, value in record.phase_times_s.items()})
+    attributes.update({CompileAttr.cache(outcome): value for outcome, value in record.cache.items()})
+    if record.cache_bypasses:
+        attributes[CompileAttr.CACHE_BYPASSES] = record.cache_bypasses
+    attributes.update({CompileAttr.PREFIX + name: value for name, value in record.extra.items()})
+    if record.unavailable:
+        attributes[CompileAttr.UNAVAILABLE] = list(record.unavailable)
+    return attributes
+
+
+def graph_break_attributes(graph_break: GraphBreak) -> dict[str, AttributeValue]:
+    return {
+        GraphBreakAttr.REASON: graph_break.summary,
+        GraphBreakAttr.REASON_FULL: graph_break.reason,
+        GraphBreakAttr.LOCATION: graph_break.location,
+        GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,
+        GraphBreakAttr.COMPILER: graph_break.compiler,
+    }
+
+
+def _graph_break_event(graph_break: GraphBreak, time_unix_ns: int) -> FinishedEvent:
+    return FinishedEvent(JitEventName.GRAPH_BREAK.value, time_unix_ns, graph_break_attributes(graph_break))
+
+
+def _ddp_split_event(record: CompileRecord) -> FinishedEvent:
+    return FinishedEvent(
+        JitEventName.DDP_GRAPH_SPLIT.value,
+        record.start_ns,
+        {
+            DdpAttr.SPLITS: record.ddp_graph_splits,
+            DdpAttr.SUBGRAPHS: sum(record.ddp_buckets),
+            DdpAttr.BUCKET_CAP_BYTES: record.ddp_bucket_cap_bytes,
+            DdpAttr.REASON: _DDP_REASON,
+        },
+    )

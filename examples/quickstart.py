@@ -16,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
-from telemetry_jit.analysis.summary import format_summary
+from telemetry_jit.analysis.text import format_summary
 
 
 class Regressor(pl.LightningModule):

@@ -9,10 +9,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from telemetry_jit.analysis.compare import Budget, check, diff, format_diff
+from telemetry_jit.analysis.compare import Budget, check, diff
 from telemetry_jit.analysis.reader import TelemetryFileError, TelemetryRun, read_telemetry
 from telemetry_jit.analysis.report import render_report
-from telemetry_jit.analysis.summary import format_rank_comparison, format_summary, summarize
+from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.analysis.text import format_diff, format_rank_comparison, format_summary
 from telemetry_jit.analysis.trace import to_trace_events
 
 

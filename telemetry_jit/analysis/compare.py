@@ -7,13 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.reader import TelemetryRun
-from telemetry_jit.analysis.summary import (
-    frame_label,
-    is_recompile,
-    one_line,
-    short_location,
-    summarize,
-)
+from telemetry_jit.analysis.summary import first_line, frame_label, is_recompile, short_location, summarize
 from telemetry_jit.schema import CompileAttr, GraphBreakAttr
 
 BreakKey = tuple[str, str]  # (file:line as the summary shows it, first line of the reason)
@@ -85,7 +79,7 @@ def figures(run: TelemetryRun) -> RunFigures:
         frame.compile_ms += span.duration_ms or 0.0
         if is_recompile(span):
             frame.recompiles += 1
-            frame.recompile_reasons[one_line(span.attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown")] += 1
+            frame.recompile_reasons[first_line(span.attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown")] += 1
     return RunFigures(
         compiles=len(summary.compiles),
         recompiles=len(summary.recompiles),
@@ -94,7 +88,7 @@ def figures(run: TelemetryRun) -> RunFigures:
         graph_breaks=Counter(
             (
                 short_location(str(event.attributes.get(GraphBreakAttr.LOCATION) or "unknown location")),
-                one_line(event.attributes.get(GraphBreakAttr.REASON) or ""),
+                first_line(event.attributes.get(GraphBreakAttr.REASON) or ""),
             )
             for event in summary.breaks
         ),
@@ -141,43 +135,6 @@ def _breaks_json(counter: Counter[BreakKey]) -> list[dict[str, Any]]:
 
 def diff(base: TelemetryRun, new: TelemetryRun) -> RunDiff:
     return RunDiff(figures(base), figures(new))
-
-
-def _rate(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{100 * rate:.0f}%"
-
-
-def format_diff(result: RunDiff) -> str:
-    """The two runs side by side, as terminal text."""
-    base, new = result.base, result.new
-    rows = [
-        ("compile time", f"{base.compile_ms / 1000:.2f} s", f"{new.compile_ms / 1000:.2f} s"),
-        ("compile share", f"{100 * base.compile_share:.1f}%", f"{100 * new.compile_share:.1f}%"),
-        ("compilations", str(base.compiles), str(new.compiles)),
-        ("recompilations", str(base.recompiles), str(new.recompiles)),
-        ("graph breaks", str(sum(base.graph_breaks.values())), str(sum(new.graph_breaks.values()))),
-        ("cache hit rate", _rate(base.cache_hit_rate), _rate(new.cache_hit_rate)),
-    ]
-    lines = ["telemetry-jit diff (base -> new)", *[f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]]
-    for title, counter in (
-        ("new graph breaks", result.new_graph_breaks),
-        ("fixed graph breaks", result.fixed_graph_breaks),
-    ):
-        if counter:
-            lines += [
-                "",
-                f"  {title}:",
-                *[f"    {loc}  {n}x  {reason}" for (loc, reason), n in sorted(counter.items())],
-            ]
-    lines += ["", "  per frame (compiles, recompiles, compile time):"]
-    for frame, b, n in result.frames():
-        lines.append(
-            f"    {one_line(frame)}: {b.compiles}, {b.recompiles}, {b.compile_ms / 1000:.2f} s"
-            f"  ->  {n.compiles}, {n.recompiles}, {n.compile_ms / 1000:.2f} s"
-        )
-        for reason in n.recompile_reasons.keys() - b.recompile_reasons.keys():
-            lines.append(f"      new recompile reason: {reason}")
-    return "\n".join(lines)
 
 
 @dataclass

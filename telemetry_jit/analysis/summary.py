@@ -1,4 +1,5 @@
-"""What a run's compile telemetry amounts to (:func:`summarize`), and its terminal rendering."""
+"""What a run's compile telemetry amounts to (:func:`summarize`): typed results the text, JSON and HTML
+renderers share."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun
+from telemetry_jit.records import is_frame_recompile
 from telemetry_jit.schema import (
-    FILE_FORMAT,
     CompileAttr,
     DdpAttr,
     GraphBreakAttr,
@@ -17,8 +18,6 @@ from telemetry_jit.schema import (
     JitSpanName,
     TrainingSpanName,
 )
-
-_CELL_LIMIT = 100
 
 
 class FrameRow(NamedTuple):
@@ -36,7 +35,7 @@ class BreakRow(NamedTuple):
     """One graph-break location and reason, with how often it broke."""
 
     location: str
-    count: int
+    times: int
     reason: str
 
 
@@ -79,7 +78,7 @@ class WarmStart(NamedTuple):
 
 
 class ReasonRow(NamedTuple):
-    count: int
+    times: int
     reason: str
 
 
@@ -127,6 +126,11 @@ def short_location(location: str, keep: int = 2) -> str:
     return ("/".join(parts[-keep:]) + f":{line}") if path else location
 
 
+def first_line(text: object) -> str:
+    """The first line of ``text``: what a reason is known by when reasons are compared."""
+    return str(text).strip().split("\n", 1)[0]
+
+
 def frame_label(span: SpanRecord) -> str:
     """``frame (file:line)`` of a compilation span, as tables and comparisons name it."""
     location = short_location(str(span.attributes.get(CompileAttr.LOCATION) or ""))
@@ -134,10 +138,9 @@ def frame_label(span: SpanRecord) -> str:
 
 
 def is_recompile(span: SpanRecord) -> bool:
-    """A frame compiled again: torch's attempt > 0. The backward graph of such a frame, compiled at its
-    first backward, carries the same compile id but is part of that recompile, not another one."""
+    """A frame compiled again (:func:`telemetry_jit.records.is_frame_recompile`)."""
     attributes = span.attributes
-    return bool(attributes.get(CompileAttr.IS_RECOMPILE)) and attributes.get(CompileAttr.TRIGGER) != "lazy_backward"
+    return is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), str(attributes.get(CompileAttr.TRIGGER)))
 
 
 def summarize(run: TelemetryRun) -> RunSummary:
@@ -239,87 +242,3 @@ def _warm_start(compiles: Sequence[SpanRecord]) -> WarmStart:
             if str(fact).startswith("cache."):
                 unavailable[str(fact)] = None
     return WarmStart(hits, misses, saved, list(missed), list(unavailable), list(bypasses))
-
-
-def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
-    """``text`` fit for one terminal line: its first line, control characters shown as ``?``, at most
-    ``limit`` characters (torch's reasons run to many lines, and a user's message to megabytes)."""
-    first = str(text).strip().split("\n", 1)[0]
-    first = "".join(c if c.isprintable() else "?" for c in first[: limit + 1])
-    return first if len(first) <= limit else first[: limit - 1] + "…"
-
-
-def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    cells = [[str(h) for h in headers], *[[one_line(c) for c in row] for row in rows]]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * width for width in widths))
-    return ["  " + line for line in lines]
-
-
-def format_summary(run: TelemetryRun) -> str:
-    """The summary as terminal text."""
-    s = summarize(run)
-    source = f"run {run.run_id[:8]}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
-    lines = [
-        f"telemetry-jit summary ({source}, rank {run.rank})",
-        *[f"  (this file format has {what})" for what in run.lacks],
-        f"  {s.loop_name} wall time: {s.wall_ms / 1000:.2f} s",
-        f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
-        f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
-    ]
-    if s.warm_start.hits or s.warm_start.misses:
-        lines.append(f"  compile cache: {s.warm_start.line}")
-    lines += [f"  compile cache bypassed: {one_line(reason, 200)}" for reason in s.warm_start.bypasses[:5]]
-    if s.warm_start.unavailable:
-        lines.append(f"  (the torch of this run did not record compile.{', compile.'.join(s.warm_start.unavailable)})")
-    if run.lost_records:
-        lines.append(
-            f"  incomplete: {run.lost_records} telemetry record(s) could not be written (see the run's warnings)"
-        )
-    if s.fallbacks:
-        lines.append(f"  fell back to eager: {len(s.fallbacks)} (recompile limit hit: {s.limit_hits})")
-    if s.errors:
-        first = one_line(s.errors[0].attributes.get(CompileAttr.FAILURE), limit=200)
-        lines.append(f"  failed compilations: {len(s.errors)}, first: {first}")
-    if not s.compiles:
-        return "\n".join([*lines, "  no compilation happened in this run"])
-    lines += ["", "  per frame:", *_table(FRAME_HEADERS, s.frame_rows)]
-    if s.thunder_rows:
-        lines += ["", "  thunder cache:", *_table(THUNDER_HEADERS, s.thunder_rows)]
-    if s.reasons:
-        lines += [
-            "",
-            "  top recompile reasons:",
-            *[f"    {row.count}x  {one_line(row.reason, 200)}" for row in s.reasons],
-        ]
-    if s.break_rows:
-        lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, s.break_rows)]
-    if s.ddp_rows:
-        lines += [
-            "",
-            f"  DDP optimizer splits: {s.ddp_splits} (graphs cut at DDP gradient-bucket boundaries, not graph breaks)",
-            *_table(DDP_HEADERS, s.ddp_rows),
-        ]
-    return "\n".join(lines)
-
-
-def format_rank_comparison(runs: list[TelemetryRun]) -> str | None:
-    """Point out ranks of one run that compiled a different number of times than rank 0."""
-    by_run: dict[str, dict[int, int]] = defaultdict(dict)
-    for run in runs:
-        by_run[run.run_id][run.rank] = len(run.find(JitSpanName.COMPILATION.value))
-    lines = []
-    for run_id, counts in by_run.items():
-        if len(counts) < 2:
-            continue
-        reference = counts.get(0, next(iter(counts.values())))
-        listed = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(counts.items()))
-        if any(count != reference for count in counts.values()):
-            lines.append(
-                f"run {run_id[:8]}: ranks compiled a different number of times ({listed}). Ranks that recompile "
-                "differently can desynchronise collectives and hang."
-            )
-        else:
-            lines.append(f"run {run_id[:8]}: all {len(counts)} ranks compiled {reference} times.")
-    return "\n".join(lines) or None

@@ -28,12 +28,12 @@ def to_trace_events(runs: Sequence[TelemetryRun]) -> dict[str, Any]:
     for run in runs:
         pid = run.rank
         node = run.node
-        for name, tid, args in (
+        for name, tid, metadata in (
             ("process_name", 0, {"name": f"rank {pid} {node}".strip()}),
             ("process_sort_index", 0, {"sort_index": pid}),
             ("thread_name", 1, {"name": f"run {run.run_id[:8]}"}),
         ):
-            events.append({"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": args})
+            events.append({"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": metadata})
         last = max((s.end_unix_ns or s.start_unix_ns for s in run.spans.values()), default=origin)
         for span in sorted(run.spans.values(), key=_order):
             end = span.end_unix_ns if span.end_unix_ns is not None else last

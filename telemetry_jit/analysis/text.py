@@ -1,0 +1,140 @@
+"""The analysis as terminal text: the summary, the comparison of ranks, the diff of two runs."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+
+from telemetry_jit.analysis.compare import RunDiff
+from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.summary import (
+    BREAK_HEADERS,
+    DDP_HEADERS,
+    FRAME_HEADERS,
+    THUNDER_HEADERS,
+    summarize,
+)
+from telemetry_jit.schema import FILE_FORMAT, CompileAttr, JitSpanName
+
+_CELL_LIMIT = 100
+
+
+def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
+    """``text`` fit for one terminal line: its first line, control characters shown as ``?``, at most
+    ``limit`` characters (torch's reasons run to many lines, and a user's message to megabytes)."""
+    first = str(text).strip().split("\n", 1)[0]
+    first = "".join(c if c.isprintable() else "?" for c in first[: limit + 1])
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    cells = [[str(h) for h in headers], *[[one_line(c) for c in row] for row in rows]]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return ["  " + line for line in lines]
+
+
+def format_summary(run: TelemetryRun) -> str:
+    """The summary as terminal text."""
+    s = summarize(run)
+    source = f"run {run.run_id[:8]}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
+    lines = [
+        f"telemetry-jit summary ({source}, rank {run.rank})",
+        *[f"  (this file format has {what})" for what in run.lacks],
+        f"  {s.loop_name} wall time: {s.wall_ms / 1000:.2f} s",
+        f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
+        f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
+    ]
+    if s.warm_start.hits or s.warm_start.misses:
+        lines.append(f"  compile cache: {s.warm_start.line}")
+    lines += [f"  compile cache bypassed: {one_line(reason, 200)}" for reason in s.warm_start.bypasses[:5]]
+    if s.warm_start.unavailable:
+        lines.append(f"  (the torch of this run did not record compile.{', compile.'.join(s.warm_start.unavailable)})")
+    if run.lost_records:
+        lines.append(
+            f"  incomplete: {run.lost_records} telemetry record(s) could not be written (see the run's warnings)"
+        )
+    if s.fallbacks:
+        lines.append(f"  fell back to eager: {len(s.fallbacks)} (recompile limit hit: {s.limit_hits})")
+    if s.errors:
+        first = one_line(s.errors[0].attributes.get(CompileAttr.FAILURE), limit=200)
+        lines.append(f"  failed compilations: {len(s.errors)}, first: {first}")
+    if not s.compiles:
+        return "\n".join([*lines, "  no compilation happened in this run"])
+    lines += ["", "  per frame:", *_table(FRAME_HEADERS, s.frame_rows)]
+    if s.thunder_rows:
+        lines += ["", "  thunder cache:", *_table(THUNDER_HEADERS, s.thunder_rows)]
+    if s.reasons:
+        lines += [
+            "",
+            "  top recompile reasons:",
+            *[f"    {row.times}x  {one_line(row.reason, 200)}" for row in s.reasons],
+        ]
+    if s.break_rows:
+        lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, s.break_rows)]
+    if s.ddp_rows:
+        lines += [
+            "",
+            f"  DDP optimizer splits: {s.ddp_splits} (graphs cut at DDP gradient-bucket boundaries, not graph breaks)",
+            *_table(DDP_HEADERS, s.ddp_rows),
+        ]
+    return "\n".join(lines)
+
+
+def format_rank_comparison(runs: list[TelemetryRun]) -> str | None:
+    """Point out ranks of one run that compiled a different number of times than rank 0."""
+    by_run: dict[str, dict[int, int]] = defaultdict(dict)
+    for run in runs:
+        by_run[run.run_id][run.rank] = len(run.find(JitSpanName.COMPILATION.value))
+    lines = []
+    for run_id, counts in by_run.items():
+        if len(counts) < 2:
+            continue
+        reference = counts.get(0, next(iter(counts.values())))
+        listed = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(counts.items()))
+        if any(count != reference for count in counts.values()):
+            lines.append(
+                f"run {run_id[:8]}: ranks compiled a different number of times ({listed}). Ranks that recompile "
+                "differently can desynchronise collectives and hang."
+            )
+        else:
+            lines.append(f"run {run_id[:8]}: all {len(counts)} ranks compiled {reference} times.")
+    return "\n".join(lines) or None
+
+
+def _rate(rate: float | None) -> str:
+    return "n/a" if rate is None else f"{100 * rate:.0f}%"
+
+
+def format_diff(result: RunDiff) -> str:
+    """The two runs side by side, as terminal text."""
+    base, new = result.base, result.new
+    rows = [
+        ("compile time", f"{base.compile_ms / 1000:.2f} s", f"{new.compile_ms / 1000:.2f} s"),
+        ("compile share", f"{100 * base.compile_share:.1f}%", f"{100 * new.compile_share:.1f}%"),
+        ("compilations", str(base.compiles), str(new.compiles)),
+        ("recompilations", str(base.recompiles), str(new.recompiles)),
+        ("graph breaks", str(sum(base.graph_breaks.values())), str(sum(new.graph_breaks.values()))),
+        ("cache hit rate", _rate(base.cache_hit_rate), _rate(new.cache_hit_rate)),
+    ]
+    lines = ["telemetry-jit diff (base -> new)", *[f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]]
+    for title, counter in (
+        ("new graph breaks", result.new_graph_breaks),
+        ("fixed graph breaks", result.fixed_graph_breaks),
+    ):
+        if counter:
+            lines += [
+                "",
+                f"  {title}:",
+                *[f"    {loc}  {n}x  {reason}" for (loc, reason), n in sorted(counter.items())],
+            ]
+    lines += ["", "  per frame (compiles, recompiles, compile time):"]
+    for frame, b, n in result.frames():
+        lines.append(
+            f"    {one_line(frame)}: {b.compiles}, {b.recompiles}, {b.compile_ms / 1000:.2f} s"
+            f"  ->  {n.compiles}, {n.recompiles}, {n.compile_ms / 1000:.2f} s"
+        )
+        for reason in n.recompile_reasons.keys() - b.recompile_reasons.keys():
+            lines.append(f"      new recompile reason: {reason}")
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Shared fixtures: a fresh nv-one-logger provider writing to a temp file, and a clean dynamo state."""
+"""Fixtures of the real runs: a fresh nv-one-logger provider writing to a temp file, and a clean dynamo state."""
 
 from __future__ import annotations
 
@@ -13,11 +13,11 @@ import torch
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 import telemetry_jit
+from telemetry_jit import identity
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.thunder import import_thunder
 from telemetry_jit.compat.torch import reset_compile_state
-from telemetry_jit.exporters import identity
 
 
 @pytest.fixture
@@ -50,12 +50,10 @@ def fresh_provider_state() -> None:
     # nv-one-logger allows one configuration per process; tests need one per test, each its own run.
     nv_one_logger_compat.forget_configuration()
     os.environ.pop(identity.RUN_ID_VARIABLE, None)
-    identity.this_process.reset()
 
 
 @pytest.fixture(autouse=True)
 def clean_state() -> Iterator[None]:
-    identity.this_process.reset()
     reset_compile_state()
     yield
     torch._dynamo.reset()

@@ -14,10 +14,10 @@ import telemetry_jit
 from telemetry_jit import cli
 from telemetry_jit.analysis.compare import Budget, check, diff
 from telemetry_jit.compat.torch import total_graph_breaks
-from tests.conftest import fresh_provider_state
+from tests.e2e.conftest import fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
-MODELS = Path(__file__).with_name("models.py")
+MODELS = Path(__file__).parents[1] / "models.py"
 PRINT_LINE = next(n for n, line in enumerate(MODELS.read_text().splitlines(), 1) if 'print("", end="")' in line)
 
 

@@ -15,10 +15,11 @@ import torch
 import telemetry_jit
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.report import render_report
-from telemetry_jit.analysis.summary import format_summary, summarize
+from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.compat import torch as torch_compat
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = """
 import dataclasses, json, sys

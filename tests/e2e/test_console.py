@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from telemetry_jit import CompileConsole, hook_trainer_cls
-from tests.conftest import Telemetry
+from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 

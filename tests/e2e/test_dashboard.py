@@ -10,9 +10,9 @@ from pathlib import Path
 import yaml
 
 from telemetry_jit.schema import CompileAttr, MetricName
-from tests.conftest import Telemetry
+from tests.e2e.conftest import Telemetry
 
-DASHBOARD = Path(__file__).resolve().parents[1] / "examples" / "dashboard"
+DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "dashboard"
 
 
 def test_compose_collector_and_provisioning_fit_together() -> None:

@@ -13,9 +13,9 @@ import pytest
 
 import telemetry_jit
 from telemetry_jit import cli
-from tests.otlp_receivers import GrpcReceiver
+from tests.e2e.otlp_receivers import GrpcReceiver
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent(
     """

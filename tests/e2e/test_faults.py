@@ -28,10 +28,10 @@ from typing_extensions import override
 import telemetry_jit
 from telemetry_jit.compat.torch import compiles_recorded_by_torch
 from telemetry_jit.exporters import IsolatedExporter
-from tests.conftest import Telemetry, fresh_provider_state
+from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Block, Net, loader
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 JIT = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
 RELEASE = threading.Event()
 
@@ -127,7 +127,7 @@ def test_a_failure_while_recording_a_compile_costs_one_warning(telemetry: Teleme
     def broken(*args: Any) -> None:
         raise KeyError("a telemetry bug")
 
-    monkeypatch.setattr(telemetry_jit.recording.recorder, "record_attributes", broken)
+    monkeypatch.setattr(telemetry_jit.recording.spans, "record_attributes", broken)
     compiled_before = len(compiles_recorded_by_torch())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -21,10 +21,10 @@ from torch.utils.data import DataLoader
 import telemetry_jit
 from telemetry_jit.exporters import FileExporter
 from telemetry_jit.exporters.finished import FinishedEvent, FinishedSpan
-from tests.conftest import Telemetry, fresh_provider_state
+from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_a_second_run_appends_instead_of_clobbering(tmp_path: Path) -> None:
@@ -249,7 +249,7 @@ def test_a_full_disk_leaves_whole_lines_and_counts_what_it_lost(tmp_path: Path, 
 
 
 def cli_summary(path: Path) -> str:
-    from telemetry_jit.analysis.summary import format_summary
+    from telemetry_jit.analysis.text import format_summary
 
     return format_summary(telemetry_jit.read_telemetry(path)[-1])
 

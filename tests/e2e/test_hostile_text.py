@@ -18,7 +18,7 @@ import lightning.pytorch as pl
 import torch
 
 import telemetry_jit
-from tests.conftest import Telemetry
+from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 

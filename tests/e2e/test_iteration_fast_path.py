@@ -17,7 +17,7 @@ from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 import telemetry_jit
 from telemetry_jit import TimeEventCallback, hook_trainer_cls
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from tests.conftest import fresh_provider_state
+from tests.e2e.conftest import fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 # values that are clocks or measured durations: equal in kind, not in value, between two runs
@@ -103,7 +103,6 @@ def test_an_unverified_nv_one_logger_falls_back_and_says_so_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(nv_one_logger_compat, "ITERATION_FAST_PATH_VERIFIED", ("0.0.0",))
-    monkeypatch.setattr(nv_one_logger_compat, "_said", set())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         records, callback = record_run(tmp_path, fast=True)

@@ -11,9 +11,9 @@ from nv_one_logger.training_telemetry.api import callbacks as one_logger
 
 import telemetry_jit
 from telemetry_jit.compat.torch import compiles_recorded_by_torch
-from tests.conftest import Telemetry
-from tests.test_dynamo_telemetry import assert_matches_torch, attempt, summary_of
-from tests.test_quickstart import run_example
+from tests.e2e.conftest import Telemetry
+from tests.e2e.test_dynamo_telemetry import assert_matches_torch, attempt, summary_of
+from tests.e2e.test_quickstart import run_example
 
 # a shape change is a recompile every time (torch may otherwise remember from an earlier run that a
 # dimension is dynamic, and compile it dynamic from the start)
@@ -59,7 +59,7 @@ def assert_exact(
     assert {s.attributes["train.stage"] for s in spans} == {"train"}
     assert {run.parent(s).name for s in spans} == {parent}
     breaks = [e for s in spans for e in s.events if e.name == "graph_break"]
-    where = f"tests/test_loops.py:{PRINT_LINE}"
+    where = f"e2e/test_loops.py:{PRINT_LINE}"
     assert breaks and all(e.attributes["graph_break.location"].endswith(where) for e in breaks)
     assert summary_of(run.find(parent)[0])["compile.count"] == len(spans) == stats.count
 

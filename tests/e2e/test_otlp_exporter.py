@@ -21,15 +21,15 @@ from packaging.version import Version
 import telemetry_jit
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.exporters import OTLPExporter
-from tests.conftest import fresh_provider_state
-from tests.models import TRAINER_DEFAULTS, Net, loader
-from tests.otlp_receivers import (
+from tests.e2e.conftest import fresh_provider_state
+from tests.e2e.otlp_receivers import (
     GrpcReceiver,
     HttpReceiver,
     MisbehavingCollector,
     ReceivedSpan,
     self_signed_certificate,
 )
+from tests.models import TRAINER_DEFAULTS, Net, loader
 
 SECRET = "Bearer s3cr3t-token-123"
 JIT = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "aot_eager"})
@@ -216,11 +216,11 @@ def test_collector_restarting_mid_run_loses_nothing(configure, tmp_path: Path) -
 @pytest.mark.parametrize(
     ("kwargs", "env", "message"),
     [
-        ({"protocol": "thrift"}, {}, "protocol 'thrift' is not supported"),
-        ({"endpoint": "http://:99999"}, {}, "malformed"),
-        ({"endpoint": "localhost:4318/v1/traces", "protocol": "http/protobuf"}, {}, "malformed"),
+        ({"protocol": "thrift"}, {}, "protocol=...\\)='thrift' is not an OTLP protocol"),
+        ({"endpoint": "http://:99999"}, {}, "is not an OTLP endpoint"),
+        ({"endpoint": "localhost:4318/v1/traces", "protocol": "http/protobuf"}, {}, "is not an OTLP endpoint"),
         ({}, {"OTEL_EXPORTER_OTLP_HEADERS": "authorization"}, "OTEL_EXPORTER_OTLP_HEADERS is malformed"),
-        ({}, {"OTEL_EXPORTER_OTLP_PROTOCOL": "udp"}, "'udp' is not supported"),
+        ({}, {"OTEL_EXPORTER_OTLP_PROTOCOL": "udp"}, "OTEL_EXPORTER_OTLP_PROTOCOL='udp' is not an OTLP protocol"),
     ],
 )
 def test_bad_configuration_is_named(kwargs, env, message, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,17 +237,18 @@ def test_standard_variables_configure_it_and_arguments_win(monkeypatch: pytest.M
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "3")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
     exporter = OTLPExporter()
-    assert (exporter.protocol, exporter.endpoint, exporter.timeout) == (
+    assert (exporter.protocol, exporter.endpoint, exporter.settings.timeout_s) == (
         "http/protobuf",
         "http://collector:4318/v1/traces",
         3.0,
     )
-    assert exporter._headers == {"authorization": SECRET, "x-team": "jit"}
+    assert exporter.settings.headers == {"authorization": SECRET, "x-team": "jit"}
     assert exporter.service_name == "from-env"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4318/v1/traces")
     assert OTLPExporter().endpoint == "http://traces:4318/v1/traces"
     explicit = OTLPExporter("127.0.0.1:4317", protocol="grpc", headers="a=b", service_name="arg", timeout=1)
-    assert (explicit.protocol, explicit.endpoint, explicit._headers, explicit.service_name, explicit.timeout) == (
+    settings = explicit.settings
+    assert (settings.protocol, settings.endpoint, settings.headers, settings.service_name, settings.timeout_s) == (
         "grpc",
         "127.0.0.1:4317",
         {"a": "b"},
@@ -334,7 +335,7 @@ def test_the_standard_batch_processor_variables_apply_and_arguments_win(monkeypa
     from_env = OTLPExporter("127.0.0.1:4317", protocol="grpc")
     from_env.initialize()
     assert batching_of(from_env) == {name: value for name, value in settings.values()}
-    assert from_env.flush_timeout == 4.5  # OTel itself does not use it: it bounds flush and close here
+    assert from_env.settings.flush_timeout_s == 4.5  # OTel itself does not use it: it bounds flush and close here
     from_args = OTLPExporter(
         "127.0.0.1:4317",
         protocol="grpc",
@@ -350,7 +351,7 @@ def test_the_standard_batch_processor_variables_apply_and_arguments_win(monkeypa
         "max_export_batch_size": 5,
         "export_timeout_millis": 700,
     }
-    assert from_args.flush_timeout == 0.7
+    assert from_args.settings.flush_timeout_s == 0.7
     for exporter in (from_env, from_args):
         exporter.close()
 

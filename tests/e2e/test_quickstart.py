@@ -12,9 +12,9 @@ import pytest
 
 import telemetry_jit
 from telemetry_jit import cli
-from tests.conftest import needs_thunder
+from tests.e2e.conftest import needs_thunder
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_example(name: str, out: Path, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,8 +11,8 @@ import lightning.pytorch as pl
 import pytest
 
 from telemetry_jit import JitConfig, cli, hook_trainer_cls
-from tests.browser import CHROMIUM, chromium
-from tests.conftest import Telemetry
+from tests.e2e.browser import CHROMIUM, chromium
+from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts"

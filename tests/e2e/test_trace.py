@@ -15,8 +15,8 @@ import lightning.pytorch as pl
 import pytest
 
 from telemetry_jit import JitConfig, cli, hook_trainer_cls
-from tests.browser import CHROMIUM, chromium
-from tests.conftest import Telemetry
+from tests.e2e.browser import CHROMIUM, chromium
+from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 REQUIRED = {"name", "ph", "ts", "pid", "tid"}
@@ -66,7 +66,7 @@ def test_trace_nests_compiles_under_loops_one_track_per_rank(telemetry: Telemetr
 
 
 SPEEDSCOPE = (
-    Path(__file__).resolve().parents[1] / ".node-speedscope" / "node_modules" / "speedscope" / "dist" / "release"
+    Path(__file__).resolve().parents[2] / ".node-speedscope" / "node_modules" / "speedscope" / "dist" / "release"
 )
 
 

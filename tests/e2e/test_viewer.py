@@ -17,10 +17,10 @@ import pytest
 
 import telemetry_jit
 from telemetry_jit.exporters import OTLPExporter
-from tests.conftest import fresh_provider_state
+from tests.e2e.conftest import fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PHOENIX = Path(os.environ.get("TELEMETRY_JIT_PHOENIX", ROOT / ".venv-phoenix" / "bin" / "phoenix"))
 PROJECT = "telemetry-jit-test"
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 SOURCES = {"telemetry_jit": ROOT / "telemetry_jit", "telemetry_jit.exporters": ROOT / "exporters"}
 

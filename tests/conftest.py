@@ -1,0 +1,32 @@
+"""What every test shares: a process whose one-time warnings have not been said yet, and torch's
+structured trace left off, as in a user's process.
+
+``unit/`` holds fast tests of one part each (no training run); ``e2e/`` real training runs, real
+compilers, real collectors and browsers, for what only they can show.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch  # noqa: F401 - its loggers must exist before pytest's log capture looks for them
+
+from telemetry_jit import notices
+
+# pytest (>= 9.2) attaches its log capture to every logger that does not propagate, torch's
+# structured-trace logger among them; torch then builds that trace at every compile, as under
+# TORCH_TRACE (slower, and it fails on text that is not valid UTF-8). pytest leaves a propagating
+# logger alone; torch's trace has no handler of its own then, so it stays off.
+_TRACE_LOG = logging.getLogger("torch.__trace")
+_TRACE_PROPAGATES = _TRACE_LOG.propagate
+_TRACE_LOG.propagate = True
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    _TRACE_LOG.propagate = _TRACE_PROPAGATES
+
+
+@pytest.fixture(autouse=True)
+def fresh_notices() -> None:
+    notices.process_notices.forget()

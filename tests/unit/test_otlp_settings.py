@@ -1,0 +1,161 @@
+"""OTLP settings: arguments over OpenTelemetry's variables over defaults, and every value that would send
+nothing refused when the exporter is built, naming the variable."""
+
+from __future__ import annotations
+
+import pickle
+import warnings
+
+import pytest
+
+from telemetry_jit.exporters.otlp_settings import (
+    OTLPOptions,
+    OTLPSettings,
+    OTLPSettingsError,
+    redact_url,
+    traces_exporter_wanted,
+)
+
+OTEL_VARIABLES = (
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+    "OTEL_EXPORTER_OTLP_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_HEADERS",
+    "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+    "OTEL_EXPORTER_OTLP_TIMEOUT",
+    "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT",
+    "OTEL_BSP_MAX_QUEUE_SIZE",
+    "OTEL_BSP_SCHEDULE_DELAY",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+    "OTEL_BSP_EXPORT_TIMEOUT",
+    "OTEL_SERVICE_NAME",
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_TRACES_EXPORTER",
+)
+
+
+@pytest.fixture(autouse=True)
+def no_otel_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in OTEL_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+
+
+def resolve(**options: object) -> OTLPSettings:
+    return OTLPSettings.resolve(OTLPOptions(**options))  # type: ignore[arg-type]
+
+
+def test_defaults_are_opentelemetrys() -> None:
+    settings = resolve()
+    assert (settings.protocol, settings.endpoint, settings.timeout_s) == ("grpc", "localhost:4317", 10.0)
+    assert dict(settings.batch) == {"max_queue_size": 2048, "schedule_delay_millis": 5000, "max_export_batch_size": 512}
+    assert settings.flush_timeout_s == 10.0 and settings.metrics
+
+
+def test_http_endpoints_follow_the_base_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
+    settings = resolve()
+    assert (settings.endpoint, settings.metrics_endpoint) == (
+        "http://collector:4318/v1/traces",
+        "http://collector:4318/v1/metrics",
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "0", "OTEL_BSP_MAX_QUEUE_SIZE=0.0: must be a number of spans greater than 0"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "-5", "OTEL_BSP_MAX_QUEUE_SIZE=-5.0: must be a number of spans greater than 0"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "0", "OTEL_BSP_SCHEDULE_DELAY=0.0: must be a number of milliseconds"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=-1.0"),
+        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096", "max_export_batch_size \\(4096.*larger than max_queue_size"),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "0", "OTEL_BSP_EXPORT_TIMEOUT=0.0: must be a number of milliseconds"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "0", "OTEL_EXPORTER_OTLP_TIMEOUT=0.0: must be a number of seconds"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1", "OTEL_EXPORTER_OTLP_TIMEOUT=-1.0: must be a number of seconds"),
+        ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "nan", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT=nan"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url", "OTEL_EXPORTER_OTLP_ENDPOINT='not a url' is not an OTLP endpoint"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://:99999", "is not an OTLP endpoint"),
+        ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "ftp://x", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT='ftp://x'"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "udp", "OTEL_EXPORTER_OTLP_PROTOCOL='udp' is not an OTLP protocol"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "http/json is not supported"),
+        ("OTEL_EXPORTER_OTLP_HEADERS", "authorization", "OTEL_EXPORTER_OTLP_HEADERS is malformed"),
+    ],
+)
+def test_a_value_that_would_send_nothing_is_an_error_naming_the_variable(
+    variable: str, value: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(OTLPSettingsError, match=message):
+        resolve()
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_BSP_EXPORT_TIMEOUT"],
+)
+def test_a_value_that_is_no_number_gets_opentelemetrys_treatment(
+    variable: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = resolve()
+    monkeypatch.setenv(variable, "lots")
+    with pytest.warns(RuntimeWarning, match=f"{variable}='lots' is not a number.*default is used"):
+        assert resolve() == expected
+
+
+@pytest.mark.parametrize("variable", OTEL_VARIABLES)
+def test_an_empty_variable_counts_as_unset(variable: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    expected = resolve()
+    monkeypatch.setenv(variable, "")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve() == expected
+
+
+def test_arguments_win_and_are_checked_alike(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "0")  # the argument wins: no error
+    assert resolve(max_queue_size=10, max_export_batch_size=5).batch["max_queue_size"] == 10
+    with pytest.raises(OTLPSettingsError, match=r"OTLPExporter\(timeout=...\)=0: must be a number of seconds"):
+        resolve(timeout=0)
+
+
+def test_headers_are_read_as_opentelemetry_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20SECRET, x-team = jit")
+    assert dict(resolve().headers) == {"authorization": "Bearer SECRET", "x-team": "jit"}
+
+
+def test_secrets_stay_out_of_every_representation(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20SECRET")
+    options = OTLPOptions(endpoint="http://user:PASSWORD@collector:4318/v1/traces", protocol="http/protobuf")
+    settings = OTLPSettings.resolve(options)
+    for text in (repr(options), repr(settings), str(settings)):
+        assert "SECRET" not in text and "PASSWORD" not in text and "collector" in text
+    # what a spawned rank receives: the arguments given, not what came from the environment
+    assert b"SECRET" not in pickle.dumps(options)
+    assert redact_url("http://user:PASSWORD@collector:4318/x") == "http://user:***@collector:4318/x"
+
+
+@pytest.mark.parametrize(
+    ("value", "wanted"),
+    [("otlp", True), ("console, otlp", True), (" otlp_proto_http ", True), ("none", False), ("console", False)],
+)
+def test_the_traces_exporter_variable_is_read_as_opentelemetry_reads_it(
+    value: str, wanted: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", value)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert traces_exporter_wanted() is wanted
+
+
+def test_an_unknown_traces_exporter_name_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otpl")
+    with pytest.raises(OTLPSettingsError, match="OTEL_TRACES_EXPORTER='otpl' names 'otpl'.*use one of"):
+        traces_exporter_wanted()
+
+
+def test_names_telemetry_jit_leaves_to_opentelemetry_are_said(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
+    with pytest.warns(RuntimeWarning, match="names console; telemetry-jit exports only over OTLP"):
+        assert not traces_exporter_wanted()

@@ -1,0 +1,117 @@
+"""The recorder on its own: records in, spans out (to a real nv-one-logger provider and file), listeners
+told, failures contained. No training run: the records are what a probe would hand over."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nv_one_logger.training_telemetry.api import callbacks as one_logger
+from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+
+import telemetry_jit
+from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.recording.recorder import CompileRecorder
+from telemetry_jit.recording.stats import CompileStats
+from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak
+
+
+@pytest.fixture
+def provider(tmp_path: Path) -> Iterator[TrainingTelemetryProvider]:
+    nv_one_logger_compat.forget_configuration()
+    yield telemetry_jit.configure("recorder-test", file=tmp_path / "t.jsonl")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        telemetry_jit.shutdown()
+    nv_one_logger_compat.forget_configuration()
+
+
+def record(compile_id: str = "0/0", trigger: str = "dynamo", **fields: object) -> CompileRecord:
+    defaults: dict[str, object] = {"frame": "forward", "location": "/src/train.py:10", "backend": "eager"}
+    return CompileRecord(
+        source="dynamo",
+        compile_id=compile_id,
+        trigger=trigger,  # type: ignore[arg-type]
+        start_ns=1_000_000_000,
+        end_ns=1_250_000_000,
+        is_recompile=not compile_id.endswith("/0"),
+        **{**defaults, **fields},  # type: ignore[arg-type]
+    )
+
+
+class Remember(CompileListener):
+    def __init__(self) -> None:
+        self.records: list[CompileRecord] = []
+
+    def recorded(self, record: CompileRecord) -> None:
+        self.records.append(record)
+
+
+def test_a_record_becomes_a_span_under_the_running_loop_with_its_events(
+    provider: TrainingTelemetryProvider, tmp_path: Path
+) -> None:
+    listener = Remember()
+    recorder = CompileRecorder(provider, listeners=[listener])
+    one_logger.on_train_start(train_iterations_start=0, train_samples_start=0, train_iterations_target_or_fn=10)
+    recorder.start(lambda: (7, "train"), rank=0)
+    breaking = GraphBreak("Call to `torch._dynamo.graph_break()`\n  Explanation: ...", "/src/train.py:12")
+    recorder.record(record(graph_breaks=[breaking], recompile_reason=""))
+    recorder.record(record("0/1", recompile_reason="0/0: tensor 'x' size mismatch at index 0. expected 8, actual 6"))
+    recorder.stop()
+    stats = recorder.emit_summary(None)
+    one_logger.on_train_end()
+    run = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1]
+
+    (loop,) = run.find("training_loop")
+    spans = sorted(run.find("compilation"), key=lambda s: s.attributes["compile.id"])
+    assert [s.parent_id for s in spans] == [loop.span_id, loop.span_id]
+    first, second = spans
+    assert (first.start_unix_ns, first.end_unix_ns) == (1_000_000_000, 1_250_000_000)
+    assert first.attributes["train.global_step"] == 7 and first.attributes["train.stage"] == "train"
+    assert [e.attributes["graph_break.location"] for e in first.events] == ["/src/train.py:12"]
+    assert first.events[0].attributes["graph_break.reason"] == "Call to `torch._dynamo.graph_break()`"
+    assert second.attributes["compile.is_recompile"] and not second.events
+    # listeners hear of each record, with where training was
+    assert [r.compile_id for r in listener.records] == ["0/0", "0/1"]
+    assert all(r.context == CompileContext(7, "train", r.context.parent, 0) for r in listener.records)
+    assert (stats.count, stats.recompile_count, stats.graph_break_count) == (2, 1, 1)
+
+
+def test_a_lazy_backward_graph_of_a_recompile_is_not_another_recompile() -> None:
+    stats = CompileStats()
+    stats.recorded(record("0/1"))
+    stats.recorded(record("0/1", trigger="lazy_backward"))
+    assert (stats.count, stats.recompile_count) == (2, 1)
+
+
+def test_a_failing_listener_costs_one_warning_and_nothing_else(
+    provider: TrainingTelemetryProvider, tmp_path: Path
+) -> None:
+    class Broken(CompileListener):
+        def recorded(self, record: CompileRecord) -> None:
+            raise KeyError("a listener's bug")
+
+    recorder = CompileRecorder(provider, listeners=[Broken()])
+    recorder.start(lambda: (0, "train"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for attempt in range(3):
+            recorder.record(record(f"0/{attempt}"))
+    recorder.stop()
+    said = [str(w.message) for w in caught if "could not record a compilation" in str(w.message)]
+    assert len(said) == 1 and "in Broken" in said[0] and "a listener's bug" in said[0]
+    assert recorder.stats.count == 3  # the other listeners still heard
+    telemetry_jit.shutdown()
+    assert len(telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1].find("compilation")) == 3
+
+
+def test_the_totals_stay_bounded_whatever_the_run_length() -> None:
+    stats = CompileStats()
+    for attempt in range(1, 1001):
+        stats.recorded(record(f"0/{attempt}", recompile_reason=f"0/{attempt - 1}: size mismatch, {attempt}"))
+    assert (stats.count, stats.recompile_count) == (1000, 1000)
+    assert len(stats.recompile_reasons) == 200  # distinct reasons kept, the rest still counted
+    assert len(stats.attributes(wall_time_s=1.0)["compile.top_recompile_reasons"]) == 5

@@ -28,7 +28,7 @@ from telemetry_jit.exporters import OTLPExporter
 from telemetry_jit.schema import JitSpanName
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.otlp_receivers import GrpcReceiver  # noqa: E402 - a real receiver, shared with the tests
+from tests.e2e.otlp_receivers import GrpcReceiver  # noqa: E402 - a real receiver, shared with the tests
 
 
 def spans_per_second(exporter: OTLPExporter | None, folder: Path, count: int) -> float:

@@ -24,8 +24,9 @@ from nv_one_logger.training_telemetry.api.callbacks import on_app_end, on_app_st
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
 import telemetry_jit
-from telemetry_jit.recording.recorder import CompileContext, CompileRecorder, graph_break_attributes, record_attributes
-from telemetry_jit.recording.records import CompileRecord, GraphBreak
+from telemetry_jit.recording.recorder import CompileRecorder
+from telemetry_jit.recording.spans import graph_break_attributes, record_attributes
+from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak
 from telemetry_jit.schema import JitEventName, JitSpanName
 
 
@@ -72,18 +73,20 @@ def main() -> None:
         provider = telemetry_jit.configure("recording-cost", file=Path(folder) / "t.jsonl")
         recorder = CompileRecorder(provider)
         context = CompileContext(global_step=7, stage="train", parent=on_app_start())
+        recorder.start(lambda: (7, "train"))
         records = [record(i) for i in range(args.spans)]
         for item in records:
             item.context = context
         samples, own = [], []
         for item in records:
             start = time.perf_counter_ns()
-            recorder._record(item)
+            recorder.record(item)
             samples.append(time.perf_counter_ns() - start)
             if not args.alone:
                 start = time.perf_counter_ns()
                 nv_one_logger_span_calls(provider.recorder, item, context)
                 own.append(time.perf_counter_ns() - start)
+        recorder.stop()
         on_app_end()
     ours = statistics.median(samples) / 1000
     print(f"{args.spans} compilation spans, 3 graph-break events each, to a JSON Lines file")

@@ -115,3 +115,29 @@ def test_the_totals_stay_bounded_whatever_the_run_length() -> None:
     assert (stats.count, stats.recompile_count) == (1000, 1000)
     assert len(stats.recompile_reasons) == 200  # distinct reasons kept, the rest still counted
     assert len(stats.attributes(wall_time_s=1.0)["compile.top_recompile_reasons"]) == 5
+
+
+def test_metrics_count_what_the_spans_say() -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from telemetry_jit.recording.metrics import CompileMetrics
+
+    reader = InMemoryMetricReader()
+    metrics = CompileMetrics(MeterProvider(metric_readers=[reader]))
+    breaking = GraphBreak("Call to `torch._dynamo.graph_break()`")
+    for item in (record(graph_breaks=[breaking, breaking]), record("0/1"), record("0/1", trigger="lazy_backward")):
+        item.context = CompileContext(rank=3)
+        metrics.recorded(item)
+    points = {
+        metric.name: metric.data.data_points[0]
+        for resource in reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+    }
+    assert points["telemetry_jit.compilations"].value == 3
+    assert points["telemetry_jit.recompilations"].value == 1  # the recompile's backward graph is part of it
+    assert points["telemetry_jit.graph_breaks"].value == 2
+    duration = points["telemetry_jit.compile.duration"]
+    assert duration.count == 3 and abs(duration.sum - 0.75) < 1e-9
+    assert dict(duration.attributes) == {"compile.frame": "forward", "compile.source": "dynamo", "rank": 3}

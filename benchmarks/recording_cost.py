@@ -24,7 +24,7 @@ from nv_one_logger.training_telemetry.api.callbacks import on_app_end, on_app_st
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
 import telemetry_jit
-from telemetry_jit.recording.recorder import CompileRecorder
+from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.spans import graph_break_attributes, record_attributes
 from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak
 from telemetry_jit.schema import JitEventName, JitSpanName
@@ -73,7 +73,7 @@ def main() -> None:
         provider = telemetry_jit.configure("recording-cost", file=Path(folder) / "t.jsonl")
         recorder = CompileRecorder(provider)
         context = CompileContext(global_step=7, stage="train", parent=on_app_start())
-        recorder.start(lambda: (7, "train"))
+        recorder.start(lambda: Position(7, "train"))
         records = [record(i) for i in range(args.spans)]
         for item in records:
             item.context = context

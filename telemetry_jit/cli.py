@@ -9,10 +9,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from telemetry_jit.analysis.compare import Budget, check, diff
+from telemetry_jit.analysis.compare import Budget, CannotTell, check, diff
 from telemetry_jit.analysis.reader import TelemetryFileError, TelemetryRun, read_telemetry
 from telemetry_jit.analysis.report import render_report
-from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.analysis.text import format_diff, format_rank_comparison, format_summary
 from telemetry_jit.analysis.trace import to_trace_events
 
@@ -23,6 +23,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     summary = commands.add_parser("summary", help="print compile time, recompiles and graph breaks of a run")
     summary.add_argument("files", nargs="+", help="JSON Lines files written by telemetry-jit (one per rank)")
     summary.add_argument("--all-runs", action="store_true", help="summarize every run in a file, not only the last")
+    summary.add_argument("--json", action="store_true", help="print JSON for tools (schema: docs/telemetry.md)")
     trace = commands.add_parser("trace", help="write a Chrome Trace Event / Perfetto JSON file (one track per rank)")
     trace.add_argument("files", nargs="+", help="JSON Lines files written by telemetry-jit (one per rank)")
     trace.add_argument("-o", "--output", required=True, help="the trace file to write, e.g. trace.json")
@@ -40,8 +41,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     check.add_argument("--baseline", help="a run to compare with (for --no-new-graph-breaks)")
     check.add_argument("--max-graph-breaks", type=int, metavar="N")
     check.add_argument("--max-recompiles", type=int, metavar="N")
+    check.add_argument(
+        "--max-unexpected-recompiles",
+        type=int,
+        metavar="N",
+        help="recompiles beyond the expected price of switching stages (once per frame)",
+    )
     check.add_argument("--max-compile-share", metavar="P", help="percent of the loop's wall time, e.g. 25 or 25%%")
     check.add_argument("--no-new-graph-breaks", action="store_true", help="fail on a graph break the baseline lacks")
+    check.add_argument(
+        "--user-code-only", action="store_true", help="graph-break budgets count only breaks in your own code"
+    )
     args = parser.parse_args(argv)
     if args.command == "trace":
         return _trace(args.files, args.output)
@@ -53,6 +63,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _check(args)
 
     runs, status = _load_runs(args.files, all_runs=args.all_runs)
+    if args.json:
+        print(json.dumps({"runs": [summary_json(run) for run in runs]}, indent=2))
+        return status
     for run in runs:
         print(format_summary(run))
     comparison = format_rank_comparison(runs)
@@ -114,11 +127,18 @@ def _check(args: argparse.Namespace) -> int:
     runs, status = _load_runs([args.file, *([args.baseline] if args.baseline else [])])
     if status:
         return 2
-    budget = Budget(args.max_graph_breaks, args.max_recompiles, share, args.no_new_graph_breaks)
+    budget = Budget(
+        max_graph_breaks=args.max_graph_breaks,
+        max_recompiles=args.max_recompiles,
+        max_unexpected_recompiles=args.max_unexpected_recompiles,
+        max_compile_share=share,
+        no_new_graph_breaks=args.no_new_graph_breaks,
+        user_code_only=args.user_code_only,
+    )
     try:
         broken = check(runs[0], budget, baseline=runs[1] if args.baseline else None)
-    except ValueError as error:
-        print(f"telemetry-jit check: {error}", file=sys.stderr)
+    except CannotTell as error:
+        print(f"telemetry-jit check: cannot tell: {error}", file=sys.stderr)
         return 2
     if broken:
         print(f"telemetry-jit check: {args.file} breaks its compile budget:")

@@ -12,7 +12,7 @@ from telemetry_jit.compat.nv_one_logger import telemetry_enabled
 from telemetry_jit.configuration import set_rank as tell_exporters_rank
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
-from telemetry_jit.recording.recorder import CompileRecorder
+from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats
 
 
@@ -57,7 +57,7 @@ class CompileTelemetry:
     def step(self, global_step: int) -> None:
         """The loop is at ``global_step`` now (cheap: call it every step)."""
         self.global_step = global_step
-        self._recorder.batch_started(global_step)
+        self._recorder.batch_started(global_step, stage=self.stage)
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
         """Which process of a distributed job this is, for every record (files become per rank)."""
@@ -86,5 +86,5 @@ class CompileTelemetry:
             self._owns_application = False
             one_logger.on_app_end()
 
-    def _position(self) -> tuple[int, str]:
-        return self.global_step, self.stage
+    def _position(self) -> Position:
+        return Position(self.global_step, self.stage)

@@ -4,7 +4,10 @@ listeners. No torch, no nv-one-logger at run time: the analysis side shares the 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal
+
+from telemetry_jit.diagnosis import BreakText, Classified, break_fix, owner_of, parse_break, user_location
 
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
@@ -39,6 +42,25 @@ class GraphBreak:
     def summary(self) -> str:
         return self.reason.strip().split("\n", 1)[0]
 
+    @cached_property
+    def owner(self) -> str:
+        """Whose code the break is in (``user``, ``torch``, ``lightning``, ``python`` or a package)."""
+        return owner_of(self.location)
+
+    @cached_property
+    def user_location(self) -> str:
+        """The innermost line of the user's code that led to the break (itself, when it is the user's)."""
+        return user_location((*self.stack, self.location) if self.location else self.stack)
+
+    @cached_property
+    def text(self) -> BreakText:
+        """torch's type, explanation, hints and documentation link for it."""
+        return parse_break(self.reason)
+
+    @property
+    def fix(self) -> str:
+        return break_fix(self.owner, self.text, self.user_location, self.location)
+
 
 @dataclass(frozen=True)
 class CompileContext:
@@ -48,6 +70,8 @@ class CompileContext:
     stage: str = ""
     parent: Span | None = None  # the nv-one-logger span the compilation span hangs under
     rank: int = 0
+    batch_index: int | None = None  # the batch of its loop, where the loop says
+    batches: int | None = None  # batches in that loop (the epoch), where known and finite
 
 
 @dataclass
@@ -79,6 +103,8 @@ class CompileRecord:
     # facts the compiler in use does not expose (e.g. a field an older torch lacks): absent, not zero
     unavailable: tuple[str, ...] = ()
     context: CompileContext | None = None  # where training was when the compile started
+    callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
+    cause: Classified | None = None  # why it recompiled (set when the recorder takes it)
 
     @property
     def duration_ms(self) -> float:

@@ -29,6 +29,7 @@ class JitEventName(str, Enum):
     GRAPH_BREAK = "graph_break"
     DDP_GRAPH_SPLIT = "ddp_graph_split"
     COMPILE_SUMMARY = "compile_summary"
+    FIRST_STEP = "first_step"
 
     def __str__(self) -> str:
         return self.value
@@ -59,6 +60,8 @@ class CompileAttr:
     RECOMPILE_COUNT: Final = "compile.recompile_count"
     RECOMPILE_LIMIT_HITS: Final = "compile.recompile_limit_hits"
     RECOMPILE_REASON: Final = "compile.recompile_reason"
+    RECOMPILE_CAUSE: Final = "compile.recompile_cause"  # one of telemetry_jit.diagnosis.CAUSES
+    RECOMPILE_EXPECTED: Final = "compile.recompile_expected"  # the one-time price (a frame's first stage switch)
     SOURCE: Final = "compile.source"
     THUNDER_CACHE_HITS: Final = "compile.thunder_cache_hits"
     THUNDER_CACHE_MISSES: Final = "compile.thunder_cache_misses"
@@ -90,6 +93,14 @@ class GraphBreakAttr:
     LOCATION: Final = "graph_break.location"
     REASON: Final = "graph_break.reason"
     REASON_FULL: Final = "graph_break.reason_full"
+    OWNER: Final = "graph_break.owner"
+    USER_LOCATION: Final = "graph_break.user_location"
+    STACK: Final = "graph_break.stack"
+    TYPE: Final = "graph_break.type"
+    EXPLANATION: Final = "graph_break.explanation"
+    HINTS: Final = "graph_break.hints"
+    DOC_URL: Final = "graph_break.doc_url"
+    FIX: Final = "graph_break.fix"
 
 
 class DdpAttr:
@@ -106,6 +117,25 @@ class TrainAttr:
 
     GLOBAL_STEP: Final = "train.global_step"
     STAGE: Final = "train.stage"
+    BATCH_INDEX: Final = "train.batch_index"  # the batch of its loop
+    BATCHES: Final = "train.batches"  # batches in that loop, where known
+
+
+class StepAttr:
+    """Attributes of ``first_step`` events: the first step of a stage, and its compiling."""
+
+    STAGE: Final = "step.stage"
+    GLOBAL_STEP: Final = "step.global_step"
+    BATCH_INDEX: Final = "step.batch_index"
+    WALL_MS: Final = "step.wall_ms"
+    COMPILE_MS: Final = "step.compile_ms"
+    COMPILATIONS: Final = "step.compilations"
+    OTHER_MS: Final = "step.other_ms"
+
+    @staticmethod
+    def phase_time(phase: str) -> str:
+        """Seconds of the step's compiling: ``forward``, ``backward`` graphs, ``inductor``'s part."""
+        return f"step.compile.{phase}_s"
 
 
 class MetricName:

@@ -6,9 +6,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from telemetry_jit.analysis.diagnose import frame_label, is_recompile
 from telemetry_jit.analysis.reader import TelemetryRun
-from telemetry_jit.analysis.summary import first_line, frame_label, is_recompile, short_location, summarize
-from telemetry_jit.schema import CompileAttr, GraphBreakAttr
+from telemetry_jit.analysis.summary import first_line, summarize
+from telemetry_jit.diagnosis import owner_of, short
+from telemetry_jit.schema import CompileAttr, GraphBreakAttr, TrainingSpanName
 
 BreakKey = tuple[str, str]  # (file:line as the summary shows it, first line of the reason)
 
@@ -43,6 +45,13 @@ class RunFigures:
     cache_hits: int
     cache_misses: int
     frames: dict[str, FrameFigures]  # "frame (file:line)" -> figures
+    causes: Counter[str] = field(default_factory=Counter)  # recompiles by cause, the expected price apart
+    user_graph_breaks: Counter[BreakKey] = field(default_factory=Counter)  # breaks in the user's own code
+
+    @property
+    def unexpected_recompiles(self) -> int:
+        """Recompiles less the expected price of switching stages (once per frame)."""
+        return sum(count for cause, count in self.causes.items() if cause != EXPECTED_STAGE_SWITCH)
 
     @property
     def compile_share(self) -> float:
@@ -65,7 +74,12 @@ class RunFigures:
             "cache_hits": self.cache_hits,
             "cache_misses": self.cache_misses,
             "cache_hit_rate": self.cache_hit_rate,
+            "unexpected_recompiles": self.unexpected_recompiles,
+            "recompile_causes": dict(self.causes),
         }
+
+
+EXPECTED_STAGE_SWITCH = "stage_switch (expected)"
 
 
 def figures(run: TelemetryRun) -> RunFigures:
@@ -80,21 +94,31 @@ def figures(run: TelemetryRun) -> RunFigures:
         if is_recompile(span):
             frame.recompiles += 1
             frame.recompile_reasons[first_line(span.attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown")] += 1
+    causes: Counter[str] = Counter()
+    for row in summary.diagnosis.causes:
+        causes[row.cause] += row.unexpected
+        causes[EXPECTED_STAGE_SWITCH] += row.expected
+    breaks = [(event, _break_key(event.attributes)) for event in summary.breaks]
     return RunFigures(
         compiles=len(summary.compiles),
         recompiles=len(summary.recompiles),
         compile_ms=summary.compile_ms,
         wall_ms=summary.wall_ms,
-        graph_breaks=Counter(
-            (
-                short_location(str(event.attributes.get(GraphBreakAttr.LOCATION) or "unknown location")),
-                first_line(event.attributes.get(GraphBreakAttr.REASON) or ""),
-            )
-            for event in summary.breaks
-        ),
+        graph_breaks=Counter(key for _, key in breaks),
         cache_hits=summary.warm_start.hits,
         cache_misses=summary.warm_start.misses,
         frames=frames,
+        causes=+causes,
+        user_graph_breaks=Counter(
+            key for event, key in breaks if owner_of(str(event.attributes.get(GraphBreakAttr.LOCATION) or "")) == "user"
+        ),
+    )
+
+
+def _break_key(attributes: dict[str, Any]) -> BreakKey:
+    return (
+        short(str(attributes.get(GraphBreakAttr.LOCATION) or "unknown location")),
+        first_line(attributes.get(GraphBreakAttr.REASON) or ""),
     )
 
 
@@ -112,6 +136,15 @@ class RunDiff:
     def fixed_graph_breaks(self) -> Counter[BreakKey]:
         return self.base.graph_breaks - self.new.graph_breaks
 
+    @property
+    def new_causes(self) -> Counter[str]:
+        """Recompiles by cause that the new run has more of than the base."""
+        return self.new.causes - self.base.causes
+
+    @property
+    def fixed_causes(self) -> Counter[str]:
+        return self.base.causes - self.new.causes
+
     def frames(self) -> list[tuple[str, FrameFigures, FrameFigures]]:
         """``(frame, base figures, new figures)`` for every frame either run compiled."""
         return [
@@ -125,6 +158,8 @@ class RunDiff:
             "new": self.new.as_json(),
             "new_graph_breaks": _breaks_json(self.new_graph_breaks),
             "fixed_graph_breaks": _breaks_json(self.fixed_graph_breaks),
+            "new_recompile_causes": dict(self.new_causes),
+            "fixed_recompile_causes": dict(self.fixed_causes),
             "frames": [{"frame": frame, "base": b.as_json(), "new": n.as_json()} for frame, b, n in self.frames()],
         }
 
@@ -137,33 +172,77 @@ def diff(base: TelemetryRun, new: TelemetryRun) -> RunDiff:
     return RunDiff(figures(base), figures(new))
 
 
+class CannotTell(ValueError):
+    """``check`` cannot measure what a budget asks: no budget, an unfinished run, a missing baseline."""
+
+
 @dataclass
 class Budget:
     """What ``telemetry-jit check`` enforces; ``None`` leaves a figure unchecked."""
 
     max_graph_breaks: int | None = None
     max_recompiles: int | None = None
+    max_unexpected_recompiles: int | None = None  # the expected price of switching stages not counted
     max_compile_share: float | None = None  # 0 - 1
     no_new_graph_breaks: bool = False  # against a baseline run
+    user_code_only: bool = False  # graph-break budgets count only breaks in the user's own code
+
+    @property
+    def empty(self) -> bool:
+        figures = (self.max_graph_breaks, self.max_recompiles, self.max_unexpected_recompiles, self.max_compile_share)
+        return all(figure is None for figure in figures) and not self.no_new_graph_breaks
 
 
 def check(run: TelemetryRun, budget: Budget, baseline: TelemetryRun | None = None) -> list[str]:
-    """Every way ``run`` breaks ``budget``, each a readable sentence; empty when it keeps it."""
+    """Every way ``run`` breaks ``budget``, each a readable sentence; empty when it keeps it.
+
+    Raises:
+        CannotTell: there is no budget, the run (or the baseline) did not finish, or a baseline budget
+            has no baseline: a gate must not pass what it cannot measure.
+    """
+    if budget.empty:
+        raise CannotTell(
+            "no budget given, so nothing would be checked: pass at least one of --max-graph-breaks, "
+            "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks."
+        )
     if budget.no_new_graph_breaks and baseline is None:
-        raise ValueError("--no-new-graph-breaks compares with a baseline run: pass --baseline FILE.")
+        raise CannotTell("--no-new-graph-breaks compares with a baseline run: pass --baseline FILE.")
+    for name, checked in (("the run", run), ("the baseline", baseline)):
+        if checked is not None and (unfinished := unfinished_loops(checked)):
+            raise CannotTell(
+                f"{name} did not finish: its {', '.join(unfinished)} never ended (the process was killed or is still "
+                "running), so its figures are incomplete."
+            )
     new = figures(run)
+    breaks_of = (lambda figures: figures.user_graph_breaks) if budget.user_code_only else (lambda f: f.graph_breaks)
+    which = " in your code" if budget.user_code_only else ""
     broken = []
-    breaks = sum(new.graph_breaks.values())
+    breaks = sum(breaks_of(new).values())
     if budget.max_graph_breaks is not None and breaks > budget.max_graph_breaks:
-        broken.append(f"{breaks} graph breaks, more than the {budget.max_graph_breaks} allowed")
+        broken.append(f"{breaks} graph breaks{which}, more than the {budget.max_graph_breaks} allowed")
     if budget.max_recompiles is not None and new.recompiles > budget.max_recompiles:
         broken.append(f"{new.recompiles} recompilations, more than the {budget.max_recompiles} allowed")
+    allowed = budget.max_unexpected_recompiles
+    if allowed is not None and new.unexpected_recompiles > allowed:
+        causes = ", ".join(f"{cause} {n}" for cause, n in new.causes.items() if cause != EXPECTED_STAGE_SWITCH)
+        broken.append(
+            f"{new.unexpected_recompiles} recompilations beyond the expected stage switches ({causes}), more than "
+            f"the {allowed} allowed"
+        )
     if budget.max_compile_share is not None and new.compile_share > budget.max_compile_share:
         broken.append(
             f"compiling took {100 * new.compile_share:.1f}% of the run, more than the "
             f"{100 * budget.max_compile_share:g}% allowed"
         )
     if budget.no_new_graph_breaks and baseline is not None:
-        for (location, reason), count in sorted((new.graph_breaks - figures(baseline).graph_breaks).items()):
-            broken.append(f"new graph break at {location} ({count}x, not in the baseline): {reason}")
+        for (location, reason), count in sorted((breaks_of(new) - breaks_of(figures(baseline))).items()):
+            broken.append(f"new graph break{which} at {location} ({count}x, not in the baseline): {reason}")
     return broken
+
+
+def unfinished_loops(run: TelemetryRun) -> list[str]:
+    """The loop spans of ``run`` that started and never ended."""
+    return sorted({span.name for span in run.spans.values() if span.name in _LOOPS and span.end_unix_ns is None})
+
+
+_LOOPS = frozenset((TrainingSpanName.TRAINING_LOOP, TrainingSpanName.VALIDATION_LOOP, TrainingSpanName.TESTING_LOOP))

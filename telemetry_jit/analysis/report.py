@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from html import escape
 
-from telemetry_jit.analysis.summary import (
+from telemetry_jit.analysis.diagnose import is_recompile
+from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, RunSummary
+from telemetry_jit.analysis.text import (
     BREAK_HEADERS,
-    DDP_HEADERS,
-    FRAME_HEADERS,
-    THUNDER_HEADERS,
-    ReasonRow,
-    RunSummary,
-    is_recompile,
-    short_location,
+    CAUSE_HEADERS,
+    break_rows,
+    cause_rows,
+    diagnosis_items,
+    diagnosis_notes,
 )
+from telemetry_jit.diagnosis import short
 from telemetry_jit.schema import CompileAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr, TrainingSpanName
 
 _WIDTH, _ROW, _LEFT = 1100, 22, 150
@@ -23,6 +25,21 @@ _COLOURS = {
     TrainingSpanName.VALIDATION_LOOP: "#c7e9c0",
     TrainingSpanName.TESTING_LOOP: "#fdd0a2",
 }
+
+_LEGEND = (
+    '<p class="legend" id="timeline-legend">'
+    + " ".join(
+        f'<span><i style="background:{colour}"></i>{escape(label)}</span>'
+        for colour, label in (
+            (_COLOURS[TrainingSpanName.TRAINING_LOOP], "training loop"),
+            (_COLOURS[TrainingSpanName.VALIDATION_LOOP], "validation loop"),
+            (_COLOURS[TrainingSpanName.TESTING_LOOP], "test loop"),
+            ("#e34a33", "compilation"),
+            ("#b30000", "recompilation (the line below marks its step, its number the global step)"),
+        )
+    )
+    + " Hover a bar for what compiled, why, and how long it took.</p>"
+)
 
 _STYLE = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; }
@@ -33,6 +50,10 @@ th { background: #f3f3f3; } .num { text-align: right; } .muted { color: #777; }
 .cards { display: flex; gap: 1em; flex-wrap: wrap; }
 .card { border: 1px solid #ddd; border-radius: 6px; padding: .6em 1em; }
 .card b { display: block; font-size: 1.3em; } svg text { font: 11px system-ui, sans-serif; }
+.legend span { margin-right: 1.2em; }
+.legend i { display: inline-block; width: .9em; height: .9em; margin-right: .3em; }
+#diagnosis { background: #fff8e6; border: 1px solid #f0d080; border-radius: 6px; padding: .4em 1em; }
+#diagnosis pre { white-space: pre-wrap; font: 13px/1.45 ui-monospace, monospace; }
 """
 
 
@@ -96,7 +117,7 @@ def _timeline(summary: RunSummary) -> str:
     seconds = (end - start) / 1e9
     parts.append(f'<text x="{_LEFT}" y="{height - 4}">0 s</text>')
     parts.append(f'<text x="{_WIDTH - 60}" y="{height - 4}">{seconds:.2f} s</text>')
-    return f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>'
+    return f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND
 
 
 def _break_details(summary: RunSummary) -> str:
@@ -106,15 +127,46 @@ def _break_details(summary: RunSummary) -> str:
             if event.name != JitEventName.GRAPH_BREAK:
                 continue
             attributes = event.attributes
-            location = short_location(str(attributes.get(GraphBreakAttr.LOCATION) or "unknown location"))
+            location = short(str(attributes.get(GraphBreakAttr.LOCATION) or "unknown location"))
             frame, compile_id = span.attributes.get(CompileAttr.FRAME, ""), span.attributes.get(CompileAttr.ID, "")
             full = escape(str(attributes.get(GraphBreakAttr.REASON_FULL, "")))
+            stack = attributes.get(GraphBreakAttr.STACK)
+            path = escape("\n".join(str(frame) for frame in stack)) if isinstance(stack, list) else ""
+            owner = attributes.get(GraphBreakAttr.OWNER)
+            whose = f" in {escape(str(owner))}'s code" if owner and owner != "user" else ""
+            user = attributes.get(GraphBreakAttr.USER_LOCATION)
+            reached = f", reached from {escape(short(str(user)))}" if user and owner != "user" else ""
             items.append(
-                f"<li><b>{escape(location)}</b> ({escape(str(frame))}, compile {escape(str(compile_id))}): "
-                f"{escape(str(attributes.get(GraphBreakAttr.REASON)))}"
-                f"<details><summary>torch's full reason</summary><pre>{full}</pre></details></li>"
+                f"<li><b>{escape(location)}</b>{whose}{reached} ({escape(str(frame))}, compile "
+                f"{escape(str(compile_id))}): {escape(str(attributes.get(GraphBreakAttr.REASON)))}"
+                f"<details><summary>torch's full reason{' and the call stack' if path else ''}</summary>"
+                f"<pre>{full}</pre>{f'<pre>{path}</pre>' if path else ''}</details></li>"
             )
     return f'<ul id="graph-breaks">{"".join(items[:200])}</ul>' if items else '<p class="muted">No graph breaks.</p>'
+
+
+def _linked(text: str) -> str:
+    """``text`` escaped, a documentation address in it a link."""
+    escaped = escape(text)
+    return re.sub(r"(https?://[^\s<]+)", r'<a href="\1">\1</a>', escaped)
+
+
+def _diagnosis(summary: RunSummary) -> str:
+    """The first screen: what to fix first, the expected price, the first steps (the summary's words)."""
+    items = diagnosis_items(summary.diagnosis)
+    notes = diagnosis_notes(summary.diagnosis)
+    if not items and not notes:
+        return '<div id="diagnosis"><p>Nothing to fix: no recompile and no graph break.</p></div>'
+    listed = "".join(
+        f"<li><b>{escape(head)}</b>" + "".join(f"<br>{_linked(detail)}" for detail in details) + "</li>"
+        for head, *details in items
+    )
+    return (
+        '<div id="diagnosis"><h2>What to fix first</h2>'
+        + (f"<ol>{listed}</ol>" if listed else "")
+        + "".join(f'<p class="muted">{escape(note)}</p>' for note in notes)
+        + '<p class="muted">Each cause and its fix, with examples: docs/fixing.md.</p></div>'
+    )
 
 
 def render_report(summary: RunSummary) -> str:
@@ -133,6 +185,7 @@ def render_report(summary: RunSummary) -> str:
         f"{escape(run.node)}</p>",
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
     ]
+    sections.append(_diagnosis(summary))
     if summary.warm_start.hits or summary.warm_start.misses:
         sections.append(f'<p id="compile-cache">Compile cache: {escape(summary.warm_start.line)}</p>')
     sections += [
@@ -144,10 +197,10 @@ def render_report(summary: RunSummary) -> str:
     if summary.thunder_rows:
         sections += ["<h2>Thunder cache</h2>", _table(THUNDER_HEADERS, summary.thunder_rows, "thunder")]
     sections += [
-        "<h2>Top recompile reasons</h2>",
-        _table(ReasonRow._fields, summary.reasons, "reasons"),
-        "<h2>Graph breaks by location</h2>",
-        _table(BREAK_HEADERS, summary.break_rows, "breaks"),
+        "<h2>Recompiles by cause</h2>",
+        _table(CAUSE_HEADERS, cause_rows(summary.diagnosis), "causes"),
+        "<h2>Graph breaks by your line</h2>",
+        _table(BREAK_HEADERS, break_rows(summary.diagnosis), "breaks"),
         "<h2>Every graph break</h2>",
         _break_details(summary),
     ]

@@ -8,8 +8,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from telemetry_jit.analysis.diagnose import Diagnosis, diagnose, frame_label, is_recompile
 from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun
-from telemetry_jit.records import is_frame_recompile
+from telemetry_jit.diagnosis import short
 from telemetry_jit.schema import (
     CompileAttr,
     DdpAttr,
@@ -106,6 +107,7 @@ class RunSummary:
     thunder_rows: list[ThunderRow] = field(default_factory=list)
     ddp_rows: list[DdpRow] = field(default_factory=list)
     warm_start: WarmStart = WarmStart(0, 0, 0.0, [], [], [])
+    diagnosis: Diagnosis = field(default_factory=lambda: Diagnosis([], [], [], []))
 
     @property
     def ddp_splits(self) -> int:
@@ -120,27 +122,9 @@ def _total_ms(spans: Sequence[SpanRecord]) -> float:
     return sum(span.duration_ms or 0.0 for span in spans)
 
 
-def short_location(location: str, keep: int = 2) -> str:
-    path, _, line = location.rpartition(":")
-    parts = path.split("/")
-    return ("/".join(parts[-keep:]) + f":{line}") if path else location
-
-
 def first_line(text: object) -> str:
     """The first line of ``text``: what a reason is known by when reasons are compared."""
     return str(text).strip().split("\n", 1)[0]
-
-
-def frame_label(span: SpanRecord) -> str:
-    """``frame (file:line)`` of a compilation span, as tables and comparisons name it."""
-    location = short_location(str(span.attributes.get(CompileAttr.LOCATION) or ""))
-    return f"{span.attributes.get(CompileAttr.FRAME) or '?'} ({location})"
-
-
-def is_recompile(span: SpanRecord) -> bool:
-    """A frame compiled again (:func:`telemetry_jit.records.is_frame_recompile`)."""
-    attributes = span.attributes
-    return is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), str(attributes.get(CompileAttr.TRIGGER)))
 
 
 def summarize(run: TelemetryRun) -> RunSummary:
@@ -170,7 +154,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
     summary.frame_rows = [
         FrameRow(
             frame,
-            short_location(location),
+            short(location),
             len(spans),
             sum(is_recompile(s) for s in spans),
             sum(int(s.attributes.get(CompileAttr.GRAPH_BREAKS, 0)) for s in spans),
@@ -187,13 +171,11 @@ def summarize(run: TelemetryRun) -> RunSummary:
         )
         for e in summary.breaks
     )
-    summary.break_rows = [
-        BreakRow(short_location(loc), count, reason) for (loc, reason), count in where.most_common(10)
-    ]
+    summary.break_rows = [BreakRow(short(loc), count, reason) for (loc, reason), count in where.most_common(10)]
     summary.ddp_rows = [
         DdpRow(
             str(span.attributes.get(CompileAttr.FRAME) or "?"),
-            short_location(str(span.attributes.get(CompileAttr.LOCATION) or "")),
+            short(str(span.attributes.get(CompileAttr.LOCATION) or "")),
             str(span.attributes.get(CompileAttr.ID, "")),
             int(event.attributes.get(DdpAttr.SPLITS, 0)),
             round(int(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES, 0)) / 2**20, 2),
@@ -203,6 +185,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         if event.name == JitEventName.DDP_GRAPH_SPLIT.value
     ]
     summary.warm_start = _warm_start(compiles)
+    summary.diagnosis = diagnose(run)
     loop_summaries = [
         e.attributes for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY.value
     ]
@@ -242,3 +225,23 @@ def _warm_start(compiles: Sequence[SpanRecord]) -> WarmStart:
             if str(fact).startswith("cache."):
                 unavailable[str(fact)] = None
     return WarmStart(hits, misses, saved, list(missed), list(unavailable), list(bypasses))
+
+
+def summary_json(run: TelemetryRun) -> dict[str, object]:
+    """One run's summary for tools (``telemetry-jit summary --json``; the schema is in docs/telemetry.md)."""
+    s = summarize(run)
+    return {
+        "run_id": run.run_id,
+        "rank": run.rank,
+        "node": run.node,
+        "loop": s.loop_name,
+        "wall_s": round(s.wall_ms / 1000, 3),
+        "compile_s": round(s.compile_ms / 1000, 3),
+        "compilations": len(s.compiles),
+        "recompilations": len(s.recompiles),
+        "graph_break_count": len(s.breaks),
+        "fell_back_to_eager": len(s.fallbacks),
+        "failed_compilations": len(s.errors),
+        "compile_cache": {"hits": s.warm_start.hits, "misses": s.warm_start.misses, "saved_s": s.warm_start.saved_s},
+        **s.diagnosis.as_json(),
+    }

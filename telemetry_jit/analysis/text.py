@@ -3,17 +3,13 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from telemetry_jit.analysis.compare import RunDiff
+from telemetry_jit.analysis.diagnose import Diagnosis, FirstStepRow
 from telemetry_jit.analysis.reader import TelemetryRun
-from telemetry_jit.analysis.summary import (
-    BREAK_HEADERS,
-    DDP_HEADERS,
-    FRAME_HEADERS,
-    THUNDER_HEADERS,
-    summarize,
-)
+from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, summarize
+from telemetry_jit.diagnosis import short
 from telemetry_jit.schema import FILE_FORMAT, CompileAttr, JitSpanName
 
 _CELL_LIMIT = 100
@@ -42,6 +38,7 @@ def format_summary(run: TelemetryRun) -> str:
     lines = [
         f"telemetry-jit summary ({source}, rank {run.rank})",
         *[f"  (this file format has {what})" for what in run.lacks],
+        *format_diagnosis(s.diagnosis),
         f"  {s.loop_name} wall time: {s.wall_ms / 1000:.2f} s",
         f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
         f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
@@ -65,14 +62,10 @@ def format_summary(run: TelemetryRun) -> str:
     lines += ["", "  per frame:", *_table(FRAME_HEADERS, s.frame_rows)]
     if s.thunder_rows:
         lines += ["", "  thunder cache:", *_table(THUNDER_HEADERS, s.thunder_rows)]
-    if s.reasons:
-        lines += [
-            "",
-            "  top recompile reasons:",
-            *[f"    {row.times}x  {one_line(row.reason, 200)}" for row in s.reasons],
-        ]
-    if s.break_rows:
-        lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, s.break_rows)]
+    if s.diagnosis.causes:
+        lines += ["", "  recompiles by cause:", *_table(CAUSE_HEADERS, cause_rows(s.diagnosis))]
+    if s.diagnosis.breaks:
+        lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, break_rows(s.diagnosis))]
     if s.ddp_rows:
         lines += [
             "",
@@ -80,6 +73,105 @@ def format_summary(run: TelemetryRun) -> str:
             *_table(DDP_HEADERS, s.ddp_rows),
         ]
     return "\n".join(lines)
+
+
+CAUSE_HEADERS = ("cause", "recompiles", "compile s", "first step", "torch's reason")
+BREAK_HEADERS = ("your line", "in code of", "breaks at", "count", "type")
+
+
+def diagnosis_items(diagnosis: Diagnosis) -> list[list[str]]:
+    """What to fix first, ranked (recompile causes by the compile seconds they cost, then graph breaks,
+    the user's own first): each a headline and its details (where, the fix, torch's documentation)."""
+    items: list[list[str]] = []
+    for row in diagnosis.causes:
+        if not row.unexpected:
+            continue
+        where = _listed(row.frames)
+        steps = f"at step {row.steps[0]}" if len(row.steps) == 1 else f"at steps {_listed(map(str, row.steps))}"
+        title = row.title if row.cause != "stage_switch" else "a frame recompiled when its stage came back"
+        reason = f" ({one_line(row.reasons[0], 90)})" if row.reasons and row.cause != "stage_switch" else ""
+        plural = "s" if row.unexpected > 1 else ""
+        items.append(
+            [
+                f"{row.unexpected} recompile{plural}, {row.compile_ms / 1000:.1f} s: {title}{reason}",
+                f"{steps} in {where}",
+                f"fix: {row.fix}",
+            ]
+        )
+    for group in diagnosis.breaks:
+        times = f"{group.count} graph break{'s' if group.count > 1 else ''}"
+        if group.owner == "user":
+            head = f"{times} in your code at {short(group.location)}: {group.type}"
+        else:
+            reached = f", reached from your line {short(group.user_location)}" if group.user_location else ""
+            head = f"{times} inside {group.owner} ({short(group.location)}){reached}: {group.type}"
+        items.append([head, f"fix: {group.fix}", *([f"docs: {group.doc_url}"] if group.doc_url else [])])
+    return items
+
+
+def diagnosis_notes(diagnosis: Diagnosis) -> list[str]:
+    """What needs no fixing (the expected price), the first steps, and what the file could not tell."""
+    notes = [
+        f"expected: {row.count} recompile{'s' if row.count > 1 else ''}, {row.compile_ms / 1000:.1f} s, when training "
+        "and validation/test alternate (grad mode changed): once per frame, nothing to fix"
+        for row in diagnosis.causes
+        if row.cause == "stage_switch" and not row.unexpected
+    ]
+    notes += [_first_step_line(step) for step in diagnosis.first_steps if step.compile_ms]
+    return notes + [f"(this file has {what})" for what in diagnosis.lacks]
+
+
+def format_diagnosis(diagnosis: Diagnosis, limit: int = 8) -> list[str]:
+    """The summary's first lines: what to fix first, then the expected price and the first steps."""
+    items, lines = diagnosis_items(diagnosis), []
+    if items:
+        lines.append("  what to fix first (each cause explained in docs/fixing.md):")
+        for number, (head, *details) in enumerate(items[:limit], start=1):
+            lines.append(f"  {number:2d}. {one_line(head, 160)}")
+            lines += [f"      {one_line(detail, 300)}" for detail in details]
+        if len(items) > limit:
+            lines.append(f"      ... and {len(items) - limit} more below")
+    lines += [f"  {note}" for note in diagnosis_notes(diagnosis)]
+    return [*lines, ""] if lines else []
+
+
+def cause_rows(diagnosis: Diagnosis) -> list[tuple[object, ...]]:
+    return [
+        (
+            f"{row.cause} (expected)" if row.cause == "stage_switch" and not row.unexpected else row.cause,
+            row.count,
+            f"{row.compile_ms / 1000:.2f}",
+            row.steps[0] if row.steps else "",
+            row.reasons[0] if row.reasons else "",
+        )
+        for row in diagnosis.causes
+    ]
+
+
+def break_rows(diagnosis: Diagnosis) -> list[tuple[object, ...]]:
+    return [
+        (short(group.user_location) or "?", group.owner, short(group.location), group.count, group.type)
+        for group in diagnosis.breaks
+    ]
+
+
+def _first_step_line(step: FirstStepRow) -> str:
+    phases = ", ".join(
+        f"{phase} {step.phases_s[phase]:.1f} s" for phase in ("forward", "backward") if phase in step.phases_s
+    )
+    if "inductor" in step.phases_s:
+        phases += f"; inductor {step.phases_s['inductor']:.1f} s of it"
+    compiling = f"{step.compile_ms / 1000:.1f} s compiling" + (f" ({phases})" if phases else "")
+    return (
+        f"first {step.stage} step (step {step.global_step}): {step.wall_ms / 1000:.1f} s = {compiling} + "
+        f"{step.other_ms / 1000:.1f} s running"
+    )
+
+
+def _listed(names: Iterable[str], shown: int = 2) -> str:
+    names = list(names)
+    listed = ", ".join(names[:shown])
+    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 def format_rank_comparison(runs: list[TelemetryRun]) -> str | None:
@@ -115,10 +207,14 @@ def format_diff(result: RunDiff) -> str:
         ("compile share", f"{100 * base.compile_share:.1f}%", f"{100 * new.compile_share:.1f}%"),
         ("compilations", str(base.compiles), str(new.compiles)),
         ("recompilations", str(base.recompiles), str(new.recompiles)),
+        ("  unexpected", str(base.unexpected_recompiles), str(new.unexpected_recompiles)),
         ("graph breaks", str(sum(base.graph_breaks.values())), str(sum(new.graph_breaks.values()))),
         ("cache hit rate", _rate(base.cache_hit_rate), _rate(new.cache_hit_rate)),
     ]
     lines = ["telemetry-jit diff (base -> new)", *[f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]]
+    for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
+        if causes:
+            lines += ["", f"  {title}:", *[f"    {cause}: {n}" for cause, n in sorted(causes.items())]]
     for title, counter in (
         ("new graph breaks", result.new_graph_breaks),
         ("fixed graph breaks", result.fixed_graph_breaks),

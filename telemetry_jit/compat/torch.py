@@ -148,6 +148,41 @@ def current_compile() -> tuple[str, CodeType | None]:
     return "", None
 
 
+def compile_callers(limit: int = 48) -> tuple[str, ...]:
+    """The Python frames that called the frame being compiled (``file:line``, outermost first, dynamo's
+    own left out): where a graph break in it was reached from, when the break is in another's code."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
+        frame = frame.f_back
+    callers: list[str] = []
+    while frame is not None and len(callers) < limit:
+        if _DYNAMO_FILES not in frame.f_code.co_filename.replace("\\", "/"):
+            callers.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
+        frame = frame.f_back
+    return tuple(reversed(callers))
+
+
+_DYNAMO_FILES = "/torch/_dynamo/"
+
+
+def traced_stack() -> tuple[str, ...]:
+    """Where dynamo is tracing now (``file:line`` of the frame it compiles, outermost first); empty
+    outside a trace."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    if context is None:
+        return ()
+    return tuple(f"{summary.filename}:{summary.lineno}" for summary in context.extract_stack())
+
+
+def has_compiled_code(code: CodeType) -> bool:
+    """Whether dynamo holds a compiled entry for ``code`` (it ran under torch.compile and compiled)."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return bool(_debug_get_cache_entry_list(code))
+
+
 def current_compile_id() -> str:
     """The id of the compile in progress as the compile callbacks name it (``"0/1"``), or ``""``."""
     from torch._guards import CompileContext
@@ -283,6 +318,8 @@ def failure(metric: Any) -> tuple[str, bool, bool]:
 # -- what this torch cannot tell -----------------------------------------------------------------
 def _unavailable() -> dict[str, str]:
     missing = {}
+    if not hasattr(torch._dynamo.exc, "get_gbid_documentation_link"):
+        missing["graph_break.doc_url"] = "graph-break documentation links"
     fields = {f.name for f in dataclasses.fields(_dynamo_utils.CompilationMetrics)}
     for fact, name, _ in _PHASES:
         if name not in fields:

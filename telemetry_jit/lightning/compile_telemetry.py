@@ -14,7 +14,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from typing_extensions import override
 
 from telemetry_jit.recording.console import CompileConsole
-from telemetry_jit.recording.recorder import CompileRecorder, active_span
+from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import TrainingSpanName
 
@@ -82,18 +82,31 @@ class CompileTelemetryCallback(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
-            self.recorder.watch_thunder(pl_module)
-        self.recorder.batch_started(trainer.global_step)
+        self._batch_started(trainer, pl_module, batch_idx, "train")
 
     @override
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self.on_train_batch_start(trainer, pl_module, batch, batch_idx)
+        self._batch_started(trainer, pl_module, batch_idx, "validate")
 
-    on_test_batch_start = on_predict_batch_start = on_validation_batch_start
+    @override
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._batch_started(trainer, pl_module, batch_idx, "test")
+
+    @override
+    def on_predict_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._batch_started(trainer, pl_module, batch_idx, "predict")
+
     # no batch-end hooks: a batch's compiles are recorded when the next batch starts or the loop ends
+    def _batch_started(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int, stage: str) -> None:
+        if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
+            self.recorder.watch_thunder(pl_module)
+        self.recorder.batch_started(trainer.global_step, batch_idx, stage)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -104,7 +117,7 @@ class CompileTelemetryCallback(Callback):
         if trainer.state.fn == "validate":
             self._summarize(trainer, TrainingSpanName.VALIDATION_LOOP)
         else:  # in fit: its compiles go in the training summary, their spans under this loop, which ends next
-            self.recorder.poll()
+            self.recorder.loop_ended()
 
     @override
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -139,6 +152,25 @@ class CompileTelemetryCallback(Callback):
         self.last_stats = self.recorder.emit_summary(active_span(self._provider, loop_name), count_by_rank=counts)
 
 
-def _position(trainer: pl.Trainer) -> tuple[int, str]:
+def _position(trainer: pl.Trainer) -> Position:
     stage = trainer.state.stage
-    return trainer.global_step, stage.value if stage is not None else ""
+    name = stage.value if stage is not None else ""
+    return Position(trainer.global_step, name, _batches(trainer, name))
+
+
+_BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batches
+    "train": "num_training_batches",
+    "sanity_check": "num_sanity_val_batches",
+    "validate": "num_val_batches",
+    "test": "num_test_batches",
+    "predict": "num_predict_batches",
+}
+
+
+def _batches(trainer: pl.Trainer, stage: str) -> int | None:
+    """How many batches the running loop has (its first dataloader's, for several), where finite."""
+    name = _BATCH_COUNTS.get(stage)
+    counts = getattr(trainer, name, None) if name is not None else None
+    if isinstance(counts, list):
+        counts = counts[0] if counts else None
+    return int(counts) if isinstance(counts, (int, float)) and counts != float("inf") else None

@@ -139,3 +139,14 @@ def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: boo
     compiled = ThunderDynamoCompiled(call, backend)
     torch_compat.set_compiled_call(module, compiled)
     return compiled
+
+
+def compiled_code_ran(module: torch.nn.Module) -> bool:
+    """Whether the compiled code installed on ``module`` has run: thunder's cache was consulted, or
+    dynamo holds a compiled entry for the module's ``forward``."""
+    call = torch_compat.compiled_call(module)
+    if isinstance(call, ThunderCompiled):
+        stats = call.function.stats
+        return stats.cache_hits + stats.cache_misses > 0
+    forward = getattr(type(module).forward, "__code__", None)
+    return forward is None or torch_compat.has_compiled_code(forward)

@@ -16,7 +16,8 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.lightning.compilers import compile_with_thunder, compile_with_thunder_dynamo
+from telemetry_jit.lightning.compilers import compile_with_thunder, compile_with_thunder_dynamo, compiled_code_ran
+from telemetry_jit.notices import Notices
 
 _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
@@ -244,6 +245,8 @@ class JitTransform(Callback):
     def __init__(self, config: JitConfig | Sequence[JitConfig]) -> None:
         self.configs = _as_list(config)
         self.compiled: list[str] = []
+        self._unchecked: list[tuple[str, torch.nn.Module]] = []  # compiled, not yet seen to run
+        self._notices = Notices()
 
     @property
     def config(self) -> JitConfig | list[JitConfig]:
@@ -277,6 +280,47 @@ class JitTransform(Callback):
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._compile(pl_module)
 
+    # by the end of the first epoch (or of a validate/test/predict run) the compiled code has run
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_compiled_code_ran(pl_module, "the first training epoch")
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.state.fn == "validate":
+            self._check_compiled_code_ran(pl_module, "validation")
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_compiled_code_ran(pl_module, "testing")
+
+    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._check_compiled_code_ran(pl_module, "prediction")
+
+    def _check_compiled_code_ran(self, pl_module: pl.LightningModule, loop: str) -> None:
+        """Say once, per module, that a compiled module never ran: compiling it did nothing."""
+        unchecked, self._unchecked = self._unchecked, []
+        for name, module in unchecked:
+            if compiled_code_ran(module):
+                continue
+            forward = getattr(type(module).forward, "__code__", None)
+            where = f" at {forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
+            why = "nothing called it"
+            if module is pl_module:
+                why = (
+                    "Lightning calls training_step, validation_step, ... and not forward, and they did not call "
+                    "self(...)"
+                )
+            children = [child for child, _ in module.named_children()]
+            advice = (
+                f"select the module your step calls instead, e.g. JitConfig(module_selector={children[0]!r}) (its "
+                f"children: {', '.join(children[:8])})"
+                if children
+                else "check that the selector names the module your step calls"
+            )
+            self._notices.warn(
+                id(module),
+                f"telemetry-jit: JitTransform compiled {name or '<root>'} ({type(module).__name__}.forward{where}), "
+                f"but its compiled code never ran in {loop}: {why}, so compiling it changed nothing. {advice}.",
+            )
+
     def _compile(self, pl_module: pl.LightningModule) -> None:
         if getattr(pl_module, "_compiled", False) is True:
             return  # NeMo's marker: compiled already (by us, or by the user who set it)
@@ -295,6 +339,7 @@ class JitTransform(Callback):
                 else:
                     module.compile(**config.torch_kwargs)
                 self.compiled.append(name or "<root>")
+                self._unchecked.append((name, module))
                 compiler = THUNDER_BACKENDS[config.thunder_backend] if config.use_thunder else "torch.compile"
                 rank_zero_info(f"telemetry-jit: {compiler}({label})")
         setattr(pl_module, "_compiled", bool(self.compiled))  # noqa: B010 - NeMo's marker, not a declared attribute

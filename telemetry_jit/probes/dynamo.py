@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.diagnosis import normalize_reason
 from telemetry_jit.notices import warn_once
 from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak, Source, Trigger
 
@@ -44,6 +45,7 @@ class _Window:
     breaks_before: dict[str, int]
     backend: str
     context: CompileContext | None
+    callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
     end_ns: int = 0
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     ddp_buckets: list[int] = field(default_factory=list)
@@ -97,7 +99,8 @@ class _LogTap(logging.Filter):
 
 
 class _GraphBreakLog(_LogTap):
-    """``(location, reason)`` from dynamo's ``graph_breaks`` log artifact, one per logged break."""
+    """``(location, reason, traced stack)`` from dynamo's ``graph_breaks`` log artifact, one per logged
+    break; the traced stack is where dynamo was tracing when it logged it (the compiled frame's line)."""
 
     def loggers(self) -> list[logging.Logger]:
         return torch_compat.graph_break_loggers()
@@ -105,16 +108,17 @@ class _GraphBreakLog(_LogTap):
     def read(self, record: logging.LogRecord) -> None:
         entry = torch_compat.parse_graph_break(record)
         if entry is not None:
-            self.entries.append(entry)
+            self.entries.append((*entry, torch_compat.traced_stack()))
 
-    def take_location(self, reason: str) -> str:
-        """Pop the first logged break whose text contains ``reason``'s first line."""
+    def take(self, reason: str) -> tuple[str, tuple[str, ...]]:
+        """Pop the first logged break whose text contains ``reason``'s first line: its location and the
+        traced stack (empty when none was logged)."""
         head = reason.strip().split("\n", 1)[0]
-        for index, (location, text) in enumerate(self.entries):
+        for index, (location, text, traced) in enumerate(self.entries):
             if head in text:
                 del self.entries[index]
-                return location
-        return ""
+                return location, traced
+        return "", ()
 
 
 class _FrameSkipLog(_LogTap):
@@ -254,8 +258,10 @@ class DynamoProbe:
                 return
             self._collect()
             frame_id = _frame_id(args.compile_id)
+            callers: tuple[str, ...] = ()
             if trigger == "dynamo":
                 backend, code = torch_compat.current_compile()
+                callers = torch_compat.compile_callers()
                 self._backends[frame_id] = backend
                 if code is not None:
                     self._frames[frame_id] = (code.co_name, f"{code.co_filename}:{code.co_firstlineno}")
@@ -273,6 +279,7 @@ class DynamoProbe:
                 breaks_before=dict(torch_compat.graph_break_counts()),
                 backend=backend,
                 context=context,
+                callers=callers,
             )
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
             _warn(error)
@@ -284,7 +291,7 @@ class DynamoProbe:
             return f"the backward graph of {what} [{compile_id}]"
         if _attempt(compile_id) == 0:
             return f"{what} [{compile_id}]"
-        reason = torch_compat.recompile_reason_in_progress() or "unknown"
+        reason = normalize_reason(torch_compat.recompile_reason_in_progress()) or "unknown"
         return f"{what} [{compile_id}, recompile: {reason}]"
 
     def _on_end(self, args: Any) -> None:
@@ -297,7 +304,7 @@ class DynamoProbe:
             if window is None or window.compile_id != args.compile_id:
                 return
             window.end_ns = time.time_ns()
-            window.graph_breaks = self._graph_breaks_since(window.breaks_before)
+            window.graph_breaks = self._graph_breaks_since(window.breaks_before, window.callers)
             window.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
             window.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
             self._ddp_log.entries.clear()
@@ -307,18 +314,19 @@ class DynamoProbe:
         except Exception as error:  # noqa: BLE001
             _warn(error)
 
-    def _graph_breaks_since(self, before: dict[str, int]) -> list[GraphBreak]:
+    def _graph_breaks_since(self, before: dict[str, int], callers: tuple[str, ...]) -> list[GraphBreak]:
         breaks = []
         for reason, count in torch_compat.graph_break_counts().items():
             for _ in range(count - before.get(reason, 0)):
-                breaks.append(GraphBreak(reason=reason, location=self._break_log.take_location(reason)))
+                location, traced = self._break_log.take(reason)
+                breaks.append(GraphBreak(reason, location, stack=_stack(callers, traced, location)))
                 self._claimed[reason] = self._claimed.get(reason, 0) + 1
         # What is left was logged as a graph break but counted elsewhere by torch (e.g. "unimplemented"),
         # except dynamo giving up on an outer frame, which the inner frame's compile reports again.
         if not self._skip_log.entries:
             breaks.extend(
-                GraphBreak(reason, location, counted_by_torch=False)
-                for location, reason in self._break_log.entries
+                GraphBreak(reason, location, counted_by_torch=False, stack=_stack(callers, traced, location))
+                for location, reason, traced in self._break_log.entries
                 if torch_compat.GRACEFUL_SKIP not in reason
             )
         self._break_log.entries.clear()
@@ -379,7 +387,7 @@ class DynamoProbe:
         }
         if windowless:
             windowless[0].graph_breaks.extend(
-                GraphBreak(reason, self._break_log.take_location(reason))
+                GraphBreak(reason, self._break_log.take(reason)[0])
                 for reason, count in unclaimed.items()
                 for _ in range(count)
             )
@@ -448,6 +456,7 @@ class DynamoProbe:
                     "ddp_bucket_cap_bytes": window.ddp_bucket_cap_bytes,
                     "cache_bypasses": window.cache_bypasses,
                     "context": window.context,
+                    "callers": window.callers,
                 }
             )
         return seen
@@ -466,6 +475,17 @@ class _SeenByCallbacks(TypedDict, total=False):
     ddp_bucket_cap_bytes: int
     cache_bypasses: list[str]
     context: CompileContext | None
+    callers: tuple[str, ...]
+
+
+def _stack(callers: tuple[str, ...], traced: tuple[str, ...], location: str) -> tuple[str, ...]:
+    """The frames that led to a graph break, outermost first, each once: the compiled frame's callers,
+    the line dynamo was tracing in it, the line that broke."""
+    stack: list[str] = []
+    for frame in (*callers, *traced, location):
+        if frame and (not stack or stack[-1] != frame):
+            stack.append(frame)
+    return tuple(stack)
 
 
 def _warn(error: Exception) -> None:

@@ -1,14 +1,16 @@
-"""Live console messages while training runs: slow compilations and recompile storms."""
+"""Live console messages while training runs: slow compilations, slow first steps, recompile storms."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-import warnings
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 
+from telemetry_jit.diagnosis import CAUSES, Classified, short, user_location
+from telemetry_jit.notices import Notices
+from telemetry_jit.recording.first_steps import FirstStep
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
 
@@ -17,7 +19,8 @@ _log = logging.getLogger("telemetry_jit")
 
 class CompileConsole(CompileListener):
     """Say what is compiling when a compilation runs longer than ``threshold_s``, and how long it
-    took; warn once per frame when it keeps recompiling.
+    took; say how a first step that took that long was spent; warn once per frame when it keeps
+    recompiling, with the cause and its fix, from the user's line that called the frame.
 
     Fast compilations stay quiet. Messages go to ``print_fn`` (the trainer callback passes
     Lightning's progress bar ``print`` when there is one), else to the ``telemetry_jit`` logger.
@@ -49,8 +52,11 @@ class CompileConsole(CompileListener):
         self._announced = False
         self._started = 0.0
         self._what = ""
-        self._recent: dict[str, deque[tuple[int, str]]] = defaultdict(lambda: deque(maxlen=self.storm_recompiles))
-        self._stormy: set[str] = set()
+        # frame id -> (step, cause) of its last recompiles
+        self._recent: dict[str, deque[tuple[int, Classified | None]]] = defaultdict(
+            lambda: deque(maxlen=self.storm_recompiles)
+        )
+        self._notices = Notices()
 
     def __reduce__(self) -> tuple[type[CompileConsole], tuple[float, int, int]]:
         # into a spawned rank go the thresholds; it prints through its own progress bar or logger
@@ -81,23 +87,30 @@ class CompileConsole(CompileListener):
         if self._announced:
             self._say(f"telemetry-jit: compiled {self._what} in {time.perf_counter() - self._started:.1f} s")
 
+    def first_step(self, step: FirstStep) -> None:
+        if step.wall_ms >= self.threshold_s * 1000 and step.compilations:
+            self._say(f"telemetry-jit: {step.line()}")
+
     def recorded(self, record: CompileRecord) -> None:
         """Watch for a frame that keeps recompiling."""
         if not record.is_frame_recompile:
             return
         global_step = record.context.global_step if record.context is not None else 0
-        frame = f"{record.frame or record.compile_id.rsplit('/', 1)[0]} ({record.location or 'unknown location'})"
-        recent = self._recent[frame]
-        recent.append((global_step, record.recompile_reason))
-        if frame in self._stormy or len(recent) < self.storm_recompiles:
+        recent = self._recent[record.frame_id]
+        recent.append((global_step, record.cause))
+        if len(recent) < self.storm_recompiles or recent[-1][0] - recent[0][0] > self.storm_steps:
             return
-        if recent[-1][0] - recent[0][0] <= self.storm_steps:
-            self._stormy.add(frame)
-            reasons = "; ".join(dict.fromkeys(reason for _, reason in recent))
-            warnings.warn(
-                f"telemetry-jit: recompile storm: {frame} recompiled {len(recent)} times within "
-                f"{recent[-1][0] - recent[0][0]} steps. Reasons: {reasons}. A changing shape wants "
-                "dynamic=True or torch._dynamo.mark_dynamic; every recompile costs compile time.",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        causes = Counter(cause.cause for _, cause in recent if cause is not None)
+        if not causes or causes.most_common(1)[0][0] == "stage_switch":
+            return  # switching stages: the expected price, not a storm
+        cause = CAUSES[causes.most_common(1)[0][0]]
+        subject = next(c.subject for _, c in reversed(recent) if c is not None and c.cause == cause.id)
+        frame = (
+            f"{record.frame or record.frame_id} ({short(record.location) if record.location else 'unknown location'})"
+        )
+        self._notices.warn(
+            record.frame_id,
+            f"telemetry-jit: recompile storm: {frame} recompiled {len(recent)} times within "
+            f"{recent[-1][0] - recent[0][0]} steps: {cause.title} ({subject}). Fix: {cause.fix} ({cause.doc})",
+            origin=user_location((*record.callers, record.location)),
+        )

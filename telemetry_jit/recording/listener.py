@@ -3,7 +3,12 @@ Lightning's loggers. One small interface the recorder loops over."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from telemetry_jit.records import CompileRecord
+
+if TYPE_CHECKING:
+    from telemetry_jit.recording.first_steps import FirstStep
 
 
 class CompileListener:
@@ -11,7 +16,8 @@ class CompileListener:
 
     ``compile_started`` and ``compile_finished`` run inside torch's compile callbacks (keep them
     cheap, never raise); ``recorded`` runs once per compilation when the recorder takes it, its
-    ``record.context`` saying where training was when it started.
+    ``record.context`` saying where training was when it started and ``record.cause`` why it
+    recompiled; ``first_step`` once per stage, when its first step has been measured.
 
     Example::
 
@@ -31,3 +37,6 @@ class CompileListener:
 
     def recorded(self, record: CompileRecord) -> None:
         """A finished compilation was recorded."""
+
+    def first_step(self, step: FirstStep) -> None:
+        """The first step of a stage ended: its wall time and the compiling in it."""

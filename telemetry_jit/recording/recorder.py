@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 import torch
 from nv_one_logger.core.attributes import Attributes
@@ -15,11 +16,13 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import telemetry_enabled
+from telemetry_jit.diagnosis import Classified, RecompileClassifier
 from telemetry_jit.exporters.finished import export_finished
 from telemetry_jit.notices import Notices
 from telemetry_jit.probes.dynamo import DynamoProbe
 from telemetry_jit.probes.thunder import ThunderWatch
 from telemetry_jit.recording.alerts import RecompileLimitAlert
+from telemetry_jit.recording.first_steps import FirstStep, FirstSteps
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
 from telemetry_jit.recording.spans import compilation_span
@@ -27,11 +30,21 @@ from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import CompileContext, CompileRecord
 from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName
 
-Position = Callable[[], tuple[int, str]]  # where the training loop is: (global step, stage)
+
+@dataclass(frozen=True)
+class Position:
+    """Where the training loop is, as its driver knows it when a compile begins."""
+
+    global_step: int
+    stage: str
+    batches: int | None = None  # batches in the running loop (the epoch), where known and finite
 
 
-def _nowhere() -> tuple[int, str]:
-    return 0, ""
+Where = Callable[[], Position]
+
+
+def _nowhere() -> Position:
+    return Position(0, "")
 
 
 def active_span(provider: TrainingTelemetryProvider, name: str) -> Span | None:
@@ -45,16 +58,18 @@ def active_span(provider: TrainingTelemetryProvider, name: str) -> Span | None:
 class CompileRecorder:
     """Records the compilations the probes observe between :meth:`start` and :meth:`stop`.
 
-    Each becomes a ``compilation`` span under the loop span that was running when it started (or
-    the application span), never under a span the configured exporters drop; then each listener is
-    told: the run's totals (:attr:`stats`), OpenTelemetry metrics, the recompile-limit alert, and
-    whatever ``listeners`` were given (the live console, ...).
+    Each gets its context (where training was when it started) and, for a recompile, its cause
+    (:class:`~telemetry_jit.diagnosis.RecompileClassifier`); each listener is told: the run's totals
+    (:attr:`stats`), OpenTelemetry metrics, the recompile-limit alert, and whatever ``listeners`` were
+    given (the live console, ...); then it becomes a ``compilation`` span under the loop span that was
+    running when it started (or the application span), never under a span the exporters drop. The
+    first step of each stage becomes a ``first_step`` event: its wall time and the compiling in it.
 
     Example::
 
         recorder = CompileRecorder(provider, listeners=[CompileConsole()])
-        recorder.start(lambda: (step, "train"))
-        ...  # train; call recorder.batch_started(step) at each step
+        recorder.start(lambda: Position(step, "train"))
+        ...  # train; call recorder.batch_started(step, index, "train") at each step
         recorder.stop()
         stats = recorder.emit_summary(loop_span)
     """
@@ -64,8 +79,11 @@ class CompileRecorder:
         self.listeners = list(listeners)
         self.stats = CompileStats()
         self._notices = Notices()
-        self._position: Position = _nowhere
+        self._where: Where = _nowhere
         self._rank = 0
+        self._classifier = RecompileClassifier()
+        self._causes: dict[str, Classified] = {}  # compile id -> its cause, for its backward graph
+        self._first_steps = FirstSteps()
         self._probe = DynamoProbe(
             context=self._context, on_compile_start=self._compile_started, on_compile_end=self._compile_finished
         )
@@ -73,14 +91,16 @@ class CompileRecorder:
         self._run_listeners: list[CompileListener] = []
         self._started_at = 0.0
         self._batch_step = 0
+        self._batch_index: int | None = None
 
     # -- lifecycle, driven by the trainer callback or a loop ---------------------------------
-    def start(self, position: Position, rank: int = 0) -> None:
-        """Begin a run: ``position()`` says where the loop is, as ``(global step, stage)``."""
-        self._position, self._rank = position, rank
+    def start(self, where: Where, rank: int = 0) -> None:
+        """Begin a run: ``where()`` says where the loop is (asked when a compile begins)."""
+        self._where, self._rank = where, rank
         self.stats = CompileStats()
         self._started_at = time.perf_counter()
-        self._batch_step = position()[0]
+        self._batch_step, self._batch_index = where().global_step, None
+        self._classifier, self._causes, self._first_steps = RecompileClassifier(), {}, FirstSteps()
         self._thunder = ThunderWatch()
         recorder = self._recorder()
         exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
@@ -103,14 +123,24 @@ class CompileRecorder:
     def ensure_registered(self) -> None:
         self._probe.ensure_registered()
 
-    def batch_started(self, global_step: int) -> None:
+    def batch_started(self, global_step: int, batch_index: int | None = None, stage: str = "") -> None:
         """A step begins: the steps before are recorded (compiles the probe could not bracket because
-        ``torch._dynamo.reset()`` cleared its callbacks belong to the step that just ran), and the
-        callbacks come back if they were cleared."""
+        ``torch._dynamo.reset()`` cleared its callbacks belong to the step that just ran), the callbacks
+        come back if they were cleared, and the first step of a stage is measured."""
         if self._thunder or self._probe.has_news():
             self.poll()
             self._probe.ensure_registered()
-        self._batch_step = global_step
+        self._batch_step, self._batch_index = global_step, batch_index
+        finished = self._first_steps.batch_started(stage, global_step, batch_index)
+        if finished is not None:
+            self._first_step_measured(finished)
+
+    def loop_ended(self) -> None:
+        """A loop ends: its compiles are recorded, and a first step still being measured ends with it."""
+        self.poll()
+        finished = self._first_steps.loop_ended()
+        if finished is not None:
+            self._first_step_measured(finished)
 
     def stop(self, exception: BaseException | None = None) -> None:
         """Record what is left and detach; with ``exception``, the compiles that failed in the
@@ -125,7 +155,7 @@ class CompileRecorder:
 
     def emit_summary(self, span: Span | None, count_by_rank: list[int] | None = None) -> CompileStats:
         """Add ``compile_summary`` to ``span`` (the loop that is ending) and return the totals."""
-        self.poll()
+        self.loop_ended()
         stats = self.stats
         stats.thunder = self._thunder.cache_counts()
         recorder = self._recorder()
@@ -139,12 +169,14 @@ class CompileRecorder:
 
     # -- while torch compiles (inside its callbacks) ------------------------------------------
     def _context(self, global_step: int | None = None) -> CompileContext:
-        step, stage = self._position()
+        where = self._where()
         return CompileContext(
-            global_step=step if global_step is None else global_step,
-            stage=stage,
+            global_step=where.global_step if global_step is None else global_step,
+            stage=where.stage,
             parent=self._current_parent(),
             rank=self._rank,
+            batch_index=self._batch_index,
+            batches=where.batches,
         )
 
     def _compile_started(self, description: str) -> None:
@@ -178,11 +210,13 @@ class CompileRecorder:
         try:
             context = record.context or self._context(self._batch_step)
             if context.parent is not None and not nv_one_logger_compat.is_running(context.parent):
-                context = CompileContext(context.global_step, context.stage, self._current_parent(), context.rank)
+                context = replace(context, parent=self._current_parent())
             record.context = context
+            record.cause = self._cause(record)
         except Exception as error:  # noqa: BLE001 - a telemetry bug must cost a warning, not the run
             self._failed(error)
             record.context = context = CompileContext()
+        self._first_steps.recorded(record)
         for listener in self._run_listeners:
             try:
                 listener.recorded(record)
@@ -192,6 +226,41 @@ class CompileRecorder:
         if recorder is not None:
             try:
                 nv_one_logger_compat.export_each(recorder, compilation_span(record, context), export_finished)
+            except Exception as error:  # noqa: BLE001
+                self._failed(error)
+
+    def _cause(self, record: CompileRecord) -> Classified | None:
+        """Why it recompiled (a backward graph: its forward's cause); ``None`` for a first compile."""
+        if record.trigger == "lazy_backward":
+            return self._causes.get(record.compile_id)
+        if record.source != "dynamo":
+            return None
+        context = record.context or CompileContext()
+        cause = self._classifier.observe(
+            record.frame_id,
+            context.stage,
+            reason=record.recompile_reason,
+            is_recompile=record.is_frame_recompile,
+            batch_index=context.batch_index,
+            batches=context.batches,
+            limit_hit=record.recompile_limit_hit,
+        )
+        if cause is not None:
+            if len(self._causes) > 10_000:  # a backward graph follows its forward within a step or two
+                self._causes.clear()
+            self._causes[record.compile_id] = cause
+        return cause
+
+    def _first_step_measured(self, step: FirstStep) -> None:
+        for listener in self._run_listeners:
+            try:
+                listener.first_step(step)
+            except Exception as error:  # noqa: BLE001
+                self._failed(error, listener)
+        recorder, parent = self._recorder(), self._current_parent()
+        if recorder is not None and parent is not None:
+            try:
+                recorder.event(parent, Event.create(JitEventName.FIRST_STEP, Attributes(step.attributes())))
             except Exception as error:  # noqa: BLE001
                 self._failed(error)
 

@@ -52,6 +52,13 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
         TrainAttr.GLOBAL_STEP: context.global_step,
         TrainAttr.STAGE: context.stage,
     }
+    if context.batch_index is not None:
+        attributes[TrainAttr.BATCH_INDEX] = context.batch_index
+    if context.batches is not None:
+        attributes[TrainAttr.BATCHES] = context.batches
+    if record.cause is not None:
+        attributes[CompileAttr.RECOMPILE_CAUSE] = record.cause.cause
+        attributes[CompileAttr.RECOMPILE_EXPECTED] = record.cause.expected
     if record.ddp_buckets:
         attributes[CompileAttr.DDP_GRAPH_SPLITS] = record.ddp_graph_splits
         attributes[CompileAttr.DDP_BUCKET_CAP_BYTES] = record.ddp_bucket_cap_bytes
@@ -66,13 +73,25 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
 
 
 def graph_break_attributes(graph_break: GraphBreak) -> dict[str, AttributeValue]:
-    return {
+    text = graph_break.text
+    attributes: dict[str, AttributeValue] = {
         GraphBreakAttr.REASON: graph_break.summary,
         GraphBreakAttr.REASON_FULL: graph_break.reason,
         GraphBreakAttr.LOCATION: graph_break.location,
         GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,
         GraphBreakAttr.COMPILER: graph_break.compiler,
+        GraphBreakAttr.OWNER: graph_break.owner,
+        GraphBreakAttr.USER_LOCATION: graph_break.user_location,
+        GraphBreakAttr.TYPE: text.type,
+        GraphBreakAttr.EXPLANATION: text.explanation,
+        GraphBreakAttr.HINTS: list(text.hints),
+        GraphBreakAttr.FIX: graph_break.fix,
     }
+    if graph_break.stack:
+        attributes[GraphBreakAttr.STACK] = list(graph_break.stack)
+    if text.doc_url:
+        attributes[GraphBreakAttr.DOC_URL] = text.doc_url
+    return attributes
 
 
 def _graph_break_event(graph_break: GraphBreak, time_unix_ns: int) -> FinishedEvent:

@@ -86,7 +86,14 @@ def test_a_recompile_storm_is_warned_once_while_training(telemetry: Telemetry) -
         HookedTrainer(max_epochs=1, callbacks=[Watch()], **TRAINER_DEFAULTS).fit(model, loader(80, 4))
     storm = [w for w in caught if "recompile storm" in str(w.message)]
     assert len(storm) == 1
-    assert "size mismatch" in str(storm[0].message)
+    message = str(storm[0].message)
+    # one line: the cause, torch's reason said plainly, the fix; from the user's line that calls the frame
+    assert "\n" not in message and "a dimension keeps changing between calls (tensor 'x' size mismatch" in message
+    assert "Fix: mark that dimension dynamic before the call with torch._dynamo.mark_dynamic" in message
+    assert "docs/fixing.md#changing-dim" in message
+    # Python names the recompiling frame of the user's code as the warning's origin, not telemetry-jit's line
+    forward = type(model.model).forward.__code__
+    assert (storm[0].filename, storm[0].lineno) == (forward.co_filename, forward.co_firstlineno)
     assert seen_at and seen_at[0] < 20  # while training was still running
 
 

@@ -57,13 +57,15 @@ def test_report_holds_timeline_tables_and_every_graph_break_offline(report: tupl
     assert len(page.having("rect", **{"class": "compilation"})) == len(compiles)
     assert len(page.having("line", **{"class": "recompile"})) == len(recompiles) > 0
     assert len(page.having("rect", **{"class": "training_loop"})) == 1
-    for table in ("frames", "reasons", "breaks"):
+    for table in ("frames", "causes", "breaks"):
         assert page.having("table", id=table)
-    assert html.count("<li>") == len(breaks) > 0
+    every_break = html.split('<ul id="graph-breaks">')[1].split("</ul>")[0]
+    assert every_break.count("<li>") == len(breaks) > 0
     assert "tests/models.py" in html
-    # self-contained: nothing is fetched from anywhere
+    assert html.index('id="diagnosis"') < html.index('id="timeline"')  # the answers on the first screen
+    # self-contained: nothing is fetched from anywhere (links to torch's documentation fetch nothing)
     assert not page.having("script") and not page.having("link") and not page.having("img")
-    assert not [a for _, attrs in page.tags for a in attrs.values() if a and "//" in a]  # no src/href anywhere
+    assert not [a for tag, attrs in page.tags if tag != "a" for a in attrs.values() if a and "//" in a]
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")

@@ -14,7 +14,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 import telemetry_jit
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.recording.listener import CompileListener
-from telemetry_jit.recording.recorder import CompileRecorder
+from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak
 
@@ -56,7 +56,7 @@ def test_a_record_becomes_a_span_under_the_running_loop_with_its_events(
     listener = Remember()
     recorder = CompileRecorder(provider, listeners=[listener])
     one_logger.on_train_start(train_iterations_start=0, train_samples_start=0, train_iterations_target_or_fn=10)
-    recorder.start(lambda: (7, "train"), rank=0)
+    recorder.start(lambda: Position(7, "train"), rank=0)
     breaking = GraphBreak("Call to `torch._dynamo.graph_break()`\n  Explanation: ...", "/src/train.py:12")
     recorder.record(record(graph_breaks=[breaking], recompile_reason=""))
     recorder.record(record("0/1", recompile_reason="0/0: tensor 'x' size mismatch at index 0. expected 8, actual 6"))
@@ -95,7 +95,7 @@ def test_a_failing_listener_costs_one_warning_and_nothing_else(
             raise KeyError("a listener's bug")
 
     recorder = CompileRecorder(provider, listeners=[Broken()])
-    recorder.start(lambda: (0, "train"))
+    recorder.start(lambda: Position(0, "train"))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for attempt in range(3):

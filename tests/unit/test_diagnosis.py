@@ -1,0 +1,209 @@
+# ruff: noqa: E501 - torch's messages are quoted verbatim
+"""The rules behind the answers: causes from torch's own reasons (as torch 2.8 and 2.13 word them),
+whose code a graph break is in, and what torch says of it."""
+
+from __future__ import annotations
+
+import pytest
+
+from telemetry_jit.diagnosis import (
+    CAUSES,
+    RecompileClassifier,
+    break_fix,
+    normalize_reason,
+    owner_of,
+    parse_break,
+    user_location,
+)
+
+# a Lightning run of lightning.pytorch.demos.Transformer behind a submodule with an .item() branch: the last
+# training batch holds 6 of 8, validation sequences are 24 long instead of 16 (torch 2.13 and 2.8 alike, but
+# for the attribute torch 2.8 names first)
+RUN = [  # (frame, stage, batch index, batches, torch's reason or "" for a first compile, cause, expected)
+    ("0", "train", 0, 4, "", None, False),
+    ("1", "train", 0, 4, "", None, False),
+    ("2", "train", 0, 4, "", None, False),
+    ("3", "train", 0, 4, "", None, False),
+    (
+        "1",
+        "train",
+        1,
+        4,
+        "1/0: self.src_mask is None    # if self.src_mask is None or self.src_mask.size(0) != t: "
+        "# lightning/pytorch/demos/transformer.py:69 in forward\nUser stack trace:\n  File ...",
+        "python_value",
+        False,
+    ),
+    ("0", "train", 3, 4, "0/0: tensor 'inputs' size mismatch at index 0. expected 8, actual 6", "last_batch", False),
+    ("1", "train", 3, 4, "1/1: tensor 'inputs' size mismatch at index 0. expected 8, actual 6", "last_batch", False),
+    ("2", "train", 3, 4, "2/0: tensor '___stack0' size mismatch at index 0. expected 8, actual 6", "last_batch", False),
+    (
+        "3",
+        "train",
+        3,
+        4,
+        "3/0: tensor '___stack0' size mismatch at index 0. expected 128, actual 96",
+        "last_batch",
+        False,
+    ),
+    ("0", "validate", 0, 2, "0/1: GLOBAL_STATE changed: grad_mode ", "stage_switch", True),
+    ("1", "validate", 0, 2, "1/2: GLOBAL_STATE changed: grad_mode ", "stage_switch", True),
+    ("2", "validate", 0, 2, "2/1: GLOBAL_STATE changed: grad_mode ", "stage_switch", True),
+    ("3", "validate", 0, 2, "3/1: GLOBAL_STATE changed: grad_mode ", "stage_switch", True),
+    (
+        "1",
+        "validate",
+        1,
+        2,
+        "1/3: tensor 'self.src_mask' size mismatch at index 0. expected 16, actual 24",
+        "eval_shape",
+        False,
+    ),
+    ("1", "train", 0, 4, "1/4: GLOBAL_STATE changed: grad_mode ", "stage_switch", False),  # back to training
+]
+
+
+def test_every_recompile_of_a_real_run_gets_its_cause() -> None:
+    classifier = RecompileClassifier()
+    for frame, stage, index, batches, reason, cause, expected in RUN:
+        got = classifier.observe(
+            frame, stage, reason=reason, is_recompile=bool(reason), batch_index=index, batches=batches
+        )
+        assert (got and (got.cause, got.expected)) == (cause and (cause, expected)), reason
+
+
+@pytest.mark.parametrize(
+    ("reason", "cause"),
+    [
+        ("0/0: self._modules['pos_encoder'].pe is None", "python_value"),  # torch 2.8's wording of an attribute
+        ("2/1: ___stack2 == 0.2564869523048401  # print(..., h.mean().item())", "python_value"),
+        ("0/3: L['self'].scale == 0.5", "python_value"),
+        ("0/0: tensor 'x' dtype mismatch. expected Float, actual Double", "tensor_property"),
+        ("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0", "tensor_property"),
+        ("0/2: tensor 'x' device mismatch. expected cpu, actual cuda:0", "tensor_property"),
+        ("0/0: ___check_global_state()  # something torch has not named", "other"),
+    ],
+)
+def test_guards_are_read_as_their_cause(reason: str, cause: str) -> None:
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train")
+    assert classifier.observe("0", "train", reason=reason, is_recompile=True).cause == cause
+
+
+def test_a_dimension_that_changes_again_is_not_the_last_batch() -> None:
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train")
+    first = classifier.observe(
+        "0",
+        "train",
+        reason="0/0: tensor 'x' size mismatch at index 1. expected 16, actual 20",
+        is_recompile=True,
+        batch_index=1,
+        batches=10,
+    )
+    last = classifier.observe(
+        "0",
+        "train",
+        reason="0/1: tensor 'x' size mismatch at index 1. expected 20, actual 12",
+        is_recompile=True,
+        batch_index=9,
+        batches=10,
+    )
+    assert (first.cause, last.cause) == ("changing_dim", "changing_dim")
+
+
+def test_the_recompile_limit_wins_over_its_reason() -> None:
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train")
+    got = classifier.observe("0", "train", reason="0/7: L['self'].step == 7", is_recompile=True, limit_hit=True)
+    assert got.cause == "recompile_limit"
+
+
+def test_reasons_read_as_one_line_without_torchs_generated_names() -> None:
+    assert normalize_reason("1/3: tensor 'L['x']' size mismatch at index 0. expected 8, actual 6") == (
+        "tensor 'x' size mismatch at index 0. expected 8, actual 6"
+    )
+    assert normalize_reason("2/0: tensor '___stack0' size mismatch") == "tensor 'an intermediate value' size mismatch"
+    assert normalize_reason("1/0: self.src_mask is None   # if self.src_mask ...\nUser stack trace:\n  x") == (
+        "self.src_mask is None"
+    )
+
+
+def test_every_cause_has_a_title_a_fix_and_a_section_in_the_docs() -> None:
+    from pathlib import Path
+
+    fixing = (Path(__file__).resolve().parents[2] / "docs" / "fixing.md").read_text()
+    for cause in CAUSES.values():
+        assert cause.title and cause.fix
+        assert f'<a id="{cause.doc.split("#")[1]}"></a>' in fixing, cause.id
+
+
+@pytest.mark.parametrize(
+    ("location", "owner"),
+    [
+        ("/home/me/project/train.py:12", "user"),
+        ("/venv/lib/python3.11/site-packages/torch/nn/modules/transformer.py:1245", "torch"),
+        ("/usr/lib/python3/dist-packages/torch/nn/parallel/distributed.py:1637", "torch"),
+        ("/venv/lib/python3.12/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_common.py:140", "torch"),
+        ("/venv/lib/python3.11/site-packages/lightning/pytorch/demos/transformer.py:78", "lightning"),
+        ("/venv/lib/python3.11/site-packages/pytorch_lightning/core/module.py:1", "lightning"),
+        ("/root/.pyenv/versions/3.11.7/lib/python3.11/contextlib.py:81", "python"),
+        ("/venv/lib/python3.11/site-packages/transformers/models/gpt2/modeling_gpt2.py:300", "transformers"),
+        ("/home/me/pytorch/torch/_dynamo/polyfills/__init__.py:5", "torch"),  # torch built from source
+        ("<frozen importlib._bootstrap>:241", "python"),
+        ("", "unknown"),
+    ],
+)
+def test_a_break_belongs_to_whose_code_holds_it(location: str, owner: str) -> None:
+    assert owner_of(location) == owner
+
+
+def test_the_users_line_is_the_innermost_of_theirs_on_the_way() -> None:
+    stack = (
+        "/home/me/train.py:40",  # their loop
+        "/venv/lib/python3.11/site-packages/torch/nn/modules/module.py:1789",
+        "/home/me/model.py:13",  # their call into the Transformer
+        "/venv/lib/python3.11/site-packages/lightning/pytorch/demos/transformer.py:78",
+        "/venv/lib/python3.11/site-packages/torch/nn/modules/transformer.py:1245",
+    )
+    assert user_location(stack) == "/home/me/model.py:13"
+    assert user_location(stack[3:]) == ""
+
+
+TORCH_2_13 = """Unsupported Tensor.item() call with capture_scalar_outputs=False
+  Explanation: Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.
+  Hint: Set `torch._dynamo.config.capture_scalar_outputs = True` or `export TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1` to include these operations in the captured graph.
+
+  Developer debug context: call_method TensorVariable() item () {}
+
+ For more details about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0124.html"""
+TORCH_2_8 = """Failed to trace builtin operator
+  Explanation: Dynamo does not know how to trace builtin operator `bool` with argument types ['Tensor'] (has_kwargs False)
+  Hint: Avoid calling builtin `bool` with argument types ['Tensor']. Consider using an equivalent alternative function/method to `bool`.
+  Hint: If you are attempting to call a logging function (e.g. `print`), you can try adding it to `torch._dynamo.config.reorderable_logging_functions`.
+  Hint: Please report an issue to PyTorch.
+
+  Developer debug context: builtin bool [<class 'torch._dynamo.variables.tensor.TensorVariable'>] False
+"""
+
+
+def test_torchs_own_words_for_a_break_are_kept() -> None:
+    new = parse_break(TORCH_2_13)
+    assert new.type == "Unsupported Tensor.item() call with capture_scalar_outputs=False"
+    assert new.explanation.startswith("Dynamo does not support tracing `Tensor.item()`")
+    assert new.hints == (
+        "Set `torch._dynamo.config.capture_scalar_outputs = True` or `export "
+        "TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1` to include these operations in the captured graph.",
+    )
+    assert new.doc_url == "https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0124.html"
+    old = parse_break(TORCH_2_8)
+    assert (old.type, len(old.hints), old.doc_url) == ("Failed to trace builtin operator", 3, "")
+
+
+def test_the_fix_for_a_break_names_the_users_line_where_the_code_is_not_theirs() -> None:
+    text = parse_break(TORCH_2_13)
+    assert break_fix("user", text, "/me/lm.py:14", "/me/lm.py:14").startswith("Set `torch._dynamo.config")
+    fix = break_fix("torch", text, "/me/lm.py:13", "/venv/site-packages/torch/nn/modules/transformer.py:1245")
+    assert fix.startswith("torch's code cannot be edited: change how your line me/lm.py:13 calls it")
+    assert "torch's hint: Set `torch._dynamo.config.capture_scalar_outputs = True`" in fix
+    assert "report an issue" not in break_fix("torch", parse_break(TORCH_2_8), "", "/x/site-packages/torch/a.py:1")

@@ -7,9 +7,10 @@ The names below are imported when first used: reading telemetry files (``read_te
 from __future__ import annotations
 
 import importlib
+from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+__version__ = metadata.version("telemetry-jit")
 
 _WHERE = {
     "CompileConsole": "recording.console",
@@ -64,7 +65,7 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    return sorted([*globals(), *_WHERE])
+    return sorted([*__all__, "__version__"])
 
 
 if TYPE_CHECKING:

@@ -1,119 +1,208 @@
-"""The ``telemetry-jit`` command."""
+"""The ``telemetry-jit`` command (also ``python -m telemetry_jit``).
+
+Every command reads files or folders of them; several ranks of one run are read as one fleet. Exit
+status: 0 done, 1 a file could not be read (``check``: a budget is broken), 2 a usage error or, for
+``check``, an answer it cannot give.
+"""
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from collections.abc import Sequence
+import tempfile
+from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 
 from telemetry_jit.analysis.compare import Budget, CannotTell, check, diff
-from telemetry_jit.analysis.reader import TelemetryFileError, TelemetryRun, read_telemetry
-from telemetry_jit.analysis.report import render_report
+from telemetry_jit.analysis.fleet import Fleet, fleets
+from telemetry_jit.analysis.inputs import Loaded, load
+from telemetry_jit.analysis.json_output import to_json
+from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.report import render_fleet_report, render_report
 from telemetry_jit.analysis.summary import summarize, summary_json
-from telemetry_jit.analysis.text import format_diff, format_rank_comparison, format_summary
+from telemetry_jit.analysis.text import clean, format_diff, format_fleet, format_summary
 from telemetry_jit.analysis.trace import to_trace_events
+
+PATHS_HELP = "telemetry files written by telemetry-jit, or folders of them (one file per rank)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except BrokenPipeError:  # `telemetry-jit summary ... | head`: the reader left, as it may
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="telemetry-jit", description="Inspect telemetry-jit files.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    summary = commands.add_parser("summary", help="print compile time, recompiles and graph breaks of a run")
-    summary.add_argument("files", nargs="+", help="JSON Lines files written by telemetry-jit (one per rank)")
-    summary.add_argument("--all-runs", action="store_true", help="summarize every run in a file, not only the last")
-    summary.add_argument("--json", action="store_true", help="print JSON for tools (schema: docs/telemetry.md)")
-    trace = commands.add_parser("trace", help="write a Chrome Trace Event / Perfetto JSON file (one track per rank)")
-    trace.add_argument("files", nargs="+", help="JSON Lines files written by telemetry-jit (one per rank)")
-    trace.add_argument("-o", "--output", required=True, help="the trace file to write, e.g. trace.json")
-    report = commands.add_parser("report", help="write a self-contained HTML report of a run")
-    report.add_argument("file", help="a JSON Lines file written by telemetry-jit")
-    report.add_argument("-o", "--output", required=True, help="the HTML file to write, e.g. report.html")
-    diff = commands.add_parser("diff", help="compare two runs: compile time, recompiles, graph breaks, cache")
-    diff.add_argument("base", help="the run to compare with (e.g. the main branch's)")
-    diff.add_argument("new", help="the run under review")
-    diff.add_argument("--json", action="store_true", help="print JSON for tools instead of text")
-    check = commands.add_parser(
-        "check", help="exit 1 when a run breaks its compile budget (a CI gate); see docs/ci-gate.md"
-    )
-    check.add_argument("file", help="the run to check")
-    check.add_argument("--baseline", help="a run to compare with (for --no-new-graph-breaks)")
-    check.add_argument("--max-graph-breaks", type=int, metavar="N")
-    check.add_argument("--max-recompiles", type=int, metavar="N")
-    check.add_argument(
+    parser.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('telemetry-jit')}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help)
+        if name != "diff":
+            sub.add_argument("paths", nargs="+", metavar="PATH", help=PATHS_HELP)
+        sub.add_argument("--run", metavar="ID", help="the run whose id starts with ID (a file may hold several)")
+        return sub
+
+    summary = command("summary", "what a run compiled, what it cost, and what to fix first")
+    summary.add_argument("--all-runs", action="store_true", help="every run of each file, not only the last")
+    summary.add_argument("--json", action="store_true", help="JSON for tools (schema: docs/telemetry.md)")
+    _rank_options(summary)
+    report = command("report", "a self-contained HTML report (one run, or the ranks of one)")
+    report.add_argument("-o", "--output", help="the HTML file (default: beside the first input, .html)")
+    _rank_options(report)
+    trace = command("trace", "a Chrome Trace Event / Perfetto file, one track per rank")
+    trace.add_argument("-o", "--output", help="the trace file (default: beside the first input, .trace.json)")
+    trace.add_argument("--all-runs", action="store_true", help="every run of each file, not only the last")
+    compare = command("diff", "two runs (or the ranks of two runs) side by side")
+    compare.add_argument("base", help="the run to compare with (a file or a folder of rank files)")
+    compare.add_argument("new", help="the run under review")
+    compare.add_argument("--json", action="store_true", help="JSON for tools")
+    gate = command("check", "exit 1 when a run breaks its compile budget (a CI gate; docs/ci-gate.md)")
+    gate.add_argument("--baseline", metavar="PATH", help="a run to compare with (for --no-new-graph-breaks)")
+    gate.add_argument("--max-graph-breaks", type=int, metavar="N")
+    gate.add_argument("--max-recompiles", type=int, metavar="N")
+    gate.add_argument(
         "--max-unexpected-recompiles",
         type=int,
         metavar="N",
         help="recompiles beyond the expected price of switching stages (once per frame)",
     )
-    check.add_argument("--max-compile-share", metavar="P", help="percent of the loop's wall time, e.g. 25 or 25%%")
-    check.add_argument("--no-new-graph-breaks", action="store_true", help="fail on a graph break the baseline lacks")
-    check.add_argument(
-        "--user-code-only", action="store_true", help="graph-break budgets count only breaks in your own code"
-    )
-    args = parser.parse_args(argv)
-    if args.command == "trace":
-        return _trace(args.files, args.output)
-    if args.command == "report":
-        return _report(args.file, args.output)
-    if args.command == "diff":
-        return _diff(args.base, args.new, as_json=args.json)
-    if args.command == "check":
-        return _check(args)
+    gate.add_argument("--max-compile-share", metavar="P", help="percent of the loop's wall time, e.g. 25 or 25%%")
+    gate.add_argument("--no-new-graph-breaks", action="store_true", help="fail on a graph break the baseline lacks")
+    gate.add_argument("--user-code-only", action="store_true", help="graph-break budgets count only your own code")
+    gate.add_argument("--max-skew", type=float, metavar="S", help="ranks: seconds waited for the slowest in all")
+    gate.add_argument("--ranks-compile-alike", action="store_true", help="ranks: every rank compiles the same")
+    return parser
 
-    runs, status = _load_runs(args.files, all_runs=args.all_runs)
+
+def _rank_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rank", type=int, metavar="N", help="with several ranks: this rank's full view")
+    parser.add_argument("--per-rank", action="store_true", help="with several ranks: each rank's full view")
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    args = _parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], int] = {
+        "summary": _summary,
+        "report": _report,
+        "trace": _trace,
+        "diff": _diff,
+        "check": _check,
+    }[args.command]
+    return handler(args)
+
+
+def _say(text: str) -> None:
+    print(clean(text))
+
+
+def _complain(text: str) -> None:
+    print(clean(f"telemetry-jit: {text}"), file=sys.stderr)
+
+
+def _load(paths: Sequence[str], args: argparse.Namespace) -> Loaded:
+    loaded = load(paths, all_runs=getattr(args, "all_runs", False), run_id=args.run)
+    for error in loaded.errors:
+        _complain(error)
+    for note in loaded.notes:
+        _complain(note)
+    return loaded
+
+
+def _chosen(loaded: Loaded, args: argparse.Namespace) -> tuple[list[TelemetryRun], list[Fleet]]:
+    """The runs to show in full, and the fleets to show as one (several ranks of a run)."""
+    runs = loaded.runs
+    if getattr(args, "rank", None) is not None:
+        runs = [run for run in runs if run.rank == args.rank]
+        if not runs:
+            _complain(f"no rank {args.rank} in {', '.join(map(str, loaded.paths))}")
+        return runs, []
+    found = [] if getattr(args, "per_rank", False) else fleets(runs)
+    in_fleets = {fleet.run_id for fleet in found}
+    single = [run for run in runs if run.run_id not in in_fleets]
+    # a fleet is shown through its own view and one representative rank: the first of its largest group
+    chosen = [
+        run for fleet in found for run in runs if run.run_id == fleet.run_id and run.rank == fleet.sequences[0].ranks[0]
+    ]
+    return single + chosen, found
+
+
+def _summary(args: argparse.Namespace) -> int:
+    loaded = _load(args.paths, args)
+    runs, found = _chosen(loaded, args)
+    status = 1 if loaded.errors else 0
     if args.json:
-        print(json.dumps({"runs": [summary_json(run) for run in runs]}, indent=2))
+        _say(to_json({"runs": [summary_json(run) for run in runs], "fleets": [f.as_json() for f in found]}, indent=2))
         return status
-    for run in runs:
-        print(format_summary(run))
-    comparison = format_rank_comparison(runs)
-    if comparison:
-        print(f"\n{comparison}")
-    return status
+    shown = []
+    for fleet in found:
+        representative = fleet.sequences[0].ranks[0]
+        shown.append(
+            format_fleet(fleet) + f"\n  (rank {representative} speaks for its group below; --rank N or "
+            "--per-rank for others)\n"
+        )
+    shown += [format_summary(run) for run in runs]
+    _say("\n\n".join(shown))
+    return status if runs or found else 1
 
 
-def _load_runs(paths: Sequence[str], all_runs: bool = False) -> tuple[list[TelemetryRun], int]:
-    """The last run of each file (every run with ``all_runs``), and 1 if a file could not be read."""
-    runs, status = [], 0
-    for path in paths:
-        try:
-            found = read_telemetry(path)
-        except (FileNotFoundError, TelemetryFileError) as error:
-            print(f"telemetry-jit: {error}", file=sys.stderr)
-            status = 1
-            continue
-        runs.extend(found if all_runs else found[-1:])
-    return runs, status
+def _default_output(paths: Sequence[str], suffix: str) -> Path:
+    first = Path(paths[0])
+    return first / f"report{suffix}" if first.is_dir() else first.with_name(first.name.removesuffix(".jsonl") + suffix)
 
 
-def _trace(paths: Sequence[str], output: str) -> int:
-    runs, status = _load_runs(paths)
+def _output(args: argparse.Namespace, loaded: Loaded, suffix: str) -> Path | None:
+    """Where to write: ``-o``, else beside the first input; never over an input."""
+    output = Path(args.output) if args.output else _default_output(args.paths, suffix)
+    if any(output.resolve() == path.resolve() for path in loaded.paths if path.exists()):
+        _complain(f"will not write {output} over a file it reads; name another with -o")
+        return None
+    return output
+
+
+def _report(args: argparse.Namespace) -> int:
+    loaded = _load(args.paths, args)
+    runs, found = _chosen(loaded, args)
     if not runs:
         return 1
-    if not _write_whole(output, json.dumps(to_trace_events(runs))):
+    output = _output(args, loaded, ".html")
+    if output is None:
+        return 2
+    summary = summarize(runs[0])
+    html = render_fleet_report(found[0], summary) if found else render_report(summary)
+    if not _write_whole(output, html):
         return 1
-    print(f"wrote {output}: {len(runs)} rank(s); open it in https://ui.perfetto.dev or chrome://tracing")
-    return status
+    _say(f"wrote {output}")
+    return 1 if loaded.errors else 0
 
 
-def _report(path: str, output: str) -> int:
-    runs, status = _load_runs([path])
-    if not runs:
+def _trace(args: argparse.Namespace) -> int:
+    loaded = _load(args.paths, args)
+    if not loaded.runs:
         return 1
-    if not _write_whole(output, render_report(summarize(runs[0]))):
+    output = _output(args, loaded, ".trace.json")
+    if output is None:
+        return 2
+    if not _write_whole(output, to_json(to_trace_events(loaded.runs))):
         return 1
-    print(f"wrote {output}")
-    return status
+    _say(f"wrote {output}: {len(loaded.runs)} rank(s); open it in https://ui.perfetto.dev or chrome://tracing")
+    return 1 if loaded.errors else 0
 
 
-def _diff(base_path: str, new_path: str, as_json: bool) -> int:
-    runs, status = _load_runs([base_path, new_path])
-    if status:
-        return status
-    result = diff(*runs)
-    print(json.dumps(result.as_json(), indent=2) if as_json else format_diff(result))
+def _diff(args: argparse.Namespace) -> int:
+    sides = []
+    for path in (args.base, args.new):
+        runs, found = _chosen(_load([path], args), args)
+        if not runs:
+            return 1
+        sides.append(runs[0])
+    result = diff(*sides)
+    _say(to_json(result.as_json(), indent=2) if args.json else format_diff(result))
     return 0
 
 
@@ -122,10 +211,11 @@ def _check(args: argparse.Namespace) -> int:
     try:
         share = None if args.max_compile_share is None else _percentage(args.max_compile_share)
     except ValueError as error:
-        print(f"telemetry-jit check: {error}", file=sys.stderr)
+        _complain(f"check: {error}")
         return 2
-    runs, status = _load_runs([args.file, *([args.baseline] if args.baseline else [])])
-    if status:
+    loaded = _load(args.paths, args)
+    baseline = _load([args.baseline], args) if args.baseline else None
+    if loaded.errors or not loaded.runs or (baseline is not None and (baseline.errors or not baseline.runs)):
         return 2
     budget = Budget(
         max_graph_breaks=args.max_graph_breaks,
@@ -134,17 +224,21 @@ def _check(args: argparse.Namespace) -> int:
         max_compile_share=share,
         no_new_graph_breaks=args.no_new_graph_breaks,
         user_code_only=args.user_code_only,
+        max_skew_s=args.max_skew,
+        ranks_compile_alike=args.ranks_compile_alike,
     )
     try:
-        broken = check(runs[0], budget, baseline=runs[1] if args.baseline else None)
+        broken = check(loaded.runs, budget, baseline=baseline.runs if baseline is not None else None)
     except CannotTell as error:
-        print(f"telemetry-jit check: cannot tell: {error}", file=sys.stderr)
+        _complain(f"check: cannot tell: {error}")
         return 2
+    what = ", ".join(map(str, args.paths))
     if broken:
-        print(f"telemetry-jit check: {args.file} breaks its compile budget:")
-        print("\n".join(f"  {reason}" for reason in broken))
+        _say(
+            f"telemetry-jit check: {what} breaks its compile budget:\n" + "\n".join(f"  {reason}" for reason in broken)
+        )
         return 1
-    print(f"telemetry-jit check: {args.file} is within budget.")
+    _say(f"telemetry-jit check: {what} is within budget.")
     return 0
 
 
@@ -158,20 +252,33 @@ def _percentage(text: str) -> float:
     return value / 100
 
 
-def _write_whole(output: str, text: str) -> bool:
-    """Write ``output`` whole or not at all: a failure (disk full, say) leaves no truncated or empty file
-    behind, and an earlier file of that name as it was."""
-    path = Path(output)
-    partial = path.with_name(f".{path.name}.partial")
+def _write_whole(output: Path, text: str) -> bool:
+    """Write ``output`` whole or not at all, through a temporary file created exclusively beside it (no
+    name another user could plant a link at): a failure (disk full, say) leaves no partial file behind
+    and an earlier file of that name as it was."""
     try:
-        partial.write_text(text, encoding="utf-8", errors="replace")
-        os.replace(partial, path)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        descriptor, partial = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent)
     except OSError as error:
-        print(f"telemetry-jit: could not write {output}: {error}", file=sys.stderr)
+        _complain(f"could not write {output}: {error}")
+        return False
+    try:
+        with os.fdopen(descriptor, "w", encoding="utf-8", errors="replace") as handle:
+            handle.write(text)
+        os.chmod(partial, 0o666 & ~_umask())
+        os.replace(partial, output)
+    except OSError as error:
+        _complain(f"could not write {output}: {error}")
         return False
     finally:
-        partial.unlink(missing_ok=True)
+        Path(partial).unlink(missing_ok=True)
     return True
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 if __name__ == "__main__":

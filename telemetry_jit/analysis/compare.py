@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.diagnose import frame_label, is_recompile
+from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.summary import first_line, summarize
 from telemetry_jit.diagnosis import owner_of, short
@@ -186,35 +188,67 @@ class Budget:
     max_compile_share: float | None = None  # 0 - 1
     no_new_graph_breaks: bool = False  # against a baseline run
     user_code_only: bool = False  # graph-break budgets count only breaks in the user's own code
+    max_skew_s: float | None = None  # ranks: seconds waited for the slowest rank, over every shared compile
+    ranks_compile_alike: bool = False  # ranks: one compile sequence for every rank
 
     @property
     def empty(self) -> bool:
-        figures = (self.max_graph_breaks, self.max_recompiles, self.max_unexpected_recompiles, self.max_compile_share)
-        return all(figure is None for figure in figures) and not self.no_new_graph_breaks
+        figures = (
+            self.max_graph_breaks,
+            self.max_recompiles,
+            self.max_unexpected_recompiles,
+            self.max_compile_share,
+            self.max_skew_s,
+        )
+        return all(f is None for f in figures) and not (self.no_new_graph_breaks or self.ranks_compile_alike)
 
 
-def check(run: TelemetryRun, budget: Budget, baseline: TelemetryRun | None = None) -> list[str]:
-    """Every way ``run`` breaks ``budget``, each a readable sentence; empty when it keeps it.
+def check(
+    runs: TelemetryRun | Sequence[TelemetryRun],
+    budget: Budget,
+    baseline: TelemetryRun | Sequence[TelemetryRun] | None = None,
+) -> list[str]:
+    """Every way ``runs`` (one run, or the ranks of one) break ``budget``, each a readable sentence;
+    empty when they keep it. Budgets of one run apply to every rank; ``--max-skew`` and
+    ``--ranks-compile-alike`` to the ranks together.
 
     Raises:
-        CannotTell: there is no budget, the run (or the baseline) did not finish, or a baseline budget
+        CannotTell: there is no budget, a run (or the baseline) did not finish, or a baseline budget
             has no baseline: a gate must not pass what it cannot measure.
     """
+    runs = [runs] if isinstance(runs, TelemetryRun) else list(runs)
+    baselines = [baseline] if isinstance(baseline, TelemetryRun) else list(baseline or [])
     if budget.empty:
         raise CannotTell(
             "no budget given, so nothing would be checked: pass at least one of --max-graph-breaks, "
-            "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks."
+            "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks, "
+            "--max-skew, --ranks-compile-alike."
         )
-    if budget.no_new_graph_breaks and baseline is None:
+    if budget.no_new_graph_breaks and not baselines:
         raise CannotTell("--no-new-graph-breaks compares with a baseline run: pass --baseline FILE.")
-    for name, checked in (("the run", run), ("the baseline", baseline)):
-        if checked is not None and (unfinished := unfinished_loops(checked)):
-            raise CannotTell(
-                f"{name} did not finish: its {', '.join(unfinished)} never ended (the process was killed or is still "
-                "running), so its figures are incomplete."
-            )
+    for name, checked in (("the run", runs), ("the baseline", baselines)):
+        for run in checked:
+            if unfinished := unfinished_loops(run):
+                raise CannotTell(
+                    f"{name} (rank {run.rank}) did not finish: its {', '.join(unfinished)} never ended (the process "
+                    "was killed or is still running), so its figures are incomplete."
+                )
+    by_rank = {run.rank: run for run in baselines}
+    broken = []
+    for run in runs:
+        prefix = f"rank {run.rank}: " if len(runs) > 1 else ""
+        reference = by_rank.get(run.rank, baselines[0] if baselines else None)
+        broken += [prefix + reason for reason in _check_one(run, budget, reference)]
+    if len({run.rank for run in runs}) > 1:
+        broken += _check_fleet(runs, budget)
+    elif budget.max_skew_s is not None or budget.ranks_compile_alike:
+        raise CannotTell("--max-skew and --ranks-compile-alike compare ranks: pass every rank's file (or a folder).")
+    return broken
+
+
+def _check_one(run: TelemetryRun, budget: Budget, baseline: TelemetryRun | None) -> list[str]:
     new = figures(run)
-    breaks_of = (lambda figures: figures.user_graph_breaks) if budget.user_code_only else (lambda f: f.graph_breaks)
+    breaks_of = (lambda f: f.user_graph_breaks) if budget.user_code_only else (lambda f: f.graph_breaks)
     which = " in your code" if budget.user_code_only else ""
     broken = []
     breaks = sum(breaks_of(new).values())
@@ -237,6 +271,26 @@ def check(run: TelemetryRun, budget: Budget, baseline: TelemetryRun | None = Non
     if budget.no_new_graph_breaks and baseline is not None:
         for (location, reason), count in sorted((breaks_of(new) - breaks_of(figures(baseline))).items()):
             broken.append(f"new graph break{which} at {location} ({count}x, not in the baseline): {reason}")
+    return broken
+
+
+def _check_fleet(runs: list[TelemetryRun], budget: Budget) -> list[str]:
+    broken = []
+    for found in fleets(runs):
+        if budget.max_skew_s is not None and found.total_skew_ms / 1000 > budget.max_skew_s:
+            worst = found.skews[0]
+            broken.append(
+                f"ranks waited {found.total_skew_ms / 1000:.2f} s for the slowest at shared compiles, more than the "
+                f"{budget.max_skew_s:g} s allowed (the longest: {worst.wait_ms / 1000:.2f} s at {worst.compile_id} "
+                f"{worst.frame}, rank {worst.last_rank} last)"
+            )
+        if budget.ranks_compile_alike and len(found.sequences) > 1:
+            odd = found.sequences[1]
+            listed = ", ".join(map(str, odd.ranks[:8]))
+            broken.append(
+                f"ranks compiled differently: {len(found.sequences)} groups; ranks {listed} ({odd.what}) unlike the "
+                f"{len(found.sequences[0].ranks)} others: {odd.difference}"
+            )
     return broken
 
 

@@ -8,11 +8,12 @@ with what they hold, and :attr:`Diagnosis.lacks` says what they could not tell.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun
+from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.diagnosis import (
     CAUSES,
     Classified,
@@ -211,7 +212,7 @@ def _causes(compiles: list[SpanRecord]) -> list[CauseRow]:
         label = frame_label(span)
         if label not in row.frames:
             row.frames.append(label)
-        step = int(attributes.get(TrainAttr.GLOBAL_STEP, 0) or 0)
+        step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
         if step not in row.steps:
             row.steps.append(step)
         if classified.subject and classified.subject not in row.reasons and len(row.reasons) < 5:
@@ -239,7 +240,8 @@ def _classified(classifier: RecompileClassifier, span: SpanRecord) -> Classified
 
 
 def _int_or_none(value: object) -> int | None:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    figure = number(value, default=math.nan)
+    return None if math.isnan(figure) else int(figure)
 
 
 def _break_groups(breaks: list[tuple[SpanRecord, EventRecord]]) -> list[BreakGroup]:
@@ -284,15 +286,15 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
             phases: dict[str, float] = defaultdict(float)
             for name, value in attributes.items():
                 if name.startswith(prefix) and name.endswith("_s"):
-                    phases[name[len(prefix) : -len("_s")]] += float(value)
+                    phases[name[len(prefix) : -len("_s")]] += number(value)
             steps.append(
                 (
                     event.time_unix_ns,
                     FirstStepRow(
                         str(attributes.get(StepAttr.STAGE, "")),
-                        int(attributes.get(StepAttr.GLOBAL_STEP, 0) or 0),
-                        float(attributes.get(StepAttr.WALL_MS, 0.0) or 0.0),
-                        float(attributes.get(StepAttr.COMPILE_MS, 0.0) or 0.0),
+                        int(number(attributes.get(StepAttr.GLOBAL_STEP))),
+                        number(attributes.get(StepAttr.WALL_MS)),
+                        number(attributes.get(StepAttr.COMPILE_MS)),
                         dict(phases),
                     ),
                 )

@@ -9,14 +9,16 @@ that contains it), and :attr:`TelemetryRun.lacks` says what the file could not t
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, JitSpanName
+from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, JitSpanName, TrainingSpanName
 
 
 class TelemetryFileError(ValueError):
@@ -53,6 +55,7 @@ class TelemetryRun:
     run_id: str
     rank: int
     node: str = ""
+    pid: int = 0
     spans: dict[str, SpanRecord] = field(default_factory=dict)
     data_errors: list[dict[str, Any]] = field(default_factory=list)
     lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
@@ -72,10 +75,21 @@ class TelemetryRun:
         return self.spans.get(span.parent_id) if span.parent_id else None
 
 
-def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
-    """Read every run in ``path``, in file order.
+def number(value: object, default: float = 0.0) -> float:
+    """A figure read from a file: the number it holds, or ``default`` where the file holds something else
+    (a string, ``null``, NaN or an infinity): a damaged or hand-edited file must not end the analysis."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    return float(value) if math.isfinite(value) else default
 
-    A truncated last line (a process killed mid-write) is skipped with a warning.
+
+def read_telemetry(path: str | os.PathLike[str], skip_spans: Collection[str] = ()) -> list[TelemetryRun]:
+    """Read every run in ``path``, in file order, a line at a time: memory grows with what is kept, not
+    with the file.
+
+    A truncated last line (a process killed mid-write) is skipped with a warning. ``skip_spans``: span
+    names not to keep (with their events), e.g. the per-iteration spans a long run exports by the million
+    (:data:`ITERATION_SPANS`); their lines are recognised without being parsed.
 
     Raises:
         FileNotFoundError: no such file.
@@ -84,57 +98,91 @@ def read_telemetry(path: str | os.PathLike[str]) -> list[TelemetryRun]:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No telemetry file at {str(path)!r}.")
-    runs: dict[tuple[str, int], TelemetryRun] = {}
+    runs: dict[tuple[str, int, int], TelemetryRun] = {}
+    skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
+    number = 0
     with path.open("rb") as handle:
-        lines = handle.read().split(b"\n")
-    if lines and lines[-1] == b"":
-        lines.pop()
-    if not lines:
-        raise TelemetryFileError(f"{str(path)!r} is empty: the run wrote no telemetry.")
-    for number, raw in enumerate(lines, start=1):
-        try:
-            record = json.loads(raw)
-            if _ESCAPED_SURROGATE.search(raw):
-                record = _valid_text(record)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            if number == len(lines):
-                warnings.warn(f"{path}: last line {number} is truncated and was skipped.", stacklevel=2)
+        for number, raw in enumerate(handle, start=1):  # noqa: B007 - the count is read after the loop
+            if skipped and any(needle in raw for needle in skipped):
                 continue
-            if not runs:
+            record = _parse(path, raw, number, complete=raw.endswith(b"\n"), runs_so_far=bool(runs))
+            if record is None:
+                continue
+            try:
+                _read_record(path, number, record, runs, skip_spans)
+            except (KeyError, TypeError, ValueError, AttributeError) as error:
+                if isinstance(error, TelemetryFileError):
+                    raise
+                kind = record.get("kind", record.get("type"))
                 raise TelemetryFileError(
-                    f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number})."
+                    f"{str(path)!r} line {number}: malformed {kind!r} record ({error!r})."
                 ) from None
-            warnings.warn(f"{path}: line {number} is not valid JSON and was skipped.", stacklevel=2)
-            continue
-        try:
-            if isinstance(record, dict) and "kind" in record and "run" in record:
-                key = (str(record["run"]), int(record.get("rank", 0)))
-                run = runs.get(key)
-                if run is None:
-                    run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")))
-                _check_version(path, record)
-                _apply(run, record)
-            elif isinstance(record, dict) and record.get("type") in _NV_ONE_LOGGER_TYPES:
-                key = (f"nv-one-logger-{record.get('pid', 0)}", 0)
-                if key not in runs:
-                    runs[key] = TelemetryRun(run_id=key[0], rank=0, file_format="nv-one-logger", lacks=list(_NV_LACKS))
-                _apply_nv_one_logger(runs[key], record)
-            else:
-                raise TelemetryFileError(
-                    f"{str(path)!r} is not a telemetry file: line {number} is neither a telemetry-jit record "
-                    "('kind'/'run') nor an nv-one-logger FileExporter record ('type')."
-                )
-        except (KeyError, TypeError, ValueError, AttributeError) as error:
-            if isinstance(error, TelemetryFileError):
-                raise
-            kind = record.get("kind", record.get("type"))
-            raise TelemetryFileError(f"{str(path)!r} line {number}: malformed {kind!r} record ({error!r}).") from None
+    if number == 0:
+        raise TelemetryFileError(f"{str(path)!r} is empty: the run wrote no telemetry.")
     if not runs:
         raise TelemetryFileError(f"{str(path)!r} holds no complete telemetry record.")
     for run in runs.values():
+        run._early_events.clear()
         if run.file_format == "nv-one-logger":
             _infer_parents(run)
     return list(runs.values())
+
+
+ITERATION_SPANS = (
+    TrainingSpanName.TRAINING_ITERATION,
+    TrainingSpanName.VALIDATION_ITERATION,
+    "testing_single_iteration",
+)
+
+
+def _parse(path: Path, raw: bytes, number: int, complete: bool, runs_so_far: bool) -> dict[str, Any] | None:
+    """One line's record; ``None`` (with a warning) for a line that is not one."""
+    if not raw.strip():
+        return None
+    try:
+        record = json.loads(raw)
+        if _ESCAPED_SURROGATE.search(raw):
+            record = _valid_text(record)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        if not complete:
+            warnings.warn(f"{path}: last line {number} is truncated and was skipped.", stacklevel=4)
+            return None
+        if not runs_so_far:
+            raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}).") from None
+        warnings.warn(f"{path}: line {number} is not valid JSON and was skipped.", stacklevel=4)
+        return None
+    if not isinstance(record, dict):
+        raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}).")
+    return record
+
+
+def _read_record(
+    path: Path,
+    number: int,
+    record: dict[str, Any],
+    runs: dict[tuple[str, int, int], TelemetryRun],
+    skip_spans: Collection[str],
+) -> None:
+    if "kind" in record and "run" in record:
+        # one process of one run: a file appended to by the same job twice holds two
+        key = (str(record["run"]), int(record.get("rank", 0)), int(record.get("pid", 0)))
+        run = runs.get(key)
+        if run is None:
+            run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")), pid=key[2])
+        _check_version(path, record)
+        if record.get("name") in skip_spans:
+            return
+        _apply(run, record)
+    elif record.get("type") in _NV_ONE_LOGGER_TYPES:
+        key = (f"nv-one-logger-{record.get('pid', 0)}", 0, 0)
+        if key not in runs:
+            runs[key] = TelemetryRun(run_id=key[0], rank=0, file_format="nv-one-logger", lacks=list(_NV_LACKS))
+        _apply_nv_one_logger(runs[key], record)
+    else:
+        raise TelemetryFileError(
+            f"{str(path)!r} is not a telemetry file: line {number} is neither a telemetry-jit record "
+            "('kind'/'run') nor an nv-one-logger FileExporter record ('type')."
+        )
 
 
 # JSON may escape a lone surrogate (torch text from a file name that is not UTF-8, say); decoded, it is
@@ -191,11 +239,39 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
             span.end_unix_ns = _ms(record["stop_event"])
     elif kind in ("event", "application_error"):
         event = record["event"]
-        span = run.spans.get(record["span_id"])
-        events = span.events if span is not None else run._early_events.setdefault(record["span_id"], [])
-        events.append(EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error"))
+        _attach(
+            run,
+            record["span_id"],
+            EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error"),
+        )
     else:
         run.data_errors.append(record.get("event", {}).get("attributes", {}))
+
+
+def _ns(value: object) -> int:
+    """A timestamp (nanoseconds): a whole number, or the record is malformed."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"a timestamp must be a number of nanoseconds, got {value!r}")
+    return int(value)
+
+
+def _attributes(value: object) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ValueError(f"attributes must be an object, got {type(value).__name__}")
+    return value
+
+
+_EARLY_EVENTS_KEPT = 10_000  # spans whose events came before their start record (a file re-created mid-run)
+
+
+def _attach(run: TelemetryRun, span_id: str, event: EventRecord) -> None:
+    """Give ``event`` to its span, or hold it until the span's record comes (a bounded number: the events
+    of spans that are not kept never find theirs)."""
+    span = run.spans.get(span_id)
+    if span is not None:
+        span.events.append(event)
+    elif span_id in run._early_events or len(run._early_events) < _EARLY_EVENTS_KEPT:
+        run._early_events.setdefault(span_id, []).append(event)
 
 
 def _infer_parents(run: TelemetryRun) -> None:
@@ -220,21 +296,20 @@ def _apply(run: TelemetryRun, record: dict[str, Any]) -> None:
         span = run.spans.get(record["span_id"])
         if span is None:
             span = run.spans[record["span_id"]] = SpanRecord(
-                span_id=record["span_id"],
-                name=record["name"],
+                span_id=str(record["span_id"]),
+                name=str(record["name"]),
                 parent_id=record.get("parent_id"),
-                start_unix_ns=record["start_unix_ns"],
+                start_unix_ns=_ns(record["start_unix_ns"]),
                 events=run._early_events.pop(record["span_id"], []),
             )
         if kind == "span":
-            span.end_unix_ns = record["end_unix_ns"]
-            span.attributes = record.get("attributes", {})
+            span.end_unix_ns = _ns(record["end_unix_ns"])
+            span.attributes = _attributes(record.get("attributes", {}))
     elif kind in ("event", "error"):
-        span = run.spans.get(record["span_id"])
-        events = span.events if span is not None else run._early_events.setdefault(record["span_id"], [])
-        events.append(
-            EventRecord(record["name"], record["time_unix_ns"], record.get("attributes", {}), is_error=kind == "error")
+        event = EventRecord(
+            str(record["name"]), _ns(record["time_unix_ns"]), _attributes(record.get("attributes", {})), kind == "error"
         )
+        _attach(run, record["span_id"], event)
     elif kind == "records_lost":
         run.lost_records += int(record["count"])
     elif kind == "telemetry_data_error":

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from html import escape
 
 from telemetry_jit.analysis.diagnose import is_recompile
+from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, RunSummary
 from telemetry_jit.analysis.text import (
     BREAK_HEADERS,
@@ -15,6 +16,7 @@ from telemetry_jit.analysis.text import (
     cause_rows,
     diagnosis_items,
     diagnosis_notes,
+    format_fleet,
 )
 from telemetry_jit.diagnosis import short
 from telemetry_jit.schema import CompileAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr, TrainingSpanName
@@ -170,7 +172,72 @@ def _diagnosis(summary: RunSummary) -> str:
 
 
 def render_report(summary: RunSummary) -> str:
-    """The whole report as one HTML document."""
+    """The whole report of one run as one HTML document."""
+    return _document(_run_sections(summary))
+
+
+def render_fleet_report(fleet: Fleet, summary: RunSummary) -> str:
+    """The report of several ranks of one run: how they spread and which are odd, a rank-by-time view that
+    shows stragglers at a glance, then one representative rank's report."""
+    text = format_fleet(fleet).splitlines()
+    sections = [
+        f"<h1>telemetry-jit report: {len(fleet.ranks)} ranks</h1>",
+        f"<p class='muted'>run {escape(fleet.run_id)}</p>",
+        '<div id="fleet"><pre>' + escape("\n".join(line.strip() for line in text[1:])) + "</pre></div>",
+        "<h2>Compilations by rank over time</h2>",
+        _ranks_timeline(fleet),
+        f"<h2>Rank {summary.run.rank}, for its group</h2>",
+        *_run_sections(summary)[1:],
+    ]
+    return _document(sections)
+
+
+def _ranks_timeline(fleet: Fleet) -> str:
+    """One row per rank, compilations as bars (recompiles darker), the slowest rank's row marked."""
+    windows = [window for figures in fleet.ranks for window in figures.windows]
+    if not windows:
+        return '<p class="muted">No compilations.</p>'
+    start = min(begin for begin, _, _ in windows)
+    end = max(finish for _, finish, _ in windows)
+    scale = (_WIDTH - _LEFT - 10) / max(end - start, 1)
+    row = max(1.0, min(14.0, 700 / len(fleet.ranks)))
+    odd = set(fleet.odd_ranks)
+    parts = []
+    for index, figures in enumerate(fleet.ranks):
+        y = 4 + index * row
+        slow = figures.rank == fleet.compile_s.high_rank
+        if row >= 8 or slow or figures.rank in odd:
+            label = f"rank {figures.rank}" + (" (slowest)" if slow else " (odd)" if figures.rank in odd else "")
+            parts.append(f'<text x="4" y="{y + row - 1:.1f}">{escape(label)}</text>')
+        for begin, finish, recompile in figures.windows:
+            x = _LEFT + (begin - start) * scale
+            width = max((finish - begin) * scale, 1.0)
+            colour = "#b30000" if recompile else "#e34a33"
+            height = max(row - 1, 1)
+            parts.append(
+                f'<rect class="rank-compile" x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height:.1f}" '
+                f'fill="{colour}"><title>rank {figures.rank}: {(finish - begin) / 1e6:.0f} ms</title></rect>'
+            )
+    total = 4 + len(fleet.ranks) * row + 20
+    parts.append(f'<text x="{_LEFT}" y="{total - 4:.0f}">0 s</text>')
+    parts.append(f'<text x="{_WIDTH - 60}" y="{total - 4:.0f}">{(end - start) / 1e9:.2f} s</text>')
+    return (
+        f'<svg id="ranks-timeline" width="{_WIDTH}" height="{total:.0f}" role="img">{"".join(parts)}</svg>'
+        '<p class="legend">One row per rank: its compilations (recompilations darker) on one clock. A row whose '
+        "bars end later than the others' is a straggler its peers wait for at the next collective.</p>"
+    )
+
+
+def _document(sections: list[str]) -> str:
+    body = "\n".join(sections)
+    return (
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>telemetry-jit report</title>'
+        f"<style>{_STYLE}</style></head><body>{body}</body></html>"
+    )
+
+
+def _run_sections(summary: RunSummary) -> list[str]:
+    """One run's report, the heading first."""
     run = summary.run
     cards = [
         (f"{summary.wall_ms / 1000:.2f} s", f"{summary.loop_name} wall time"),
@@ -212,8 +279,4 @@ def render_report(summary: RunSummary) -> str:
             "<code>bucket_cap_mb</code>.</p>",
             _table(DDP_HEADERS, summary.ddp_rows, "ddp-splits"),
         ]
-    body = "\n".join(sections)
-    return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>telemetry-jit report</title>'
-        f"<style>{_STYLE}</style></head><body>{body}</body></html>"
-    )
+    return sections

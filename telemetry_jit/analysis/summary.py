@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from telemetry_jit.analysis.diagnose import Diagnosis, diagnose, frame_label, is_recompile
-from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun
+from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.diagnosis import short
 from telemetry_jit.schema import (
     CompileAttr,
@@ -157,7 +157,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
             short(location),
             len(spans),
             sum(is_recompile(s) for s in spans),
-            sum(int(s.attributes.get(CompileAttr.GRAPH_BREAKS, 0)) for s in spans),
+            sum(int(number(s.attributes.get(CompileAttr.GRAPH_BREAKS))) for s in spans),
             f"{_total_ms(spans):.1f}",
         )
         for (frame, location), spans in sorted(per_frame.items(), key=lambda item: -_total_ms(item[1]))
@@ -177,8 +177,8 @@ def summarize(run: TelemetryRun) -> RunSummary:
             str(span.attributes.get(CompileAttr.FRAME) or "?"),
             short(str(span.attributes.get(CompileAttr.LOCATION) or "")),
             str(span.attributes.get(CompileAttr.ID, "")),
-            int(event.attributes.get(DdpAttr.SPLITS, 0)),
-            round(int(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES, 0)) / 2**20, 2),
+            int(number(event.attributes.get(DdpAttr.SPLITS))),
+            round(number(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES)) / 2**20, 2),
         )
         for span in compiles
         for event in span.events
@@ -215,12 +215,12 @@ def _warm_start(compiles: Sequence[SpanRecord]) -> WarmStart:
             if not name.startswith(CompileAttr.cache("")):
                 continue
             if name.endswith("_hits"):
-                hits += int(value)
+                hits += int(number(value))
             elif name.endswith("_misses") and value:
-                misses += int(value)
+                misses += int(number(value))
                 missed[frame_label(span)] = None
             elif name == CompileAttr.cache("time_saved_s"):
-                saved += float(value)
+                saved += number(value)
         for fact in attributes.get(CompileAttr.UNAVAILABLE) or ():
             if str(fact).startswith("cache."):
                 unavailable[str(fact)] = None

@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+import re
 from collections.abc import Iterable, Sequence
 
 from telemetry_jit.analysis.compare import RunDiff
 from telemetry_jit.analysis.diagnose import Diagnosis, FirstStepRow
+from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, summarize
 from telemetry_jit.diagnosis import short
-from telemetry_jit.schema import FILE_FORMAT, CompileAttr, JitSpanName
+from telemetry_jit.schema import FILE_FORMAT, CompileAttr
 
 _CELL_LIMIT = 100
 
@@ -174,25 +175,58 @@ def _listed(names: Iterable[str], shown: int = 2) -> str:
     return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
-def format_rank_comparison(runs: list[TelemetryRun]) -> str | None:
-    """Point out ranks of one run that compiled a different number of times than rank 0."""
-    by_run: dict[str, dict[int, int]] = defaultdict(dict)
-    for run in runs:
-        by_run[run.run_id][run.rank] = len(run.find(JitSpanName.COMPILATION.value))
-    lines = []
-    for run_id, counts in by_run.items():
-        if len(counts) < 2:
-            continue
-        reference = counts.get(0, next(iter(counts.values())))
-        listed = ", ".join(f"rank {rank}: {count}" for rank, count in sorted(counts.items()))
-        if any(count != reference for count in counts.values()):
-            lines.append(
-                f"run {run_id[:8]}: ranks compiled a different number of times ({listed}). Ranks that recompile "
-                "differently can desynchronise collectives and hang."
-            )
-        else:
-            lines.append(f"run {run_id[:8]}: all {len(counts)} ranks compiled {reference} times.")
-    return "\n".join(lines) or None
+def format_fleet(fleet: Fleet, limit: int = 6) -> str:
+    """Many ranks of one run on one screen: spreads, the odd ranks by name, the compile skew."""
+    ranks = len(fleet.ranks)
+    time, count = fleet.compile_s, fleet.compilations
+    lines = [
+        f"telemetry-jit summary (run {fleet.run_id[:8]}, {ranks} ranks)",
+        f"  compile time per rank: min {time.low:.2f} s (rank {time.low_rank}), median {time.median:.2f} s, "
+        f"max {time.high:.2f} s (rank {time.high_rank})",
+        f"  compilations per rank: min {count.low:.0f} (rank {count.low_rank}), median {count.median:.0f}, "
+        f"max {count.high:.0f} (rank {count.high_rank})",
+    ]
+    if fleet.skews:
+        worst = fleet.skews[0]
+        lines.append(
+            f"  compile skew: {fleet.total_skew_ms / 1000:.2f} s of waiting over the {len(fleet.skews)} compiles every "
+            f"rank did; the longest {worst.wait_ms / 1000:.2f} s at {worst.compile_id} {worst.frame}, rank "
+            f"{worst.last_rank} last"
+        )
+        if fleet.waits_as_last:
+            laggards = ", ".join(f"rank {rank} ({n}x)" for rank, n in fleet.waits_as_last.most_common(3))
+            lines.append(f"    last to finish most often: {laggards}")
+    main, *odd = fleet.sequences
+    if not odd:
+        lines.append(f"  compiled alike: all {ranks} ranks ({main.what})")
+    else:
+        lines.append(
+            f"  compiled alike: {len(main.ranks)} of {ranks} ranks ({main.what}); {len(odd)} other group(s), which "
+            "can desynchronise collectives and hang:"
+        )
+        for group in odd[:limit]:
+            lines.append(f"    {_ranks(group.ranks)}: {group.what}; {group.difference}")
+        if len(odd) > limit:
+            lines.append(f"    ... and {len(odd) - limit} more groups (--json lists them)")
+    if len(fleet.caches) > 1 or fleet.caches[0].what != "no compile-cache lookups":
+        cache_groups = "; ".join(f"{_ranks(group.ranks)} {group.what}" for group in fleet.caches[:limit])
+        lines.append(f"  compile cache: {cache_groups}")
+    return "\n".join(lines)
+
+
+def _ranks(ranks: list[int], shown: int = 8) -> str:
+    listed = ", ".join(map(str, ranks[:shown]))
+    more = f" and {len(ranks) - shown} more" if len(ranks) > shown else ""
+    return f"rank{'s' if len(ranks) > 1 else ''} {listed}{more}"
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: str) -> str:
+    """``text`` safe to print on a terminal: escape sequences and other control characters (also those
+    that reorder text) shown as ``?``; line breaks and tabs kept."""
+    return _CONTROL.sub("?", text)
 
 
 def _rate(rate: float | None) -> str:

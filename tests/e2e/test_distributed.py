@@ -95,7 +95,11 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
 
     # and the CLI points the difference out from the two files
     assert cli.main(["summary", *map(str, files)]) == 0
-    assert f"rank 0: {counts[0]}, rank 1: {counts[1]}" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"compilations per rank: min {counts[0]:.0f} (rank 0), median" in out and f"max {counts[1]} (rank 1)" in out
+    # rank 1 saw an extra shape: it compiled unlike rank 0, and the fleet view says where it first differs
+    assert "1 other group(s), which can desynchronise collectives and hang:" in out
+    assert f"rank 1: {counts[1]} compilations" in out and "more compiles, from" in out
 
 
 SPLIT_SCRIPT = textwrap.dedent(

@@ -19,6 +19,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "lightning": {"bottom", "compat", "exporters", "probes", "recording", "configuration", "loop", "lightning"},
     "analysis": {"bottom", "analysis"},
     "cli": {"bottom", "analysis"},
+    "__main__": {"cli"},
 }
 NEVER_ON_THE_ANALYSIS_SIDE = ("torch", "lightning", "nv_one_logger", "opentelemetry", "thunder")
 

@@ -1,0 +1,106 @@
+"""How fast, and in how much memory, the commands read big inputs (prints figures; not a test).
+
+    python benchmarks/reading.py [--ranks 1000] [--size-mb 1024]
+
+1. ``--ranks`` rank files of one run, made from a real run's file (``tests/data/answers.jsonl``: the
+   demo Transformer run, 19 compilations), one rank compiling less and finishing each compile later:
+   the wall time and peak memory of ``telemetry-jit summary FOLDER`` (a fresh process).
+2. One file of ``--size-mb`` MB: that real run's records, then per-iteration spans as a long run with
+   ``export_iteration_spans=True`` writes them, then the run's records again. Side by side, each in a
+   fresh process: a bare ``json.loads`` of every line (the floor any reader that parses the file pays),
+   and ``telemetry-jit summary FILE``; wall time and peak memory (``ru_maxrss``) of each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "tests" / "data" / "answers.jsonl"
+BARE_PASS = "import json, sys\nfor line in open(sys.argv[1], 'rb'):\n    json.loads(line)\n"
+
+
+def measured(command: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak resident MB of one fresh process."""
+    started = time.perf_counter()
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _, status, usage = os.wait4(process.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command)} failed")
+    return time.perf_counter() - started, usage.ru_maxrss / 1024
+
+
+def rank_files(folder: Path, ranks: int) -> None:
+    records = [json.loads(line) for line in RUN.read_text().splitlines()]
+    odd = ranks // 2
+    for rank in range(ranks):
+        lines = []
+        for record in records:
+            if rank == odd and record.get("name") == "compilation":
+                record = {**record, "end_unix_ns": record["end_unix_ns"] + 700_000_000}
+            lines.append(json.dumps({**record, "rank": rank, "world_size": ranks}, separators=(",", ":")))
+        (folder / f"run.rank{rank}.jsonl").write_text("\n".join(lines[:-2] if rank == odd else lines) + "\n")
+
+
+def big_file(path: Path, size_mb: int) -> int:
+    lines = RUN.read_text().splitlines(keepends=True)
+    identity = json.loads(lines[0])
+    stamp = {key: identity[key] for key in ("run", "rank", "local_rank", "world_size", "node", "pid")}
+    written = 0
+    with path.open("w") as out:
+        out.writelines(lines[: len(lines) // 2])
+        number = 0
+        while written < size_mb * 2**20:
+            start = 1_795_000_000_000_000_000 + number * 1_000_000
+            span = {"span_id": f"iteration-{number:09d}", "parent_id": None, "name": "training_single_iteration"}
+            block = json.dumps({"kind": "span_start", **span, "start_unix_ns": start, **stamp}, separators=(",", ":"))
+            block += "\n" + json.dumps(
+                {
+                    "kind": "span",
+                    **span,
+                    "start_unix_ns": start,
+                    "end_unix_ns": start + 900_000,
+                    "attributes": {},
+                    **stamp,
+                },
+                separators=(",", ":"),
+            )
+            out.write(block + "\n")
+            written += len(block) + 2
+            number += 2
+        out.writelines(lines[len(lines) // 2 :])
+    return number
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--ranks", type=int, default=1000)
+    parser.add_argument("--size-mb", type=int, default=1024)
+    args = parser.parse_args()
+    summary = [sys.executable, "-m", "telemetry_jit", "summary"]
+    with tempfile.TemporaryDirectory() as folder:
+        ranks = Path(folder) / "ranks"
+        ranks.mkdir()
+        rank_files(ranks, args.ranks)
+        wall, peak = measured([*summary, str(ranks)])
+        print(f"{args.ranks} rank files: telemetry-jit summary FOLDER {wall:.2f} s, peak {peak:.0f} MB")
+        big = Path(folder) / "big.jsonl"
+        records = big_file(big, args.size_mb)
+        size = big.stat().st_size / 2**20
+        bare = measured([sys.executable, "-c", BARE_PASS, str(big)])
+        ours = measured([*summary, str(big)])
+        print(f"one {size:.0f} MB file ({records} per-iteration records added to a real run):")
+        print(f"  bare json.loads of every line:  {bare[0]:6.2f} s, peak {bare[1]:5.0f} MB")
+        print(f"  telemetry-jit summary FILE:     {ours[0]:6.2f} s, peak {ours[1]:5.0f} MB")
+        print(f"  summary / bare pass: {ours[0] / bare[0]:.2f} of the time")
+
+
+if __name__ == "__main__":
+    main()

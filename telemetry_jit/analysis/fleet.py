@@ -1,0 +1,256 @@
+"""Many ranks of one run as one answer: how compile time and counts spread over the ranks, which ranks
+compiled differently or missed the compile cache while the others hit, and how long ranks waited for
+the slowest at each compile they all did (the compile skew that ends jobs at the collective watchdog).
+
+The view's length does not grow with the rank count: distributions, groups of ranks and the odd ones
+by name, never a line per rank unless asked for.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from telemetry_jit.analysis.diagnose import frame_label, is_recompile
+from telemetry_jit.analysis.reader import TelemetryRun, number
+from telemetry_jit.schema import CompileAttr, GraphBreakAttr, JitEventName, JitSpanName
+
+CompileKey = tuple[str, str, int]  # (compile id, trigger, occurrence: ids repeat after torch._dynamo.reset())
+
+
+@dataclass
+class RankFigures:
+    """What one rank compiled, reduced to what a comparison of ranks needs."""
+
+    rank: int
+    node: str
+    compiles: int
+    compile_ms: float
+    recompiles: int
+    graph_breaks: int
+    cache_hits: int
+    cache_misses: int
+    sequence: tuple[tuple[str, str, str], ...]  # (compile id, frame, cause) of each compile, in order
+    ends: dict[CompileKey, int]  # when each compile ended (epoch ns)
+    frames: dict[CompileKey, str]
+    windows: list[tuple[int, int, bool]]  # (start, end, is a recompile) of each compile, epoch ns
+
+    @property
+    def cache(self) -> str:
+        if not (self.cache_hits or self.cache_misses):
+            return "no compile-cache lookups"
+        if not self.cache_misses:
+            return "warm: every graph from the compile cache"
+        return "cold: every graph compiled" if not self.cache_hits else "partly warm"
+
+
+def rank_figures(run: TelemetryRun) -> RankFigures:
+    compiles = sorted(run.find(JitSpanName.COMPILATION.value), key=lambda span: span.start_unix_ns)
+    seen: Counter[tuple[str, str]] = Counter()
+    ends: dict[CompileKey, int] = {}
+    frames: dict[CompileKey, str] = {}
+    sequence = []
+    hits = misses = 0
+    for span in compiles:
+        attributes = span.attributes
+        compile_id, trigger = str(attributes.get(CompileAttr.ID, "")), str(attributes.get(CompileAttr.TRIGGER, ""))
+        key = (compile_id, trigger, seen[(compile_id, trigger)])
+        seen[(compile_id, trigger)] += 1
+        ends[key] = span.end_unix_ns or span.start_unix_ns
+        frames[key] = frame_label(span)
+        cause = str(attributes.get(CompileAttr.RECOMPILE_CAUSE, "") if is_recompile(span) else "")
+        sequence.append((f"{compile_id}{'b' if trigger == 'lazy_backward' else ''}", frames[key], cause))
+        for name, value in attributes.items():
+            if name.startswith(CompileAttr.cache("")):
+                hits += int(number(value)) if name.endswith("_hits") else 0
+                misses += int(number(value)) if name.endswith("_misses") else 0
+    breaks = sum(
+        1
+        for span in compiles
+        for event in span.events
+        if event.name == JitEventName.GRAPH_BREAK and event.attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True)
+    )
+    return RankFigures(
+        rank=run.rank,
+        node=run.node,
+        compiles=len(compiles),
+        compile_ms=sum(span.duration_ms or 0.0 for span in compiles),
+        recompiles=sum(is_recompile(span) for span in compiles),
+        graph_breaks=breaks,
+        cache_hits=hits,
+        cache_misses=misses,
+        sequence=tuple(sequence),
+        ends=ends,
+        frames=frames,
+        windows=[(s.start_unix_ns, s.end_unix_ns or s.start_unix_ns, is_recompile(s)) for s in compiles],
+    )
+
+
+@dataclass(frozen=True)
+class Spread:
+    """A figure over the ranks: its smallest, median and largest value, and which ranks hold the ends."""
+
+    low: float
+    low_rank: int
+    median: float
+    high: float
+    high_rank: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "min": round(self.low, 3),
+            "min_rank": self.low_rank,
+            "median": round(self.median, 3),
+            "max": round(self.high, 3),
+            "max_rank": self.high_rank,
+        }
+
+
+def spread(values: dict[int, float]) -> Spread:
+    low = min(values, key=lambda rank: (values[rank], rank))
+    high = max(values, key=lambda rank: (values[rank], -rank))
+    return Spread(values[low], low, statistics.median(values.values()), values[high], high)
+
+
+@dataclass(frozen=True)
+class Skew:
+    """How long the first rank to finish one compile (that every rank did) waited for the last."""
+
+    compile_id: str
+    frame: str
+    wait_ms: float
+    last_rank: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "compile": self.compile_id,
+            "frame": self.frame,
+            "wait_s": round(self.wait_ms / 1000, 3),
+            "last_rank": self.last_rank,
+        }
+
+
+@dataclass
+class Group:
+    """Ranks that did the same: ``what`` in words, and how they differ from the largest group."""
+
+    what: str
+    ranks: list[int]
+    difference: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {"what": self.what, "ranks": self.ranks, "difference": self.difference}
+
+
+@dataclass
+class Fleet:
+    run_id: str
+    ranks: list[RankFigures]
+    compile_s: Spread
+    compilations: Spread
+    sequences: list[Group]  # by identical compile sequences, the largest first
+    caches: list[Group]  # by compile-cache outcome, the largest first
+    skews: list[Skew]  # the compiles every rank did, the longest wait first
+    waits_as_last: Counter[int] = field(default_factory=Counter)  # rank -> compiles at which it was last
+
+    @property
+    def total_skew_ms(self) -> float:
+        return sum(skew.wait_ms for skew in self.skews)
+
+    @property
+    def odd_ranks(self) -> list[int]:
+        """Ranks outside the largest group of compile sequences."""
+        return sorted(rank for group in self.sequences[1:] for rank in group.ranks)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "ranks": len(self.ranks),
+            "compile_s": self.compile_s.as_json(),
+            "compilations": self.compilations.as_json(),
+            "compiled_alike": [group.as_json() for group in self.sequences],
+            "compile_cache": [group.as_json() for group in self.caches],
+            "skew_s": round(self.total_skew_ms / 1000, 3),
+            "skews": [skew.as_json() for skew in self.skews[:20]],
+            "last_at_compiles": {str(rank): times for rank, times in self.waits_as_last.most_common(20)},
+        }
+
+
+def fleet(run_id: str, figures: list[RankFigures]) -> Fleet:
+    """The fleet of one run from its ranks' figures (:func:`rank_figures` of each rank's run)."""
+    ranks = sorted(figures, key=lambda one: one.rank)
+    sequences = _groups(ranks, lambda r: r.sequence, _sequence_words)
+    caches = _groups(ranks, lambda r: r.cache, lambda r: r.cache)
+    if len(sequences) > 1:
+        reference = next(r for r in ranks if r.rank == sequences[0].ranks[0])
+        for group in sequences[1:]:
+            group.difference = _first_difference(reference, next(r for r in ranks if r.rank == group.ranks[0]))
+    skews, last = _skews(ranks)
+    return Fleet(
+        run_id=run_id,
+        ranks=ranks,
+        compile_s=spread({r.rank: r.compile_ms / 1000 for r in ranks}),
+        compilations=spread({r.rank: float(r.compiles) for r in ranks}),
+        sequences=sequences,
+        caches=caches,
+        skews=skews,
+        waits_as_last=last,
+    )
+
+
+def _groups(ranks: list[RankFigures], key: Any, words: Any) -> list[Group]:
+    grouped: dict[Any, list[RankFigures]] = defaultdict(list)
+    for figures in ranks:
+        grouped[key(figures)].append(figures)
+    groups = [Group(words(members[0]), [m.rank for m in members]) for members in grouped.values()]
+    return sorted(groups, key=lambda group: (-len(group.ranks), group.ranks[0]))
+
+
+def _sequence_words(figures: RankFigures) -> str:
+    return f"{figures.compiles} compilations, {figures.recompiles} recompiles, {figures.graph_breaks} graph breaks"
+
+
+def _first_difference(reference: RankFigures, other: RankFigures) -> str:
+    """Where ``other``'s compiles first differ from ``reference``'s, in words."""
+    for index, (mine, theirs) in enumerate(zip(reference.sequence, other.sequence, strict=False)):
+        if mine != theirs:
+            return f"compile {index + 1}: {_compile_words(theirs)} where the others had {_compile_words(mine)}"
+    if len(other.sequence) > len(reference.sequence):
+        extra = other.sequence[len(reference.sequence)]
+        return f"{len(other.sequence) - len(reference.sequence)} more compiles, from {_compile_words(extra)}"
+    missing = reference.sequence[len(other.sequence)]
+    return f"{len(reference.sequence) - len(other.sequence)} fewer compiles, from {_compile_words(missing)}"
+
+
+def _compile_words(item: tuple[str, str, str]) -> str:
+    compile_id, frame, cause = item
+    backward = compile_id.endswith("b")
+    return f"{compile_id.rstrip('b')} {frame}" + (" (backward)" if backward else "") + (f" ({cause})" if cause else "")
+
+
+def _skews(ranks: list[RankFigures]) -> tuple[list[Skew], Counter[int]]:
+    shared = set.intersection(*(set(figures.ends) for figures in ranks)) if ranks else set()
+    skews: list[Skew] = []
+    last: Counter[int] = Counter()
+    for key in shared:
+        ends = {figures.rank: figures.ends[key] for figures in ranks}
+        slowest = max(ends, key=lambda rank: (ends[rank], -rank))
+        wait = (ends[slowest] - min(ends.values())) / 1e6
+        skews.append(Skew(key[0], ranks[0].frames[key], wait, slowest))
+        if len(ranks) > 1 and wait > 0:
+            last[slowest] += 1
+    return sorted(skews, key=lambda skew: -skew.wait_ms), last
+
+
+def fleets(runs: list[TelemetryRun]) -> list[Fleet]:
+    """The runs grouped into fleets: the ranks of each run id (one run of each rank: its last)."""
+    by_run: dict[str, dict[int, TelemetryRun]] = defaultdict(dict)
+    for run in runs:
+        by_run[run.run_id][run.rank] = run
+    return [
+        fleet(run_id, [rank_figures(run) for run in members.values()])
+        for run_id, members in by_run.items()
+        if len(members) > 1
+    ]

@@ -1,0 +1,77 @@
+"""What the commands read: files and folders of telemetry files, and which run of each to show.
+
+A folder stands for the telemetry files in it (``*.jsonl``, rank files included). A file the exporter
+appended to several times holds several runs: the last is shown, and a note says so and how to pick
+another (``--all-runs``, ``--run ID``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from telemetry_jit.analysis.reader import ITERATION_SPANS, TelemetryFileError, TelemetryRun, read_telemetry
+
+_RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")
+
+
+@dataclass
+class Loaded:
+    runs: list[TelemetryRun] = field(default_factory=list)  # the runs to show, in rank order within a file set
+    paths: list[Path] = field(default_factory=list)  # the files read
+    notes: list[str] = field(default_factory=list)  # what the user should know about the choice of runs
+    errors: list[str] = field(default_factory=list)  # files that could not be read, each said
+
+
+def expand(arguments: Sequence[str | Path]) -> list[Path]:
+    """Files as given; a folder as the ``*.jsonl`` files in it, rank files in rank order."""
+    paths: list[Path] = []
+    for argument in arguments:
+        path = Path(argument)
+        if path.is_dir():
+            paths.extend(sorted(path.glob("*.jsonl"), key=_rank_order))
+        else:
+            paths.append(path)
+    return paths
+
+
+def _rank_order(path: Path) -> tuple[str, int]:
+    match = _RANK_FILE.search(path.name)
+    return (path.name[: match.start()] if match else path.stem, int(match.group(1)) if match else -1)
+
+
+def load(
+    arguments: Sequence[str | Path],
+    *,
+    all_runs: bool = False,
+    run_id: str | None = None,
+    skip_spans: Collection[str] = ITERATION_SPANS,
+) -> Loaded:
+    """Read the files ``arguments`` name: of each, its last run, every run, or the run whose id starts
+    with ``run_id``. Per-iteration spans are not kept (the analysis needs none of them)."""
+    loaded = Loaded(paths=expand(arguments))
+    if not loaded.paths:
+        loaded.errors.append(f"no telemetry file in {', '.join(map(str, arguments))}")
+    for path in loaded.paths:
+        try:
+            runs = read_telemetry(path, skip_spans=skip_spans)
+        except (FileNotFoundError, TelemetryFileError, OSError) as error:
+            loaded.errors.append(str(error))
+            continue
+        if run_id is not None:
+            chosen = [run for run in runs if run.run_id.startswith(run_id)]
+            if not chosen:
+                ids = ", ".join(run.run_id[:8] for run in runs)
+                loaded.errors.append(f"{path} holds no run {run_id!r} (it holds {ids})")
+            loaded.runs.extend(chosen[-1:])
+        elif all_runs or len(runs) == 1:
+            loaded.runs.extend(runs)
+        else:
+            loaded.runs.append(runs[-1])
+            ids = ", ".join(run.run_id[:8] for run in runs)
+            loaded.notes.append(
+                f"{path} holds {len(runs)} runs ({ids}); showing the last (--all-runs for all, --run ID for one)"
+            )
+    return loaded

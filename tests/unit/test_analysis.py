@@ -1,0 +1,177 @@
+"""The analysis side on recorded files, no training run: the answers run recorded by this telemetry-jit
+(``tests/data/answers.jsonl``) and by telemetry-jit 0.1 before causes, stacks and batch positions were
+recorded (``answers-recorded-by-0.1.jsonl``), both of ``tests/e2e/lm.py`` on torch 2.13."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+from telemetry_jit import cli
+from telemetry_jit.analysis.diagnose import diagnose
+from telemetry_jit.analysis.reader import read_telemetry
+from telemetry_jit.analysis.text import clean, format_summary
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+NEW, OLD = DATA / "answers.jsonl", DATA / "answers-recorded-by-0.1.jsonl"
+TORCH_RECOMPILES = 11  # torch's own count in both recordings
+
+
+def test_causes_partition_torchs_recompiles_in_new_and_old_files() -> None:
+    for path, last_batch in ((NEW, "last_batch"), (OLD, "changing_dim")):
+        diagnosis = diagnose(read_telemetry(path)[-1])
+        assert diagnosis.recompiles == TORCH_RECOMPILES
+        assert {row.cause: row.count for row in diagnosis.causes if row.unexpected}[last_batch] == 4
+    old = diagnose(read_telemetry(OLD)[-1])
+    assert len(old.lacks) == 2 and "no batch positions" in old.lacks[0] and "no call stacks" in old.lacks[1]
+    assert not diagnose(read_telemetry(NEW)[-1]).lacks
+
+
+def test_an_old_file_still_tells_whose_code_a_break_is_in() -> None:
+    groups = {group.owner: group for group in diagnose(read_telemetry(OLD)[-1]).breaks}
+    assert set(groups) == {"user", "torch"}
+    assert groups["torch"].user_location == ""  # it cannot know the user's line: no stacks
+    assert groups["user"].user_location.endswith("lm_scenario.py:32")
+
+
+def test_the_analysis_side_imports_no_training_package() -> None:
+    code = (
+        "import sys; from telemetry_jit import cli; cli.main(['summary', '--json', sys.argv[1]]);"
+        "heavy = [m for m in ('torch', 'lightning', 'nv_one_logger', 'opentelemetry') if m in sys.modules];"
+        "assert not heavy, heavy"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(NEW)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-1500:]
+
+
+def rank_copies(folder: Path, ranks: int, odd: int | None = None, late_ms: float = 0.0) -> list[Path]:
+    """``ranks`` rank files of one run made from the recorded run; rank ``odd`` lacks its last compile and
+    finishes each compile ``late_ms`` later."""
+    lines = NEW.read_text().splitlines()
+    paths = []
+    for rank in range(ranks):
+        records = [json.loads(line) for line in lines]
+        if rank == odd:
+            last = max(i for i, r in enumerate(records) if r.get("name") == "compilation")
+            del records[last]
+            for record in records:
+                if record.get("name") == "compilation":
+                    record["end_unix_ns"] += int(late_ms * 1e6)
+        for record in records:
+            record.update(rank=rank, world_size=ranks)
+        path = folder / f"run.rank{rank}.jsonl"
+        path.write_text("".join(json.dumps(record) + "\n" for record in records))
+        paths.append(path)
+    return paths
+
+
+def test_a_thousand_ranks_on_one_screen_naming_the_odd_one(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    rank_copies(tmp_path, 1000, odd=511, late_ms=700)
+    assert cli.main(["summary", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    head = out.split("\n\n")[0].splitlines()
+    assert head[0] == "telemetry-jit summary (run a11a11a1, 1000 ranks)"
+    assert len(head) <= 12  # does not grow with the rank count
+    assert "compilations per rank: min 18 (rank 511), median 19, max 19" in out
+    assert "compiled alike: 999 of 1000 ranks" in out and "rank 511: 18 compilations" in out
+    assert "fewer compiles, from" in out
+    assert "rank 511 last" in out and "last to finish most often: rank 511" in out
+    assert out.count("what to fix first") == 1  # one representative rank's answers, not a thousand
+
+
+def test_fleet_budgets_and_json(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    rank_copies(tmp_path, 4, odd=3, late_ms=2500)
+    assert cli.main(["check", str(tmp_path), "--ranks-compile-alike"]) == 1
+    assert "ranks compiled differently: 2 groups; ranks 3" in capsys.readouterr().out
+    assert cli.main(["check", str(tmp_path), "--max-skew", "1"]) == 1
+    assert "rank 3 last" in capsys.readouterr().out
+    assert cli.main(["check", str(tmp_path), "--max-skew", "1000"]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", str(tmp_path / "run.rank0.jsonl"), "--max-skew", "1"]) == 2  # one rank: cannot tell
+    assert "compare ranks" in capsys.readouterr().err
+    assert cli.main(["summary", "--json", str(tmp_path)]) == 0
+    document = json.loads(capsys.readouterr().out)
+    (fleet,) = document["fleets"]
+    assert fleet["ranks"] == 4 and [group["ranks"] for group in fleet["compiled_alike"]] == [[0, 1, 2], [3]]
+    assert fleet["compile_s"]["max_rank"] == 3 and fleet["skews"][0]["last_rank"] == 3
+    assert len(document["runs"]) == 1  # the representative; --per-rank for every rank
+    assert cli.main(["summary", "--json", "--per-rank", str(tmp_path)]) == 0
+    assert len(json.loads(capsys.readouterr().out)["runs"]) == 4
+    assert cli.main(["summary", "--rank", "3", str(tmp_path)]) == 0
+    assert capsys.readouterr().out.startswith("telemetry-jit summary (run a11a11a1, rank 3)")
+
+
+def test_a_fleet_report_shows_every_rank(tmp_path: Path) -> None:
+    rank_copies(tmp_path, 16, odd=5, late_ms=500)
+    output = tmp_path / "fleet.html"
+    assert cli.main(["report", str(tmp_path), "-o", str(output)]) == 0
+    html = output.read_text()
+    assert html.count('class="rank-compile"') == 15 * 19 + 18 and "rank 5 (slowest)" in html
+    assert 'id="diagnosis"' in html  # the representative's answers follow
+
+
+def test_per_iteration_spans_are_passed_over_without_being_kept(tmp_path: Path) -> None:
+    path = tmp_path / "long.jsonl"
+    lines = NEW.read_text().splitlines(keepends=True)
+    identity = json.loads(lines[0])
+    iteration = {k: identity[k] for k in ("run", "rank", "local_rank", "world_size", "node", "pid")}
+    extra = "".join(
+        json.dumps(
+            {
+                "kind": "span",
+                "span_id": f"i{n}",
+                "parent_id": None,
+                "name": "training_single_iteration",
+                "start_unix_ns": n,
+                "end_unix_ns": n + 1,
+                "attributes": {},
+                **iteration,
+            },
+            separators=(",", ":"),
+        )
+        + "\n"
+        for n in range(20_000)
+    )
+    path.write_text(lines[0] + extra + "".join(lines[1:]))
+    kept = read_telemetry(path, skip_spans=("training_single_iteration",))[-1]
+    everything = read_telemetry(path)[-1]
+    assert len(everything.spans) - len(kept.spans) == 20_000
+    assert format_summary(kept) == format_summary(read_telemetry(NEW)[-1])
+
+
+def test_values_a_file_should_not_hold_leave_every_output_valid(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    text = NEW.read_text()
+    text = text.replace('"compile.duration_ms":', '"compile.duration_ms":NaN,"x.was":', 1)
+    text = text.replace('"compile.graph_op_count":', '"compile.graph_op_count":1e400,"y.was":', 1)
+    text = text.replace('"train.global_step":', '"train.global_step":"three","z.was":', 1)
+    path = tmp_path / "odd.jsonl"
+    path.write_text(text)
+    assert cli.main(["summary", str(path)]) == 0
+    capsys.readouterr()
+    assert cli.main(["summary", "--json", str(path)]) == 0
+    json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"{name} in the JSON"))
+    trace = tmp_path / "odd.trace.json"
+    assert cli.main(["trace", str(path), "-o", str(trace)]) == 0
+    json.loads(trace.read_text(), parse_constant=lambda name: pytest.fail(f"{name} in the trace"))
+    (tmp_path / "bad.jsonl").write_text(text.replace('"start_unix_ns":', '"start_unix_ns":"soon","s.was":', 1))
+    assert cli.main(["summary", str(tmp_path / "bad.jsonl")]) == 1
+    assert "malformed 'span_start' record" in capsys.readouterr().err
+
+
+def test_terminal_escapes_never_reach_the_terminal() -> None:
+    assert clean("run \x1b[31mred\x1b[0m\tok\n\u202eevil") == "run ?[31mred?[0m\tok\n?evil"
+
+
+def test_a_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "killed.jsonl"
+    path.write_text(NEW.read_text() + '{"kind":"span","span_id":"x","na')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (run,) = read_telemetry(path)
+    assert any("truncated" in str(w.message) for w in caught)
+    assert len(run.find("compilation")) == len(read_telemetry(NEW)[-1].find("compilation"))

@@ -2,8 +2,9 @@
 
     python examples/quickstart.py [--out runs/quickstart.jsonl] [--backend inductor] [--epochs 3]
 
-The model's forward has one graph break (a ``print``), and the last batch of each epoch is
-smaller than the others, so you will see a compile, a graph break and a recompile.
+The compiled encoder breaks its graph once (``torch._dynamo.graph_break()``, standing for a ``print``
+or an ``.item()``), and the last batch of each epoch is smaller than the others, so you will see
+compiles, a graph break and recompiles, each with its cause and fix at the top of the summary.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
-from telemetry_jit.analysis.text import format_summary
 
 
 class Regressor(pl.LightningModule):
@@ -100,7 +100,7 @@ def main() -> None:
     callback.on_app_end()
 
     print()
-    print(format_summary(telemetry_jit.read_telemetry(args.out)[-1]))
+    print(telemetry_jit.format_summary(telemetry_jit.read_telemetry(args.out)[-1]))
     print(f"\nTelemetry written to {args.out}; summarize it again with: telemetry-jit summary {args.out}")
 
 

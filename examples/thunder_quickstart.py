@@ -16,7 +16,6 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
-from telemetry_jit.analysis.text import format_summary
 
 
 class Block(torch.nn.Module):
@@ -81,7 +80,7 @@ def main() -> None:
     trainer.fit(Model(), train, val)
     callback.on_app_end()
     print()
-    print(format_summary(telemetry_jit.read_telemetry(args.out)[-1]))
+    print(telemetry_jit.format_summary(telemetry_jit.read_telemetry(args.out)[-1]))
 
 
 if __name__ == "__main__":

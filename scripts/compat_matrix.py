@@ -9,6 +9,7 @@ cell's result, the exact versions it ran and what its skipped tests say it lacks
     python3 scripts/compat_matrix.py                        # every cell (about 10 minutes a torch)
     python3 scripts/compat_matrix.py --torch 2.8.0 2.15.0   # some of them; the table keeps the rest
     python3 scripts/compat_matrix.py --torch 2.15.0 --lightning 2.6.6 --keep -- -k thunder
+    python3 scripts/compat_matrix.py --python 3.10 3.13 --torch 2.8.0 2.15.0   # the Python axis
 
 pip on some machines caps torch with a constraints file; each environment passes its own
 (``PIP_CONSTRAINT`` naming ``torch==X``) so any release can be installed. Environments live under
@@ -57,8 +58,23 @@ def run(command: list[str], log: Path, env: dict[str, str] | None = None, timeou
             return 124
 
 
-def build_environment(torch_version: str, env_dir: Path, log: Path) -> dict[str, str] | None:
-    """A fresh environment holding torch ``torch_version`` and this package; ``None`` if it failed."""
+def interpreter(version: str) -> str:
+    """The Python ``version`` (``3.10``): this one, one on PATH, or one pyenv holds."""
+    if version == platform.python_version() or platform.python_version().startswith(f"{version}."):
+        return sys.executable
+    found = shutil.which(f"python{version}")
+    if found:
+        return found
+    pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
+    candidates = sorted(pyenv.glob(f"{version}*/bin/python{version.split('.')[0]}"))
+    if not candidates:
+        raise SystemExit(f"no Python {version} found (looked on PATH and in {pyenv})")
+    return str(candidates[-1])
+
+
+def build_environment(python_exe: str, torch_version: str, env_dir: Path, log: Path) -> dict[str, str] | None:
+    """A fresh environment of ``python_exe`` holding torch ``torch_version`` and this package; ``None`` if
+    it failed."""
     python = env_dir / "bin" / "python"
     pin = env_dir.parent / f"constraints-{torch_version}.txt"
     env = {**os.environ, "PIP_CONSTRAINT": str(pin), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
@@ -68,7 +84,7 @@ def build_environment(torch_version: str, env_dir: Path, log: Path) -> dict[str,
     if not (python.exists() and installed_versions(python).get("torch", "").split("+")[0] == torch_version):
         shutil.rmtree(env_dir, ignore_errors=True)  # not one kept from an earlier run (--keep)
         steps[:0] = [
-            [sys.executable, "-m", "venv", str(env_dir)],
+            [python_exe, "-m", "venv", str(env_dir)],
             [str(python), "-m", "pip", "install", "--quiet", f"torch=={torch_version}"],
         ]
     for step in steps:
@@ -86,6 +102,7 @@ def installed_versions(python: Path) -> dict[str, str]:
         "    try: found[name] = m.version(name)\n"
         "    except m.PackageNotFoundError: pass\n"
         "import torch; found['torch'] = torch.__version__\n"
+        "import platform; found['python'] = platform.python_version()\n"
         "print(json.dumps(found))\n"
     )
     result = subprocess.run([str(python), "-c", script], capture_output=True, text=True)
@@ -133,33 +150,50 @@ def parse_junit(report: Path) -> dict:
     return {**counts, "failed_tests": failed, "skip_reasons": skipped}
 
 
-def run_cell(torch_version: str, lightnings: list[str], envs: Path, keep: bool, pytest_args: list[str]) -> list[dict]:
-    env_dir = envs / f"torch-{torch_version}"
-    log = envs / f"torch-{torch_version}.log"
+def run_cell(
+    python_version: str, torch_version: str, lightnings: list[str], envs: Path, keep: bool, pytest_args: list[str]
+) -> list[dict]:
+    name = f"py{python_version}-torch-{torch_version}"
+    env_dir = envs / name
+    log = envs / f"{name}.log"
     log.unlink(missing_ok=True)
-    print(f"torch {torch_version}: building {env_dir} (log: {log})", flush=True)
-    env = build_environment(torch_version, env_dir, log)
+    label = f"Python {python_version}, torch {torch_version}"
+    print(f"{label}: building {env_dir} (log: {log})", flush=True)
+    env = build_environment(interpreter(python_version), torch_version, env_dir, log)
     results = []
     if env is None:
-        print(f"torch {torch_version}: could not build the environment, see {log}", flush=True)
-        return [{"torch": torch_version, "lightning": lightning, "error": "install failed"} for lightning in lightnings]
+        print(f"{label}: could not build the environment, see {log}", flush=True)
+        return [
+            {"python": python_version, "torch": torch_version, "lightning": lightning, "error": "install failed"}
+            for lightning in lightnings
+        ]
     python = env_dir / "bin" / "python"
     for lightning in lightnings:
         pins = [f"lightning=={lightning}", f"pytorch-lightning=={lightning}"]
         if run([str(python), "-m", "pip", "install", "--quiet", *pins], log, env) != 0:
-            results.append({"torch": torch_version, "lightning": lightning, "error": "lightning install failed"})
+            results.append(
+                {
+                    "python": python_version,
+                    "torch": torch_version,
+                    "lightning": lightning,
+                    "error": "lightning install failed",
+                }
+            )
             continue
         versions = installed_versions(python)
         thunder = thunder_status(python)
-        print(f"torch {torch_version} + lightning {lightning}: running the suite", flush=True)
-        outcome = run_suite(python, env, envs / f"torch-{torch_version}-lightning-{lightning}.xml", log, pytest_args)
+        print(f"{label} + lightning {lightning}: running the suite", flush=True)
+        outcome = run_suite(python, env, envs / f"{name}-lightning-{lightning}.xml", log, pytest_args)
+        if outcome["failed_tests"]:
+            print(f"{label} + lightning {lightning}: failed: {', '.join(outcome['failed_tests'])}", flush=True)
         print(
-            f"torch {torch_version} + lightning {lightning}: {outcome['passed']} passed, {outcome['failed']} failed, "
+            f"{label} + lightning {lightning}: {outcome['passed']} passed, {outcome['failed']} failed, "
             f"{outcome['errors']} errors, {outcome['skipped']} skipped ({outcome['minutes']} min)",
             flush=True,
         )
         results.append(
             {
+                "python": versions.get("python", python_version),
                 "torch": torch_version,
                 "lightning": lightning,
                 "versions": versions,
@@ -185,14 +219,16 @@ def git_commit() -> str:
 
 def write_table(cells: list[dict]) -> None:
     def order(cell: dict) -> tuple:
-        return tuple(int(p) for p in cell["torch"].split(".")), cell["lightning"]
+        release = tuple(int(p) for p in python_of(cell).split(".")[:2])
+        return tuple(int(p) for p in cell["torch"].split(".")), cell["lightning"], release
 
     lines = [
         "# Compatibility",
         "",
         "Written by `python3 scripts/compat_matrix.py` (do not edit by hand): the full test suite in a fresh",
-        "virtual environment per torch release, once per lightning release. torch comes from the package",
-        f"index (CUDA builds run on this CPU-only machine), Python {platform.python_version()}, {platform.machine()}.",
+        "virtual environment per Python and torch release, once per lightning release. torch comes from the",
+        f"package index (CUDA builds run on this CPU-only machine, {platform.machine()}). A cell holds what ran at",
+        "the commit it names; a cell from an older commit says so in that column.",
         "",
         "Everything telemetry-jit reads beyond a package's public API goes through one adapter per package:",
         "`telemetry_jit/compat/torch.py` (compile callbacks, CompilationMetrics fields, dynamo's counters,",
@@ -203,17 +239,18 @@ def write_table(cells: list[dict]) -> None:
         "add it to `TORCH_RELEASES` in `scripts/compat_matrix.py`, run the script for it, and fix what fails",
         "in the torch adapter.",
         "",
-        "| torch | lightning | thunder | passed | failed | skipped | ran | commit |",
-        "|---|---|---|---|---|---|---|---|",
+        "| Python | torch | lightning | thunder | passed | failed | skipped | ran | commit |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in sorted(cells, key=order):
         if "error" in cell:
-            lines.append(f"| {cell['torch']} | {cell['lightning']} | | | {cell['error']} | | | |")
+            lines.append(f"| {python_of(cell)} | {cell['torch']} | {cell['lightning']} | | | {cell['error']} | | | |")
             continue
         versions = cell["versions"]
         thunder = versions.get("lightning-thunder", "-") if cell["thunder"] == "imports" else "does not import"
         lines.append(
-            f"| {versions.get('torch', cell['torch'])} | {versions.get('lightning', cell['lightning'])} | {thunder} "
+            f"| {python_of(cell)} | {versions.get('torch', cell['torch'])} "
+            f"| {versions.get('lightning', cell['lightning'])} | {thunder} "
             f"| {cell['passed']} | {cell['failed'] + cell['errors']} | {cell['skipped']} | {cell['date']} "
             f"| {cell['commit']} |"
         )
@@ -229,13 +266,26 @@ def write_table(cells: list[dict]) -> None:
             notes.insert(0, cell["note"])
         if cell.get("pytest_args"):
             notes.insert(0, f"ran with pytest arguments {' '.join(cell['pytest_args'])}")
-        lines.append(f"- torch {cell['torch']}, lightning {cell['lightning']}: " + ("; ".join(notes) or "nothing"))
-    other = sorted({name for cell in cells for name in cell.get("versions", {}) if name not in ("torch", "lightning")})
+        lines.append(
+            f"- Python {python_of(cell)}, torch {cell['torch']}, lightning {cell['lightning']}: "
+            + ("; ".join(notes) or "nothing")
+        )
+    shown = ("python", "torch", "lightning")
+    other = sorted({name for cell in cells for name in cell.get("versions", {}) if name not in shown})
     lines += ["", "Other packages, as installed (newest that pip resolved):", ""]
     for name in other:
         seen = sorted({cell["versions"][name] for cell in cells if name in cell.get("versions", {})})
         lines.append(f"- {name}: {', '.join(seen)}")
     TABLE.write_text("\n".join(lines) + "\n")
+
+
+def python_of(cell: dict) -> str:
+    """The cell's Python; cells recorded before the Python axis ran on this image's 3.11.7."""
+    return cell.get("python") or cell.get("versions", {}).get("python") or "3.11.7"
+
+
+def cell_key(cell: dict) -> tuple[str, str, str]:
+    return ".".join(python_of(cell).split(".")[:2]), cell["torch"], cell["lightning"]
 
 
 def record(result: dict) -> None:
@@ -244,13 +294,16 @@ def record(result: dict) -> None:
     with open(RESULTS.with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         cells = json.loads(RESULTS.read_text()) if RESULTS.exists() else []
-        cells = [c for c in cells if (c["torch"], c["lightning"]) != (result["torch"], result["lightning"])]
+        cells = [c for c in cells if cell_key(c) != cell_key(result)]
         RESULTS.write_text(json.dumps([*cells, result], indent=1) + "\n")
         write_table([*cells, result])
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--python", nargs="+", default=[".".join(platform.python_version_tuple()[:2])], metavar="VERSION"
+    )
     parser.add_argument("--torch", nargs="+", default=list(TORCH_RELEASES), metavar="VERSION")
     parser.add_argument("--lightning", nargs="+", default=list(LIGHTNING_RELEASES), metavar="VERSION")
     parser.add_argument("--envs", type=Path, default=ROOT / ".matrix", help="where the environments are built")
@@ -261,11 +314,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("pytest_args", nargs="*", help="after --: arguments for pytest")
     args = parser.parse_args(argv)
     failed = False
-    for torch_version in args.torch:
-        for result in run_cell(torch_version, args.lightning, args.envs.resolve(), args.keep, args.pytest_args):
-            failed |= "error" in result or result["failed"] + result["errors"] > 0 or result["passed"] == 0
-            if not args.no_record:
-                record(result)
+    for python_version in args.python:
+        for torch_version in args.torch:
+            cells = run_cell(
+                python_version, torch_version, args.lightning, args.envs.resolve(), args.keep, args.pytest_args
+            )
+            for result in cells:
+                failed |= "error" in result or result["failed"] + result["errors"] > 0 or result["passed"] == 0
+                if not args.no_record:
+                    record(result)
     if not args.no_record:
         print(f"wrote {TABLE.relative_to(ROOT)}")
     return 1 if failed else 0

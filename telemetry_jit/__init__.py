@@ -24,6 +24,7 @@ _WHERE = {
     "JitEventName": "schema",
     "JitSpanName": "schema",
     "JitTransform": "lightning.jit_transform",
+    "format_summary": "analysis.text",
     "TimeEventCallback": "lightning.time_events",
     "configure": "configuration",
     "flush": "configuration",
@@ -48,6 +49,7 @@ __all__ = [
     "TimeEventCallback",
     "configure",
     "flush",
+    "format_summary",
     "hook_trainer_cls",
     "read_telemetry",
     "resolve_root",
@@ -70,6 +72,7 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from telemetry_jit.analysis.reader import read_telemetry
+    from telemetry_jit.analysis.text import format_summary
     from telemetry_jit.configuration import configure, flush, shutdown
     from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
     from telemetry_jit.lightning.fabric import FabricCompileTelemetry

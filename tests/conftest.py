@@ -30,3 +30,10 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.fixture(autouse=True)
 def fresh_notices() -> None:
     notices.process_notices.forget()
+
+
+@pytest.fixture(autouse=True)
+def in_temporary_folder(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Run each test in a folder of its own: what a Trainer writes by default (checkpoints/,
+    lightning_logs/) lands there, never in the repository."""
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))

@@ -10,7 +10,10 @@ import sys
 from importlib.metadata import distributions
 from pathlib import Path
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the test extras install tomli there
+    import tomli as tomllib
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())

@@ -13,7 +13,6 @@ import argparse
 import torch
 
 import telemetry_jit
-from telemetry_jit.cli import main as cli
 
 
 class Model(torch.nn.Module):
@@ -53,7 +52,7 @@ def main() -> None:
                 step += 1
     print(f"{telemetry.stats.count} compilations, {telemetry.stats.recompile_count} recompiles")
     telemetry_jit.shutdown()
-    cli(["summary", args.out])
+    print(telemetry_jit.format_summary(telemetry_jit.read_telemetry(args.out)[-1]))
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import difflib
 import os
 import warnings
 from collections.abc import Sequence
@@ -24,6 +25,7 @@ from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter
 from telemetry_jit.exporters.otlp_settings import OTLPOptions, traces_exporter_wanted
 from telemetry_jit.identity import IdentityTracker
+from telemetry_jit.notices import warn_once
 
 _ITERATION_SPANS = (
     StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION,
@@ -112,6 +114,31 @@ def configure(
     )
 
 
+def _say_disabled(error: str) -> None:
+    warn_once(
+        "nv-one-logger disabled itself",
+        f"telemetry-jit: nv-one-logger hit an error in its own code and switched telemetry off for the rest of this "
+        f"process: {error.rstrip('.')}. What was recorded before is kept; nothing after it is recorded.",
+        every_rank=True,
+    )
+
+
+def _check_training_config(training_config: dict[str, Any]) -> None:
+    """nv-one-logger's config drops unknown fields without a word: a typo would keep its default."""
+    own = {"global_batch_size_or_fn": "global_batch_size", "perf_tag_or_fn": "perf_tag"}
+    valid = sorted(set(TrainingTelemetryConfig.model_fields) - set(own))
+    for key in training_config:
+        if key in own:
+            raise TypeError(f"telemetry_jit.configure: pass {own[key]}=..., not {key}=...")
+        if key not in valid:
+            close = difflib.get_close_matches(key, valid, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise TypeError(
+                f"telemetry_jit.configure got an unknown training-config field {key!r}.{hint} Valid fields "
+                f"(nv-one-logger's TrainingTelemetryConfig): {', '.join(valid)}."
+            )
+
+
 def _configure(
     identity: IdentityTracker,
     app_name: str,
@@ -129,6 +156,7 @@ def _configure(
     """:func:`configure`, its exporters sharing ``identity``."""
     if not isinstance(app_name, str) or not app_name:
         raise ValueError("configure(app_name=...) needs a non-empty application name.")
+    _check_training_config(training_config)
     provider = TrainingTelemetryProvider.instance()
     if provider.one_logger_ready:
         warnings.warn(
@@ -165,6 +193,7 @@ def _configure(
         provider.with_exporter(exporter)
     provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, _blacklist(export_iteration_spans))
     provider.configure_provider()
+    nv_one_logger_compat.when_disabled(_say_disabled)
     global _in_effect
     if _in_effect is None:
         atexit.register(shutdown)

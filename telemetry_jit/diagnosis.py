@@ -39,6 +39,12 @@ CAUSES: dict[str, Cause] = {
             "training, without for validation); nothing to fix",
         ),
         Cause(
+            "shared_code",
+            "one function compiled again for another caller in the same step (e.g. one layer class called on the "
+            "batch, then on activations that need gradients)",
+            "expected: one compile per kind of call, paid once in the frame's first step; nothing to fix",
+        ),
+        Cause(
             "last_batch",
             "the last batch of an epoch is smaller than the others",
             "drop the smaller last batch with DataLoader(..., drop_last=True), or compile for changing batch "
@@ -74,7 +80,12 @@ CAUSES: dict[str, Cause] = {
             "the frame hit torch._dynamo.config.recompile_limit and now runs eagerly",
             "fix the cause of this frame's other recompiles; raising the limit only postpones it",
         ),
-        Cause("other", "another guard failed", "read torch's reason; docs/fixing.md lists what each guard means"),
+        Cause(
+            "other",
+            "another guard failed",
+            "read torch's reason (TORCH_LOGS=recompiles_verbose prints every guard that failed); docs/fixing.md "
+            "lists what each guard means",
+        ),
     )
 }
 EVAL_STAGES = frozenset(("validate", "validating", "sanity_check", "test", "testing", "predict", "predicting"))
@@ -85,7 +96,7 @@ _SIZE = re.compile(
     r"tensor '(?P<name>[^']+)' (?:size|stride) mismatch at index (?P<dim>\d+)\. "
     r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
 )
-_TENSOR_PROPERTY = re.compile(r"tensor '[^']+' (?:dtype|device|requires_grad|dispatch key set|rank) mismatch")
+_TENSOR_PROPERTY = re.compile(r"tensor '([^']+)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
 _GRAD_MODE = re.compile(r"GLOBAL_STATE changed: .*?(?:grad_mode|inference_mode)|is_inference|torch\.is_grad_enabled")
 _NUMBER = re.compile(r"(?:==|!=)\s*-?(?:\d+\.?\d*(?:e-?\d+)?|inf|nan)\b")
 _ATTRIBUTE = re.compile(
@@ -118,6 +129,8 @@ class Classified:
 class _FrameHistory:
     stages: set[str] = field(default_factory=set)  # "train" / "eval": the modes it compiled for
     changed_dims: set[tuple[str, str]] = field(default_factory=set)
+    first_steps: dict[str, int] = field(default_factory=dict)  # mode -> the step of its first compile
+    changed_properties: set[tuple[str, str]] = field(default_factory=set)  # (tensor, dtype/device/...)
 
 
 class RecompileClassifier:
@@ -144,12 +157,15 @@ class RecompileClassifier:
         batch_index: int | None = None,
         batches: int | None = None,
         limit_hit: bool = False,
+        step: int | None = None,
     ) -> Classified | None:
         """Note a frame compile (forward graphs only); for a recompile, return its cause."""
         history = self._frames.setdefault(frame, _FrameHistory())
         mode = "eval" if stage in EVAL_STAGES else "train"
         first_in_mode = mode not in history.stages
         history.stages.add(mode)
+        if step is not None:
+            history.first_steps.setdefault(mode, step)
         if not is_recompile:
             return None
         subject = normalize_reason(reason)
@@ -160,7 +176,18 @@ class RecompileClassifier:
         size = _SIZE.search(subject)
         if size is not None:
             return Classified(self._size_cause(history, size, mode, batch_index, batches), subject)
-        if _TENSOR_PROPERTY.search(subject):
+        changed = _TENSOR_PROPERTY.search(subject)
+        if changed is not None:
+            if step is not None and not first_in_mode and history.first_steps.get(mode) == step:
+                # one code object (layers of one class) called on the batch and on activations that
+                # need gradients, in the step that first ran it
+                history.changed_properties.add((changed[1], changed[2]))
+                return Classified("shared_code", subject, expected=True)
+            if (changed[1], changed[2]) in history.changed_properties:
+                # it alternates between callers: torch named the first guard of one cache entry, and
+                # what changed this time is another guard of another entry
+                return Classified("other", subject)
+            history.changed_properties.add((changed[1], changed[2]))
             return Classified("tensor_property", subject)
         if _NUMBER.search(subject) or _ATTRIBUTE.search(subject):
             return Classified("python_value", subject)

@@ -15,6 +15,7 @@ launchers) inherit it.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import uuid
 from dataclasses import dataclass, replace
@@ -120,6 +121,9 @@ def launcher_job_id() -> tuple[str, str] | None:
         if value and value.lower() != "none":
             step = os.environ.get("SLURM_STEP_ID", "").strip() if launcher == "slurm" else ""
             return launcher, f"{value}.{step}" if step else value
+    if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
+        # torchrun on several nodes without --rdzv-id: every rank of the job meets at one address
+        return "torchrun", f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     return None
 
 
@@ -133,3 +137,15 @@ def run_id() -> str:
         value = f"{found[0]}-{found[1]}" if found else uuid.uuid4().hex
         os.environ[RUN_ID_VARIABLE] = value
     return value
+
+
+def short_run_id(run_id: str) -> str:
+    """A run id as tables and headers show it: a made-up id (a uuid) by its first 8 characters, also
+    after a launcher's name (``torchrun-ec9d81bf``); any other id whole, up to 40 characters."""
+    launcher, dash, job = run_id.partition("-")
+    if dash and launcher in {name for _, name in LAUNCHER_JOB_IDS} and _UUID.fullmatch(job):
+        return f"{launcher}-{job[:8]}"
+    return run_id[:8] if _UUID.fullmatch(run_id) else run_id[:40]
+
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-?(?:[0-9a-fA-F]{4}-?){3}[0-9a-fA-F]{12}")

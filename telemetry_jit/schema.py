@@ -45,6 +45,7 @@ class CompileAttr:
     CACHE_TIME_SAVED_S: Final = "compile.cache_time_saved_s"
     COUNT: Final = "compile.count"
     COUNT_BY_RANK: Final = "compile.count_by_rank"
+    TIME_MS_BY_RANK: Final = "compile.time_ms_by_rank"
     DDP_BUCKET_CAP_BYTES: Final = "compile.ddp_bucket_cap_bytes"
     DDP_GRAPH_SPLITS: Final = "compile.ddp_graph_splits"
     DURATION_MS: Final = "compile.duration_ms"

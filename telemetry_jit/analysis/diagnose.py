@@ -34,7 +34,7 @@ class CauseRow:
 
     cause: str  # an id of telemetry_jit.diagnosis.CAUSES
     count: int = 0
-    expected: int = 0  # of which the expected one-time price (a frame's first switch to a stage)
+    expected: int = 0  # of which the expected one-time price (a frame's first switch to a stage, ...)
     compile_ms: float = 0.0  # the recompiles and their backward graphs
     frames: list[str] = field(default_factory=list)  # "frame (file:line)", in order seen
     steps: list[int] = field(default_factory=list)  # global steps they happened at
@@ -232,6 +232,7 @@ def _classified(classifier: RecompileClassifier, span: SpanRecord) -> Classified
         batch_index=_int_or_none(attributes.get(TrainAttr.BATCH_INDEX)),
         batches=_int_or_none(attributes.get(TrainAttr.BATCHES)),
         limit_hit=any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events),
+        step=_int_or_none(attributes.get(TrainAttr.GLOBAL_STEP)),
     )
     recorded = attributes.get(CompileAttr.RECOMPILE_CAUSE)
     if observed is None or recorded not in CAUSES:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from telemetry_jit.analysis.reader import ITERATION_SPANS, TelemetryFileError, TelemetryRun, read_telemetry
+from telemetry_jit.identity import short_run_id
 
 _RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")
 
@@ -63,14 +64,14 @@ def load(
         if run_id is not None:
             chosen = [run for run in runs if run.run_id.startswith(run_id)]
             if not chosen:
-                ids = ", ".join(run.run_id[:8] for run in runs)
+                ids = ", ".join(short_run_id(run.run_id) for run in runs)
                 loaded.errors.append(f"{path} holds no run {run_id!r} (it holds {ids})")
             loaded.runs.extend(chosen[-1:])
         elif all_runs or len(runs) == 1:
             loaded.runs.extend(runs)
         else:
             loaded.runs.append(runs[-1])
-            ids = ", ".join(run.run_id[:8] for run in runs)
+            ids = ", ".join(short_run_id(run.run_id) for run in runs)
             loaded.notes.append(
                 f"{path} holds {len(runs)} runs ({ids}); showing the last (--all-runs for all, --run ID for one)"
             )

@@ -11,6 +11,7 @@ from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, summarize
 from telemetry_jit.diagnosis import short
+from telemetry_jit.identity import short_run_id
 from telemetry_jit.schema import FILE_FORMAT, CompileAttr
 
 _CELL_LIMIT = 100
@@ -35,7 +36,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
 def format_summary(run: TelemetryRun) -> str:
     """The summary as terminal text."""
     s = summarize(run)
-    source = f"run {run.run_id[:8]}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
+    source = f"run {short_run_id(run.run_id)}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
     lines = [
         f"telemetry-jit summary ({source}, rank {run.rank})",
         *[f"  (this file format has {what})" for what in run.lacks],
@@ -112,11 +113,15 @@ def diagnosis_items(diagnosis: Diagnosis) -> list[list[str]]:
 
 def diagnosis_notes(diagnosis: Diagnosis) -> list[str]:
     """What needs no fixing (the expected price), the first steps, and what the file could not tell."""
+    why = {
+        "stage_switch": "when training and validation/test alternate (grad mode changed): once per frame",
+        "shared_code": "for other callers of one function in its first step (layers of one class): once per kind",
+    }
     notes = [
-        f"expected: {row.count} recompile{'s' if row.count > 1 else ''}, {row.compile_ms / 1000:.1f} s, when training "
-        "and validation/test alternate (grad mode changed): once per frame, nothing to fix"
+        f"expected: {row.count} recompile{'s' if row.count > 1 else ''}, {row.compile_ms / 1000:.1f} s, "
+        f"{why[row.cause]}, nothing to fix"
         for row in diagnosis.causes
-        if row.cause == "stage_switch" and not row.unexpected
+        if row.cause in why and not row.unexpected
     ]
     notes += [_first_step_line(step) for step in diagnosis.first_steps if step.compile_ms]
     return notes + [f"(this file has {what})" for what in diagnosis.lacks]
@@ -180,7 +185,7 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
     ranks = len(fleet.ranks)
     time, count = fleet.compile_s, fleet.compilations
     lines = [
-        f"telemetry-jit summary (run {fleet.run_id[:8]}, {ranks} ranks)",
+        f"telemetry-jit summary (run {short_run_id(fleet.run_id)}, {ranks} ranks)",
         f"  compile time per rank: min {time.low:.2f} s (rank {time.low_rank}), median {time.median:.2f} s, "
         f"max {time.high:.2f} s (rank {time.high_rank})",
         f"  compilations per rank: min {count.low:.0f} (rank {count.low_rank}), median {count.median:.0f}, "

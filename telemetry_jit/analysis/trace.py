@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun
+from telemetry_jit.identity import short_run_id
 from telemetry_jit.schema import JitSpanName
 
 
@@ -31,7 +32,7 @@ def to_trace_events(runs: Sequence[TelemetryRun]) -> dict[str, Any]:
         for name, tid, metadata in (
             ("process_name", 0, {"name": f"rank {pid} {node}".strip()}),
             ("process_sort_index", 0, {"sort_index": pid}),
-            ("thread_name", 1, {"name": f"run {run.run_id[:8]}"}),
+            ("thread_name", 1, {"name": f"run {short_run_id(run.run_id)}"}),
         ):
             events.append({"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": metadata})
         last = max((s.end_unix_ns or s.start_unix_ns for s in run.spans.values()), default=origin)

@@ -9,6 +9,7 @@ per-iteration bookkeeping without the iteration spans nobody exports (:class:`It
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from importlib import metadata
@@ -30,6 +31,28 @@ S = TypeVar("S")
 def telemetry_enabled() -> bool:
     """Whether nv-one-logger is configured and recording (it disables itself after an internal error)."""
     return OneLoggerProvider.instance().one_logger_enabled
+
+
+class _DisableWatch(logging.Handler):
+    """Hears nv-one-logger's one log line saying that it switched itself off."""
+
+    def __init__(self, said: Callable[[str], None]) -> None:
+        super().__init__(logging.ERROR)
+        self._said = said
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Disabling OneLogger" in message:
+            self._said(message.rpartition("Error: ")[2] or message)
+
+
+def when_disabled(said: Callable[[str], None]) -> None:
+    """Call ``said(error)`` when nv-one-logger disables itself after an error in its own code (its
+    error strategy says so only in its log file). Replaces an earlier watch."""
+    logger = logging.getLogger("nv_one_logger")  # its modules' loggers propagate here
+    for handler in [h for h in logger.handlers if isinstance(h, _DisableWatch)]:
+        logger.removeHandler(handler)
+    logger.addHandler(_DisableWatch(said))
 
 
 def application_running(provider: Any) -> bool:

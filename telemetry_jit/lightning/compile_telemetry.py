@@ -13,6 +13,7 @@ from lightning.pytorch.utilities import rank_zero_warn
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
+from telemetry_jit.recording.alerts import RankTotals
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats
@@ -23,8 +24,8 @@ class CompileTelemetryCallback(Callback):
     """Record every ``torch.compile`` and thunder compilation while the trainer runs.
 
     Each compile becomes a ``compilation`` span under the loop that was running when it started;
-    each loop's end adds a ``compile_summary`` event with the totals (on several ranks, also the
-    compile count of every rank, and a warning when they differ).
+    each loop's end adds a ``compile_summary`` event with the totals (on several ranks, also every
+    rank's compile count and compile time, and a warning when they differ).
 
     Args:
         training_telemetry_provider: the configured ``TrainingTelemetryProvider``.
@@ -32,6 +33,8 @@ class CompileTelemetryCallback(Callback):
             recompile storms (its thresholds are yours to set); ``None`` for silence. Without a
             ``print_fn`` of its own it prints through the progress bar.
         console_all_ranks: use the console on every rank, not only on rank zero.
+        skew_warning_s: on several ranks, rank zero warns when the ranks' compile times at a loop's
+            end lie further apart than this (their peers wait that long at the next collective).
 
     Example::
 
@@ -46,8 +49,10 @@ class CompileTelemetryCallback(Callback):
         training_telemetry_provider: TrainingTelemetryProvider,
         console: CompileConsole | None = None,
         console_all_ranks: bool = False,
+        skew_warning_s: float = 60.0,
     ) -> None:
         self._provider = training_telemetry_provider
+        self.skew_warning_s = skew_warning_s
         self.console = console
         self.console_all_ranks = console_all_ranks
         self._print_fn = console.print_fn if console is not None else None
@@ -56,7 +61,11 @@ class CompileTelemetryCallback(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         # the provider is per process: a spawned rank uses its own
-        return {"console": self.console, "console_all_ranks": self.console_all_ranks}
+        return {
+            "console": self.console,
+            "console_all_ranks": self.console_all_ranks,
+            "skew_warning_s": self.skew_warning_s,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(TrainingTelemetryProvider.instance(), **state)  # type: ignore[misc]
@@ -137,19 +146,19 @@ class CompileTelemetryCallback(Callback):
         self.last_stats = self.recorder.emit_summary(loop)
 
     def _summarize(self, trainer: pl.Trainer, loop_name: str) -> None:
-        counts = None
+        by_rank = None
         if trainer.world_size > 1:
-            # every rank reaches this hook: a collective is safe here, and ranks that compile a
-            # different number of times are a classic cause of hangs
+            # every rank reaches this hook: a collective is safe here, and ranks that compile
+            # differently (more often, or for longer) are a classic cause of stalls and hangs
             self.recorder.poll()
-            gathered = trainer.strategy.all_gather(torch.tensor([self.recorder.stats.count]))
-            counts = [int(count) for count in gathered.flatten().tolist()]
-            if len(set(counts)) > 1:
-                rank_zero_warn(
-                    f"telemetry-jit: ranks compiled a different number of times ({counts}, by rank). Ranks that "
-                    "recompile differently can desynchronise collectives and hang; see the compile spans per rank."
-                )
-        self.last_stats = self.recorder.emit_summary(active_span(self._provider, loop_name), count_by_rank=counts)
+            stats = self.recorder.stats
+            mine = torch.tensor([stats.count, stats.total_time_ms], dtype=torch.float64)
+            gathered = trainer.strategy.all_gather(mine).reshape(-1, 2).tolist()
+            by_rank = RankTotals([int(count) for count, _ in gathered], [ms for _, ms in gathered])
+            warning = by_rank.divergence(self.skew_warning_s)
+            if warning is not None:
+                rank_zero_warn(warning)
+        self.last_stats = self.recorder.emit_summary(active_span(self._provider, loop_name), by_rank)
 
 
 def _position(trainer: pl.Trainer) -> Position:

@@ -178,7 +178,13 @@ def select(root: torch.nn.Module, config: JitConfig) -> list[tuple[str, torch.nn
     """
     selector = config.module_selector or ""
     if config.selector_style == "nemo":
-        return select_modules_like_nemo(root, selector)
+        found = select_modules_like_nemo(root, selector)
+        if not found:
+            raise LookupError(
+                f"JitConfig.module_selector {selector!r} matches nothing (NeMo's matching): no child matches its "
+                f"wildcard atom. Modules under the root: {sorted(name for name, _ in root.named_modules() if name)}."
+            )
+        return found
     if config.selector_style == "glob" or not any(char in selector for char in _GLOB_CHARS):
         return select_modules(root, selector)
     try:
@@ -188,6 +194,8 @@ def select(root: torch.nn.Module, config: JitConfig) -> list[tuple[str, torch.nn
     try:
         selected = select_modules(root, selector)
     except LookupError:
+        if not nemo:
+            raise  # a wildcard that matches nothing either way: glob's message names what exists
         selected = []
     if [module for _, module in nemo] != [module for _, module in selected]:
         glob_names = [name or "<root>" for name, _ in selected] or "nothing"

@@ -3,7 +3,9 @@ mutates the class it is given and adds compile telemetry and ``JitTransform``.""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, overload
 
 import lightning.pytorch as pl
@@ -14,6 +16,7 @@ from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
 from telemetry_jit.lightning.ranks import RankTelemetry
 from telemetry_jit.lightning.time_events import TimeEventCallback
+from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
 
 
@@ -199,6 +202,22 @@ def _hooked_class(
             """The compile-telemetry callback (``last_stats``: the totals of the last loop)."""
             return self._compile_telemetry
 
+        def fit(self, *args: Any, **kwargs: Any) -> None:
+            with _recording(self, telemetry):
+                return super().fit(*args, **kwargs)
+
+        def validate(self, *args: Any, **kwargs: Any) -> Any:
+            with _recording(self, telemetry):
+                return super().validate(*args, **kwargs)
+
+        def test(self, *args: Any, **kwargs: Any) -> Any:
+            with _recording(self, telemetry):
+                return super().test(*args, **kwargs)
+
+        def predict(self, *args: Any, **kwargs: Any) -> Any:
+            with _recording(self, telemetry):
+                return super().predict(*args, **kwargs)
+
         def save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
             callback = self._nv_one_logger_callback
             callback.on_save_checkpoint_start(global_step=self.global_step)
@@ -215,6 +234,59 @@ def _hooked_class(
 
     HookedTrainer.__name__ = HookedTrainer.__qualname__ = f"Hooked{trainer_cls.__name__}"
     return HookedTrainer
+
+
+class _OneRecorder:
+    """Which thread's trainer records: nv-one-logger keeps one training loop per process, so of
+    trainers running at once in threads of one process only the first records."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.owner: int | None = None  # the recording thread
+
+    def take(self) -> bool:
+        """Whether this thread records (again, for a call nested in its own)."""
+        with self._lock:
+            if self.owner is None:
+                self.owner = threading.get_ident()
+            return self.owner == threading.get_ident()
+
+    def give_back(self) -> None:
+        with self._lock:
+            if self.owner == threading.get_ident():
+                self.owner = None
+
+
+_ONE_RECORDER = _OneRecorder()
+
+
+@contextlib.contextmanager
+def _recording(trainer: pl.Trainer, telemetry: _Telemetry) -> Iterator[None]:
+    """Run one trainer call with telemetry, or without it (said once) while another thread's records."""
+    nested = _ONE_RECORDER.owner == threading.get_ident()
+    if _ONE_RECORDER.take():
+        try:
+            yield
+        finally:
+            if not nested:
+                _ONE_RECORDER.give_back()
+        return
+    warn_once(
+        "concurrent trainers",
+        f"telemetry-jit: a hooked trainer is already running in another thread of this process "
+        f"({threading.current_thread().name} started one more); nv-one-logger records one training at a time per "
+        "process, so this one trains without telemetry (its JitTransform still compiles). Its compilations may "
+        "be counted in the recording trainer's spans, since torch reports compiles process-wide. Train in "
+        "separate processes to record each.",
+        every_rank=True,
+    )
+    holder: Any = trainer  # Lightning's callback connector sets .callbacks; the Trainer does not declare it
+    callbacks = holder.callbacks
+    holder.callbacks = [callback for callback in callbacks if callback is not telemetry]
+    try:
+        yield
+    finally:
+        holder.callbacks = callbacks
 
 
 def _rebuild_hooked_trainer(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.listener import CompileListener
@@ -25,4 +27,36 @@ class RecompileLimitAlert(CompileListener):
             f"compilation. Last recompile reason: {record.recompile_reason or 'unknown'}. Mark the changing dimension "
             "dynamic (torch._dynamo.mark_dynamic / dynamic=True) or raise the limit.",
             origin=record.location,
+        )
+
+
+@dataclass(frozen=True)
+class RankTotals:
+    """Every rank's compile count and compile time at the end of a loop, by rank."""
+
+    counts: list[int]
+    time_ms: list[float]
+
+    def divergence(self, skew_warning_s: float) -> str | None:
+        """What rank zero should say when ranks compiled unalike: a different number of compiles, or
+        compile times further apart than ``skew_warning_s`` (the fast ranks wait for the slow one at
+        their next collective, and a long enough wait ends at the collective's timeout)."""
+        problems = []
+        if len(set(self.counts)) > 1:
+            problems.append(f"a different number of times ({self.counts}, by rank)")
+        seconds = [ms / 1000 for ms in self.time_ms]
+        slowest = max(range(len(seconds)), key=seconds.__getitem__)
+        fastest = min(range(len(seconds)), key=seconds.__getitem__)
+        skew = seconds[slowest] - seconds[fastest]
+        if skew > skew_warning_s:
+            problems.append(
+                f"for {skew:.1f} s longer on rank {slowest} ({seconds[slowest]:.1f} s) than on rank {fastest} "
+                f"({seconds[fastest]:.1f} s)"
+            )
+        if not problems:
+            return None
+        return (
+            f"telemetry-jit: ranks compiled {' and '.join(problems)}. Ranks that compile differently wait for "
+            "each other at the next collective, and can desynchronise and hang: see `telemetry-jit summary` over "
+            "every rank's file (a compile-cache miss on one node, a shape only some ranks see)."
         )

@@ -21,7 +21,7 @@ from telemetry_jit.exporters.finished import export_finished
 from telemetry_jit.notices import Notices
 from telemetry_jit.probes.dynamo import DynamoProbe
 from telemetry_jit.probes.thunder import ThunderWatch
-from telemetry_jit.recording.alerts import RecompileLimitAlert
+from telemetry_jit.recording.alerts import RankTotals, RecompileLimitAlert
 from telemetry_jit.recording.first_steps import FirstStep, FirstSteps
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
@@ -153,8 +153,9 @@ class CompileRecorder:
         self._probe.detach()
         self._compile_finished()
 
-    def emit_summary(self, span: Span | None, count_by_rank: list[int] | None = None) -> CompileStats:
-        """Add ``compile_summary`` to ``span`` (the loop that is ending) and return the totals."""
+    def emit_summary(self, span: Span | None, by_rank: RankTotals | None = None) -> CompileStats:
+        """Add ``compile_summary`` to ``span`` (the loop that is ending) and return the totals; with
+        ``by_rank``, every rank's count and compile time as well."""
         self.loop_ended()
         stats = self.stats
         stats.thunder = self._thunder.cache_counts()
@@ -162,8 +163,9 @@ class CompileRecorder:
         target = span if span is not None else self._current_parent()
         if recorder is not None and target is not None and nv_one_logger_compat.is_running(target):
             attributes = stats.attributes(time.perf_counter() - self._started_at)
-            if count_by_rank is not None:
-                attributes[CompileAttr.COUNT_BY_RANK] = count_by_rank
+            if by_rank is not None:
+                attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
+                attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]
             recorder.event(target, Event.create(JitEventName.COMPILE_SUMMARY, Attributes(attributes)))
         return stats
 
@@ -244,6 +246,7 @@ class CompileRecorder:
             batch_index=context.batch_index,
             batches=context.batches,
             limit_hit=record.recompile_limit_hit,
+            step=context.global_step,
         )
         if cause is not None:
             if len(self._causes) > 10_000:  # a backward graph follows its forward within a step or two

@@ -55,11 +55,11 @@ def test_every_dashboard_query_names_real_spans_and_attributes(telemetry: Teleme
     assert {"Recompiles over time, by frame", "Graph breaks over time, by location"} <= {
         panel["title"] for panel in dashboard["panels"]
     }
-    metrics = {
-        name.replace(".", "_") + ("" if name == MetricName.COMPILE_DURATION else "_total")
-        for key, name in vars(MetricName).items()
-        if key.isupper()
-    }
+    names = [name.replace(".", "_") for key, name in vars(MetricName).items() if key.isupper()]
+    duration = MetricName.COMPILE_DURATION.replace(".", "_")
+    # Prometheus names: counters end in _total, a histogram in seconds is read as _seconds_sum/_count
+    metrics = {f"{name}_total" for name in names if name != duration}
+    metrics |= {f"{duration}_seconds_{series}" for series in ("sum", "count", "bucket")}
     for panel in [p for p in dashboard["panels"] if p["datasource"]["type"] == "prometheus"]:
         for target in panel["targets"]:  # Prometheus names: dots become underscores, counters end in _total
             assert set(re.findall(r"telemetry_jit_\w+", target["expr"])) <= metrics, panel["title"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -41,6 +42,7 @@ SCRIPT = textwrap.dedent(
             jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": "aot_eager"}}),
         )
         trainer = HookedTrainer(max_epochs=2, strategy={strategy!r}, devices=2, **TRAINER_DEFAULTS)
+        trainer.compile_telemetry.skew_warning_s = 0.0  # any difference in compile time is said
         trainer.fit(RankOneRecompiles("print"), loader(32, 4))
         callback.on_app_end()
 
@@ -69,6 +71,7 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
         receiver.stop()
     assert result.returncode == 0, result.stderr[-4000:]
     assert "ranks compiled a different number of times" in result.stderr
+    assert re.search(r"and for [0-9.]+ s longer on rank [01] \([0-9.]+ s\) than on rank [01]", result.stderr)
 
     files = [tmp_path / "t.rank0.jsonl", tmp_path / "t.rank1.jsonl"]
     runs = [telemetry_jit.read_telemetry(file)[-1] for file in files]
@@ -85,6 +88,10 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
         (loop,) = run.find("training_loop")
         (summary,) = [e for e in loop.events if e.name == "compile_summary"]
         assert summary.attributes["compile.count_by_rank"] == counts
+        # each rank's compile time, as that rank recorded it
+        for rank, other in enumerate(runs):
+            spent = sum(span.attributes["compile.duration_ms"] for span in other.find("compilation"))
+            assert summary.attributes["compile.time_ms_by_rank"][rank] == pytest.approx(spent, abs=0.01)
 
     # OTLP: both ranks' spans side by side in one trace
     received = receiver.received.spans()

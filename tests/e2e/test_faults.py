@@ -319,3 +319,38 @@ def test_reader_rejects_binary_garbage_clearly(tmp_path: Path) -> None:
     garbage.write_bytes(os.urandom(4096).replace(b"\n", b"x") + b"\n" + os.urandom(100))
     with pytest.raises(telemetry_jit.analysis.reader.TelemetryFileError, match="not a telemetry-jit"):
         telemetry_jit.read_telemetry(garbage)
+
+
+def test_two_fits_in_two_threads_both_train_one_records_and_the_other_says_why(telemetry: Telemetry) -> None:
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+        pl.Trainer,
+        telemetry.provider,
+        jit_config=telemetry_jit.JitConfig(use_torch=True, module_selector="layer0", torch_kwargs={"backend": "eager"}),
+    )
+    trainers = [HookedTrainer(max_epochs=2, **TRAINER_DEFAULTS) for _ in range(2)]
+    errors: list[BaseException] = []
+    started = threading.Barrier(2)
+
+    def fit(trainer: pl.Trainer) -> None:
+        try:
+            started.wait()
+            trainer.fit(Net(), loader(32, 4))
+        except BaseException as error:  # noqa: BLE001 - the test reports it
+            errors.append(error)
+
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=fit, args=(trainer,)) for trainer in trainers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=300)
+    assert errors == []
+    assert all(trainer.state.finished and trainer.global_step == 16 for trainer in trainers)  # both trained
+    concurrent = [w for w in said if "already running in another thread" in str(w.message)]
+    assert len(concurrent) == 1  # the one that did not record, said once
+    assert not [w for w in said if "switched telemetry off" in str(w.message)]  # telemetry stayed on
+    callback.on_app_end()
+    run = telemetry.end()
+    (loop,) = run.find("training_loop")  # one fit recorded, and its loop span ended
+    assert loop.end_unix_ns is not None and run.find("compilation")

@@ -75,7 +75,7 @@ def test_a_thousand_ranks_on_one_screen_naming_the_odd_one(tmp_path: Path, capsy
     assert cli.main(["summary", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     head = out.split("\n\n")[0].splitlines()
-    assert head[0] == "telemetry-jit summary (run a11a11a1, 1000 ranks)"
+    assert head[0] == "telemetry-jit summary (run a11a11a11a11, 1000 ranks)"
     assert len(head) <= 12  # does not grow with the rank count
     assert "compilations per rank: min 18 (rank 511), median 19, max 19" in out
     assert "compiled alike: 999 of 1000 ranks" in out and "rank 511: 18 compilations" in out
@@ -103,7 +103,7 @@ def test_fleet_budgets_and_json(tmp_path: Path, capsys: pytest.CaptureFixture) -
     assert cli.main(["summary", "--json", "--per-rank", str(tmp_path)]) == 0
     assert len(json.loads(capsys.readouterr().out)["runs"]) == 4
     assert cli.main(["summary", "--rank", "3", str(tmp_path)]) == 0
-    assert capsys.readouterr().out.startswith("telemetry-jit summary (run a11a11a1, rank 3)")
+    assert capsys.readouterr().out.startswith("telemetry-jit summary (run a11a11a11a11, rank 3)")
 
 
 def test_a_fleet_report_shows_every_rank(tmp_path: Path) -> None:

@@ -112,6 +112,36 @@ def test_a_dimension_that_changes_again_is_not_the_last_batch() -> None:
     assert (first.cause, last.cause) == ("changing_dim", "changing_dim")
 
 
+def test_callers_of_one_function_in_its_first_step_are_the_expected_price() -> None:
+    # FSDP2 under torch.compile: each block's forward is its own frame; the first block gets the batch,
+    # the second activations that need gradients (seen on torch 2.13 with fully_shard, gloo)
+    classifier = RecompileClassifier()
+    classifier.observe("1", "train", step=0)
+    second = classifier.observe(
+        "1",
+        "train",
+        reason="1/0: tensor 'x' requires_grad mismatch. expected requires_grad=0",
+        is_recompile=True,
+        step=0,
+    )
+    assert (second.cause, second.expected) == ("shared_code", True)
+    # at the last, smaller batch torch names the requires_grad guard of one entry again: that is not
+    # what changed, and no fix for requires_grad is offered
+    later = classifier.observe(
+        "1",
+        "train",
+        reason="1/1: tensor 'x' requires_grad mismatch. expected requires_grad=1",
+        is_recompile=True,
+        step=3,
+    )
+    assert (later.cause, later.expected) == ("other", False)
+    # a property changing for the first time after the first step is the user's to fix
+    dtype = classifier.observe(
+        "1", "train", reason="1/2: tensor 'x' dtype mismatch. expected Float, actual Double", is_recompile=True, step=5
+    )
+    assert (dtype.cause, dtype.expected) == ("tensor_property", False)
+
+
 def test_the_recompile_limit_wins_over_its_reason() -> None:
     classifier = RecompileClassifier()
     classifier.observe("0", "train")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from telemetry_jit import identity
-from telemetry_jit.identity import IdentityError, IdentityTracker, from_environment, run_id
+from telemetry_jit.identity import IdentityError, IdentityTracker, from_environment, run_id, short_run_id
 
 LAUNCHER_VARIABLES = (
     "RANK",
@@ -25,6 +25,8 @@ LAUNCHER_VARIABLES = (
     "TORCHELASTIC_RUN_ID",
     "LSB_JOBID",
     "PMIX_NAMESPACE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
     "OMPI_MCA_ess_base_jobid",
     identity.RUN_ID_VARIABLE,
 )
@@ -87,6 +89,8 @@ def test_what_the_trainer_learns_wins_and_changes_the_version() -> None:
     [
         ({"TORCHELASTIC_RUN_ID": "c0ffee", "SLURM_JOB_ID": "77"}, "torchrun-c0ffee"),
         ({"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}, "slurm-77"),  # torchrun without --rdzv-id
+        # torchrun on several nodes without --rdzv-id: the rendezvous address every rank shares
+        ({"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "node7", "MASTER_PORT": "29500"}, "torchrun-node7:29500"),
         ({"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "2"}, "slurm-77.2"),
         ({"LSB_JOBID": "123"}, "lsf-123"),
         ({"PMIX_NAMESPACE": "slurm.pmix.77.0"}, "mpi-slurm.pmix.77.0"),
@@ -108,3 +112,18 @@ def test_without_a_launcher_a_run_id_is_made_once_and_inherited(monkeypatch: pyt
     import os
 
     assert os.environ[identity.RUN_ID_VARIABLE] == first
+
+
+@pytest.mark.parametrize(
+    ("run", "shown"),
+    [
+        ("0123456789abcdef0123456789abcdef", "01234567"),
+        ("torchrun-ec9d81bf-322e-4a10-8ea7-7c50308aef83", "torchrun-ec9d81bf"),
+        ("slurm-4242.0", "slurm-4242.0"),
+        ("torchrun-node7:29500", "torchrun-node7:29500"),
+        ("my-run", "my-run"),
+        ("a11a11a11a11", "a11a11a11a11"),
+    ],
+)
+def test_run_ids_are_shown_short_but_keep_the_launchers_name(run: str, shown: str) -> None:
+    assert short_run_id(run) == shown

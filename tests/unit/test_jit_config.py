@@ -53,6 +53,14 @@ def test_selector_matching_nothing_lists_the_names_at_that_level() -> None:
         select_modules(tree(), "encoder")
 
 
+@pytest.mark.parametrize("selector", ["zz*", "*zz", "enc.zz*", "enc.*9"])
+@pytest.mark.parametrize("style", ["auto", "glob", "nemo"])
+def test_a_wildcard_selector_matching_nothing_is_an_error_in_every_style(selector: str, style: str) -> None:
+    config = JitConfig(use_torch=True, module_selector=selector, selector_style=style)
+    with pytest.raises(LookupError, match="matches nothing"):
+        select(tree(), config)
+
+
 def test_selector_naming_a_non_module_attribute() -> None:
     with pytest.raises(TypeError, match="'scale'.*float, not an nn.Module"):
         select_modules(tree(), "scale")

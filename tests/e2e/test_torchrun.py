@@ -1,0 +1,92 @@
+"""Real 2-process jobs as launchers start them: ``torchrun --nproc_per_node 2`` and a SLURM-like
+start (each rank its own process with only SLURM's variables), training an FSDP2 model
+(``fully_shard``, gloo on CPU) under ``torch.compile`` in a plain loop. Each job gets one run id by
+itself, every rank's counts equal torch's, and FSDP's graph breaks are attributed to torch."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import telemetry_jit
+from telemetry_jit import cli
+
+LOOP = Path(__file__).with_name("fsdp_loop.py")
+LOSS_LINE = next(n for n, line in enumerate(LOOP.read_text().splitlines(), 1) if "# LOSS LINE" in line)
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _launch(launcher: str, out: Path) -> str:
+    """Start the job; the run id the launcher gives it."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEMETRY_JIT_", "SLURM_", "TORCHELASTIC_"))}
+    if launcher == "torchrun":
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(LOOP), str(out)]
+        result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=out.parent)
+        assert result.returncode == 0, result.stderr[-4000:]
+        return "torchrun-"
+    address = f"tcp://127.0.0.1:{_free_port()}"
+    ranks = [
+        subprocess.Popen(
+            [sys.executable, str(LOOP), str(out), address],
+            env={
+                **env,
+                "SLURM_JOB_ID": "4242",
+                "SLURM_STEP_ID": "0",
+                "SLURM_PROCID": str(rank),
+                "SLURM_LOCALID": str(rank),
+                "SLURM_NTASKS": "2",
+            },
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=out.parent,
+        )
+        for rank in range(2)
+    ]
+    for rank in ranks:
+        _, stderr = rank.communicate(timeout=600)
+        assert rank.returncode == 0, stderr[-4000:]
+    return "slurm-4242.0"
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "slurm"])
+def test_a_launched_fsdp2_job_is_one_run_with_torchs_counts_on_every_rank(
+    launcher: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "t.jsonl"
+    run_id = _launch(launcher, out)
+    files = [tmp_path / f"t.rank{rank}.jsonl" for rank in range(2)]
+    runs = [telemetry_jit.read_telemetry(file)[-1] for file in files]
+    assert [run.rank for run in runs] == [0, 1]
+    assert runs[0].run_id == runs[1].run_id and runs[0].run_id.startswith(run_id)  # no TELEMETRY_JIT_RUN_ID set
+    for rank, run in enumerate(runs):
+        torch_saw = json.loads(Path(f"{out}.torch.rank{rank}.json").read_text())
+        compiles = run.find("compilation")
+        assert len(compiles) == torch_saw["compiles"] > 0
+        breaks = [e for span in compiles for e in span.events if e.name == "graph_break"]
+        assert len(breaks) == torch_saw["graph_breaks"] > 0
+        # FSDP's hooks break the graph inside torch; the line that led there is the user's loss line
+        inside = [b for b in breaks if "_fully_shard" in b.attributes["graph_break.location"]]
+        assert inside and all(b.attributes["graph_break.owner"] == "torch" for b in inside)
+        assert all(b.attributes["graph_break.user_location"].endswith(f"fsdp_loop.py:{LOSS_LINE}") for b in inside)
+        # the second block compiles the shared Block.forward again for activations: the expected price
+        shared = [s for s in compiles if s.attributes.get("compile.recompile_cause") == "shared_code"]
+        assert shared and all(s.attributes["compile.recompile_expected"] for s in shared)
+        assert all(s.attributes["train.global_step"] == 0 for s in shared)
+
+    assert cli.main(["summary", str(tmp_path)]) == 0
+    out_text = capsys.readouterr().out
+    assert f"(run {run_id}" in out_text and ", 2 ranks)" in out_text
+    assert "compiled alike: all 2 ranks" in out_text
+    assert "for other callers of one function in its first step" in out_text

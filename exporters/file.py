@@ -285,7 +285,21 @@ class FileExporter(BaseExporter):
 
 
 def _open(path: Path) -> int:
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    # never through a link planted at the path while the run writes (the last part only)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+
+
+def _holds_telemetry(path: Path) -> bool:
+    """Whether ``path`` is empty or opens with a telemetry-jit record (the file policy: append only there)."""
+    with path.open("rb") as handle:
+        first = handle.readline(4096)
+    if not first.strip():
+        return True
+    try:
+        record = json.loads(first)
+    except ValueError:
+        return False
+    return isinstance(record, dict) and record.get("kind") == "run_start" and record.get("format") == FILE_FORMAT
 
 
 def _parent_id(span: Span) -> str | None:
@@ -322,6 +336,11 @@ def _nv_event_record(kind: str, event: Event, span: Span) -> dict[str, Any]:
 
 
 def _check_writable(path: Path) -> None:
+    if path.is_symlink():
+        raise ValueError(
+            f"FileExporter path {str(path)!r} is a symbolic link: telemetry-jit writes only to a regular file, so that "
+            "a link cannot send its records into another file. Pass the file itself (a folder on the way may be one)."
+        )
     if path.is_dir():
         raise ValueError(
             f"FileExporter path {str(path)!r} is a directory; "
@@ -331,6 +350,11 @@ def _check_writable(path: Path) -> None:
         if not os.access(path, os.W_OK):
             raise PermissionError(
                 f"FileExporter cannot write to {str(path)!r}: permission denied. Choose a writable path."
+            )
+        if not _holds_telemetry(path):
+            raise ValueError(
+                f"FileExporter path {str(path)!r} is a file that telemetry-jit did not write (its first line is not a "
+                "telemetry-jit record), so nothing is appended to it. Choose another path, or move that file away."
             )
         return
     parent = path.parent

@@ -62,14 +62,14 @@ def interpreter(version: str) -> str:
     """The Python ``version`` (``3.10``): this one, one on PATH, or one pyenv holds."""
     if version == platform.python_version() or platform.python_version().startswith(f"{version}."):
         return sys.executable
-    found = shutil.which(f"python{version}")
-    if found:
-        return found
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    candidates = sorted(pyenv.glob(f"{version}*/bin/python{version.split('.')[0]}"))
-    if not candidates:
-        raise SystemExit(f"no Python {version} found (looked on PATH and in {pyenv})")
-    return str(candidates[-1])
+    candidates = sorted(pyenv.glob(f"{version}.*/bin/python{version}"))
+    if candidates:
+        return str(candidates[-1])
+    found = shutil.which(f"python{version}")
+    if found and "/shims/" not in found:  # a pyenv shim runs only where that version is selected
+        return found
+    raise SystemExit(f"no Python {version} found (looked in {pyenv} and on PATH)")
 
 
 def build_environment(python_exe: str, torch_version: str, env_dir: Path, log: Path) -> dict[str, str] | None:

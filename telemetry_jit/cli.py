@@ -22,8 +22,9 @@ from telemetry_jit.analysis.json_output import to_json
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.report import render_fleet_report, render_report
 from telemetry_jit.analysis.summary import summarize, summary_json
-from telemetry_jit.analysis.text import clean, format_diff, format_fleet, format_summary
+from telemetry_jit.analysis.text import format_diff, format_fleet, format_summary
 from telemetry_jit.analysis.trace import to_trace_events
+from telemetry_jit.terminal import clean
 
 PATHS_HELP = "telemetry files written by telemetry-jit, or folders of them (one file per rank)"
 

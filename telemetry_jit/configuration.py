@@ -24,7 +24,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter
 from telemetry_jit.exporters.otlp_settings import OTLPOptions, traces_exporter_wanted
-from telemetry_jit.identity import IdentityTracker
+from telemetry_jit.identity import IdentityTracker, forked_from, note_fork
 from telemetry_jit.notices import warn_once
 
 _ITERATION_SPANS = (
@@ -114,6 +114,37 @@ def configure(
     )
 
 
+_fork_watched = False
+
+
+def _watch_forks() -> None:
+    global _fork_watched
+    if not _fork_watched and hasattr(os, "register_at_fork"):
+        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
+        _fork_watched = True
+
+
+_parent_pid = 0
+
+
+def _before_fork() -> None:
+    global _parent_pid
+    _parent_pid = os.getpid()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child is its own process: the parent's exporters, file and application span are not
+    its own, so telemetry is off here (said when the child starts recording, not by every DataLoader
+    worker)."""
+    global _in_effect
+    if _in_effect is None:
+        return
+    _in_effect = None
+    atexit.unregister(shutdown)
+    nv_one_logger_compat.disable()
+    note_fork(_parent_pid)
+
+
 def _say_disabled(error: str) -> None:
     warn_once(
         "nv-one-logger disabled itself",
@@ -157,6 +188,11 @@ def _configure(
     if not isinstance(app_name, str) or not app_name:
         raise ValueError("configure(app_name=...) needs a non-empty application name.")
     _check_training_config(training_config)
+    global _in_effect
+    if forked_from() is not None and _in_effect is None:
+        # a forked child configuring its own telemetry: the parent's configuration is not its own
+        nv_one_logger_compat.forget_configuration()
+        note_fork(None)
     provider = TrainingTelemetryProvider.instance()
     if provider.one_logger_ready:
         warnings.warn(
@@ -194,9 +230,9 @@ def _configure(
     provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, _blacklist(export_iteration_spans))
     provider.configure_provider()
     nv_one_logger_compat.when_disabled(_say_disabled)
-    global _in_effect
     if _in_effect is None:
         atexit.register(shutdown)
+        _watch_forks()
     _in_effect = Configuration(
         app_name=app_name,
         file=None if file is None else str(file),

@@ -68,6 +68,22 @@ def _number(names: tuple[str, ...], default: int, minimum: int = 0) -> int:
     return default
 
 
+_forked_from: int | None = None
+
+
+def forked_from() -> int | None:
+    """The pid of the process this one was forked from after telemetry was configured there (its
+    telemetry is off), else ``None``."""
+    return _forked_from
+
+
+def note_fork(parent: int | None) -> None:
+    """Called in a forked child by the configuration's at-fork handler (``None``: the child has
+    configured telemetry of its own)."""
+    global _forked_from
+    _forked_from = parent
+
+
 def from_environment() -> ProcessIdentity:
     """This process's identity as its launcher's variables give it (rank 0 of 1 without any).
 

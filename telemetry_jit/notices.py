@@ -12,6 +12,8 @@ import os
 import warnings
 from collections.abc import Hashable
 
+from telemetry_jit.terminal import clean
+
 
 def global_rank() -> int:
     """This process's rank as Lightning knows it (its strategies set it), else as the launcher's
@@ -71,6 +73,7 @@ class Notices:
             return False
         if every_rank and _several_ranks():
             message = f"[rank {rank}] {message}"
+        message = clean(message)  # names and reasons in it come from code and data
         path, _, line = origin.rpartition(":")
         if path and line.isdigit():
             warnings.warn_explicit(message, category, path, int(line), module=path)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from telemetry_jit.analysis.compare import RunDiff
@@ -223,15 +222,6 @@ def _ranks(ranks: list[int], shown: int = 8) -> str:
     listed = ", ".join(map(str, ranks[:shown]))
     more = f" and {len(ranks) - shown} more" if len(ranks) > shown else ""
     return f"rank{'s' if len(ranks) > 1 else ''} {listed}{more}"
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-
-
-def clean(text: str) -> str:
-    """``text`` safe to print on a terminal: escape sequences and other control characters (also those
-    that reorder text) shown as ``?``; line breaks and tabs kept."""
-    return _CONTROL.sub("?", text)
 
 
 def _rate(rate: float | None) -> str:

@@ -55,6 +55,11 @@ def when_disabled(said: Callable[[str], None]) -> None:
     logger.addHandler(_DisableWatch(said))
 
 
+def disable() -> None:
+    """Switch nv-one-logger off in this process for good (it records nothing more)."""
+    OneLoggerProvider.instance().force_disable_logging()
+
+
 def application_running(provider: Any) -> bool:
     """Whether nv-one-logger's ``application`` span is running (it allows one per process)."""
     return bool(provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))

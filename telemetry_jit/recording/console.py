@@ -13,6 +13,7 @@ from telemetry_jit.notices import Notices
 from telemetry_jit.recording.first_steps import FirstStep
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
+from telemetry_jit.terminal import clean
 
 _log = logging.getLogger("telemetry_jit")
 
@@ -63,6 +64,7 @@ class CompileConsole(CompileListener):
         return CompileConsole, (self.threshold_s, self.storm_recompiles, self.storm_steps)
 
     def _say(self, message: str) -> None:
+        message = clean(message)  # frame names and torch's reasons come from code and data
         try:
             (self.print_fn or _log.warning)(message)
         except Exception:  # noqa: BLE001 - a closed progress bar must not break a compile

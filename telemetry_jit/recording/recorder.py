@@ -3,6 +3,7 @@ was running, and its listeners told."""
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -18,7 +19,8 @@ from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import telemetry_enabled
 from telemetry_jit.diagnosis import Classified, RecompileClassifier
 from telemetry_jit.exporters.finished import export_finished
-from telemetry_jit.notices import Notices
+from telemetry_jit.identity import forked_from
+from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.dynamo import DynamoProbe
 from telemetry_jit.probes.thunder import ThunderWatch
 from telemetry_jit.recording.alerts import RankTotals, RecompileLimitAlert
@@ -97,6 +99,15 @@ class CompileRecorder:
     def start(self, where: Where, rank: int = 0) -> None:
         """Begin a run: ``where()`` says where the loop is (asked when a compile begins)."""
         self._where, self._rank = where, rank
+        parent = forked_from()
+        if parent is not None:
+            warn_once(
+                "forked child",
+                f"telemetry-jit: this process (pid {os.getpid()}) was forked from pid {parent} after telemetry was "
+                "configured there, so it records nothing: the parent's file, exporters and application span are not "
+                "its own. Start workers with the spawn method, or configure telemetry in each of them.",
+                every_rank=True,
+            )
         self.stats = CompileStats()
         self._started_at = time.perf_counter()
         self._batch_step, self._batch_index = where().global_step, None

@@ -354,3 +354,48 @@ def test_two_fits_in_two_threads_both_train_one_records_and_the_other_says_why(t
     run = telemetry.end()
     (loop,) = run.find("training_loop")  # one fit recorded, and its loop span ended
     assert loop.end_unix_ns is not None and run.find("compilation")
+
+
+FORK_SCRIPT = textwrap.dedent(
+    """
+    import json, os, sys
+    import torch
+    import telemetry_jit
+    from telemetry_jit.compat.torch import compiles_recorded_by_torch
+
+    def train():
+        model = torch.compile(torch.nn.Linear(4, 1), backend="eager")
+        with telemetry_jit.CompileTelemetry() as telemetry:
+            for step, batch in enumerate((8, 8, 5)):
+                telemetry.step(step)
+                model(torch.randn(batch, 4)).sum().backward()
+
+    telemetry_jit.configure("fork", file=sys.argv[1])
+    child = os.fork()
+    train()
+    if child == 0:
+        sys.exit(0)  # a normal exit: atexit handlers run in the child too
+    _, status = os.waitpid(child, 0)
+    telemetry_jit.shutdown()
+    json.dump({"child_status": status, "compiles": len(compiles_recorded_by_torch())}, open(sys.argv[2], "w"))
+    """
+)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_child_forked_after_configure_records_nothing_and_says_so(tmp_path: Path) -> None:
+    script, path, facts = tmp_path / "fork.py", tmp_path / "t.jsonl", tmp_path / "facts.json"
+    script.write_text(FORK_SCRIPT)
+    result = subprocess.run(
+        [sys.executable, str(script), str(path), str(facts)], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    seen = json.loads(facts.read_text())
+    assert seen["child_status"] == 0
+    assert result.stderr.count("was forked from pid") == 1  # the child said it, once
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert len({record["pid"] for record in records}) == 1  # the parent's records only
+    run = telemetry_jit.read_telemetry(path)[-1]
+    (application,) = run.find("application")  # ended once, by the parent
+    assert application.end_unix_ns is not None
+    assert len(run.find("compilation")) == seen["compiles"]  # the parent's compiles, not the child's added

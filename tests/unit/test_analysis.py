@@ -15,7 +15,8 @@ import pytest
 from telemetry_jit import cli
 from telemetry_jit.analysis.diagnose import diagnose
 from telemetry_jit.analysis.reader import read_telemetry
-from telemetry_jit.analysis.text import clean, format_summary
+from telemetry_jit.analysis.text import format_summary
+from telemetry_jit.terminal import clean
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NEW, OLD = DATA / "answers.jsonl", DATA / "answers-recorded-by-0.1.jsonl"

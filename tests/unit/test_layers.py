@@ -6,7 +6,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BOTTOM = {"schema", "records", "identity", "notices", "diagnosis"}
+BOTTOM = {"schema", "records", "identity", "notices", "diagnosis", "terminal"}
 # layer -> the layers (and outside packages) it may import; a module's layer is its first name part
 MAY_IMPORT: dict[str, set[str]] = {
     "bottom": set(),

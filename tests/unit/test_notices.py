@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import warnings
 
 import pytest
@@ -54,3 +55,23 @@ def test_the_origin_is_the_users_line(rank, tmp_path) -> None:
     user_file = tmp_path / "train.py"
     (warning,) = said(lambda: Notices().warn("storm", "recompiling", origin=f"{user_file}:42"))
     assert (warning.filename, warning.lineno) == (str(user_file), 42)
+
+
+def test_escape_sequences_in_a_warning_reach_the_terminal_cleaned(rank) -> None:
+    with pytest.warns(RuntimeWarning) as said:
+        Notices().warn("hostile", "frame forward\x1b[2J\x1b]0;owned\x07 recompiled")
+    assert str(said[0].message) == "frame forward?[2J?]0;owned? recompiled"
+
+
+def test_the_live_consoles_lines_are_cleaned() -> None:
+    from telemetry_jit.recording.console import CompileConsole
+
+    printed: list[str] = []
+    console = CompileConsole(threshold_s=0.0, print_fn=printed.append)
+    console.compile_started("forward\x1b[31m (train.py:3)")
+    deadline = time.monotonic() + 5
+    while not printed and time.monotonic() < deadline:  # announced from its timer thread
+        time.sleep(0.01)
+    console.compile_finished()
+    assert printed and all("\x1b" not in line for line in printed)
+    assert printed[0] == "telemetry-jit: compiling forward?[31m (train.py:3) ..."

@@ -1,0 +1,14 @@
+"""Text that reaches a terminal: what torch, a file or a user's code handed over may hold escape
+sequences that recolour, move the cursor or reorder text, so every line printed is cleaned first."""
+
+from __future__ import annotations
+
+import re
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def clean(text: str) -> str:
+    """``text`` safe to print on a terminal: escape sequences and other control characters (also those
+    that reorder text) shown as ``?``; line breaks and tabs kept."""
+    return _CONTROL.sub("?", text)

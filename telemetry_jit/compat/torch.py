@@ -176,6 +176,11 @@ def traced_stack() -> tuple[str, ...]:
     return tuple(f"{summary.filename}:{summary.lineno}" for summary in context.extract_stack())
 
 
+def frames_seen() -> int:
+    """How many frames dynamo has been handed so far (compiled, or skipped as it could not trace them)."""
+    return int(_dynamo_utils.counters["frames"]["total"])
+
+
 def has_compiled_code(code: CodeType) -> bool:
     """Whether dynamo holds a compiled entry for ``code`` (it ran under torch.compile and compiled)."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list

@@ -15,6 +15,7 @@ from typing_extensions import override
 
 from telemetry_jit.recording.alerts import RankTotals
 from telemetry_jit.recording.console import CompileConsole
+from telemetry_jit.recording.figures import CompileFigures
 from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import TrainingSpanName
@@ -35,6 +36,8 @@ class CompileTelemetryCallback(Callback):
         console_all_ranks: use the console on every rank, not only on rank zero.
         skew_warning_s: on several ranks, rank zero warns when the ranks' compile times at a loop's
             end lie further apart than this (their peers wait that long at the next collective).
+        log_figures: log compile figures (``compile/time_s``, ``compile/compilations``, ...) to the
+            trainer's loggers at the step they happened, when it has loggers.
 
     Example::
 
@@ -50,9 +53,12 @@ class CompileTelemetryCallback(Callback):
         console: CompileConsole | None = None,
         console_all_ranks: bool = False,
         skew_warning_s: float = 60.0,
+        log_figures: bool = True,
     ) -> None:
         self._provider = training_telemetry_provider
         self.skew_warning_s = skew_warning_s
+        self.log_figures = log_figures
+        self._figures: CompileFigures | None = None
         self.console = console
         self.console_all_ranks = console_all_ranks
         self._print_fn = console.print_fn if console is not None else None
@@ -65,6 +71,7 @@ class CompileTelemetryCallback(Callback):
             "console": self.console,
             "console_all_ranks": self.console_all_ranks,
             "skew_warning_s": self.skew_warning_s,
+            "log_figures": self.log_figures,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -77,6 +84,9 @@ class CompileTelemetryCallback(Callback):
             bar = trainer.progress_bar_callback
             console.print_fn = bar.print if bar is not None else None
         self.recorder.listeners = [console] if console is not None else []
+        self._figures = CompileFigures() if self.log_figures and trainer.loggers else None
+        if self._figures is not None:
+            self.recorder.listeners.append(self._figures)
         self.recorder.start(functools.partial(_position, trainer), rank=trainer.global_rank)
 
     @override
@@ -116,6 +126,16 @@ class CompileTelemetryCallback(Callback):
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
             self.recorder.watch_thunder(pl_module)
         self.recorder.batch_started(trainer.global_step, batch_idx, stage)
+        if self._figures is not None:
+            self._log_figures(trainer)
+
+    def _log_figures(self, trainer: pl.Trainer) -> None:
+        """Each step's compile figures to the trainer's loggers, at that step (Lightning's loggers log
+        on rank zero)."""
+        assert self._figures is not None
+        for step, metrics in self._figures.take():
+            for logger in trainer.loggers:
+                logger.log_metrics(metrics, step=step)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -159,6 +179,8 @@ class CompileTelemetryCallback(Callback):
             if warning is not None:
                 rank_zero_warn(warning)
         self.last_stats = self.recorder.emit_summary(active_span(self._provider, loop_name), by_rank)
+        if self._figures is not None:
+            self._log_figures(trainer)
 
 
 def _position(trainer: pl.Trainer) -> Position:

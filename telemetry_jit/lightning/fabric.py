@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from telemetry_jit.loop import CompileTelemetry
+from telemetry_jit.recording.figures import CompileFigures
 
 
 class FabricCompileTelemetry(CompileTelemetry):
@@ -12,7 +13,8 @@ class FabricCompileTelemetry(CompileTelemetry):
 
     Fabric calls a callback's methods when your loop says ``fabric.call(name, ...)``; these are the
     names it answers to. Given the ``Fabric`` object at ``on_train_start``, every record carries this
-    process's rank, and each rank writes its own file.
+    process's rank, each rank writes its own file, and when Fabric has loggers the compile figures
+    (``compile/time_s``, ``compile/compilations``, ...) go to them with ``fabric.log_dict`` at their step.
 
     Example::
 
@@ -28,16 +30,33 @@ class FabricCompileTelemetry(CompileTelemetry):
         fabric.call("on_train_end")
     """
 
+    _fabric: Any = None
+    _figures: CompileFigures | None = None
+
     def on_train_start(self, fabric: Any = None, *args: Any, **kwargs: Any) -> None:
+        self._fabric, self._figures = fabric, None
         if fabric is not None:
             self.set_rank(fabric.global_rank, fabric.local_rank, fabric.world_size)
+            if fabric.loggers:  # compile figures go to Fabric's loggers too (fabric.log_dict)
+                self._figures = CompileFigures()
+                self._recorder.listeners.append(self._figures)
         self.__enter__()
 
     def on_train_batch_start(self, step: int, *args: Any, **kwargs: Any) -> None:
         self.step(step)
+        if self._figures is not None:
+            self._log_figures()
 
     def on_train_end(self, *args: Any, **kwargs: Any) -> None:
         self.__exit__(None, None, None)
+        if self._figures is not None:
+            self._log_figures()
+            self._recorder.listeners.remove(self._figures)
+
+    def _log_figures(self) -> None:
+        assert self._figures is not None
+        for step, metrics in self._figures.take():
+            self._fabric.log_dict(metrics, step=step)
 
     def on_exception(self, exception: BaseException, *args: Any, **kwargs: Any) -> None:
         """Call it as ``fabric.call("on_exception", error)`` when the loop fails: what compiled is kept,

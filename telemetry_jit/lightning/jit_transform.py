@@ -253,7 +253,7 @@ class JitTransform(Callback):
     def __init__(self, config: JitConfig | Sequence[JitConfig]) -> None:
         self.configs = _as_list(config)
         self.compiled: list[str] = []
-        self._unchecked: list[tuple[str, torch.nn.Module]] = []  # compiled, not yet seen to run
+        self._unchecked: list[tuple[str, torch.nn.Module, int]] = []  # compiled, not yet seen to run; frames then
         self._notices = Notices()
 
     @property
@@ -305,8 +305,10 @@ class JitTransform(Callback):
     def _check_compiled_code_ran(self, pl_module: pl.LightningModule, loop: str) -> None:
         """Say once, per module, that a compiled module never ran: compiling it did nothing."""
         unchecked, self._unchecked = self._unchecked, []
-        for name, module in unchecked:
-            if compiled_code_ran(module):
+        for name, module, frames_then in unchecked:
+            # frames handed to dynamo since: the module ran (its forward may have been skipped, with
+            # the frames it calls compiled), or another compiled module did, so nothing is said
+            if compiled_code_ran(module) or torch_compat.frames_seen() > frames_then:
                 continue
             forward = getattr(type(module).forward, "__code__", None)
             where = f" at {forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
@@ -347,7 +349,7 @@ class JitTransform(Callback):
                 else:
                     module.compile(**config.torch_kwargs)
                 self.compiled.append(name or "<root>")
-                self._unchecked.append((name, module))
+                self._unchecked.append((name, module, torch_compat.frames_seen()))
                 compiler = THUNDER_BACKENDS[config.thunder_backend] if config.use_thunder else "torch.compile"
                 rank_zero_info(f"telemetry-jit: {compiler}({label})")
         setattr(pl_module, "_compiled", bool(self.compiled))  # noqa: B010 - NeMo's marker, not a declared attribute

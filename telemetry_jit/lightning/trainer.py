@@ -42,6 +42,7 @@ def hook_trainer_cls(
     compile_telemetry: bool = True,
     live: bool | CompileConsole = True,
     live_all_ranks: bool = False,
+    log_figures: bool = True,
 ) -> tuple[type[TrainerT], TimeEventCallback]: ...
 
 
@@ -55,6 +56,7 @@ def hook_trainer_cls(
     compile_telemetry: bool = True,
     live: bool | CompileConsole = True,
     live_all_ranks: bool = False,
+    log_figures: bool = True,
 ) -> tuple[type[TrainerT], CallbackT]: ...
 
 
@@ -67,6 +69,7 @@ def hook_trainer_cls(
     compile_telemetry: bool = True,
     live: bool | CompileConsole = True,
     live_all_ranks: bool = False,
+    log_figures: bool = True,
 ) -> tuple[type[TrainerT], Callback]:
     """Return ``(HookedTrainer, callback)``: a subclass of ``trainer_cls`` carrying telemetry.
 
@@ -86,6 +89,8 @@ def hook_trainer_cls(
         live: console messages for slow compiles and recompile storms, on rank zero; a
             :class:`CompileConsole` to set its thresholds.
         live_all_ranks: console messages on every rank.
+        log_figures: log compile figures under ``compile/`` to the trainer's loggers (TensorBoard,
+            CSV, MLflow, ...) at the steps they happened; off with ``False``.
 
     Example::
 
@@ -114,7 +119,9 @@ def hook_trainer_cls(
     compiles = None
     if compile_telemetry:
         console = live if isinstance(live, CompileConsole) else (CompileConsole() if live else None)
-        compiles = CompileTelemetryCallback(training_telemetry_provider, console, console_all_ranks=live_all_ranks)
+        compiles = CompileTelemetryCallback(
+            training_telemetry_provider, console, console_all_ranks=live_all_ranks, log_figures=log_figures
+        )
     telemetry = _Telemetry(RankTelemetry(), compiles, telemetry_callback)
     return _hooked_class(trainer_cls, telemetry, jit_config), telemetry_callback
 

@@ -95,8 +95,8 @@ class CompileConsole(CompileListener):
 
     def recorded(self, record: CompileRecord) -> None:
         """Watch for a frame that keeps recompiling."""
-        if not record.is_frame_recompile:
-            return
+        if not record.is_frame_recompile or (record.cause is not None and record.cause.expected):
+            return  # the expected one-time price (a first stage switch, callers of shared code) is no storm
         global_step = record.context.global_step if record.context is not None else 0
         recent = self._recent[record.frame_id]
         recent.append((global_step, record.cause))

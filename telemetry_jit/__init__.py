@@ -14,6 +14,7 @@ __version__ = metadata.version("telemetry-jit")
 
 _WHERE = {
     "CompileConsole": "recording.console",
+    "CompilePayoffCallback": "lightning.payoff",
     "CompileRecord": "records",
     "CompileStats": "recording.stats",
     "CompileTelemetry": "loop",
@@ -24,6 +25,8 @@ _WHERE = {
     "JitEventName": "schema",
     "JitSpanName": "schema",
     "JitTransform": "lightning.jit_transform",
+    "Payoff": "records",
+    "PayoffSettings": "recording.payoff",
     "format_summary": "analysis.text",
     "TimeEventCallback": "lightning.time_events",
     "configure": "configuration",
@@ -36,6 +39,7 @@ _WHERE = {
 }
 __all__ = [
     "CompileConsole",
+    "CompilePayoffCallback",
     "CompileRecord",
     "CompileStats",
     "CompileTelemetry",
@@ -46,6 +50,8 @@ __all__ = [
     "JitEventName",
     "JitSpanName",
     "JitTransform",
+    "Payoff",
+    "PayoffSettings",
     "TimeEventCallback",
     "configure",
     "flush",
@@ -77,10 +83,12 @@ if TYPE_CHECKING:
     from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
     from telemetry_jit.lightning.fabric import FabricCompileTelemetry
     from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform, resolve_root, select_modules
+    from telemetry_jit.lightning.payoff import CompilePayoffCallback
     from telemetry_jit.lightning.time_events import TimeEventCallback
     from telemetry_jit.lightning.trainer import hook_trainer_cls
     from telemetry_jit.loop import CompileTelemetry
     from telemetry_jit.recording.console import CompileConsole
+    from telemetry_jit.recording.payoff import PayoffSettings
     from telemetry_jit.recording.stats import CompileStats
-    from telemetry_jit.records import CompileRecord, GraphBreak
+    from telemetry_jit.records import CompileRecord, GraphBreak, Payoff
     from telemetry_jit.schema import JitEventName, JitSpanName

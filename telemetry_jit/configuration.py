@@ -329,6 +329,8 @@ def shutdown() -> None:
     if _in_effect is not None:
         atexit.unregister(shutdown)
         _in_effect = None
+        if nv_one_logger_compat.switched_itself_off():  # nv-one-logger logs why only the first time per process
+            _say_disabled("see onelogger.err beside the telemetry file")
     provider = TrainingTelemetryProvider.instance()
     try:
         # stopped recording (an internal error): nv-one-logger would skip on_app_end, with a warning

@@ -3,11 +3,14 @@ listeners. No torch, no nv-one-logger at run time: the analysis side shares the 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
 from telemetry_jit.diagnosis import BreakText, Classified, break_fix, owner_of, parse_break, user_location
+from telemetry_jit.schema import PayoffAttr
 
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
@@ -131,3 +134,95 @@ class CompileRecord:
     def ddp_graph_splits(self) -> int:
         """Cuts DDPOptimizer made at gradient-bucket boundaries: not graph breaks in user code."""
         return sum(buckets - 1 for buckets in self.ddp_buckets if buckets > 1)
+
+
+@dataclass
+class Payoff:
+    """What compiling bought: step times of each mode, the speedup and when compile time is repaid."""
+
+    eager_step_ms: float
+    compiled_step_ms: float
+    measured_at_step: int
+    blocks: int
+    block_steps: int
+    eager_peak_mb: float | None = None
+    compiled_peak_mb: float | None = None
+    compile_s: float = 0.0
+    steps: int = 0  # of the loop, set at its end
+
+    @property
+    def speedup(self) -> float:
+        return self.eager_step_ms / self.compiled_step_ms if self.compiled_step_ms > 0 else math.inf
+
+    @property
+    def saved_per_step_s(self) -> float:
+        return (self.eager_step_ms - self.compiled_step_ms) / 1000
+
+    @property
+    def break_even_step(self) -> int | None:
+        """The step by which the time saved per compiled step adds up to the compile time; ``None``
+        when compiled steps are not faster."""
+        if self.saved_per_step_s <= 0:
+            return None
+        return math.ceil(self.compile_s / self.saved_per_step_s)
+
+    @property
+    def net_s(self) -> float:
+        """Time won (positive) or lost over the loop: every step but the eager ones ran compiled."""
+        compiled_steps = max(self.steps - self.blocks * self.block_steps, 0)
+        return compiled_steps * self.saved_per_step_s - self.compile_s
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, object]) -> Payoff:
+        """The payoff a ``compile_payoff`` event holds."""
+
+        def figure(name: str) -> float:
+            value = attributes.get(name)
+            return float(value) if isinstance(value, (int, float)) else 0.0
+
+        memory = (attributes.get(PayoffAttr.EAGER_PEAK_MB), attributes.get(PayoffAttr.COMPILED_PEAK_MB))
+        return cls(
+            eager_step_ms=figure(PayoffAttr.EAGER_STEP_MS),
+            compiled_step_ms=figure(PayoffAttr.COMPILED_STEP_MS),
+            measured_at_step=int(figure(PayoffAttr.MEASURED_AT_STEP)),
+            blocks=int(figure(PayoffAttr.BLOCKS)),
+            block_steps=int(figure(PayoffAttr.BLOCK_STEPS)),
+            eager_peak_mb=figure(PayoffAttr.EAGER_PEAK_MB) if memory[0] is not None else None,
+            compiled_peak_mb=figure(PayoffAttr.COMPILED_PEAK_MB) if memory[1] is not None else None,
+            compile_s=figure(PayoffAttr.COMPILE_S),
+            steps=int(figure(PayoffAttr.STEPS)),
+        )
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {
+            PayoffAttr.EAGER_STEP_MS: round(self.eager_step_ms, 4),
+            PayoffAttr.COMPILED_STEP_MS: round(self.compiled_step_ms, 4),
+            PayoffAttr.SPEEDUP: round(self.speedup, 4),
+            PayoffAttr.COMPILE_S: round(self.compile_s, 4),
+            PayoffAttr.BREAK_EVEN_STEP: self.break_even_step if self.break_even_step is not None else -1,
+            PayoffAttr.NET_S: round(self.net_s, 4),
+            PayoffAttr.STEPS: self.steps,
+            PayoffAttr.MEASURED_AT_STEP: self.measured_at_step,
+            PayoffAttr.BLOCKS: self.blocks,
+            PayoffAttr.BLOCK_STEPS: self.block_steps,
+        }
+        if self.eager_peak_mb is not None and self.compiled_peak_mb is not None:
+            attributes[PayoffAttr.EAGER_PEAK_MB] = round(self.eager_peak_mb, 3)
+            attributes[PayoffAttr.COMPILED_PEAK_MB] = round(self.compiled_peak_mb, 3)
+        return attributes
+
+    def sentence(self, why_slower: str = "") -> str:
+        """The answer in one line (``why_slower``: the likely reason, said when compiling loses)."""
+        times = f"{self.compiled_step_ms:.2f} ms vs {self.eager_step_ms:.2f} ms a step"
+        if self.speedup >= 1:
+            repaid = (
+                f"{self.compile_s:.1f} s of compiling repaid at step {self.break_even_step}"
+                if self.break_even_step is not None
+                else "nothing to repay"
+            )
+            return f"compiled steps {self.speedup:.2f}x faster than eager ({times}); {repaid}"
+        return (
+            f"compiled steps {1 / self.speedup:.2f}x slower than eager ({times}): compiling loses here, "
+            f"{self.compile_s:.1f} s of compiling is never repaid"
+            + (f"; likely why: {why_slower}" if why_slower else "")
+        )

@@ -30,6 +30,7 @@ class JitEventName(str, Enum):
     DDP_GRAPH_SPLIT = "ddp_graph_split"
     COMPILE_SUMMARY = "compile_summary"
     FIRST_STEP = "first_step"
+    COMPILE_PAYOFF = "compile_payoff"
 
     def __str__(self) -> str:
         return self.value
@@ -137,6 +138,23 @@ class StepAttr:
     def phase_time(phase: str) -> str:
         """Seconds of the step's compiling: ``forward``, ``backward`` graphs, ``inductor``'s part."""
         return f"step.compile.{phase}_s"
+
+
+class PayoffAttr:
+    """Attributes of the ``compile_payoff`` event: what compiling bought, measured in the run."""
+
+    EAGER_STEP_MS: Final = "payoff.eager_step_ms"
+    COMPILED_STEP_MS: Final = "payoff.compiled_step_ms"
+    SPEEDUP: Final = "payoff.speedup"  # eager step time / compiled step time
+    COMPILE_S: Final = "payoff.compile_s"  # compile seconds spent until the end of the loop
+    BREAK_EVEN_STEP: Final = "payoff.break_even_step"  # -1: never (compiled steps are not faster)
+    NET_S: Final = "payoff.net_s"  # time won (+) or lost (-) over the loop's steps
+    STEPS: Final = "payoff.steps"  # training steps of the loop
+    MEASURED_AT_STEP: Final = "payoff.measured_at_step"  # the first step of the measurement
+    BLOCKS: Final = "payoff.blocks"  # blocks of each mode timed
+    BLOCK_STEPS: Final = "payoff.block_steps"
+    EAGER_PEAK_MB: Final = "payoff.eager_peak_memory_mb"  # CUDA only
+    COMPILED_PEAK_MB: Final = "payoff.compiled_peak_memory_mb"  # CUDA only
 
 
 class MetricName:

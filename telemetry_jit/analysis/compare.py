@@ -12,6 +12,7 @@ from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.summary import first_line, summarize
 from telemetry_jit.diagnosis import owner_of, short
+from telemetry_jit.records import Payoff
 from telemetry_jit.schema import CompileAttr, GraphBreakAttr, TrainingSpanName
 
 BreakKey = tuple[str, str]  # (file:line as the summary shows it, first line of the reason)
@@ -49,6 +50,8 @@ class RunFigures:
     frames: dict[str, FrameFigures]  # "frame (file:line)" -> figures
     causes: Counter[str] = field(default_factory=Counter)  # recompiles by cause, the expected price apart
     user_graph_breaks: Counter[BreakKey] = field(default_factory=Counter)  # breaks in the user's own code
+    dynamo_compiles: int = 0  # frames dynamo compiled: what the code asks for, whatever the caches hold
+    payoff: Payoff | None = None
 
     @property
     def unexpected_recompiles(self) -> int:
@@ -114,6 +117,8 @@ def figures(run: TelemetryRun) -> RunFigures:
         user_graph_breaks=Counter(
             key for event, key in breaks if owner_of(str(event.attributes.get(GraphBreakAttr.LOCATION) or "")) == "user"
         ),
+        dynamo_compiles=sum(s.attributes.get(CompileAttr.TRIGGER) == "dynamo" for s in summary.compiles),
+        payoff=summary.payoff,
     )
 
 
@@ -147,6 +152,19 @@ class RunDiff:
     def fixed_causes(self) -> Counter[str]:
         return self.base.causes - self.new.causes
 
+    @property
+    def cache_effect(self) -> bool:
+        """The runs compiled the same frames for the same reasons, and differ only in the graphs the
+        compile caches served (a warm cache loads backward graphs a cold run compiles): not a code change."""
+        base, new = self.base, self.new
+        return (
+            base.compiles != new.compiles
+            and base.cache_hits != new.cache_hits
+            and base.dynamo_compiles == new.dynamo_compiles
+            and base.causes == new.causes
+            and base.graph_breaks == new.graph_breaks
+        )
+
     def frames(self) -> list[tuple[str, FrameFigures, FrameFigures]]:
         """``(frame, base figures, new figures)`` for every frame either run compiled."""
         return [
@@ -163,6 +181,11 @@ class RunDiff:
             "new_recompile_causes": dict(self.new_causes),
             "fixed_recompile_causes": dict(self.fixed_causes),
             "frames": [{"frame": frame, "base": b.as_json(), "new": n.as_json()} for frame, b, n in self.frames()],
+            "cache_effect_only": self.cache_effect,
+            "payoff": {
+                "base": self.base.payoff.attributes() if self.base.payoff is not None else None,
+                "new": self.new.payoff.attributes() if self.new.payoff is not None else None,
+            },
         }
 
 

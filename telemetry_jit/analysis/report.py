@@ -17,6 +17,7 @@ from telemetry_jit.analysis.text import (
     diagnosis_items,
     diagnosis_notes,
     format_fleet,
+    net_line,
 )
 from telemetry_jit.diagnosis import short
 from telemetry_jit.schema import CompileAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr, TrainingSpanName
@@ -253,6 +254,13 @@ def _run_sections(summary: RunSummary) -> list[str]:
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
     ]
     sections.append(_diagnosis(summary))
+    if summary.payoff is not None:
+        sections.append(
+            '<div id="payoff"><h2>Is compiling worth it?</h2>'
+            f"<p><b>{escape(summary.payoff_sentence)}</b></p>"
+            f'<p class="muted">{escape(net_line(summary.payoff))}; eager steps ran the same model with '
+            'torch.compiler.set_stance("force_eager"), in blocks between compiled ones.</p></div>'
+        )
     if summary.warm_start.hits or summary.warm_start.misses:
         sections.append(f'<p id="compile-cache">Compile cache: {escape(summary.warm_start.line)}</p>')
     sections += [

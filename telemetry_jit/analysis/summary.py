@@ -11,6 +11,7 @@ from typing import NamedTuple
 from telemetry_jit.analysis.diagnose import Diagnosis, diagnose, frame_label, is_recompile
 from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.diagnosis import short
+from telemetry_jit.records import Payoff
 from telemetry_jit.schema import (
     CompileAttr,
     DdpAttr,
@@ -108,6 +109,20 @@ class RunSummary:
     ddp_rows: list[DdpRow] = field(default_factory=list)
     warm_start: WarmStart = WarmStart(0, 0, 0.0, [], [], [])
     diagnosis: Diagnosis = field(default_factory=lambda: Diagnosis([], [], [], []))
+    payoff: Payoff | None = None  # what compiling bought, where the run measured it
+
+    @property
+    def payoff_sentence(self) -> str:
+        """The payoff in one line, with the likely reason when compiling loses."""
+        if self.payoff is None:
+            return ""
+        why = (
+            f"{len(self.breaks)} graph breaks and {len(self.recompiles)} recompiles split and guard the compiled code "
+            "(see what to fix first)"
+            if self.breaks or self.recompiles
+            else "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"
+        )
+        return self.payoff.sentence(why)
 
     @property
     def ddp_splits(self) -> int:
@@ -135,6 +150,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         or run.find(TrainingSpanName.APPLICATION)
     )
     fallbacks = [s for s in compiles if s.attributes.get(CompileAttr.FELL_BACK_TO_EAGER)]
+    measured = [e for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_PAYOFF.value]
     summary = RunSummary(
         run=run,
         loop_name=loops[0].name if loops else "run",
@@ -146,6 +162,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         fallbacks=fallbacks,
         limit_hits=sum(any(e.is_error for e in s.events) for s in fallbacks),
         errors=[s for s in compiles if s.attributes.get(CompileAttr.FAILED) and s not in fallbacks],
+        payoff=Payoff.from_attributes(measured[-1].attributes) if measured else None,
     )
     per_frame: dict[tuple[str, str], list[SpanRecord]] = defaultdict(list)
     for span in compiles:
@@ -244,4 +261,5 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "failed_compilations": len(s.errors),
         "compile_cache": {"hits": s.warm_start.hits, "misses": s.warm_start.misses, "saved_s": s.warm_start.saved_s},
         **s.diagnosis.as_json(),
+        "payoff": {**s.payoff.attributes(), "sentence": s.payoff_sentence} if s.payoff is not None else None,
     }

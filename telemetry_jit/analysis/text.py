@@ -11,6 +11,7 @@ from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, summarize
 from telemetry_jit.diagnosis import short
 from telemetry_jit.identity import short_run_id
+from telemetry_jit.records import Payoff
 from telemetry_jit.schema import FILE_FORMAT, CompileAttr
 
 _CELL_LIMIT = 100
@@ -40,6 +41,7 @@ def format_summary(run: TelemetryRun) -> str:
         f"telemetry-jit summary ({source}, rank {run.rank})",
         *[f"  (this file format has {what})" for what in run.lacks],
         *format_diagnosis(s.diagnosis),
+        *([f"  compile payoff: {s.payoff_sentence}", f"    {net_line(s.payoff)}"] if s.payoff is not None else []),
         f"  {s.loop_name} wall time: {s.wall_ms / 1000:.2f} s",
         f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
         f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
@@ -74,6 +76,15 @@ def format_summary(run: TelemetryRun) -> str:
             *_table(DDP_HEADERS, s.ddp_rows),
         ]
     return "\n".join(lines)
+
+
+def net_line(payoff: Payoff) -> str:
+    """The end of the loop's account: time won or lost over its steps."""
+    verb = "won" if payoff.net_s >= 0 else "lost"
+    return (
+        f"net over the loop's {payoff.steps} steps: {abs(payoff.net_s):.1f} s {verb} (measured from step "
+        f"{payoff.measured_at_step}, {payoff.blocks * payoff.block_steps} of them run eagerly)"
+    )
 
 
 CAUSE_HEADERS = ("cause", "recompiles", "compile s", "first step", "torch's reason")
@@ -224,6 +235,10 @@ def _ranks(ranks: list[int], shown: int = 8) -> str:
     return f"rank{'s' if len(ranks) > 1 else ''} {listed}{more}"
 
 
+def _speedup(payoff: Payoff | None) -> str:
+    return f"{payoff.speedup:.2f}x" if payoff is not None else "not measured"
+
+
 def _rate(rate: float | None) -> str:
     return "n/a" if rate is None else f"{100 * rate:.0f}%"
 
@@ -240,7 +255,17 @@ def format_diff(result: RunDiff) -> str:
         ("graph breaks", str(sum(base.graph_breaks.values())), str(sum(new.graph_breaks.values()))),
         ("cache hit rate", _rate(base.cache_hit_rate), _rate(new.cache_hit_rate)),
     ]
+    if base.payoff is not None or new.payoff is not None:
+        rows.append(("compile speedup", _speedup(base.payoff), _speedup(new.payoff)))
     lines = ["telemetry-jit diff (base -> new)", *[f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]]
+    if result.cache_effect:
+        lines += [
+            "",
+            f"  the compilations differ only where the compile caches served graphs (cache hits {base.cache_hits} -> "
+            f"{new.cache_hits}): the same frames compiled for the same reasons, so this is the caches' doing, not a "
+            "code change (compare runs with the caches in the same state: both warm, or "
+            "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for both)",
+        ]
     for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
         if causes:
             lines += ["", f"  {title}:", *[f"    {cause}: {n}" for cause, n in sorted(causes.items())]]

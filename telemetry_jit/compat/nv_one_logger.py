@@ -55,6 +55,12 @@ def when_disabled(said: Callable[[str], None]) -> None:
     logger.addHandler(_DisableWatch(said))
 
 
+def switched_itself_off() -> bool:
+    """Whether nv-one-logger is configured but has disabled itself (after an error in its own code)."""
+    provider = OneLoggerProvider.instance()
+    return provider.one_logger_ready and provider._logging_force_disabled
+
+
 def disable() -> None:
     """Switch nv-one-logger off in this process for good (it records nothing more)."""
     OneLoggerProvider.instance().force_disable_logging()

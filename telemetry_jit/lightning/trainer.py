@@ -14,10 +14,12 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
+from telemetry_jit.lightning.payoff import CompilePayoffCallback
 from telemetry_jit.lightning.ranks import RankTelemetry
 from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
+from telemetry_jit.recording.payoff import PayoffSettings
 
 
 def _as_callback_list(callbacks: Any) -> list[Callback]:
@@ -43,6 +45,7 @@ def hook_trainer_cls(
     live: bool | CompileConsole = True,
     live_all_ranks: bool = False,
     log_figures: bool = True,
+    payoff: bool | PayoffSettings = False,
 ) -> tuple[type[TrainerT], TimeEventCallback]: ...
 
 
@@ -57,6 +60,7 @@ def hook_trainer_cls(
     live: bool | CompileConsole = True,
     live_all_ranks: bool = False,
     log_figures: bool = True,
+    payoff: bool | PayoffSettings = False,
 ) -> tuple[type[TrainerT], CallbackT]: ...
 
 
@@ -70,6 +74,7 @@ def hook_trainer_cls(
     live: bool | CompileConsole = True,
     live_all_ranks: bool = False,
     log_figures: bool = True,
+    payoff: bool | PayoffSettings = False,
 ) -> tuple[type[TrainerT], Callback]:
     """Return ``(HookedTrainer, callback)``: a subclass of ``trainer_cls`` carrying telemetry.
 
@@ -91,6 +96,8 @@ def hook_trainer_cls(
         live_all_ranks: console messages on every rank.
         log_figures: log compile figures under ``compile/`` to the trainer's loggers (TensorBoard,
             CSV, MLflow, ...) at the steps they happened; off with ``False``.
+        payoff: measure what compiling buys in the run (compiled against eager steps, see
+            :class:`CompilePayoffCallback`); a :class:`PayoffSettings` for the details.
 
     Example::
 
@@ -122,7 +129,16 @@ def hook_trainer_cls(
         compiles = CompileTelemetryCallback(
             training_telemetry_provider, console, console_all_ranks=live_all_ranks, log_figures=log_figures
         )
-    telemetry = _Telemetry(RankTelemetry(), compiles, telemetry_callback)
+    if payoff is not False and compiles is None:
+        raise ValueError(
+            "hook_trainer_cls(payoff=...) measures with the compile telemetry: keep compile_telemetry=True."
+        )
+    if not isinstance(payoff, (bool, PayoffSettings)):
+        raise TypeError(f"hook_trainer_cls(payoff=...) takes True, False or a PayoffSettings, got {payoff!r}.")
+    payoff_callback = None
+    if payoff is not False and compiles is not None:
+        payoff_callback = CompilePayoffCallback(compiles, payoff if isinstance(payoff, PayoffSettings) else None)
+    telemetry = _Telemetry(RankTelemetry(), compiles, telemetry_callback, payoff_callback)
     return _hooked_class(trainer_cls, telemetry, jit_config), telemetry_callback
 
 
@@ -142,11 +158,20 @@ class _Telemetry(Callback):
     is not callable, without its profiler context (four hooks a training step).
     """
 
-    def __init__(self, ranks: RankTelemetry, compiles: CompileTelemetryCallback | None, time_events: Any) -> None:
+    def __init__(
+        self,
+        ranks: RankTelemetry,
+        compiles: CompileTelemetryCallback | None,
+        time_events: Any,
+        payoff: CompilePayoffCallback | None = None,
+    ) -> None:
         self.ranks = ranks
         self.compiles = compiles
         self.time_events = time_events
-        self.callbacks = [callback for callback in (ranks, compiles, time_events) if callback is not None]
+        self.payoff = payoff
+        # the payoff's event goes on the training loop before the time events end it
+        order = (ranks, compiles, payoff, time_events)
+        self.callbacks = [callback for callback in order if callback is not None]
         for hook in _HOOKS:
             implementers = [getattr(cb, hook) for cb in self.callbacks if _implements(cb, hook)]
             if implementers:
@@ -155,7 +180,7 @@ class _Telemetry(Callback):
                 setattr(self, hook, None)
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _Telemetry, (self.ranks, self.compiles, self.time_events)
+        return _Telemetry, (self.ranks, self.compiles, self.time_events, self.payoff)
 
 
 def _implements(callback: Any, hook: str) -> bool:
@@ -198,6 +223,7 @@ def _hooked_class(
             super().__init__(*args, **kwargs)
             self._nv_one_logger_callback = telemetry.time_events
             self._compile_telemetry = telemetry.compiles
+            self._compile_payoff = telemetry.payoff
 
         @property
         def nv_one_logger_callback(self) -> Callback:
@@ -224,6 +250,11 @@ def _hooked_class(
         def predict(self, *args: Any, **kwargs: Any) -> Any:
             with _recording(self, telemetry):
                 return super().predict(*args, **kwargs)
+
+        @property
+        def compile_payoff(self) -> CompilePayoffCallback | None:
+            """The payoff callback (``last_payoff``: what compiling bought), with ``payoff=True``."""
+            return self._compile_payoff
 
         def save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
             callback = self._nv_one_logger_callback

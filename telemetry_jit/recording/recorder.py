@@ -29,7 +29,7 @@ from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
 from telemetry_jit.recording.spans import compilation_span
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.records import CompileContext, CompileRecord
+from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord
 from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName
 
 
@@ -170,15 +170,19 @@ class CompileRecorder:
         self.loop_ended()
         stats = self.stats
         stats.thunder = self._thunder.cache_counts()
+        attributes = stats.attributes(time.perf_counter() - self._started_at)
+        if by_rank is not None:
+            attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
+            attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]
+        self.emit_event(span, JitEventName.COMPILE_SUMMARY, attributes)
+        return stats
+
+    def emit_event(self, span: Span | None, name: JitEventName, attributes: dict[str, AttributeValue]) -> None:
+        """Add the event ``name`` to ``span`` (by default the loop span running now), while it runs."""
         recorder = self._recorder()
         target = span if span is not None else self._current_parent()
         if recorder is not None and target is not None and nv_one_logger_compat.is_running(target):
-            attributes = stats.attributes(time.perf_counter() - self._started_at)
-            if by_rank is not None:
-                attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
-                attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]
-            recorder.event(target, Event.create(JitEventName.COMPILE_SUMMARY, Attributes(attributes)))
-        return stats
+            recorder.event(target, Event.create(name, Attributes(attributes)))
 
     # -- while torch compiles (inside its callbacks) ------------------------------------------
     def _context(self, global_step: int | None = None) -> CompileContext:

@@ -1,6 +1,7 @@
 """The analysis side on recorded files, no training run: the answers run recorded by this telemetry-jit
 (``tests/data/answers.jsonl``) and by telemetry-jit 0.1 before causes, stacks and batch positions were
-recorded (``answers-recorded-by-0.1.jsonl``), both of ``tests/e2e/lm.py`` on torch 2.13."""
+recorded (``answers-recorded-by-0.1.jsonl``), both of ``tests/e2e/lm.py`` on torch 2.13; and the quickstart
+with inductor, cold and then warm from one compile-cache folder (``cache-cold.jsonl``, ``cache-warm.jsonl``)."""
 
 from __future__ import annotations
 
@@ -176,3 +177,20 @@ def test_a_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None
         (run,) = read_telemetry(path)
     assert any("truncated" in str(w.message) for w in caught)
     assert len(run.find("compilation")) == len(read_telemetry(NEW)[-1].find("compilation"))
+
+
+def test_diff_of_a_cold_and_a_warm_run_says_the_caches_did_it(capsys: pytest.CaptureFixture) -> None:
+    # the quickstart twice with one TORCHINDUCTOR_CACHE_DIR (torch 2.13, inductor): cold it compiles 8 graphs,
+    # warm 6, as the caches serve backward graphs a cold run compiles lazily
+    cold, warm = str(DATA / "cache-cold.jsonl"), str(DATA / "cache-warm.jsonl")
+    assert cli.main(["diff", cold, warm]) == 0
+    out = capsys.readouterr().out
+    assert "compilations               8  ->  6" in out
+    assert "this is the caches' doing, not a code change" in out
+    assert cli.main(["diff", cold, warm, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["cache_effect_only"] is True
+
+
+def test_a_code_change_is_not_put_down_to_the_caches(capsys: pytest.CaptureFixture) -> None:
+    assert cli.main(["diff", str(DATA / "cache-warm.jsonl"), str(DATA / "answers.jsonl")]) == 0
+    assert "the caches' doing" not in capsys.readouterr().out

@@ -26,12 +26,17 @@ def test_fields_configure_names_itself_point_to_its_own_argument(tmp_path: Path)
         telemetry_jit.configure("own", file=tmp_path / "t.jsonl", global_batch_size_or_fn=8)
 
 
-def test_when_nv_one_logger_switches_itself_off_the_user_hears_it_once(tmp_path: Path) -> None:
+def test_when_nv_one_logger_switches_itself_off_the_user_hears_it_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nv_one_logger.core.internal import safe_execution
     from nv_one_logger.training_telemetry.api import callbacks as one_logger
 
     from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 
     nv_one_logger_compat.forget_configuration()
+    # nv-one-logger writes its "Disabling OneLogger" line once per process; a new process would write it
+    monkeypatch.setattr(safe_execution, "__telemetry_data_issue_already_logged", False)
     telemetry_jit.configure("disabled", file=tmp_path / "t.jsonl")
     try:
         one_logger.on_app_start()
@@ -44,4 +49,25 @@ def test_when_nv_one_logger_switches_itself_off_the_user_hears_it_once(tmp_path:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             telemetry_jit.shutdown()
+        nv_one_logger_compat.forget_configuration()
+
+
+def test_a_second_switch_off_in_one_process_is_still_said_at_shutdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nv_one_logger.core.internal import safe_execution
+    from nv_one_logger.training_telemetry.api import callbacks as one_logger
+
+    from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+
+    nv_one_logger_compat.forget_configuration()
+    monkeypatch.setattr(safe_execution, "__telemetry_data_issue_already_logged", True)  # said once already
+    telemetry_jit.configure("disabled-again", file=tmp_path / "t.jsonl")
+    try:
+        one_logger.on_app_start()
+        one_logger.on_train_start(train_iterations_start=0, train_samples_start=0)
+        one_logger.on_train_start(train_iterations_start=0, train_samples_start=0)  # nv-one-logger says nothing now
+        with pytest.warns(RuntimeWarning, match="switched telemetry off"):
+            telemetry_jit.shutdown()
+    finally:
         nv_one_logger_compat.forget_configuration()

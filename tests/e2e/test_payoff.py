@@ -1,0 +1,172 @@
+"""Is compiling worth it, measured in the run (``payoff=True``): on CPU, a model whose compiled form is
+clearly faster under inductor (a chain of elementwise ops it fuses) and one where compiling does not
+pay (tiny ops and a graph break). Each reported speedup is checked against separate eager and compiled
+fits timed in the same test."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import telemetry_jit
+from telemetry_jit import cli
+from telemetry_jit.compat.torch import compiles_recorded_by_torch, reset_compile_state
+from tests.e2e.conftest import Telemetry
+
+SETTINGS = telemetry_jit.PayoffSettings(settle_steps=3, block_steps=4, blocks=3)
+STEPS = 40
+# the same model timed twice on a shared 2-core machine: speedups agree within this factor
+TOLERANCE = 1.5
+
+
+class Chain(torch.nn.Module):
+    """Elementwise work inductor fuses into one kernel (eager runs each op over the whole tensor)."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(width))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x * self.scale
+        for _ in range(4):
+            h = torch.sin(h) * 1.01 + torch.cos(h) * 0.5
+        return h
+
+
+class Tiny(torch.nn.Module):
+    """Tiny ops and a graph break: compiled code's guards and calls cost more than they save."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(width, width)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.linear(x))
+        print("", end="")  # a graph break
+        return h * 2
+
+
+class Model(pl.LightningModule):
+    def __init__(self, body: torch.nn.Module) -> None:
+        super().__init__()
+        self.body = body
+
+    def training_step(self, batch: tuple[torch.Tensor], batch_idx: int) -> torch.Tensor:
+        return self.body(batch[0]).pow(2).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=1e-3)
+
+
+CASES = {  # body, width, batch, backend
+    "fused": (Chain, 2048, 256, "inductor"),
+    "tiny": (Tiny, 8, 4, "aot_eager"),
+}
+
+
+def _data(width: int, batch: int) -> DataLoader:
+    return DataLoader(
+        TensorDataset(torch.randn(batch * STEPS, width, generator=torch.Generator().manual_seed(0))), batch
+    )
+
+
+def _jit(backend: str) -> telemetry_jit.JitConfig:
+    return telemetry_jit.JitConfig(use_torch=True, module_selector="body", torch_kwargs={"backend": backend})
+
+
+TRAINER = {
+    "accelerator": "cpu",
+    "max_steps": STEPS,
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
+
+
+class StepTimes(pl.Callback):
+    """An independent clock: each training step, batch start to batch end."""
+
+    def __init__(self) -> None:
+        self.seconds: list[float] = []
+
+    def on_train_batch_start(self, *args: Any) -> None:
+        self._started = time.perf_counter()
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        self.seconds.append(time.perf_counter() - self._started)
+
+
+def _independent_step_ms(case: str, compiled: bool) -> tuple[float, int]:
+    """Median step time of a plain fit (no telemetry) after warm-up, and torch's compile count."""
+    body, width, batch, backend = CASES[case]
+    reset_compile_state()
+    clock = StepTimes()
+    callbacks: list[pl.Callback] = [clock]
+    if compiled:
+        callbacks.append(telemetry_jit.JitTransform(_jit(backend)))
+    pl.Trainer(callbacks=callbacks, **TRAINER).fit(Model(body(width)), _data(width, batch))
+    return statistics.median(clock.seconds[5:]) * 1000, len(compiles_recorded_by_torch())
+
+
+@pytest.mark.parametrize("case", ["fused", "tiny"])
+def test_the_payoff_agrees_with_separate_eager_and_compiled_fits(
+    telemetry: Telemetry, case: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    body, width, batch, backend = CASES[case]
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+        pl.Trainer, telemetry.provider, jit_config=_jit(backend), payoff=SETTINGS
+    )
+    trainer = HookedTrainer(**TRAINER)
+    trainer.fit(Model(body(width)), _data(width, batch))
+    compiles_with_payoff = len(compiles_recorded_by_torch())
+    callback.on_app_end()
+    run = telemetry.end()
+    payoff = trainer.compile_payoff.last_payoff
+    assert payoff is not None and payoff.steps == STEPS
+
+    compiled_ms, compiles_without_payoff = _independent_step_ms(case, compiled=True)
+    eager_ms, _ = _independent_step_ms(case, compiled=False)
+    # measuring compiles nothing more: the eager blocks ran the original code, no recompile on return
+    assert compiles_with_payoff == compiles_without_payoff
+    independent = eager_ms / compiled_ms
+    assert 1 / TOLERANCE < payoff.speedup / independent < TOLERANCE, (payoff, eager_ms, compiled_ms)
+    if case == "fused":
+        assert payoff.speedup > 1.2 and independent > 1.2
+    else:
+        assert payoff.speedup < 1 and independent < 1.1
+
+    # the event holds the same figures, and the break-even step and net time follow from them
+    (loop,) = run.find("training_loop")
+    (event,) = [e for e in loop.events if e.name == "compile_payoff"]
+    figures = event.attributes
+    assert figures["payoff.speedup"] == pytest.approx(payoff.speedup, rel=1e-3)
+    saved_s = (figures["payoff.eager_step_ms"] - figures["payoff.compiled_step_ms"]) / 1000
+    compile_s = sum(s.attributes["compile.duration_ms"] for s in run.find("compilation")) / 1000
+    assert figures["payoff.compile_s"] == pytest.approx(compile_s, abs=0.01)
+    if saved_s > 0:
+        assert figures["payoff.break_even_step"] == math.ceil(figures["payoff.compile_s"] / saved_s)
+    else:
+        assert figures["payoff.break_even_step"] == -1
+    eager_steps = SETTINGS.blocks * SETTINGS.block_steps
+    assert figures["payoff.net_s"] == pytest.approx((STEPS - eager_steps) * saved_s - compile_s, abs=0.01)
+
+    # and the summary answers the question, saying why when compiling loses
+    capsys.readouterr()
+    assert cli.main(["summary", str(telemetry.path)]) == 0
+    out = capsys.readouterr().out
+    if case == "fused":
+        assert f"compile payoff: compiled steps {payoff.speedup:.2f}x faster than eager" in out
+        assert f"of compiling repaid at step {figures['payoff.break_even_step']}" in out
+    else:
+        assert f"compile payoff: compiled steps {1 / payoff.speedup:.2f}x slower than eager" in out
+        assert "compiling loses here" in out and "likely why: 1 graph breaks" in out
+    verdict = "won" if figures["payoff.net_s"] >= 0 else "lost"
+    assert f"net over the loop's {STEPS} steps: {abs(figures['payoff.net_s']):.1f} s {verdict}" in out

@@ -41,7 +41,7 @@ from typing_extensions import override
 
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
-from telemetry_jit.notices import Notices
+from telemetry_jit.notices import NOWHERE, Notices
 
 from .finished import FinishedSpan
 from .otlp_settings import OTLPOptions, OTLPSettings, redact_url
@@ -328,6 +328,7 @@ class OTLPExporter(BaseExporter):
                 f"(collector unreachable, refusing or too slow; {self._retrying.failures} exports failed, "
                 f"gave up after the export timeout of {self.settings.flush_timeout_s:g} s at close).",
                 every_rank=True,
+                origin=NOWHERE,
             )
         super().close()
 

@@ -104,17 +104,20 @@ def _session_trusting_the_given_certificate() -> Any:
 
 
 class OnceFilter(logging.Filter):
-    """Lets each distinct OTel warning through once: an unreachable collector costs one line."""
+    """Lets OpenTelemetry's first failure line through, and none after it: an unreachable collector
+    is one problem however many exporters (traces, metrics) and retries meet it; the exporter's own
+    warning at close says what was not delivered."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.seen: set[tuple[str, str]] = set()
+        self.said = False
 
     def filter(self, record: logging.LogRecord) -> bool:
-        key = (record.name, str(record.msg))
-        if key in self.seen:
+        if record.levelno < logging.WARNING:
+            return True
+        if self.said:
             return False
-        self.seen.add(key)
+        self.said = True
         return True
 
 

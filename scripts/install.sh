@@ -9,6 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${PYTHON:-python3}"
+say() { echo "telemetry-jit setup: $*" >&2; }
 
 if "$PY" -c "import torch" 2>/dev/null; then
     if ! "$PY" - <<'PYCODE'
@@ -20,22 +21,28 @@ if (major, minor) < (2, 8):
 PYCODE
     then exit 1; fi
 else
+    say "installing torch 2.13.0 (no torch here; the CPU wheel where one lies on disk, about 30 s)"
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi
+say "installing telemetry-jit (editable) with lightning, nv-one-logger, OpenTelemetry, thunder and the test tools (about 1 minute)"
 "$PY" -m pip install --quiet -e ".[thunder,test]"
 
 if [ "${1:-}" = "--test-tools" ]; then
     if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        say "installing Debian's chromium for the report tests (apt, about 1 minute)"
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
             || echo "warning: could not install chromium; the browser tests will be skipped"
     fi
     if [ ! -d .node-speedscope/node_modules/speedscope ] && command -v npm >/dev/null 2>&1; then
+        say "installing speedscope for the trace test (npm, about 20 s)"
         npm install --silent --prefix .node-speedscope speedscope@1.25.0 >/dev/null 2>&1 \
             || echo "warning: could not install speedscope; the trace consumer test will be skipped"
     fi
     if [ ! -x .venv-phoenix/bin/phoenix ]; then
+        say "installing Arize Phoenix in .venv-phoenix for the viewer test (about 2 minutes)"
         # its own environment: Phoenix's dependencies never meet the project's
         ("$PY" -m venv .venv-phoenix && .venv-phoenix/bin/pip install --quiet arize-phoenix) >/dev/null 2>&1 \
             || echo "warning: could not install arize-phoenix; the viewer test will be skipped"
     fi
 fi
+say "done"

@@ -86,6 +86,15 @@ class Notices:
         self._said.clear()
 
 
+NOWHERE = "telemetry-jit:0"  # an origin for warnings about telemetry itself: no source line is shown under them
+
+
+def say(message: str, category: type[Warning] = UserWarning) -> None:
+    """Warn without pointing at a line of code (the warning is about a file or a collector, not code)."""
+    path, _, line = NOWHERE.rpartition(":")
+    warnings.warn_explicit(clean(message), category, path, int(line))
+
+
 process_notices = Notices()  # what is true of the whole process: its torch, its nv-one-logger, its thunder
 
 

@@ -12,12 +12,12 @@ import json
 import math
 import os
 import re
-import warnings
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from telemetry_jit.notices import say
 from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, JitSpanName, TrainingSpanName
 
 
@@ -145,11 +145,11 @@ def _parse(path: Path, raw: bytes, number: int, complete: bool, runs_so_far: boo
             record = _valid_text(record)
     except (json.JSONDecodeError, UnicodeDecodeError):
         if not complete:
-            warnings.warn(f"{path}: last line {number} is truncated and was skipped.", stacklevel=4)
+            say(f"{path}: last line {number} is truncated and was skipped.")
             return None
         if not runs_so_far:
             raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}).") from None
-        warnings.warn(f"{path}: line {number} is not valid JSON and was skipped.", stacklevel=4)
+        say(f"{path}: line {number} is not valid JSON and was skipped.")
         return None
     if not isinstance(record, dict):
         raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}).")

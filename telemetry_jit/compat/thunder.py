@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
+import warnings
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -61,7 +62,11 @@ def import_thunder() -> ModuleType:
             setattr(torch.Tensor, name, _removed(name))
         _bridged = tuple(missing)
     try:
-        import thunder
+        with warnings.catch_warnings():
+            # thunder says this at import on every machine without NVIDIA's Transformer Engine (all CPUs):
+            # nothing a user can act on, and thunder works without it
+            warnings.filterwarnings("ignore", message="transformer_engine module not found")
+            import thunder
     except ModuleNotFoundError as error:
         if error.name != "thunder":
             raise

@@ -144,10 +144,13 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def test_collector_down_from_the_start_costs_one_warning_not_the_run(configure, tmp_path: Path, caplog) -> None:
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_collector_down_from_the_start_costs_one_warning_not_the_run(
+    configure, tmp_path: Path, caplog, protocol: str
+) -> None:
     expected = plain_losses()
     torch._dynamo.reset()
-    exporter = OTLPExporter(f"http://127.0.0.1:{free_port()}", protocol="grpc", timeout=0.5)
+    exporter = OTLPExporter(f"http://127.0.0.1:{free_port()}", protocol=protocol, timeout=0.5)
     provider = configure(exporter)
     caplog.set_level(logging.WARNING, logger="opentelemetry")
     with warnings.catch_warnings(record=True) as caught:
@@ -163,7 +166,8 @@ def test_collector_down_from_the_start_costs_one_warning_not_the_run(configure, 
     written = file_run(tmp_path)  # the other exporter received everything
     assert written.find("compilation") and exporter.dropped == len(written.spans)
     otel_lines = [r for r in caplog.records if r.name.startswith("opentelemetry")]
-    assert len({r.msg for r in otel_lines}) == len(otel_lines) <= 4  # each distinct message once
+    # one line from OpenTelemetry for the one problem (traces and metrics, every retry), then telemetry-jit's own
+    assert len(otel_lines) == 1
 
 
 def test_slow_collector_does_not_slow_training(configure, tmp_path: Path) -> None:

@@ -52,20 +52,41 @@ def flat(attributes: dict, prefix: str = "") -> dict:
     return out
 
 
+PORTS: dict[str, int] = {}  # a running Phoenix's base address -> its gRPC port
+
+
+def base_for(port: int) -> str:
+    return f"http://127.0.0.1:{port}"
+
+
+def listening(port: int) -> set[str]:
+    """The local addresses a TCP socket listens on at ``port`` (Linux's /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                local, state = row.split()[1], row.split()[3]
+                address, _, hex_port = local.partition(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
 @pytest.fixture
 def phoenix(tmp_path: Path):
     if not PHOENIX.exists():
         pytest.skip(f"Arize Phoenix is not installed at {PHOENIX} (.ci/run installs it in .venv-phoenix)")
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     env = {
         **os.environ,
         "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
         "PHOENIX_HOST": "127.0.0.1",
         "PHOENIX_PORT": str(port),
-        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_GRPC_PORT": str(grpc_port),
     }
+    PORTS[base_for(port)] = grpc_port
     server = subprocess.Popen([str(PHOENIX), "serve"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    base = base_for(port)
     try:
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
@@ -112,3 +133,13 @@ def test_phoenix_shows_a_training_runs_compile_spans(phoenix: str, tmp_path: Pat
     assert len({s["context"]["trace_id"] for s in spans}) == 1
     breaks = [flat(e["attributes"]) for s in compiles for e in s["events"] if e["name"] == "graph_break"]
     assert breaks and all("tests/models.py:" in b["graph_break.location"] for b in breaks)
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's socket tables")
+def test_phoenix_keeps_its_ui_on_loopback_but_its_grpc_receiver_on_every_interface(phoenix: str) -> None:
+    """What docs/viewer.md says: PHOENIX_HOST=127.0.0.1 binds the UI and OTLP/HTTP to loopback, while the
+    gRPC receiver listens on every interface whatever PHOENIX_HOST says."""
+    http = listening(int(phoenix.rsplit(":", 1)[1]))
+    grpc = listening(PORTS[phoenix])
+    assert http == {"0100007F"}  # 127.0.0.1 only
+    assert grpc and grpc <= {"00000000000000000000000000000000", "00000000"}  # [::] or 0.0.0.0: every interface

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
@@ -36,6 +35,8 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_SERVICE_NAME,
 )
 from opentelemetry.util.re import parse_env_headers
+
+from telemetry_jit.notices import NOWHERE, warn_once
 
 Protocol = Literal["grpc", "http/protobuf"]
 PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
@@ -215,11 +216,12 @@ def traces_exporter_wanted() -> bool:
         )
     others = [name for name in names if name in _OTHER_OTEL_NAMES]
     if others:
-        warnings.warn(
+        warn_once(
+            (OTEL_TRACES_EXPORTER, value),
             f"telemetry-jit: {OTEL_TRACES_EXPORTER} names {', '.join(others)}; telemetry-jit exports only over OTLP "
             "(and to its file), so it leaves those to your own OpenTelemetry setup.",
-            RuntimeWarning,
-            stacklevel=3,
+            every_rank=True,
+            origin=NOWHERE,
         )
     return any(name in _OTLP_NAMES for name in names)
 
@@ -306,10 +308,11 @@ def _positive(name: str, given: float | None, variables: tuple[str, ...], defaul
         try:
             value = float(value)
         except ValueError:
-            warnings.warn(
+            warn_once(  # said once, however often the settings are resolved
+                (source, value),
                 f"telemetry-jit: {source}={value!r} is not a number of {unit}; OpenTelemetry's default is used.",
-                RuntimeWarning,
-                stacklevel=4,
+                every_rank=True,
+                origin=NOWHERE,
             )
             return default
     if not value > 0 or value != value or value == float("inf"):

@@ -226,3 +226,13 @@ class Payoff:
             f"{self.compile_s:.1f} s of compiling is never repaid"
             + (f"; likely why: {why_slower}" if why_slower else "")
         )
+
+
+def why_slower(graph_breaks: int, recompiles: int) -> str:
+    """The likely reason compiled steps are slower than eager ones, from what the run compiled."""
+    if graph_breaks or recompiles:
+        return (
+            f"{graph_breaks} graph breaks and {recompiles} recompiles split and guard the compiled code "
+            "(see what to fix first in telemetry-jit summary)"
+        )
+    return "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"

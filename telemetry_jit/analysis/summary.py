@@ -11,7 +11,7 @@ from typing import NamedTuple
 from telemetry_jit.analysis.diagnose import Diagnosis, diagnose, frame_label, is_recompile
 from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.diagnosis import short
-from telemetry_jit.records import Payoff
+from telemetry_jit.records import Payoff, why_slower
 from telemetry_jit.schema import (
     CompileAttr,
     DdpAttr,
@@ -116,13 +116,7 @@ class RunSummary:
         """The payoff in one line, with the likely reason when compiling loses."""
         if self.payoff is None:
             return ""
-        why = (
-            f"{len(self.breaks)} graph breaks and {len(self.recompiles)} recompiles split and guard the compiled code "
-            "(see what to fix first)"
-            if self.breaks or self.recompiles
-            else "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"
-        )
-        return self.payoff.sentence(why)
+        return self.payoff.sentence(why_slower(len(self.breaks), len(self.recompiles)))
 
     @property
     def ddp_splits(self) -> int:

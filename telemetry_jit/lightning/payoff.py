@@ -12,7 +12,7 @@ from typing_extensions import override
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.recording.figures import PREFIX
 from telemetry_jit.recording.payoff import PayoffMeter, PayoffSettings
-from telemetry_jit.records import Payoff
+from telemetry_jit.records import Payoff, why_slower
 from telemetry_jit.schema import JitEventName
 
 
@@ -44,10 +44,10 @@ class CompilePayoffCallback(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        stats = self.compile_telemetry.recorder
+        recorder = self.compile_telemetry.recorder
         self._meter = PayoffMeter(
             self.settings,
-            compilations=lambda: stats.stats.count,
+            compilations=lambda: recorder.stats.count,
             on_cuda=trainer.strategy.root_device.type == "cuda",
         )
         self._said = False
@@ -73,9 +73,14 @@ class CompilePayoffCallback(Callback):
             payoff = meter.result
             payoff.compile_s = self.compile_telemetry.recorder.stats.total_time_ms / 1000
             if trainer.is_global_zero:
-                line = f"telemetry-jit: compile payoff: {payoff.sentence(self._why_slower())}"
+                stats = self.compile_telemetry.recorder.stats
+                why = why_slower(stats.graph_break_count, stats.recompile_count)
+                line = f"telemetry-jit: compile payoff: {payoff.sentence(why)}"
                 bar = trainer.progress_bar_callback
-                bar.print(line) if bar is not None else rank_zero_info(line)
+                if bar is not None:
+                    bar.print(line)
+                else:
+                    rank_zero_info(line)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
@@ -104,12 +109,3 @@ class CompilePayoffCallback(Callback):
         }
         for logger in trainer.loggers:
             logger.log_metrics(figures, step=trainer.global_step)
-
-    def _why_slower(self) -> str:
-        stats = self.compile_telemetry.recorder.stats
-        if stats.graph_break_count or stats.recompile_count:
-            return (
-                f"{stats.graph_break_count} graph breaks and {stats.recompile_count} recompiles split and guard the "
-                "compiled code (telemetry-jit summary names each, with its fix)"
-            )
-        return "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"

@@ -514,3 +514,41 @@ def test_compile_metrics_can_be_switched_off_spans_still_go(
         receiver.stop()
     assert receiver.received.metric_requests == []
     assert any(span.name == "compilation" for span in receiver.received.spans())
+
+
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        "OTEL_BSP_SCHEDULE_DELAY",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+        "OTEL_BSP_EXPORT_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+    ],
+)
+@pytest.mark.parametrize("value", ["", "lots", "0", "-5"])
+def test_every_otel_value_either_fails_at_configure_or_delivers_everything(
+    configure, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
+) -> None:
+    """Against a live receiver: a value that would send nothing (zero, negative) is an error naming the
+    variable before training; an empty or non-numeric one is OpenTelemetry's default (said once for a
+    non-number), and every span arrives."""
+    monkeypatch.setenv(variable, value)
+    receiver = GrpcReceiver()
+    try:
+        if value in ("0", "-5"):
+            with pytest.raises(ValueError, match=f"{variable}={float(value)}"):
+                configure(OTLPExporter(receiver.endpoint, protocol="grpc"))
+            assert receiver.received.spans() == []
+            return
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            provider = configure(OTLPExporter(receiver.endpoint, protocol="grpc"))
+        assert len([w for w in said if variable in str(w.message)]) == (0 if value == "" else 1)
+        train(provider, epochs=1)
+        telemetry_jit.hook_trainer_cls(pl.Trainer, provider)[1].on_app_end()
+        written = file_run(tmp_path)
+        assert wait_for(lambda: len(receiver.received.spans()) >= len(written.spans))
+        assert {s.name for s in receiver.received.spans()} >= {"compilation", "training_loop", "application"}
+    finally:
+        receiver.stop()

@@ -7,8 +7,14 @@ The names below are imported when first used: reading telemetry files (``read_te
 from __future__ import annotations
 
 import importlib
+import sys
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
+
+if sys.version_info < (3, 10):  # noqa: UP036 - pip refuses to install it there; a copy on the path says why
+    raise ImportError(
+        f"telemetry-jit needs Python 3.10 or newer (tested on 3.10 to 3.13); this is Python {sys.version.split()[0]}."
+    )
 
 __version__ = metadata.version("telemetry-jit")
 

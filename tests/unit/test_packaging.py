@@ -10,6 +10,8 @@ import sys
 from importlib.metadata import distributions
 from pathlib import Path
 
+import pytest
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # the test extras install tomli there
@@ -89,3 +91,18 @@ def test_the_schema_names_nv_one_loggers_spans_as_it_does() -> None:
     theirs = {span.value for span in StandardTrainingJobSpanName} | {StandardSpanName.APPLICATION.value}
     ours = {value for name, value in vars(TrainingSpanName).items() if name.isupper()}
     assert ours <= theirs
+
+
+def test_a_python_too_old_is_told_which_versions_work() -> None:
+    import shutil
+    import subprocess
+
+    found = [*sorted(Path.home().glob(".pyenv/versions/3.9*/bin/python3.9")), shutil.which("python3.9")]
+    old = next((str(path) for path in found if path and "/shims/" not in str(path)), None)  # a shim needs pyenv's say
+    if old is None:
+        pytest.skip("no Python 3.9 on this machine")
+    result = subprocess.run(
+        [str(old), "-c", "import telemetry_jit"], capture_output=True, text=True, env={"PYTHONPATH": str(ROOT)}
+    )
+    assert result.returncode != 0
+    assert "telemetry-jit needs Python 3.10 or newer (tested on 3.10 to 3.13)" in result.stderr

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from types import TracebackType
 
+import torch
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
@@ -12,8 +14,11 @@ from telemetry_jit.compat.nv_one_logger import telemetry_enabled
 from telemetry_jit.configuration import set_rank as tell_exporters_rank
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
+from telemetry_jit.recording.payoff import PayoffMeter, PayoffSettings
 from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats
+from telemetry_jit.records import Payoff, why_slower
+from telemetry_jit.schema import JitEventName
 
 
 class CompileTelemetry:
@@ -30,6 +35,9 @@ class CompileTelemetry:
         provider: the configured ``TrainingTelemetryProvider`` (default: ``instance()``).
         stage: what the loop does, ``train.stage`` on the spans.
         live: announce slow compiles and warn about recompile storms on the console.
+        payoff: measure what compiling buys (compiled against eager steps, docs/payoff.md); a step is
+            timed from one :meth:`step` call to the next. The result: ``last_payoff``, a
+            ``compile_payoff`` event, a console line.
 
     Example::
 
@@ -44,7 +52,12 @@ class CompileTelemetry:
     """
 
     def __init__(
-        self, provider: TrainingTelemetryProvider | None = None, *, stage: str = "train", live: bool = True
+        self,
+        provider: TrainingTelemetryProvider | None = None,
+        *,
+        stage: str = "train",
+        live: bool = True,
+        payoff: bool | PayoffSettings = False,
     ) -> None:
         self._provider = provider or TrainingTelemetryProvider.instance()
         self.stage = stage
@@ -53,11 +66,20 @@ class CompileTelemetry:
         self._rank = 0
         self._owns_application = False
         self.stats: CompileStats | None = None
+        if not isinstance(payoff, (bool, PayoffSettings)):
+            raise TypeError(f"CompileTelemetry(payoff=...) takes True, False or a PayoffSettings, got {payoff!r}.")
+        self.payoff_settings = (payoff if isinstance(payoff, PayoffSettings) else PayoffSettings()) if payoff else None
+        self.last_payoff: Payoff | None = None
+        self._meter: PayoffMeter | None = None
 
     def step(self, global_step: int) -> None:
-        """The loop is at ``global_step`` now (cheap: call it every step)."""
+        """The loop is at ``global_step`` now (cheap: call it every step). With ``payoff``, a step runs
+        from one call to the next, and some run eagerly."""
         self.global_step = global_step
         self._recorder.batch_started(global_step, stage=self.stage)
+        if self._meter is not None:
+            self._meter.step_ended()
+            self._meter.step_started(global_step)
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
         """Which process of a distributed job this is, for every record (files become per rank)."""
@@ -75,16 +97,33 @@ class CompileTelemetry:
             one_logger.on_app_start()
             self._owns_application = True
         self._recorder.start(self._position, rank=self._rank)
+        if self.payoff_settings is not None:
+            recorder = self._recorder
+            on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+            self._meter = PayoffMeter(self.payoff_settings, compilations=lambda: recorder.stats.count, on_cuda=on_cuda)
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
+        meter, self._meter = self._meter, None
+        if meter is not None:
+            meter.abandon()  # the last step has no end to time
         self._recorder.stop(error)
         self.stats = self._recorder.emit_summary(None)
+        if meter is not None and meter.result is not None:
+            self._report_payoff(meter.result, self.stats)
         if self._owns_application:
             self._owns_application = False
             one_logger.on_app_end()
+
+    def _report_payoff(self, payoff: Payoff, stats: CompileStats) -> None:
+        payoff.compile_s, payoff.steps = stats.total_time_ms / 1000, self.global_step + 1
+        self.last_payoff = payoff
+        self._recorder.emit_event(None, JitEventName.COMPILE_PAYOFF, payoff.attributes())
+        if self._rank == 0:
+            why = why_slower(stats.graph_break_count, stats.recompile_count)
+            logging.getLogger("telemetry_jit").warning("telemetry-jit: compile payoff: %s", payoff.sentence(why))
 
     def _position(self) -> Position:
         return Position(self.global_step, self.stage)

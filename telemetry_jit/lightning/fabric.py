@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from telemetry_jit.loop import CompileTelemetry
-from telemetry_jit.recording.figures import CompileFigures
+from telemetry_jit.recording.figures import CompileFigures, payoff_figures
 
 
 class FabricCompileTelemetry(CompileTelemetry):
@@ -52,6 +52,8 @@ class FabricCompileTelemetry(CompileTelemetry):
         if self._figures is not None:
             self._log_figures()
             self._recorder.listeners.remove(self._figures)
+            if self.last_payoff is not None:
+                self._fabric.log_dict(payoff_figures(self.last_payoff), step=self.global_step)
 
     def _log_figures(self) -> None:
         assert self._figures is not None

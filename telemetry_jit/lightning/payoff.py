@@ -10,7 +10,7 @@ from lightning.pytorch.utilities import rank_zero_info
 from typing_extensions import override
 
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
-from telemetry_jit.recording.figures import PREFIX
+from telemetry_jit.recording.figures import payoff_figures
 from telemetry_jit.recording.payoff import PayoffMeter, PayoffSettings
 from telemetry_jit.records import Payoff, why_slower
 from telemetry_jit.schema import JitEventName
@@ -100,12 +100,6 @@ class CompilePayoffCallback(Callback):
         payoff.compile_s = recorder.stats.total_time_ms / 1000
         payoff.steps = trainer.global_step
         self.last_payoff = payoff
-        attributes = payoff.attributes()
-        recorder.emit_event(None, JitEventName.COMPILE_PAYOFF, attributes)  # on the training loop, still running
-        figures = {
-            f"{PREFIX}payoff_{name.removeprefix('payoff.')}": value
-            for name, value in attributes.items()
-            if isinstance(value, (int, float))
-        }
+        recorder.emit_event(None, JitEventName.COMPILE_PAYOFF, payoff.attributes())  # the training loop still runs
         for logger in trainer.loggers:
-            logger.log_metrics(figures, step=trainer.global_step)
+            logger.log_metrics(payoff_figures(payoff), step=trainer.global_step)

@@ -4,7 +4,7 @@ MLflow, Weights & Biases, ...), under one prefix."""
 from __future__ import annotations
 
 from telemetry_jit.recording.listener import CompileListener
-from telemetry_jit.records import CompileRecord
+from telemetry_jit.records import CompileRecord, Payoff
 
 PREFIX = "compile/"
 
@@ -58,3 +58,12 @@ class CompileFigures(CompileListener):
             f"{PREFIX}cache_hits": self.cache_hits,
             f"{PREFIX}cache_time_saved_s": round(self.cache_time_saved_s, 6),
         }
+
+
+def payoff_figures(payoff: Payoff) -> dict[str, float]:
+    """The payoff as logger figures: ``compile/payoff_speedup``, ``compile/payoff_eager_step_ms``, ..."""
+    return {
+        f"{PREFIX}payoff_{name.removeprefix('payoff.')}": value
+        for name, value in payoff.attributes().items()
+        if isinstance(value, (int, float))
+    }

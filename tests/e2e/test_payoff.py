@@ -170,3 +170,30 @@ def test_the_payoff_agrees_with_separate_eager_and_compiled_fits(
         assert "compiling loses here" in out and "likely why: 1 graph breaks" in out
     verdict = "won" if figures["payoff.net_s"] >= 0 else "lost"
     assert f"net over the loop's {STEPS} steps: {abs(figures['payoff.net_s']):.1f} s {verdict}" in out
+
+
+def test_a_plain_loop_measures_the_payoff_between_step_calls(telemetry: Telemetry) -> None:
+    """``CompileTelemetry(payoff=True)``: a step runs from one ``step()`` call to the next."""
+
+    def loop(payoff: bool) -> tuple[telemetry_jit.CompileTelemetry, int]:
+        reset_compile_state()
+        body = Chain(2048)
+        model = torch.compile(body, backend="inductor")
+        optimizer = torch.optim.SGD(body.parameters(), lr=1e-3)
+        data = _data(2048, 256)
+        with telemetry_jit.CompileTelemetry(payoff=SETTINGS if payoff else False) as recorder:
+            for step, (x,) in enumerate(data):
+                recorder.step(step)
+                model(x).pow(2).mean().backward()
+                optimizer.step()
+                optimizer.zero_grad()
+        return recorder, len(compiles_recorded_by_torch())
+
+    measured, compiles_with_payoff = loop(payoff=True)
+    _, compiles_without_payoff = loop(payoff=False)
+    assert compiles_with_payoff == compiles_without_payoff
+    payoff = measured.last_payoff
+    assert payoff is not None and payoff.steps == STEPS and payoff.speedup > 1.2
+    run = telemetry.end()
+    (event,) = [e for span in run.spans.values() for e in span.events if e.name == "compile_payoff"]
+    assert event.attributes["payoff.speedup"] == pytest.approx(payoff.speedup, rel=1e-3)

@@ -38,6 +38,8 @@ class CompileTelemetryCallback(Callback):
             end lie further apart than this (their peers wait that long at the next collective).
         log_figures: log compile figures (``compile/time_s``, ``compile/compilations``, ...) to the
             trainer's loggers at the step they happened, when it has loggers.
+        log_figures_per_rank: on several ranks, also every rank's compilations and compile seconds at
+            each loop's end (``compile/rank<R>/compilations``, ``compile/rank<R>/total_time_s``).
 
     Example::
 
@@ -54,10 +56,12 @@ class CompileTelemetryCallback(Callback):
         console_all_ranks: bool = False,
         skew_warning_s: float = 60.0,
         log_figures: bool = True,
+        log_figures_per_rank: bool = False,
     ) -> None:
         self._provider = training_telemetry_provider
         self.skew_warning_s = skew_warning_s
         self.log_figures = log_figures
+        self.log_figures_per_rank = log_figures_per_rank
         self._figures: CompileFigures | None = None
         self.console = console
         self.console_all_ranks = console_all_ranks
@@ -72,6 +76,7 @@ class CompileTelemetryCallback(Callback):
             "console_all_ranks": self.console_all_ranks,
             "skew_warning_s": self.skew_warning_s,
             "log_figures": self.log_figures,
+            "log_figures_per_rank": self.log_figures_per_rank,
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -178,6 +183,9 @@ class CompileTelemetryCallback(Callback):
             warning = by_rank.divergence(self.skew_warning_s)
             if warning is not None:
                 rank_zero_warn(warning)
+            if self.log_figures_per_rank and self._figures is not None:
+                for logger in trainer.loggers:  # Lightning's loggers log on rank zero: it logs every rank's
+                    logger.log_metrics(by_rank.figures(), step=trainer.global_step)
         self.last_stats = self.recorder.emit_summary(active_span(self._provider, loop_name), by_rank)
         if self._figures is not None:
             self._log_figures(trainer)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 import socket
@@ -41,8 +42,13 @@ SCRIPT = textwrap.dedent(
             pl.Trainer, provider,
             jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": "aot_eager"}}),
         )
-        trainer = HookedTrainer(max_epochs=2, strategy={strategy!r}, devices=2, **TRAINER_DEFAULTS)
+        from lightning.pytorch.loggers import CSVLogger
+        logger = CSVLogger({logs!r}, name="ddp")
+        trainer = HookedTrainer(
+            max_epochs=2, strategy={strategy!r}, devices=2, **{{**TRAINER_DEFAULTS, "logger": logger}}
+        )
         trainer.compile_telemetry.skew_warning_s = 0.0  # any difference in compile time is said
+        trainer.compile_telemetry.log_figures_per_rank = True
         trainer.fit(RankOneRecompiles("print"), loader(32, 4))
         callback.on_app_end()
 
@@ -58,7 +64,11 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
     try:
         script = tmp_path / "train.py"
         path = tmp_path / "t.jsonl"
-        script.write_text(SCRIPT.format(root=str(ROOT), path=str(path), endpoint=receiver.endpoint, strategy=strategy))
+        script.write_text(
+            SCRIPT.format(
+                root=str(ROOT), path=str(path), endpoint=receiver.endpoint, strategy=strategy, logs=str(tmp_path)
+            )
+        )
         result = subprocess.run(
             [sys.executable, str(script)],
             capture_output=True,
@@ -92,6 +102,15 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
         for rank, other in enumerate(runs):
             spent = sum(span.attributes["compile.duration_ms"] for span in other.find("compilation"))
             assert summary.attributes["compile.time_ms_by_rank"][rank] == pytest.approx(spent, abs=0.01)
+
+    # rank zero's logger holds every rank's figures at the loop's end
+    with open(tmp_path / "ddp" / "version_0" / "metrics.csv") as file:
+        rows = list(csv.DictReader(file))
+    for rank in (0, 1):
+        logged = [
+            float(row[f"compile/rank{rank}/compilations"]) for row in rows if row[f"compile/rank{rank}/compilations"]
+        ]
+        assert logged[-1] == counts[rank]
 
     # OTLP: both ranks' spans side by side in one trace
     received = receiver.received.spans()

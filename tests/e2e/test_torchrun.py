@@ -90,3 +90,23 @@ def test_a_launched_fsdp2_job_is_one_run_with_torchs_counts_on_every_rank(
     assert f"(run {run_id}" in out_text and ", 2 ranks)" in out_text
     assert "compiled alike: all 2 ranks" in out_text
     assert "for other callers of one function in its first step" in out_text
+
+
+def test_lightnings_model_parallel_strategy_on_two_cpu_processes_is_exact_on_every_rank(tmp_path: Path) -> None:
+    """Lightning's ModelParallelStrategy runs on CPU (gloo); its FSDP2 sharding under HookedTrainer."""
+    out = tmp_path / "t.jsonl"
+    script = Path(__file__).with_name("model_parallel_fit.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEMETRY_JIT_", "SLURM_", "TORCHELASTIC_"))}
+    result = subprocess.run(
+        [sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    runs = [telemetry_jit.read_telemetry(tmp_path / f"t.rank{rank}.jsonl")[-1] for rank in range(2)]
+    assert [run.rank for run in runs] == [0, 1] and runs[0].run_id == runs[1].run_id
+    for rank, run in enumerate(runs):
+        torch_saw = json.loads(Path(f"{out}.torch.rank{rank}.json").read_text())
+        compiles = run.find("compilation")
+        assert len(compiles) == torch_saw["compiles"] > 0
+        breaks = [e for span in compiles for e in span.events if e.name == "graph_break"]
+        assert len(breaks) == torch_saw["graph_breaks"] > 0
+        assert all(b.attributes["graph_break.owner"] == "user" for b in breaks)  # the print in Block.forward

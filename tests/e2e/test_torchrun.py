@@ -109,4 +109,6 @@ def test_lightnings_model_parallel_strategy_on_two_cpu_processes_is_exact_on_eve
         assert len(compiles) == torch_saw["compiles"] > 0
         breaks = [e for span in compiles for e in span.events if e.name == "graph_break"]
         assert len(breaks) == torch_saw["graph_breaks"] > 0
-        assert all(b.attributes["graph_break.owner"] == "user" for b in breaks)  # the print in Block.forward
+        # the print in Block.forward is the user's; a torch release may also break inside FSDP2's hooks (2.15 does)
+        assert {b.attributes["graph_break.owner"] for b in breaks} <= {"user", "torch"}
+        assert any(b.attributes["graph_break.owner"] == "user" for b in breaks)

@@ -15,7 +15,7 @@ from typing_extensions import override
 
 from telemetry_jit.recording.alerts import RankTotals
 from telemetry_jit.recording.console import CompileConsole
-from telemetry_jit.recording.figures import CompileFigures
+from telemetry_jit.recording.figures import CompileFigures, rank_figures
 from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import TrainingSpanName
@@ -138,7 +138,7 @@ class CompileTelemetryCallback(Callback):
         """Each step's compile figures to the trainer's loggers, at that step (Lightning's loggers log
         on rank zero)."""
         assert self._figures is not None
-        for step, metrics in self._figures.take():
+        for step, metrics in self._figures.take(self.recorder.stats):
             for logger in trainer.loggers:
                 logger.log_metrics(metrics, step=step)
 
@@ -185,7 +185,7 @@ class CompileTelemetryCallback(Callback):
                 rank_zero_warn(warning)
             if self.log_figures_per_rank and self._figures is not None:
                 for logger in trainer.loggers:  # Lightning's loggers log on rank zero: it logs every rank's
-                    logger.log_metrics(by_rank.figures(), step=trainer.global_step)
+                    logger.log_metrics(rank_figures(by_rank), step=trainer.global_step)
         self.last_stats = self.recorder.emit_summary(active_span(self._provider, loop_name), by_rank)
         if self._figures is not None:
             self._log_figures(trainer)

@@ -57,7 +57,7 @@ class FabricCompileTelemetry(CompileTelemetry):
 
     def _log_figures(self) -> None:
         assert self._figures is not None
-        for step, metrics in self._figures.take():
+        for step, metrics in self._figures.take(self._recorder.stats):
             self._fabric.log_dict(metrics, step=step)
 
     def on_exception(self, exception: BaseException, *args: Any, **kwargs: Any) -> None:

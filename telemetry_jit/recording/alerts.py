@@ -37,14 +37,6 @@ class RankTotals:
     counts: list[int]
     time_ms: list[float]
 
-    def figures(self) -> dict[str, float]:
-        """Every rank's figures for the loggers: ``compile/rank<R>/compilations`` and ``.../total_time_s``."""
-        figures: dict[str, float] = {}
-        for rank, (count, ms) in enumerate(zip(self.counts, self.time_ms, strict=True)):
-            figures[f"compile/rank{rank}/compilations"] = count
-            figures[f"compile/rank{rank}/total_time_s"] = round(ms / 1000, 6)
-        return figures
-
     def divergence(self, skew_warning_s: float) -> str | None:
         """What rank zero should say when ranks compiled unalike: a different number of compiles, or
         compile times further apart than ``skew_warning_s`` (the fast ranks wait for the slow one at

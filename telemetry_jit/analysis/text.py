@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from telemetry_jit.analysis.compare import RunDiff
-from telemetry_jit.analysis.diagnose import Diagnosis, FirstStepRow
+from telemetry_jit.analysis.diagnose import Diagnosis
 from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, summarize
-from telemetry_jit.diagnosis import short
+from telemetry_jit.diagnosis import first_step_line, short
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.records import Payoff
 from telemetry_jit.schema import FILE_FORMAT, CompileAttr
@@ -133,7 +133,11 @@ def diagnosis_notes(diagnosis: Diagnosis) -> list[str]:
         for row in diagnosis.causes
         if row.cause in why and not row.unexpected
     ]
-    notes += [_first_step_line(step) for step in diagnosis.first_steps if step.compile_ms]
+    notes += [
+        first_step_line(step.stage, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
+        for step in diagnosis.first_steps
+        if step.compile_ms
+    ]
     return notes + [f"(this file has {what})" for what in diagnosis.lacks]
 
 
@@ -169,19 +173,6 @@ def break_rows(diagnosis: Diagnosis) -> list[tuple[object, ...]]:
         (short(group.user_location) or "?", group.owner, short(group.location), group.count, group.type)
         for group in diagnosis.breaks
     ]
-
-
-def _first_step_line(step: FirstStepRow) -> str:
-    phases = ", ".join(
-        f"{phase} {step.phases_s[phase]:.1f} s" for phase in ("forward", "backward") if phase in step.phases_s
-    )
-    if "inductor" in step.phases_s:
-        phases += f"; inductor {step.phases_s['inductor']:.1f} s of it"
-    compiling = f"{step.compile_ms / 1000:.1f} s compiling" + (f" ({phases})" if phases else "")
-    return (
-        f"first {step.stage} step (step {step.global_step}): {step.wall_ms / 1000:.1f} s = {compiling} + "
-        f"{step.other_ms / 1000:.1f} s running"
-    )
 
 
 def _listed(names: Iterable[str], shown: int = 2) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from telemetry_jit.diagnosis import first_step_line
 from telemetry_jit.records import AttributeValue, CompileRecord
 from telemetry_jit.schema import StepAttr
 
@@ -48,18 +49,7 @@ class FirstStep:
         return attributes
 
     def line(self) -> str:
-        """``first train step (step 0): 41.2 s = 38.9 s compiling (forward 20.1 s, backward 18.8 s;
-        inductor 33.0 s of it) + 2.3 s running``."""
-        phases = ", ".join(
-            f"{phase} {self.phases_s[phase]:.1f} s" for phase in ("forward", "backward") if phase in self.phases_s
-        )
-        if "inductor" in self.phases_s:
-            phases += f"; inductor {self.phases_s['inductor']:.1f} s of it"
-        compiling = f"{self.compile_ms / 1000:.1f} s compiling" + (f" ({phases})" if phases else "")
-        return (
-            f"first {self.stage} step (step {self.global_step}): {self.wall_ms / 1000:.1f} s = {compiling} "
-            f"+ {self.other_ms / 1000:.1f} s running"
-        )
+        return first_step_line(self.stage, self.global_step, self.wall_ms, self.compile_ms, self.phases_s)
 
 
 class FirstSteps:

@@ -41,6 +41,18 @@ def _expected(run: telemetry_jit.analysis.reader.TelemetryRun) -> dict[int, floa
     return dict(by_step)
 
 
+def _csv_figures(path: Path) -> tuple[dict[str, dict[int, float]], list[str]]:
+    """A CSV logger's ``compile/`` figures by name and step, and all its columns."""
+    logged: dict[str, dict[int, float]] = defaultdict(dict)
+    with open(path) as file:
+        rows = csv.DictReader(file)
+        for row in rows:
+            for key, value in row.items():
+                if key.startswith("compile/") and value != "":
+                    logged[key][int(row["step"])] = float(value)
+    return logged, list(rows.fieldnames or [])
+
+
 def _check(logged: dict[str, dict[int, float]], run: telemetry_jit.analysis.reader.TelemetryRun) -> None:
     expected = _expected(run)
     assert len(expected) >= 2  # the first step, and the smaller last batch
@@ -73,13 +85,8 @@ def test_csv_logger_holds_the_compile_figures_at_their_steps(telemetry: Telemetr
 
     logger = CSVLogger(tmp_path / "csv", name="run")
     run = _fit(telemetry, logger)
-    logged: dict[str, dict[int, float]] = defaultdict(dict)
-    with open(Path(logger.log_dir) / "metrics.csv") as file:
-        for row in csv.DictReader(file):
-            for key, value in row.items():
-                if key.startswith("compile/") and value != "":
-                    logged[key][int(row["step"])] = float(value)
-    assert "val_loss" in {key for key in row}  # the user's own metrics are still there
+    logged, columns = _csv_figures(Path(logger.log_dir) / "metrics.csv")
+    assert "val_loss" in columns  # the user's own metrics are still there
     _check(logged, run)
 
 
@@ -125,10 +132,4 @@ def test_fabric_logs_the_compile_figures_through_log_dict(telemetry: Telemetry, 
     fabric.call("on_train_end")
     logger.finalize("success")
     run = telemetry.end()
-    logged: dict[str, dict[int, float]] = defaultdict(dict)
-    with open(Path(logger.log_dir) / "metrics.csv") as file:
-        for row in csv.DictReader(file):
-            for key, value in row.items():
-                if key.startswith("compile/") and value != "":
-                    logged[key][int(row["step"])] = float(value)
-    _check(logged, run)
+    _check(_csv_figures(Path(logger.log_dir) / "metrics.csv")[0], run)

@@ -5,9 +5,12 @@ fits timed in the same test."""
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import statistics
 import time
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import lightning.pytorch as pl
@@ -37,44 +40,18 @@ def one_compile_thread():
         yield
 
 
-class Chain(torch.nn.Module):
-    """Elementwise work inductor fuses into one kernel (eager runs each op over the whole tensor)."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.ones(width))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = x * self.scale
-        for _ in range(4):
-            h = torch.sin(h) * 1.01 + torch.cos(h) * 0.5
-        return h
+def _example() -> ModuleType:
+    """examples/payoff.py, whose models the README quotes: the same models are tested here."""
+    path = Path(__file__).resolve().parents[2] / "examples" / "payoff.py"
+    spec = importlib.util.spec_from_file_location("payoff_example", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-class Tiny(torch.nn.Module):
-    """Tiny ops and a graph break: compiled code's guards and calls cost more than they save."""
-
-    def __init__(self, width: int) -> None:
-        super().__init__()
-        self.linear = torch.nn.Linear(width, width)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.linear(x))
-        print("", end="")  # a graph break
-        return h * 2
-
-
-class Model(pl.LightningModule):
-    def __init__(self, body: torch.nn.Module) -> None:
-        super().__init__()
-        self.body = body
-
-    def training_step(self, batch: tuple[torch.Tensor], batch_idx: int) -> torch.Tensor:
-        return self.body(batch[0]).pow(2).mean()
-
-    def configure_optimizers(self) -> torch.optim.Optimizer:
-        return torch.optim.SGD(self.parameters(), lr=1e-3)
-
+EXAMPLE = _example()
+Chain, Tiny, Model = EXAMPLE.Chain, EXAMPLE.Tiny, EXAMPLE.Model  # fused by inductor; tiny ops and a graph break
 
 CASES = {  # body, width, batch, backend
     "fused": (Chain, 2048, 256, "inductor"),

@@ -27,9 +27,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
+def _without_launcher() -> dict[str, str]:
+    """This process's environment without a run id or launcher variables: each job must find its own."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("TELEMETRY_JIT_", "SLURM_", "TORCHELASTIC_"))}
+
+
 def _launch(launcher: str, out: Path) -> str:
     """Start the job; the run id the launcher gives it."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEMETRY_JIT_", "SLURM_", "TORCHELASTIC_"))}
+    env = _without_launcher()
     if launcher == "torchrun":
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(LOOP), str(out)]
         result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=out.parent)
@@ -96,7 +101,7 @@ def test_lightnings_model_parallel_strategy_on_two_cpu_processes_is_exact_on_eve
     """Lightning's ModelParallelStrategy runs on CPU (gloo); its FSDP2 sharding under HookedTrainer."""
     out = tmp_path / "t.jsonl"
     script = Path(__file__).with_name("model_parallel_fit.py")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEMETRY_JIT_", "SLURM_", "TORCHELASTIC_"))}
+    env = _without_launcher()
     result = subprocess.run(
         [sys.executable, str(script), str(out)], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path
     )

@@ -143,10 +143,6 @@ class Diagnosis:
     def recompiles(self) -> int:
         return sum(row.count for row in self.causes)
 
-    @property
-    def expected_recompiles(self) -> int:
-        return sum(row.expected for row in self.causes)
-
     def as_json(self) -> dict[str, Any]:
         return {
             "recompile_causes": [row.as_json() for row in self.causes],

@@ -5,8 +5,11 @@ fits timed in the same test."""
 
 from __future__ import annotations
 
+import html
 import importlib.util
+import json
 import math
+import re
 import statistics
 import time
 from pathlib import Path
@@ -165,6 +168,20 @@ def test_the_payoff_agrees_with_separate_eager_and_compiled_fits(
         assert "compiling loses here" in out and "likely why: 1 graph breaks" in out
     verdict = "won" if figures["payoff.net_s"] >= 0 else "lost"
     assert f"net over the loop's {STEPS} steps: {abs(figures['payoff.net_s']):.1f} s {verdict}" in out
+
+    # and every other surface: --json, the HTML report, diff
+    assert cli.main(["summary", str(telemetry.path), "--json"]) == 0
+    (mine,) = json.loads(capsys.readouterr().out)["runs"]
+    assert mine["payoff"]["payoff.speedup"] == pytest.approx(figures["payoff.speedup"], rel=1e-3)
+    assert mine["payoff"]["sentence"] in out
+    report = telemetry.path.with_suffix(".html")
+    assert cli.main(["report", str(telemetry.path), "-o", str(report)]) == 0
+    assert (
+        "Is compiling worth it?" in report.read_text() and html.escape(mine["payoff"]["sentence"]) in report.read_text()
+    )
+    assert cli.main(["diff", str(telemetry.path), str(telemetry.path)]) == 0
+    speedup = f"{payoff.speedup:.2f}x"
+    assert re.search(rf"compile speedup\s+{re.escape(speedup)}\s+->\s+{re.escape(speedup)}", capsys.readouterr().out)
 
 
 def test_a_plain_loop_measures_the_payoff_between_step_calls(telemetry: Telemetry) -> None:

@@ -38,7 +38,7 @@ from typing_extensions import override
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import Notices
-from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION
+from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, rank_file
 
 from .finished import FinishedSpan
 
@@ -70,13 +70,6 @@ def _unix_ns(timestamp: TracingTimestamp) -> int:
     return round(timestamp.seconds_since_epoch * 1e9)
 
 
-def rank_path(path: Path, rank: int, world_size: int) -> Path:
-    """``path`` itself for a single process, ``stem.rank<R>.suffix`` beside it otherwise."""
-    if world_size <= 1:
-        return path
-    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
-
-
 class FileExporter(BaseExporter):
     """Write spans and events as JSON Lines to ``path``.
 
@@ -97,6 +90,8 @@ class FileExporter(BaseExporter):
         provider.with_exporter(FileExporter("runs/telemetry.jsonl"))
     """
 
+    never_blocks = True
+
     def __init__(
         self, path: str | os.PathLike[str], run_id: str | None = None, identity: IdentityTracker | None = None
     ) -> None:
@@ -104,7 +99,7 @@ class FileExporter(BaseExporter):
         self.base_path = Path(path).expanduser()
         self.identity = identity or IdentityTracker()
         me = self.identity.current()
-        self.path = rank_path(self.base_path, me.rank, me.world_size)
+        self.path = rank_file(self.base_path, me.rank, me.world_size)
         self.run_id = run_id or job_run_id()
         self._fd: int | None = None
         self._created = False
@@ -115,6 +110,8 @@ class FileExporter(BaseExporter):
         self.lost_records = 0  # records a failed write could not put in the file
         self._unreported_losses = 0
         self._notices = Notices()
+        # what telemetry could not do, written as the file's last record at close (the session sets it)
+        self.health: Callable[[], dict[str, Any]] | None = None
         _check_writable(self.path)
 
     @override
@@ -184,6 +181,9 @@ class FileExporter(BaseExporter):
 
     @override
     def close(self) -> None:
+        health = self._health_record()
+        if health is not None and self._fd is not None:
+            self._write(health)
         with self._lock:
             if self._fd is not None and self._unreported_losses:
                 if self._append(self._loss_record()):
@@ -197,6 +197,14 @@ class FileExporter(BaseExporter):
                 os.close(self._fd)
                 self._fd = None
         super().close()
+
+    def _health_record(self) -> dict[str, Any] | None:
+        if self.health is None:
+            return None
+        try:
+            return {"kind": "health", **self.health()}
+        except Exception as error:  # noqa: BLE001 - the account of losses must not lose the file
+            return {"kind": "health", "unknown": repr(error)}
 
     def _write(self, *records: dict[str, Any]) -> None:
         """Append ``records`` in one write: all of them, or none (then they are counted as lost)."""
@@ -269,7 +277,7 @@ class FileExporter(BaseExporter):
         self._identity_version = self.identity.version
         me = self.identity.current()
         self._stamp = "," + _encode({"run": self.run_id, **me.as_attributes(), "pid": os.getpid()})[1:] + "\n"
-        target = rank_path(self.base_path, me.rank, me.world_size)
+        target = rank_file(self.base_path, me.rank, me.world_size)
         with self._lock:
             if target == self.path or self._fd is None:
                 return

@@ -19,6 +19,8 @@ from nv_one_logger.core.span import Span, StandardSpanAttributeName
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import Exporter
 
+from .protocols import TakesFinishedSpans
+
 
 @dataclass(slots=True)
 class FinishedEvent:
@@ -99,9 +101,8 @@ class FinishedSpan:
 
 def export_finished(exporter: Exporter, span: FinishedSpan) -> None:
     """Hand ``span`` to ``exporter``: whole where it takes whole spans, else through its usual calls."""
-    export_whole = getattr(exporter, "export_finished_span", None)
-    if export_whole is not None:
-        export_whole(span)
+    if isinstance(exporter, TakesFinishedSpans):
+        exporter.export_finished_span(span)
         return
     nv_span, events = span.as_nv_one_logger()
     exporter.export_start(nv_span)

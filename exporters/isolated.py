@@ -19,11 +19,17 @@ from nv_one_logger.core.span import Span
 from nv_one_logger.exporter.exporter import BaseExporter, Exporter
 from typing_extensions import override
 
+from telemetry_jit.boundary import call_site
 from telemetry_jit.notices import Notices
 
 from .finished import FinishedSpan, export_finished
 
 _STOP = object()
+_CALLS = call_site(
+    "exporter.isolated",
+    "an exporter given to configure(exporters=...)",
+    bound="its own thread; close waits close_timeout",
+)
 
 
 class IsolatedExporter(BaseExporter):
@@ -40,12 +46,15 @@ class IsolatedExporter(BaseExporter):
         provider.with_exporter(IsolatedExporter(MyDashboardExporter()))
     """
 
+    never_blocks = True
+
     def __init__(self, exporter: Exporter, max_queue_size: int = 10_000, close_timeout: float = 5.0) -> None:
         super().__init__()
         self.exporter = exporter
         self.close_timeout = close_timeout
         self.dropped = 0
         self.errors = 0
+        self.undone = 0  # calls still waiting when close gave up
         self._queue: queue.Queue[Any] = queue.Queue(max_queue_size)
         self._worker = threading.Thread(target=self._run, name=f"telemetry-{type(exporter).__name__}", daemon=True)
         self._notices = Notices()
@@ -70,10 +79,14 @@ class IsolatedExporter(BaseExporter):
                 return
             method, args = item
             try:
-                method(*args)
+                _CALLS.wrap(method)(*args)
             except Exception as error:  # noqa: BLE001 - the exporter's failure must stay on this thread
                 self.errors += 1
-                self._warn_once("error", f"export failed ({error!r}); later failures are counted, not shown.")
+                _CALLS.failed(error)
+
+    def delivery(self) -> dict[str, int]:
+        """Calls dropped (the queue was full) and calls that failed, so far."""
+        return {"calls_dropped": self.dropped + self.undone, "calls_failed": self.errors}
 
     @override
     def initialize(self) -> None:
@@ -118,8 +131,10 @@ class IsolatedExporter(BaseExporter):
                 self._queue.put(_STOP, timeout=self.close_timeout)
             self._worker.join(self.close_timeout)
             if self._worker.is_alive():
-                waiting = self._queue.qsize()
-                self._warn_once("stuck", f"did not finish within {self.close_timeout} s; {waiting} calls left undone.")
+                self.undone = self._queue.qsize()
+                self._warn_once(
+                    "stuck", f"did not finish within {self.close_timeout} s; {self.undone} calls left undone."
+                )
             if self.dropped or self.errors:
                 self._warn_once("summary", f"{self.dropped} records dropped, {self.errors} export calls failed.")
         super().close()

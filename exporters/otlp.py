@@ -21,7 +21,7 @@ import logging
 import os
 import random
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata
 from typing import Any
 
@@ -36,17 +36,20 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Status, StatusCode
 from typing_extensions import override
 
+from telemetry_jit.boundary import call_site
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import NOWHERE, Notices
 
 from .finished import FinishedSpan
-from .otlp_settings import OTLPOptions, OTLPSettings, redact_url
-from .otlp_transport import OTEL_LOGGERS, OnceFilter, RetryingSpanExporter, bounded, metric_exporter, span_exporter
+from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, redact_url
+from .otlp_transport import OTEL_LOGGERS, FailureTap, RetryingSpanExporter, bounded, metric_exporter, span_exporter
 
+_SDK = call_site("opentelemetry.trace", "OpenTelemetry's tracer (OTLP export of a span)")
 _VERSIONED = ("torch", "lightning", "lightning-thunder", "nv-one-logger-training-telemetry", "telemetry-jit")
 
 
@@ -108,6 +111,8 @@ class OTLPExporter(BaseExporter):
         provider.with_exporter(OTLPExporter("http://collector:4318/v1/traces", protocol="http/protobuf"))
     """
 
+    never_blocks = True
+
     def __init__(
         self,
         endpoint: str | None = None,
@@ -151,7 +156,7 @@ class OTLPExporter(BaseExporter):
         self._provider: TracerProvider | None = None
         self._meter_provider: MeterProvider | None = None
         self._spans: dict[Any, trace.Span] = {}
-        self._log_filter = OnceFilter()
+        self._log_filter = FailureTap()
         self._notices = Notices()
         self._ended = 0
         self.dropped = 0  # spans lost, known once the exporter is closed
@@ -192,18 +197,24 @@ class OTLPExporter(BaseExporter):
 
     @override
     def initialize(self) -> None:
+        """Build what sends (errors name the setting OpenTelemetry refused); with the service named
+        (``telemetry_jit.configure`` names it), the providers too, so nothing is left to fail mid-run."""
         super().initialize()
         for name in OTEL_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
-        spans = self._span_exporter or span_exporter(self.settings)
-        self._retrying = RetryingSpanExporter(spans, self._retry_buffer_size)
+        with _refused_settings():
+            spans = self._span_exporter or span_exporter(self.settings)
+            self._retrying = RetryingSpanExporter(spans, self._retry_buffer_size, on_failure=self._undelivered)
+            if self.service_name is not None:
+                _ = self._tracer, self.meter_provider
 
     @functools.cached_property
     def _tracer(self) -> trace.Tracer:
-        # built at the first span, not in initialize(): nv-one-logger initializes exporters before its
-        # configuration (and so the application name for service.name) is in place
+        # built in initialize() when the service is named, else at the first span: nv-one-logger's builder
+        # initializes exporters before its configuration (and so the application name) is in place
         self._provider = TracerProvider(
             resource=self._resource(),
+            sampler=ALWAYS_ON,  # every compile is recorded: a sampler set for the user's own traces is not ours
             id_generator=_RunTraceIds(job_run_id()),
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
@@ -213,15 +224,41 @@ class OTLPExporter(BaseExporter):
     @property
     def meter_provider(self) -> MeterProvider | None:
         """Metrics recorded here go to this exporter's collector (``None`` with ``metrics=False``).
-        Built at first use, like the tracer, so that ``service.name`` is the application's."""
+        Built with the tracer, so that ``service.name`` is the application's."""
         if not self.settings.metrics or not self.ready:
             return None
         if self._meter_provider is None:
-            reader = PeriodicExportingMetricReader(metric_exporter(self.settings))
+            reader = PeriodicExportingMetricReader(
+                metric_exporter(self.settings),
+                export_interval_millis=self.settings.metrics_interval_ms,
+                export_timeout_millis=self.settings.metrics_export_timeout_ms,
+            )
             self._meter_provider = MeterProvider(
                 resource=self._resource(), metric_readers=[reader], shutdown_on_exit=False
             )
         return self._meter_provider
+
+    def _undelivered(self) -> None:
+        """An export failed: said once, in words, with OpenTelemetry's own reason (its lines stay off the console)."""
+        reason = self._log_filter.first_reason or "the collector refused the spans or did not answer"
+        self._notices.warn(
+            "unreachable",
+            f"telemetry-jit: {self!r} could not deliver spans ({reason}); they are kept (up to "
+            f"{self._retry_buffer_size}) and sent again with the next batch, training goes on. What was not "
+            "delivered is counted at the end of the run.",
+            every_rank=True,
+            origin=NOWHERE,
+        )
+
+    def delivery(self) -> dict[str, int]:
+        """Spans ended, delivered and dropped so far (dropped: known at close), and failed exports."""
+        retrying = getattr(self, "_retrying", None)
+        return {
+            "spans": self._ended,
+            "spans_delivered": self.delivered,
+            "spans_dropped": self.dropped,
+            "exports_failed": retrying.failures if retrying is not None else 0,
+        }
 
     def force_flush(self, timeout_seconds: float | None = None) -> bool:
         """Send what is queued now; wait at most ``timeout_seconds`` (default: the flush timeout).
@@ -232,6 +269,9 @@ class OTLPExporter(BaseExporter):
     @override
     def export_start(self, span: Span) -> None:
         super().export_start(span)
+        _SDK.call(self._start, span)
+
+    def _start(self, span: Span) -> None:
         self._spans[span.id] = self._tracer.start_span(
             span.name_str,
             context=self._parent_context(span.parent_span),
@@ -242,6 +282,9 @@ class OTLPExporter(BaseExporter):
     def export_finished_span(self, span: FinishedSpan) -> None:
         """A span recorded after it ended: one OTel span, started and ended at once."""
         self._check_state()
+        _SDK.call(self._finished, span)
+
+    def _finished(self, span: FinishedSpan) -> None:
         otel_span = self._tracer.start_span(
             span.name,
             context=self._parent_context(span.parent),
@@ -267,6 +310,9 @@ class OTLPExporter(BaseExporter):
     @override
     def export_stop(self, span: Span) -> None:
         super().export_stop(span)
+        _SDK.call(self._stop, span)
+
+    def _stop(self, span: Span) -> None:
         otel_span = self._spans.pop(span.id, None)
         if otel_span is None:
             return
@@ -279,11 +325,14 @@ class OTLPExporter(BaseExporter):
     @override
     def export_event(self, event: Event, span: Span) -> None:
         super().export_event(event, span)
-        self._add_event(event, span)
+        _SDK.call(self._add_event, event, span)
 
     @override
     def export_error(self, event: ErrorEvent, span: Span) -> None:
         super().export_error(event, span)
+        _SDK.call(self._add_error, event, span)
+
+    def _add_error(self, event: ErrorEvent, span: Span) -> None:
         otel_span = self._add_event(event, span)
         if otel_span is not None:
             otel_span.set_status(Status(StatusCode.ERROR, event.error_message))
@@ -297,6 +346,9 @@ class OTLPExporter(BaseExporter):
     @override
     def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
         super().export_telemetry_data_error(error)
+        _SDK.call(self._data_error, error)
+
+    def _data_error(self, error: TelemetryDataError) -> None:
         span = self._tracer.start_span("telemetry_data_error", start_time=_ns(error.timestamp))
         span.set_status(Status(StatusCode.ERROR, error.error_message))
         span.add_event(error.name_str, _attributes(error.attributes.to_json()), timestamp=_ns(error.timestamp))
@@ -308,7 +360,7 @@ class OTLPExporter(BaseExporter):
         if not self.ready:
             return
         for otel_span in self._spans.values():
-            otel_span.end()  # still open at application end: export what is known
+            _SDK.call(otel_span.end)  # still open at application end: export what is known
             self._ended += 1
         self._spans.clear()
         # however much is pending and whatever the collector does (a black hole, 429s, resets), the
@@ -337,6 +389,19 @@ class OTLPExporter(BaseExporter):
         """Spans the backend accepted so far."""
         retrying = getattr(self, "_retrying", None)
         return retrying.delivered if retrying is not None else 0
+
+
+@contextlib.contextmanager
+def _refused_settings() -> Iterator[None]:
+    """OpenTelemetry refusing what it was given while the exporter is built: a settings error that says so."""
+    try:
+        yield
+    except OTLPSettingsError:
+        raise
+    except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting, not a trace
+        raise OTLPSettingsError(
+            f"OpenTelemetry could not build the OTLP exporter with these settings: {error}"
+        ) from error
 
 
 def _application_name() -> str | None:

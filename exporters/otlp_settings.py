@@ -19,20 +19,37 @@ from urllib.parse import urlparse, urlunparse
 
 from opentelemetry.environment_variables import OTEL_METRICS_EXPORTER, OTEL_TRACES_EXPORTER
 from opentelemetry.sdk.environment_variables import (
+    OTEL_ATTRIBUTE_COUNT_LIMIT,
+    OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT,
     OTEL_BSP_EXPORT_TIMEOUT,
     OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
     OTEL_BSP_MAX_QUEUE_SIZE,
     OTEL_BSP_SCHEDULE_DELAY,
+    OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT,
     OTEL_EXPORTER_OTLP_ENDPOINT,
     OTEL_EXPORTER_OTLP_HEADERS,
+    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION,
     OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
+    OTEL_EXPORTER_OTLP_METRICS_HEADERS,
+    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE,
+    OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
     OTEL_EXPORTER_OTLP_PROTOCOL,
     OTEL_EXPORTER_OTLP_TIMEOUT,
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
     OTEL_EXPORTER_OTLP_TRACES_HEADERS,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
+    OTEL_LINK_ATTRIBUTE_COUNT_LIMIT,
+    OTEL_METRIC_EXPORT_INTERVAL,
+    OTEL_METRIC_EXPORT_TIMEOUT,
+    OTEL_RESOURCE_ATTRIBUTES,
+    OTEL_SDK_DISABLED,
     OTEL_SERVICE_NAME,
+    OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT,
+    OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+    OTEL_SPAN_EVENT_COUNT_LIMIT,
+    OTEL_SPAN_LINK_COUNT_LIMIT,
 )
 from opentelemetry.util.re import parse_env_headers
 
@@ -115,6 +132,10 @@ class OTLPOptions:
 class OTLPSettings:
     """The settings an OTLP exporter runs with, resolved from :class:`OTLPOptions` and the environment.
 
+    Traces and metrics each take their own variables first (``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``,
+    ``..._METRICS_HEADERS``, ``..._METRICS_TIMEOUT``, ``..._METRICS_ENDPOINT``), then the shared ones, as
+    OpenTelemetry's specification says; arguments apply to both.
+
     Example::
 
         settings = OTLPSettings.resolve(OTLPOptions(endpoint="http://collector:4318/v1/traces"))
@@ -123,7 +144,6 @@ class OTLPSettings:
 
     protocol: Protocol
     endpoint: str
-    metrics_endpoint: str
     headers: Mapping[str, str] = field(repr=False)
     service_name: str | None
     timeout_s: float
@@ -133,6 +153,12 @@ class OTLPSettings:
     resource_attributes: Mapping[str, Any]
     batch: Mapping[str, float]  # BatchSpanProcessor's arguments
     metrics: bool
+    metrics_protocol: Protocol = "grpc"
+    metrics_endpoint: str = ""
+    metrics_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    metrics_timeout_s: float = _DEFAULT_TIMEOUT_S
+    metrics_interval_ms: float = 60_000.0
+    metrics_export_timeout_ms: float = 30_000.0
 
     def __repr__(self) -> str:
         return (
@@ -142,22 +168,15 @@ class OTLPSettings:
 
     @classmethod
     def resolve(cls, options: OTLPOptions) -> OTLPSettings:
-        """Arguments over variables over defaults, checked.
+        """Arguments over variables over defaults, checked, with every variable OpenTelemetry's SDK reads
+        by itself when the exporter builds its providers.
 
         Raises:
-            OTLPSettingsError: a setting with which nothing could be sent, naming it and what is valid.
+            OTLPSettingsError: a setting with which nothing could be sent, or that OpenTelemetry would refuse
+                or replace by its default, naming it, its value and what is valid.
         """
-        protocol = _protocol(options.protocol)
+        protocol = _protocol(options.protocol, (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL))
         endpoint = _endpoint(options.endpoint, protocol)
-        metrics_endpoint = _environ(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
-        if metrics_endpoint is None:
-            metrics_endpoint = (
-                endpoint.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics"
-                if protocol == "http/protobuf"
-                else endpoint
-            )
-        else:
-            metrics_endpoint = _checked_endpoint(metrics_endpoint, protocol, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
         timeout = _positive(
             "timeout",
             options.timeout,
@@ -180,12 +199,15 @@ class OTLPSettings:
         flush_timeout = batch["export_timeout_millis"] / 1000 if "export_timeout_millis" in batch else timeout
         metrics = options.metrics
         if metrics is None:
-            metrics = (_environ(OTEL_METRICS_EXPORTER) or "otlp").strip().lower() != "none"
+            metrics = _metrics_wanted()
+        metrics_protocol = _protocol(
+            options.protocol, (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
+        )
+        _check_sdk_variables(metrics)
         return cls(
             protocol=protocol,
             endpoint=endpoint,
-            metrics_endpoint=metrics_endpoint,
-            headers=_headers(options.headers),
+            headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_TRACES_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
             service_name=options.service_name or _environ(OTEL_SERVICE_NAME),
             timeout_s=timeout,
             flush_timeout_s=flush_timeout,
@@ -194,7 +216,110 @@ class OTLPSettings:
             resource_attributes=dict(options.resource_attributes or {}),
             batch=batch,
             metrics=metrics,
+            metrics_protocol=metrics_protocol,
+            metrics_endpoint=_metrics_endpoint(options.endpoint, endpoint, protocol, metrics_protocol),
+            metrics_headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_METRICS_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
+            metrics_timeout_s=_positive(
+                "timeout",
+                options.timeout,
+                (OTEL_EXPORTER_OTLP_METRICS_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT),
+                _DEFAULT_TIMEOUT_S,
+                "seconds",
+            ),
+            metrics_interval_ms=_positive(
+                "metrics_interval", None, (OTEL_METRIC_EXPORT_INTERVAL,), 60_000.0, "milliseconds"
+            ),
+            metrics_export_timeout_ms=_positive(
+                "metrics_export_timeout", None, (OTEL_METRIC_EXPORT_TIMEOUT,), 30_000.0, "milliseconds"
+            ),
         )
+
+
+def sdk_disabled() -> bool:
+    """``OTEL_SDK_DISABLED=true``: the user switched OpenTelemetry off in this process."""
+    return (_environ(OTEL_SDK_DISABLED) or "false").strip().lower() == "true"
+
+
+def _metrics_wanted() -> bool:
+    value = (_environ(OTEL_METRICS_EXPORTER) or "otlp").strip().lower()
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ("otlp", "none", "console", "prometheus")]
+    if unknown:
+        raise OTLPSettingsError(
+            f"{OTEL_METRICS_EXPORTER}={value!r} names {', '.join(map(repr, unknown))}, which is no metrics exporter "
+            "OpenTelemetry knows: use 'otlp' or 'none'."
+        )
+    return "otlp" in names
+
+
+def _metrics_endpoint(given: str | None, traces: str, traces_protocol: Protocol, protocol: Protocol) -> str:
+    """The metrics endpoint: its own variable, else the traces endpoint's address (given, or from the
+    variables), else OpenTelemetry's default for the metrics protocol."""
+    explicit = _environ(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
+    if explicit is not None:
+        return _checked_endpoint(explicit, protocol, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
+    base = _environ(OTEL_EXPORTER_OTLP_ENDPOINT)
+    if given is None and base is not None:
+        endpoint = base.strip().rstrip("/") + "/v1/metrics" if protocol == "http/protobuf" else base.strip()
+        return _checked_endpoint(endpoint, protocol, OTEL_EXPORTER_OTLP_ENDPOINT)
+    if protocol == traces_protocol:
+        return traces.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics" if protocol == "http/protobuf" else traces
+    return "localhost:4317" if protocol == "grpc" else "http://localhost:4318/v1/metrics"
+
+
+_LIMITS = (  # span limits the SDK reads from the environment when a TracerProvider is built
+    OTEL_ATTRIBUTE_COUNT_LIMIT,
+    OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+    OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT,
+    OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT,
+    OTEL_SPAN_EVENT_COUNT_LIMIT,
+    OTEL_SPAN_LINK_COUNT_LIMIT,
+    OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT,
+    OTEL_LINK_ATTRIBUTE_COUNT_LIMIT,
+)
+_SIGNALS = ("", "TRACES_", "METRICS_")
+_CHOICES = {  # variables the SDK reads itself, and what it accepts
+    OTEL_SDK_DISABLED: ("true", "false"),
+    **{f"OTEL_EXPORTER_OTLP_{s}COMPRESSION": ("gzip", "deflate", "none") for s in _SIGNALS},
+    **{f"OTEL_EXPORTER_OTLP_{s}INSECURE": ("true", "false") for s in _SIGNALS},
+}
+_METRICS_CHOICES = {
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE: ("cumulative", "delta", "lowmemory"),
+    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION: (
+        "explicit_bucket_histogram",
+        "base2_exponential_bucket_histogram",
+    ),
+}
+_FILES = tuple(
+    f"OTEL_EXPORTER_OTLP_{s}{kind}" for s in _SIGNALS for kind in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
+)
+
+
+def _check_sdk_variables(metrics: bool) -> None:
+    """Every variable OpenTelemetry's SDK reads by itself while the exporter builds and runs, checked now:
+    the SDK would raise only when the first span is sent (during training), or quietly use its default."""
+    for variable in _LIMITS:
+        value = _environ(variable)
+        if value is not None and not (value.strip().isascii() and value.strip().isdigit()):
+            raise OTLPSettingsError(
+                f"{variable}={value!r}: must be a whole number >= 0 (a limit OpenTelemetry applies)."
+            )
+    choices = {**_CHOICES, **(_METRICS_CHOICES if metrics else {})}
+    for variable, valid in choices.items():
+        value = _environ(variable)
+        if value is not None and value.strip().lower() not in valid:
+            raise OTLPSettingsError(f"{variable}={value!r}: must be one of {', '.join(valid)}.")
+    for variable in _FILES:
+        value = _environ(variable)
+        if value is not None and not os.access(value, os.R_OK):
+            raise OTLPSettingsError(f"{variable}={value!r}: no readable file there (a certificate or key file).")
+    attributes = _environ(OTEL_RESOURCE_ATTRIBUTES)
+    if attributes is not None:
+        bad = [pair for pair in attributes.split(",") if pair.strip() and "=" not in pair]
+        if bad:
+            raise OTLPSettingsError(
+                f"{OTEL_RESOURCE_ATTRIBUTES} is malformed at {bad[0]!r}: expected 'key=value,key2=value2'."
+            )
 
 
 def traces_exporter_wanted() -> bool:
@@ -237,10 +362,8 @@ def _given_or_variable(given: Any, argument: str, variables: tuple[str, ...]) ->
     return None, ""
 
 
-def _protocol(given: str | None) -> Protocol:
-    value, source = _given_or_variable(
-        given, "protocol", (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
-    )
+def _protocol(given: str | None, variables: tuple[str, ...]) -> Protocol:
+    value, source = _given_or_variable(given, "protocol", variables)
     if value is None:
         return "grpc"
     protocol = value.strip().lower()
@@ -283,11 +406,11 @@ def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
     return endpoint
 
 
-def _headers(given: Mapping[str, str] | str | None) -> dict[str, str]:
+def _headers(given: Mapping[str, str] | str | None, variables: tuple[str, ...]) -> dict[str, str]:
     """Headers as OpenTelemetry reads them (percent-decoded, names lower case); values never shown."""
     if isinstance(given, Mapping):
         return {str(name).lower(): str(value) for name, value in given.items()}
-    text, source = _given_or_variable(given, "headers", (OTEL_EXPORTER_OTLP_TRACES_HEADERS, OTEL_EXPORTER_OTLP_HEADERS))
+    text, source = _given_or_variable(given, "headers", variables)
     if text is None:
         return {}
     headers = dict(parse_env_headers(text, liberal=True))
@@ -308,13 +431,10 @@ def _positive(name: str, given: float | None, variables: tuple[str, ...], defaul
         try:
             value = float(value)
         except ValueError:
-            warn_once(  # said once, however often the settings are resolved
-                (source, value),
-                f"telemetry-jit: {source}={value!r} is not a number of {unit}; OpenTelemetry's default is used.",
-                every_rank=True,
-                origin=NOWHERE,
-            )
-            return default
+            raise OTLPSettingsError(
+                f"{source}={value!r}: must be a number of {unit} greater than 0 (OpenTelemetry's default: "
+                f"{default if default is not None else 'the export timeout'})."
+            ) from None
     if not value > 0 or value != value or value == float("inf"):
         raise OTLPSettingsError(
             f"{source}={value!r}: must be a number of {unit} greater than 0 (OpenTelemetry's default: "

@@ -15,7 +15,15 @@ from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from telemetry_jit.boundary import FAILED, call_site
+
 from .otlp_settings import OTLPSettings
+
+_SEND = call_site(
+    "otlp.send",
+    "sending spans to the OTLP collector",
+    bound="the batch processor's thread; the export timeout at close",
+)
 
 Signal = Literal["traces", "metrics"]
 # the loggers through which OpenTelemetry reports a failing collector, once per batch
@@ -30,9 +38,9 @@ OTEL_LOGGERS = (
 )
 
 
-def _exporter_class(settings: OTLPSettings, signal: Signal) -> type[Any]:
-    """OpenTelemetry's exporter class for ``signal`` over the settings' protocol, imported when first built."""
-    if settings.protocol == "grpc":
+def _exporter_class(protocol: str, signal: Signal) -> type[Any]:
+    """OpenTelemetry's exporter class for ``signal`` over ``protocol``, imported when first built."""
+    if protocol == "grpc":
         if signal == "traces":
             from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
 
@@ -52,13 +60,15 @@ def _exporter_class(settings: OTLPSettings, signal: Signal) -> type[Any]:
 def _build(settings: OTLPSettings, signal: Signal) -> Any:
     """OpenTelemetry's OTLP exporter for ``signal``, as the settings say: one builder for both signals
     and both protocols."""
-    exporter_class = _exporter_class(settings, signal)
+    traces = signal == "traces"
+    protocol = settings.protocol if traces else settings.metrics_protocol
+    exporter_class = _exporter_class(protocol, signal)
     common = {
-        "endpoint": settings.endpoint if signal == "traces" else settings.metrics_endpoint,
-        "headers": dict(settings.headers) or None,
-        "timeout": settings.timeout_s,
+        "endpoint": settings.endpoint if traces else settings.metrics_endpoint,
+        "headers": dict(settings.headers if traces else settings.metrics_headers) or None,
+        "timeout": settings.timeout_s if traces else settings.metrics_timeout_s,
     }
-    if settings.protocol == "grpc":
+    if protocol == "grpc":
         return exporter_class(insecure=settings.insecure, credentials=_grpc_credentials(settings), **common)
     return exporter_class(
         certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
@@ -103,31 +113,30 @@ def _session_trusting_the_given_certificate() -> Any:
     return Session()
 
 
-class OnceFilter(logging.Filter):
-    """Lets OpenTelemetry's first failure line through, and none after it: an unreachable collector
-    is one problem however many exporters (traces, metrics) and retries meet it; the exporter's own
-    warning at close says what was not delivered."""
+class FailureTap(logging.Filter):
+    """Keeps OpenTelemetry's own failure lines off the console (the exporter says once, in its own words,
+    what failed and what it does about it) and remembers the first, for that message."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.said = False
+        self.first_reason = ""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
-        if self.said:
-            return False
-        self.said = True
-        return True
+        if not self.first_reason:
+            self.first_reason = record.getMessage().strip().split("\n", 1)[0][:300]
+        return False
 
 
 class RetryingSpanExporter(SpanExporter):
     """Keeps what a failed export carried (newest first, bounded) and sends it with the next batch;
     counts what the collector accepted."""
 
-    def __init__(self, inner: SpanExporter, capacity: int) -> None:
+    def __init__(self, inner: SpanExporter, capacity: int, on_failure: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.capacity = capacity
+        self.on_failure = on_failure
         self.pending: deque[ReadableSpan] = deque()
         self.delivered = 0
         self.failures = 0
@@ -143,9 +152,8 @@ class RetryingSpanExporter(SpanExporter):
         with self._lock:
             batch = [*self.pending, *spans]
             self.pending.clear()
-        try:
-            result = self.inner.export(batch)
-        except Exception:  # noqa: BLE001 - a broken transport is a failed export, not a crash
+        result = _SEND.call(self.inner.export, batch)
+        if result is FAILED:  # a broken transport is a failed export, not a crash
             result = SpanExportResult.FAILURE
         with self._lock:
             if not self._counting:
@@ -155,6 +163,8 @@ class RetryingSpanExporter(SpanExporter):
             else:
                 self.failures += 1
                 self.pending.extend(batch[-self.capacity :] if self.capacity else [])
+        if result is not SpanExportResult.SUCCESS and self.on_failure is not None:
+            self.on_failure()
         return result
 
     def shutdown(self) -> None:

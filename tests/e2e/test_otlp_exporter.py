@@ -44,7 +44,7 @@ def fast_batches(monkeypatch: pytest.MonkeyPatch) -> None:
 def configure(tmp_path: Path):
     providers = []
 
-    def make(exporter: OTLPExporter):
+    def make(exporter: OTLPExporter | bool):
         fresh_provider_state()
         provider = telemetry_jit.configure("otlp-app", file=tmp_path / "t.jsonl", otlp=exporter, global_batch_size=4)
         providers.append(provider)
@@ -150,7 +150,13 @@ def test_collector_down_from_the_start_costs_one_warning_not_the_run(
 ) -> None:
     expected = plain_losses()
     torch._dynamo.reset()
-    exporter = OTLPExporter(f"http://127.0.0.1:{free_port()}", protocol=protocol, timeout=0.5)
+    started = time.perf_counter()
+    train(configure(False))  # the same fit, its telemetry to the file alone
+    plain_seconds = time.perf_counter() - started
+    torch._dynamo.reset()
+    exporter = OTLPExporter(
+        f"http://127.0.0.1:{free_port()}", protocol=protocol, timeout=0.5, schedule_delay_millis=100
+    )
     provider = configure(exporter)
     caplog.set_level(logging.WARNING, logger="opentelemetry")
     with warnings.catch_warnings(record=True) as caught:
@@ -160,14 +166,15 @@ def test_collector_down_from_the_start_costs_one_warning_not_the_run(
         fit_seconds = time.perf_counter() - started
         telemetry_jit.hook_trainer_cls(pl.Trainer, provider)[1].on_app_end()
     assert losses == expected
-    assert fit_seconds < 30
-    lost = [w for w in caught if "could not be delivered" in str(w.message)]
-    assert len(lost) == 1
+    # exports run on their own thread: a collector that never answers costs the fit nothing it waits for
+    assert fit_seconds < plain_seconds + 2.0, (fit_seconds, plain_seconds)
+    ours = [str(w.message) for w in caught if "OTLPExporter" in str(w.message)]
+    # telemetry-jit says it once when it happens (with OpenTelemetry's own reason), and counts it at the end
+    assert len(ours) == 2 and "could not deliver spans (" in ours[0] and "could not be delivered" in ours[1]
     written = file_run(tmp_path)  # the other exporter received everything
     assert written.find("compilation") and exporter.dropped == len(written.spans)
-    otel_lines = [r for r in caplog.records if r.name.startswith("opentelemetry")]
-    # one line from OpenTelemetry for the one problem (traces and metrics, every retry), then telemetry-jit's own
-    assert len(otel_lines) == 1
+    # OpenTelemetry's own lines ("Transient error ... retrying") stay off the console: telemetry-jit said it
+    assert [r for r in caplog.records if r.name.startswith("opentelemetry")] == []
 
 
 def test_slow_collector_does_not_slow_training(configure, tmp_path: Path) -> None:
@@ -394,9 +401,9 @@ def test_shutdown_is_registered_for_exit_once_per_configuration_and_removed_when
             fresh_provider_state()
             telemetry_jit.configure(name, file=tmp_path / f"{name}.jsonl")
             assert at_exit.count(telemetry_jit.shutdown) == 1
-        assert telemetry_jit.configuration.configuration().app_name == "second"
+        assert telemetry_jit.session.configuration().app_name == "second"
         telemetry_jit.shutdown()
-        assert telemetry_jit.shutdown not in at_exit and telemetry_jit.configuration.configuration() is None
+        assert telemetry_jit.shutdown not in at_exit and telemetry_jit.session.configuration() is None
         telemetry_jit.shutdown()  # idempotent
     finally:
         fresh_provider_state()
@@ -530,21 +537,22 @@ def test_compile_metrics_can_be_switched_off_spans_still_go(
 def test_every_otel_value_either_fails_at_configure_or_delivers_everything(
     configure, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, variable: str, value: str
 ) -> None:
-    """Against a live receiver: a value that would send nothing (zero, negative) is an error naming the
-    variable before training; an empty or non-numeric one is OpenTelemetry's default (said once for a
-    non-number), and every span arrives."""
+    """Against a live receiver: a value with which nothing would be sent (zero, negative) or that is no
+    number is an error naming the variable before training; an empty one is OpenTelemetry's default, and
+    every span arrives."""
     monkeypatch.setenv(variable, value)
     receiver = GrpcReceiver()
     try:
-        if value in ("0", "-5"):
-            with pytest.raises(ValueError, match=f"{variable}={float(value)}"):
+        if value:
+            shown = repr(value) if value == "lots" else float(value)
+            with pytest.raises(ValueError, match=f"{variable}={shown}"):
                 configure(OTLPExporter(receiver.endpoint, protocol="grpc"))
             assert receiver.received.spans() == []
             return
         with warnings.catch_warnings(record=True) as said:
             warnings.simplefilter("always")
             provider = configure(OTLPExporter(receiver.endpoint, protocol="grpc"))
-        assert len([w for w in said if variable in str(w.message)]) == (0 if value == "" else 1)
+        assert [w for w in said if variable in str(w.message)] == []
         train(provider, epochs=1)
         telemetry_jit.hook_trainer_cls(pl.Trainer, provider)[1].on_app_end()
         written = file_run(tmp_path)

@@ -33,6 +33,22 @@ OTEL_VARIABLES = (
     "OTEL_SERVICE_NAME",
     "OTEL_METRICS_EXPORTER",
     "OTEL_TRACES_EXPORTER",
+    "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+    "OTEL_METRIC_EXPORT_INTERVAL",
+    "OTEL_METRIC_EXPORT_TIMEOUT",
+    "OTEL_SDK_DISABLED",
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_EXPORTER_OTLP_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION",
+    "OTEL_EXPORTER_OTLP_CERTIFICATE",
+    "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY",
+    "OTEL_EXPORTER_OTLP_INSECURE",
+    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+    "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
+    "OTEL_RESOURCE_ATTRIBUTES",
 )
 
 
@@ -81,6 +97,25 @@ def test_http_endpoints_follow_the_base_variable(monkeypatch: pytest.MonkeyPatch
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "udp", "OTEL_EXPORTER_OTLP_PROTOCOL='udp' is not an OTLP protocol"),
         ("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json", "http/json is not supported"),
         ("OTEL_EXPORTER_OTLP_HEADERS", "authorization", "OTEL_EXPORTER_OTLP_HEADERS is malformed"),
+        ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x", "OTEL_EXPORTER_OTLP_METRICS_HEADERS is malformed"),
+        ("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "udp", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL='udp'"),
+        ("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "0", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT=0.0"),
+        # read by OpenTelemetry's SDK itself: it would raise mid-run, or quietly use its default
+        ("OTEL_METRIC_EXPORT_INTERVAL", "0", "OTEL_METRIC_EXPORT_INTERVAL=0.0: must be a number of milliseconds"),
+        ("OTEL_METRIC_EXPORT_INTERVAL", "-1", "OTEL_METRIC_EXPORT_INTERVAL=-1.0"),
+        ("OTEL_METRIC_EXPORT_TIMEOUT", "0", "OTEL_METRIC_EXPORT_TIMEOUT=0.0"),
+        ("OTEL_SDK_DISABLED", "maybe", "OTEL_SDK_DISABLED='maybe': must be one of true, false"),
+        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT='abc': must be a whole"),
+        ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "-3", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT='-3'"),
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "OTEL_EXPORTER_OTLP_COMPRESSION='zip': must be one of gzip"),
+        ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "lz4", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION='lz4'"),
+        ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem", "no readable file there"),
+        ("OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY", "/no/such/key", "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY"),
+        ("OTEL_EXPORTER_OTLP_INSECURE", "yes please", "OTEL_EXPORTER_OTLP_INSECURE='yes please'"),
+        ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "bogus", "TEMPORALITY_PREFERENCE='bogus'"),
+        ("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "x", "DEFAULT_HISTOGRAM_AGGREGATION='x'"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "team=jit,oops", "OTEL_RESOURCE_ATTRIBUTES is malformed at 'oops'"),
+        ("OTEL_METRICS_EXPORTER", "otpl", "OTEL_METRICS_EXPORTER='otpl' names 'otpl'"),
     ],
 )
 def test_a_value_that_would_send_nothing_is_an_error_naming_the_variable(
@@ -93,15 +128,36 @@ def test_a_value_that_would_send_nothing_is_an_error_naming_the_variable(
 
 @pytest.mark.parametrize(
     "variable",
-    ["OTEL_BSP_MAX_QUEUE_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_BSP_EXPORT_TIMEOUT"],
+    [
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        "OTEL_BSP_SCHEDULE_DELAY",
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "OTEL_BSP_EXPORT_TIMEOUT",
+        "OTEL_METRIC_EXPORT_INTERVAL",
+    ],
 )
-def test_a_value_that_is_no_number_gets_opentelemetrys_treatment(
+def test_a_value_that_is_no_number_is_refused_naming_what_is_valid(
     variable: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    expected = resolve()
     monkeypatch.setenv(variable, "lots")
-    with pytest.warns(RuntimeWarning, match=f"{variable}='lots' is not a number.*default is used"):
-        assert resolve() == expected
+    with pytest.raises(OTLPSettingsError, match=f"{variable}='lots': must be a number of .* greater than 0"):
+        resolve()
+
+
+def test_metrics_take_their_own_variables_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=jit")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-team=metrics")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "3")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "1500")
+    settings = resolve()
+    assert (settings.protocol, settings.endpoint) == ("grpc", "localhost:4317")
+    assert (settings.metrics_protocol, settings.metrics_endpoint) == (
+        "http/protobuf",
+        "http://localhost:4318/v1/metrics",
+    )
+    assert dict(settings.headers) == {"x-team": "jit"} and dict(settings.metrics_headers) == {"x-team": "metrics"}
+    assert (settings.timeout_s, settings.metrics_timeout_s, settings.metrics_interval_ms) == (10.0, 3.0, 1500.0)
 
 
 @pytest.mark.parametrize("variable", OTEL_VARIABLES)

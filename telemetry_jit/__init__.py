@@ -35,13 +35,14 @@ _WHERE = {
     "PayoffSettings": "recording.payoff",
     "format_summary": "analysis.text",
     "TimeEventCallback": "lightning.time_events",
-    "configure": "configuration",
-    "flush": "configuration",
+    "Session": "session",
+    "configure": "session",
+    "flush": "session",
     "hook_trainer_cls": "lightning.trainer",
     "read_telemetry": "analysis.reader",
     "resolve_root": "lightning.jit_transform",
     "select_modules": "lightning.jit_transform",
-    "shutdown": "configuration",
+    "shutdown": "session",
 }
 __all__ = [
     "CompileConsole",
@@ -58,6 +59,7 @@ __all__ = [
     "JitTransform",
     "Payoff",
     "PayoffSettings",
+    "Session",
     "TimeEventCallback",
     "configure",
     "flush",
@@ -85,7 +87,6 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from telemetry_jit.analysis.reader import read_telemetry
     from telemetry_jit.analysis.text import format_summary
-    from telemetry_jit.configuration import configure, flush, shutdown
     from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
     from telemetry_jit.lightning.fabric import FabricCompileTelemetry
     from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform, resolve_root, select_modules
@@ -98,3 +99,4 @@ if TYPE_CHECKING:
     from telemetry_jit.recording.stats import CompileStats
     from telemetry_jit.records import CompileRecord, GraphBreak, Payoff
     from telemetry_jit.schema import JitEventName, JitSpanName
+    from telemetry_jit.session import Session, configure, flush, shutdown

@@ -19,6 +19,7 @@ import re
 import socket
 import uuid
 from dataclasses import dataclass, replace
+from types import FrameType
 
 RUN_ID_VARIABLE = "TELEMETRY_JIT_RUN_ID"
 
@@ -91,12 +92,17 @@ def from_environment() -> ProcessIdentity:
         IdentityError: a rank or world-size variable is set to something that is not a number.
     """
     local_rank = _number(_LOCAL_RANK_VARIABLES, default=0)
-    return ProcessIdentity(
-        rank=_number(_RANK_VARIABLES, default=local_rank),
-        local_rank=local_rank,
-        world_size=_number(_WORLD_SIZE_VARIABLES, default=1, minimum=1),
-        node=socket.gethostname(),
-    )
+    rank = _number(_RANK_VARIABLES, default=local_rank)
+    world_size = _number(_WORLD_SIZE_VARIABLES, default=1, minimum=1)
+    given = next((name for name in _WORLD_SIZE_VARIABLES if name in os.environ), None)
+    if given is not None and rank >= world_size:
+        source = next((name for name in _RANK_VARIABLES if name in os.environ), "LOCAL_RANK")
+        raise IdentityError(
+            f"telemetry-jit: {source}={rank} is not a rank of a job of {given}={world_size} (ranks are 0 to "
+            f"{world_size - 1}). Unset them, or set them as your launcher does (torchrun, SLURM and Lightning set "
+            "them for each process)."
+        )
+    return ProcessIdentity(rank=rank, local_rank=local_rank, world_size=world_size, node=socket.gethostname())
 
 
 class IdentityTracker:
@@ -143,16 +149,44 @@ def launcher_job_id() -> tuple[str, str] | None:
     return None
 
 
+_made_up: str | None = None  # the run id this process made up (no launcher or user gave one)
+
+
 def run_id() -> str:
     """This job's run id, the same in every rank of the job: ``TELEMETRY_JIT_RUN_ID``, else the
     launcher's job id (``torchrun-<id>``, ``slurm-<job>.<step>``, ...), else a new one. Either way it is
     put into the environment, so that ranks launched from this process inherit it."""
+    global _made_up
     value = os.environ.get(RUN_ID_VARIABLE, "").strip()
     if not value:
         found = launcher_job_id()
         value = f"{found[0]}-{found[1]}" if found else uuid.uuid4().hex
+        _made_up = None if found else value
         os.environ[RUN_ID_VARIABLE] = value
     return value
+
+
+def next_run() -> None:
+    """A new run in this process (telemetry configured again after a shutdown): a run id this process
+    made up is made up afresh; one a launcher or the user gave stays."""
+    if _made_up is not None and os.environ.get(RUN_ID_VARIABLE) == _made_up:
+        del os.environ[RUN_ID_VARIABLE]
+
+
+def reimporting_main() -> bool:
+    """Whether this call comes from the user's script being imported again, as ``__mp_main__``, in a
+    process that ``multiprocessing`` started by spawning (a DataLoader worker, a pool worker): its
+    module-level code runs again there, and is not the run."""
+    import sys
+
+    # multiprocessing runs the script under this name while it prepares a spawned process, before it
+    # knows its parent (parent_process() is still None then)
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
+            return True
+        frame = frame.f_back
+    return False
 
 
 def short_run_id(run_id: str) -> str:

@@ -6,33 +6,32 @@ import logging
 from types import TracebackType
 
 import torch
-from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
-from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.compat.nv_one_logger import telemetry_enabled
-from telemetry_jit.configuration import set_rank as tell_exporters_rank
 from telemetry_jit.notices import warn_once
-from telemetry_jit.recording.console import CompileConsole
-from telemetry_jit.recording.payoff import PayoffMeter, PayoffSettings
+from telemetry_jit.recording.console import CompileConsole, say_line
+from telemetry_jit.recording.payoff import PayoffSettings, PayoffTracker
 from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.records import Payoff, why_slower
-from telemetry_jit.schema import JitEventName
+from telemetry_jit.records import Payoff
+from telemetry_jit.session import Session, resolve
+
+_log = logging.getLogger("telemetry_jit")
 
 
 class CompileTelemetry:
     """Record every compilation while a block runs, as a ``HookedTrainer`` does for ``fit``.
 
     Compilation spans, recompiles with torch's reasons, graph breaks and a ``compile_summary`` go to
-    nv-one-logger's provider and its exporters. Tell it which step the loop is on with :meth:`step`
-    (spans carry it as ``train.global_step``); nothing else runs per step. Compile spans hang under
-    the nv-one-logger loop span running when they start (``training_loop`` if you record one with
-    nv-one-logger's ``on_train_start``), else the application span, which is started here (and
-    ended on exit) if none is running.
+    the session's exporters. Tell it which step the loop is on with :meth:`step` (spans carry it as
+    ``train.global_step``); nothing else runs per step. Compile spans hang under the nv-one-logger loop
+    span running when they start (``training_loop`` if you record one with nv-one-logger's
+    ``on_train_start``), else the application span, which is started here (and ended on exit) if none
+    is running.
 
     Args:
-        provider: the configured ``TrainingTelemetryProvider`` (default: ``instance()``).
+        provider: the :class:`~telemetry_jit.session.Session` (or nv-one-logger's provider) to record
+            through (default: the running session).
         stage: what the loop does, ``train.stage`` on the spans.
         live: announce slow compiles and warn about recompile storms on the console.
         payoff: measure what compiling buys (compiled against eager steps, docs/payoff.md); a step is
@@ -53,77 +52,77 @@ class CompileTelemetry:
 
     def __init__(
         self,
-        provider: TrainingTelemetryProvider | None = None,
+        provider: Session | TrainingTelemetryProvider | None = None,
         *,
         stage: str = "train",
         live: bool = True,
         payoff: bool | PayoffSettings = False,
     ) -> None:
-        self._provider = provider or TrainingTelemetryProvider.instance()
+        self._given = provider
+        self._session = resolve(provider)
         self.stage = stage
         self.global_step = 0
-        self._recorder = CompileRecorder(self._provider, listeners=[CompileConsole()] if live else [])
+        self._steps = 0  # step() calls so far: the steps the loop ran
+        self._recorder = CompileRecorder(self._session, listeners=[CompileConsole()] if live else [])
         self._rank = 0
         self._owns_application = False
         self.stats: CompileStats | None = None
         if not isinstance(payoff, (bool, PayoffSettings)):
             raise TypeError(f"CompileTelemetry(payoff=...) takes True, False or a PayoffSettings, got {payoff!r}.")
         self.payoff_settings = (payoff if isinstance(payoff, PayoffSettings) else PayoffSettings()) if payoff else None
-        self.last_payoff: Payoff | None = None
-        self._meter: PayoffMeter | None = None
+        self.last_payoff = Payoff(not_measured="payoff was not asked for" if not payoff else "the loop has not run")
+        self._tracker: PayoffTracker | None = None
 
     def step(self, global_step: int) -> None:
         """The loop is at ``global_step`` now (cheap: call it every step). With ``payoff``, a step runs
         from one call to the next, and some run eagerly."""
         self.global_step = global_step
+        self._steps += 1
         self._recorder.batch_started(global_step, stage=self.stage)
-        if self._meter is not None:
-            self._meter.step_ended()
-            self._meter.step_started(global_step)
+        if self._tracker is not None:
+            measured = self._tracker.step_ended()
+            if measured is not None and self._rank == 0:
+                say_line(_log.warning, self._tracker.line(measured))
+            self._tracker.step_started(global_step)
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
         """Which process of a distributed job this is, for every record (files become per rank)."""
         self._rank = rank
-        tell_exporters_rank(self._provider, rank, local_rank, world_size)
+        self._session.set_rank(rank, local_rank, world_size)
 
     def __enter__(self) -> CompileTelemetry:
-        if not telemetry_enabled():
-            warn_once(
-                "loop not configured",
-                "telemetry-jit: the telemetry provider is not configured, so compilations are only counted. "
-                "Call telemetry_jit.configure(app_name, file=...) first.",
-            )
-        elif not nv_one_logger_compat.application_running(self._provider):
-            one_logger.on_app_start()
-            self._owns_application = True
+        self._session = self._recorder.session = resolve(self._given)
+        self._steps = 0
+        if not self._session.recording:
+            if not (self._session.inert or self._session.ended):
+                warn_once(
+                    "loop not configured",
+                    "telemetry-jit: the telemetry provider is not configured, so compilations are only counted. "
+                    "Call telemetry_jit.configure(app_name, file=...) first.",
+                )
+        else:
+            self._owns_application = self._session.start_application()
         self._recorder.start(self._position, rank=self._rank)
         if self.payoff_settings is not None:
-            recorder = self._recorder
             on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-            self._meter = PayoffMeter(self.payoff_settings, compilations=lambda: recorder.stats.count, on_cuda=on_cuda)
+            self._tracker = PayoffTracker(self.payoff_settings, self._recorder, on_cuda=on_cuda)
         return self
 
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        meter, self._meter = self._meter, None
-        if meter is not None:
-            meter.abandon()  # the last step has no end to time
+        tracker, self._tracker = self._tracker, None
+        if tracker is not None:
+            tracker.abandon()  # the last step has no end to time
         self._recorder.stop(error)
         self.stats = self._recorder.emit_summary(None)
-        if meter is not None and meter.result is not None:
-            self._report_payoff(meter.result, self.stats)
-        if self._owns_application:
+        if tracker is not None:
+            self.last_payoff = tracker.finish(self._steps)
+            if self._rank == 0 and (self.last_payoff.measured or error is None):
+                say_line(_log.warning, tracker.line(self.last_payoff))
+        if self._owns_application:  # it started the application: its end is the session's
             self._owns_application = False
-            one_logger.on_app_end()
-
-    def _report_payoff(self, payoff: Payoff, stats: CompileStats) -> None:
-        payoff.compile_s, payoff.steps = stats.total_time_ms / 1000, self.global_step + 1
-        self.last_payoff = payoff
-        self._recorder.emit_event(None, JitEventName.COMPILE_PAYOFF, payoff.attributes())
-        if self._rank == 0:
-            why = why_slower(stats.graph_break_count, stats.recompile_count)
-            logging.getLogger("telemetry_jit").warning("telemetry-jit: compile payoff: %s", payoff.sentence(why))
+            self._session.shutdown()
 
     def _position(self) -> Position:
         return Position(self.global_step, self.stage)

@@ -9,8 +9,10 @@ prefixed with its rank when there are several. Each :class:`Notices` says a key 
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from collections.abc import Hashable
+from types import FrameType
 
 from telemetry_jit.terminal import clean
 
@@ -75,10 +77,13 @@ class Notices:
             message = f"[rank {rank}] {message}"
         message = clean(message)  # names and reasons in it come from code and data
         path, _, line = origin.rpartition(":")
-        if path and line.isdigit():
-            warnings.warn_explicit(message, category, path, int(line), module=path)
-        else:
-            warnings.warn(message, category, stacklevel=stacklevel + 1)
+        try:
+            if path and line.isdigit():
+                warnings.warn_explicit(message, category, path, int(line), module=path)
+            else:
+                warnings.warn(message, category, stacklevel=stacklevel + 1)
+        except Exception:  # noqa: BLE001 - warnings made errors (python -W error) must not take training down
+            print(f"{category.__name__}: {message}", file=sys.stderr)
         return True
 
     def forget(self) -> None:
@@ -86,13 +91,25 @@ class Notices:
         self._said.clear()
 
 
+def user_line() -> str:
+    """``file:line`` of the innermost caller outside telemetry-jit: the user's line a warning is about."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame is not None else ""
+
+
+_PACKAGE = os.path.dirname(os.path.abspath(__file__))
 NOWHERE = "telemetry-jit:0"  # an origin for warnings about telemetry itself: no source line is shown under them
 
 
 def say(message: str, category: type[Warning] = UserWarning) -> None:
     """Warn without pointing at a line of code (the warning is about a file or a collector, not code)."""
     path, _, line = NOWHERE.rpartition(":")
-    warnings.warn_explicit(clean(message), category, path, int(line))
+    try:
+        warnings.warn_explicit(clean(message), category, path, int(line))
+    except Exception:  # noqa: BLE001 - warnings made errors (python -W error)
+        print(f"{category.__name__}: {clean(message)}", file=sys.stderr)
 
 
 process_notices = Notices()  # what is true of the whole process: its torch, its nv-one-logger, its thunder

@@ -138,21 +138,27 @@ class CompileRecord:
 
 @dataclass
 class Payoff:
-    """What compiling bought: step times of each mode, the speedup and when compile time is repaid."""
+    """What compiling bought: step times of each mode, the speedup and when compile time is repaid; or, for a
+    loop where it could not be measured, why not (:attr:`not_measured`)."""
 
-    eager_step_ms: float
-    compiled_step_ms: float
-    measured_at_step: int
-    blocks: int
-    block_steps: int
+    eager_step_ms: float = 0.0
+    compiled_step_ms: float = 0.0
+    measured_at_step: int = -1
+    blocks: int = 0
+    block_steps: int = 0
     eager_peak_mb: float | None = None
     compiled_peak_mb: float | None = None
     compile_s: float = 0.0
-    steps: int = 0  # of the loop, set at its end
+    steps: int = 0  # training steps of the loop (optimizer steps), set at its end
+    not_measured: str = ""  # why there is no measurement ("" once measured)
+
+    @property
+    def measured(self) -> bool:
+        return not self.not_measured
 
     @property
     def speedup(self) -> float:
-        return self.eager_step_ms / self.compiled_step_ms if self.compiled_step_ms > 0 else math.inf
+        return self.eager_step_ms / self.compiled_step_ms if self.compiled_step_ms > 0 else math.nan
 
     @property
     def saved_per_step_s(self) -> float:
@@ -161,8 +167,8 @@ class Payoff:
     @property
     def break_even_step(self) -> int | None:
         """The step by which the time saved per compiled step adds up to the compile time; ``None``
-        when compiled steps are not faster."""
-        if self.saved_per_step_s <= 0:
+        when compiled steps are not faster (or nothing was measured)."""
+        if not self.measured or self.saved_per_step_s <= 0:
             return None
         return math.ceil(self.compile_s / self.saved_per_step_s)
 
@@ -178,7 +184,7 @@ class Payoff:
 
         def figure(name: str) -> float:
             value = attributes.get(name)
-            return float(value) if isinstance(value, (int, float)) else 0.0
+            return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
         memory = (attributes.get(PayoffAttr.EAGER_PEAK_MB), attributes.get(PayoffAttr.COMPILED_PEAK_MB))
         return cls(
@@ -191,9 +197,16 @@ class Payoff:
             compiled_peak_mb=figure(PayoffAttr.COMPILED_PEAK_MB) if memory[1] is not None else None,
             compile_s=figure(PayoffAttr.COMPILE_S),
             steps=int(figure(PayoffAttr.STEPS)),
+            not_measured=str(attributes.get(PayoffAttr.NOT_MEASURED) or ""),
         )
 
     def attributes(self) -> dict[str, AttributeValue]:
+        if not self.measured:
+            return {
+                PayoffAttr.NOT_MEASURED: self.not_measured,
+                PayoffAttr.COMPILE_S: round(self.compile_s, 4),
+                PayoffAttr.STEPS: self.steps,
+            }
         attributes: dict[str, AttributeValue] = {
             PayoffAttr.EAGER_STEP_MS: round(self.eager_step_ms, 4),
             PayoffAttr.COMPILED_STEP_MS: round(self.compiled_step_ms, 4),
@@ -213,6 +226,8 @@ class Payoff:
 
     def sentence(self, why_slower: str = "") -> str:
         """The answer in one line (``why_slower``: the likely reason, said when compiling loses)."""
+        if not self.measured:
+            return f"not measured: {self.not_measured}"
         times = f"{self.compiled_step_ms:.2f} ms vs {self.eager_step_ms:.2f} ms a step"
         if self.speedup >= 1:
             repaid = (
@@ -228,11 +243,22 @@ class Payoff:
         )
 
 
-def why_slower(graph_breaks: int, recompiles: int) -> str:
-    """The likely reason compiled steps are slower than eager ones, from what the run compiled."""
+# backends that capture graphs and run them as they are: compiling with them cannot make a step faster
+NOT_OPTIMIZING = frozenset(("eager", "aot_eager", "aot_eager_decomp_partition", "aot_eager_default_partitioner"))
+
+
+def why_slower(graph_breaks: int, recompiles: int, backends: frozenset[str] | set[str] = frozenset()) -> str:
+    """The likely reason compiled training steps are slower than eager ones, from what compiled for them: the
+    graph breaks and the recompiles that are not an expected one-time price, and the backend."""
+    plain = sorted(backends & NOT_OPTIMIZING)
+    if plain:
+        return (
+            f"the backend {', '.join(plain)} only captures graphs and runs them as they are, so it cannot make a step "
+            "faster: compile with inductor (torch.compile's default backend) to measure what compiling buys"
+        )
     if graph_breaks or recompiles:
         return (
-            f"{graph_breaks} graph breaks and {recompiles} recompiles split and guard the compiled code "
+            f"{graph_breaks} graph breaks and {recompiles} recompiles in training split and guard the compiled code "
             "(see what to fix first in telemetry-jit summary)"
         )
     return "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"

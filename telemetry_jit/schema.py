@@ -1,6 +1,8 @@
 """Names of the spans, events and attributes telemetry-jit records (documented in docs/telemetry.md)."""
 
+import re
 from enum import Enum
+from pathlib import Path
 from typing import Final
 
 
@@ -153,6 +155,7 @@ class PayoffAttr:
     MEASURED_AT_STEP: Final = "payoff.measured_at_step"  # the first step of the measurement
     BLOCKS: Final = "payoff.blocks"  # blocks of each mode timed
     BLOCK_STEPS: Final = "payoff.block_steps"
+    NOT_MEASURED: Final = "payoff.not_measured"  # why the loop has no measurement
     EAGER_PEAK_MB: Final = "payoff.eager_peak_memory_mb"  # CUDA only
     COMPILED_PEAK_MB: Final = "payoff.compiled_peak_memory_mb"  # CUDA only
 
@@ -179,3 +182,12 @@ LOOP_SPAN_NAMES = (
 # The JSON Lines file telemetry_jit.exporters.FileExporter writes; the reader refuses a newer version.
 FILE_FORMAT = "telemetry-jit"
 FILE_FORMAT_VERSION = 1
+RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")  # what rank_file names, for readers
+
+
+def rank_file(path: Path, rank: int | str, world_size: int) -> Path:
+    """Where one rank of a job writes: ``path`` itself for a single process, ``<stem>.rank<R><suffix>``
+    beside it otherwise (``rank="*"`` names them all, for a shell)."""
+    if world_size <= 1:
+        return path
+    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")

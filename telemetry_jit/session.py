@@ -1,15 +1,26 @@
-"""One call to set up nv-one-logger's ``TrainingTelemetryProvider`` for the common case."""
+"""A telemetry session: what :func:`configure` sets up and :func:`shutdown` ends.
+
+The session owns what one run of telemetry is made of: nv-one-logger's configured provider, this
+process's identity (rank, world size, node, run id), the exporters, and the account of what telemetry
+could not do (calls that failed at the boundary, spans an exporter could not deliver), which the file
+exporter writes as the file's last record. Callbacks and loops record through the session they were
+given; once it has ended they record nothing.
+
+Some processes run the user's script without being the run: a process ``multiprocessing`` spawns (a
+DataLoader worker, a pool worker) imports the script again, and its module-level ``configure`` then
+gets an *inert* session that records nothing and says nothing; a process forked after ``configure``
+has telemetry off until it configures its own.
+"""
 
 from __future__ import annotations
 
 import atexit
 import difflib
 import os
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nv_one_logger.api.config import LoggerConfig, OneLoggerConfig, OneLoggerErrorHandlingStrategy
 from nv_one_logger.exporter.exporter import Exporter
@@ -21,17 +32,26 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
     TrainingTelemetryProvider,
 )
 
+from telemetry_jit import boundary, identity
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.exporters import FileExporter, IsolatedExporter, OTLPExporter
-from telemetry_jit.exporters.otlp_settings import OTLPOptions, traces_exporter_wanted
-from telemetry_jit.identity import IdentityTracker, forked_from, note_fork
-from telemetry_jit.notices import warn_once
+from telemetry_jit.exporters import FileExporter, IsolatedExporter
+from telemetry_jit.exporters.otlp_settings import OTLPOptions, sdk_disabled, traces_exporter_wanted
+from telemetry_jit.exporters.protocols import Flushes, NeverBlocks, RankAware, ReportsDelivery
+from telemetry_jit.identity import IdentityTracker
+from telemetry_jit.notices import user_line, warn_once
+from telemetry_jit.schema import rank_file
+
+if TYPE_CHECKING:
+    from telemetry_jit.exporters.otlp import OTLPExporter
 
 _ITERATION_SPANS = (
     StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION,
     StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION,
     StandardTrainingJobSpanName.TESTING_SINGLE_ITERATION,
 )
+_APP_START = boundary.call_site("nv_one_logger.app_start", "nv-one-logger's on_app_start")
+_APP_END = boundary.call_site("nv_one_logger.app_end", "nv-one-logger's on_app_end")
+_CLOSE = boundary.call_site("exporter.close", "closing an exporter (OTLP, or one given to configure)")
 
 
 @dataclass(frozen=True)
@@ -49,7 +69,7 @@ class Configuration:
     export_iteration_spans: bool
     training_config: dict[str, Any]
 
-    def apply(self, rank: int, local_rank: int, world_size: int) -> TrainingTelemetryProvider:
+    def apply(self, rank: int, local_rank: int, world_size: int) -> Session:
         """:func:`configure` with these arguments, in a process that knows its rank (a spawned rank)."""
         tracker = IdentityTracker()
         tracker.update(rank, local_rank, world_size)
@@ -57,8 +77,137 @@ class Configuration:
         return _configure(tracker, **arguments.pop("training_config"), **arguments)
 
 
-# The configuration in effect, from configure() to shutdown(); while set, shutdown() runs at exit.
-_in_effect: Configuration | None = None
+class Session:
+    """One run of telemetry in this process, from :func:`configure` to :func:`shutdown`.
+
+    Hand it to :func:`telemetry_jit.hook_trainer_cls` (nv-one-logger's provider works too: the session
+    answers for it, and passes on any attribute of the provider, so code written for nv-one-logger's
+    provider keeps working).
+
+    Example::
+
+        session = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(Trainer, session)
+        ...
+        session.shutdown()
+    """
+
+    def __init__(
+        self,
+        provider: TrainingTelemetryProvider,
+        tracker: IdentityTracker,
+        *,
+        exporters: Sequence[Exporter] = (),
+        configuration: Configuration | None = None,
+        inert: str = "",
+    ) -> None:
+        self.provider = provider
+        self.identity = tracker
+        self.exporters = tuple(exporters)
+        self.configuration = configuration
+        self.inert = inert  # why this session records nothing, or ""
+        self._ended = bool(inert)
+
+    def __repr__(self) -> str:
+        state = f"inert: {self.inert}" if self.inert else "ended" if self._ended else "recording"
+        return f"Session({self.configuration.app_name if self.configuration else 'nv-one-logger'!r}, {state})"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.provider, name)  # nv-one-logger's provider API, for code written against it
+
+    @property
+    def ended(self) -> bool:
+        return self._ended
+
+    @property
+    def recording(self) -> bool:
+        """Whether telemetry records now: the session runs and nv-one-logger has not switched itself off."""
+        return not self._ended and nv_one_logger_compat.telemetry_enabled()
+
+    def start_application(self) -> bool:
+        """Start nv-one-logger's application span unless one runs (it allows one per process); True when
+        this call started it."""
+        if not self.recording or nv_one_logger_compat.application_running(self.provider):
+            return False
+        from nv_one_logger.training_telemetry.api.callbacks import on_app_start
+
+        return _APP_START.call(on_app_start) is not boundary.FAILED
+
+    def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
+        """Which process of a distributed job this is, once the trainer's strategy or the loop's launcher
+        knows it: every record carries it from now on, and each rank writes its own file."""
+        if self._ended:
+            return
+        self.identity.update(rank, local_rank, world_size)
+        for exporter in self._all_exporters():
+            tracker = exporter.identity if isinstance(exporter, RankAware) else None
+            if tracker is not None and tracker is not self.identity:
+                tracker.update(rank, local_rank, world_size)  # one built by hand, through nv-one-logger's builder
+
+    def health(self) -> dict[str, Any]:
+        """What telemetry could not do so far: calls into others' code that failed, by call site, and what
+        each exporter delivered and lost (the file exporter writes it as the file's last record)."""
+        delivery = {repr(e): e.delivery() for e in self.exporters if isinstance(e, ReportsDelivery)}
+        return {"failed_calls": boundary.account(), "exporters": delivery}
+
+    def flush(self, timeout_seconds: float | None = None) -> bool:
+        """Send what exporters hold now, without ending anything (the file exporter writes as it goes).
+        True when every exporter finished within its bound (``timeout_seconds``, default each one's own)."""
+        if self._ended:
+            return True
+        flushes = [e.force_flush(timeout_seconds) for e in self._all_exporters() if isinstance(e, Flushes)]
+        return all(flushes)
+
+    def shutdown(self) -> None:
+        """End the application span (open loop spans with it), flush and close every exporter, each within
+        its own bound. Idempotent; it also runs at interpreter exit when you do not call it."""
+        global _current, _last_ended
+        if self._ended:
+            return
+        self._ended = True
+        _last_ended = self.provider
+        if _current is self:
+            _current = None
+            atexit.unregister(shutdown)
+        if nv_one_logger_compat.switched_itself_off():  # nv-one-logger logs why only the first time per process
+            _say_disabled("see onelogger.err beside the telemetry file")
+        from nv_one_logger.training_telemetry.api.callbacks import on_app_end
+
+        if nv_one_logger_compat.telemetry_enabled() and nv_one_logger_compat.application_running(self.provider):
+            _APP_END.call(on_app_end)  # nv-one-logger closes the exporters
+        # what nv-one-logger did not close (it stopped recording, or its on_app_end failed): the file last,
+        # so that its last record accounts for the others
+        files = [e for e in self.exporters if isinstance(e, FileExporter)]
+        for exporter in [e for e in self.exporters if e not in files and e.ready]:
+            _CLOSE.call(exporter.close)
+        for file in [e for e in files if e.ready]:
+            _close_file(file)
+
+    def reading_hint(self) -> str:
+        """Where this run's file is and the command that reads it, in one line ("" without a file)."""
+        file = next((e for e in self.exporters if isinstance(e, FileExporter)), None)
+        if file is None:
+            return ""
+        world_size = self.identity.current().world_size
+        where = rank_file(file.base_path, "*", world_size)
+        files = " (one file per rank)" if world_size > 1 else ""
+        return f"telemetry-jit: compile telemetry is in {where}{files}; read it with: telemetry-jit summary {where}"
+
+    def _all_exporters(self) -> list[Exporter]:
+        return nv_one_logger_compat.exporters(self.provider.recorder) if self.provider.one_logger_ready else []
+
+
+def _close_file(exporter: FileExporter) -> None:
+    try:
+        exporter.close()
+    except Exception as error:  # noqa: BLE001 - shutdown runs at interpreter exit too: nothing may escape
+        warn_once("closing the file", f"telemetry-jit: could not close {exporter.path} ({error!r}).", every_rank=True)
+
+
+_current: Session | None = None  # the session in effect, from configure() to shutdown()
+_last_ended: TrainingTelemetryProvider | None = None  # the provider of the last session that ended
 
 
 def configure(
@@ -73,12 +222,14 @@ def configure(
     world_size: int | None = None,
     export_iteration_spans: bool = False,
     **training_config: Any,
-) -> TrainingTelemetryProvider:
-    """Configure ``TrainingTelemetryProvider.instance()`` and return it.
+) -> Session:
+    """Start a telemetry session: configure ``TrainingTelemetryProvider.instance()``, build the exporters,
+    check every setting they and OpenTelemetry will read, and return the :class:`Session`.
 
     Telemetry errors never propagate into training (nv-one-logger's
-    ``DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR``), and :func:`shutdown` runs at interpreter exit
-    unless you call it first.
+    ``DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR``, and one guard at every call into others' code), and
+    :func:`shutdown` runs at interpreter exit unless you call it first. Called again while a session
+    runs, it says so and returns that session; after :func:`shutdown`, it starts a new one (a new run).
 
     Args:
         app_name: the application name (``service.name`` for OTLP backends).
@@ -94,11 +245,19 @@ def configure(
         export_iteration_spans: also export per-iteration spans (off by default, as in nv-one-logger).
         training_config: more ``TrainingTelemetryConfig`` fields, e.g. ``log_every_n_train_iterations``.
 
+    Raises:
+        TypeError, ValueError: a bad argument, naming it; ``OTLPSettingsError`` (a ``ValueError``): an
+            OpenTelemetry variable or argument with which nothing could be sent, naming it and what is
+            valid; ``IdentityError``: a rank variable that names no rank.
+
     Example::
 
-        provider = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
-        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(Trainer, provider)
+        session = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(Trainer, session)
     """
+    if identity.reimporting_main():
+        # the script's module level, run again in a spawned worker: that process is not the run
+        return Session(TrainingTelemetryProvider.instance(), IdentityTracker(), inert="a spawned worker process")
     return _configure(
         IdentityTracker(),
         app_name,
@@ -136,13 +295,14 @@ def _after_fork_in_child() -> None:
     """A forked child is its own process: the parent's exporters, file and application span are not
     its own, so telemetry is off here (said when the child starts recording, not by every DataLoader
     worker)."""
-    global _in_effect
-    if _in_effect is None:
+    global _current
+    session, _current = _current, None
+    if session is None:
         return
-    _in_effect = None
+    session._ended = True
     atexit.unregister(shutdown)
     nv_one_logger_compat.disable()
-    note_fork(_parent_pid)
+    identity.note_fork(_parent_pid)
 
 
 def _say_disabled(error: str) -> None:
@@ -171,7 +331,7 @@ def _check_training_config(training_config: dict[str, Any]) -> None:
 
 
 def _configure(
-    identity: IdentityTracker,
+    tracker: IdentityTracker,
     app_name: str,
     *,
     file: str | os.PathLike[str] | None,
@@ -183,35 +343,55 @@ def _configure(
     world_size: int | None,
     export_iteration_spans: bool,
     **training_config: Any,
-) -> TrainingTelemetryProvider:
-    """:func:`configure`, its exporters sharing ``identity``."""
+) -> Session:
+    """:func:`configure`, its exporters sharing ``tracker``."""
+    global _current
     if not isinstance(app_name, str) or not app_name:
         raise ValueError("configure(app_name=...) needs a non-empty application name.")
+    if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
+        raise ValueError(f"configure(global_batch_size=...) takes a whole number >= 1, got {global_batch_size!r}.")
     _check_training_config(training_config)
-    global _in_effect
-    if forked_from() is not None and _in_effect is None:
-        # a forked child configuring its own telemetry: the parent's configuration is not its own
+    tracker.current()  # a rank variable that names no rank fails here, before anything is set up
+    if _current is not None:
+        warn_once(
+            ("configured twice", app_name),
+            f"telemetry_jit.configure({app_name!r}): a telemetry session is already running in this process "
+            f"({_current.configuration.app_name if _current.configuration else 'nv-one-logger'!r}); nv-one-logger "
+            "records one application per process, so this call changes nothing and returns that session. Call "
+            "telemetry_jit.shutdown() first to start a new one.",
+            every_rank=True,
+            origin=user_line(),
+        )
+        return _current
+    if identity.forked_from() is not None:
+        identity.note_fork(None)  # a forked child configuring its own telemetry: the parent's is not its own
         nv_one_logger_compat.forget_configuration()
-        note_fork(None)
     provider = TrainingTelemetryProvider.instance()
     if provider.one_logger_ready:
-        warnings.warn(
-            "telemetry_jit.configure: the telemetry provider is already configured in this process and nv-one-logger "
-            "allows one configuration per application, so this call changes nothing and returns the existing "
-            "provider. Configure once at start-up and reuse TrainingTelemetryProvider.instance().",
-            RuntimeWarning,
-            stacklevel=3,
-        )
-        return provider
-    otlp_exporter = _otlp_exporter(otlp, app_name, identity)
-    file_exporter = FileExporter(file, identity=identity) if file is not None else None
+        if provider is _last_ended or nv_one_logger_compat.application_ended(provider):  # a new run after shutdown
+            nv_one_logger_compat.forget_configuration()
+            identity.next_run()
+            provider = TrainingTelemetryProvider.instance()
+        else:
+            warn_once(
+                "configured elsewhere",
+                "telemetry_jit.configure: nv-one-logger's provider was already configured in this process (through "
+                "its own builder API), and it allows one configuration per process, so this call changes nothing "
+                "and returns a session of that provider.",
+                every_rank=True,
+                origin=user_line(),
+            )
+            return session_of(provider)
+    boundary.forget()
+    otlp_exporter = _otlp_exporter(otlp, app_name, tracker)
+    file_exporter = FileExporter(file, identity=tracker) if file is not None else None
     all_exporters = _safe_exporters(file_exporter, otlp_exporter, exporters)  # raises before the provider changes
     log_dir = file_exporter.path.parent if file_exporter is not None else Path.cwd()
     provider.with_base_config(
         OneLoggerConfig(
             application_name=app_name,
             session_tag_or_fn=session_tag or app_name,
-            world_size_or_fn=world_size or int(os.environ.get("WORLD_SIZE", "1")),
+            world_size_or_fn=world_size or tracker.current().world_size,
             error_handling_strategy=OneLoggerErrorHandlingStrategy.DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR,
             logger_config=LoggerConfig(
                 log_level="WARNING",
@@ -230,10 +410,7 @@ def _configure(
     provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, _blacklist(export_iteration_spans))
     provider.configure_provider()
     nv_one_logger_compat.when_disabled(_say_disabled)
-    if _in_effect is None:
-        atexit.register(shutdown)
-        _watch_forks()
-    _in_effect = Configuration(
+    configuration = Configuration(
         app_name=app_name,
         file=None if file is None else str(file),
         otlp=otlp_exporter.options if otlp_exporter is not None else None,
@@ -244,11 +421,17 @@ def _configure(
         export_iteration_spans=export_iteration_spans,
         training_config=dict(training_config),
     )
-    return provider
+    session = Session(provider, tracker, exporters=all_exporters, configuration=configuration)
+    if file_exporter is not None:
+        file_exporter.health = session.health  # the file's last record: what telemetry could not do
+    _current = session
+    atexit.register(shutdown)
+    _watch_forks()
+    return session
 
 
 def _otlp_exporter(
-    otlp: bool | str | dict[str, Any] | OTLPOptions | OTLPExporter | None, app_name: str, identity: IdentityTracker
+    otlp: bool | str | dict[str, Any] | OTLPOptions | OTLPExporter | None, app_name: str, tracker: IdentityTracker
 ) -> OTLPExporter | None:
     """The OTLP exporter ``configure(otlp=...)`` asks for, named for the application."""
     if otlp is None:  # the standard variable decides
@@ -257,12 +440,22 @@ def _otlp_exporter(
         otlp = otlp.given()
     if otlp is False:
         return None
+    if sdk_disabled():
+        warn_once(
+            "OTEL_SDK_DISABLED",
+            "telemetry-jit: OTEL_SDK_DISABLED=true switches OpenTelemetry off in this process, so nothing is sent over "
+            "OTLP (the file is written as usual).",
+            every_rank=True,
+        )
+        return None
+    from telemetry_jit.exporters.otlp import OTLPExporter
+
     if otlp is True:
-        return OTLPExporter(service_name=app_name, identity=identity)
+        return OTLPExporter(service_name=app_name, identity=tracker)
     if isinstance(otlp, str):
-        return OTLPExporter(endpoint=otlp, service_name=app_name, identity=identity)
+        return OTLPExporter(endpoint=otlp, service_name=app_name, identity=tracker)
     if isinstance(otlp, dict):
-        return OTLPExporter(**{"service_name": app_name, "identity": identity, **otlp})
+        return OTLPExporter(**{"service_name": app_name, "identity": tracker, **otlp})
     if isinstance(otlp, OTLPExporter):
         otlp.with_service_name(app_name)
         return otlp
@@ -273,17 +466,21 @@ def _otlp_exporter(
 
 
 def _safe_exporters(
-    file_exporter: FileExporter | None, otlp_exporter: OTLPExporter | None, others: Sequence[Exporter]
+    file_exporter: FileExporter | None, otlp_exporter: Exporter | None, others: Sequence[Exporter]
 ) -> list[Exporter]:
-    """Every exporter, those not our own each on its own thread: ours never block (a local append;
-    OTLP sends from its own thread), others might."""
+    """Every exporter, those not our own each on its own thread (ours never block: a local append; OTLP
+    sends from its own thread), the file last: it closes last, and its last record says what the others
+    could not deliver."""
     for exporter in others:
         if not isinstance(exporter, Exporter):
             raise TypeError(
                 f"configure(exporters=...) takes nv-one-logger Exporter objects, got {type(exporter).__name__}."
             )
-    safe = (FileExporter, OTLPExporter, IsolatedExporter)
-    exporters = [file_exporter, *[e if isinstance(e, safe) else IsolatedExporter(e) for e in others], otlp_exporter]
+    exporters = [
+        *[e if isinstance(e, NeverBlocks) else IsolatedExporter(e) for e in others],
+        otlp_exporter,
+        file_exporter,
+    ]
     return [exporter for exporter in exporters if exporter is not None]
 
 
@@ -294,61 +491,68 @@ def _blacklist(export_iteration_spans: bool) -> list[Any]:
     ]
 
 
-def set_rank(provider: TrainingTelemetryProvider, rank: int, local_rank: int, world_size: int) -> None:
-    """Tell the provider's exporters which rank this process is (each rank then writes its own file),
-    once the trainer's strategy or the loop's launcher knows it."""
-    if not nv_one_logger_compat.telemetry_enabled():
-        return
-    for exporter in nv_one_logger_compat.exporters(provider.recorder):
-        for each in (exporter, getattr(exporter, "exporter", None)):  # an IsolatedExporter holds another
-            tracker = getattr(each, "identity", None)
-            if isinstance(tracker, IdentityTracker):
-                tracker.update(rank, local_rank, world_size)
+def current() -> Session | None:
+    """The session :func:`configure` started, until :func:`shutdown` ends it."""
+    return _current
+
+
+def session_of(provider: TrainingTelemetryProvider) -> Session:
+    """The session recording through ``provider``: the one :func:`configure` started, or, for a provider set
+    up with nv-one-logger's own builder API, a session of it (its exporters and identity as built there)."""
+    if _current is not None and _current.provider is provider:
+        return _current
+    session = Session(provider, IdentityTracker())
+    if provider is not TrainingTelemetryProvider.instance() or provider is _last_ended:
+        session._ended = True  # telemetry was configured anew since: this provider's application is over
+    return session
+
+
+def resolve(given: Session | TrainingTelemetryProvider | None) -> Session:
+    """The session to record through: the one given; for nv-one-logger's provider, the session of it; for
+    nothing (a callback rebuilt in a spawned rank), the one running in this process, else an unconfigured one.
+
+    Raises:
+        TypeError: ``given`` is neither.
+    """
+    if isinstance(given, Session):
+        return given
+    if given is None:
+        return _current if _current is not None else session_of(TrainingTelemetryProvider.instance())
+    if isinstance(given, TrainingTelemetryProvider):
+        return session_of(given)
+    raise TypeError(
+        "expected the Session telemetry_jit.configure(...) returns, or nv-one-logger's "
+        f"TrainingTelemetryProvider.instance(); got {type(given).__name__}. Configure first, e.g. with "
+        "telemetry_jit.configure(...)."
+    )
 
 
 def configuration() -> Configuration | None:
-    """The configuration :func:`configure` put in effect (``None`` if telemetry was set up otherwise,
-    or after :func:`shutdown`). Other exporters passed with ``exporters=`` are not part of it."""
-    return _in_effect
+    """The configuration the running session was started with (``None`` without one)."""
+    return _current.configuration if _current is not None else None
 
 
 def shutdown() -> None:
-    """End telemetry now: the application span ends (open loop spans with it) and every exporter is
-    flushed and closed, each within its own bound (OTLP: one export timeout). Idempotent; it also
-    runs at interpreter exit when you do not call it.
+    """End the running session (see :meth:`Session.shutdown`); without one, end an application span
+    that nv-one-logger's builder API started. Idempotent; it also runs at interpreter exit.
 
     Example::
 
-        provider = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
+        telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
         ...
         telemetry_jit.shutdown()
     """
-    from nv_one_logger.training_telemetry.api.callbacks import on_app_end
-
-    global _in_effect
-    if _in_effect is not None:
-        atexit.unregister(shutdown)
-        _in_effect = None
-        if nv_one_logger_compat.switched_itself_off():  # nv-one-logger logs why only the first time per process
-            _say_disabled("see onelogger.err beside the telemetry file")
+    if _current is not None:
+        _current.shutdown()
+        return
     provider = TrainingTelemetryProvider.instance()
-    try:
-        # stopped recording (an internal error): nv-one-logger would skip on_app_end, with a warning
-        if nv_one_logger_compat.telemetry_enabled() and nv_one_logger_compat.application_running(provider):
-            on_app_end()
-    except Exception:  # noqa: BLE001 - often interpreter exit: nothing left to report to
-        pass
+    if provider.one_logger_ready and not nv_one_logger_compat.application_ended(provider):
+        Session(provider, IdentityTracker()).shutdown()
 
 
 def flush(timeout_seconds: float | None = None) -> bool:
-    """Send what exporters hold now, without ending anything (the file exporter writes as it goes).
-    True when every exporter finished within its bound (``timeout_seconds``, default each one's own)."""
+    """Send what the running session's exporters hold now (see :meth:`Session.flush`)."""
+    if _current is not None:
+        return _current.flush(timeout_seconds)
     provider = TrainingTelemetryProvider.instance()
-    if not provider.one_logger_ready:
-        return True
-    flushed = [
-        exporter.force_flush(timeout_seconds)
-        for exporter in nv_one_logger_compat.exporters(provider.recorder)
-        if hasattr(exporter, "force_flush")
-    ]
-    return all(flushed)
+    return session_of(provider).flush(timeout_seconds) if provider.one_logger_ready else True

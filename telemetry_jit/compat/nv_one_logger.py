@@ -71,6 +71,11 @@ def application_running(provider: Any) -> bool:
     return bool(provider.recorder.get_active_spans_by_name(StandardSpanName.APPLICATION))
 
 
+def application_ended(provider: Any) -> bool:
+    """Whether nv-one-logger's application ended (its recorder closed): nothing more can be recorded."""
+    return bool(getattr(provider.recorder, "_closed", False))
+
+
 def is_exported(recorder: DefaultRecorder, span: Any) -> bool:
     """Whether the recorder's export filter (nv-one-logger's span blacklist) lets ``span`` through
     (the filter reads only ``span.name``)."""

@@ -9,16 +9,21 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
-from lightning.pytorch.utilities import rank_zero_warn
+from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
+from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.alerts import RankTotals
-from telemetry_jit.recording.console import CompileConsole
-from telemetry_jit.recording.figures import CompileFigures, rank_figures
+from telemetry_jit.recording.console import CompileConsole, say_line
+from telemetry_jit.recording.figures import CompileFigures, GuardedLog, rank_figures
 from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import TrainingSpanName
+from telemetry_jit.session import Session, resolve
+
+_GATHER = call_site("lightning.all_gather", "the strategy's all_gather of every rank's compile totals")
 
 
 class CompileTelemetryCallback(Callback):
@@ -51,14 +56,15 @@ class CompileTelemetryCallback(Callback):
 
     def __init__(
         self,
-        training_telemetry_provider: TrainingTelemetryProvider,
+        training_telemetry_provider: Session | TrainingTelemetryProvider | None,
         console: CompileConsole | None = None,
         console_all_ranks: bool = False,
         skew_warning_s: float = 60.0,
         log_figures: bool = True,
         log_figures_per_rank: bool = False,
     ) -> None:
-        self._provider = training_telemetry_provider
+        self._given = training_telemetry_provider
+        self._session = resolve(training_telemetry_provider)
         self.skew_warning_s = skew_warning_s
         self.log_figures = log_figures
         self.log_figures_per_rank = log_figures_per_rank
@@ -66,8 +72,9 @@ class CompileTelemetryCallback(Callback):
         self.console = console
         self.console_all_ranks = console_all_ranks
         self._print_fn = console.print_fn if console is not None else None
-        self.recorder = CompileRecorder(training_telemetry_provider)
+        self.recorder = CompileRecorder(self._session)
         self.last_stats: CompileStats | None = None  # the totals of the last loop that ended
+        self._logs: list[GuardedLog] = []
 
     def __getstate__(self) -> dict[str, Any]:
         # the provider is per process: a spawned rank uses its own
@@ -80,10 +87,11 @@ class CompileTelemetryCallback(Callback):
         }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(TrainingTelemetryProvider.instance(), **state)  # type: ignore[misc]
+        self.__init__(None, **state)  # type: ignore[misc]
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self._session = self.recorder.session = resolve(self._given)  # a spawned rank's own, or configured late
         console = self.console if self.console_all_ranks or trainer.is_global_zero else None
         if console is not None and self._print_fn is None:
             bar = trainer.progress_bar_callback
@@ -92,6 +100,7 @@ class CompileTelemetryCallback(Callback):
         self._figures = CompileFigures() if self.log_figures and trainer.loggers else None
         if self._figures is not None:
             self.recorder.listeners.append(self._figures)
+            self._logs = [GuardedLog(logger.log_metrics, type(logger).__name__) for logger in trainer.loggers]
         self.recorder.start(functools.partial(_position, trainer), rank=trainer.global_rank)
 
     @override
@@ -139,8 +148,17 @@ class CompileTelemetryCallback(Callback):
         on rank zero)."""
         assert self._figures is not None
         for step, metrics in self._figures.take(self.recorder.stats):
-            for logger in trainer.loggers:
-                logger.log_metrics(metrics, step=step)
+            self.log(metrics, step)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """``metrics`` to the trainer's loggers (when ``log_figures``), each call guarded."""
+        for log in self._logs:
+            log(metrics, step=step)
+
+    def say(self, trainer: pl.Trainer, line: str) -> None:
+        """A line on the console: through the progress bar when there is one (it keeps its bar whole)."""
+        bar = trainer.progress_bar_callback
+        say_line(bar.print if bar is not None else rank_zero_info, line)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -165,8 +183,8 @@ class CompileTelemetryCallback(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Keep what compiled; mark the compile that failed with the error."""
         self.recorder.stop(exception)
-        loop = active_span(self._provider, TrainingSpanName.TRAINING_LOOP) or active_span(
-            self._provider, TrainingSpanName.VALIDATION_LOOP
+        loop = active_span(self._session, TrainingSpanName.TRAINING_LOOP) or active_span(
+            self._session, TrainingSpanName.VALIDATION_LOOP
         )
         self.last_stats = self.recorder.emit_summary(loop)
 
@@ -178,15 +196,17 @@ class CompileTelemetryCallback(Callback):
             self.recorder.poll()
             stats = self.recorder.stats
             mine = torch.tensor([stats.count, stats.total_time_ms], dtype=torch.float64)
-            gathered = trainer.strategy.all_gather(mine).reshape(-1, 2).tolist()
-            by_rank = RankTotals([int(count) for count, _ in gathered], [ms for _, ms in gathered])
-            warning = by_rank.divergence(self.skew_warning_s)
-            if warning is not None:
-                rank_zero_warn(warning)
-            if self.log_figures_per_rank and self._figures is not None:
-                for logger in trainer.loggers:  # Lightning's loggers log on rank zero: it logs every rank's
-                    logger.log_metrics(rank_figures(by_rank), step=trainer.global_step)
-        self.last_stats = self.recorder.emit_summary(active_span(self._provider, loop_name), by_rank)
+            gathered = _GATHER.call(trainer.strategy.all_gather, mine)
+            if gathered is not FAILED:
+                rows = gathered.reshape(-1, 2).tolist()
+                by_rank = RankTotals([int(count) for count, _ in rows], [ms for _, ms in rows])
+                warning = by_rank.divergence(self.skew_warning_s)
+                if warning is not None:
+                    warn_once(("skew", loop_name, trainer.global_step), warning)
+                if self.log_figures_per_rank and self._figures is not None:
+                    for log in self._logs:  # Lightning's loggers log on rank zero: it logs every rank's
+                        log(rank_figures(by_rank), step=trainer.global_step)
+        self.last_stats = self.recorder.emit_summary(active_span(self._session, loop_name), by_rank)
         if self._figures is not None:
             self._log_figures(trainer)
 

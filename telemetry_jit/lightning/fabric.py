@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from telemetry_jit.loop import CompileTelemetry
-from telemetry_jit.recording.figures import CompileFigures, payoff_figures
+from telemetry_jit.recording.figures import CompileFigures, GuardedLog, payoff_figures
 
 
 class FabricCompileTelemetry(CompileTelemetry):
@@ -30,15 +30,16 @@ class FabricCompileTelemetry(CompileTelemetry):
         fabric.call("on_train_end")
     """
 
-    _fabric: Any = None
     _figures: CompileFigures | None = None
+    _log: GuardedLog | None = None
 
     def on_train_start(self, fabric: Any = None, *args: Any, **kwargs: Any) -> None:
-        self._fabric, self._figures = fabric, None
+        self._figures = self._log = None
         if fabric is not None:
             self.set_rank(fabric.global_rank, fabric.local_rank, fabric.world_size)
             if fabric.loggers:  # compile figures go to Fabric's loggers too (fabric.log_dict)
                 self._figures = CompileFigures()
+                self._log = GuardedLog(fabric.log_dict, "Fabric.log_dict")
                 self._recorder.listeners.append(self._figures)
         self.__enter__()
 
@@ -49,16 +50,16 @@ class FabricCompileTelemetry(CompileTelemetry):
 
     def on_train_end(self, *args: Any, **kwargs: Any) -> None:
         self.__exit__(None, None, None)
-        if self._figures is not None:
+        if self._figures is not None and self._log is not None:
             self._log_figures()
             self._recorder.listeners.remove(self._figures)
-            if self.last_payoff is not None:
-                self._fabric.log_dict(payoff_figures(self.last_payoff), step=self.global_step)
+            if self.last_payoff.measured:
+                self._log(payoff_figures(self.last_payoff), step=self.global_step)
 
     def _log_figures(self) -> None:
-        assert self._figures is not None
+        assert self._figures is not None and self._log is not None
         for step, metrics in self._figures.take(self._recorder.stats):
-            self._fabric.log_dict(metrics, step=step)
+            self._log(metrics, step=step)
 
     def on_exception(self, exception: BaseException, *args: Any, **kwargs: Any) -> None:
         """Call it as ``fabric.call("on_exception", error)`` when the loop fails: what compiled is kept,

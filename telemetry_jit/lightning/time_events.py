@@ -11,11 +11,16 @@ from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
+from telemetry_jit.boundary import call_site
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.compat.nv_one_logger import ITERATION_FAST_PATH_VERIFIED, IterationBookkeeping, telemetry_enabled
-from telemetry_jit.notices import Notices, warn_once
+from telemetry_jit.compat.nv_one_logger import ITERATION_FAST_PATH_VERIFIED, IterationBookkeeping
+from telemetry_jit.notices import Notices, user_line, warn_once
 from telemetry_jit.recording.recorder import active_span
 from telemetry_jit.schema import TrainingSpanName
+from telemetry_jit.session import Session, resolve
+
+_CALLBACKS = call_site("nv_one_logger.callbacks", "nv-one-logger's time-event calls (on_train_start, ...)")
+_ITERATIONS = call_site("nv_one_logger.iterations", "nv-one-logger's per-iteration bookkeeping")
 
 
 class TimeEventCallback(Callback):
@@ -41,11 +46,12 @@ class TimeEventCallback(Callback):
 
     def __init__(
         self,
-        training_telemetry_provider: TrainingTelemetryProvider,
+        training_telemetry_provider: Session | TrainingTelemetryProvider | None,
         call_on_app_start: bool = True,
         iteration_fast_path: bool = True,
     ) -> None:
-        self._provider = training_telemetry_provider
+        self._given = training_telemetry_provider
+        self._session = resolve(training_telemetry_provider)
         self._call_on_app_start = call_on_app_start
         self.iteration_fast_path = iteration_fast_path
         self._iterations: IterationBookkeeping | None = None
@@ -55,18 +61,21 @@ class TimeEventCallback(Callback):
         self._validation_iterations: IterationBookkeeping | None = None
         if not call_on_app_start:
             return
-        if telemetry_enabled():
-            if not nv_one_logger_compat.application_running(self._provider):
-                one_logger.on_app_start()
+        if self._session.recording:
+            self._session.start_application()
         else:
             self._warn_not_configured()
 
+    @property
+    def _provider(self) -> TrainingTelemetryProvider:
+        return self._session.provider
+
     def __getstate__(self) -> dict[str, Any]:
-        # the provider is per process: a spawned rank uses its own
+        # the session is per process: a spawned rank records through its own, found at setup
         return {"iteration_fast_path": self.iteration_fast_path}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(TrainingTelemetryProvider.instance(), call_on_app_start=False, **state)  # type: ignore[misc]
+        self.__init__(None, call_on_app_start=False, **state)  # type: ignore[misc]
 
     def _bookkeeping(self) -> IterationBookkeeping:
         """nv-one-logger's per-iteration calls, for the recorder of this configuration."""
@@ -84,6 +93,17 @@ class TimeEventCallback(Callback):
         return self._iterations
 
     def _warn_not_configured(self) -> None:
+        if self._session.inert:
+            return  # a spawned worker re-running the script: not the run
+        if self._session.ended:
+            warn_once(
+                ("session ended", id(self._session)),
+                "telemetry-jit: this trainer was hooked to a telemetry session that has ended (telemetry_jit.shutdown "
+                "or on_app_end ran), so it trains without telemetry. To record it, hook again with the session a "
+                "new telemetry_jit.configure(...) returns.",
+                origin=user_line(),
+            )
+            return
         self._notices.warn(
             "not configured",
             "telemetry-jit: the telemetry provider is not configured, so nothing is recorded; training runs as usual. "
@@ -95,7 +115,8 @@ class TimeEventCallback(Callback):
     # -- the loops ------------------------------------------------------------------------------
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if not telemetry_enabled():
+        self._session = resolve(self._given)  # configured since it was given, or a spawned rank's own
+        if not self._session.recording:
             self._warn_not_configured()
         elif self._call_on_app_start and not nv_one_logger_compat.application_running(self._provider):
             self._notices.warn(
@@ -103,11 +124,11 @@ class TimeEventCallback(Callback):
                 "telemetry-jit: the telemetry provider was configured after hook_trainer_cls; the application span "
                 "starts at this fit/validate/test. Configure before hooking to include start-up.",
             )
-            one_logger.on_app_start()
+            self._session.start_application()
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not telemetry_enabled():
+        if not self._session.recording:
             return
         config = self._provider.config.telemetry_config
         if config is None:
@@ -118,7 +139,8 @@ class TimeEventCallback(Callback):
             )
             return
         target = None if config.train_iterations_target else max(int(trainer.estimated_stepping_batches), 1)
-        one_logger.on_train_start(
+        _CALLBACKS.call(
+            one_logger.on_train_start,
             train_iterations_start=trainer.global_step,
             train_samples_start=trainer.global_step * config.global_batch_size,
             train_iterations_target_or_fn=target,
@@ -133,35 +155,35 @@ class TimeEventCallback(Callback):
         # nv-one-logger's per-iteration calls without its callbacks module: the bookkeeping asks whether
         # nv-one-logger still records only where it matters (asking costs ~4 us in a real loop)
         if (iterations := self._train_iterations) is not None:
-            iterations.training_start()
+            _ITERATIONS.call(iterations.training_start)
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         if (iterations := self._train_iterations) is not None:
-            iterations.training_end()
+            _ITERATIONS.call(iterations.training_end)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if active_span(self._provider, TrainingSpanName.TRAINING_LOOP) is not None:
-            one_logger.on_train_end()
+        if active_span(self._session, TrainingSpanName.TRAINING_LOOP) is not None:
+            _CALLBACKS.call(one_logger.on_train_end)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if telemetry_enabled():
+        if self._session.recording:
             config = self._provider.config.telemetry_config
             iterations = self._bookkeeping()
             enabled = config is not None and config.is_validation_iterations_enabled
             self._validation_iterations = iterations if enabled else None
-            one_logger.on_validation_start()
+            _CALLBACKS.call(one_logger.on_validation_start)
 
     @override
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if (iterations := self._validation_iterations) is not None:
-            iterations.validation_start()
+            _ITERATIONS.call(iterations.validation_start)
 
     @override
     def on_validation_batch_end(
@@ -174,28 +196,31 @@ class TimeEventCallback(Callback):
         dataloader_idx: int = 0,
     ) -> None:
         if (iterations := self._validation_iterations) is not None:
-            iterations.validation_end()
+            _ITERATIONS.call(iterations.validation_end)
 
     @override
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if not telemetry_enabled():
+        if not self._session.recording:
             return
         # Lightning may skip on_validation_batch_end (lightning#20999); close the iteration first.
-        self._bookkeeping().validation_end()
-        one_logger.on_validation_end()
+        _ITERATIONS.call(self._bookkeeping().validation_end)
+        _CALLBACKS.call(one_logger.on_validation_end)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """End what the failed run left open, marked with the error; the exception goes on unchanged."""
-        if not telemetry_enabled():
-            return
-        message = f"{type(exception).__name__}: {exception}"
+        if self._session.recording:
+            stage = trainer.state.stage.value if trainer.state.stage is not None else "run"
+            _CALLBACKS.call(self._end_failed, exception, f"{stage} step {trainer.global_step}")
+
+    def _end_failed(self, exception: BaseException, where: str) -> None:
+        message = f"{type(exception).__name__}: {exception} (at {where})"
         iterations = self._bookkeeping()
         for name, end in (
             (TrainingSpanName.VALIDATION_ITERATION, iterations.validation_end),
             (TrainingSpanName.TRAINING_ITERATION, iterations.training_end),
         ):
-            span = active_span(self._provider, name)  # none on the fast path: the error would go nowhere anyway
+            span = active_span(self._session, name)  # none on the fast path: the error would go nowhere anyway
             if span is not None:
                 self._provider.recorder.error(span, message)
             end()
@@ -203,34 +228,37 @@ class TimeEventCallback(Callback):
             (TrainingSpanName.VALIDATION_LOOP, one_logger.on_validation_end),
             (TrainingSpanName.TRAINING_LOOP, one_logger.on_train_end),
         ):
-            span = active_span(self._provider, name)
+            span = active_span(self._session, name)
             if span is not None:
                 self._provider.recorder.error(span, message)
                 end_loop()
 
     # -- checkpoint saves, called by HookedTrainer.save_checkpoint ----------------------------
     def on_save_checkpoint_start(self, global_step: int) -> None:
-        if telemetry_enabled():
-            one_logger.on_save_checkpoint_start(global_step)
+        if self._session.recording:
+            _CALLBACKS.call(one_logger.on_save_checkpoint_start, global_step)
 
     def on_save_checkpoint_success(self, global_step: int) -> None:
-        if telemetry_enabled():
-            one_logger.on_save_checkpoint_success(global_step=global_step)
+        if self._session.recording:
+            _CALLBACKS.call(one_logger.on_save_checkpoint_success, global_step=global_step)
 
     def on_save_checkpoint_end(self, global_step: int | None = None) -> None:
-        if telemetry_enabled():
-            one_logger.on_save_checkpoint_end()
+        if self._session.recording:
+            _CALLBACKS.call(one_logger.on_save_checkpoint_end)
 
     # -- explicit calls, as in nv-one-logger ---------------------------------------------------
     def _explicit(self, call: Any) -> None:
-        if telemetry_enabled():
-            call()
+        if self._session.recording:
+            _CALLBACKS.call(call)
         else:
             self._warn_not_configured()
 
     def on_app_end(self) -> None:
-        if telemetry_enabled() and nv_one_logger_compat.application_running(self._provider):
-            one_logger.on_app_end()
+        """End the application: the session's telemetry is flushed and closed (as :func:`telemetry_jit.shutdown`)."""
+        if self._session.configuration is not None:
+            self._session.shutdown()
+        elif self._session.recording and nv_one_logger_compat.application_running(self._provider):
+            _CALLBACKS.call(one_logger.on_app_end)
 
     def on_model_init_start(self) -> None:
         self._explicit(one_logger.on_model_init_start)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar, overload
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
@@ -20,6 +21,7 @@ from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.payoff import PayoffSettings
+from telemetry_jit.session import Session, resolve
 
 
 def _as_callback_list(callbacks: Any) -> list[Callback]:
@@ -37,7 +39,7 @@ CallbackT = TypeVar("CallbackT", bound=Callback)
 @overload
 def hook_trainer_cls(
     trainer_cls: type[TrainerT],
-    training_telemetry_provider: TrainingTelemetryProvider,
+    training_telemetry_provider: Session | TrainingTelemetryProvider,
     telemetry_callback: None = None,
     *,
     jit_config: JitConfig | Sequence[JitConfig] | None = None,
@@ -52,7 +54,7 @@ def hook_trainer_cls(
 @overload
 def hook_trainer_cls(
     trainer_cls: type[TrainerT],
-    training_telemetry_provider: TrainingTelemetryProvider,
+    training_telemetry_provider: Session | TrainingTelemetryProvider,
     telemetry_callback: CallbackT,
     *,
     jit_config: JitConfig | Sequence[JitConfig] | None = None,
@@ -66,7 +68,7 @@ def hook_trainer_cls(
 
 def hook_trainer_cls(
     trainer_cls: type[TrainerT],
-    training_telemetry_provider: TrainingTelemetryProvider,
+    training_telemetry_provider: Session | TrainingTelemetryProvider,
     telemetry_callback: Callback | None = None,
     *,
     jit_config: JitConfig | Sequence[JitConfig] | None = None,
@@ -84,7 +86,8 @@ def hook_trainer_cls(
 
     Args:
         trainer_cls: ``lightning.pytorch.Trainer`` or a subclass.
-        training_telemetry_provider: ``TrainingTelemetryProvider.instance()``, configured.
+        training_telemetry_provider: the :class:`~telemetry_jit.session.Session` ``telemetry_jit.configure``
+            returns, or nv-one-logger's ``TrainingTelemetryProvider.instance()``.
         telemetry_callback: reuse this callback for nv-one-logger's time events (a
             :class:`TimeEventCallback`, or nv-one-logger's own); one is created otherwise.
         jit_config: compile these modules with a :class:`JitTransform` added to every trainer
@@ -101,8 +104,8 @@ def hook_trainer_cls(
 
     Example::
 
-        HookedTrainer, callback = hook_trainer_cls(Trainer, TrainingTelemetryProvider.instance(),
-                                                   jit_config=JitConfig(use_torch=True))
+        session = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
+        HookedTrainer, callback = hook_trainer_cls(Trainer, session, jit_config=JitConfig(use_torch=True))
         trainer = HookedTrainer(max_epochs=2)
         trainer.fit(model)
         callback.on_app_end()
@@ -112,10 +115,11 @@ def hook_trainer_cls(
             f"hook_trainer_cls expects a Lightning Trainer class (lightning.pytorch.Trainer or a subclass), "
             f"got {trainer_cls!r}. Pass the class, not an instance."
         )
-    if not isinstance(training_telemetry_provider, TrainingTelemetryProvider):
+    if not isinstance(training_telemetry_provider, (Session, TrainingTelemetryProvider)):
         raise TypeError(
-            "hook_trainer_cls expects nv-one-logger's TrainingTelemetryProvider.instance(), got "
-            f"{type(training_telemetry_provider).__name__}. Configure it first, e.g. with telemetry_jit.configure(...)."
+            "hook_trainer_cls expects the Session telemetry_jit.configure(...) returns, or nv-one-logger's "
+            f"TrainingTelemetryProvider.instance(); got {type(training_telemetry_provider).__name__}. Configure "
+            "first, e.g. session = telemetry_jit.configure('my-app', file='runs/telemetry.jsonl')."
         )
     if jit_config is not None:
         JitTransform(jit_config)  # fail now, before any trainer is built, on a bad config
@@ -138,7 +142,8 @@ def hook_trainer_cls(
     payoff_callback = None
     if payoff is not False and compiles is not None:
         payoff_callback = CompilePayoffCallback(compiles, payoff if isinstance(payoff, PayoffSettings) else None)
-    telemetry = _Telemetry(RankTelemetry(), compiles, telemetry_callback, payoff_callback)
+    given = training_telemetry_provider if isinstance(training_telemetry_provider, Session) else None
+    telemetry = _Telemetry(RankTelemetry(given), compiles, telemetry_callback, payoff_callback)
     return _hooked_class(trainer_cls, telemetry, jit_config), telemetry_callback
 
 
@@ -308,6 +313,9 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry) -> Iterator[None]:
         finally:
             if not nested:
                 _ONE_RECORDER.give_back()
+                session = resolve(telemetry.ranks.session)
+                if trainer.is_global_zero and session.configuration is not None and (hint := session.reading_hint()):
+                    rank_zero_info(hint)
         return
     warn_once(
         "concurrent trainers",

@@ -25,11 +25,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from telemetry_jit.boundary import call_site
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.diagnosis import normalize_reason
 from telemetry_jit.notices import warn_once
 from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak, Source, Trigger
 
+TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
 StartListener = Callable[[str], None]  # told a compile began: what compiles, in words
 EndListener = Callable[[], None]
@@ -228,12 +230,14 @@ class DynamoProbe:
         self._attached = True
 
     def detach(self) -> None:
+        """Stop observing: the log taps come off (the loggers as they were, whatever torch does), then
+        torch's callbacks."""
         if not self._attached:
             return
-        torch_compat.remove_compile_callbacks(self._start_callback, self._end_callback)
+        self._attached = False
         for log in self._logs:
             log.uninstall()
-        self._attached = False
+        TORCH.call(torch_compat.remove_compile_callbacks, self._start_callback, self._end_callback)
 
     def ensure_registered(self) -> None:
         """Register again if ``torch._dynamo.reset()`` cleared the callbacks."""

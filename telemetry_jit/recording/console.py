@@ -8,6 +8,7 @@ import time
 from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 
+from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.diagnosis import CAUSES, Classified, short, user_location
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.first_steps import FirstStep
@@ -16,6 +17,15 @@ from telemetry_jit.records import CompileRecord
 from telemetry_jit.terminal import clean
 
 _log = logging.getLogger("telemetry_jit")
+_PRINT = call_site("console.print", "printing a live console line (the progress bar's print, or your print_fn)")
+
+
+def say_line(print_fn: Callable[[str], object], line: str) -> None:
+    """``line`` to the console through ``print_fn``, cleaned (names and torch's reasons come from code and
+    data); when ``print_fn`` fails (a closed progress bar, a user's print_fn), the ``telemetry_jit`` logger."""
+    line = clean(line)
+    if _PRINT.call(print_fn, line) is FAILED:
+        _log.warning(line)
 
 
 class CompileConsole(CompileListener):
@@ -64,11 +74,7 @@ class CompileConsole(CompileListener):
         return CompileConsole, (self.threshold_s, self.storm_recompiles, self.storm_steps)
 
     def _say(self, message: str) -> None:
-        message = clean(message)  # frame names and torch's reasons come from code and data
-        try:
-            (self.print_fn or _log.warning)(message)
-        except Exception:  # noqa: BLE001 - a closed progress bar must not break a compile
-            _log.warning(message)
+        say_line(self.print_fn or _log.warning, message)
 
     def compile_started(self, description: str) -> None:
         self.compile_finished()

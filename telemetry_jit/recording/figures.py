@@ -3,12 +3,53 @@ MLflow, Weights & Biases, ...), under one prefix."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.notices import Notices
 from telemetry_jit.recording.alerts import RankTotals
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import CompileRecord, Payoff
 
 PREFIX = "compile/"
+LOG_METRICS = call_site("logger.log_metrics", "a metrics logger's log_metrics (Lightning's or Fabric's loggers)")
+
+
+class GuardedLog:
+    """One logger's ``log(metrics, step=...)``, guarded: a failure is caught, counted and said once, never
+    raised into training. When a call fails, each of its keys is tried alone once; a key the logger refuses
+    while it takes others (a name with ``/`` some tracking servers reject) is never sent to it again.
+
+    Example::
+
+        log = GuardedLog(logger.log_metrics, type(logger).__name__)
+        log({"compile/time_s": 1.9}, step=3)
+    """
+
+    def __init__(self, log: Callable[..., Any], name: str) -> None:
+        self._log = log
+        self.name = name
+        self.refused: set[str] = set()
+        self._notices = Notices()
+
+    def __call__(self, metrics: Mapping[str, float], step: int) -> None:
+        wanted = {key: value for key, value in metrics.items() if key not in self.refused}
+        if not wanted or LOG_METRICS.call(self._log, wanted, step=step) is not FAILED or len(wanted) == 1:
+            return
+        failed = [
+            key for key, value in wanted.items() if LOG_METRICS.call(self._log, {key: value}, step=step) is FAILED
+        ]
+        if len(failed) < len(wanted):  # the logger works: these keys are what it refuses
+            self.refused.update(failed)
+            self._notices.warn(
+                ("refused", tuple(failed)),
+                f"telemetry-jit: the logger {self.name} refuses {', '.join(failed)}; telemetry-jit does not send "
+                "those to it again (the other compile figures still go to it).",
+                every_rank=True,
+                origin="telemetry-jit:0",
+            )
 
 
 class CompileFigures(CompileListener):

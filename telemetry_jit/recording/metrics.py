@@ -10,6 +10,7 @@ from opentelemetry import metrics
 from opentelemetry.metrics import Meter, MeterProvider
 from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 
+from telemetry_jit.exporters.protocols import SendsMetrics
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
 from telemetry_jit.schema import CompileAttr, MetricName
@@ -18,7 +19,7 @@ from telemetry_jit.schema import CompileAttr, MetricName
 def meter_providers(exporters: Iterable[object]) -> list[MeterProvider]:
     """Where compile metrics go: each exporter that sends metrics too (OTLP), and the application's own
     global MeterProvider when it set one."""
-    providers = [p for e in exporters if (p := getattr(e, "meter_provider", None)) is not None]
+    providers = [p for e in exporters if isinstance(e, SendsMetrics) and (p := e.meter_provider) is not None]
     application = metrics.get_meter_provider()
     if isinstance(application, SdkMeterProvider):
         providers.append(application)

@@ -13,15 +13,14 @@ from nv_one_logger.core.attributes import Attributes
 from nv_one_logger.core.event import Event
 from nv_one_logger.core.span import Span
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
-from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.compat.nv_one_logger import telemetry_enabled
 from telemetry_jit.diagnosis import Classified, RecompileClassifier
 from telemetry_jit.exporters.finished import export_finished
 from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
-from telemetry_jit.probes.dynamo import DynamoProbe
+from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
 from telemetry_jit.probes.thunder import ThunderWatch
 from telemetry_jit.recording.alerts import RankTotals, RecompileLimitAlert
 from telemetry_jit.recording.first_steps import FirstStep, FirstSteps
@@ -31,6 +30,14 @@ from telemetry_jit.recording.spans import compilation_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord
 from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName
+from telemetry_jit.session import Session
+
+_PROBE = TORCH
+_THUNDER = call_site("thunder.compile_stats", "reading thunder.compile_stats")
+_EVENT = call_site("nv_one_logger.event", "nv-one-logger's recorder (adding an event to a span)")
+_EXPORT = call_site("nv_one_logger.export", "recording a compilation span (through nv-one-logger's exporters)")
+_METRICS = call_site("opentelemetry.metrics", "OpenTelemetry's meter (creating the compile metrics)")
+_LISTENER = call_site("recording.listener", "a compile listener (metrics, console, alerts, figures, or your own)")
 
 
 @dataclass(frozen=True)
@@ -49,11 +56,11 @@ def _nowhere() -> Position:
     return Position(0, "")
 
 
-def active_span(provider: TrainingTelemetryProvider, name: str) -> Span | None:
-    """The running nv-one-logger span called ``name`` (the newest), while telemetry records."""
-    if not telemetry_enabled():
+def active_span(session: Session, name: str) -> Span | None:
+    """The running nv-one-logger span called ``name`` (the newest), while the session records."""
+    if not session.recording:
         return None
-    spans = provider.recorder.get_active_spans_by_name(name)
+    spans = session.provider.recorder.get_active_spans_by_name(name)
     return spans[-1] if spans else None
 
 
@@ -69,15 +76,15 @@ class CompileRecorder:
 
     Example::
 
-        recorder = CompileRecorder(provider, listeners=[CompileConsole()])
+        recorder = CompileRecorder(session, listeners=[CompileConsole()])
         recorder.start(lambda: Position(step, "train"))
         ...  # train; call recorder.batch_started(step, index, "train") at each step
         recorder.stop()
         stats = recorder.emit_summary(loop_span)
     """
 
-    def __init__(self, provider: TrainingTelemetryProvider, listeners: Sequence[CompileListener] = ()) -> None:
-        self._provider = provider
+    def __init__(self, session: Session, listeners: Sequence[CompileListener] = ()) -> None:
+        self.session = session
         self.listeners = list(listeners)
         self.stats = CompileStats()
         self._notices = Notices()
@@ -115,7 +122,7 @@ class CompileRecorder:
         self._thunder = ThunderWatch()
         recorder = self._recorder()
         exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
-        metrics = [CompileMetrics(provider) for provider in meter_providers(exporters)]
+        metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
         self._run_listeners = [self.stats, *metrics, RecompileLimitAlert(), *self.listeners]
         self._probe.attach()
 
@@ -125,22 +132,22 @@ class CompileRecorder:
 
     def poll(self) -> None:
         """Record the compilations that finished since the last call."""
-        for record in self._probe.poll():
+        for record in _PROBE.call(self._probe.poll) or ():
             self.record(record)
         if self._thunder:
-            for record in self._thunder.take_records():
+            for record in _THUNDER.call(self._thunder.take_records) or ():
                 self.record(record)
 
     def ensure_registered(self) -> None:
-        self._probe.ensure_registered()
+        _PROBE.call(self._probe.ensure_registered)
 
     def batch_started(self, global_step: int, batch_index: int | None = None, stage: str = "") -> None:
         """A step begins: the steps before are recorded (compiles the probe could not bracket because
         ``torch._dynamo.reset()`` cleared its callbacks belong to the step that just ran), the callbacks
         come back if they were cleared, and the first step of a stage is measured."""
-        if self._thunder or self._probe.has_news():
+        if self._thunder or _PROBE.call(self._probe.has_news):
             self.poll()
-            self._probe.ensure_registered()
+            self.ensure_registered()
         self._batch_step, self._batch_index = global_step, batch_index
         finished = self._first_steps.batch_started(stage, global_step, batch_index)
         if finished is not None:
@@ -156,7 +163,11 @@ class CompileRecorder:
     def stop(self, exception: BaseException | None = None) -> None:
         """Record what is left and detach; with ``exception``, the compiles that failed in the
         step that raised are marked with it (torch's own text stays in ``compile.failure``)."""
-        for record in [*self._probe.poll(final=True), *self._thunder.take_records()]:
+        records = [
+            *(_PROBE.call(self._probe.poll, final=True) or ()),
+            *(_THUNDER.call(self._thunder.take_records) or ()),
+        ]
+        for record in records:
             if exception is not None and record.failure:
                 record.fell_back_to_eager = False
                 record.failure = f"{type(exception).__name__}: {exception} (torch: {record.failure})"
@@ -182,7 +193,7 @@ class CompileRecorder:
         recorder = self._recorder()
         target = span if span is not None else self._current_parent()
         if recorder is not None and target is not None and nv_one_logger_compat.is_running(target):
-            recorder.event(target, Event.create(name, Attributes(attributes)))
+            _EVENT.call(recorder.event, target, Event.create(name, Attributes(attributes)))
 
     # -- while torch compiles (inside its callbacks) ------------------------------------------
     def _context(self, global_step: int | None = None) -> CompileContext:
@@ -198,16 +209,16 @@ class CompileRecorder:
 
     def _compile_started(self, description: str) -> None:
         for listener in self._run_listeners:
-            listener.compile_started(description)
+            _LISTENER.call(listener.compile_started, description)
 
     def _compile_finished(self) -> None:
         for listener in self._run_listeners:
-            listener.compile_finished()
+            _LISTENER.call(listener.compile_finished)
 
     # -- recording ---------------------------------------------------------------------------
     def _recorder(self) -> TrainingRecorder | None:
-        """nv-one-logger's recorder while it records; ``None`` otherwise (then compiles are only counted)."""
-        return self._provider.recorder if telemetry_enabled() else None
+        """nv-one-logger's recorder while the session records; ``None`` otherwise (then compiles are only counted)."""
+        return self.session.provider.recorder if self.session.recording else None
 
     def _current_parent(self) -> Span | None:
         recorder = self._recorder()
@@ -235,16 +246,14 @@ class CompileRecorder:
             record.context = context = CompileContext()
         self._first_steps.recorded(record)
         for listener in self._run_listeners:
-            try:
-                listener.recorded(record)
-            except Exception as error:  # noqa: BLE001
-                self._failed(error, listener)
+            _LISTENER.call(listener.recorded, record)
         recorder = self._recorder()
         if recorder is not None:
-            try:
-                nv_one_logger_compat.export_each(recorder, compilation_span(record, context), export_finished)
-            except Exception as error:  # noqa: BLE001
-                self._failed(error)
+            _EXPORT.call(self._export, recorder, record, context)
+
+    @staticmethod
+    def _export(recorder: TrainingRecorder, record: CompileRecord, context: CompileContext) -> None:
+        nv_one_logger_compat.export_each(recorder, compilation_span(record, context), export_finished)
 
     def _cause(self, record: CompileRecord) -> Classified | None:
         """Why it recompiled (a backward graph: its forward's cause); ``None`` for a first compile."""
@@ -271,22 +280,15 @@ class CompileRecorder:
 
     def _first_step_measured(self, step: FirstStep) -> None:
         for listener in self._run_listeners:
-            try:
-                listener.first_step(step)
-            except Exception as error:  # noqa: BLE001
-                self._failed(error, listener)
+            _LISTENER.call(listener.first_step, step)
         recorder, parent = self._recorder(), self._current_parent()
         if recorder is not None and parent is not None:
-            try:
-                recorder.event(parent, Event.create(JitEventName.FIRST_STEP, Attributes(step.attributes())))
-            except Exception as error:  # noqa: BLE001
-                self._failed(error)
+            _EVENT.call(recorder.event, parent, Event.create(JitEventName.FIRST_STEP, Attributes(step.attributes())))
 
-    def _failed(self, error: Exception, listener: CompileListener | None = None) -> None:
-        where = f" in {type(listener).__name__}" if listener is not None else ""
+    def _failed(self, error: Exception) -> None:
         self._notices.warn(
-            ("recording failed", type(listener)),
-            f"telemetry-jit: could not record a compilation{where} ({error!r}); training goes on, "
+            "recording failed",
+            f"telemetry-jit: could not record a compilation ({error!r}); training goes on, "
             "later failures are not reported.",
         )
 

@@ -34,6 +34,11 @@ class CompileStats(CompileListener):
     cache_misses: int = 0
     cache_time_saved_s: float = 0.0
     recompile_reasons: Counter[str] = field(default_factory=Counter)
+    # what runs inside timed training steps: breaks of frames compiled while training, recompiles there that
+    # are not the expected one-time price; and the backends compiled with
+    train_graph_breaks: int = 0
+    train_recompiles: int = 0
+    backends: set[str] = field(default_factory=set)
     thunder: dict[str, tuple[int, int]] = field(default_factory=dict)  # module -> (cache hits, misses)
 
     def recorded(self, record: CompileRecord) -> None:
@@ -45,6 +50,12 @@ class CompileStats(CompileListener):
         self.cache_hits += record.cache_hits
         self.cache_misses += record.cache_misses
         self.cache_time_saved_s += record.cache.get("time_saved_s", 0.0)
+        if record.backend:
+            self.backends.add(record.backend)
+        if record.context is not None and record.context.stage == "train":
+            self.train_graph_breaks += len(record.graph_breaks)
+            expected = record.cause is not None and record.cause.expected
+            self.train_recompiles += record.is_frame_recompile and not expected
         if record.is_frame_recompile:
             self.recompile_count += 1
             reason = record.recompile_reason or "unknown"

@@ -48,6 +48,9 @@ class Telemetry:
 
 def fresh_provider_state() -> None:
     # nv-one-logger allows one configuration per process; tests need one per test, each its own run.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        telemetry_jit.shutdown()  # a session a failed test left running
     nv_one_logger_compat.forget_configuration()
     os.environ.pop(identity.RUN_ID_VARIABLE, None)
 

@@ -16,7 +16,11 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
+from nv_one_logger.core.span import Span
+from nv_one_logger.exporter.exporter import BaseExporter
 from torch.utils.data import DataLoader
+from typing_extensions import override
 
 import telemetry_jit
 from telemetry_jit.exporters import FileExporter
@@ -168,13 +172,49 @@ def _clocks_apart(record: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
     return {key: value for key, value in record.items() if not key.endswith("_unix_ns")}, clocks
 
 
+class SpanCallsOnly(BaseExporter):
+    """Any other nv-one-logger exporter: it takes nv-one-logger's span calls only (here, into a file)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self.file = FileExporter(path)
+
+    @override
+    def initialize(self) -> None:
+        super().initialize()
+        self.file.initialize()
+
+    @override
+    def export_start(self, span: Span) -> None:
+        self.file.export_start(span)
+
+    @override
+    def export_stop(self, span: Span) -> None:
+        self.file.export_stop(span)
+
+    @override
+    def export_event(self, event: Event, span: Span) -> None:
+        self.file.export_event(event, span)
+
+    @override
+    def export_error(self, event: ErrorEvent, span: Span) -> None:
+        self.file.export_error(event, span)
+
+    @override
+    def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
+        self.file.export_telemetry_data_error(error)
+
+    @override
+    def close(self) -> None:
+        self.file.close()
+        super().close()
+
+
 @torch._dynamo.config.patch(recompile_limit=2, automatic_dynamic_shapes=False)
 def test_an_exporter_without_whole_spans_gets_the_same_compile_records_through_span_calls(tmp_path: Path) -> None:
     fresh_provider_state()
     whole, calls = tmp_path / "whole.jsonl", tmp_path / "calls.jsonl"
-    span_calls_only = FileExporter(calls)
-    span_calls_only.export_finished_span = None  # as any other nv-one-logger exporter: its span calls only
-    provider = telemetry_jit.configure("both", file=whole, exporters=[span_calls_only])
+    provider = telemetry_jit.configure("both", file=whole, exporters=[SpanCallsOnly(calls)])
     HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
         pl.Trainer, provider, jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
     )
@@ -185,6 +225,7 @@ def test_an_exporter_without_whole_spans_gets_the_same_compile_records_through_s
     telemetry_jit.shutdown()
     fresh_provider_state()
     records = [[json.loads(line) for line in path.read_text().splitlines()] for path in (whole, calls)]
+    assert records[0].pop()["kind"] == "health"  # the session's own file ends with its account
     assert len(records[0]) == len(records[1])
     for mine, theirs in zip(*records, strict=True):
         (fields, clocks), (their_fields, their_clocks) = _clocks_apart(mine), _clocks_apart(theirs)
@@ -212,7 +253,7 @@ DISK_FULL_SCRIPT = textwrap.dedent(
             if trainer.global_step == 3:  # the disk fills: the next record fits only in part
                 limit = os.path.getsize(path) + {room}
                 resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.RLIM_INFINITY))
-            if trainer.global_step == 8:  # and has room again
+            if trainer.global_step == 8 and {recover}:  # and has room again
                 resource.setrlimit(resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
     provider = telemetry_jit.configure("disk-full", file=path, global_batch_size=4, log_every_n_train_iterations=1)
@@ -229,7 +270,7 @@ DISK_FULL_SCRIPT = textwrap.dedent(
 @pytest.mark.parametrize("room", [0, 100], ids=["failed-writes", "short-writes"])
 def test_a_full_disk_leaves_whole_lines_and_counts_what_it_lost(tmp_path: Path, room: int) -> None:
     path = tmp_path / "t.jsonl"
-    script = DISK_FULL_SCRIPT.format(root=str(ROOT), path=str(path), room=room)
+    script = DISK_FULL_SCRIPT.format(root=str(ROOT), path=str(path), room=room, recover=True)
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert json.loads(result.stdout.strip().splitlines()[-1]) == {"steps": 12}  # training unchanged
@@ -246,6 +287,22 @@ def test_a_full_disk_leaves_whole_lines_and_counts_what_it_lost(tmp_path: Path, 
     updates = [e for e in loop.events if e.name == "training_metrics_update"]
     assert 0 < len(updates) < 12  # some steps' updates were lost, the later ones kept
     assert f"{lost[0]} telemetry record(s) could not be written" in cli_summary(path)
+
+
+def test_a_file_cut_by_a_disk_that_stays_full_says_so_and_what_it_still_knows(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    script = DISK_FULL_SCRIPT.format(root=str(ROOT), path=str(path), room=0, recover=False)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout.strip().splitlines()[-1]) == {"steps": 12}  # training unchanged
+    summary = cli_summary(path)
+    assert "this run KILLED: its application, training_loop never ended" in summary and "disk filled" in summary
+    wall = float(summary.split("training_loop wall time: ")[1].split(" s")[0])
+    assert wall > 0  # up to the last record the file holds, not 0.00 s
+    from telemetry_jit.cli import main as cli
+
+    assert cli(["check", str(path), "--max-recompiles", "100"]) == 3
+    assert cli(["check", str(path), "--max-recompiles", "100", "--allow-incomplete"]) == 0
 
 
 def cli_summary(path: Path) -> str:

@@ -181,8 +181,9 @@ def test_works_with_lightning_cli(telemetry: Telemetry, tmp_path: Path) -> None:
 
 
 def test_configure_twice_warns_and_keeps_the_first(telemetry: Telemetry) -> None:
-    with pytest.warns(RuntimeWarning, match="already configured .* returns the existing provider"):
+    with pytest.warns(RuntimeWarning, match="a telemetry session is already running .* returns that session") as said:
         assert telemetry_jit.configure("again", file=None) is telemetry.provider
+    assert said[0].filename == __file__  # it points at the second configure call
 
 
 @pytest.mark.parametrize(

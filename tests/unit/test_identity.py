@@ -68,6 +68,13 @@ def test_a_rank_variable_that_is_no_rank_is_an_error_naming_it(value: str, monke
         from_environment()
 
 
+def test_a_rank_beyond_the_world_size_is_an_error_naming_both(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(IdentityError, match="RANK=5 is not a rank of a job of WORLD_SIZE=2 \\(ranks are 0 to 1\\)"):
+        from_environment()
+
+
 def test_a_world_size_of_zero_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORLD_SIZE", "0")
     with pytest.raises(IdentityError, match="WORLD_SIZE='0' is not a valid world size"):

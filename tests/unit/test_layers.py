@@ -6,17 +6,17 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BOTTOM = {"schema", "records", "identity", "notices", "diagnosis", "terminal"}
+BOTTOM = {"schema", "records", "identity", "notices", "diagnosis", "terminal", "boundary"}
 # layer -> the layers (and outside packages) it may import; a module's layer is its first name part
 MAY_IMPORT: dict[str, set[str]] = {
     "bottom": set(),
     "compat": set(),
     "exporters": {"bottom", "exporters"},
     "probes": {"bottom", "compat", "probes"},
-    "recording": {"bottom", "compat", "exporters", "probes", "recording"},
-    "configuration": {"bottom", "compat", "exporters"},
-    "loop": {"bottom", "compat", "exporters", "probes", "recording", "configuration"},
-    "lightning": {"bottom", "compat", "exporters", "probes", "recording", "configuration", "loop", "lightning"},
+    "session": {"bottom", "compat", "exporters"},
+    "recording": {"bottom", "compat", "exporters", "session", "probes", "recording"},
+    "loop": {"bottom", "compat", "exporters", "probes", "recording", "session"},
+    "lightning": {"bottom", "compat", "exporters", "probes", "recording", "session", "loop", "lightning"},
     "analysis": {"bottom", "analysis"},
     "cli": {"bottom", "analysis"},
     "__main__": {"cli"},

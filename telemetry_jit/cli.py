@@ -1,8 +1,8 @@
 """The ``telemetry-jit`` command (also ``python -m telemetry_jit``).
 
-Every command reads files or folders of them; several ranks of one run are read as one fleet. Exit
-status: 0 done, 1 a file could not be read (``check``: a budget is broken), 2 a usage error or, for
-``check``, an answer it cannot give.
+Every command reads files or folders of them (``-``: standard input); several ranks of one run are read
+as one fleet. Exit status: 0 done, 1 a file could not be read (``check``: a budget is broken), 2 a usage
+error or, for ``check``, an answer it cannot give, 3 (``check``) the run did not finish.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from telemetry_jit.analysis.compare import Budget, CannotTell, check, diff
+from telemetry_jit.analysis.compare import Budget, CannotTell, Unfinished, check, diff
 from telemetry_jit.analysis.fleet import Fleet, fleets
 from telemetry_jit.analysis.inputs import Loaded, load
 from telemetry_jit.analysis.json_output import to_json
@@ -26,7 +26,7 @@ from telemetry_jit.analysis.text import format_diff, format_fleet, format_summar
 from telemetry_jit.analysis.trace import to_trace_events
 from telemetry_jit.terminal import clean
 
-PATHS_HELP = "telemetry files written by telemetry-jit, or folders of them (one file per rank)"
+PATHS_HELP = "telemetry files written by telemetry-jit, folders of them (one file per rank), or - for standard input"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -78,6 +78,11 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument("--user-code-only", action="store_true", help="graph-break budgets count only your own code")
     gate.add_argument("--max-skew", type=float, metavar="S", help="ranks: seconds waited for the slowest in all")
     gate.add_argument("--ranks-compile-alike", action="store_true", help="ranks: every rank compiles the same")
+    gate.add_argument(
+        "--allow-incomplete",
+        action="store_true",
+        help="judge a run that did not finish (failed, interrupted, killed, records missing) on what it recorded",
+    )
     return parser
 
 
@@ -153,6 +158,8 @@ def _summary(args: argparse.Namespace) -> int:
 
 
 def _default_output(paths: Sequence[str], suffix: str) -> Path:
+    if paths[0] == "-":
+        return Path(f"telemetry{suffix}")  # read from standard input: beside nothing, so here
     first = Path(paths[0])
     return first / f"report{suffix}" if first.is_dir() else first.with_name(first.name.removesuffix(".jsonl") + suffix)
 
@@ -208,7 +215,7 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    """0: within budget; 1: a budget broken (each said); 2: cannot tell."""
+    """0: within budget; 1: a budget broken (each said); 2: cannot tell; 3: the run did not finish."""
     try:
         share = None if args.max_compile_share is None else _percentage(args.max_compile_share)
     except ValueError as error:
@@ -217,6 +224,9 @@ def _check(args: argparse.Namespace) -> int:
     loaded = _load(args.paths, args)
     baseline = _load([args.baseline], args) if args.baseline else None
     if loaded.errors or not loaded.runs or (baseline is not None and (baseline.errors or not baseline.runs)):
+        return 2
+    if loaded.doubtful_ranks:
+        _complain("check: cannot tell: the files' ranks contradict each other (see above)")
         return 2
     budget = Budget(
         max_graph_breaks=args.max_graph_breaks,
@@ -229,10 +239,18 @@ def _check(args: argparse.Namespace) -> int:
         ranks_compile_alike=args.ranks_compile_alike,
     )
     try:
-        broken = check(loaded.runs, budget, baseline=baseline.runs if baseline is not None else None)
+        broken = check(
+            loaded.runs,
+            budget,
+            baseline=baseline.runs if baseline is not None else None,
+            allow_incomplete=args.allow_incomplete,
+        )
     except CannotTell as error:
         _complain(f"check: cannot tell: {error}")
         return 2
+    except Unfinished as error:
+        _complain(f"check: {error}")
+        return 3
     what = ", ".join(map(str, args.paths))
     if broken:
         _say(

@@ -10,10 +10,11 @@ from typing import Any
 from telemetry_jit.analysis.diagnose import frame_label, is_recompile
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.status import RunStatus, run_status
 from telemetry_jit.analysis.summary import first_line, summarize
 from telemetry_jit.diagnosis import owner_of, short
 from telemetry_jit.records import Payoff
-from telemetry_jit.schema import CompileAttr, GraphBreakAttr, TrainingSpanName
+from telemetry_jit.schema import CompileAttr, GraphBreakAttr
 
 BreakKey = tuple[str, str]  # (file:line as the summary shows it, first line of the reason)
 
@@ -52,6 +53,7 @@ class RunFigures:
     user_graph_breaks: Counter[BreakKey] = field(default_factory=Counter)  # breaks in the user's own code
     dynamo_compiles: int = 0  # frames dynamo compiled: what the code asks for, whatever the caches hold
     payoff: Payoff | None = None
+    status: RunStatus = RunStatus("finished", "")
 
     @property
     def unexpected_recompiles(self) -> int:
@@ -70,6 +72,7 @@ class RunFigures:
 
     def as_json(self) -> dict[str, Any]:
         return {
+            "status": self.status.as_json(),
             "compiles": self.compiles,
             "recompiles": self.recompiles,
             "compile_s": round(self.compile_ms / 1000, 3),
@@ -119,6 +122,7 @@ def figures(run: TelemetryRun) -> RunFigures:
         ),
         dynamo_compiles=sum(s.attributes.get(CompileAttr.TRIGGER) == "dynamo" for s in summary.compiles),
         payoff=summary.payoff,
+        status=run_status(run),
     )
 
 
@@ -133,6 +137,9 @@ def _break_key(attributes: dict[str, Any]) -> BreakKey:
 class RunDiff:
     base: RunFigures
     new: RunFigures
+
+    def statuses(self) -> list[tuple[str, RunStatus]]:
+        return [("base", self.base.status), ("new", self.new.status)]
 
     @property
     def new_graph_breaks(self) -> Counter[BreakKey]:
@@ -198,7 +205,11 @@ def diff(base: TelemetryRun, new: TelemetryRun) -> RunDiff:
 
 
 class CannotTell(ValueError):
-    """``check`` cannot measure what a budget asks: no budget, an unfinished run, a missing baseline."""
+    """``check`` cannot measure what a budget asks: no budget, a missing baseline."""
+
+
+class Unfinished(ValueError):
+    """A run (or its baseline) did not finish: it failed, was interrupted or killed, or records are missing."""
 
 
 @dataclass
@@ -230,14 +241,17 @@ def check(
     runs: TelemetryRun | Sequence[TelemetryRun],
     budget: Budget,
     baseline: TelemetryRun | Sequence[TelemetryRun] | None = None,
+    allow_incomplete: bool = False,
 ) -> list[str]:
     """Every way ``runs`` (one run, or the ranks of one) break ``budget``, each a readable sentence;
     empty when they keep it. Budgets of one run apply to every rank; ``--max-skew`` and
     ``--ranks-compile-alike`` to the ranks together.
 
     Raises:
-        CannotTell: there is no budget, a run (or the baseline) did not finish, or a baseline budget
-            has no baseline: a gate must not pass what it cannot measure.
+        CannotTell: there is no budget, or a baseline budget has no baseline: a gate must not pass what it
+            cannot measure.
+        Unfinished: a run (or the baseline) did not finish, unless ``allow_incomplete``: its figures are
+            those of part of a run.
     """
     runs = [runs] if isinstance(runs, TelemetryRun) else list(runs)
     baselines = [baseline] if isinstance(baseline, TelemetryRun) else list(baseline or [])
@@ -251,11 +265,14 @@ def check(
         raise CannotTell("--no-new-graph-breaks compares with a baseline run: pass --baseline FILE.")
     for name, checked in (("the run", runs), ("the baseline", baselines)):
         for run in checked:
-            if unfinished := unfinished_loops(run):
-                raise CannotTell(
-                    f"{name} (rank {run.rank}) did not finish: its {', '.join(unfinished)} never ended (the process "
-                    "was killed or is still running), so its figures are incomplete."
-                )
+            status = run_status(run)
+            if status.finished or allow_incomplete:
+                continue
+            problem = Unfinished if status.state != "incomplete" else CannotTell  # records are missing: unseen
+            raise problem(
+                f"{name} (rank {run.rank}) {status.state}: {status.detail}. Its figures cover part of a run; pass "
+                "--allow-incomplete to judge them anyway."
+            )
     by_rank = {run.rank: run for run in baselines}
     broken = []
     for run in runs:
@@ -315,11 +332,3 @@ def _check_fleet(runs: list[TelemetryRun], budget: Budget) -> list[str]:
                 f"{len(found.sequences[0].ranks)} others: {odd.difference}"
             )
     return broken
-
-
-def unfinished_loops(run: TelemetryRun) -> list[str]:
-    """The loop spans of ``run`` that started and never ended."""
-    return sorted({span.name for span in run.spans.values() if span.name in _LOOPS and span.end_unix_ns is None})
-
-
-_LOOPS = frozenset((TrainingSpanName.TRAINING_LOOP, TrainingSpanName.VALIDATION_LOOP, TrainingSpanName.TESTING_LOOP))

@@ -7,15 +7,13 @@ another (``--all-runs``, ``--run ID``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from telemetry_jit.analysis.reader import ITERATION_SPANS, TelemetryFileError, TelemetryRun, read_telemetry
 from telemetry_jit.identity import short_run_id
-
-_RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")
+from telemetry_jit.schema import RANK_FILE, JitSpanName, TrainingSpanName
 
 
 @dataclass
@@ -24,6 +22,7 @@ class Loaded:
     paths: list[Path] = field(default_factory=list)  # the files read
     notes: list[str] = field(default_factory=list)  # what the user should know about the choice of runs
     errors: list[str] = field(default_factory=list)  # files that could not be read, each said
+    doubtful_ranks: list[str] = field(default_factory=list)  # ranks that cannot be what they claim, each said
 
 
 def expand(arguments: Sequence[str | Path]) -> list[Path]:
@@ -39,7 +38,7 @@ def expand(arguments: Sequence[str | Path]) -> list[Path]:
 
 
 def _rank_order(path: Path) -> tuple[str, int]:
-    match = _RANK_FILE.search(path.name)
+    match = RANK_FILE.search(path.name)
     return (path.name[: match.start()] if match else path.stem, int(match.group(1)) if match else -1)
 
 
@@ -70,9 +69,50 @@ def load(
         elif all_runs or len(runs) == 1:
             loaded.runs.extend(runs)
         else:
-            loaded.runs.append(runs[-1])
+            # the last run that trained: a process that recorded nothing of a loop is never shown over one that did
+            shown = ([run for run in runs if trained(run)] or runs)[-1]
+            loaded.runs.append(shown)
             ids = ", ".join(short_run_id(run.run_id) for run in runs)
+            which = "the last" if shown is runs[-1] else f"the last that trained ({short_run_id(shown.run_id)})"
             loaded.notes.append(
-                f"{path} holds {len(runs)} runs ({ids}); showing the last (--all-runs for all, --run ID for one)"
+                f"{path} holds {len(runs)} runs ({ids}); showing {which} (--all-runs for all, --run ID for one)"
             )
+    loaded.doubtful_ranks = rank_problems(loaded.runs)
+    loaded.notes += loaded.doubtful_ranks
     return loaded
+
+
+def trained(run: TelemetryRun) -> bool:
+    """Whether the run recorded a loop (training, validation, test) or a compilation."""
+    return any(span.name in _LOOPS for span in run.spans.values())
+
+
+_LOOPS = frozenset(
+    (
+        TrainingSpanName.TRAINING_LOOP,
+        TrainingSpanName.VALIDATION_LOOP,
+        TrainingSpanName.TESTING_LOOP,
+        JitSpanName.COMPILATION.value,
+    )
+)
+
+
+def rank_problems(runs: Sequence[TelemetryRun]) -> list[str]:
+    """Ranks that cannot be what they claim: one rank of a run written by two processes, or a rank beyond
+    its job's size."""
+    problems = []
+    seen: dict[tuple[str, int], TelemetryRun] = {}
+    for run in runs:
+        if run.rank >= run.world_size > 1 or run.rank < 0:
+            problems.append(
+                f"run {short_run_id(run.run_id)}: rank {run.rank} is no rank of a job of {run.world_size} ranks "
+                "(its launcher's rank variables were wrong)"
+            )
+        other = seen.get((run.run_id, run.rank))
+        if other is not None and other.pid != run.pid:
+            problems.append(
+                f"run {short_run_id(run.run_id)}: rank {run.rank} was written by two processes (pids {other.pid} and "
+                f"{run.pid}); the later is shown, and a comparison of ranks cannot tell which is the rank"
+            )
+        seen[(run.run_id, run.rank)] = run
+    return problems

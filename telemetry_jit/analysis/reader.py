@@ -12,10 +12,11 @@ import json
 import math
 import os
 import re
-from collections.abc import Collection
+import sys
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from telemetry_jit.notices import say
 from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, JitSpanName, TrainingSpanName
@@ -49,6 +50,30 @@ class SpanRecord:
 
 
 @dataclass
+class FileDamage:
+    """Lines of a file the reader could not read, skipped and counted: what is missing from the runs in it."""
+
+    bad_lines: int = 0  # lines that are no record (not JSON, binary, too long, nested too deep)
+    first_bad_line: int = 0
+    first_reason: str = ""
+    cut_short: bool = False  # the last line ends mid-record: the writer was killed, or its disk filled
+
+    def __bool__(self) -> bool:
+        return bool(self.bad_lines or self.cut_short)
+
+    def words(self) -> str:
+        parts = []
+        if self.bad_lines:
+            parts.append(
+                f"{self.bad_lines} line(s) could not be read and were skipped (first: line {self.first_bad_line}, "
+                f"{self.first_reason})"
+            )
+        if self.cut_short:
+            parts.append("the last line is cut short (the writer was killed mid-record, or its disk filled)")
+        return "; ".join(parts)
+
+
+@dataclass
 class TelemetryRun:
     """Everything one process wrote in one run."""
 
@@ -56,9 +81,14 @@ class TelemetryRun:
     rank: int
     node: str = ""
     pid: int = 0
+    world_size: int = 1  # ranks in its job, as its records say
+    last_unix_ns: int = 0  # the latest time any of its records holds: where a run cut short is known to
     spans: dict[str, SpanRecord] = field(default_factory=dict)
     data_errors: list[dict[str, Any]] = field(default_factory=list)
     lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
+    # what telemetry could not do, as the writer's last record says (None: it never wrote one: killed, or older)
+    health: dict[str, Any] | None = None
+    damage: FileDamage | None = None  # lines of its file that could not be read
     file_format: str = FILE_FORMAT  # or "nv-one-logger"
     lacks: list[str] = field(default_factory=list)  # what this file's format cannot tell
     # events of spans whose start is not in the file (it was deleted mid-run), until the span's end record
@@ -84,48 +114,75 @@ def number(value: object, default: float = 0.0) -> float:
 
 
 def read_telemetry(path: str | os.PathLike[str], skip_spans: Collection[str] = ()) -> list[TelemetryRun]:
-    """Read every run in ``path``, in file order, a line at a time: memory grows with what is kept, not
-    with the file.
+    """Read every run in ``path`` (``"-"``: standard input), in file order, a line at a time: memory grows
+    with what is kept, not with the file.
 
-    A truncated last line (a process killed mid-write) is skipped with a warning. ``skip_spans``: span
-    names not to keep (with their events), e.g. the per-iteration spans a long run exports by the million
+    A line that is no record (not JSON, binary data, longer than :data:`MAX_LINE_BYTES`, nested too deep) is
+    skipped and counted, and a last line cut short is skipped: the runs say what was lost
+    (:attr:`TelemetryRun.damage`), and one warning per file says it. ``skip_spans``: span names not to keep
+    (with their events), e.g. the per-iteration spans a long run exports by the million
     (:data:`ITERATION_SPANS`); their lines are recognised without being parsed.
 
     Raises:
         FileNotFoundError: no such file.
         TelemetryFileError: the file is empty or is not a telemetry-jit file.
     """
+    if str(path) == "-":
+        return _read(Path("<stdin>"), sys.stdin.buffer, skip_spans)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No telemetry file at {str(path)!r}.")
+    with path.open("rb") as handle:
+        return _read(path, handle, skip_spans)
+
+
+MAX_LINE_BYTES = 64 * 2**20  # one record; a compile span is a few KB, the longest torch text a few hundred KB
+
+
+def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str]) -> list[TelemetryRun]:
     runs: dict[tuple[str, int, int], TelemetryRun] = {}
     skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
+    damage = FileDamage()
     number = 0
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):  # noqa: B007 - the count is read after the loop
-            if skipped and any(needle in raw for needle in skipped):
-                continue
-            record = _parse(path, raw, number, complete=raw.endswith(b"\n"), runs_so_far=bool(runs))
-            if record is None:
-                continue
-            try:
-                _read_record(path, number, record, runs, skip_spans)
-            except (KeyError, TypeError, ValueError, AttributeError) as error:
-                if isinstance(error, TelemetryFileError):
-                    raise
-                kind = record.get("kind", record.get("type"))
-                raise TelemetryFileError(
-                    f"{str(path)!r} line {number}: malformed {kind!r} record ({error!r})."
-                ) from None
+    for number, raw in _lines(handle):  # noqa: B007 - the count is read after the loop
+        if skipped and any(needle in raw for needle in skipped):
+            continue
+        record = _parse(path, raw, number, damage, runs_so_far=bool(runs))
+        if record is None:
+            continue
+        try:
+            _read_record(path, number, record, runs, skip_spans)
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            if isinstance(error, TelemetryFileError):
+                raise
+            kind = record.get("kind", record.get("type"))
+            raise TelemetryFileError(f"{str(path)!r} line {number}: malformed {kind!r} record ({error!r}).") from None
     if number == 0:
         raise TelemetryFileError(f"{str(path)!r} is empty: the run wrote no telemetry.")
     if not runs:
         raise TelemetryFileError(f"{str(path)!r} holds no complete telemetry record.")
+    if damage:
+        say(f"{path}: {damage.words()}.")
     for run in runs.values():
         run._early_events.clear()
+        run.damage = damage if damage else None
         if run.file_format == "nv-one-logger":
             _infer_parents(run)
     return list(runs.values())
+
+
+def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes]]:
+    """``(line number, bytes)`` of each line; a line longer than :data:`MAX_LINE_BYTES` is read no further
+    (its bytes are dropped as they come) and given as ``b""``."""
+    number = 0
+    while raw := handle.readline(MAX_LINE_BYTES):
+        number += 1
+        if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):
+            while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            yield number, b"\x00too long"
+            continue
+        yield number, raw
 
 
 ITERATION_SPANS = (
@@ -135,25 +192,42 @@ ITERATION_SPANS = (
 )
 
 
-def _parse(path: Path, raw: bytes, number: int, complete: bool, runs_so_far: bool) -> dict[str, Any] | None:
-    """One line's record; ``None`` (with a warning) for a line that is not one."""
+def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far: bool) -> dict[str, Any] | None:
+    """One line's record; ``None`` for a line that is not one (counted in ``damage``)."""
     if not raw.strip():
         return None
-    try:
-        record = json.loads(raw)
-        if _ESCAPED_SURROGATE.search(raw):
-            record = _valid_text(record)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        if not complete:
-            say(f"{path}: last line {number} is truncated and was skipped.")
-            return None
-        if not runs_so_far:
-            raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}).") from None
-        say(f"{path}: line {number} is not valid JSON and was skipped.")
+    reason = ""
+    record: Any = None
+    if raw.startswith(b"\x00too long"):
+        reason = f"longer than {MAX_LINE_BYTES // 2**20} MiB"
+    elif _CONTROL_BYTES.search(raw):  # JSON text holds none of them unescaped
+        reason = "binary data"
+    else:
+        try:
+            record = json.loads(raw)
+            if _ESCAPED_SURROGATE.search(raw):
+                record = _valid_text(record)
+        except UnicodeDecodeError:
+            reason = "binary data"
+        except ValueError:
+            reason = "not valid JSON"
+        except RecursionError:
+            reason = "nested too deep to be a record"
+        except MemoryError:
+            reason = "too large to read"
+    if not reason and not isinstance(record, dict):
+        reason = "not a record (a JSON object)"
+    if not reason:
+        return record
+    if not raw.endswith(b"\n") and reason == "not valid JSON":
+        damage.cut_short = True  # the last line, ending mid-record
         return None
-    if not isinstance(record, dict):
-        raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}).")
-    return record
+    if not runs_so_far:
+        raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}: {reason}).")
+    damage.bad_lines += 1
+    if damage.bad_lines == 1:
+        damage.first_bad_line, damage.first_reason = number, reason
+    return None
 
 
 def _read_record(
@@ -169,6 +243,9 @@ def _read_record(
         run = runs.get(key)
         if run is None:
             run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")), pid=key[2])
+        world_size = record.get("world_size")
+        if isinstance(world_size, int) and world_size > run.world_size:
+            run.world_size = world_size
         _check_version(path, record)
         if record.get("name") in skip_spans:
             return
@@ -188,6 +265,7 @@ def _read_record(
 # JSON may escape a lone surrogate (torch text from a file name that is not UTF-8, say); decoded, it is
 # a str no stream, HTML page or JSON file can encode
 _ESCAPED_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F]")
+_CONTROL_BYTES = re.compile(rb"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -210,6 +288,7 @@ def _check_version(path: Path, record: dict[str, Any]) -> None:
         )
 
 
+_RECORD_KEYS = frozenset(("kind", "run", "rank", "local_rank", "world_size", "node", "pid"))
 _NV_ONE_LOGGER_TYPES = frozenset(("start", "stop", "complete", "event", "application_error", "telemetry_data_error"))
 _NV_LACKS = (
     "no parent links: each span is put under the innermost span whose time contains it",
@@ -302,15 +381,20 @@ def _apply(run: TelemetryRun, record: dict[str, Any]) -> None:
                 start_unix_ns=_ns(record["start_unix_ns"]),
                 events=run._early_events.pop(record["span_id"], []),
             )
+        run.last_unix_ns = max(run.last_unix_ns, span.start_unix_ns)
         if kind == "span":
             span.end_unix_ns = _ns(record["end_unix_ns"])
             span.attributes = _attributes(record.get("attributes", {}))
+            run.last_unix_ns = max(run.last_unix_ns, span.end_unix_ns)
     elif kind in ("event", "error"):
         event = EventRecord(
             str(record["name"]), _ns(record["time_unix_ns"]), _attributes(record.get("attributes", {})), kind == "error"
         )
+        run.last_unix_ns = max(run.last_unix_ns, event.time_unix_ns)
         _attach(run, record["span_id"], event)
     elif kind == "records_lost":
         run.lost_records += int(record["count"])
+    elif kind == "health":
+        run.health = {key: value for key, value in record.items() if key not in _RECORD_KEYS}
     elif kind == "telemetry_data_error":
         run.data_errors.append(record.get("attributes", {}))

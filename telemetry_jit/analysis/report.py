@@ -8,6 +8,7 @@ from html import escape
 
 from telemetry_jit.analysis.diagnose import is_recompile
 from telemetry_jit.analysis.fleet import Fleet
+from telemetry_jit.analysis.status import run_status
 from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, RunSummary
 from telemetry_jit.analysis.text import (
     BREAK_HEADERS,
@@ -55,6 +56,7 @@ th { background: #f3f3f3; } .num { text-align: right; } .muted { color: #777; }
 .card b { display: block; font-size: 1.3em; } svg text { font: 11px system-ui, sans-serif; }
 .legend span { margin-right: 1.2em; }
 .legend i { display: inline-block; width: .9em; height: .9em; margin-right: .3em; }
+.unfinished { background: #fde0dc; border: 1px solid #e34a33; border-radius: 6px; padding: .5em 1em; }
 #diagnosis { background: #fff8e6; border: 1px solid #f0d080; border-radius: 6px; padding: .4em 1em; }
 #diagnosis pre { white-space: pre-wrap; font: 13px/1.45 ui-monospace, monospace; }
 """
@@ -248,18 +250,24 @@ def _run_sections(summary: RunSummary) -> list[str]:
         (str(len(summary.breaks)), "graph breaks"),
         (str(len(summary.fallbacks)), "fell back to eager"),
     ]
+    status = run_status(run)
     sections = [
         f"<h1>telemetry-jit report</h1><p class='muted'>run {escape(run.run_id)}, rank {run.rank} "
         f"{escape(run.node)}</p>",
+        *([f'<p id="status" class="unfinished">{escape(status.headline())}</p>'] if not status.finished else []),
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
     ]
     sections.append(_diagnosis(summary))
     if summary.payoff is not None:
+        account = (
+            f'<p class="muted">{escape(net_line(summary.payoff))}; eager steps ran the same model with '
+            'torch.compiler.set_stance("force_eager"), in blocks between compiled ones.</p>'
+            if summary.payoff.measured
+            else ""
+        )
         sections.append(
             '<div id="payoff"><h2>Is compiling worth it?</h2>'
-            f"<p><b>{escape(summary.payoff_sentence)}</b></p>"
-            f'<p class="muted">{escape(net_line(summary.payoff))}; eager steps ran the same model with '
-            'torch.compiler.set_stance("force_eager"), in blocks between compiled ones.</p></div>'
+            f"<p><b>{escape(summary.payoff_sentence)}</b></p>{account}</div>"
         )
     if summary.warm_start.hits or summary.warm_start.misses:
         sections.append(f'<p id="compile-cache">Compile cache: {escape(summary.warm_start.line)}</p>')

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 from telemetry_jit.analysis.diagnose import Diagnosis, diagnose, frame_label, is_recompile
 from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun, number
+from telemetry_jit.analysis.status import run_status
 from telemetry_jit.diagnosis import short
 from telemetry_jit.records import Payoff, why_slower
 from telemetry_jit.schema import (
@@ -18,6 +19,7 @@ from telemetry_jit.schema import (
     GraphBreakAttr,
     JitEventName,
     JitSpanName,
+    TrainAttr,
     TrainingSpanName,
 )
 
@@ -113,10 +115,17 @@ class RunSummary:
 
     @property
     def payoff_sentence(self) -> str:
-        """The payoff in one line, with the likely reason when compiling loses."""
+        """The payoff in one line, with the likely reason when compiling loses: what runs inside timed
+        training steps (breaks of frames compiled in training, recompiles there beyond the expected price)."""
         if self.payoff is None:
             return ""
-        return self.payoff.sentence(why_slower(len(self.breaks), len(self.recompiles)))
+        training = [span for span in self.compiles if span.attributes.get(TrainAttr.STAGE) == "train"]
+        breaks = sum(1 for span in training for event in span.events if event.name == JitEventName.GRAPH_BREAK)
+        recompiles = sum(
+            is_recompile(span) and not span.attributes.get(CompileAttr.RECOMPILE_EXPECTED) for span in training
+        )
+        backends = {str(span.attributes.get(CompileAttr.BACKEND) or "") for span in self.compiles}
+        return self.payoff.sentence(why_slower(breaks, recompiles, backends))
 
     @property
     def ddp_splits(self) -> int:
@@ -148,7 +157,8 @@ def summarize(run: TelemetryRun) -> RunSummary:
     summary = RunSummary(
         run=run,
         loop_name=loops[0].name if loops else "run",
-        wall_ms=_total_ms(loops),
+        # a loop that never ended (the run was killed) counts to the last record the file holds
+        wall_ms=sum(((span.end_unix_ns or run.last_unix_ns) - span.start_unix_ns) / 1e6 for span in loops),
         compiles=compiles,
         compile_ms=_total_ms(compiles),
         recompiles=[s for s in compiles if is_recompile(s)],
@@ -245,6 +255,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "run_id": run.run_id,
         "rank": run.rank,
         "node": run.node,
+        "status": run_status(run).as_json(),
         "loop": s.loop_name,
         "wall_s": round(s.wall_ms / 1000, 3),
         "compile_s": round(s.compile_ms / 1000, 3),

@@ -7,7 +7,8 @@ from collections.abc import Iterable, Sequence
 from telemetry_jit.analysis.compare import RunDiff
 from telemetry_jit.analysis.diagnose import Diagnosis
 from telemetry_jit.analysis.fleet import Fleet
-from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.reader import TelemetryRun, number
+from telemetry_jit.analysis.status import run_status
 from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, summarize
 from telemetry_jit.diagnosis import first_step_line, short
 from telemetry_jit.identity import short_run_id
@@ -37,11 +38,14 @@ def format_summary(run: TelemetryRun) -> str:
     """The summary as terminal text."""
     s = summarize(run)
     source = f"run {short_run_id(run.run_id)}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
+    status = run_status(run)
     lines = [
         f"telemetry-jit summary ({source}, rank {run.rank})",
+        *([f"  {status.headline()}"] if not status.finished else []),
         *[f"  (this file format has {what})" for what in run.lacks],
         *format_diagnosis(s.diagnosis),
-        *([f"  compile payoff: {s.payoff_sentence}", f"    {net_line(s.payoff)}"] if s.payoff is not None else []),
+        *([f"  compile payoff: {s.payoff_sentence}"] if s.payoff is not None else []),
+        *([f"    {net_line(s.payoff)}"] if s.payoff is not None and s.payoff.measured else []),
         f"  {s.loop_name} wall time: {s.wall_ms / 1000:.2f} s",
         f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
         f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
@@ -55,6 +59,7 @@ def format_summary(run: TelemetryRun) -> str:
         lines.append(
             f"  incomplete: {run.lost_records} telemetry record(s) could not be written (see the run's warnings)"
         )
+    lines += [f"  telemetry lost: {loss}" for loss in health_losses(run)]
     if s.fallbacks:
         lines.append(f"  fell back to eager: {len(s.fallbacks)} (recompile limit hit: {s.limit_hits})")
     if s.errors:
@@ -76,6 +81,30 @@ def format_summary(run: TelemetryRun) -> str:
             *_table(DDP_HEADERS, s.ddp_rows),
         ]
     return "\n".join(lines)
+
+
+def health_losses(run: TelemetryRun) -> list[str]:
+    """What telemetry could not do in the run, as its file's last record says: calls into others' code that
+    failed, and what each exporter did not deliver."""
+    health = run.health or {}
+    losses = []
+    for name, failed in (health.get("failed_calls") or {}).items():
+        if isinstance(failed, dict):
+            count = int(number(failed.get("count")))
+            losses.append(
+                f"{failed.get('callee') or name} failed {count} time{'s' if count != 1 else ''} "
+                f"({one_line(failed.get('first_error', ''), 160)}) [{name}]"
+            )
+    for exporter, counts in (health.get("exporters") or {}).items():
+        if not isinstance(counts, dict):
+            continue
+        dropped = int(number(counts.get("spans_dropped"))) + int(number(counts.get("calls_dropped")))
+        failed = int(number(counts.get("calls_failed")))
+        if dropped or failed:
+            total = int(number(counts.get("spans")))
+            of = f" of {total}" if total else ""
+            losses.append(f"{one_line(exporter, 120)}: {dropped}{of} not delivered, {failed} calls failed")
+    return losses
 
 
 def net_line(payoff: Payoff) -> str:
@@ -227,7 +256,7 @@ def _ranks(ranks: list[int], shown: int = 8) -> str:
 
 
 def _speedup(payoff: Payoff | None) -> str:
-    return f"{payoff.speedup:.2f}x" if payoff is not None else "not measured"
+    return f"{payoff.speedup:.2f}x" if payoff is not None and payoff.measured else "not measured"
 
 
 def _rate(rate: float | None) -> str:
@@ -248,7 +277,9 @@ def format_diff(result: RunDiff) -> str:
     ]
     if base.payoff is not None or new.payoff is not None:
         rows.append(("compile speedup", _speedup(base.payoff), _speedup(new.payoff)))
-    lines = ["telemetry-jit diff (base -> new)", *[f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]]
+    lines = ["telemetry-jit diff (base -> new)"]
+    lines += [f"  {side}: {status.headline()}" for side, status in result.statuses() if not status.finished]
+    lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
     if result.cache_effect:
         lines += [
             "",

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun
+from telemetry_jit.analysis.status import run_status
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.schema import JitSpanName
 
@@ -29,8 +30,10 @@ def to_trace_events(runs: Sequence[TelemetryRun]) -> dict[str, Any]:
     for run in runs:
         pid = run.rank
         node = run.node
+        status = run_status(run)
+        label = f"rank {pid} {node}".strip() + ("" if status.finished else f" ({status.state})")
         for name, tid, metadata in (
-            ("process_name", 0, {"name": f"rank {pid} {node}".strip()}),
+            ("process_name", 0, {"name": label}),
             ("process_sort_index", 0, {"sort_index": pid}),
             ("thread_name", 1, {"name": f"run {short_run_id(run.run_id)}"}),
         ):

@@ -175,7 +175,8 @@ def test_a_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         (run,) = read_telemetry(path)
-    (said,) = [w for w in caught if "truncated" in str(w.message)]
+    (said,) = [w for w in caught if "cut short" in str(w.message)]
+    assert run.damage is not None and run.damage.cut_short and not run.damage.bad_lines
     # one line: about the file, so no line of the reader's caller is printed under it
     shown = warnings.formatwarning(said.message, said.category, said.filename, said.lineno)
     assert shown.strip().count("\n") == 0 and str(path) in shown
@@ -197,3 +198,84 @@ def test_diff_of_a_cold_and_a_warm_run_says_the_caches_did_it(capsys: pytest.Cap
 def test_a_code_change_is_not_put_down_to_the_caches(capsys: pytest.CaptureFixture) -> None:
     assert cli.main(["diff", str(DATA / "cache-warm.jsonl"), str(DATA / "answers.jsonl")]) == 0
     assert "the caches' doing" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (b"[" * 200_000 + b"]" * 200_000, "nested too deep"),
+        (b'{"kind":"event"' + b" " * (70 * 2**20) + b"}", "longer than 64 MiB"),
+        (bytes(range(256)) * 4, "binary data"),
+        (b'{"kind": "span", oops', "not valid JSON"),
+        (b"[1, 2, 3]", "not a record"),
+    ],
+    ids=["deep", "huge", "binary", "not-json", "not-an-object"],
+)
+def test_a_line_that_is_no_record_is_counted_and_said_and_the_rest_is_read(
+    tmp_path: Path, line: bytes, reason: str, capsys: pytest.CaptureFixture
+) -> None:
+    lines = NEW.read_bytes().splitlines(keepends=True)
+    path = tmp_path / "damaged.jsonl"
+    path.write_bytes(b"".join([*lines[:5], line.replace(b"\n", b" ") + b"\n", *lines[5:]]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        (run,) = read_telemetry(path)
+    assert run.damage is not None and run.damage.bad_lines == 1 and run.damage.first_bad_line == 6
+    assert reason in run.damage.first_reason
+    assert [w for w in caught if "could not be read and were skipped" in str(w.message)]
+    assert len(run.find("compilation")) == len(read_telemetry(NEW)[-1].find("compilation"))
+    # every command reads it; the gate cannot judge what it did not see
+    for command in (["summary", str(path)], ["trace", str(path), "-o", str(tmp_path / "t.json")]):
+        assert cli.main(command) == 0
+    assert cli.main(["check", str(path), "--max-graph-breaks", "100"]) == 2
+    assert "could not be read" in capsys.readouterr().err
+
+
+def test_random_bytes_are_no_telemetry_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    path = tmp_path / "random.jsonl"
+    path.write_bytes(bytes(range(1, 256)) * 100)  # no line break: it would look cut short if it were text
+    assert cli.main(["summary", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "is not a telemetry-jit JSON Lines file (line 1: binary data)" in err and "cut short" not in err
+
+
+def test_dash_reads_standard_input() -> None:
+    with NEW.open("rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-m", "telemetry_jit", "summary", "-"], stdin=stdin, capture_output=True, text=True
+        )
+    assert done.returncode == 0 and "recompiles by cause" in done.stdout, done.stderr
+
+
+def test_two_processes_claiming_one_rank_and_a_rank_beyond_the_job_are_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    (tmp_path / "a").mkdir()
+    first, second = rank_copies(tmp_path / "a", 2)
+
+    def rewritten(source: Path, target: Path, **fields: int) -> Path:
+        records = [json.loads(line) for line in source.read_text().splitlines()]
+        target.write_text("".join(json.dumps({**record, **fields}) + "\n" for record in records))
+        return target
+
+    (tmp_path / "b").mkdir()
+    twin = rewritten(second, tmp_path / "b" / "run.rank1.jsonl", pid=4242)  # another process, the same rank
+    assert cli.main(["summary", str(first), str(second), str(twin)]) == 0
+    assert "rank 1 was written by two processes" in capsys.readouterr().err
+    assert cli.main(["check", str(first), str(second), str(twin), "--max-recompiles", "100"]) == 2
+    beyond = rewritten(NEW, tmp_path / "beyond.jsonl", rank=5, world_size=2)
+    assert cli.main(["summary", str(beyond)]) == 0
+    assert "rank 5 is no rank of a job of 2 ranks" in capsys.readouterr().err
+
+
+def test_a_file_that_holds_an_empty_run_after_a_real_one_shows_the_real_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "two.jsonl"
+    run_id = json.loads(NEW.read_text().splitlines()[0])["run"]
+    empty = NEW.read_text().splitlines()[0].replace(run_id, "f" * 32).replace('"pid":', '"pid":9')
+    path.write_text(NEW.read_text() + empty + "\n")
+    assert cli.main(["summary", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert "showing the last that trained" in err and "no compilation happened" not in out
+    assert cli.main(["check", str(path), "--max-recompiles", "0"]) == 1

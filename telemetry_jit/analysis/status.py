@@ -1,0 +1,68 @@
+"""Whether a run finished, and if not, how it ended: what every surface says first, and what ``check``
+refuses to judge (docs/ci-gate.md)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.schema import TrainingSpanName
+
+State = Literal["finished", "failed", "interrupted", "killed", "incomplete"]
+_LOOPS = (
+    TrainingSpanName.TRAINING_LOOP,
+    TrainingSpanName.VALIDATION_LOOP,
+    TrainingSpanName.TESTING_LOOP,
+    TrainingSpanName.APPLICATION,
+)
+_INTERRUPTIONS = ("KeyboardInterrupt", "SIGTERM", "SignalException", "SystemExit")
+
+
+@dataclass(frozen=True)
+class RunStatus:
+    """How a run ended: ``finished``; ``failed`` (the training raised) or ``interrupted`` (Ctrl-C, SIGTERM);
+    ``killed`` (its loops never ended and it never closed its file: killed, or still running); or
+    ``incomplete`` (it ended, but records are missing from its file)."""
+
+    state: State
+    detail: str  # what happened, in words
+
+    @property
+    def finished(self) -> bool:
+        return self.state == "finished"
+
+    def headline(self) -> str:
+        """The first line every surface shows for a run that did not finish (``""`` for one that did)."""
+        if self.finished:
+            return ""
+        return f"this run {self.state.upper()}: {self.detail}; the figures below cover what was recorded before"
+
+    def as_json(self) -> dict[str, Any]:
+        return {"state": self.state, "detail": self.detail}
+
+
+def run_status(run: TelemetryRun) -> RunStatus:
+    """How ``run`` ended, from what its file holds."""
+    for span in sorted(run.spans.values(), key=lambda s: s.start_unix_ns):
+        if span.name not in _LOOPS:
+            continue
+        errors = [event for event in span.events if event.is_error]
+        if errors:
+            message = str(errors[0].attributes.get("error_message") or errors[0].name)
+            state: State = "interrupted" if message.startswith(_INTERRUPTIONS) else "failed"
+            return RunStatus(state, f"{message} (in its {span.name})")
+    unended = sorted({span.name for span in run.spans.values() if span.name in _LOOPS and span.end_unix_ns is None})
+    if unended and run.health is None and run.file_format != "nv-one-logger":
+        return RunStatus(
+            "killed",
+            f"its {', '.join(unended)} never ended and its file has no closing record (the process was killed, its "
+            "disk filled, or it still runs)",
+        )
+    if unended:
+        return RunStatus("incomplete", f"telemetry closed without ending its {', '.join(unended)}")
+    if run.damage:
+        return RunStatus("incomplete", run.damage.words())
+    if run.lost_records:
+        return RunStatus("incomplete", f"{run.lost_records} record(s) could not be written to its file")
+    return RunStatus("finished", "")

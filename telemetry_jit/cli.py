@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from importlib import metadata
 from pathlib import Path
 
-from telemetry_jit.analysis.compare import Budget, CannotTell, Unfinished, check, diff
+from telemetry_jit.analysis.check import Budget, CannotTell, Unfinished, check
+from telemetry_jit.analysis.diff import diff
 from telemetry_jit.analysis.fleet import Fleet, fleets
 from telemetry_jit.analysis.inputs import Loaded, load
 from telemetry_jit.analysis.json_output import to_json
@@ -73,7 +74,11 @@ def _parser() -> argparse.ArgumentParser:
         metavar="N",
         help="recompiles beyond the expected price of switching stages (once per frame)",
     )
-    gate.add_argument("--max-compile-share", metavar="P", help="percent of the loop's wall time, e.g. 25 or 25%%")
+    gate.add_argument(
+        "--max-compile-share",
+        metavar="P",
+        help="percent of the loop's wall time, with its unit: 25%% (a number of 1 or less needs the %% sign)",
+    )
     gate.add_argument("--no-new-graph-breaks", action="store_true", help="fail on a graph break the baseline lacks")
     gate.add_argument("--user-code-only", action="store_true", help="graph-break budgets count only your own code")
     gate.add_argument("--max-skew", type=float, metavar="S", help="ranks: seconds waited for the slowest in all")
@@ -111,8 +116,10 @@ def _complain(text: str) -> None:
     print(clean(f"telemetry-jit: {text}"), file=sys.stderr)
 
 
-def _load(paths: Sequence[str], args: argparse.Namespace) -> Loaded:
-    loaded = load(paths, all_runs=getattr(args, "all_runs", False), run_id=args.run)
+def _load(paths: Sequence[str], args: argparse.Namespace, digest: bool = True) -> Loaded:
+    """The runs ``paths`` hold; with ``digest``, each run's compilations read into aggregates (bounded
+    memory, whatever the file's size), as every command but ``trace`` needs them."""
+    loaded = load(paths, all_runs=getattr(args, "all_runs", False), run_id=args.run, digest=digest)
     for error in loaded.errors:
         _complain(error)
     for note in loaded.notes:
@@ -190,7 +197,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _trace(args: argparse.Namespace) -> int:
-    loaded = _load(args.paths, args)
+    loaded = _load(args.paths, args, digest=False)
     if not loaded.runs:
         return 1
     output = _output(args, loaded, ".trace.json")
@@ -262,12 +269,20 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _percentage(text: str) -> float:
+    """A share budget: ``25%`` (or ``25``: above 1, it can only be percent); ``0.5`` is refused, as it could be
+    half a percent or half the loop."""
+    written = text.strip()
     try:
-        value = float(text.strip().removesuffix("%"))
+        value = float(written.removesuffix("%"))
     except ValueError:
         value = -1.0
     if not 0 <= value <= 100:
-        raise ValueError(f"--max-compile-share takes a percentage from 0 to 100 (e.g. 25 or 25%), got {text!r}.")
+        raise ValueError(f"--max-compile-share takes a percentage from 0 to 100 (e.g. 25%), got {text!r}.")
+    if 0 < value <= 1 and not written.endswith("%"):
+        raise ValueError(
+            f"--max-compile-share {text!r} is ambiguous: {value:g}% or {100 * value:g}% of the loop? Write the unit: "
+            f"{value:g}% or {100 * value:g}%."
+        )
     return value / 100
 
 

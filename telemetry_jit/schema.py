@@ -64,8 +64,9 @@ class CompileAttr:
     RECOMPILE_COUNT: Final = "compile.recompile_count"
     RECOMPILE_LIMIT_HITS: Final = "compile.recompile_limit_hits"
     RECOMPILE_REASON: Final = "compile.recompile_reason"
-    RECOMPILE_CAUSE: Final = "compile.recompile_cause"  # one of telemetry_jit.diagnosis.CAUSES
+    RECOMPILE_CAUSE: Final = "compile.recompile_cause"  # one of telemetry_jit.causes.CAUSES
     RECOMPILE_EXPECTED: Final = "compile.recompile_expected"  # the one-time price (a frame's first stage switch)
+    RECOMPILE_BEHIND: Final = "compile.recompile_limit_behind"  # the cause of most recompiles before the limit
     SOURCE: Final = "compile.source"
     THUNDER_CACHE_HITS: Final = "compile.thunder_cache_hits"
     THUNDER_CACHE_MISSES: Final = "compile.thunder_cache_misses"
@@ -120,9 +121,10 @@ class TrainAttr:
     """Where training was when a compile started (on ``compilation`` spans)."""
 
     GLOBAL_STEP: Final = "train.global_step"
-    STAGE: Final = "train.stage"
+    STAGE: Final = "train.stage"  # train, sanity_check, validate, test, predict, tuner
     BATCH_INDEX: Final = "train.batch_index"  # the batch of its loop
-    BATCHES: Final = "train.batches"  # batches in that loop, where known
+    BATCHES: Final = "train.batches"  # batches in that loop's dataloader, where known
+    LOADER: Final = "train.dataloader_idx"  # which of the loop's dataloaders, where it has several
 
 
 class StepAttr:

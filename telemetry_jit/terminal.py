@@ -12,3 +12,10 @@ def clean(text: str) -> str:
     """``text`` safe to print on a terminal: escape sequences and other control characters (also those
     that reorder text) shown as ``?``; line breaks and tabs kept."""
     return _CONTROL.sub("?", text)
+
+
+def short(location: str, keep: int = 2) -> str:
+    """``file:line`` with the last ``keep`` parts of the path: what tables and messages show."""
+    path, _, line = location.rpartition(":")
+    parts = path.replace("\\", "/").split("/")
+    return ("/".join(parts[-keep:]) + f":{line}") if path else location

@@ -13,9 +13,8 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.diagnose import frame_label, is_recompile
-from telemetry_jit.analysis.reader import TelemetryRun, number
-from telemetry_jit.schema import CompileAttr, GraphBreakAttr, JitEventName, JitSpanName
+from telemetry_jit.analysis.reader import digest_of
+from telemetry_jit.analysis.spans import TelemetryRun
 
 CompileKey = tuple[str, str, int]  # (compile id, trigger, occurrence: ids repeat after torch._dynamo.reset())
 
@@ -47,44 +46,20 @@ class RankFigures:
 
 
 def rank_figures(run: TelemetryRun) -> RankFigures:
-    compiles = sorted(run.find(JitSpanName.COMPILATION.value), key=lambda span: span.start_unix_ns)
-    seen: Counter[tuple[str, str]] = Counter()
-    ends: dict[CompileKey, int] = {}
-    frames: dict[CompileKey, str] = {}
-    sequence = []
-    hits = misses = 0
-    for span in compiles:
-        attributes = span.attributes
-        compile_id, trigger = str(attributes.get(CompileAttr.ID, "")), str(attributes.get(CompileAttr.TRIGGER, ""))
-        key = (compile_id, trigger, seen[(compile_id, trigger)])
-        seen[(compile_id, trigger)] += 1
-        ends[key] = span.end_unix_ns or span.start_unix_ns
-        frames[key] = frame_label(span)
-        cause = str(attributes.get(CompileAttr.RECOMPILE_CAUSE, "") if is_recompile(span) else "")
-        sequence.append((f"{compile_id}{'b' if trigger == 'lazy_backward' else ''}", frames[key], cause))
-        for name, value in attributes.items():
-            if name.startswith(CompileAttr.cache("")):
-                hits += int(number(value)) if name.endswith("_hits") else 0
-                misses += int(number(value)) if name.endswith("_misses") else 0
-    breaks = sum(
-        1
-        for span in compiles
-        for event in span.events
-        if event.name == JitEventName.GRAPH_BREAK and event.attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True)
-    )
+    digest = digest_of(run)
     return RankFigures(
         rank=run.rank,
         node=run.node,
-        compiles=len(compiles),
-        compile_ms=sum(span.duration_ms or 0.0 for span in compiles),
-        recompiles=sum(is_recompile(span) for span in compiles),
-        graph_breaks=breaks,
-        cache_hits=hits,
-        cache_misses=misses,
-        sequence=tuple(sequence),
-        ends=ends,
-        frames=frames,
-        windows=[(s.start_unix_ns, s.end_unix_ns or s.start_unix_ns, is_recompile(s)) for s in compiles],
+        compiles=digest.compilations,
+        compile_ms=digest.compile_ms,
+        recompiles=digest.recompiles,
+        graph_breaks=sum(group.counted_by_torch for group in digest.breaks.values()),
+        cache_hits=digest.warm_start.hits,
+        cache_misses=digest.warm_start.misses,
+        sequence=tuple(digest.sequence),
+        ends=digest.ends,
+        frames=digest.end_frames,
+        windows=[(window.start_ns, window.end_ns, window.recompile) for window in digest.windows],
     )
 
 

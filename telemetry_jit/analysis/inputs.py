@@ -48,6 +48,7 @@ def load(
     all_runs: bool = False,
     run_id: str | None = None,
     skip_spans: Collection[str] = ITERATION_SPANS,
+    digest: bool = True,
 ) -> Loaded:
     """Read the files ``arguments`` name: of each, its last run, every run, or the run whose id starts
     with ``run_id``. Per-iteration spans are not kept (the analysis needs none of them)."""
@@ -56,7 +57,7 @@ def load(
         loaded.errors.append(f"no telemetry file in {', '.join(map(str, arguments))}")
     for path in loaded.paths:
         try:
-            runs = read_telemetry(path, skip_spans=skip_spans)
+            runs = read_telemetry(path, skip_spans=skip_spans, digest=digest)
         except (FileNotFoundError, TelemetryFileError, OSError) as error:
             loaded.errors.append(str(error))
             continue
@@ -84,7 +85,7 @@ def load(
 
 def trained(run: TelemetryRun) -> bool:
     """Whether the run recorded a loop (training, validation, test) or a compilation."""
-    return any(span.name in _LOOPS for span in run.spans.values())
+    return bool(run.digest and run.digest.compilations) or any(span.name in _LOOPS for span in run.spans.values())
 
 
 _LOOPS = frozenset(

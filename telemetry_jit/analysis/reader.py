@@ -14,108 +14,37 @@ import os
 import re
 import sys
 from collections.abc import Collection, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from telemetry_jit.analysis.digest import RunDigest
+from telemetry_jit.analysis.spans import EventRecord, FileDamage, SpanRecord, TelemetryRun, number
 from telemetry_jit.notices import say
-from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, JitSpanName, TrainingSpanName
+from telemetry_jit.schema import FILE_FORMAT_VERSION, JitSpanName, TrainingSpanName
+
+__all__ = [
+    "ITERATION_SPANS",
+    "EventRecord",
+    "SpanRecord",
+    "TelemetryFileError",
+    "TelemetryRun",
+    "digest_of",
+    "number",
+    "read_telemetry",
+]
 
 
 class TelemetryFileError(ValueError):
     """The file is not a readable telemetry-jit file."""
 
 
-@dataclass
-class EventRecord:
-    name: str
-    time_unix_ns: int
-    attributes: dict[str, Any]
-    is_error: bool = False
-
-
-@dataclass
-class SpanRecord:
-    span_id: str
-    name: str
-    parent_id: str | None
-    start_unix_ns: int
-    end_unix_ns: int | None = None  # None: the span never ended (process killed or still running)
-    attributes: dict[str, Any] = field(default_factory=dict)
-    events: list[EventRecord] = field(default_factory=list)
-
-    @property
-    def duration_ms(self) -> float | None:
-        return None if self.end_unix_ns is None else (self.end_unix_ns - self.start_unix_ns) / 1e6
-
-
-@dataclass
-class FileDamage:
-    """Lines of a file the reader could not read, skipped and counted: what is missing from the runs in it."""
-
-    bad_lines: int = 0  # lines that are no record (not JSON, binary, too long, nested too deep)
-    first_bad_line: int = 0
-    first_reason: str = ""
-    cut_short: bool = False  # the last line ends mid-record: the writer was killed, or its disk filled
-
-    def __bool__(self) -> bool:
-        return bool(self.bad_lines or self.cut_short)
-
-    def words(self) -> str:
-        parts = []
-        if self.bad_lines:
-            parts.append(
-                f"{self.bad_lines} line(s) could not be read and were skipped (first: line {self.first_bad_line}, "
-                f"{self.first_reason})"
-            )
-        if self.cut_short:
-            parts.append("the last line is cut short (the writer was killed mid-record, or its disk filled)")
-        return "; ".join(parts)
-
-
-@dataclass
-class TelemetryRun:
-    """Everything one process wrote in one run."""
-
-    run_id: str
-    rank: int
-    node: str = ""
-    pid: int = 0
-    world_size: int = 1  # ranks in its job, as its records say
-    last_unix_ns: int = 0  # the latest time any of its records holds: where a run cut short is known to
-    spans: dict[str, SpanRecord] = field(default_factory=dict)
-    data_errors: list[dict[str, Any]] = field(default_factory=list)
-    lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
-    # what telemetry could not do, as the writer's last record says (None: it never wrote one: killed, or older)
-    health: dict[str, Any] | None = None
-    damage: FileDamage | None = None  # lines of its file that could not be read
-    file_format: str = FILE_FORMAT  # or "nv-one-logger"
-    lacks: list[str] = field(default_factory=list)  # what this file's format cannot tell
-    # events of spans whose start is not in the file (it was deleted mid-run), until the span's end record
-    _early_events: dict[str, list[EventRecord]] = field(default_factory=dict, repr=False)
-
-    def find(self, name: str) -> list[SpanRecord]:
-        return [span for span in self.spans.values() if span.name == name]
-
-    @property
-    def roots(self) -> list[SpanRecord]:
-        return [span for span in self.spans.values() if span.parent_id not in self.spans]
-
-    def parent(self, span: SpanRecord) -> SpanRecord | None:
-        return self.spans.get(span.parent_id) if span.parent_id else None
-
-
-def number(value: object, default: float = 0.0) -> float:
-    """A figure read from a file: the number it holds, or ``default`` where the file holds something else
-    (a string, ``null``, NaN or an infinity): a damaged or hand-edited file must not end the analysis."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return default
-    return float(value) if math.isfinite(value) else default
-
-
-def read_telemetry(path: str | os.PathLike[str], skip_spans: Collection[str] = ()) -> list[TelemetryRun]:
+def read_telemetry(
+    path: str | os.PathLike[str], skip_spans: Collection[str] = (), digest: bool = False
+) -> list[TelemetryRun]:
     """Read every run in ``path`` (``"-"``: standard input), in file order, a line at a time: memory grows
-    with what is kept, not with the file.
+    with what is kept, not with the file. With ``digest``, each run's compilations are folded into its
+    :attr:`TelemetryRun.digest` as they are read and not kept as spans: a file of any number of compilations
+    is answered in bounded memory.
 
     A line that is no record (not JSON, binary data, longer than :data:`MAX_LINE_BYTES`, nested too deep) is
     skipped and counted, and a last line cut short is skipped: the runs say what was lost
@@ -128,46 +57,49 @@ def read_telemetry(path: str | os.PathLike[str], skip_spans: Collection[str] = (
         TelemetryFileError: the file is empty or is not a telemetry-jit file.
     """
     if str(path) == "-":
-        return _read(Path("<stdin>"), sys.stdin.buffer, skip_spans)
+        return _read(Path("<stdin>"), sys.stdin.buffer, skip_spans, digest)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No telemetry file at {str(path)!r}.")
     with path.open("rb") as handle:
-        return _read(path, handle, skip_spans)
+        return _read(path, handle, skip_spans, digest)
 
 
 MAX_LINE_BYTES = 64 * 2**20  # one record; a compile span is a few KB, the longest torch text a few hundred KB
 
 
-def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str]) -> list[TelemetryRun]:
+def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool) -> list[TelemetryRun]:
     runs: dict[tuple[str, int, int], TelemetryRun] = {}
     skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
     damage = FileDamage()
-    number = 0
-    for number, raw in _lines(handle):  # noqa: B007 - the count is read after the loop
+    line = 0
+    for line, raw in _lines(handle):  # noqa: B007 - the count is read after the loop
         if skipped and any(needle in raw for needle in skipped):
             continue
-        record = _parse(path, raw, number, damage, runs_so_far=bool(runs))
+        record = _parse(path, raw, line, damage, runs_so_far=bool(runs))
         if record is None:
             continue
         try:
-            _read_record(path, number, record, runs, skip_spans)
+            _read_record(path, line, record, runs, skip_spans, digest)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             if isinstance(error, TelemetryFileError):
                 raise
             kind = record.get("kind", record.get("type"))
-            raise TelemetryFileError(f"{str(path)!r} line {number}: malformed {kind!r} record ({error!r}).") from None
-    if number == 0:
+            raise TelemetryFileError(f"{str(path)!r} line {line}: malformed {kind!r} record ({error!r}).") from None
+    if line == 0:
         raise TelemetryFileError(f"{str(path)!r} is empty: the run wrote no telemetry.")
     if not runs:
         raise TelemetryFileError(f"{str(path)!r} holds no complete telemetry record.")
     if damage:
         say(f"{path}: {damage.words()}.")
     for run in runs.values():
+        _fold_pending(run)
         run._early_events.clear()
         run.damage = damage if damage else None
         if run.file_format == "nv-one-logger":
             _infer_parents(run)
+        if digest:
+            digest_of(run)
     return list(runs.values())
 
 
@@ -236,6 +168,7 @@ def _read_record(
     record: dict[str, Any],
     runs: dict[tuple[str, int, int], TelemetryRun],
     skip_spans: Collection[str],
+    digest: bool,
 ) -> None:
     if "kind" in record and "run" in record:
         # one process of one run: a file appended to by the same job twice holds two
@@ -249,7 +182,7 @@ def _read_record(
         _check_version(path, record)
         if record.get("name") in skip_spans:
             return
-        _apply(run, record)
+        _apply(run, record, digest)
     elif record.get("type") in _NV_ONE_LOGGER_TYPES:
         key = (f"nv-one-logger-{record.get('pid', 0)}", 0, 0)
         if key not in runs:
@@ -353,6 +286,26 @@ def _attach(run: TelemetryRun, span_id: str, event: EventRecord) -> None:
         run._early_events.setdefault(span_id, []).append(event)
 
 
+def _fold_pending(run: TelemetryRun) -> None:
+    pending, run._pending = run._pending, None
+    if pending is not None:
+        if run.digest is None:
+            run.digest = RunDigest()
+        run.digest.add(pending, run.spans)
+
+
+def digest_of(run: TelemetryRun) -> RunDigest:
+    """The run's digest: the one folded while reading, else made now from its compilation spans."""
+    if run.digest is None:
+        run.digest = RunDigest()
+        compiles = sorted(
+            (span for span in run.spans.values() if span.name == JitSpanName.COMPILATION), key=lambda s: s.start_unix_ns
+        )
+        for span in compiles:
+            run.digest.add(span, run.spans)
+    return run.digest
+
+
 def _infer_parents(run: TelemetryRun) -> None:
     """Each span's parent: the innermost other span (not a compilation) whose time contains it."""
     forever = float("inf")
@@ -369,29 +322,40 @@ def _infer_parents(run: TelemetryRun) -> None:
             open_spans.append(span)
 
 
-def _apply(run: TelemetryRun, record: dict[str, Any]) -> None:
+def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
     kind = record["kind"]
+    pending = run._pending
+    if kind in ("event", "error"):
+        event = EventRecord(
+            str(record["name"]), _ns(record["time_unix_ns"]), _attributes(record.get("attributes", {})), kind == "error"
+        )
+        run.last_unix_ns = max(run.last_unix_ns, event.time_unix_ns)
+        if pending is not None and record["span_id"] == pending.span_id:
+            pending.events.append(event)  # a compilation's events follow its record
+            return
+        _fold_pending(run)
+        _attach(run, record["span_id"], event)
+        return
+    _fold_pending(run)
     if kind in ("span_start", "span"):
         span = run.spans.get(record["span_id"])
         if span is None:
-            span = run.spans[record["span_id"]] = SpanRecord(
+            span = SpanRecord(
                 span_id=str(record["span_id"]),
                 name=str(record["name"]),
                 parent_id=record.get("parent_id"),
                 start_unix_ns=_ns(record["start_unix_ns"]),
                 events=run._early_events.pop(record["span_id"], []),
             )
+            if digest and kind == "span" and span.name == JitSpanName.COMPILATION:
+                run._pending = span  # folded into the digest once its events have come, never kept
+            else:
+                run.spans[span.span_id] = span
         run.last_unix_ns = max(run.last_unix_ns, span.start_unix_ns)
         if kind == "span":
             span.end_unix_ns = _ns(record["end_unix_ns"])
             span.attributes = _attributes(record.get("attributes", {}))
             run.last_unix_ns = max(run.last_unix_ns, span.end_unix_ns)
-    elif kind in ("event", "error"):
-        event = EventRecord(
-            str(record["name"]), _ns(record["time_unix_ns"]), _attributes(record.get("attributes", {})), kind == "error"
-        )
-        run.last_unix_ns = max(run.last_unix_ns, event.time_unix_ns)
-        _attach(run, record["span_id"], event)
     elif kind == "records_lost":
         run.lost_records += int(record["count"])
     elif kind == "health":

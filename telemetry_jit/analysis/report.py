@@ -6,22 +6,12 @@ import re
 from collections.abc import Sequence
 from html import escape
 
-from telemetry_jit.analysis.diagnose import is_recompile
+from telemetry_jit.analysis import words
 from telemetry_jit.analysis.fleet import Fleet
-from telemetry_jit.analysis.status import run_status
-from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, RunSummary
-from telemetry_jit.analysis.text import (
-    BREAK_HEADERS,
-    CAUSE_HEADERS,
-    break_rows,
-    cause_rows,
-    diagnosis_items,
-    diagnosis_notes,
-    format_fleet,
-    net_line,
-)
-from telemetry_jit.diagnosis import short
-from telemetry_jit.schema import CompileAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr, TrainingSpanName
+from telemetry_jit.analysis.summary import LOOP_WORDS, RunSummary
+from telemetry_jit.analysis.text import format_fleet
+from telemetry_jit.schema import TrainingSpanName
+from telemetry_jit.terminal import short
 
 _WIDTH, _ROW, _LEFT = 1100, 22, 150
 _COLOURS = {
@@ -75,79 +65,69 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], table_id: s
 
 def _timeline(summary: RunSummary) -> str:
     """Loops as bars, compilations over them (recompiles darker), recompiles marked on a step axis."""
-    spans = [s for s in summary.run.spans.values() if s.name in _COLOURS or s.name == JitSpanName.COMPILATION]
-    if not spans:
+    loops = [span for span in summary.run.spans.values() if span.name in _COLOURS]
+    windows = summary.digest.windows
+    if not loops and not windows:
         return '<p class="muted">No loops or compilations recorded.</p>'
-    start = min(s.start_unix_ns for s in spans)
-    end = max(s.end_unix_ns or s.start_unix_ns for s in spans)
+    last = summary.run.last_unix_ns
+    start = min([*(s.start_unix_ns for s in loops), *(w.start_ns for w in windows)])
+    end = max([*((s.end_unix_ns or last) for s in loops), *(w.end_ns for w in windows), start + 1])
     scale = (_WIDTH - _LEFT - 10) / max(end - start, 1)
 
     def x(ns: int) -> float:
         return _LEFT + (ns - start) * scale
 
-    rows = {
-        TrainingSpanName.TRAINING_LOOP: 0,
-        TrainingSpanName.VALIDATION_LOOP: 1,
-        TrainingSpanName.TESTING_LOOP: 1,
-        JitSpanName.COMPILATION.value: 2,
-    }
     labels = ["training", "validation / test", "compilation", "recompiles (step)"]
     parts = [f'<text x="4" y="{16 + i * _ROW}">{escape(label)}</text>' for i, label in enumerate(labels)]
-    for span in sorted(spans, key=lambda s: s.start_unix_ns):
-        row = rows[span.name]
+    for span in sorted(loops, key=lambda s: s.start_unix_ns):
+        row = 0 if span.name == TrainingSpanName.TRAINING_LOOP else 1
         left, right = x(span.start_unix_ns), x(span.end_unix_ns or end)
-        attributes = span.attributes
-        if span.name == JitSpanName.COMPILATION:
-            colour = "#b30000" if attributes.get(CompileAttr.IS_RECOMPILE) else "#e34a33"
-            title = (
-                f"{attributes.get(CompileAttr.FRAME, '')} {attributes.get(CompileAttr.ID, '')} "
-                f"({attributes.get(CompileAttr.TRIGGER, '')}) {span.duration_ms or 0:.1f} ms at step "
-                f"{attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
-            )
-        else:
-            colour, title = _COLOURS[span.name], f"{span.name} {span.duration_ms or 0:.0f} ms"
+        title = f"{span.name} {((span.end_unix_ns or end) - span.start_unix_ns) / 1e6:.0f} ms"
         width = max(right - left, 1.5)
         parts.append(
             f'<rect class="{escape(span.name)}" x="{left:.1f}" y="{4 + row * _ROW}" width="{width:.1f}" '
-            f'height="{_ROW - 6}" fill="{colour}"><title>{escape(title)}</title></rect>'
+            f'height="{_ROW - 6}" fill="{_COLOURS[span.name]}"><title>{escape(title)}</title></rect>'
         )
-        if span.name == JitSpanName.COMPILATION and is_recompile(span):
-            step = escape(str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
+    for window in windows:
+        left, right = x(window.start_ns), x(window.end_ns)
+        colour = "#b30000" if window.recompile else "#e34a33"
+        parts.append(
+            f'<rect class="compilation" x="{left:.1f}" y="{4 + 2 * _ROW}" width="{max(right - left, 1.5):.1f}" '
+            f'height="{_ROW - 6}" fill="{colour}"><title>{escape(window.title)}</title></rect>'
+        )
+        if window.recompile:
             parts.append(
                 f'<line class="recompile" x1="{left:.1f}" x2="{left:.1f}" y1="{4 + 3 * _ROW}" y2="{4 * _ROW}" '
-                f'stroke="#b30000" stroke-width="2"><title>{escape(title)}</title></line>'
-                f'<text x="{left + 2:.1f}" y="{3 * _ROW + 15}">{step}</text>'
+                f'stroke="#b30000" stroke-width="2"><title>{escape(window.title)}</title></line>'
+                f'<text x="{left + 2:.1f}" y="{3 * _ROW + 15}">{escape(window.step)}</text>'
             )
     height = 4 * _ROW + 24
-    seconds = (end - start) / 1e9
     parts.append(f'<text x="{_LEFT}" y="{height - 4}">0 s</text>')
-    parts.append(f'<text x="{_WIDTH - 60}" y="{height - 4}">{seconds:.2f} s</text>')
-    return f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND
+    parts.append(f'<text x="{_WIDTH - 60}" y="{height - 4}">{(end - start) / 1e9:.2f} s</text>')
+    shown = (
+        ""
+        if len(windows) == summary.digest.compilations
+        else (f'<p class="muted">The first {len(windows)} of {summary.digest.compilations} compilations are drawn.</p>')
+    )
+    return f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND + shown
 
 
 def _break_details(summary: RunSummary) -> str:
     items = []
-    for span in summary.compiles:
-        for event in span.events:
-            if event.name != JitEventName.GRAPH_BREAK:
-                continue
-            attributes = event.attributes
-            location = short(str(attributes.get(GraphBreakAttr.LOCATION) or "unknown location"))
-            frame, compile_id = span.attributes.get(CompileAttr.FRAME, ""), span.attributes.get(CompileAttr.ID, "")
-            full = escape(str(attributes.get(GraphBreakAttr.REASON_FULL, "")))
-            stack = attributes.get(GraphBreakAttr.STACK)
-            path = escape("\n".join(str(frame) for frame in stack)) if isinstance(stack, list) else ""
-            owner = attributes.get(GraphBreakAttr.OWNER)
-            whose = f" in {escape(str(owner))}'s code" if owner and owner != "user" else ""
-            user = attributes.get(GraphBreakAttr.USER_LOCATION)
-            reached = f", reached from {escape(short(str(user)))}" if user and owner != "user" else ""
-            items.append(
-                f"<li><b>{escape(location)}</b>{whose}{reached} ({escape(str(frame))}, compile "
-                f"{escape(str(compile_id))}): {escape(str(attributes.get(GraphBreakAttr.REASON)))}"
-                f"<details><summary>torch's full reason{' and the call stack' if path else ''}</summary>"
-                f"<pre>{full}</pre>{f'<pre>{path}</pre>' if path else ''}</details></li>"
-            )
-    return f'<ul id="graph-breaks">{"".join(items[:200])}</ul>' if items else '<p class="muted">No graph breaks.</p>'
+    for detail in summary.digest.break_details:
+        path = escape("\n".join(detail.stack))
+        whose = f" in {escape(detail.owner)}'s code" if detail.owner and detail.owner != "user" else ""
+        user = detail.user_location
+        reached = f", reached from {escape(short(user))}" if user and detail.owner != "user" else ""
+        items.append(
+            f"<li><b>{escape(short(detail.location or 'unknown location'))}</b>{whose}{reached} "
+            f"({escape(detail.frame)}, compile {escape(detail.compile_id)}): {escape(detail.reason)}"
+            f"<details><summary>torch's full reason{' and the call stack' if path else ''}</summary>"
+            f"<pre>{escape(detail.reason_full)}</pre>{f'<pre>{path}</pre>' if path else ''}</details></li>"
+        )
+    more = summary.digest.break_count - len(items)
+    tail = f'<p class="muted">... and {more} more (the summary groups them all).</p>' if more > 0 else ""
+    return f'<ul id="graph-breaks">{"".join(items)}</ul>{tail}' if items else '<p class="muted">No graph breaks.</p>'
 
 
 def _linked(text: str) -> str:
@@ -158,13 +138,13 @@ def _linked(text: str) -> str:
 
 def _diagnosis(summary: RunSummary) -> str:
     """The first screen: what to fix first, the expected price, the first steps (the summary's words)."""
-    items = diagnosis_items(summary.diagnosis)
-    notes = diagnosis_notes(summary.diagnosis)
+    items = words.fix_first(summary)
+    notes = words.notes(summary)
     if not items and not notes:
         return '<div id="diagnosis"><p>Nothing to fix: no recompile and no graph break.</p></div>'
     listed = "".join(
-        f"<li><b>{escape(head)}</b>" + "".join(f"<br>{_linked(detail)}" for detail in details) + "</li>"
-        for head, *details in items
+        f"<li><b>{escape(item.head)}</b>" + "".join(f"<br>{_linked(detail)}" for detail in item.details) + "</li>"
+        for item in items
     )
     return (
         '<div id="diagnosis"><h2>What to fix first</h2>'
@@ -241,26 +221,32 @@ def _document(sections: list[str]) -> str:
 
 def _run_sections(summary: RunSummary) -> list[str]:
     """One run's report, the heading first."""
-    run = summary.run
+    run, digest = summary.run, summary.digest
+    share = f"{100 * summary.share:.1f}% of {LOOP_WORDS[summary.loop_name]}" if summary.share is not None else "n/a"
     cards = [
-        (f"{summary.wall_ms / 1000:.2f} s", f"{summary.loop_name} wall time"),
-        (f"{summary.compile_ms / 1000:.2f} s", f"compile time ({summary.share})"),
-        (str(len(summary.compiles)), "compilations"),
-        (str(len(summary.recompiles)), "recompilations"),
-        (str(len(summary.breaks)), "graph breaks"),
-        (str(len(summary.fallbacks)), "fell back to eager"),
+        (f"{summary.wall_ms / 1000:.2f} s", f"{LOOP_WORDS[summary.loop_name]}: wall time"),
+        (f"{summary.compile_in_loop_ms / 1000:.2f} s", f"compiling in it ({share})"),
+        (str(digest.frame_compiles), "frame compiles"),
+        (str(digest.recompiles), "of them recompiles"),
+        (str(digest.backward_graphs), "backward graphs"),
+        (str(digest.break_count), "graph breaks"),
+        (str(digest.fallback_count), "fell back to eager"),
     ]
-    status = run_status(run)
     sections = [
         f"<h1>telemetry-jit report</h1><p class='muted'>run {escape(run.run_id)}, rank {run.rank} "
         f"{escape(run.node)}</p>",
-        *([f'<p id="status" class="unfinished">{escape(status.headline())}</p>'] if not status.finished else []),
+        *(
+            [f'<p id="status" class="unfinished">{escape(summary.status.headline())}</p>']
+            if not summary.status.finished
+            else []
+        ),
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
+        '<p id="figures">' + "<br>".join(escape(line) for line in words.figures(summary)) + "</p>",
     ]
     sections.append(_diagnosis(summary))
     if summary.payoff is not None:
         account = (
-            f'<p class="muted">{escape(net_line(summary.payoff))}; eager steps ran the same model with '
+            f'<p class="muted">{escape(words.net_line(summary.payoff))}; eager steps ran the same model with '
             'torch.compiler.set_stance("force_eager"), in blocks between compiled ones.</p>'
             if summary.payoff.measured
             else ""
@@ -269,30 +255,28 @@ def _run_sections(summary: RunSummary) -> list[str]:
             '<div id="payoff"><h2>Is compiling worth it?</h2>'
             f"<p><b>{escape(summary.payoff_sentence)}</b></p>{account}</div>"
         )
-    if summary.warm_start.hits or summary.warm_start.misses:
-        sections.append(f'<p id="compile-cache">Compile cache: {escape(summary.warm_start.line)}</p>')
     sections += [
         "<h2>Timeline</h2>",
         _timeline(summary),
         "<h2>Compilations per frame</h2>",
-        _table(FRAME_HEADERS, summary.frame_rows, "frames"),
+        _table(words.FRAME_HEADERS, words.frame_rows(summary), "frames"),
     ]
     if summary.thunder_rows:
-        sections += ["<h2>Thunder cache</h2>", _table(THUNDER_HEADERS, summary.thunder_rows, "thunder")]
+        sections += ["<h2>Thunder cache</h2>", _table(words.THUNDER_HEADERS, summary.thunder_rows, "thunder")]
     sections += [
         "<h2>Recompiles by cause</h2>",
-        _table(CAUSE_HEADERS, cause_rows(summary.diagnosis), "causes"),
-        "<h2>Graph breaks by your line</h2>",
-        _table(BREAK_HEADERS, break_rows(summary.diagnosis), "breaks"),
+        _table(words.CAUSE_HEADERS, words.cause_rows(summary), "causes"),
+        "<h2>Graph breaks by place</h2>",
+        _table(words.BREAK_HEADERS, words.break_rows(summary), "breaks"),
         "<h2>Every graph break</h2>",
         _break_details(summary),
     ]
-    if summary.ddp_rows:
+    if digest.ddp:
         sections += [
             "<h2>DDP optimizer splits</h2>",
             "<p>torch._dynamo's DDPOptimizer cut these graphs at DDP gradient-bucket boundaries so that "
             "all-reduce overlaps backward. They are not graph breaks in your code; the bucket size is DDP's "
             "<code>bucket_cap_mb</code>.</p>",
-            _table(DDP_HEADERS, summary.ddp_rows, "ddp-splits"),
+            _table(words.DDP_HEADERS, words.ddp_rows(summary), "ddp-splits"),
         ]
     return sections

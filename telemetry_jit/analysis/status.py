@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.schema import TrainingSpanName
 
 State = Literal["finished", "failed", "interrupted", "killed", "incomplete"]

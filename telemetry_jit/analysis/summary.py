@@ -1,46 +1,47 @@
 """What a run's compile telemetry amounts to (:func:`summarize`): typed results the text, JSON and HTML
-renderers share."""
+renderers share, read from the run's loops and its :class:`~telemetry_jit.analysis.digest.RunDigest`."""
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-from telemetry_jit.analysis.diagnose import Diagnosis, diagnose, frame_label, is_recompile
-from telemetry_jit.analysis.reader import EventRecord, SpanRecord, TelemetryRun, number
-from telemetry_jit.analysis.status import run_status
-from telemetry_jit.diagnosis import short
+from telemetry_jit.analysis.digest import BreakGroup, CauseRow, RunDigest
+from telemetry_jit.analysis.reader import digest_of
+from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
+from telemetry_jit.analysis.status import RunStatus, run_status
 from telemetry_jit.records import Payoff, why_slower
-from telemetry_jit.schema import (
-    CompileAttr,
-    DdpAttr,
-    GraphBreakAttr,
-    JitEventName,
-    JitSpanName,
-    TrainAttr,
-    TrainingSpanName,
+from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainingSpanName
+
+# the loop a run is measured by: the first kind it has
+LOOP_ORDER = (
+    TrainingSpanName.TRAINING_LOOP,
+    TrainingSpanName.VALIDATION_LOOP,
+    TrainingSpanName.TESTING_LOOP,
+    TrainingSpanName.APPLICATION,
 )
-
-
-class FrameRow(NamedTuple):
-    """One compiled frame (or thunder module): how often and how long it compiled."""
-
-    frame: str
-    location: str
-    compiles: int
-    recompiles: int
-    breaks: int
-    ms: str
-
-
-class BreakRow(NamedTuple):
-    """One graph-break location and reason, with how often it broke."""
-
-    location: str
-    times: int
-    reason: str
+LOOP_WORDS = {
+    TrainingSpanName.TRAINING_LOOP: "the training loop",
+    TrainingSpanName.VALIDATION_LOOP: "the validation loop",
+    TrainingSpanName.TESTING_LOOP: "the test loop",
+    TrainingSpanName.APPLICATION: "the application",
+}
+STAGE_WORDS = {
+    "sanity_check": "sanity check",
+    "validate": "validate()",
+    "test": "test()",
+    "predict": "predict()",
+    "tuner": "the Tuner's trials",
+    "train": "training",
+}
+_LACKS_POSITIONS = (
+    "no batch positions (written by an older telemetry-jit): a smaller last batch is counted as a changing dimension"
+)
+_LACKS_STACKS = (
+    "no call stacks for graph breaks (written by an older telemetry-jit): a break in another package's code is not "
+    "traced back to your line"
+)
 
 
 class ThunderRow(NamedTuple):
@@ -51,67 +52,64 @@ class ThunderRow(NamedTuple):
     hits: int
 
 
-class DdpRow(NamedTuple):
-    """One compile that DDPOptimizer split at gradient-bucket boundaries."""
+@dataclass(frozen=True)
+class FirstStepRow:
+    """The first step of a stage: its wall time, and how much of it was compiling."""
 
-    frame: str
-    location: str
-    compile: str
-    splits: int
-    bucket_cap_mb: float
-
-
-class WarmStart(NamedTuple):
-    """What the FX graph and AOTAutograd caches did over a run (torch's counts on each compile span)."""
-
-    hits: int
-    misses: int
-    saved_s: float  # torch's remote_cache_time_saved_s, summed
-    missed_frames: list[str]  # frames that compiled a graph the caches did not have
-    unavailable: list[str]  # cache counts this torch does not record
-    bypasses: list[str]  # why torch could not use a cache ("fx_graph: <reason>"), distinct
+    stage: str
+    global_step: int
+    wall_ms: float
+    compile_ms: float
+    phases_s: dict[str, float]
 
     @property
-    def line(self) -> str:
-        looked_up = self.hits + self.misses
-        kind = "warm start" if self.hits and not self.misses else "cold start" if not self.hits else "partly warm"
-        text = f"{self.hits} of {looked_up} graphs from the compile cache ({kind}), {self.saved_s:.1f} s saved"
-        if self.missed_frames:
-            text += f"; missed: {', '.join(self.missed_frames[:5])}"
-        return text
+    def other_ms(self) -> float:
+        return max(self.wall_ms - self.compile_ms, 0.0)
 
-
-class ReasonRow(NamedTuple):
-    times: int
-    reason: str
-
-
-FRAME_HEADERS = FrameRow._fields
-BREAK_HEADERS = BreakRow._fields
-THUNDER_HEADERS = ThunderRow._fields
-DDP_HEADERS = ("frame", "location", "compile", "splits", "bucket cap MB")
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "stage": self.stage,
+            "global_step": self.global_step,
+            "wall_s": round(self.wall_ms / 1000, 3),
+            "compile_s": round(self.compile_ms / 1000, 3),
+            "other_s": round(self.other_ms / 1000, 3),
+            "compile_phases_s": {phase: round(seconds, 3) for phase, seconds in self.phases_s.items()},
+        }
 
 
 @dataclass
 class RunSummary:
+    """One run: its status, its loop's wall time and what compiling took of it, and the digest's answers."""
+
     run: TelemetryRun
-    loop_name: str
-    wall_ms: float
-    compiles: list[SpanRecord]
-    compile_ms: float
-    recompiles: list[SpanRecord]
-    breaks: list[EventRecord]
-    fallbacks: list[SpanRecord]
-    limit_hits: int
-    errors: list[SpanRecord]
-    frame_rows: list[FrameRow] = field(default_factory=list)
-    reasons: list[ReasonRow] = field(default_factory=list)  # the top recompile reasons
-    break_rows: list[BreakRow] = field(default_factory=list)
-    thunder_rows: list[ThunderRow] = field(default_factory=list)
-    ddp_rows: list[DdpRow] = field(default_factory=list)
-    warm_start: WarmStart = WarmStart(0, 0, 0.0, [], [], [])
-    diagnosis: Diagnosis = field(default_factory=lambda: Diagnosis([], [], [], []))
+    digest: RunDigest
+    status: RunStatus
+    loop_name: str  # the loop the run is measured by (LOOP_ORDER)
+    wall_ms: float  # of that loop (every span of it), to the last record for one that never ended
+    application_ms: float  # the whole application span: what compiling outside the loop is counted against
+    compile_in_loop_ms: float  # compiling inside that loop
     payoff: Payoff | None = None  # what compiling bought, where the run measured it
+    first_steps: list[FirstStepRow] = field(default_factory=list)
+    thunder_rows: list[ThunderRow] = field(default_factory=list)
+    lacks: list[str] = field(default_factory=list)  # what the file could not tell
+
+    @property
+    def share(self) -> float | None:
+        """Compiling inside the loop over the loop's wall time, 0 - 1 (``None`` without a loop)."""
+        return min(self.compile_in_loop_ms / self.wall_ms, 1.0) if self.wall_ms > 0 else None
+
+    @property
+    def outside_ms(self) -> dict[str, float]:
+        """Compiling outside the loop, by stage (sanity check, the Tuner, a validate() after fit, ...)."""
+        return {stage: ms for stage, ms in self.digest.compile_ms_outside(self.loop_name).items() if ms > 0}
+
+    @property
+    def causes(self) -> list[CauseRow]:
+        return self.digest.cause_rows()
+
+    @property
+    def breaks(self) -> list[BreakGroup]:
+        return self.digest.break_groups()
 
     @property
     def payoff_sentence(self) -> str:
@@ -119,152 +117,116 @@ class RunSummary:
         training steps (breaks of frames compiled in training, recompiles there beyond the expected price)."""
         if self.payoff is None:
             return ""
-        training = [span for span in self.compiles if span.attributes.get(TrainAttr.STAGE) == "train"]
-        breaks = sum(1 for span in training for event in span.events if event.name == JitEventName.GRAPH_BREAK)
-        recompiles = sum(
-            is_recompile(span) and not span.attributes.get(CompileAttr.RECOMPILE_EXPECTED) for span in training
-        )
-        backends = {str(span.attributes.get(CompileAttr.BACKEND) or "") for span in self.compiles}
-        return self.payoff.sentence(why_slower(breaks, recompiles, backends))
-
-    @property
-    def ddp_splits(self) -> int:
-        return sum(row.splits for row in self.ddp_rows)
-
-    @property
-    def share(self) -> str:
-        return f"{100 * self.compile_ms / self.wall_ms:.1f}%" if self.wall_ms else "n/a"
-
-
-def _total_ms(spans: Sequence[SpanRecord]) -> float:
-    return sum(span.duration_ms or 0.0 for span in spans)
-
-
-def first_line(text: object) -> str:
-    """The first line of ``text``: what a reason is known by when reasons are compared."""
-    return str(text).strip().split("\n", 1)[0]
+        digest = self.digest
+        return self.payoff.sentence(why_slower(digest.train_breaks, digest.train_recompiles, digest.backends))
 
 
 def summarize(run: TelemetryRun) -> RunSummary:
-    compiles = sorted(run.find(JitSpanName.COMPILATION.value), key=lambda s: s.start_unix_ns)
-    loops = (
-        run.find(TrainingSpanName.TRAINING_LOOP)
-        or run.find(TrainingSpanName.VALIDATION_LOOP)
-        or run.find(TrainingSpanName.APPLICATION)
-    )
-    fallbacks = [s for s in compiles if s.attributes.get(CompileAttr.FELL_BACK_TO_EAGER)]
-    measured = [e for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_PAYOFF.value]
-    summary = RunSummary(
+    digest = digest_of(run)
+    loop_name, loops = _measured_by(run)
+    end = run.last_unix_ns
+    wall_ms = sum(((span.end_unix_ns or end) - span.start_unix_ns) / 1e6 for span in loops)
+    applications = run.find(TrainingSpanName.APPLICATION)
+    measured = [e for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_PAYOFF]
+    lacks = [*run.lacks]
+    if digest.recompiles and digest.lacks_positions:
+        lacks.append(_LACKS_POSITIONS)
+    if digest.break_count and digest.lacks_stacks:
+        lacks.append(_LACKS_STACKS)
+    return RunSummary(
         run=run,
-        loop_name=loops[0].name if loops else "run",
-        # a loop that never ended (the run was killed) counts to the last record the file holds
-        wall_ms=sum(((span.end_unix_ns or run.last_unix_ns) - span.start_unix_ns) / 1e6 for span in loops),
-        compiles=compiles,
-        compile_ms=_total_ms(compiles),
-        recompiles=[s for s in compiles if is_recompile(s)],
-        breaks=[e for s in compiles for e in s.events if e.name == JitEventName.GRAPH_BREAK.value],
-        fallbacks=fallbacks,
-        limit_hits=sum(any(e.is_error for e in s.events) for s in fallbacks),
-        errors=[s for s in compiles if s.attributes.get(CompileAttr.FAILED) and s not in fallbacks],
+        digest=digest,
+        status=run_status(run),
+        loop_name=loop_name,
+        wall_ms=wall_ms,
+        application_ms=sum(((span.end_unix_ns or end) - span.start_unix_ns) / 1e6 for span in applications),
+        compile_in_loop_ms=digest.compile_ms_under(loop_name),
         payoff=Payoff.from_attributes(measured[-1].attributes) if measured else None,
+        first_steps=_first_steps(run),
+        thunder_rows=_thunder_rows(loops),
+        lacks=lacks,
     )
-    per_frame: dict[tuple[str, str], list[SpanRecord]] = defaultdict(list)
-    for span in compiles:
-        key = (str(span.attributes.get(CompileAttr.FRAME) or "?"), str(span.attributes.get(CompileAttr.LOCATION) or ""))
-        per_frame[key].append(span)
-    summary.frame_rows = [
-        FrameRow(
-            frame,
-            short(location),
-            len(spans),
-            sum(is_recompile(s) for s in spans),
-            sum(int(number(s.attributes.get(CompileAttr.GRAPH_BREAKS))) for s in spans),
-            f"{_total_ms(spans):.1f}",
-        )
-        for (frame, location), spans in sorted(per_frame.items(), key=lambda item: -_total_ms(item[1]))
-    ]
-    reasons = Counter(str(s.attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown") for s in summary.recompiles)
-    summary.reasons = [ReasonRow(count, reason) for reason, count in reasons.most_common(5)]
-    where = Counter(
-        (
-            str(e.attributes.get(GraphBreakAttr.LOCATION) or "unknown location"),
-            str(e.attributes.get(GraphBreakAttr.REASON)),
-        )
-        for e in summary.breaks
-    )
-    summary.break_rows = [BreakRow(short(loc), count, reason) for (loc, reason), count in where.most_common(10)]
-    summary.ddp_rows = [
-        DdpRow(
-            str(span.attributes.get(CompileAttr.FRAME) or "?"),
-            short(str(span.attributes.get(CompileAttr.LOCATION) or "")),
-            str(span.attributes.get(CompileAttr.ID, "")),
-            int(number(event.attributes.get(DdpAttr.SPLITS))),
-            round(number(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES)) / 2**20, 2),
-        )
-        for span in compiles
-        for event in span.events
-        if event.name == JitEventName.DDP_GRAPH_SPLIT.value
-    ]
-    summary.warm_start = _warm_start(compiles)
-    summary.diagnosis = diagnose(run)
-    loop_summaries = [
-        e.attributes for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY.value
-    ]
-    summary.thunder_rows = [
+
+
+def _measured_by(run: TelemetryRun) -> tuple[str, list[SpanRecord]]:
+    for name in LOOP_ORDER:
+        loops = run.find(name)
+        if loops:
+            return name, loops
+    return TrainingSpanName.APPLICATION, []
+
+
+def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
+    steps: list[tuple[int, FirstStepRow]] = []
+    prefix = StepAttr.phase_time("")[: -len("_s")]
+    for span in run.spans.values():
+        for event in span.events:
+            if event.name != JitEventName.FIRST_STEP:
+                continue
+            attributes = event.attributes
+            phases: dict[str, float] = defaultdict(float)
+            for name, value in attributes.items():
+                if name.startswith(prefix) and name.endswith("_s"):
+                    phases[name[len(prefix) : -len("_s")]] += number(value)
+            row = FirstStepRow(
+                str(attributes.get(StepAttr.STAGE, "")),
+                int(number(attributes.get(StepAttr.GLOBAL_STEP))),
+                number(attributes.get(StepAttr.WALL_MS)),
+                number(attributes.get(StepAttr.COMPILE_MS)),
+                dict(phases),
+            )
+            steps.append((event.time_unix_ns, row))
+    return [row for _, row in sorted(steps, key=lambda item: item[0])]
+
+
+def _thunder_rows(loops: list[SpanRecord]) -> list[ThunderRow]:
+    summaries: list[EventRecord] = [e for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY]
+    return [
         ThunderRow(*row)
-        for attributes in loop_summaries
+        for event in summaries
         for row in zip(
-            attributes.get(CompileAttr.THUNDER_MODULES, []),
-            attributes.get(CompileAttr.THUNDER_CACHE_MISSES, []),
-            attributes.get(CompileAttr.THUNDER_CACHE_HITS, []),
+            event.attributes.get(CompileAttr.THUNDER_MODULES, []),
+            event.attributes.get(CompileAttr.THUNDER_CACHE_MISSES, []),
+            event.attributes.get(CompileAttr.THUNDER_CACHE_HITS, []),
             strict=False,
         )
     ]
-    return summary
-
-
-def _warm_start(compiles: Sequence[SpanRecord]) -> WarmStart:
-    hits = misses = 0
-    saved = 0.0
-    missed: dict[str, None] = {}
-    unavailable: dict[str, None] = {}
-    bypasses: dict[str, None] = {}
-    for span in compiles:
-        attributes = span.attributes
-        bypasses.update(dict.fromkeys(str(reason) for reason in attributes.get(CompileAttr.CACHE_BYPASSES) or ()))
-        for name, value in attributes.items():
-            if not name.startswith(CompileAttr.cache("")):
-                continue
-            if name.endswith("_hits"):
-                hits += int(number(value))
-            elif name.endswith("_misses") and value:
-                misses += int(number(value))
-                missed[frame_label(span)] = None
-            elif name == CompileAttr.cache("time_saved_s"):
-                saved += number(value)
-        for fact in attributes.get(CompileAttr.UNAVAILABLE) or ():
-            if str(fact).startswith("cache."):
-                unavailable[str(fact)] = None
-    return WarmStart(hits, misses, saved, list(missed), list(unavailable), list(bypasses))
 
 
 def summary_json(run: TelemetryRun) -> dict[str, object]:
     """One run's summary for tools (``telemetry-jit summary --json``; the schema is in docs/telemetry.md)."""
     s = summarize(run)
+    d = s.digest
     return {
         "run_id": run.run_id,
         "rank": run.rank,
         "node": run.node,
-        "status": run_status(run).as_json(),
+        "status": s.status.as_json(),
         "loop": s.loop_name,
         "wall_s": round(s.wall_ms / 1000, 3),
-        "compile_s": round(s.compile_ms / 1000, 3),
-        "compilations": len(s.compiles),
-        "recompilations": len(s.recompiles),
-        "graph_break_count": len(s.breaks),
-        "fell_back_to_eager": len(s.fallbacks),
-        "failed_compilations": len(s.errors),
-        "compile_cache": {"hits": s.warm_start.hits, "misses": s.warm_start.misses, "saved_s": s.warm_start.saved_s},
-        **s.diagnosis.as_json(),
+        "application_s": round(s.application_ms / 1000, 3),
+        "compile_s": round(d.compile_ms / 1000, 3),
+        "compile_in_loop_s": round(s.compile_in_loop_ms / 1000, 3),
+        "compile_share_of_loop": round(s.share, 4) if s.share is not None else None,
+        "compile_outside_loop_s": {stage: round(ms / 1000, 3) for stage, ms in s.outside_ms.items()},
+        "compilations": d.compilations,
+        "frame_compiles": d.frame_compiles,
+        "backward_graphs": d.backward_graphs,
+        "thunder_compiles": d.thunder_compiles,
+        "recompilations": d.recompiles,
+        "graph_break_count": d.break_count,
+        "fell_back_to_eager": [fallback.as_json() for fallback in d.fallbacks],
+        "failed_compilations": d.failed,
+        "compile_cache": {
+            "lookups": d.warm_start.lookups,
+            "hits": d.warm_start.hits,
+            "misses": d.warm_start.misses,
+            "saved_s": round(d.warm_start.saved_s, 3),
+        },
+        "recompile_causes": [row.as_json() for row in s.causes],
+        "graph_breaks": [group.as_json() for group in s.breaks],
+        "first_steps": [step.as_json() for step in s.first_steps],
+        "lacks": s.lacks,
         "payoff": {**s.payoff.attributes(), "sentence": s.payoff_sentence} if s.payoff is not None else None,
+        "telemetry_health": run.health,
     }

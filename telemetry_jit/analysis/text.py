@@ -1,29 +1,41 @@
-"""The analysis as terminal text: the summary, the comparison of ranks, the diff of two runs."""
+"""The analysis as terminal text: the summary, the comparison of ranks, the diff of two runs. Every line is
+one printable line, wrapped (never cut mid-word) where it is long; a table cell is cut to its width with
+``…``, and the whole text of what it cut is in ``--json`` and the report."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import textwrap
+from collections.abc import Sequence
 
-from telemetry_jit.analysis.compare import RunDiff
-from telemetry_jit.analysis.diagnose import Diagnosis
+from telemetry_jit.analysis import words
+from telemetry_jit.analysis.diff import RunDiff
 from telemetry_jit.analysis.fleet import Fleet
-from telemetry_jit.analysis.reader import TelemetryRun, number
-from telemetry_jit.analysis.status import run_status
-from telemetry_jit.analysis.summary import DDP_HEADERS, FRAME_HEADERS, THUNDER_HEADERS, summarize
-from telemetry_jit.diagnosis import first_step_line, short
+from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.records import Payoff
-from telemetry_jit.schema import FILE_FORMAT, CompileAttr
+from telemetry_jit.schema import FILE_FORMAT
 
 _CELL_LIMIT = 100
+_WIDTH = 118
 
 
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
-    """``text`` fit for one terminal line: its first line, control characters shown as ``?``, at most
-    ``limit`` characters (torch's reasons run to many lines, and a user's message to megabytes)."""
+    """``text`` fit for one table cell: its first line, control characters shown as ``?``, at most ``limit``
+    characters (torch's reasons run to many lines, and a user's message to megabytes)."""
     first = str(text).strip().split("\n", 1)[0]
     first = "".join(c if c.isprintable() else "?" for c in first[: limit + 1])
     return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def wrapped(text: object, indent: str, width: int = _WIDTH) -> list[str]:
+    """``text`` as printable lines of at most ``width`` characters, the first starting with ``indent`` (``"  1. "``),
+    the others indented two deeper than it: never cut mid-word, nothing left out (up to 4,000 characters)."""
+    printable = "".join(c if c.isprintable() else "?" for c in " ".join(str(text).split())[:4000])
+    rest = " " * (len(indent) + 2)
+    return textwrap.wrap(
+        printable, width=width, initial_indent=indent, subsequent_indent=rest, break_on_hyphens=False
+    ) or [indent]
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
@@ -34,180 +46,50 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     return ["  " + line for line in lines]
 
 
-def format_summary(run: TelemetryRun) -> str:
-    """The summary as terminal text."""
+def format_summary(run: TelemetryRun, limit: int = 8) -> str:
+    """The summary as terminal text: how the run ended (when it did not finish), what to fix first, what needs
+    no fixing, the figures with their units, then the tables."""
     s = summarize(run)
     source = f"run {short_run_id(run.run_id)}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
-    status = run_status(run)
-    lines = [
-        f"telemetry-jit summary ({source}, rank {run.rank})",
-        *([f"  {status.headline()}"] if not status.finished else []),
-        *[f"  (this file format has {what})" for what in run.lacks],
-        *format_diagnosis(s.diagnosis),
-        *([f"  compile payoff: {s.payoff_sentence}"] if s.payoff is not None else []),
-        *([f"    {net_line(s.payoff)}"] if s.payoff is not None and s.payoff.measured else []),
-        f"  {s.loop_name} wall time: {s.wall_ms / 1000:.2f} s",
-        f"  compile time: {s.compile_ms / 1000:.2f} s ({s.share} of it) in {len(s.compiles)} compilations",
-        f"  recompilations: {len(s.recompiles)}    graph breaks: {len(s.breaks)}",
-    ]
-    if s.warm_start.hits or s.warm_start.misses:
-        lines.append(f"  compile cache: {s.warm_start.line}")
-    lines += [f"  compile cache bypassed: {one_line(reason, 200)}" for reason in s.warm_start.bypasses[:5]]
-    if s.warm_start.unavailable:
-        lines.append(f"  (the torch of this run did not record compile.{', compile.'.join(s.warm_start.unavailable)})")
-    if run.lost_records:
-        lines.append(
-            f"  incomplete: {run.lost_records} telemetry record(s) could not be written (see the run's warnings)"
-        )
-    lines += [f"  telemetry lost: {loss}" for loss in health_losses(run)]
-    if s.fallbacks:
-        lines.append(f"  fell back to eager: {len(s.fallbacks)} (recompile limit hit: {s.limit_hits})")
-    if s.errors:
-        first = one_line(s.errors[0].attributes.get(CompileAttr.FAILURE), limit=200)
-        lines.append(f"  failed compilations: {len(s.errors)}, first: {first}")
-    if not s.compiles:
-        return "\n".join([*lines, "  no compilation happened in this run"])
-    lines += ["", "  per frame:", *_table(FRAME_HEADERS, s.frame_rows)]
-    if s.thunder_rows:
-        lines += ["", "  thunder cache:", *_table(THUNDER_HEADERS, s.thunder_rows)]
-    if s.diagnosis.causes:
-        lines += ["", "  recompiles by cause:", *_table(CAUSE_HEADERS, cause_rows(s.diagnosis))]
-    if s.diagnosis.breaks:
-        lines += ["", "  graph breaks:", *_table(BREAK_HEADERS, break_rows(s.diagnosis))]
-    if s.ddp_rows:
-        lines += [
-            "",
-            f"  DDP optimizer splits: {s.ddp_splits} (graphs cut at DDP gradient-bucket boundaries, not graph breaks)",
-            *_table(DDP_HEADERS, s.ddp_rows),
-        ]
-    return "\n".join(lines)
-
-
-def health_losses(run: TelemetryRun) -> list[str]:
-    """What telemetry could not do in the run, as its file's last record says: calls into others' code that
-    failed, and what each exporter did not deliver."""
-    health = run.health or {}
-    losses = []
-    for name, failed in (health.get("failed_calls") or {}).items():
-        if isinstance(failed, dict):
-            count = int(number(failed.get("count")))
-            losses.append(
-                f"{failed.get('callee') or name} failed {count} time{'s' if count != 1 else ''} "
-                f"({one_line(failed.get('first_error', ''), 160)}) [{name}]"
-            )
-    for exporter, counts in (health.get("exporters") or {}).items():
-        if not isinstance(counts, dict):
-            continue
-        dropped = int(number(counts.get("spans_dropped"))) + int(number(counts.get("calls_dropped")))
-        failed = int(number(counts.get("calls_failed")))
-        if dropped or failed:
-            total = int(number(counts.get("spans")))
-            of = f" of {total}" if total else ""
-            losses.append(f"{one_line(exporter, 120)}: {dropped}{of} not delivered, {failed} calls failed")
-    return losses
-
-
-def net_line(payoff: Payoff) -> str:
-    """The end of the loop's account: time won or lost over its steps."""
-    verb = "won" if payoff.net_s >= 0 else "lost"
-    return (
-        f"net over the loop's {payoff.steps} steps: {abs(payoff.net_s):.1f} s {verb} (measured from step "
-        f"{payoff.measured_at_step}, {payoff.blocks * payoff.block_steps} of them run eagerly)"
-    )
-
-
-CAUSE_HEADERS = ("cause", "recompiles", "compile s", "first step", "torch's reason")
-BREAK_HEADERS = ("your line", "in code of", "breaks at", "count", "type")
-
-
-def diagnosis_items(diagnosis: Diagnosis) -> list[list[str]]:
-    """What to fix first, ranked (recompile causes by the compile seconds they cost, then graph breaks,
-    the user's own first): each a headline and its details (where, the fix, torch's documentation)."""
-    items: list[list[str]] = []
-    for row in diagnosis.causes:
-        if not row.unexpected:
-            continue
-        where = _listed(row.frames)
-        steps = f"at step {row.steps[0]}" if len(row.steps) == 1 else f"at steps {_listed(map(str, row.steps))}"
-        title = row.title if row.cause != "stage_switch" else "a frame recompiled when its stage came back"
-        reason = f" ({one_line(row.reasons[0], 90)})" if row.reasons and row.cause != "stage_switch" else ""
-        plural = "s" if row.unexpected > 1 else ""
-        items.append(
-            [
-                f"{row.unexpected} recompile{plural}, {row.compile_ms / 1000:.1f} s: {title}{reason}",
-                f"{steps} in {where}",
-                f"fix: {row.fix}",
-            ]
-        )
-    for group in diagnosis.breaks:
-        times = f"{group.count} graph break{'s' if group.count > 1 else ''}"
-        if group.owner == "user":
-            head = f"{times} in your code at {short(group.location)}: {group.type}"
-        else:
-            reached = f", reached from your line {short(group.user_location)}" if group.user_location else ""
-            head = f"{times} inside {group.owner} ({short(group.location)}){reached}: {group.type}"
-        items.append([head, f"fix: {group.fix}", *([f"docs: {group.doc_url}"] if group.doc_url else [])])
-    return items
-
-
-def diagnosis_notes(diagnosis: Diagnosis) -> list[str]:
-    """What needs no fixing (the expected price), the first steps, and what the file could not tell."""
-    why = {
-        "stage_switch": "when training and validation/test alternate (grad mode changed): once per frame",
-        "shared_code": "for other callers of one function in its first step (layers of one class): once per kind",
-    }
-    notes = [
-        f"expected: {row.count} recompile{'s' if row.count > 1 else ''}, {row.compile_ms / 1000:.1f} s, "
-        f"{why[row.cause]}, nothing to fix"
-        for row in diagnosis.causes
-        if row.cause in why and not row.unexpected
-    ]
-    notes += [
-        first_step_line(step.stage, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
-        for step in diagnosis.first_steps
-        if step.compile_ms
-    ]
-    return notes + [f"(this file has {what})" for what in diagnosis.lacks]
-
-
-def format_diagnosis(diagnosis: Diagnosis, limit: int = 8) -> list[str]:
-    """The summary's first lines: what to fix first, then the expected price and the first steps."""
-    items, lines = diagnosis_items(diagnosis), []
+    lines = [f"telemetry-jit summary ({source}, rank {run.rank})"]
+    if not s.status.finished:
+        lines += wrapped(s.status.headline(), "  ")
+    lines += [f"  (this file format has {what})" for what in run.lacks]
+    items = words.fix_first(s)
     if items:
         lines.append("  what to fix first (each cause explained in docs/fixing.md):")
-        for number, (head, *details) in enumerate(items[:limit], start=1):
-            lines.append(f"  {number:2d}. {one_line(head, 160)}")
-            lines += [f"      {one_line(detail, 300)}" for detail in details]
+        for number, item in enumerate(items[:limit], start=1):
+            lines += wrapped(item.head, f"  {number:2d}. ")
+            for detail in item.details:
+                lines += wrapped(detail, "      ")
         if len(items) > limit:
             lines.append(f"      ... and {len(items) - limit} more below")
-    lines += [f"  {note}" for note in diagnosis_notes(diagnosis)]
-    return [*lines, ""] if lines else []
-
-
-def cause_rows(diagnosis: Diagnosis) -> list[tuple[object, ...]]:
-    return [
-        (
-            f"{row.cause} (expected)" if row.cause == "stage_switch" and not row.unexpected else row.cause,
-            row.count,
-            f"{row.compile_ms / 1000:.2f}",
-            row.steps[0] if row.steps else "",
-            row.reasons[0] if row.reasons else "",
-        )
-        for row in diagnosis.causes
-    ]
-
-
-def break_rows(diagnosis: Diagnosis) -> list[tuple[object, ...]]:
-    return [
-        (short(group.user_location) or "?", group.owner, short(group.location), group.count, group.type)
-        for group in diagnosis.breaks
-    ]
-
-
-def _listed(names: Iterable[str], shown: int = 2) -> str:
-    names = list(names)
-    listed = ", ".join(names[:shown])
-    return listed + (f" and {len(names) - shown} more" if len(names) > shown else "")
+    for note in words.notes(s):
+        lines += wrapped(note, "  ")
+    if s.payoff is not None:
+        lines += wrapped(f"compile payoff: {s.payoff_sentence}", "  ")
+        if s.payoff.measured:
+            lines += wrapped(words.net_line(s.payoff), "    ")
+    lines += ["", f"  {LOOP_WORDS[s.loop_name]}: {s.wall_ms / 1000:.2f} s of wall time"]
+    for figure in words.figures(s):
+        lines += wrapped(figure, "  ")
+    if not s.digest.compilations:
+        return "\n".join([*lines, "  no compilation happened in this run"])
+    lines += ["", "  per frame:", *_table(words.FRAME_HEADERS, words.frame_rows(s))]
+    if s.thunder_rows:
+        lines += ["", "  thunder cache:", *_table(words.THUNDER_HEADERS, s.thunder_rows)]
+    if s.causes:
+        lines += ["", "  recompiles by cause:", *_table(words.CAUSE_HEADERS, words.cause_rows(s))]
+    if s.breaks:
+        lines += ["", "  graph breaks:", *_table(words.BREAK_HEADERS, words.break_rows(s))]
+    if s.digest.ddp:
+        lines += [
+            "",
+            f"  DDP optimizer splits: {s.digest.ddp_splits} (graphs cut at DDP gradient-bucket boundaries, not graph "
+            "breaks)",
+            *_table(words.DDP_HEADERS, words.ddp_rows(s)),
+        ]
+    return "\n".join(lines)
 
 
 def format_fleet(fleet: Fleet, limit: int = 6) -> str:
@@ -263,43 +145,53 @@ def _rate(rate: float | None) -> str:
     return "n/a" if rate is None else f"{100 * rate:.0f}%"
 
 
+def _share(share: float | None) -> str:
+    return "n/a" if share is None else f"{100 * share:.1f}%"
+
+
 def format_diff(result: RunDiff) -> str:
-    """The two runs side by side, as terminal text."""
+    """The two runs side by side, as terminal text: what is new, what went away, what changed."""
     base, new = result.base, result.new
     rows = [
         ("compile time", f"{base.compile_ms / 1000:.2f} s", f"{new.compile_ms / 1000:.2f} s"),
-        ("compile share", f"{100 * base.compile_share:.1f}%", f"{100 * new.compile_share:.1f}%"),
-        ("compilations", str(base.compiles), str(new.compiles)),
+        ("share of loop", _share(base.share), _share(new.share)),
+        ("frame compiles", str(base.frame_compiles), str(new.frame_compiles)),
+        ("backward graphs", str(base.backward_graphs), str(new.backward_graphs)),
         ("recompilations", str(base.recompiles), str(new.recompiles)),
         ("  unexpected", str(base.unexpected_recompiles), str(new.unexpected_recompiles)),
-        ("graph breaks", str(sum(base.graph_breaks.values())), str(sum(new.graph_breaks.values()))),
+        ("graph breaks", str(sum(base.breaks.values())), str(sum(new.breaks.values()))),
         ("cache hit rate", _rate(base.cache_hit_rate), _rate(new.cache_hit_rate)),
     ]
     if base.payoff is not None or new.payoff is not None:
         rows.append(("compile speedup", _speedup(base.payoff), _speedup(new.payoff)))
     lines = ["telemetry-jit diff (base -> new)"]
-    lines += [f"  {side}: {status.headline()}" for side, status in result.statuses() if not status.finished]
+    for side, status in result.statuses():
+        if not status.finished:
+            lines += wrapped(f"{side}: {status.headline()}", "  ")
     lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
     if result.cache_effect:
-        lines += [
-            "",
-            f"  the compilations differ only where the compile caches served graphs (cache hits {base.cache_hits} -> "
+        lines += [""] + wrapped(
+            f"the compilations differ only where the compile caches served graphs (cache hits {base.cache_hits} -> "
             f"{new.cache_hits}): the same frames compiled for the same reasons, so this is the caches' doing, not a "
             "code change (compare runs with the caches in the same state: both warm, or "
             "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for both)",
-        ]
+            "  ",
+        )
     for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
         if causes:
-            lines += ["", f"  {title}:", *[f"    {cause}: {n}" for cause, n in sorted(causes.items())]]
-    for title, counter in (
+            lines += ["", f"  {title}:", *[f"    {cause}: {n}" for cause, n in causes.items()]]
+    if result.changed_causes:
+        lines += ["", "  recompiles that remain, in other numbers:"]
+        lines += [f"    {cause}: {b} -> {n}" for cause, (b, n) in result.changed_causes.items()]
+    for title, breaks in (
         ("new graph breaks", result.new_graph_breaks),
         ("fixed graph breaks", result.fixed_graph_breaks),
     ):
-        if counter:
+        if breaks:
             lines += [
                 "",
                 f"  {title}:",
-                *[f"    {loc}  {n}x  {reason}" for (loc, reason), n in sorted(counter.items())],
+                *[f"    {loc}  {n}x  {one_line(reason)}" for (loc, reason), n in breaks.items()],
             ]
     lines += ["", "  per frame (compiles, recompiles, compile time):"]
     for frame, b, n in result.frames():
@@ -307,6 +199,6 @@ def format_diff(result: RunDiff) -> str:
             f"    {one_line(frame)}: {b.compiles}, {b.recompiles}, {b.compile_ms / 1000:.2f} s"
             f"  ->  {n.compiles}, {n.recompiles}, {n.compile_ms / 1000:.2f} s"
         )
-        for reason in n.recompile_reasons.keys() - b.recompile_reasons.keys():
-            lines.append(f"      new recompile reason: {reason}")
+        lines += [f"      new recompile reason: {one_line(r)}" for r in sorted(n.reasons.keys() - b.reasons.keys())]
+        lines += [f"      gone recompile reason: {one_line(r)}" for r in sorted(b.reasons.keys() - n.reasons.keys())]
     return "\n".join(lines)

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import logging
 import re
 import sys
+import types
 from collections.abc import Callable, Iterator, Sequence
 from types import CodeType, FrameType
 from typing import Any, Literal
@@ -75,6 +77,62 @@ def callback_trigger(args: Any) -> Literal["dynamo", "lazy_backward"] | None:
     if trigger == CallbackTrigger.LAZY_BACKWARD:
         return "lazy_backward"
     return None
+
+
+# -- compiling a module in place -------------------------------------------------------------------
+# Module.compile() installs torch.compile(self._call_impl). For torch.nn's own layers dynamo skips both
+# _call_impl and forward (torch's files), so before torch 2.15 nothing compiles (pytorch#150915); 2.15
+# compiles them through one frame that every layer class shares (torch._dynamo.external_utils.wrap_inline),
+# so layers of several classes recompile it in turn, toward the recompile limit.
+INPLACE_COMPILE_COMPILES_TORCH_LAYERS = VERSION[:2] >= (2, 15)
+
+
+def compile_in_place(module: torch.nn.Module, **torch_kwargs: Any) -> None:
+    """Compile ``module`` where it is (``state_dict`` keys unchanged), so that it compiles on every supported
+    torch: ``module.compile(**torch_kwargs)``, or, for a module whose ``forward`` dynamo does not trace (torch's
+    own layers), a function of this module's that calls it, one per layer class and set of arguments, which
+    dynamo traces on every release: each layer class compiles as its own frame, its instances share it."""
+    if not forward_is_skipped(module):
+        module.compile(**torch_kwargs)
+        return
+    key = (type(module), repr(sorted(torch_kwargs.items())))
+    compiled = _COMPILED_LAYERS.get(key)
+    if compiled is None:
+        compiled = _COMPILED_LAYERS[key] = torch.compile(_layer_call(type(module)), **torch_kwargs)
+    set_compiled_call(module, functools.partial(compiled, module))
+
+
+def forward_is_skipped(module: torch.nn.Module) -> bool:
+    """Whether dynamo skips ``module.forward`` (it lies in torch's own files), as ``torch.compile(module)`` asks."""
+    from torch._dynamo import trace_rules
+
+    return bool(trace_rules.check(module.forward))
+
+
+def _calls_its_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+    return module._call_impl(*args, **kwargs)
+
+
+_COMPILED_LAYERS: dict[tuple[type, str], Callable[..., Any]] = {}
+LAYER_FRAMES: dict[str, str] = {}  # "Linear.forward" -> where the class's forward is: the frames compile_in_place makes
+
+
+def _layer_call(cls: type) -> Callable[..., Any]:
+    """:func:`_calls_its_module` with a code object of its own, named for the class (``Linear.forward``):
+    dynamo keeps compiled code per code object, and names the frame by it."""
+    name = f"{cls.__name__}.forward"
+    forward = getattr(getattr(cls, "forward", None), "__code__", None)
+    LAYER_FRAMES[name] = f"{forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
+    qualname: dict[str, Any] = {"co_qualname": name} if sys.version_info >= (3, 11) else {}
+    code = _calls_its_module.__code__.replace(co_name=name, **qualname)
+    return types.FunctionType(code, _calls_its_module.__globals__, name)
+
+
+def frame_where(name: str, filename: str, first_line: int) -> tuple[str, str]:
+    """``(name, "file:line")`` of a compiled frame, as the user knows it: a layer compiled by
+    :func:`compile_in_place` by its class's ``forward`` (``Linear.forward``, where torch defines it)."""
+    where = LAYER_FRAMES.get(name) if filename == __file__ else None
+    return name, where or f"{filename}:{first_line}"
 
 
 # -- nn.Module.compile's hook ---------------------------------------------------------------------
@@ -176,16 +234,23 @@ def traced_stack() -> tuple[str, ...]:
     return tuple(f"{summary.filename}:{summary.lineno}" for summary in context.extract_stack())
 
 
-def frames_seen() -> int:
-    """How many frames dynamo has been handed so far (compiled, or skipped as it could not trace them)."""
-    return int(_dynamo_utils.counters["frames"]["total"])
+def frames_compiled() -> int:
+    """How many frames dynamo has compiled so far."""
+    return int(_dynamo_utils.counters["frames"]["ok"])
 
 
-def has_compiled_code(code: CodeType) -> bool:
-    """Whether dynamo holds a compiled entry for ``code`` (it ran under torch.compile and compiled)."""
+def has_compiled_code_for(module: torch.nn.Module) -> bool:
+    """Whether dynamo holds compiled code for the frame compiling ``module`` in place makes: its ``forward``,
+    or the layer call :func:`compile_in_place` gave its class."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    return bool(_debug_get_cache_entry_list(code))
+    codes = [getattr(type(module).forward, "__code__", None)]
+    codes += [
+        getattr(getattr(compiled, "_torchdynamo_orig_callable", None), "__code__", None)
+        for (cls, _), compiled in _COMPILED_LAYERS.items()
+        if cls is type(module)
+    ]
+    return any(code is not None and _debug_get_cache_entry_list(code) for code in codes)
 
 
 def current_compile_id() -> str:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import functools
+import sys
+from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
+from lightning.pytorch.callbacks import BatchSizeFinder, Callback, LearningRateFinder
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
@@ -75,6 +77,8 @@ class CompileTelemetryCallback(Callback):
         self.recorder = CompileRecorder(self._session)
         self.last_stats: CompileStats | None = None  # the totals of the last loop that ended
         self._logs: list[GuardedLog] = []
+        self.loader: int | None = None  # the running evaluation loop's dataloader, where it has several
+        self._tuner = False  # the trainer has the Tuner's callback: its trials are a stage of their own
 
     def __getstate__(self) -> dict[str, Any]:
         # the provider is per process: a spawned rank uses its own
@@ -97,11 +101,12 @@ class CompileTelemetryCallback(Callback):
             bar = trainer.progress_bar_callback
             console.print_fn = bar.print if bar is not None else None
         self.recorder.listeners = [console] if console is not None else []
+        self._tuner = _has_tuner(trainer)
         self._figures = CompileFigures() if self.log_figures and trainer.loggers else None
         if self._figures is not None:
             self.recorder.listeners.append(self._figures)
             self._logs = [GuardedLog(logger.log_metrics, type(logger).__name__) for logger in trainer.loggers]
-        self.recorder.start(functools.partial(_position, trainer), rank=trainer.global_rank)
+        self.recorder.start(functools.partial(_position, trainer, self), rank=trainer.global_rank)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -115,31 +120,36 @@ class CompileTelemetryCallback(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, "train")
+        self._batch_started(trainer, pl_module, batch_idx)
 
     @override
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, "validate")
+        self._batch_started(trainer, pl_module, batch_idx, dataloader_idx)
 
     @override
     def on_test_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, "test")
+        self._batch_started(trainer, pl_module, batch_idx, dataloader_idx)
 
     @override
     def on_predict_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, "predict")
+        self._batch_started(trainer, pl_module, batch_idx, dataloader_idx)
 
     # no batch-end hooks: a batch's compiles are recorded when the next batch starts or the loop ends
-    def _batch_started(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int, stage: str) -> None:
+    def _batch_started(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int, dataloader_idx: int | None = None
+    ) -> None:
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
             self.recorder.watch_thunder(pl_module)
-        self.recorder.batch_started(trainer.global_step, batch_idx, stage)
+        self.loader = dataloader_idx if dataloader_idx is not None and _loaders(trainer) > 1 else None
+        state = trainer.state.stage
+        stage = _stage(trainer) if self._tuner else state.value if state is not None else ""
+        self.recorder.batch_started(trainer.global_step, batch_idx, stage, self.loader)
         if self._figures is not None:
             self._log_figures(trainer)
 
@@ -211,12 +221,36 @@ class CompileTelemetryCallback(Callback):
             self._log_figures(trainer)
 
 
-def _position(trainer: pl.Trainer) -> Position:
+def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Position:
+    stage = _stage(trainer)
+    return Position(trainer.global_step, stage, _batches(trainer, stage, callback.loader))
+
+
+def _stage(trainer: pl.Trainer) -> str:
+    """Lightning's stage (``train``, ``sanity_check``, ``validate``, ...), ``tuner`` while the Tuner's trials
+    run (they train a few steps at each batch size or learning rate)."""
     stage = trainer.state.stage
-    name = stage.value if stage is not None else ""
-    return Position(trainer.global_step, name, _batches(trainer, name))
+    if _has_tuner(trainer) and _in_tuner():
+        return "tuner"
+    return stage.value if stage is not None else ""
 
 
+def _has_tuner(trainer: pl.Trainer) -> bool:
+    callbacks: list[Callback] = getattr(trainer, "callbacks", [])  # set by Lightning's callback connector
+    return any(isinstance(callback, (BatchSizeFinder, LearningRateFinder)) for callback in callbacks)
+
+
+def _in_tuner() -> bool:
+    """Whether a tuner's trial runs now (its code is on the stack): asked when a compile begins."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if _TUNER_FILES in frame.f_code.co_filename.replace("\\", "/"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+_TUNER_FILES = "/lightning/pytorch/tuner/"
 _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batches
     "train": "num_training_batches",
     "sanity_check": "num_sanity_val_batches",
@@ -226,10 +260,16 @@ _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batc
 }
 
 
-def _batches(trainer: pl.Trainer, stage: str) -> int | None:
-    """How many batches the running loop has (its first dataloader's, for several), where finite."""
+def _loaders(trainer: pl.Trainer) -> int:
+    """How many dataloaders the running evaluation loop has."""
+    counts = getattr(trainer, _BATCH_COUNTS.get(_stage(trainer), ""), None)
+    return len(counts) if isinstance(counts, list) else 1
+
+
+def _batches(trainer: pl.Trainer, stage: str, loader: int | None) -> int | None:
+    """How many batches the running loop's dataloader has (the ``loader``-th, for several), where finite."""
     name = _BATCH_COUNTS.get(stage)
     counts = getattr(trainer, name, None) if name is not None else None
     if isinstance(counts, list):
-        counts = counts[0] if counts else None
+        counts = counts[loader or 0] if len(counts) > (loader or 0) else None
     return int(counts) if isinstance(counts, (int, float)) and counts != float("inf") else None

@@ -133,7 +133,7 @@ def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = Fal
 def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderDynamoCompiled:
     """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
     backend = ThunderDynamoBackend(name, _forward_location(module), _nvtx_ranges(profile))
-    module.compile(backend=backend)
+    torch_compat.compile_in_place(module, backend=backend)
     call = torch_compat.compiled_call(module)
     assert call is not None  # module.compile() installed it
     compiled = ThunderDynamoCompiled(call, backend)
@@ -141,12 +141,45 @@ def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: boo
     return compiled
 
 
-def compiled_code_ran(module: torch.nn.Module) -> bool:
-    """Whether the compiled code installed on ``module`` has run: thunder's cache was consulted, or
-    dynamo holds a compiled entry for the module's ``forward``."""
+class FirstCall:
+    """The call installed on a module compiled in place, until its first call: it notes that the module was
+    called and how many frames dynamo compiled during that call, then steps aside (later calls go straight to
+    the compiled code, with nothing of telemetry in between)."""
+
+    def __init__(self, module: torch.nn.Module, call: Callable[..., Any]) -> None:
+        self.module = module
+        self.call = call
+        self.called = False
+        self.compiled_frames = 0
+
+    @classmethod
+    def install(cls, module: torch.nn.Module) -> FirstCall | None:
+        call = torch_compat.compiled_call(module)
+        if call is None:
+            return None
+        watch = cls(module, call)
+        torch_compat.set_compiled_call(module, watch)
+        return watch
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        torch_compat.set_compiled_call(self.module, self.call)  # steps aside first: a nested call goes straight
+        before = torch_compat.frames_compiled()
+        try:
+            return self.call(*args, **kwargs)
+        finally:
+            self.called = True
+            self.compiled_frames = torch_compat.frames_compiled() - before
+
+
+def compiled_code_ran(module: torch.nn.Module, watch: FirstCall | None = None) -> bool:
+    """Whether the compiled code installed on ``module`` has run: thunder's cache was consulted; or it was
+    called and dynamo compiled a frame then, or holds compiled code for the frame it compiles."""
     call = torch_compat.compiled_call(module)
     if isinstance(call, ThunderCompiled):
         stats = call.function.stats
         return stats.cache_hits + stats.cache_misses > 0
-    forward = getattr(type(module).forward, "__code__", None)
-    return forward is None or torch_compat.has_compiled_code(forward)
+    if watch is not None and not watch.called:
+        return False
+    if watch is not None and watch.compiled_frames:
+        return True
+    return torch_compat.has_compiled_code_for(module)

@@ -16,7 +16,12 @@ from lightning.pytorch.utilities import rank_zero_info
 
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.lightning.compilers import compile_with_thunder, compile_with_thunder_dynamo, compiled_code_ran
+from telemetry_jit.lightning.compilers import (
+    FirstCall,
+    compile_with_thunder,
+    compile_with_thunder_dynamo,
+    compiled_code_ran,
+)
 from telemetry_jit.notices import Notices
 
 _GLOB_CHARS = frozenset("*?[")
@@ -42,7 +47,8 @@ class JitConfig:
         module_selector: Which modules to compile, as a dotted path resolved against the root
             module (see :func:`resolve_root`). ``""`` or ``"*"`` is the root itself; every atom
             may be a glob (``"*.layer*"`` selects grandchildren whose name starts with ``layer``).
-        use_torch: Compile with ``module.compile(**torch_kwargs)``.
+        use_torch: Compile with ``module.compile(**torch_kwargs)`` (torch's own layers, which that compiles
+            nothing of before torch 2.15, through a function of telemetry-jit's that dynamo traces).
         torch_kwargs: Passed through to ``torch.compile`` (``backend``, ``mode``, ``fullgraph``,
             ``dynamic``, ``options``, ``disable``).
         use_thunder: Compile with Lightning Thunder, as ``thunder_backend`` says.
@@ -253,7 +259,7 @@ class JitTransform(Callback):
     def __init__(self, config: JitConfig | Sequence[JitConfig]) -> None:
         self.configs = _as_list(config)
         self.compiled: list[str] = []
-        self._unchecked: list[tuple[str, torch.nn.Module, int]] = []  # compiled, not yet seen to run; frames then
+        self._unchecked: list[tuple[str, torch.nn.Module, FirstCall | None]] = []  # compiled, not yet seen to run
         self._notices = Notices()
 
     @property
@@ -303,28 +309,34 @@ class JitTransform(Callback):
         self._check_compiled_code_ran(pl_module, "prediction")
 
     def _check_compiled_code_ran(self, pl_module: pl.LightningModule, loop: str) -> None:
-        """Say once, per module, that a compiled module never ran: compiling it did nothing."""
+        """Say once, per module, that a compiled module's compiled code never ran, and why: nothing called it,
+        or it ran and dynamo compiled none of it."""
         unchecked, self._unchecked = self._unchecked, []
-        for name, module, frames_then in unchecked:
-            # frames handed to dynamo since: the module ran (its forward may have been skipped, with
-            # the frames it calls compiled), or another compiled module did, so nothing is said
-            if compiled_code_ran(module) or torch_compat.frames_seen() > frames_then:
+        for name, module, watch in unchecked:
+            if compiled_code_ran(module, watch):
                 continue
             forward = getattr(type(module).forward, "__code__", None)
             where = f" at {forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
-            why = "nothing called it"
-            if module is pl_module:
-                why = (
-                    "Lightning calls training_step, validation_step, ... and not forward, and they did not call "
-                    "self(...)"
-                )
             children = [child for child, _ in module.named_children()]
-            advice = (
-                f"select the module your step calls instead, e.g. JitConfig(module_selector={children[0]!r}) (its "
-                f"children: {', '.join(children[:8])})"
-                if children
-                else "check that the selector names the module your step calls"
-            )
+            if watch is not None and watch.called:
+                why = (
+                    "it was called, but dynamo compiled none of its code: its forward is code dynamo does not trace "
+                    "(torch.compiler.disable, a skipped package) or a compiler stance kept it eager"
+                )
+                advice = "compile a module whose forward dynamo traces, or remove what disables it"
+            else:
+                why = "nothing called it"
+                if module is pl_module:
+                    why = (
+                        "Lightning calls training_step, validation_step, ... and not forward, and they did not call "
+                        "self(...)"
+                    )
+                advice = (
+                    f"select the module your step calls instead, e.g. JitConfig(module_selector={children[0]!r}) (its "
+                    f"children: {', '.join(children[:8])})"
+                    if children
+                    else "check that the selector names the module your step calls"
+                )
             self._notices.warn(
                 id(module),
                 f"telemetry-jit: JitTransform compiled {name or '<root>'} ({type(module).__name__}.forward{where}), "
@@ -342,14 +354,16 @@ class JitTransform(Callback):
                 if torch_compat.compiled_call(module) is not None:
                     continue  # compiled already: by an earlier epoch, another config, or the user
                 label = name or type(module).__name__
+                watch = None
                 if config.use_thunder and config.thunder_backend == "dynamo":
                     compile_with_thunder_dynamo(module, label, profile=config.profile_thunder)
                 elif config.use_thunder:
                     compile_with_thunder(module, label, profile=config.profile_thunder)
                 else:
-                    module.compile(**config.torch_kwargs)
+                    torch_compat.compile_in_place(module, **config.torch_kwargs)
+                    watch = FirstCall.install(module)
                 self.compiled.append(name or "<root>")
-                self._unchecked.append((name, module, torch_compat.frames_seen()))
+                self._unchecked.append((name, module, watch))
                 compiler = THUNDER_BACKENDS[config.thunder_backend] if config.use_thunder else "torch.compile"
                 rank_zero_info(f"telemetry-jit: {compiler}({label})")
         setattr(pl_module, "_compiled", bool(self.compiled))  # noqa: B010 - NeMo's marker, not a declared attribute

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from telemetry_jit.boundary import call_site
+from telemetry_jit.causes import normalize_reason
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.diagnosis import normalize_reason
 from telemetry_jit.notices import warn_once
 from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak, Source, Trigger
 
@@ -268,7 +268,9 @@ class DynamoProbe:
                 callers = torch_compat.compile_callers()
                 self._backends[frame_id] = backend
                 if code is not None:
-                    self._frames[frame_id] = (code.co_name, f"{code.co_filename}:{code.co_firstlineno}")
+                    self._frames[frame_id] = torch_compat.frame_where(
+                        code.co_name, code.co_filename, code.co_firstlineno
+                    )
             else:
                 backend = self._backends.get(frame_id, "")
             for log in self._logs:
@@ -410,7 +412,8 @@ class DynamoProbe:
         """A compile from torch's CompilationMetrics, with what the callbacks saw of it (if anything)."""
         compile_id = str(metric.compile_id)
         if metric.co_name:
-            self._frames[_frame_id(compile_id)] = (metric.co_name, f"{metric.co_filename}:{metric.co_firstlineno}")
+            where = torch_compat.frame_where(metric.co_name, metric.co_filename, metric.co_firstlineno)
+            self._frames[_frame_id(compile_id)] = where
         if metric.is_forward is False:
             trigger: Trigger = "lazy_backward"
         else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from telemetry_jit.causes import CAUSES, normalize_reason
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.listener import CompileListener
@@ -20,12 +21,19 @@ class RecompileLimitAlert(CompileListener):
     def recorded(self, record: CompileRecord) -> None:
         if not record.recompile_limit_hit:
             return
+        step = record.context.global_step if record.context is not None else 0
+        behind = record.cause.behind if record.cause is not None else ""
+        if behind in CAUSES:
+            stage = record.context.stage if record.context is not None else ""
+            why = f"its recompiles were mostly: {CAUSES[behind].title}. Fix that: {CAUSES[behind].fix_for(stage)}"
+        else:
+            why = f"its last recompile: {normalize_reason(record.recompile_reason) or 'unknown'}. Fix what changes"
         self._notices.warn(
             record.frame_id,
             f"telemetry-jit: {record.frame or 'a frame'} ({record.location or 'unknown location'}) hit "
-            f"torch._dynamo.config.recompile_limit ({torch_compat.recompile_limit()}) and now runs eagerly, without "
-            f"compilation. Last recompile reason: {record.recompile_reason or 'unknown'}. Mark the changing dimension "
-            "dynamic (torch._dynamo.mark_dynamic / dynamic=True) or raise the limit.",
+            f"torch._dynamo.config.recompile_limit ({torch_compat.recompile_limit()}) at step {step} and runs "
+            f"eagerly from now on, without compilation; {why} ({CAUSES['recompile_limit'].doc}). Raising the limit "
+            "only postpones it.",
             origin=record.location,
         )
 

@@ -9,12 +9,13 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 
 from telemetry_jit.boundary import FAILED, call_site
-from telemetry_jit.diagnosis import CAUSES, Classified, short, user_location
+from telemetry_jit.breaks import user_location
+from telemetry_jit.causes import CAUSES, Classified
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.first_steps import FirstStep
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
-from telemetry_jit.terminal import clean
+from telemetry_jit.terminal import clean, short
 
 _log = logging.getLogger("telemetry_jit")
 _PRINT = call_site("console.print", "printing a live console line (the progress bar's print, or your print_fn)")

@@ -6,8 +6,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from telemetry_jit.diagnosis import first_step_line
-from telemetry_jit.records import AttributeValue, CompileRecord
+from telemetry_jit.records import AttributeValue, CompileRecord, first_step_line
 from telemetry_jit.schema import StepAttr
 
 

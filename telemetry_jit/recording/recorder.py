@@ -15,8 +15,8 @@ from nv_one_logger.core.span import Span
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
 from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.causes import Classified, RecompileClassifier
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.diagnosis import Classified, RecompileClassifier
 from telemetry_jit.exporters.finished import export_finished
 from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
@@ -45,8 +45,8 @@ class Position:
     """Where the training loop is, as its driver knows it when a compile begins."""
 
     global_step: int
-    stage: str
-    batches: int | None = None  # batches in the running loop (the epoch), where known and finite
+    stage: str  # train, sanity_check, validate, test, predict, tuner (Lightning's stage; the tuner's trials)
+    batches: int | None = None  # batches in the running loop's dataloader (the epoch), where known and finite
 
 
 Where = Callable[[], Position]
@@ -68,7 +68,7 @@ class CompileRecorder:
     """Records the compilations the probes observe between :meth:`start` and :meth:`stop`.
 
     Each gets its context (where training was when it started) and, for a recompile, its cause
-    (:class:`~telemetry_jit.diagnosis.RecompileClassifier`); each listener is told: the run's totals
+    (:class:`~telemetry_jit.causes.RecompileClassifier`); each listener is told: the run's totals
     (:attr:`stats`), OpenTelemetry metrics, the recompile-limit alert, and whatever ``listeners`` were
     given (the live console, ...); then it becomes a ``compilation`` span under the loop span that was
     running when it started (or the application span), never under a span the exporters drop. The
@@ -101,6 +101,7 @@ class CompileRecorder:
         self._started_at = 0.0
         self._batch_step = 0
         self._batch_index: int | None = None
+        self._batch_loader: int | None = None
 
     # -- lifecycle, driven by the trainer callback or a loop ---------------------------------
     def start(self, where: Where, rank: int = 0) -> None:
@@ -141,14 +142,17 @@ class CompileRecorder:
     def ensure_registered(self) -> None:
         _PROBE.call(self._probe.ensure_registered)
 
-    def batch_started(self, global_step: int, batch_index: int | None = None, stage: str = "") -> None:
-        """A step begins: the steps before are recorded (compiles the probe could not bracket because
-        ``torch._dynamo.reset()`` cleared its callbacks belong to the step that just ran), the callbacks
-        come back if they were cleared, and the first step of a stage is measured."""
+    def batch_started(
+        self, global_step: int, batch_index: int | None = None, stage: str = "", loader: int | None = None
+    ) -> None:
+        """A step begins (of the ``loader``-th dataloader, where a loop has several): the steps before are
+        recorded (compiles the probe could not bracket because ``torch._dynamo.reset()`` cleared its callbacks
+        belong to the step that just ran), the callbacks come back if they were cleared, and the first step of
+        a stage is measured."""
         if self._thunder or _PROBE.call(self._probe.has_news):
             self.poll()
             self.ensure_registered()
-        self._batch_step, self._batch_index = global_step, batch_index
+        self._batch_step, self._batch_index, self._batch_loader = global_step, batch_index, loader
         finished = self._first_steps.batch_started(stage, global_step, batch_index)
         if finished is not None:
             self._first_step_measured(finished)
@@ -205,6 +209,7 @@ class CompileRecorder:
             rank=self._rank,
             batch_index=self._batch_index,
             batches=where.batches,
+            loader=self._batch_loader,
         )
 
     def _compile_started(self, description: str) -> None:

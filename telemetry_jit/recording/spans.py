@@ -56,9 +56,13 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
         attributes[TrainAttr.BATCH_INDEX] = context.batch_index
     if context.batches is not None:
         attributes[TrainAttr.BATCHES] = context.batches
+    if context.loader is not None:
+        attributes[TrainAttr.LOADER] = context.loader
     if record.cause is not None:
         attributes[CompileAttr.RECOMPILE_CAUSE] = record.cause.cause
         attributes[CompileAttr.RECOMPILE_EXPECTED] = record.cause.expected
+        if record.cause.behind:
+            attributes[CompileAttr.RECOMPILE_BEHIND] = record.cause.behind
     if record.ddp_buckets:
         attributes[CompileAttr.DDP_GRAPH_SPLITS] = record.ddp_graph_splits
         attributes[CompileAttr.DDP_BUCKET_CAP_BYTES] = record.ddp_bucket_cap_bytes

@@ -18,6 +18,7 @@ from telemetry_jit.analysis.report import render_report
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.compat import torch as torch_compat
+from tests.words import flat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -69,7 +70,7 @@ def test_a_second_run_against_the_same_cache_shows_torchs_hits(tmp_path: Path) -
             key=lambda s: s.start_unix_ns,
         )
         assert [span_cache(s) for s in spans] == [torch_cache(m) for m in metrics], name  # exact, span by span
-        warm_start = summarize(run).warm_start
+        warm_start = summarize(run).digest.warm_start
         hits = sum(v for m in metrics for k, v in torch_cache(m).items() if k.endswith("_hits"))
         misses = sum(v for m in metrics for k, v in torch_cache(m).items() if k.endswith("_misses"))
         assert (warm_start.hits, warm_start.misses) == (hits, misses), name
@@ -79,16 +80,16 @@ def test_a_second_run_against_the_same_cache_shows_torchs_hits(tmp_path: Path) -
             misses,
         )
         if "cache.fx_graph_local_hits" in torch_compat.UNAVAILABLE:  # torch 2.8 counts remote caches only
-            text = format_summary(run)
+            text = flat(format_summary(run))
             assert "did not record" in text and "compile.cache.fx_graph_local_hits" in text
             continue
         if name == "cold":
             assert hits == 0 and misses > 0
-            assert "cold start" in format_summary(run) and warm_start.missed_frames
+            assert "cold start" in flat(format_summary(run)) and warm_start.missed_frames
         else:
             assert hits > 0 and misses == 0
-            assert "(warm start)" in format_summary(run)
-            assert f"Compile cache: {warm_start.line}" in render_report(summarize(run))
+            assert "(warm start)" in flat(format_summary(run))
+            assert f"compile cache: {warm_start.line}" in render_report(summarize(run))
             assert warm_start.saved_s == pytest.approx(
                 sum(torch_cache(m).get("time_saved_s", 0.0) for m in metrics), abs=1e-3
             )

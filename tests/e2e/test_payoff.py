@@ -25,6 +25,7 @@ import telemetry_jit
 from telemetry_jit import cli
 from telemetry_jit.compat.torch import compiles_recorded_by_torch, reset_compile_state
 from tests.e2e.conftest import Telemetry
+from tests.words import flat
 
 SETTINGS = telemetry_jit.PayoffSettings(settle_steps=3, block_steps=4, blocks=3)
 STEPS = 40
@@ -159,7 +160,7 @@ def test_the_payoff_agrees_with_separate_eager_and_compiled_fits(
     # and the summary answers the question, saying why when compiling loses
     capsys.readouterr()
     assert cli.main(["summary", str(telemetry.path)]) == 0
-    out = capsys.readouterr().out
+    out = flat(capsys.readouterr().out)
     if case == "fused":
         assert f"compile payoff: compiled steps {payoff.speedup:.2f}x faster than eager" in out
         assert f"of compiling repaid at step {figures['payoff.break_even_step']}" in out
@@ -174,7 +175,7 @@ def test_the_payoff_agrees_with_separate_eager_and_compiled_fits(
     assert cli.main(["summary", str(telemetry.path), "--json"]) == 0
     (mine,) = json.loads(capsys.readouterr().out)["runs"]
     assert mine["payoff"]["payoff.speedup"] == pytest.approx(figures["payoff.speedup"], rel=1e-3)
-    assert mine["payoff"]["sentence"] in out
+    assert flat(mine["payoff"]["sentence"]) in out
     report = telemetry.path.with_suffix(".html")
     assert cli.main(["report", str(telemetry.path), "-o", str(report)]) == 0
     assert (
@@ -223,8 +224,9 @@ def test_with_accumulated_gradients_a_payoff_step_is_an_optimizer_step(telemetry
     trainer.fit(Model(body(width)), DataLoader(TensorDataset(torch.randn(4 * batch * STEPS, width)), batch))
     payoff = trainer.compile_payoff.last_payoff
     assert payoff.measured and payoff.steps == STEPS == trainer.global_step
-    batch_ms, _ = _independent_step_ms("fused", compiled=True)  # one batch, one optimizer step each
-    assert 2.5 < payoff.compiled_step_ms / batch_ms < 6.0, (payoff, batch_ms)
+    batch_ms, _ = _independent_step_ms("fused", compiled=True)  # one batch, batch start to batch end
+    # four batches, and the loading and hooks between them: not one (what timing a batch as a step gives)
+    assert 3.0 < payoff.compiled_step_ms / batch_ms < 12.0, (payoff, batch_ms)
     assert payoff.speedup > 1.2  # the modes still compare like for like
 
 
@@ -251,4 +253,4 @@ def test_a_payoff_that_cannot_be_measured_says_why_everywhere(
     said = [e.attributes for loop in run.find("training_loop") for e in loop.events if e.name == "compile_payoff"]
     assert [why in figures["payoff.not_measured"] for figures in said] == [False, True]
     assert cli.main(["summary", str(telemetry.path)]) == 0
-    assert "compile payoff: not measured: nothing compiled" in capsys.readouterr().out
+    assert "compile payoff: not measured: nothing compiled" in flat(capsys.readouterr().out)

@@ -13,6 +13,7 @@ import pytest
 import telemetry_jit
 from telemetry_jit import cli
 from tests.e2e.conftest import needs_thunder
+from tests.words import flat
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -119,7 +120,8 @@ def test_files_from_nv_one_loggers_own_file_exporter_read_like_ours(tmp_path: Pa
 
     text = cli_output("summary", str(nv_file))
     assert "nv-one-logger file" in text and "no parent links" in text
-    assert f"in {len(compiles)} compilations" in text and f"graph breaks: {len(breaks)}" in text
+    frames = sum(1 for span in compiles if span.attributes["compile.trigger"] == "dynamo")
+    assert f"compiled: {frames} frame compiles" in text and f"; {len(breaks)} graph breaks" in flat(text)
     assert cli.main(["report", str(nv_file), "-o", str(tmp_path / "report.html")]) == 0
     assert cli.main(["trace", str(nv_file), "-o", str(tmp_path / "trace.json")]) == 0
     trace = json.loads((tmp_path / "trace.json").read_text())

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from telemetry_jit import cli
-from telemetry_jit.analysis.diagnose import diagnose
 from telemetry_jit.analysis.reader import read_telemetry
+from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.terminal import clean
 
@@ -26,16 +26,18 @@ TORCH_RECOMPILES = 11  # torch's own count in both recordings
 
 def test_causes_partition_torchs_recompiles_in_new_and_old_files() -> None:
     for path, last_batch in ((NEW, "last_batch"), (OLD, "changing_dim")):
-        diagnosis = diagnose(read_telemetry(path)[-1])
-        assert diagnosis.recompiles == TORCH_RECOMPILES
-        assert {row.cause: row.count for row in diagnosis.causes if row.unexpected}[last_batch] == 4
-    old = diagnose(read_telemetry(OLD)[-1])
+        for digest in (False, True):  # read whole, or folded into aggregates as it is read: the same answers
+            summary = summarize(read_telemetry(path, digest=digest)[-1])
+            assert sum(row.count for row in summary.causes) == summary.digest.recompiles == TORCH_RECOMPILES
+            train = {row.cause: row.count for row in summary.causes if row.unexpected and row.kind == "train"}
+            assert train[last_batch] == 4
+    old = summarize(read_telemetry(OLD)[-1])
     assert len(old.lacks) == 2 and "no batch positions" in old.lacks[0] and "no call stacks" in old.lacks[1]
-    assert not diagnose(read_telemetry(NEW)[-1]).lacks
+    assert not summarize(read_telemetry(NEW)[-1]).lacks
 
 
 def test_an_old_file_still_tells_whose_code_a_break_is_in() -> None:
-    groups = {group.owner: group for group in diagnose(read_telemetry(OLD)[-1]).breaks}
+    groups = {group.owner: group for group in summarize(read_telemetry(OLD)[-1]).breaks}
     assert set(groups) == {"user", "torch"}
     assert groups["torch"].user_location == ""  # it cannot know the user's line: no stacks
     assert groups["user"].user_location.endswith("lm_scenario.py:32")
@@ -189,7 +191,8 @@ def test_diff_of_a_cold_and_a_warm_run_says_the_caches_did_it(capsys: pytest.Cap
     cold, warm = str(DATA / "cache-cold.jsonl"), str(DATA / "cache-warm.jsonl")
     assert cli.main(["diff", cold, warm]) == 0
     out = capsys.readouterr().out
-    assert "compilations               8  ->  6" in out
+    # one unit per line: the same frames compiled; the warm run loaded its backward graphs
+    assert "frame compiles             6  ->  6" in out and "backward graphs            2  ->  0" in out
     assert "this is the caches' doing, not a code change" in out
     assert cli.main(["diff", cold, warm, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["cache_effect_only"] is True

@@ -1,5 +1,5 @@
-"""Why a frame recompiled and whose code a graph break is in: the rules behind every answer telemetry-jit
-gives, shared by the live recording and the analysis of files (no torch, no Lightning here).
+"""Why a frame recompiled: the rules behind every recompile cause telemetry-jit names, shared by the live
+recording and the analysis of files (no torch, no Lightning here).
 
 Recompile causes form a small vocabulary (:data:`CAUSES`, explained with examples in docs/fixing.md).
 :class:`RecompileClassifier` assigns each recompile exactly one cause, from torch's reason and where
@@ -11,6 +11,7 @@ written before the cause was recorded.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 DOCS = "docs/fixing.md"
@@ -18,15 +19,21 @@ DOCS = "docs/fixing.md"
 
 @dataclass(frozen=True)
 class Cause:
-    """One kind of recompile: what happened, in words, and what to do about it."""
+    """One kind of recompile: what happened, in words, and what to do about it (in evaluation, where the
+    training fix would do harm, ``eval_fix``)."""
 
     id: str
     title: str
     fix: str
+    eval_fix: str = ""
 
     @property
     def doc(self) -> str:
         return f"{DOCS}#{self.id.replace('_', '-')}"
+
+    def fix_for(self, stage: str) -> str:
+        """The fix for a recompile of this cause in ``stage`` (``train``, ``validate``, ``predict``, ...)."""
+        return self.eval_fix if self.eval_fix and stage in EVAL_STAGES else self.fix
 
 
 CAUSES: dict[str, Cause] = {
@@ -39,6 +46,18 @@ CAUSES: dict[str, Cause] = {
             "training, without for validation); nothing to fix",
         ),
         Cause(
+            "inference_mode",
+            "validate/test/predict ran outside fit under inference mode (Lightning's default), whose tensors the "
+            "training graphs' guards refuse",
+            "expected: once per frame; Trainer(inference_mode=False) evaluates under no_grad instead, which the graphs "
+            "compiled for fit's validation accept, and avoids it",
+        ),
+        Cause(
+            "tuner",
+            "the Tuner's trials changed the batch size (or learning rate) on purpose",
+            "expected: the trials run a few steps at each size; nothing to fix",
+        ),
+        Cause(
             "shared_code",
             "one function compiled again for another caller in the same step (e.g. one layer class called on the "
             "batch, then on activations that need gradients)",
@@ -49,6 +68,9 @@ CAUSES: dict[str, Cause] = {
             "the last batch of an epoch is smaller than the others",
             "drop the smaller last batch with DataLoader(..., drop_last=True), or compile for changing batch "
             "sizes with JitConfig(torch_kwargs={'dynamic': True}) (torch.compile(dynamic=True))",
+            "compile for changing batch sizes with JitConfig(torch_kwargs={'dynamic': True}) or "
+            "torch._dynamo.mark_dynamic(batch, 0) in the step, or pad the last batch to the full size (and leave the "
+            "padding out of the metrics); drop_last=True would leave samples unevaluated",
         ),
         Cause(
             "eval_shape",
@@ -89,6 +111,7 @@ CAUSES: dict[str, Cause] = {
     )
 }
 EVAL_STAGES = frozenset(("validate", "validating", "sanity_check", "test", "testing", "predict", "predicting"))
+EXPECTED_CAUSES = frozenset(("stage_switch", "shared_code", "inference_mode", "tuner"))  # prices, never things to fix
 
 _COMPILE_ID = re.compile(r"^\s*\[?!?\d+(?:/\d+)+\]?:\s*")
 _SOURCE_COMMENT = re.compile(r"\s+#.*$")
@@ -99,6 +122,7 @@ _SIZE = re.compile(
 _TENSOR_PROPERTY = re.compile(r"tensor '([^']+)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
 _GRAD_MODE = re.compile(r"GLOBAL_STATE changed: .*?(?:grad_mode|inference_mode)|is_inference|torch\.is_grad_enabled")
 _NUMBER = re.compile(r"(?:==|!=)\s*-?(?:\d+\.?\d*(?:e-?\d+)?|inf|nan)\b")
+_STRING = re.compile(r"""(?:==|!=)\s*(?:'[^']*'|"[^"]*")""")
 _ATTRIBUTE = re.compile(
     r"\bis None\b|\bis not None\b|___check_obj_id|___check_type_id|ID_MATCH|TYPE_MATCH|hasattr|len\("
 )
@@ -118,11 +142,13 @@ def normalize_reason(reason: str) -> str:
 
 @dataclass(frozen=True)
 class Classified:
-    """A recompile's cause; ``expected`` marks the one-time price (a frame's first switch to a mode)."""
+    """A recompile's cause; ``expected`` marks the one-time price (a frame's first switch to a mode);
+    ``behind`` (for ``recompile_limit``) the cause of most of the frame's recompiles before it."""
 
     cause: str
     subject: str  # torch's reason, normalized
     expected: bool = False
+    behind: str = ""
 
 
 @dataclass
@@ -131,6 +157,7 @@ class _FrameHistory:
     changed_dims: set[tuple[str, str]] = field(default_factory=set)
     first_steps: dict[str, int] = field(default_factory=dict)  # mode -> the step of its first compile
     changed_properties: set[tuple[str, str]] = field(default_factory=set)  # (tensor, dtype/device/...)
+    causes: Counter[str] = field(default_factory=Counter)  # its recompiles' causes so far
 
 
 class RecompileClassifier:
@@ -168,9 +195,29 @@ class RecompileClassifier:
             history.first_steps.setdefault(mode, step)
         if not is_recompile:
             return None
-        subject = normalize_reason(reason)
+        classified = self._classify(
+            history, normalize_reason(reason), stage, mode, first_in_mode, limit_hit, step, batch_index, batches
+        )
+        history.causes[classified.cause] += 1
+        return classified
+
+    def _classify(
+        self,
+        history: _FrameHistory,
+        subject: str,
+        stage: str,
+        mode: str,
+        first_in_mode: bool,
+        limit_hit: bool,
+        step: int | None,
+        batch_index: int | None,
+        batches: int | None,
+    ) -> Classified:
         if limit_hit:
-            return Classified("recompile_limit", subject)
+            behind = [cause for cause, _ in history.causes.most_common() if cause not in EXPECTED_CAUSES]
+            return Classified("recompile_limit", subject, behind=behind[0] if behind else "")
+        if stage == "tuner":
+            return Classified("tuner", subject, expected=True)
         if _GRAD_MODE.search(subject):
             return Classified("stage_switch", subject, expected=first_in_mode)
         size = _SIZE.search(subject)
@@ -178,6 +225,8 @@ class RecompileClassifier:
             return Classified(self._size_cause(history, size, mode, batch_index, batches), subject)
         changed = _TENSOR_PROPERTY.search(subject)
         if changed is not None:
+            if changed[2] == "dispatch key set" and mode == "eval":
+                return Classified("inference_mode", subject, expected=True)
             if step is not None and not first_in_mode and history.first_steps.get(mode) == step:
                 # one code object (layers of one class) called on the batch and on activations that
                 # need gradients, in the step that first ran it
@@ -189,7 +238,7 @@ class RecompileClassifier:
                 return Classified("other", subject)
             history.changed_properties.add((changed[1], changed[2]))
             return Classified("tensor_property", subject)
-        if _NUMBER.search(subject) or _ATTRIBUTE.search(subject):
+        if _NUMBER.search(subject) or _STRING.search(subject) or _ATTRIBUTE.search(subject):
             return Classified("python_value", subject)
         return Classified("other", subject)
 
@@ -206,98 +255,3 @@ class RecompileClassifier:
         if mode == "eval" and "train" in history.stages:
             return "eval_shape"
         return "changing_dim"
-
-
-# -- graph breaks -----------------------------------------------------------------------------------
-Owner = str  # "user", "torch", "lightning", "python", or another installed package's name
-
-_PACKAGE_DIRS = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
-_STDLIB = re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\]")
-_LIGHTNING = frozenset(("lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities"))
-_TORCH = frozenset(("torch", "functorch", "torchgen"))
-
-
-_TORCH_SOURCE = re.compile(
-    r"[/\\]torch[/\\](?:_dynamo|_inductor|_functorch|nn|distributed|utils|autograd|fx|_tensor|_ops)"
-)
-
-
-def owner_of(location: str) -> Owner:
-    """Whose code ``location`` (``file:line``) is, by where the file lives: ``"user"`` unless it lies in
-    an installed package (``torch``, ``lightning``, or that package's name) or Python's standard
-    library (``"python"``)."""
-    path = location.rpartition(":")[0] if location.rpartition(":")[2].isdigit() else location
-    if not path:
-        return "unknown"
-    if path.startswith("<"):
-        return "python"
-    package = _PACKAGE_DIRS.search(path)
-    if package is not None:
-        name = package.group(1).removesuffix(".py")
-        return "torch" if name in _TORCH else "lightning" if name in _LIGHTNING else name
-    if _STDLIB.search(path):
-        return "python"
-    return "torch" if _TORCH_SOURCE.search(path) else "user"  # a torch built from source runs in place
-
-
-def user_location(stack: tuple[str, ...] | list[str]) -> str:
-    """The innermost frame of ``stack`` (outermost first) in the user's code: the line that led there."""
-    for frame in reversed(stack):
-        if owner_of(frame) == "user":
-            return frame
-    return ""
-
-
-@dataclass(frozen=True)
-class BreakText:
-    """What torch says of a graph break, parsed from its reason (torch >= 2.7 writes it in this shape)."""
-
-    type: str  # torch's graph-break type: the reason's first line
-    explanation: str
-    hints: tuple[str, ...]
-    doc_url: str  # "" where this torch gives none
-
-
-_URL = re.compile(r"https?://\S+?/gb/gb\d+\.html")
-
-
-def parse_break(reason: str) -> BreakText:
-    lines = [line.strip() for line in reason.strip().splitlines()]
-    explanation = next(
-        (line.removeprefix("Explanation:").strip() for line in lines if line.startswith("Explanation")), ""
-    )
-    hints = tuple(line.removeprefix("Hint:").strip() for line in lines if line.startswith("Hint:"))
-    url = _URL.search(reason)
-    return BreakText(lines[0] if lines else "", explanation, hints, url.group(0) if url else "")
-
-
-_GENERIC_HINTS = ("Please report an issue to PyTorch.",)
-
-
-def break_fix(owner: Owner, text: BreakText, user_line: str, innermost: str) -> str:
-    """What to do about a graph break: torch's own hint where the break is in the user's code; where it
-    is in another package's code, that it cannot be edited there, the user's line to change, and the hint."""
-    hint = next((hint for hint in text.hints if hint not in _GENERIC_HINTS), "")
-    if owner == "user":
-        return hint or "change this line so that torch.compile can trace it (see torch's explanation)"
-    line = f"how your line {short(user_line)} calls it" if user_line else "how your code calls it"
-    advice = f"{owner}'s code cannot be edited: change {line}, or keep that call out of the compiled module"
-    return advice + (f"; torch's hint: {hint}" if hint else "")
-
-
-def short(location: str, keep: int = 2) -> str:
-    """``file:line`` with the last ``keep`` parts of the path: what tables and messages show."""
-    path, _, line = location.rpartition(":")
-    parts = path.replace("\\", "/").split("/")
-    return ("/".join(parts[-keep:]) + f":{line}") if path else location
-
-
-def first_step_line(stage: str, global_step: int, wall_ms: float, compile_ms: float, phases_s: dict[str, float]) -> str:
-    """``first train step (step 0): 41.2 s = 38.9 s compiling (forward 20.1 s, backward 18.8 s; inductor
-    33.0 s of it) + 2.3 s running``: the live console's words and the summary's."""
-    phases = ", ".join(f"{phase} {phases_s[phase]:.1f} s" for phase in ("forward", "backward") if phase in phases_s)
-    if "inductor" in phases_s:
-        phases += f"; inductor {phases_s['inductor']:.1f} s of it"
-    compiling = f"{compile_ms / 1000:.1f} s compiling" + (f" ({phases})" if phases else "")
-    running = max(wall_ms - compile_ms, 0.0) / 1000
-    return f"first {stage} step (step {global_step}): {wall_ms / 1000:.1f} s = {compiling} + {running:.1f} s running"

@@ -6,15 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from telemetry_jit.diagnosis import (
-    CAUSES,
-    RecompileClassifier,
-    break_fix,
-    normalize_reason,
-    owner_of,
-    parse_break,
-    user_location,
-)
+from telemetry_jit.breaks import break_fix, owner_of, parse_break, user_location
+from telemetry_jit.causes import CAUSES, RecompileClassifier, normalize_reason
 
 # a Lightning run of lightning.pytorch.demos.Transformer behind a submodule with an .item() branch: the last
 # training batch holds 6 of 8, validation sequences are 24 long instead of 16 (torch 2.13 and 2.8 alike, but

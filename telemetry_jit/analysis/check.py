@@ -1,0 +1,143 @@
+"""A run against its budgets (``telemetry-jit check``): the CI gate, which never passes what it did not see."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from telemetry_jit.analysis.diff import EXPECTED, RunFigures, figures
+from telemetry_jit.analysis.fleet import fleets
+from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
+
+
+class CannotTell(ValueError):
+    """``check`` cannot measure what a budget asks: no budget, a missing baseline, records missing."""
+
+
+class Unfinished(ValueError):
+    """A run (or its baseline) did not finish: it failed, was interrupted or was killed."""
+
+
+@dataclass
+class Budget:
+    """What ``telemetry-jit check`` enforces; ``None`` leaves a figure unchecked."""
+
+    max_graph_breaks: int | None = None
+    max_recompiles: int | None = None
+    max_unexpected_recompiles: int | None = None  # the expected price (stage switches, ...) not counted
+    max_compile_share: float | None = None  # 0 - 1 of the loop's wall time
+    no_new_graph_breaks: bool = False  # against a baseline run
+    user_code_only: bool = False  # graph-break budgets count only breaks in the user's own code
+    max_skew_s: float | None = None  # ranks: seconds waited for the slowest rank, over every shared compile
+    ranks_compile_alike: bool = False  # ranks: one compile sequence for every rank
+
+    @property
+    def empty(self) -> bool:
+        figures = (
+            self.max_graph_breaks,
+            self.max_recompiles,
+            self.max_unexpected_recompiles,
+            self.max_compile_share,
+            self.max_skew_s,
+        )
+        return all(f is None for f in figures) and not (self.no_new_graph_breaks or self.ranks_compile_alike)
+
+
+def check(
+    runs: TelemetryRun | Sequence[TelemetryRun],
+    budget: Budget,
+    baseline: TelemetryRun | Sequence[TelemetryRun] | None = None,
+    allow_incomplete: bool = False,
+) -> list[str]:
+    """Every way ``runs`` (one run, or the ranks of one) break ``budget``, each a readable sentence;
+    empty when they keep it. Budgets of one run apply to every rank; ``--max-skew`` and
+    ``--ranks-compile-alike`` to the ranks together.
+
+    Raises:
+        CannotTell: there is no budget, a baseline budget has no baseline, or records of a run are missing
+            (lines it could not read, records its writer lost), unless ``allow_incomplete``.
+        Unfinished: a run (or the baseline) failed, was interrupted or killed, unless ``allow_incomplete``:
+            its figures are those of part of a run.
+    """
+    runs = [runs] if isinstance(runs, TelemetryRun) else list(runs)
+    baselines = [baseline] if isinstance(baseline, TelemetryRun) else list(baseline or [])
+    if budget.empty:
+        raise CannotTell(
+            "no budget given, so nothing would be checked: pass at least one of --max-graph-breaks, "
+            "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks, "
+            "--max-skew, --ranks-compile-alike."
+        )
+    if budget.no_new_graph_breaks and not baselines:
+        raise CannotTell("--no-new-graph-breaks compares with a baseline run: pass --baseline FILE.")
+    judged = {id(run): figures(summarize(run)) for run in [*runs, *baselines]}
+    for name, checked in (("the run", runs), ("the baseline", baselines)):
+        for run in checked:
+            status = judged[id(run)].status
+            if status.finished or allow_incomplete:
+                continue
+            problem = Unfinished if status.state != "incomplete" else CannotTell  # records are missing: unseen
+            raise problem(
+                f"{name} (rank {run.rank}) {status.state}: {status.detail}. Its figures cover part of a run; pass "
+                "--allow-incomplete to judge them anyway."
+            )
+    by_rank = {run.rank: judged[id(run)] for run in baselines}
+    broken = []
+    for run in runs:
+        prefix = f"rank {run.rank}: " if len(runs) > 1 else ""
+        reference = by_rank.get(run.rank, judged[id(baselines[0])] if baselines else None)
+        loop = LOOP_WORDS[summarize(run).loop_name]
+        broken += [prefix + reason for reason in _check_one(judged[id(run)], budget, reference, loop)]
+    if len({run.rank for run in runs}) > 1:
+        broken += _check_fleet(runs, budget)
+    elif budget.max_skew_s is not None or budget.ranks_compile_alike:
+        raise CannotTell("--max-skew and --ranks-compile-alike compare ranks: pass every rank's file (or a folder).")
+    return broken
+
+
+def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loop: str) -> list[str]:
+    breaks_of = (lambda f: f.user_breaks) if budget.user_code_only else (lambda f: f.breaks)
+    which = " in your code" if budget.user_code_only else ""
+    broken = []
+    breaks = sum(breaks_of(new).values())
+    if budget.max_graph_breaks is not None and breaks > budget.max_graph_breaks:
+        broken.append(f"{breaks} graph breaks{which}, more than the {budget.max_graph_breaks} allowed")
+    if budget.max_recompiles is not None and new.recompiles > budget.max_recompiles:
+        broken.append(f"{new.recompiles} recompilations, more than the {budget.max_recompiles} allowed")
+    allowed = budget.max_unexpected_recompiles
+    if allowed is not None and new.unexpected_recompiles > allowed:
+        causes = ", ".join(f"{cause} {n}" for cause, n in new.causes.most_common() if not cause.endswith(EXPECTED))
+        broken.append(
+            f"{new.unexpected_recompiles} recompilations beyond the expected price ({causes}), more than the "
+            f"{allowed} allowed"
+        )
+    if budget.max_compile_share is not None and new.share is not None and new.share > budget.max_compile_share:
+        broken.append(
+            f"compiling took {100 * new.share:.1f}% of {loop}'s wall time, more than the "
+            f"{100 * budget.max_compile_share:g}% allowed"
+        )
+    if budget.no_new_graph_breaks and baseline is not None:
+        for (location, reason), count in sorted(breaks_of(new).items()):
+            if (location, reason) not in breaks_of(baseline):
+                broken.append(f"new graph break{which} at {location} ({count}x, not in the baseline): {reason}")
+    return broken
+
+
+def _check_fleet(runs: list[TelemetryRun], budget: Budget) -> list[str]:
+    broken = []
+    for found in fleets(runs):
+        if budget.max_skew_s is not None and found.total_skew_ms / 1000 > budget.max_skew_s:
+            worst = found.skews[0]
+            broken.append(
+                f"ranks waited {found.total_skew_ms / 1000:.2f} s for the slowest at shared compiles, more than the "
+                f"{budget.max_skew_s:g} s allowed (the longest: {worst.wait_ms / 1000:.2f} s at {worst.compile_id} "
+                f"{worst.frame}, rank {worst.last_rank} last)"
+            )
+        if budget.ranks_compile_alike and len(found.sequences) > 1:
+            odd = found.sequences[1]
+            listed = ", ".join(map(str, odd.ranks[:8]))
+            broken.append(
+                f"ranks compiled differently: {len(found.sequences)} groups; ranks {listed} ({odd.what}) unlike the "
+                f"{len(found.sequences[0].ranks)} others: {odd.difference}"
+            )
+    return broken

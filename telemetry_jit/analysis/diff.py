@@ -1,0 +1,205 @@
+"""Two runs side by side (``telemetry-jit diff``): what a change did to compilation.
+
+Graph breaks are compared by identity (where they broke and torch's reason), not by count: a break both
+runs have is neither new nor fixed however often each run met it. Recompiles are compared by cause (and
+kind of stage) and, per frame, by torch's reason without its compile id; what went away is listed as
+well as what is new.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.analysis.status import RunStatus
+from telemetry_jit.analysis.summary import RunSummary, summarize
+from telemetry_jit.records import Payoff
+
+BreakKey = tuple[str, str]  # (file:line as tables show it, the first line of torch's reason)
+EXPECTED = " (expected)"  # how a cause's expected price is keyed apart: "stage_switch (expected)"
+
+
+@dataclass
+class FrameFigures:
+    """One compiled frame of one run."""
+
+    compiles: int = 0
+    recompiles: int = 0
+    compile_ms: float = 0.0
+    reasons: Counter[str] = field(default_factory=Counter)  # torch's recompile reasons, without compile ids
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "compiles": self.compiles,
+            "recompiles": self.recompiles,
+            "compile_s": round(self.compile_ms / 1000, 3),
+            "recompile_reasons": dict(self.reasons),
+        }
+
+
+@dataclass
+class RunFigures:
+    """What a comparison of two runs (and the CI gate) looks at."""
+
+    status: RunStatus
+    frame_compiles: int  # frames dynamo compiled: what the code asks for, whatever the caches hold
+    backward_graphs: int
+    recompiles: int
+    compile_ms: float
+    wall_ms: float
+    share: float | None  # compiling inside the loop over its wall time, 0 - 1
+    breaks: Counter[BreakKey]
+    user_breaks: Counter[BreakKey]  # breaks in the user's own code
+    cache_hits: int
+    cache_misses: int
+    frames: dict[str, FrameFigures]  # "frame (file:line)" -> figures
+    causes: Counter[str]  # recompiles by cause and kind of stage; "<cause> (expected)" apart
+    payoff: Payoff | None = None
+
+    @property
+    def compilations(self) -> int:
+        return self.frame_compiles + self.backward_graphs
+
+    @property
+    def unexpected_recompiles(self) -> int:
+        """Recompiles less the expected one-time price (stage switches, shared code, the tuner, ...)."""
+        return sum(count for cause, count in self.causes.items() if not cause.endswith(EXPECTED))
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        lookups = self.cache_hits + self.cache_misses
+        return self.cache_hits / lookups if lookups else None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "status": self.status.as_json(),
+            "frame_compiles": self.frame_compiles,
+            "backward_graphs": self.backward_graphs,
+            "recompiles": self.recompiles,
+            "compile_s": round(self.compile_ms / 1000, 3),
+            "wall_s": round(self.wall_ms / 1000, 3),
+            "compile_share_of_loop": round(self.share, 4) if self.share is not None else None,
+            "graph_breaks": sum(self.breaks.values()),
+            "cache_lookups": self.cache_hits + self.cache_misses,
+            "cache_hits": self.cache_hits,
+            "cache_hit_rate": self.cache_hit_rate,
+            "unexpected_recompiles": self.unexpected_recompiles,
+            "recompile_causes": dict(self.causes),
+        }
+
+
+def figures(summary: RunSummary) -> RunFigures:
+    d = summary.digest
+    frames = {
+        row.label: FrameFigures(row.compiles, row.recompiles, row.compile_ms, Counter(row.reasons))
+        for row in d.frames.values()
+    }
+    return RunFigures(
+        status=summary.status,
+        frame_compiles=d.frame_compiles,
+        backward_graphs=d.backward_graphs,
+        recompiles=d.recompiles,
+        compile_ms=d.compile_ms,
+        wall_ms=summary.wall_ms,
+        share=summary.share,
+        breaks=Counter(d.break_keys),
+        user_breaks=Counter(d.user_break_keys),
+        cache_hits=d.warm_start.hits,
+        cache_misses=d.warm_start.misses,
+        frames=frames,
+        causes=d.causes_by_name(),
+        payoff=summary.payoff,
+    )
+
+
+@dataclass
+class RunDiff:
+    base: RunFigures
+    new: RunFigures
+
+    def statuses(self) -> list[tuple[str, RunStatus]]:
+        return [("base", self.base.status), ("new", self.new.status)]
+
+    @property
+    def new_graph_breaks(self) -> dict[BreakKey, int]:
+        """Breaks only the new run has (by place and reason), with how often it met each."""
+        return {key: count for key, count in sorted(self.new.breaks.items()) if key not in self.base.breaks}
+
+    @property
+    def fixed_graph_breaks(self) -> dict[BreakKey, int]:
+        """Breaks only the base run had."""
+        return {key: count for key, count in sorted(self.base.breaks.items()) if key not in self.new.breaks}
+
+    @property
+    def new_causes(self) -> dict[str, int]:
+        """Recompile causes only the new run has."""
+        return {cause: n for cause, n in sorted(self.new.causes.items()) if cause not in self.base.causes}
+
+    @property
+    def fixed_causes(self) -> dict[str, int]:
+        """Recompile causes only the base run had."""
+        return {cause: n for cause, n in sorted(self.base.causes.items()) if cause not in self.new.causes}
+
+    @property
+    def changed_causes(self) -> dict[str, tuple[int, int]]:
+        """Causes both runs have, in different numbers: ``cause -> (base, new)``."""
+        base, new = self.base.causes, self.new.causes
+        return {
+            cause: (base[cause], new[cause]) for cause in sorted(base.keys() & new.keys()) if base[cause] != new[cause]
+        }
+
+    @property
+    def cache_effect(self) -> bool:
+        """The runs compiled the same frames for the same reasons, and differ only in the graphs the
+        compile caches served (a warm cache loads backward graphs a cold run compiles): not a code change."""
+        base, new = self.base, self.new
+        return (
+            base.compilations != new.compilations
+            and base.cache_hits != new.cache_hits
+            and base.frame_compiles == new.frame_compiles
+            and base.causes == new.causes
+            and base.breaks.keys() == new.breaks.keys()
+        )
+
+    def frames(self) -> list[tuple[str, FrameFigures, FrameFigures]]:
+        """``(frame, base figures, new figures)`` for every frame either run compiled."""
+        return [
+            (frame, self.base.frames.get(frame, FrameFigures()), self.new.frames.get(frame, FrameFigures()))
+            for frame in sorted(self.base.frames.keys() | self.new.frames.keys())
+        ]
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "base": self.base.as_json(),
+            "new": self.new.as_json(),
+            "new_graph_breaks": _breaks_json(self.new_graph_breaks),
+            "fixed_graph_breaks": _breaks_json(self.fixed_graph_breaks),
+            "new_recompile_causes": self.new_causes,
+            "fixed_recompile_causes": self.fixed_causes,
+            "changed_recompile_causes": {cause: {"base": b, "new": n} for cause, (b, n) in self.changed_causes.items()},
+            "frames": [
+                {
+                    "frame": frame,
+                    "base": b.as_json(),
+                    "new": n.as_json(),
+                    "new_recompile_reasons": sorted(n.reasons.keys() - b.reasons.keys()),
+                    "gone_recompile_reasons": sorted(b.reasons.keys() - n.reasons.keys()),
+                }
+                for frame, b, n in self.frames()
+            ],
+            "cache_effect_only": self.cache_effect,
+            "payoff": {
+                "base": self.base.payoff.attributes() if self.base.payoff is not None else None,
+                "new": self.new.payoff.attributes() if self.new.payoff is not None else None,
+            },
+        }
+
+
+def _breaks_json(breaks: dict[BreakKey, int]) -> list[dict[str, Any]]:
+    return [{"location": loc, "reason": reason, "count": n} for (loc, reason), n in breaks.items()]
+
+
+def diff(base: TelemetryRun, new: TelemetryRun) -> RunDiff:
+    return RunDiff(figures(summarize(base)), figures(summarize(new)))

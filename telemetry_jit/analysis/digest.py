@@ -1,0 +1,538 @@
+"""What one run's compilations amount to, built as they are read: a file of any length reduces to these
+aggregates (bounded lists where a list is kept), and every answer (summary, report, ``--json``, ``diff``,
+``check``, the fleet view) is read from them.
+
+Each compilation span, with its events, is handed to :meth:`RunDigest.add` once, in the order the file
+holds them (the order they were recorded); a span recorded with its recompile cause keeps it, one written
+before causes were recorded is classified here by the same :class:`~telemetry_jit.causes.RecompileClassifier`
+that runs while training.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
+from telemetry_jit.breaks import break_fix, owner_of, parse_break, user_location
+from telemetry_jit.causes import CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
+from telemetry_jit.records import is_frame_recompile
+from telemetry_jit.schema import (
+    CompileAttr,
+    DdpAttr,
+    GraphBreakAttr,
+    JitEventName,
+    TrainAttr,
+    TrainingSpanName,
+)
+from telemetry_jit.terminal import short
+
+MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
+MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
+MAX_NAMES = 50  # frames that missed the caches, reasons kept per row
+Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by id
+
+
+def frame_label(frame: object, location: object) -> str:
+    """``frame (file:line)``, the path cut to its last two parts: how tables and comparisons name a frame
+    (a baseline recorded in another checkout has other absolute paths)."""
+    return f"{frame or '?'} ({short(str(location or ''))})"
+
+
+def stage_kind(stage: str) -> str:
+    """``train``, ``eval`` (sanity check, validate, test, predict) or ``tuner``: where a cause's fix differs."""
+    return "eval" if stage in EVAL_STAGES else "tuner" if stage == "tuner" else "train"
+
+
+@dataclass
+class FrameRow:
+    """One compiled frame (or thunder module): how often and how long it compiled."""
+
+    frame: str
+    location: str
+    compiles: int = 0
+    recompiles: int = 0
+    breaks: int = 0
+    compile_ms: float = 0.0
+    reasons: Counter[str] = field(default_factory=Counter)  # its recompiles' reasons, normalized
+
+    @property
+    def label(self) -> str:
+        return frame_label(self.frame, self.location)
+
+
+@dataclass
+class CauseRow:
+    """The recompiles of one cause, in one kind of stage (training, evaluation, the tuner), in one run."""
+
+    cause: str  # an id of telemetry_jit.causes.CAUSES
+    kind: str  # train, eval or tuner: the fix differs
+    count: int = 0
+    expected: int = 0  # of which the expected one-time price
+    compile_ms: float = 0.0  # the recompiles and their backward graphs
+    frames: list[str] = field(default_factory=list)  # "frame (file:line)", in order seen
+    steps: list[int] = field(default_factory=list)  # global steps they happened at
+    stages: list[str] = field(default_factory=list)  # Lightning's stages they happened in
+    loaders: list[int] = field(default_factory=list)  # the dataloaders, where a loop had several
+    reasons: list[str] = field(default_factory=list)  # torch's reasons, normalized, distinct
+    behind: Counter[str] = field(default_factory=Counter)  # recompile_limit: the causes that led there
+
+    @property
+    def title(self) -> str:
+        return CAUSES[self.cause].title
+
+    @property
+    def unexpected(self) -> int:
+        return self.count - self.expected
+
+    @property
+    def fix(self) -> str:
+        if self.cause == "stage_switch" and self.unexpected:
+            return (
+                "a frame recompiled on returning to a stage it had compiled for before, so something else changed "
+                "as well: torch names only the first guard that failed (see this frame's other recompiles)"
+            )
+        stage = self.stages[0] if self.stages else ""
+        if self.cause == "recompile_limit" and self.behind:
+            behind = CAUSES[self.behind.most_common(1)[0][0]]
+            return f"its recompiles were mostly: {behind.title}. {behind.fix_for(stage)}"
+        return CAUSES[self.cause].fix_for(stage)
+
+    @property
+    def doc(self) -> str:
+        return CAUSES[self.cause].doc
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "cause": self.cause,
+            "title": self.title,
+            "stages": self.stages,
+            "count": self.count,
+            "expected": self.expected,
+            "compile_s": round(self.compile_ms / 1000, 3),
+            "frames": self.frames,
+            "first_step": self.steps[0] if self.steps else None,
+            "steps": self.steps,
+            "dataloaders": self.loaders,
+            "reasons": self.reasons,
+            "fix": self.fix,
+            "doc": self.doc,
+        }
+
+
+@dataclass
+class BreakGroup:
+    """The graph breaks at one place, of one type: every line of the user's code that led there."""
+
+    location: str  # the innermost line that broke, "file:line"
+    owner: str  # whose code it is
+    type: str
+    explanation: str
+    hints: list[str]
+    doc_url: str
+    fix: str
+    user_locations: list[str] = field(default_factory=list)  # the user's lines that led there, in order seen
+    count: int = 0
+    counted_by_torch: int = 0
+
+    @property
+    def user_location(self) -> str:
+        return self.user_locations[0] if self.user_locations else ""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "location": self.location,
+            "user_locations": self.user_locations,
+            "owner": self.owner,
+            "type": self.type,
+            "count": self.count,
+            "counted_by_torch": self.counted_by_torch,
+            "explanation": self.explanation,
+            "hints": self.hints,
+            "doc_url": self.doc_url,
+            "fix": self.fix,
+        }
+
+
+@dataclass(frozen=True)
+class BreakDetail:
+    """One graph break as the report lists it."""
+
+    location: str
+    owner: str
+    user_location: str
+    frame: str
+    compile_id: str
+    reason: str
+    reason_full: str
+    stack: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """A frame that runs eagerly from a step on: it hit the recompile limit, or compiling it failed and torch
+    fell back to eager."""
+
+    frame: str
+    step: int
+    stage: str
+    limit_hit: bool
+    reason: str  # torch's failure text, or the recompile that hit the limit
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "frame": self.frame,
+            "step": self.step,
+            "stage": self.stage,
+            "recompile_limit": self.limit_hit,
+            "reason": self.reason,
+        }
+
+
+@dataclass
+class WarmStart:
+    """What the FX graph and AOTAutograd caches did over a run: cache look-ups, torch's counts on each span."""
+
+    hits: int = 0
+    misses: int = 0
+    saved_s: float = 0.0  # torch's remote_cache_time_saved_s, summed
+    missed_frames: list[str] = field(default_factory=list)  # frames that compiled a graph the caches did not have
+    unavailable: list[str] = field(default_factory=list)  # cache counts this torch does not record
+    bypasses: list[str] = field(default_factory=list)  # why torch could not use a cache, distinct
+
+    @property
+    def lookups(self) -> int:
+        return self.hits + self.misses
+
+    @property
+    def line(self) -> str:
+        kind = "warm start" if self.hits and not self.misses else "cold start" if not self.hits else "partly warm"
+        text = f"{self.hits} of {self.lookups} cache look-ups hit ({kind}), {self.saved_s:.1f} s saved"
+        if self.missed_frames:
+            text += f"; missed in: {', '.join(self.missed_frames[:5])}"
+        return text
+
+
+@dataclass(frozen=True)
+class Window:
+    """One compilation on the clock: for timelines and the ranks' view."""
+
+    start_ns: int
+    end_ns: int
+    recompile: bool
+    title: str
+    step: str
+
+
+@dataclass
+class RunDigest:
+    """The aggregates of one run's compilations (see the module's doc)."""
+
+    compilations: int = 0  # every compilation span: frame compiles, backward graphs, thunder's
+    frame_compiles: int = 0  # frames dynamo compiled (first compiles and recompiles)
+    backward_graphs: int = 0  # backward graphs compiled at their first backward
+    thunder_compiles: int = 0
+    recompiles: int = 0  # frames compiled again (a recompile's backward graph is part of it)
+    compile_ms: float = 0.0
+    # compile ms by stage and the kinds of loop span around it (at any depth): inside a loop, or outside it
+    ms_by_stage_loops: dict[tuple[str, frozenset[str]], float] = field(default_factory=dict)
+    frames: dict[tuple[str, str], FrameRow] = field(default_factory=dict)
+    causes: dict[tuple[str, str, bool], CauseRow] = field(default_factory=dict)
+    breaks: dict[tuple[str, str], BreakGroup] = field(default_factory=dict)
+    break_count: int = 0
+    # graph breaks by identity, as diff and check compare them: (location, reason's first line) -> count
+    break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
+    user_break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
+    break_details: list[BreakDetail] = field(default_factory=list)
+    warm_start: WarmStart = field(default_factory=WarmStart)
+    ddp: list[tuple[str, str, int, float]] = field(default_factory=list)  # frame, compile id, splits, cap MB
+    ddp_splits: int = 0
+    fallbacks: list[Fallback] = field(default_factory=list)
+    fallback_count: int = 0
+    limit_hits: int = 0
+    failed: int = 0
+    first_failure: str = ""
+    windows: list[Window] = field(default_factory=list)
+    # the compile sequence, for comparing ranks: (compile id, frame, cause), and when each compile ended
+    sequence: list[tuple[str, str, str]] = field(default_factory=list)
+    ends: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    end_frames: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    backends: set[str] = field(default_factory=set)
+    lacks_positions: bool = True  # no span says where in its epoch it was (written before they were recorded)
+    lacks_stacks: bool = True  # no break says whose code it is in
+    train_breaks: int = 0  # graph breaks of frames compiled while training: what runs inside a timed step
+    train_recompiles: int = 0  # recompiles while training beyond the expected price
+    _classifier: RecompileClassifier = field(default_factory=RecompileClassifier, repr=False)
+    _rows_by_id: dict[str, CauseRow] = field(default_factory=dict, repr=False)  # a recompile's row, for its backward
+    _seen: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
+
+    def add(self, span: SpanRecord, others: Loops) -> None:
+        """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
+        attributes = span.attributes
+        ms = span.duration_ms or 0.0
+        trigger = str(attributes.get(CompileAttr.TRIGGER) or "")
+        compile_id = str(attributes.get(CompileAttr.ID) or "")
+        stage = str(attributes.get(TrainAttr.STAGE) or "")
+        label = frame_label(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
+        recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
+        self.compilations += 1
+        self.frame_compiles += trigger == "dynamo"
+        self.backward_graphs += trigger == "lazy_backward"
+        self.thunder_compiles += trigger == "thunder"
+        self.recompiles += recompile
+        self.compile_ms += ms
+        key = (stage or "unknown", _loops_around(span, others))
+        self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
+        if attributes.get(CompileAttr.BACKEND):
+            self.backends.add(str(attributes[CompileAttr.BACKEND]))
+        if TrainAttr.BATCH_INDEX in attributes or CompileAttr.RECOMPILE_CAUSE in attributes:
+            self.lacks_positions = False
+        breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
+        row = self._frame_row(attributes)
+        row.compiles += 1
+        row.recompiles += recompile
+        row.breaks += len(breaks)
+        row.compile_ms += ms
+        if recompile and len(row.reasons) < MAX_NAMES:
+            row.reasons[normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))] += 1
+        cause = self._cause(span, trigger, compile_id, stage, label, recompile, ms)
+        if stage == "train":
+            self.train_breaks += len(breaks)
+            self.train_recompiles += recompile and not (cause is not None and cause.expected)
+        for event in breaks:
+            self._break(event, label, compile_id)
+        self._warm_start(attributes, label)
+        self._failure(span, label, stage)
+        self._ddp(span, label, compile_id)
+        self._sequence(span, label, compile_id, trigger, cause, recompile)
+
+    def _frame_row(self, attributes: Mapping[str, Any]) -> FrameRow:
+        key = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
+        row = self.frames.get(key)
+        if row is None:
+            row = self.frames[key] = FrameRow(*key)
+        return row
+
+    def _cause(
+        self, span: SpanRecord, trigger: str, compile_id: str, stage: str, label: str, recompile: bool, ms: float
+    ) -> Classified | None:
+        """The recompile's cause (recorded, else classified now); a backward graph's ms go to its recompile's row."""
+        attributes = span.attributes
+        if trigger == "lazy_backward":
+            row = self._rows_by_id.get(compile_id)
+            if row is not None and attributes.get(CompileAttr.IS_RECOMPILE):
+                row.compile_ms += ms
+            return None
+        cause = _recorded_cause(attributes, recompile) or self._classifier.observe(
+            compile_id.rsplit("/", 1)[0],
+            stage,
+            reason=str(attributes.get(CompileAttr.RECOMPILE_REASON) or ""),
+            is_recompile=recompile,
+            batch_index=_whole(attributes.get(TrainAttr.BATCH_INDEX)),
+            batches=_whole(attributes.get(TrainAttr.BATCHES)),
+            limit_hit=any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events),
+            step=_whole(attributes.get(TrainAttr.GLOBAL_STEP)),
+        )
+        if cause is None:
+            return None
+        kind = stage_kind(stage)
+        row = self.causes.get((cause.cause, kind, cause.expected))
+        if row is None:
+            row = self.causes[(cause.cause, kind, cause.expected)] = CauseRow(cause.cause, kind)
+        row.count += 1
+        row.expected += cause.expected
+        row.compile_ms += ms
+        step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
+        loader = _whole(attributes.get(TrainAttr.LOADER))
+        for values, value in ((row.frames, label), (row.steps, step), (row.stages, stage or "unknown")):
+            if value not in values and len(values) < MAX_NAMES:
+                values.append(value)  # type: ignore[arg-type]
+        if loader is not None and loader not in row.loaders:
+            row.loaders.append(loader)
+        if cause.subject and cause.subject not in row.reasons and len(row.reasons) < 5:
+            row.reasons.append(cause.subject)
+        if cause.behind:
+            row.behind[cause.behind] += 1
+        if len(self._rows_by_id) > 10_000:  # a backward graph follows its forward within a step or two
+            self._rows_by_id.clear()
+        self._rows_by_id[compile_id] = row
+        return cause
+
+    def _break(self, event: EventRecord, frame: str, compile_id: str) -> None:
+        attributes = event.attributes
+        location = str(attributes.get(GraphBreakAttr.LOCATION) or "")
+        reason = str(attributes.get(GraphBreakAttr.REASON_FULL) or attributes.get(GraphBreakAttr.REASON) or "")
+        owner = str(attributes.get(GraphBreakAttr.OWNER) or owner_of(location))
+        if GraphBreakAttr.OWNER in attributes:
+            self.lacks_stacks = False
+        stack = attributes.get(GraphBreakAttr.STACK)
+        stack = tuple(str(frame) for frame in stack) if isinstance(stack, list) else ()
+        user_line = str(attributes.get(GraphBreakAttr.USER_LOCATION) or "") or user_location([*stack, location])
+        text = parse_break(reason)
+        kind = str(attributes.get(GraphBreakAttr.TYPE) or text.type)
+        group = self.breaks.get((location, kind))
+        if group is None:
+            group = self.breaks[(location, kind)] = BreakGroup(
+                location=location,
+                owner=owner,
+                type=kind,
+                explanation=str(attributes.get(GraphBreakAttr.EXPLANATION) or text.explanation),
+                hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
+                doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
+                fix=str(attributes.get(GraphBreakAttr.FIX) or break_fix(owner, text, user_line, location)),
+            )
+        if user_line and user_line not in group.user_locations and len(group.user_locations) < MAX_NAMES:
+            group.user_locations.append(user_line)
+        group.count += 1
+        group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
+        self.break_count += 1
+        key = (short(location or "unknown location"), reason.strip().split("\n", 1)[0])
+        self.break_keys[key] += 1
+        if owner == "user":
+            self.user_break_keys[key] += 1
+        if len(self.break_details) < MAX_DETAILS:
+            self.break_details.append(BreakDetail(location, owner, user_line, frame, compile_id, key[1], reason, stack))
+
+    def _warm_start(self, attributes: Mapping[str, Any], label: str) -> None:
+        warm = self.warm_start
+        for reason in attributes.get(CompileAttr.CACHE_BYPASSES) or ():
+            if str(reason) not in warm.bypasses and len(warm.bypasses) < MAX_NAMES:
+                warm.bypasses.append(str(reason))
+        prefix = CompileAttr.cache("")
+        for name, value in attributes.items():
+            if not name.startswith(prefix):
+                continue
+            if name.endswith("_hits"):
+                warm.hits += int(number(value))
+            elif name.endswith("_misses") and value:
+                warm.misses += int(number(value))
+                if label not in warm.missed_frames and len(warm.missed_frames) < MAX_NAMES:
+                    warm.missed_frames.append(label)
+            elif name == CompileAttr.cache("time_saved_s"):
+                warm.saved_s += number(value)
+        for fact in attributes.get(CompileAttr.UNAVAILABLE) or ():
+            if str(fact).startswith("cache.") and str(fact) not in warm.unavailable:
+                warm.unavailable.append(str(fact))
+
+    def _failure(self, span: SpanRecord, label: str, stage: str) -> None:
+        attributes = span.attributes
+        if attributes.get(CompileAttr.FELL_BACK_TO_EAGER):
+            limit = any(event.is_error for event in span.events)
+            self.fallback_count += 1
+            self.limit_hits += limit
+            if len(self.fallbacks) < MAX_DETAILS:
+                reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
+                step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
+                self.fallbacks.append(Fallback(label, step, stage, limit, normalize_reason(reason)))
+        elif attributes.get(CompileAttr.FAILED):
+            self.failed += 1
+            self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
+
+    def _ddp(self, span: SpanRecord, label: str, compile_id: str) -> None:
+        for event in span.events:
+            if event.name == JitEventName.DDP_GRAPH_SPLIT:
+                splits = int(number(event.attributes.get(DdpAttr.SPLITS)))
+                self.ddp_splits += splits
+                if len(self.ddp) < MAX_DETAILS:
+                    cap = round(number(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES)) / 2**20, 2)
+                    self.ddp.append((label, compile_id, splits, cap))
+
+    def _sequence(
+        self, span: SpanRecord, label: str, compile_id: str, trigger: str, cause: Classified | None, recompile: bool
+    ) -> None:
+        attributes = span.attributes
+        key = (compile_id, trigger, self._seen[(compile_id, trigger)])  # ids repeat after torch._dynamo.reset()
+        self._seen[(compile_id, trigger)] += 1
+        end = span.end_unix_ns or span.start_unix_ns
+        if len(self.sequence) < MAX_KEPT:
+            backward = "b" if trigger == "lazy_backward" else ""
+            self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
+            self.ends[key] = end
+            self.end_frames[key] = label
+            title = (
+                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.duration_ms or 0:.1f} ms at "
+                f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
+            )
+            step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))
+            self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
+
+    # -- what the answers read ----------------------------------------------------------------------
+    def cause_rows(self) -> list[CauseRow]:
+        """Every recompile in exactly one row, what to fix (costliest first) before the expected price."""
+        return sorted(self.causes.values(), key=lambda row: (row.unexpected == 0, -row.compile_ms))
+
+    def break_groups(self) -> list[BreakGroup]:
+        """Breaks by place and type, the user's own code first, most first."""
+        return sorted(self.breaks.values(), key=lambda group: (group.owner != "user", -group.count))
+
+    def frame_rows(self) -> list[FrameRow]:
+        return sorted(self.frames.values(), key=lambda row: -row.compile_ms)
+
+    def compile_ms_under(self, loop: str) -> float:
+        """Compile ms of the compilations that happened inside a ``loop`` span (at any depth)."""
+        return sum(ms for (_, loops), ms in self.ms_by_stage_loops.items() if loop in loops)
+
+    def compile_ms_outside(self, loop: str) -> dict[str, float]:
+        """Compile ms outside every ``loop`` span, by stage (sanity check, tuner, a validate() after fit, ...),
+        the most first."""
+        outside: dict[str, float] = {}
+        for (stage, loops), ms in self.ms_by_stage_loops.items():
+            if loop not in loops:
+                outside[stage] = outside.get(stage, 0.0) + ms
+        return dict(sorted(outside.items(), key=lambda item: -item[1]))
+
+    @property
+    def unexpected_recompiles(self) -> int:
+        return sum(row.unexpected for row in self.causes.values())
+
+    def causes_by_name(self) -> Counter[str]:
+        """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart
+        (``stage_switch (expected)``), evaluation's apart (``last_batch in eval``)."""
+        counts: Counter[str] = Counter()
+        for row in self.causes.values():
+            name = row.cause + ("" if row.kind == "train" or row.cause in _ONE_KIND else f" in {row.kind}")
+            counts[name + (" (expected)" if row.expected and not row.unexpected else "")] += row.count
+        return +counts
+
+
+# causes met in one kind of stage only (or named for it): their name says where
+_ONE_KIND = frozenset(("eval_shape", "stage_switch", "inference_mode", "tuner", "shared_code"))
+
+
+def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classified | None:
+    cause = attributes.get(CompileAttr.RECOMPILE_CAUSE)
+    if not recompile or cause not in CAUSES:
+        return None
+    subject = normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or ""))
+    behind = str(attributes.get(CompileAttr.RECOMPILE_BEHIND) or "")
+    return Classified(str(cause), subject, bool(attributes.get(CompileAttr.RECOMPILE_EXPECTED)), behind)
+
+
+def _loops_around(span: SpanRecord, others: Loops) -> frozenset[str]:
+    """The kinds of loop span a compilation happened under (``training_loop``, ``application``, ...)."""
+    loops = set()
+    parent = others.get(span.parent_id or "")
+    for _ in range(64):  # a cycle in a damaged file must not hang the reader
+        if parent is None:
+            break
+        if parent.name in _LOOPS:
+            loops.add(parent.name)
+        parent = others.get(parent.parent_id or "")
+    return frozenset(loops)
+
+
+_LOOPS = frozenset(
+    (
+        TrainingSpanName.TRAINING_LOOP,
+        TrainingSpanName.VALIDATION_LOOP,
+        TrainingSpanName.TESTING_LOOP,
+        TrainingSpanName.APPLICATION,
+    )
+)
+
+
+def _whole(value: object) -> int | None:
+    figure = number(value, default=float("nan"))
+    return None if figure != figure else int(figure)

@@ -1,0 +1,102 @@
+"""What a telemetry file holds, once read: runs, their spans and events (``analysis/reader.py`` reads them)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from telemetry_jit.schema import FILE_FORMAT
+
+if TYPE_CHECKING:
+    from telemetry_jit.analysis.digest import RunDigest
+
+
+@dataclass
+class EventRecord:
+    name: str
+    time_unix_ns: int
+    attributes: dict[str, Any]
+    is_error: bool = False
+
+
+@dataclass
+class SpanRecord:
+    span_id: str
+    name: str
+    parent_id: str | None
+    start_unix_ns: int
+    end_unix_ns: int | None = None  # None: the span never ended (process killed or still running)
+    attributes: dict[str, Any] = field(default_factory=dict)
+    events: list[EventRecord] = field(default_factory=list)
+
+    @property
+    def duration_ms(self) -> float | None:
+        return None if self.end_unix_ns is None else (self.end_unix_ns - self.start_unix_ns) / 1e6
+
+
+@dataclass
+class FileDamage:
+    """Lines of a file the reader could not read, skipped and counted: what is missing from the runs in it."""
+
+    bad_lines: int = 0  # lines that are no record (not JSON, binary, too long, nested too deep)
+    first_bad_line: int = 0
+    first_reason: str = ""
+    cut_short: bool = False  # the last line ends mid-record: the writer was killed, or its disk filled
+
+    def __bool__(self) -> bool:
+        return bool(self.bad_lines or self.cut_short)
+
+    def words(self) -> str:
+        parts = []
+        if self.bad_lines:
+            parts.append(
+                f"{self.bad_lines} line(s) could not be read and were skipped (first: line {self.first_bad_line}, "
+                f"{self.first_reason})"
+            )
+        if self.cut_short:
+            parts.append("the last line is cut short (the writer was killed mid-record, or its disk filled)")
+        return "; ".join(parts)
+
+
+@dataclass
+class TelemetryRun:
+    """Everything one process wrote in one run."""
+
+    run_id: str
+    rank: int
+    node: str = ""
+    pid: int = 0
+    world_size: int = 1  # ranks in its job, as its records say
+    last_unix_ns: int = 0  # the latest time any of its records holds: where a run cut short is known to
+    spans: dict[str, SpanRecord] = field(default_factory=dict)
+    data_errors: list[dict[str, Any]] = field(default_factory=list)
+    lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
+    # what telemetry could not do, as the writer's last record says (None: it never wrote one: killed, or older)
+    health: dict[str, Any] | None = None
+    damage: FileDamage | None = None  # lines of its file that could not be read
+    file_format: str = FILE_FORMAT  # or "nv-one-logger"
+    lacks: list[str] = field(default_factory=list)  # what this file's format cannot tell
+    # its compilations as aggregates, when read to be answered (then its compilation spans are not kept)
+    digest: RunDigest | None = None
+    # events of spans whose start is not in the file (it was deleted mid-run), until the span's end record
+    _early_events: dict[str, list[EventRecord]] = field(default_factory=dict, repr=False)
+    _pending: SpanRecord | None = field(default=None, repr=False)  # a compilation whose events may follow
+
+    def find(self, name: str) -> list[SpanRecord]:
+        return [span for span in self.spans.values() if span.name == name]
+
+    @property
+    def roots(self) -> list[SpanRecord]:
+        return [span for span in self.spans.values() if span.parent_id not in self.spans]
+
+    def parent(self, span: SpanRecord) -> SpanRecord | None:
+        return self.spans.get(span.parent_id) if span.parent_id else None
+
+
+def number(value: object, default: float = 0.0) -> float:
+    """A figure read from a file: the number it holds, or ``default`` where the file holds something else
+    (a string, ``null``, NaN or an infinity): a damaged or hand-edited file must not end the analysis."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    return float(value) if math.isfinite(value) else default

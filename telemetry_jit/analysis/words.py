@@ -1,0 +1,211 @@
+"""The answers in words, as the terminal and the HTML report both say them: what to fix first, what needs
+no fixing, the figures with their units and denominators, the tables' rows."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from telemetry_jit.analysis.spans import TelemetryRun, number
+from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
+from telemetry_jit.records import Payoff, first_step_line
+from telemetry_jit.terminal import short
+
+FRAME_HEADERS = ("frame", "location", "compiles", "recompiles", "breaks", "compile s")
+CAUSE_HEADERS = ("cause", "where", "recompiles", "compile s", "first step", "torch's reason")
+BREAK_HEADERS = ("breaks at", "in code of", "count", "your lines", "type")
+THUNDER_HEADERS = ("module", "misses", "hits")
+DDP_HEADERS = ("frame", "compile", "splits", "bucket cap MB")
+_EXPECTED_WHY = {
+    "stage_switch": "when training and validation/test alternate (grad mode changed): once per frame",
+    "shared_code": "for other callers of one function in its first step (layers of one class): once per kind",
+    "inference_mode": (
+        "when validate/test/predict run outside fit under inference mode: once per frame "
+        "(Trainer(inference_mode=False) avoids them)"
+    ),
+    "tuner": "in the Tuner's trials, which change the batch size (or learning rate) on purpose",
+}
+
+
+@dataclass(frozen=True)
+class Item:
+    """One thing to fix: its headline and the lines under it."""
+
+    head: str
+    details: tuple[str, ...]
+
+
+def listed(names: Iterable[object], shown: int = 3) -> str:
+    texts = [str(name) for name in names]
+    text = ", ".join(texts[:shown])
+    return text + (f" and {len(texts) - shown} more" if len(texts) > shown else "")
+
+
+def where_words(stages: list[str], loaders: list[int]) -> str:
+    words = listed(STAGE_WORDS.get(stage, stage) for stage in stages)
+    return words + (f", dataloader {listed(loaders)}" if loaders else "")
+
+
+def fix_first(summary: RunSummary) -> list[Item]:
+    """What to fix first, ranked: recompile causes by the compile seconds they cost (training's and
+    evaluation's apart, as their fixes differ), then graph breaks, the user's own first; one item for each
+    place, with every line of the user's code that led there."""
+    items = []
+    for row in summary.causes:
+        if not row.unexpected:
+            continue
+        steps = f"step {row.steps[0]}" if len(row.steps) == 1 else f"steps {listed(row.steps)}"
+        title = row.title if row.cause != "stage_switch" else "a frame recompiled when its stage came back"
+        reason = f" ({row.reasons[0]})" if row.reasons and row.cause != "stage_switch" else ""
+        plural = "s" if row.unexpected > 1 else ""
+        items.append(
+            Item(
+                f"{row.unexpected} recompile{plural}, {row.compile_ms / 1000:.1f} s: {title}{reason}",
+                (
+                    f"at {steps} in {where_words(row.stages, row.loaders)}: {listed(row.frames, 2)}",
+                    f"fix: {row.fix}",
+                ),
+            )
+        )
+    for group in summary.breaks:
+        times = f"{group.count} graph break{'s' if group.count > 1 else ''}"
+        if group.owner == "user":
+            head = f"{times} in your code at {short(group.location)}: {group.type}"
+        else:
+            lines = listed(short(line) for line in group.user_locations)
+            reached = f", reached from your line{'s' if len(group.user_locations) > 1 else ''} {lines}" if lines else ""
+            head = f"{times} inside {group.owner} ({short(group.location)}){reached}: {group.type}"
+        details = [f"fix: {group.fix}"]
+        if group.doc_url:
+            details.append(f"docs: {group.doc_url}")
+        items.append(Item(head, tuple(details)))
+    return items
+
+
+def notes(summary: RunSummary) -> list[str]:
+    """What needs no fixing (the expected price), the first steps, and what the file could not tell."""
+    lines = []
+    for row in summary.causes:
+        if row.cause in _EXPECTED_WHY and not row.unexpected:
+            lines.append(
+                f"expected: {row.count} recompile{'s' if row.count > 1 else ''}, {row.compile_ms / 1000:.1f} s, "
+                f"{_EXPECTED_WHY[row.cause]}, nothing to fix"
+            )
+    lines += [
+        first_step_line(step.stage, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
+        for step in summary.first_steps
+        if step.compile_ms
+    ]
+    return lines + [f"(this file has {what})" for what in summary.lacks if what not in summary.run.lacks]
+
+
+def figures(summary: RunSummary) -> list[str]:
+    """The figures, each with its unit and, for a share, its denominator."""
+    d = summary.digest
+    loop = LOOP_WORDS[summary.loop_name]
+    lines = []
+    if summary.share is not None:
+        lines.append(
+            f"compiling: {summary.compile_in_loop_ms / 1000:.2f} s of {loop}'s {summary.wall_ms / 1000:.2f} s "
+            f"({100 * summary.share:.1f}% of it)"
+        )
+    outside = summary.outside_ms
+    if outside:
+        parts = ", ".join(f"{STAGE_WORDS.get(stage, stage)} {ms / 1000:.2f} s" for stage, ms in outside.items())
+        whole = (
+            f"; {100 * d.compile_ms / summary.application_ms:.1f}% of the application's "
+            f"{summary.application_ms / 1000:.2f} s"
+            if summary.application_ms > 0
+            else ""
+        )
+        lines.append(f"compiling outside {loop}: {sum(outside.values()) / 1000:.2f} s ({parts}){whole}")
+    compiled = f"{d.frame_compiles} frame compiles ({d.recompiles} of them recompiles)"
+    if d.backward_graphs:
+        compiled += f" and {d.backward_graphs} backward graphs"
+    if d.thunder_compiles:
+        compiled += f", {d.thunder_compiles} thunder compiles"
+    lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {d.break_count} graph breaks")
+    if d.warm_start.lookups:
+        lines.append(f"compile cache: {d.warm_start.line}")
+    lines += [f"compile cache bypassed: {reason}" for reason in d.warm_start.bypasses[:5]]
+    if d.warm_start.unavailable:
+        lines.append(f"(the torch of this run did not record compile.{', compile.'.join(d.warm_start.unavailable)})")
+    if summary.run.lost_records:
+        lines.append(f"incomplete: {summary.run.lost_records} telemetry record(s) could not be written")
+    lines += [f"telemetry lost: {loss}" for loss in health_losses(summary.run)]
+    if d.fallback_count:
+        lines.append(f"fell back to eager: {d.fallback_count} (recompile limit hit: {d.limit_hits})")
+    if d.failed:
+        lines.append(f"failed compilations: {d.failed}, first: {d.first_failure}")
+    return lines
+
+
+def health_losses(run: TelemetryRun) -> list[str]:
+    """What telemetry could not do in the run, as its file's last record says: calls into others' code that
+    failed, and what each exporter did not deliver."""
+    health = run.health or {}
+    losses = []
+    for name, failed in (health.get("failed_calls") or {}).items():
+        if isinstance(failed, dict):
+            count = int(number(failed.get("count")))
+            losses.append(
+                f"{failed.get('callee') or name} failed {count} time{'s' if count != 1 else ''} "
+                f"({failed.get('first_error', '')}) [{name}]"
+            )
+    for exporter, counts in (health.get("exporters") or {}).items():
+        if not isinstance(counts, dict):
+            continue
+        dropped = int(number(counts.get("spans_dropped"))) + int(number(counts.get("calls_dropped")))
+        failed = int(number(counts.get("calls_failed")))
+        if dropped or failed:
+            total = int(number(counts.get("spans")))
+            of = f" of {total}" if total else ""
+            losses.append(f"{exporter}: {dropped}{of} not delivered, {failed} calls failed")
+    return losses
+
+
+def net_line(payoff: Payoff) -> str:
+    """The end of the loop's account: time won or lost over its steps."""
+    verb = "won" if payoff.net_s >= 0 else "lost"
+    return (
+        f"net over the loop's {payoff.steps} steps: {abs(payoff.net_s):.1f} s {verb} (measured from step "
+        f"{payoff.measured_at_step}, {payoff.blocks * payoff.block_steps} of them run eagerly)"
+    )
+
+
+def frame_rows(summary: RunSummary) -> list[tuple[object, ...]]:
+    return [
+        (row.frame, short(row.location), row.compiles, row.recompiles, row.breaks, f"{row.compile_ms / 1000:.2f}")
+        for row in summary.digest.frame_rows()
+    ]
+
+
+def cause_rows(summary: RunSummary) -> list[tuple[object, ...]]:
+    return [
+        (
+            f"{row.cause} (expected)" if not row.unexpected else row.cause,
+            where_words(row.stages, row.loaders),
+            row.count,
+            f"{row.compile_ms / 1000:.2f}",
+            row.steps[0] if row.steps else "",
+            row.reasons[0] if row.reasons else "",
+        )
+        for row in summary.causes
+    ]
+
+
+def break_rows(summary: RunSummary) -> list[tuple[object, ...]]:
+    return [
+        (
+            short(group.location),
+            group.owner,
+            group.count,
+            listed(short(line) for line in group.user_locations),
+            group.type,
+        )
+        for group in summary.breaks
+    ]
+
+
+def ddp_rows(summary: RunSummary) -> list[tuple[object, ...]]:
+    return [(frame, compile_id, splits, cap) for frame, compile_id, splits, cap in summary.digest.ddp]

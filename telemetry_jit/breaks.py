@@ -1,0 +1,87 @@
+"""Whose code a graph break is in, the user's line that led there, what torch says of it and what to do:
+the rules shared by the live recording and the analysis of files (no torch, no Lightning here)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from telemetry_jit.terminal import short
+
+Owner = str  # "user", "torch", "lightning", "python", or another installed package's name
+
+_PACKAGE_DIRS = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
+_STDLIB = re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\]")
+_LIGHTNING = frozenset(("lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities"))
+_TORCH = frozenset(("torch", "functorch", "torchgen"))
+
+
+_OWN = re.compile(r"[/\\]telemetry_jit[/\\]compat[/\\]")
+_TORCH_SOURCE = re.compile(
+    r"[/\\]torch[/\\](?:_dynamo|_inductor|_functorch|nn|distributed|utils|autograd|fx|_tensor|_ops)"
+)
+
+
+def owner_of(location: str) -> Owner:
+    """Whose code ``location`` (``file:line``) is, by where the file lives: ``"user"`` unless it lies in
+    an installed package (``torch``, ``lightning``, or that package's name) or Python's standard
+    library (``"python"``)."""
+    path = location.rpartition(":")[0] if location.rpartition(":")[2].isdigit() else location
+    if not path:
+        return "unknown"
+    if path.startswith("<"):
+        return "python"
+    package = _PACKAGE_DIRS.search(path)
+    if package is not None:
+        name = package.group(1).removesuffix(".py")
+        return "torch" if name in _TORCH else "lightning" if name in _LIGHTNING else name
+    if _STDLIB.search(path):
+        return "python"
+    if _OWN.search(path):
+        return "telemetry-jit"  # its in-place compile of torch's layers (compat/torch.py), an editable install
+    return "torch" if _TORCH_SOURCE.search(path) else "user"  # a torch built from source runs in place
+
+
+def user_location(stack: tuple[str, ...] | list[str]) -> str:
+    """The innermost frame of ``stack`` (outermost first) in the user's code: the line that led there."""
+    for frame in reversed(stack):
+        if owner_of(frame) == "user":
+            return frame
+    return ""
+
+
+@dataclass(frozen=True)
+class BreakText:
+    """What torch says of a graph break, parsed from its reason (torch >= 2.7 writes it in this shape)."""
+
+    type: str  # torch's graph-break type: the reason's first line
+    explanation: str
+    hints: tuple[str, ...]
+    doc_url: str  # "" where this torch gives none
+
+
+_URL = re.compile(r"https?://\S+?/gb/gb\d+\.html")
+
+
+def parse_break(reason: str) -> BreakText:
+    lines = [line.strip() for line in reason.strip().splitlines()]
+    explanation = next(
+        (line.removeprefix("Explanation:").strip() for line in lines if line.startswith("Explanation")), ""
+    )
+    hints = tuple(line.removeprefix("Hint:").strip() for line in lines if line.startswith("Hint:"))
+    url = _URL.search(reason)
+    return BreakText(lines[0] if lines else "", explanation, hints, url.group(0) if url else "")
+
+
+_GENERIC_HINTS = ("Please report an issue to PyTorch.",)
+
+
+def break_fix(owner: Owner, text: BreakText, user_line: str, innermost: str) -> str:
+    """What to do about a graph break: torch's own hint where the break is in the user's code; where it
+    is in another package's code, that it cannot be edited there, the user's line to change, and the hint."""
+    hint = next((hint for hint in text.hints if hint not in _GENERIC_HINTS), "")
+    if owner == "user":
+        return hint or "change this line so that torch.compile can trace it (see torch's explanation)"
+    line = f"how your line {short(user_line)} calls it" if user_line else "how your code calls it"
+    advice = f"{owner}'s code cannot be edited: change {line}, or keep that call out of the compiled module"
+    return advice + (f"; torch's hint: {hint}" if hint else "")

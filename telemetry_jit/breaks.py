@@ -4,6 +4,7 @@ the rules shared by the live recording and the analysis of files (no torch, no L
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from telemetry_jit.terminal import short
@@ -16,7 +17,7 @@ _LIGHTNING = frozenset(("lightning", "pytorch_lightning", "lightning_fabric", "l
 _TORCH = frozenset(("torch", "functorch", "torchgen"))
 
 
-_OWN = re.compile(r"[/\\]telemetry_jit[/\\]compat[/\\]")
+_OWN = re.compile(r"[/\\]telemetry_jit[/\\]")
 _TORCH_SOURCE = re.compile(
     r"[/\\]torch[/\\](?:_dynamo|_inductor|_functorch|nn|distributed|utils|autograd|fx|_tensor|_ops)"
 )
@@ -38,7 +39,7 @@ def owner_of(location: str) -> Owner:
     if _STDLIB.search(path):
         return "python"
     if _OWN.search(path):
-        return "telemetry-jit"  # its in-place compile of torch's layers (compat/torch.py), an editable install
+        return "telemetry-jit"  # its in-place compile and first-call watch, where installed editable
     return "torch" if _TORCH_SOURCE.search(path) else "user"  # a torch built from source runs in place
 
 
@@ -76,12 +77,19 @@ def parse_break(reason: str) -> BreakText:
 _GENERIC_HINTS = ("Please report an issue to PyTorch.",)
 
 
-def break_fix(owner: Owner, text: BreakText, user_line: str, innermost: str) -> str:
+def break_fix(owner: Owner, text: BreakText, user_lines: Sequence[str] = ()) -> str:
     """What to do about a graph break: torch's own hint where the break is in the user's code; where it
-    is in another package's code, that it cannot be edited there, the user's line to change, and the hint."""
+    is in another package's code, that it cannot be edited there, the user's lines to change, and the hint."""
     hint = next((hint for hint in text.hints if hint not in _GENERIC_HINTS), "")
     if owner == "user":
         return hint or "change this line so that torch.compile can trace it (see torch's explanation)"
-    line = f"how your line {short(user_line)} calls it" if user_line else "how your code calls it"
+    named = ", ".join(short(line) for line in user_lines)
+    line = (
+        f"how your lines {named} call it"
+        if len(user_lines) > 1
+        else f"how your line {named} calls it"
+        if user_lines
+        else "how your code calls it"
+    )
     advice = f"{owner}'s code cannot be edited: change {line}, or keep that call out of the compiled module"
     return advice + (f"; torch's hint: {hint}" if hint else "")

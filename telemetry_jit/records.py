@@ -63,7 +63,7 @@ class GraphBreak:
 
     @property
     def fix(self) -> str:
-        return break_fix(self.owner, self.text, self.user_location, self.location)
+        return break_fix(self.owner, self.text, [self.user_location] if self.user_location else [])
 
 
 @dataclass(frozen=True)

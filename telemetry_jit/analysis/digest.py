@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
-from telemetry_jit.breaks import break_fix, owner_of, parse_break, user_location
+from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import is_frame_recompile
 from telemetry_jit.schema import (
@@ -132,7 +132,6 @@ class BreakGroup:
     explanation: str
     hints: list[str]
     doc_url: str
-    fix: str
     user_locations: list[str] = field(default_factory=list)  # the user's lines that led there, in order seen
     count: int = 0
     counted_by_torch: int = 0
@@ -140,6 +139,12 @@ class BreakGroup:
     @property
     def user_location(self) -> str:
         return self.user_locations[0] if self.user_locations else ""
+
+    @property
+    def fix(self) -> str:
+        """What to do, naming every line of the user's that led here."""
+        text = BreakText(self.type, self.explanation, tuple(self.hints), self.doc_url)
+        return break_fix(self.owner, text, self.user_locations)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -381,7 +386,6 @@ class RunDigest:
                 explanation=str(attributes.get(GraphBreakAttr.EXPLANATION) or text.explanation),
                 hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
                 doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
-                fix=str(attributes.get(GraphBreakAttr.FIX) or break_fix(owner, text, user_line, location)),
             )
         if user_line and user_line not in group.user_locations and len(group.user_locations) < MAX_NAMES:
             group.user_locations.append(user_line)

@@ -128,11 +128,23 @@ def _layer_call(cls: type) -> Callable[..., Any]:
     return types.FunctionType(code, _calls_its_module.__globals__, name)
 
 
-def frame_where(name: str, filename: str, first_line: int) -> tuple[str, str]:
+def frame_where(name: str, filename: str, first_line: int, closure: Any = None) -> tuple[str, str]:
     """``(name, "file:line")`` of a compiled frame, as the user knows it: a layer compiled by
-    :func:`compile_in_place` by its class's ``forward`` (``Linear.forward``, where torch defines it)."""
+    :func:`compile_in_place` by its class's ``forward`` (``Linear.forward``, where torch defines it), as is a
+    module ``torch.compile(module)`` wrapped (dynamo's ``wrap_inline``: the frame's ``closure`` holds it)."""
     where = LAYER_FRAMES.get(name) if filename == __file__ else None
-    return name, where or f"{filename}:{first_line}"
+    if where is not None:
+        return name, where
+    if name == "inner" and filename.replace("\\", "/").endswith(_WRAP_INLINE) and closure:
+        wrapped = getattr(closure[0], "cell_contents", None)
+        module = getattr(wrapped, "__self__", wrapped)
+        forward = getattr(getattr(type(module), "forward", None), "__code__", None)
+        if isinstance(module, torch.nn.Module) and forward is not None:
+            return f"{type(module).__name__}.forward", f"{forward.co_filename}:{forward.co_firstlineno}"
+    return name, f"{filename}:{first_line}"
+
+
+_WRAP_INLINE = "torch/_dynamo/external_utils.py"
 
 
 # -- nn.Module.compile's hook ---------------------------------------------------------------------
@@ -191,9 +203,10 @@ def reset_compile_state() -> None:
 
 
 # -- the compile in progress ---------------------------------------------------------------------
-def current_compile() -> tuple[str, CodeType | None]:
-    """The backend name and code object of the compile in progress, from dynamo's ``_compile`` frame
-    (its arguments ``compiler_fn`` and ``code``, the same from 2.8 to 2.15)."""
+def current_compile() -> tuple[str, tuple[str, str] | None]:
+    """The backend name and the frame (``(name, "file:line")``, see :func:`frame_where`) of the compile in
+    progress, from dynamo's ``_compile`` frame (its arguments ``compiler_fn``, ``code`` and ``closure``, the
+    same from 2.8 to 2.15)."""
     frame: FrameType | None = sys._getframe(1)
     for _ in range(48):
         if frame is None:
@@ -201,7 +214,13 @@ def current_compile() -> tuple[str, CodeType | None]:
         if frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals:
             backend = _innermost_backend(frame.f_locals["compiler_fn"])
             name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
-            return str(name or type(backend).__name__), frame.f_locals.get("code")
+            code = frame.f_locals.get("code")
+            where = (
+                frame_where(code.co_name, code.co_filename, code.co_firstlineno, frame.f_locals.get("closure"))
+                if isinstance(code, CodeType)
+                else None
+            )
+            return str(name or type(backend).__name__), where
         frame = frame.f_back
     return "", None
 

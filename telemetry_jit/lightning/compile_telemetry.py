@@ -148,7 +148,7 @@ class CompileTelemetryCallback(Callback):
             self.recorder.watch_thunder(pl_module)
         self.loader = dataloader_idx if dataloader_idx is not None and _loaders(trainer) > 1 else None
         state = trainer.state.stage
-        stage = _stage(trainer) if self._tuner else state.value if state is not None else ""
+        stage = _stage(trainer, self._tuner) if self._tuner else state.value if state is not None else ""
         self.recorder.batch_started(trainer.global_step, batch_idx, stage, self.loader)
         if self._figures is not None:
             self._log_figures(trainer)
@@ -222,15 +222,16 @@ class CompileTelemetryCallback(Callback):
 
 
 def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Position:
-    stage = _stage(trainer)
+    stage = _stage(trainer, callback._tuner)
     return Position(trainer.global_step, stage, _batches(trainer, stage, callback.loader))
 
 
-def _stage(trainer: pl.Trainer) -> str:
+def _stage(trainer: pl.Trainer, tuner: bool = False) -> str:
     """Lightning's stage (``train``, ``sanity_check``, ``validate``, ...), ``tuner`` while the Tuner's trials
-    run (they train a few steps at each batch size or learning rate)."""
+    run (they train a few steps at each batch size or learning rate; ``tuner``: the trainer has the Tuner's
+    callback, which empties ``trainer.callbacks`` while its trials run)."""
     stage = trainer.state.stage
-    if _has_tuner(trainer) and _in_tuner():
+    if tuner and _in_tuner():
         return "tuner"
     return stage.value if stage is not None else ""
 
@@ -262,7 +263,8 @@ _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batc
 
 def _loaders(trainer: pl.Trainer) -> int:
     """How many dataloaders the running evaluation loop has."""
-    counts = getattr(trainer, _BATCH_COUNTS.get(_stage(trainer), ""), None)
+    stage = trainer.state.stage
+    counts = getattr(trainer, _BATCH_COUNTS.get(stage.value if stage is not None else "", ""), None)
     return len(counts) if isinstance(counts, list) else 1
 
 

@@ -48,6 +48,7 @@ class _Window:
     backend: str
     context: CompileContext | None
     callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
+    where: tuple[str, str] | None = None  # the frame's name and location, as the user knows them
     end_ns: int = 0
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     ddp_buckets: list[int] = field(default_factory=list)
@@ -263,14 +264,13 @@ class DynamoProbe:
             self._collect()
             frame_id = _frame_id(args.compile_id)
             callers: tuple[str, ...] = ()
+            where = None
             if trigger == "dynamo":
-                backend, code = torch_compat.current_compile()
+                backend, where = torch_compat.current_compile()
                 callers = torch_compat.compile_callers()
                 self._backends[frame_id] = backend
-                if code is not None:
-                    self._frames[frame_id] = torch_compat.frame_where(
-                        code.co_name, code.co_filename, code.co_firstlineno
-                    )
+                if where is not None:
+                    self._frames[frame_id] = where
             else:
                 backend = self._backends.get(frame_id, "")
             for log in self._logs:
@@ -286,6 +286,7 @@ class DynamoProbe:
                 backend=backend,
                 context=context,
                 callers=callers,
+                where=where,
             )
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
             _warn(error)
@@ -411,9 +412,9 @@ class DynamoProbe:
     def _record(self, metric: Any, window: _Window | None) -> CompileRecord:
         """A compile from torch's CompilationMetrics, with what the callbacks saw of it (if anything)."""
         compile_id = str(metric.compile_id)
-        if metric.co_name:
+        if metric.co_name:  # a compile the callbacks did not see names its frame as its metrics say
             where = torch_compat.frame_where(metric.co_name, metric.co_filename, metric.co_firstlineno)
-            self._frames[_frame_id(compile_id)] = where
+            self._frames.setdefault(_frame_id(compile_id), where)
         if metric.is_forward is False:
             trigger: Trigger = "lazy_backward"
         else:
@@ -455,6 +456,8 @@ class DynamoProbe:
             "backend": self._backends.get(_frame_id(compile_id), ""),
         }
         if window is not None:
+            if window.where is not None:  # one frame compiled for several modules names each compile's own
+                seen["frame"], seen["location"] = window.where
             seen.update(
                 {
                     "backend": window.backend,

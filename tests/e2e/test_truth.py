@@ -1,0 +1,439 @@
+"""Every statement true on the runs users have: torch's own layers compiled, fit then validate, predict,
+the Tuner, a sanity check, a failed and a killed run, the recompile limit, a break reached from two lines;
+and the fix loop closed: the named fix applied to the same run, ``diff`` and ``check`` say exactly what
+changed (docs/fixing.md, docs/ci-gate.md)."""
+
+from __future__ import annotations
+
+import inspect
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import telemetry_jit
+from telemetry_jit import cli
+from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.compat import torch as torch_compat
+from tests.e2e.conftest import Telemetry, fresh_provider_state
+from tests.models import TRAINER_DEFAULTS
+from tests.words import flat
+
+ROOT = Path(__file__).resolve().parents[2]
+EAGER = {"backend": "eager"}
+
+
+def data(samples: int, batch: int, width: int = 8, seed: int = 0, **loader: Any) -> DataLoader:
+    x = torch.randn(samples, width, generator=torch.Generator().manual_seed(seed))
+    return DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=batch, **loader)
+
+
+class Regressor(pl.LightningModule):
+    """``self.model`` is whatever the test compiles; every step calls it."""
+
+    def __init__(self, model: torch.nn.Module | None = None, fail_at: int | None = None) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.model = model or torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        self.fail_at = fail_at
+        self.batch_size = 8  # the Tuner scales it
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        if self.fail_at is not None and self.global_step == self.fail_at:
+            raise ValueError("a bug in training_step")
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.model(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.model(x), y), add_dataloader_idx=False)
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.model(batch[0])
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def hooked(telemetry: Telemetry, selector: str = "", **torch_kwargs: Any) -> type[pl.Trainer]:
+    config = telemetry_jit.JitConfig(use_torch=True, module_selector=selector, torch_kwargs={**EAGER, **torch_kwargs})
+    return telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config, live=False)[0]
+
+
+def said(*args: str) -> tuple[int, str]:
+    """What the command prints (both streams, wrapping undone) and its exit status."""
+    import contextlib
+    import io
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = cli.main(list(args))
+    return status, flat(out.getvalue() + err.getvalue())
+
+
+def frames_compiled() -> int:
+    return torch_compat.frames_compiled()
+
+
+# -- torch's own layers ------------------------------------------------------------------------------
+LAYERS = {  # selector, the model, its data
+    "sequential": ("", lambda: torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))),
+    "linear": ("1", lambda: torch.nn.Sequential(torch.nn.Tanh(), torch.nn.Linear(8, 1))),
+    "transformer-layers": (
+        "0.layers.*",
+        lambda: torch.nn.Sequential(
+            torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 2)
+        ),
+    ),
+}
+
+
+def layer_data(case: str) -> DataLoader:
+    if case != "transformer-layers":
+        return data(32, 8)
+    x = torch.randn(16, 5, 8, generator=torch.Generator().manual_seed(0))
+    return DataLoader(TensorDataset(x, x), batch_size=4)
+
+
+def selected(model: torch.nn.Module, selector: str) -> list[tuple[torch.nn.Module, str]]:
+    """``(parent, name)`` of each module ``selector`` names (a trailing ``*``: every child)."""
+    parts = selector.split(".") if selector else []
+    parent = model
+    for part in parts[:-1]:
+        parent = getattr(parent, part)
+    if not parts:
+        return []
+    names = [name for name, _ in parent.named_children()] if parts[-1] == "*" else [parts[-1]]
+    return [(parent, name) for name in names]
+
+
+@pytest.mark.parametrize("case", list(LAYERS))
+def test_torchs_own_layers_compile_in_place_and_checkpoints_load_into_the_plain_model(
+    telemetry: Telemetry, case: str
+) -> None:
+    selector, make = LAYERS[case]
+    before = frames_compiled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = hooked(telemetry, selector)(max_epochs=1, **{**TRAINER_DEFAULTS, "enable_checkpointing": True})
+        trainer.fit(Regressor(make()), layer_data(case))
+    ours = frames_compiled() - before
+    assert ours > 0 and not [w for w in caught if "never ran" in str(w.message)]
+    # the same fit, plain Lightning, each selected module replaced by torch.compile(module): what torch compiles
+    torch_compat.reset_compile_state()
+    plain = Regressor(make())
+    if selector:
+        for parent, name in selected(plain.model, selector):
+            setattr(parent, name, torch.compile(getattr(parent, name), backend="eager"))
+    else:
+        plain.model = torch.compile(plain.model, backend="eager")
+    before = frames_compiled()
+    pl.Trainer(max_epochs=1, **TRAINER_DEFAULTS).fit(plain, layer_data(case))
+    assert ours == frames_compiled() - before
+    # the checkpoint of the compiled run loads into the plain model, strictly: its state_dict keys did not change
+    (checkpoint,) = Path(trainer.default_root_dir).rglob("*.ckpt")
+    Regressor(make()).load_state_dict(torch.load(checkpoint, weights_only=False)["state_dict"], strict=True)
+    run = telemetry.end()
+    frames = {row.frame for row in summarize(run).digest.frame_rows()}
+    assert frames and all(frame.endswith(".forward") for frame in frames), frames  # named by the layer class
+
+
+# -- evaluation: fit then validate, predict --------------------------------------------------------
+def test_validate_after_fit_is_the_inference_mode_price_and_its_fix_removes_it(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    model = Regressor()
+    trainer = hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS)
+    trainer.fit(model, data(32, 8), data(16, 8))
+    trainer.validate(model, data(16, 8), verbose=False)
+    run = telemetry.end()
+    s = summarize(run)
+    rows = {(row.cause, row.kind): row for row in s.causes}
+    assert ("inference_mode", "eval") in rows and not rows[("inference_mode", "eval")].unexpected
+    text = flat(telemetry_jit.format_summary(run))
+    assert "what to fix first" not in text  # a price, not something to fix
+    assert "validate/test/predict run outside fit under inference mode" in text
+    assert "Trainer(inference_mode=False) avoids them" in text
+    assert "compiling outside the training loop" in text and "validate()" in text  # shown apart, not in the share
+    assert s.share is not None and s.share <= 1
+    assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 0
+    # the fix, on the same run
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    model = Regressor()
+    trainer = hooked(fixed)(max_epochs=1, inference_mode=False, **TRAINER_DEFAULTS)
+    trainer.fit(model, data(32, 8), data(16, 8))
+    trainer.validate(model, data(16, 8), verbose=False)
+    fixed.end()
+    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    assert "fixed recompiles: inference_mode (expected)" in out
+
+
+def test_predict_with_a_remainder_gets_the_evaluation_fix_never_drop_last(telemetry: Telemetry, tmp_path: Path) -> None:
+    model = Regressor()
+    trainer = hooked(telemetry)(**TRAINER_DEFAULTS)
+    trainer.predict(model, data(200, 32))  # 6 batches of 32, then 8: drop_last would lose 8 predictions
+    telemetry.end()
+    status, out = said("summary", str(telemetry.path))
+    assert "the last batch of an epoch is smaller than the others" in out and "in predict()" in out
+    fix = out.split("fix: ", 1)[1]
+    assert "dynamic" in fix and "pad the last batch" in fix and "drop_last=True would leave samples unevaluated" in fix
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    predictions = hooked(fixed, dynamic=True)(**TRAINER_DEFAULTS).predict(Regressor(), data(200, 32))
+    fixed.end()
+    assert sum(len(p) for p in predictions) == 200  # every sample predicted
+    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    assert "fixed recompiles: last_batch in eval" in out
+
+
+def test_drop_last_on_the_training_loader_leaves_validations_last_batch_named_with_its_fix(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """Training 100 = 12 x 8 + 4, validation 30 = 3 x 8 + 6: the training remainder recompiles (torch then
+    makes the batch dimension dynamic, and validation's remainder fits). The user applies drop_last to the
+    training loader as told; now validation's last batch recompiles, and is said with the evaluation fix."""
+    hooked(telemetry)(max_epochs=2, **TRAINER_DEFAULTS).fit(Regressor(), data(100, 8), data(30, 8, seed=1))
+    telemetry.end()
+    status, out = said("summary", str(telemetry.path))
+    item = out.split("what to fix first", 1)[1].split(" 2. ", 1)[0]
+    assert "the last batch of an epoch is smaller" in item and "in training" in item and "drop_last=True" in item
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    hooked(fixed)(max_epochs=2, **TRAINER_DEFAULTS).fit(Regressor(), data(100, 8, drop_last=True), data(30, 8, seed=1))
+    fixed.end()
+    status, out = said("summary", str(fixed_path))
+    item = out.split("what to fix first", 1)[1].split(" 2. ", 1)[0]
+    assert "the last batch of an epoch is smaller" in item and "in validate()" in item
+    assert "drop_last=True would leave samples unevaluated" in item  # the evaluation fix, not drop_last again
+    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    # what the fix did, and what it left: training's remainder fixed, validation's now met
+    assert "new recompiles, by cause: last_batch in eval: 1" in out and "fixed recompiles: last_batch: 1" in out
+    assert "gone recompile reason: tensor 'args[0]' size mismatch at index 0. expected 8, actual 4" in out
+    assert "new recompile reason: tensor 'args[0]' size mismatch at index 0. expected 8, actual 6" in out
+    assert "GLOBAL_STATE" not in out.split("per frame")[1]  # a reason both runs have is neither new nor gone
+    status, out = said("check", str(fixed_path), "--baseline", str(telemetry.path), "--no-new-graph-breaks")
+    assert status == 0, out
+
+
+# -- the Tuner, a sanity check, shares --------------------------------------------------------------
+def test_the_tuners_trials_are_a_stage_of_their_own_and_an_expected_price(telemetry: Telemetry) -> None:
+    from lightning.pytorch.tuner import Tuner
+
+    class Tunable(Regressor):
+        def train_dataloader(self) -> DataLoader:
+            return data(64, self.batch_size)
+
+        def val_dataloader(self) -> DataLoader:
+            return data(16, 8)
+
+    model = Tunable()
+    model.model = torch.compile(model.model, backend="eager")  # the user compiles it: the trials compile too
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)[0]
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        Tuner(trainer).scale_batch_size(model, mode="power", max_trials=3, steps_per_trial=2)
+        trainer.fit(model)
+    run = telemetry.end()
+    s = summarize(run)
+    stages = {stage for row in s.causes for stage in row.stages}
+    assert "tuner" in stages and all(row.cause == "tuner" for row in s.causes if "tuner" in row.stages)
+    assert not any(row.unexpected for row in s.causes if row.cause == "tuner")
+    assert s.share is not None and s.share <= 1
+    assert "the Tuner's trials" in flat(telemetry_jit.format_summary(run))
+
+
+def test_compiling_before_the_loop_is_shown_apart_and_every_share_is_under_a_hundred_percent(
+    telemetry: Telemetry,
+) -> None:
+    """A model the user compiled, a sanity check: what compiles before the training loop counts against the
+    application, not the loop."""
+    model = Regressor()
+    model.model = torch.compile(model.model, backend="eager")
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)[0]
+    HookedTrainer(max_epochs=1, num_sanity_val_steps=2, **TRAINER_DEFAULTS).fit(model, data(16, 8), data(16, 8))
+    run = telemetry.end()
+    s = summarize(run)
+    assert s.outside_ms.get("sanity_check", 0) > 0 and s.share is not None and s.share <= 1
+    text = flat(telemetry_jit.format_summary(run))
+    assert "compiling outside the training loop:" in text and "sanity check" in text
+    assert "first sanity_check step" in text  # labelled as the stage it was, like its spans
+    assert {step.stage for step in s.first_steps} >= {"sanity_check", "train"}
+
+
+def test_a_share_budget_names_its_unit_or_is_refused(telemetry: Telemetry) -> None:
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(16, 8))
+    telemetry.end()
+    status, out = said("check", str(telemetry.path), "--max-compile-share", "0.5")
+    assert status == 2 and "is ambiguous: 0.5% or 50% of the loop? Write the unit" in out
+    status, out = said("check", str(telemetry.path), "--max-compile-share", "100%")
+    assert status == 0, out
+    status, out = said("check", str(telemetry.path), "--max-compile-share", "0.001%")
+    assert status == 1 and "of the training loop's wall time" in out
+
+
+# -- runs that did not finish ------------------------------------------------------------------------
+def test_a_run_that_raised_at_step_5_says_so_first_on_every_surface(telemetry: Telemetry, tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="a bug in training_step"):
+        hooked(telemetry)(max_epochs=3, **TRAINER_DEFAULTS).fit(Regressor(fail_at=5), data(64, 8))
+    run = telemetry.end()
+    text = telemetry_jit.format_summary(run).splitlines()
+    assert flat(text[1]).startswith("this run FAILED: ValueError: a bug in training_step (at train step 5)")
+    status, out = said("summary", str(telemetry.path), "--json")
+    (mine,) = json.loads(out)["runs"]
+    assert mine["status"]["state"] == "failed" and "at train step 5" in mine["status"]["detail"]
+    assert said("report", str(telemetry.path), "-o", str(tmp_path / "r.html"))[0] == 0
+    assert 'id="status" class="unfinished">this run FAILED' in (tmp_path / "r.html").read_text()
+    assert said("trace", str(telemetry.path), "-o", str(tmp_path / "t.json"))[0] == 0
+    trace = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    names = [event["args"].get("name", "") for event in trace if event["ph"] == "M"]
+    assert any(name.endswith("(failed)") for name in names)
+    status, out = said("diff", str(telemetry.path), str(telemetry.path))
+    assert "base: this run FAILED" in out and "new: this run FAILED" in out
+    status, out = said("check", str(telemetry.path), "--max-recompiles", "100")
+    assert status == 3 and "the run (rank 0) failed: ValueError" in out and "--allow-incomplete" in out
+    assert said("check", str(telemetry.path), "--max-recompiles", "100", "--allow-incomplete")[0] == 0
+
+
+KILLED = textwrap.dedent(
+    """
+    import sys, time
+    sys.path.insert(0, {root!r})
+    import lightning.pytorch as pl
+    import telemetry_jit
+    from tests.e2e.test_truth import Regressor, data
+    from tests.models import TRAINER_DEFAULTS
+
+    class Slow(pl.Callback):
+        def on_train_batch_end(self, trainer, *args):
+            if trainer.global_step == 3:
+                print("step 3", flush=True)
+            time.sleep(0.2)
+
+    session = telemetry_jit.configure("killed", file={path!r})
+    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": "eager"}})
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, session, jit_config=config, live=False)
+    HookedTrainer(max_epochs=50, callbacks=[Slow()], **TRAINER_DEFAULTS).fit(Regressor(), data(64, 8))
+    """
+)
+
+
+def test_a_killed_run_is_said_killed_and_the_gate_refuses_it(tmp_path: Path) -> None:
+    path = tmp_path / "killed.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-c", KILLED.format(root=str(ROOT), path=str(path))],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    assert process.stdout is not None and "step 3" in process.stdout.readline()
+    time.sleep(0.5)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=60)
+    status, out = said("summary", str(path))
+    assert "this run KILLED: its application, training_loop never ended" in out
+    status, out = said("check", str(path), "--max-recompiles", "100")
+    assert status == 3 and "killed" in out
+
+
+# -- the recompile limit, through a Python value ----------------------------------------------------
+class Tagged(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 1)
+        self.tag = "a"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.tag == "a":  # a string attribute the compiled code compares
+            x = x * 2
+        return self.linear(x)
+
+
+class Retagging(Regressor):
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.model.tag = f"step {batch_idx}"
+        return super().training_step(batch, batch_idx)
+
+
+@torch._dynamo.config.patch(recompile_limit=3)
+def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(telemetry: Telemetry) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Retagging(Tagged()), data(48, 8))
+    (warning,) = [str(w.message) for w in caught if "recompile_limit" in str(w.message)]
+    assert "mostly: a Python number or attribute is burned into the graph" in warning
+    assert "Raising the limit only postpones it" in warning and "or raise the limit" not in warning
+    run = telemetry.end()
+    rows = {row.cause: row for row in summarize(run).causes}
+    assert rows["python_value"].count == 2 and "self.tag == 'step 0'" in rows["python_value"].reasons[0]
+    assert "a Python number or attribute" in rows["recompile_limit"].fix  # the cause behind it, and its fix
+    status, out = said("summary", str(telemetry.path))
+    assert "fell back to eager: 1 (recompile limit hit: 1)" in out
+
+
+# -- one root cause, one item ------------------------------------------------------------------------
+class Encoded(pl.LightningModule):
+    """nn.TransformerEncoder breaks inside torch (``_detect_is_causal_mask`` calls ``.item()``); training and
+    validation each reach it from a line of their own."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.model = torch.nn.TransformerEncoder(torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True), 1)
+        self.mask = torch.nn.Transformer.generate_square_subsequent_mask(5)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        (x,) = batch
+        return self.model(x, mask=self.mask, is_causal=None).pow(2).mean()  # TRAINING LINE
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        (x,) = batch
+        self.log("v", self.model(x, mask=self.mask, is_causal=None).pow(2).mean())  # VALIDATION LINE
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_a_break_reached_from_two_of_your_lines_is_one_item_naming_both(telemetry: Telemetry) -> None:
+    loader = DataLoader(TensorDataset(torch.randn(16, 5, 8)), batch_size=4)
+    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs=EAGER)  # the root: self.model
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config, live=False)[0]
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Encoded(), loader, loader)
+    run = telemetry.end()
+    source, first = inspect.getsourcelines(Encoded)
+    lines = [f"e2e/test_truth.py:{first + n}" for n, text in enumerate(source) if "self.model(x" in text]
+    inside = [group for group in summarize(run).breaks if group.owner == "torch"]
+    assert len(inside) == 1, inside  # one place in torch: one item
+    status, out = said("summary", str(telemetry.path))
+    item = out.split("fix first")[1].split("\n   2.")[0].split("\n  expected")[0]
+    assert all(line in item for line in lines), (lines, item)
+    assert "change how your lines" in flat(item)  # the fix names both as well
+    hint = inside[0].hints[0] if inside[0].hints else ""
+    assert flat(hint) in out  # torch's hint whole, however long: wrapped, never cut mid-word
+
+
+def test_every_fit_ends_naming_its_file_and_the_command_that_reads_it(
+    telemetry: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(16, 8))
+    lines = [record.getMessage() for record in caplog.records if "read it with" in record.getMessage()]
+    assert lines == [
+        f"telemetry-jit: compile telemetry is in {telemetry.path}; read it with: telemetry-jit summary {telemetry.path}"
+    ]

@@ -274,4 +274,5 @@ def first_step_line(stage: str, global_step: int, wall_ms: float, compile_ms: fl
         phases += f"; inductor {phases_s['inductor']:.1f} s of it"
     compiling = f"{compile_ms / 1000:.1f} s compiling" + (f" ({phases})" if phases else "")
     running = max(wall_ms - compile_ms, 0.0) / 1000
+    stage = {"validate": "validation", "sanity_check": "sanity check"}.get(stage, stage)
     return f"first {stage} step (step {global_step}): {wall_ms / 1000:.1f} s = {compiling} + {running:.1f} s running"

@@ -52,10 +52,11 @@ class FrameRow:
 
     frame: str
     location: str
-    compiles: int = 0
+    compiles: int = 0  # the frame compiled (dynamo's frames, thunder's modules); its backward graphs apart
     recompiles: int = 0
+    backward_graphs: int = 0
     breaks: int = 0
-    compile_ms: float = 0.0
+    compile_ms: float = 0.0  # all of it, backward graphs included
     reasons: Counter[str] = field(default_factory=Counter)  # its recompiles' reasons, normalized
 
     @property
@@ -296,7 +297,8 @@ class RunDigest:
             self.lacks_positions = False
         breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
         row = self._frame_row(attributes)
-        row.compiles += 1
+        row.compiles += trigger != "lazy_backward"
+        row.backward_graphs += trigger == "lazy_backward"
         row.recompiles += recompile
         row.breaks += len(breaks)
         row.compile_ms += ms

@@ -29,7 +29,7 @@ LOOP_WORDS = {
 }
 STAGE_WORDS = {
     "sanity_check": "sanity check",
-    "validate": "validate()",
+    "validate": "validation",
     "test": "test()",
     "predict": "predict()",
     "tuner": "the Tuner's trials",

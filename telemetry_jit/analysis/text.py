@@ -193,7 +193,7 @@ def format_diff(result: RunDiff) -> str:
                 f"  {title}:",
                 *[f"    {loc}  {n}x  {one_line(reason)}" for (loc, reason), n in breaks.items()],
             ]
-    lines += ["", "  per frame (compiles, recompiles, compile time):"]
+    lines += ["", "  per frame (frame compiles, recompiles, compile time with backward graphs):"]
     for frame, b, n in result.frames():
         lines.append(
             f"    {one_line(frame)}: {b.compiles}, {b.recompiles}, {b.compile_ms / 1000:.2f} s"

@@ -11,7 +11,7 @@ from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
 from telemetry_jit.records import Payoff, first_step_line
 from telemetry_jit.terminal import short
 
-FRAME_HEADERS = ("frame", "location", "compiles", "recompiles", "breaks", "compile s")
+FRAME_HEADERS = ("frame", "location", "frame compiles", "recompiles", "backward graphs", "breaks", "compile s")
 CAUSE_HEADERS = ("cause", "where", "recompiles", "compile s", "first step", "torch's reason")
 BREAK_HEADERS = ("breaks at", "in code of", "count", "your lines", "type")
 THUNDER_HEADERS = ("module", "misses", "hits")
@@ -175,7 +175,15 @@ def net_line(payoff: Payoff) -> str:
 
 def frame_rows(summary: RunSummary) -> list[tuple[object, ...]]:
     return [
-        (row.frame, short(row.location), row.compiles, row.recompiles, row.breaks, f"{row.compile_ms / 1000:.2f}")
+        (
+            row.frame,
+            short(row.location),
+            row.compiles,
+            row.recompiles,
+            row.backward_graphs,
+            row.breaks,
+            f"{row.compile_ms / 1000:.2f}",
+        )
         for row in summary.digest.frame_rows()
     ]
 

@@ -260,10 +260,12 @@ def frames_compiled() -> int:
 
 def has_compiled_code_for(module: torch.nn.Module) -> bool:
     """Whether dynamo holds compiled code for the frame compiling ``module`` in place makes: its ``forward``,
-    or the layer call :func:`compile_in_place` gave its class."""
+    a submodule's (where dynamo broke the graph inside one, it compiles that frame, not the outer one; a second
+    fit in the same process runs that code without compiling), or the layer call :func:`compile_in_place`
+    gave its class."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    codes = [getattr(type(module).forward, "__code__", None)]
+    codes = list({getattr(type(m).forward, "__code__", None) for m in module.modules()})
     codes += [
         getattr(getattr(compiled, "_torchdynamo_orig_callable", None), "__code__", None)
         for (cls, _), compiled in _COMPILED_LAYERS.items()

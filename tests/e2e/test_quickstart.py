@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -18,22 +19,41 @@ from tests.words import flat
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_example(name: str, out: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def run_example(name: str, out: Path, *args: str, cache_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    cache = {"TORCHINDUCTOR_CACHE_DIR": str(cache_dir)} if cache_dir is not None else {}
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / name), "--out", str(out), *args],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=out.parent,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        env={**os.environ, "PYTHONUNBUFFERED": "1", **cache},
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
-def test_quickstart_runs_end_to_end_on_inductor(tmp_path: Path) -> None:
+def _shape(text: str) -> str:
+    """What a summary says, whatever its figures, run id and line wrapping."""
+    text = re.sub(r"run [0-9a-f]{8}", "run ID", text)
+    text = re.sub(r"\d+(\.\d+)?", "N", text)
+    return " ".join(text.split())
+
+
+def readme_sample() -> str:
+    readme = (ROOT / "README.md").read_text()
+    marker = readme.index("<!-- quickstart-summary")
+    block = readme[marker:].split("```\n", 2)[1]
+    return block.removesuffix("  ...\n")
+
+
+def test_quickstart_runs_end_to_end_on_inductor_and_prints_the_readmes_sample(tmp_path: Path) -> None:
+    """The README's main command, as on a fresh machine (an empty compile cache): its summary says what the
+    README shows, word for word but the figures."""
     out = tmp_path / "quickstart.jsonl"
-    result = run_example("quickstart.py", out, "--epochs", "2")
+    result = run_example("quickstart.py", out, cache_dir=tmp_path / "inductor-cache")
+    printed = result.stdout[result.stdout.index("telemetry-jit summary (run") :]
+    assert _shape(printed).startswith(_shape(readme_sample())), "re-make the README's sample from the quickstart"
     assert "telemetry-jit summary" in result.stdout
     assert "graph breaks:" in result.stdout and "quickstart.py" in result.stdout
 

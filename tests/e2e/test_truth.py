@@ -164,7 +164,7 @@ def test_validate_after_fit_is_the_inference_mode_price_and_its_fix_removes_it(
     assert "what to fix first" not in text  # a price, not something to fix
     assert "validate/test/predict run outside fit under inference mode" in text
     assert "Trainer(inference_mode=False) avoids them" in text
-    assert "compiling outside the training loop" in text and "validate()" in text  # shown apart, not in the share
+    assert "compiling outside the training loop" in text and "validation" in text  # shown apart, not in the share
     assert s.share is not None and s.share <= 1
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 0
     # the fix, on the same run
@@ -220,7 +220,7 @@ def test_drop_last_on_the_training_loader_leaves_validations_last_batch_named_wi
     fixed.end()
     status, out = said("summary", str(fixed_path))
     item = out.split("what to fix first", 1)[1].split(" 2. ", 1)[0]
-    assert "the last batch of an epoch is smaller" in item and "in validate()" in item
+    assert "the last batch of an epoch is smaller" in item and "in validation" in item
     assert "drop_last=True would leave samples unevaluated" in item  # the evaluation fix, not drop_last again
     status, out = said("diff", str(telemetry.path), str(fixed_path))
     # what the fix did, and what it left: training's remainder fixed, validation's now met
@@ -274,7 +274,7 @@ def test_compiling_before_the_loop_is_shown_apart_and_every_share_is_under_a_hun
     assert s.outside_ms.get("sanity_check", 0) > 0 and s.share is not None and s.share <= 1
     text = flat(telemetry_jit.format_summary(run))
     assert "compiling outside the training loop:" in text and "sanity check" in text
-    assert "first sanity_check step" in text  # labelled as the stage it was, like its spans
+    assert "first sanity check step" in text  # labelled as the stage it was, like its spans
     assert {step.stage for step in s.first_steps} >= {"sanity_check", "train"}
 
 
@@ -437,3 +437,17 @@ def test_every_fit_ends_naming_its_file_and_the_command_that_reads_it(
     assert lines == [
         f"telemetry-jit: compile telemetry is in {telemetry.path}; read it with: telemetry-jit summary {telemetry.path}"
     ]
+
+
+def test_a_second_fit_in_one_process_runs_the_compiled_code_without_a_never_ran_warning(telemetry: Telemetry) -> None:
+    """A notebook fits twice: the second runs dynamo's code from the first (the graph broke inside a child, so
+    dynamo's code is the child's frame, not the root's) and compiles nothing; that is no reason to warn."""
+    from tests.models import Net, loader
+
+    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs=EAGER)
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config, live=False)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(16, 4))
+    assert not [w for w in caught if "never ran" in str(w.message)]

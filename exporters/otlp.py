@@ -47,7 +47,15 @@ from telemetry_jit.notices import NOWHERE, Notices
 
 from .finished import FinishedSpan
 from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, redact_url
-from .otlp_transport import OTEL_LOGGERS, FailureTap, RetryingSpanExporter, bounded, metric_exporter, span_exporter
+from .otlp_transport import (
+    OTEL_LOGGERS,
+    FailureTap,
+    RetryingSpanExporter,
+    bounded,
+    metric_exporter,
+    require_transports,
+    span_exporter,
+)
 
 _SDK = call_site("opentelemetry.trace", "OpenTelemetry's tracer (OTLP export of a span)")
 _VERSIONED = ("torch", "lightning", "lightning-thunder", "nv-one-logger-training-telemetry", "telemetry-jit")
@@ -95,7 +103,11 @@ class OTLPExporter(BaseExporter):
             ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, ``OTEL_BSP_EXPORT_TIMEOUT``, then OTel's defaults. Spans
             beyond the queue are dropped and counted. The export timeout bounds :meth:`force_flush` and
             the wait at close (default: ``timeout``).
-        retry_buffer_size: spans kept from failed exports and re-sent with the next batch.
+        retry_buffer_size: spans kept from failed exports and re-sent after the next batch.
+        max_request_bytes: the largest request sent (protobuf bytes): batches and what failed exports
+            kept go out in requests within it and ``max_export_batch_size``; default
+            ``TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES``, then 3 MiB (gRPC receivers refuse more than 4 MiB
+            by default).
         Settings that could not send anything (a queue of 0, a timeout of 0, an endpoint that is no
         address) raise :class:`~telemetry_jit.exporters.otlp_settings.OTLPSettingsError` here, naming
         the argument or variable.
@@ -129,6 +141,7 @@ class OTLPExporter(BaseExporter):
         max_export_batch_size: int | None = None,
         export_timeout_millis: float | None = None,
         retry_buffer_size: int = 2048,
+        max_request_bytes: int | None = None,
         span_exporter: SpanExporter | None = None,
         metrics: bool | None = None,
         identity: IdentityTracker | None = None,
@@ -147,11 +160,14 @@ class OTLPExporter(BaseExporter):
             schedule_delay_millis=schedule_delay_millis,
             max_export_batch_size=max_export_batch_size,
             export_timeout_millis=export_timeout_millis,
+            max_request_bytes=max_request_bytes,
             metrics=metrics,
         )
         self.settings = OTLPSettings.resolve(self.options)
+        if span_exporter is None:
+            require_transports(self.settings)
         self.identity = identity or IdentityTracker()
-        self._retry_buffer_size = retry_buffer_size
+        self.capacity = retry_buffer_size  # spans kept from failed exports
         self._span_exporter = span_exporter
         self._provider: TracerProvider | None = None
         self._meter_provider: MeterProvider | None = None
@@ -204,7 +220,15 @@ class OTLPExporter(BaseExporter):
             logging.getLogger(name).addFilter(self._log_filter)
         with _refused_settings():
             spans = self._span_exporter or span_exporter(self.settings)
-            self._retrying = RetryingSpanExporter(spans, self._retry_buffer_size, on_failure=self._undelivered)
+            self._retrying = RetryingSpanExporter(
+                spans,
+                self.capacity,
+                on_failure=self._undelivered,
+                max_batch=int(self.settings.batch["max_export_batch_size"]),
+                max_bytes=self.settings.max_request_bytes,
+                tap=self._log_filter,
+                on_refused=self._refused,
+            )
             if self.service_name is not None:
                 _ = self._tracer, self.meter_provider
 
@@ -244,8 +268,16 @@ class OTLPExporter(BaseExporter):
         self._notices.warn(
             "unreachable",
             f"telemetry-jit: {self!r} could not deliver spans ({reason}); they are kept (up to "
-            f"{self._retry_buffer_size}) and sent again with the next batch, training goes on. What was not "
+            f"{self.capacity}) and sent again after the next batch, training goes on. What was not "
             "delivered is counted at the end of the run.",
+            every_rank=True,
+            origin=NOWHERE,
+        )
+
+    def _refused(self, what: str) -> None:
+        self._notices.warn(
+            "refused",
+            f"telemetry-jit: {self!r}: {what}; it is dropped and counted, the other spans go on.",
             every_rank=True,
             origin=NOWHERE,
         )
@@ -258,6 +290,8 @@ class OTLPExporter(BaseExporter):
             "spans_delivered": self.delivered,
             "spans_dropped": self.dropped,
             "exports_failed": retrying.failures if retrying is not None else 0,
+            "spans_resent": retrying.resent if retrying is not None else 0,
+            "spans_refused": retrying.refused if retrying is not None else 0,
         }
 
     def force_flush(self, timeout_seconds: float | None = None) -> bool:
@@ -373,16 +407,34 @@ class OTLPExporter(BaseExporter):
         for name in OTEL_LOGGERS:
             logging.getLogger(name).removeFilter(self._log_filter)
         self.dropped = self._ended - self._retrying.delivered
-        if self.dropped:
+        if self.dropped or self._retrying.failures:
             self._notices.warn(
-                "undelivered",
-                f"{self!r}: {self.dropped} of {self._ended} spans could not be delivered "
-                f"(collector unreachable, refusing or too slow; {self._retrying.failures} exports failed, "
-                f"gave up after the export timeout of {self.settings.flush_timeout_s:g} s at close).",
+                "undelivered" if self.dropped else "recovered",
+                f"{self!r}: {self.account()}",
                 every_rank=True,
                 origin=NOWHERE,
             )
         super().close()
+
+    def account(self) -> str:
+        """What reached the collector, in one sentence (said at close when anything went wrong)."""
+        retrying = self._retrying
+        account = (
+            f"{retrying.delivered} of {self._ended} spans delivered ({retrying.resent} of them re-sent after "
+            f"{retrying.failures} failed exports), {self.dropped} dropped"
+        )
+        causes = [
+            f"{retrying.refused} too large for any request" if retrying.refused else "",
+            f"{retrying.overflowed} beyond the backlog of {self.capacity}" if retrying.overflowed else "",
+        ]
+        given_up = self.dropped - retrying.refused - retrying.overflowed
+        if given_up > 0:
+            causes.append(
+                f"{given_up} still waiting when the export timeout of {self.settings.flush_timeout_s:g} s at close "
+                "ran out (collector unreachable, refusing or too slow)"
+            )
+        said = [cause for cause in causes if cause]
+        return account + (f": {'; '.join(said)}." if said else ".")
 
     @property
     def delivered(self) -> int:

@@ -74,6 +74,8 @@ _BATCH_VARIABLES = {  # name -> (variable, unit)
     "max_export_batch_size": (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, "spans"),
     "export_timeout_millis": (OTEL_BSP_EXPORT_TIMEOUT, "milliseconds"),
 }
+MAX_REQUEST_BYTES_VARIABLE = "TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES"
+DEFAULT_MAX_REQUEST_BYTES = 3 * 1024 * 1024  # under the 4 MiB gRPC receivers (the Collector's too) take by default
 _HOST = re.compile(r"^[A-Za-z0-9._~%-]+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
@@ -114,6 +116,7 @@ class OTLPOptions:
     schedule_delay_millis: float | None = None
     max_export_batch_size: int | None = None
     export_timeout_millis: float | None = None
+    max_request_bytes: int | None = None
     metrics: bool | None = None
 
     def given(self) -> dict[str, Any]:
@@ -153,6 +156,7 @@ class OTLPSettings:
     resource_attributes: Mapping[str, Any]
     batch: Mapping[str, float]  # BatchSpanProcessor's arguments
     metrics: bool
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # one request's bound (receivers refuse larger ones)
     metrics_protocol: Protocol = "grpc"
     metrics_endpoint: str = ""
     metrics_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
@@ -216,6 +220,15 @@ class OTLPSettings:
             resource_attributes=dict(options.resource_attributes or {}),
             batch=batch,
             metrics=metrics,
+            max_request_bytes=int(
+                _positive(
+                    "max_request_bytes",
+                    options.max_request_bytes,
+                    (MAX_REQUEST_BYTES_VARIABLE,),
+                    DEFAULT_MAX_REQUEST_BYTES,
+                    "bytes",
+                )
+            ),
             metrics_protocol=metrics_protocol,
             metrics_endpoint=_metrics_endpoint(options.endpoint, endpoint, protocol, metrics_protocol),
             metrics_headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_METRICS_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
@@ -432,12 +445,12 @@ def _positive(name: str, given: float | None, variables: tuple[str, ...], defaul
             value = float(value)
         except ValueError:
             raise OTLPSettingsError(
-                f"{source}={value!r}: must be a number of {unit} greater than 0 (OpenTelemetry's default: "
+                f"{source}={value!r}: must be a number of {unit} greater than 0 (default: "
                 f"{default if default is not None else 'the export timeout'})."
             ) from None
     if not value > 0 or value != value or value == float("inf"):
         raise OTLPSettingsError(
-            f"{source}={value!r}: must be a number of {unit} greater than 0 (OpenTelemetry's default: "
+            f"{source}={value!r}: must be a number of {unit} greater than 0 (default: "
             f"{default if default is not None else 'the export timeout'}). With it, nothing would be sent."
         )
     return int(value) if name in ("max_queue_size", "max_export_batch_size") else value

@@ -4,11 +4,13 @@ bound whatever the collector does."""
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from opentelemetry.sdk.metrics.export import MetricExporter
@@ -17,12 +19,15 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from telemetry_jit.boundary import FAILED, call_site
 
-from .otlp_settings import OTLPSettings
+from .otlp_settings import DEFAULT_MAX_REQUEST_BYTES, OTLPSettings, OTLPSettingsError
 
 _SEND = call_site(
     "otlp.send",
     "sending spans to the OTLP collector",
     bound="the batch processor's thread; the export timeout at close",
+)
+_SIZE = call_site(
+    "otlp.size", "measuring an OTLP request (OpenTelemetry's encoder)", bound="the batch processor's thread"
 )
 
 Signal = Literal["traces", "metrics"]
@@ -36,6 +41,32 @@ OTEL_LOGGERS = (
     "opentelemetry.sdk.trace.export",
     "opentelemetry.sdk.metrics._internal.export",
 )
+
+
+_TRANSPORTS = {  # protocol -> (OpenTelemetry's module, the distribution that has it)
+    "grpc": ("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry-exporter-otlp-proto-grpc"),
+    "http/protobuf": ("opentelemetry.exporter.otlp.proto.http", "opentelemetry-exporter-otlp-proto-http"),
+}
+
+
+def require_transports(settings: OTLPSettings) -> None:
+    """Refuse, before anything runs, settings whose protocol's exporter is not installed (the ``otlp`` extra).
+
+    Raises:
+        OTLPSettingsError: naming the protocol, the missing distribution and the command that installs it.
+    """
+    protocols = {settings.protocol, settings.metrics_protocol} if settings.metrics else {settings.protocol}
+    for protocol in sorted(protocols):
+        module, distribution = _TRANSPORTS[protocol]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise OTLPSettingsError(
+                f"OTLP over {protocol} needs {distribution}, which is not installed here: "
+                "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
+            )
 
 
 def _exporter_class(protocol: str, signal: Signal) -> type[Any]:
@@ -115,30 +146,77 @@ def _session_trusting_the_given_certificate() -> Any:
 
 class FailureTap(logging.Filter):
     """Keeps OpenTelemetry's own failure lines off the console (the exporter says once, in its own words,
-    what failed and what it does about it) and remembers the first, for that message."""
+    what failed and what it does about it) and remembers the first, for that message, and the last, to
+    tell a receiver that refused a request as too large from one that is down."""
 
     def __init__(self) -> None:
         super().__init__()
         self.first_reason = ""
+        self.last_reason = ""
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
-        if not self.first_reason:
-            self.first_reason = record.getMessage().strip().split("\n", 1)[0][:300]
+        reason = record.getMessage().strip().split("\n", 1)[0][:300]
+        self.first_reason = self.first_reason or reason
+        self.last_reason = reason
         return False
 
 
-class RetryingSpanExporter(SpanExporter):
-    """Keeps what a failed export carried (newest first, bounded) and sends it with the next batch;
-    counts what the collector accepted."""
+# how gRPC (RESOURCE_EXHAUSTED: "received message larger than max") and HTTP (413) receivers refuse a request
+_TOO_LARGE = ("RESOURCE_EXHAUSTED", "larger than max", " 413", "Too Large", "exceeds max_request_size")
 
-    def __init__(self, inner: SpanExporter, capacity: int, on_failure: Callable[[], None] | None = None) -> None:
+
+def request_bytes(spans: Sequence[ReadableSpan]) -> int:
+    """The size of the OTLP request that carries ``spans`` (protobuf, before compression)."""
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+
+    return int(encode_spans(spans).ByteSize())
+
+
+@dataclass
+class _Request:
+    spans: list[ReadableSpan]
+    resent: bool  # it carries spans a failed export kept
+
+
+class RetryingSpanExporter(SpanExporter):
+    """Sends each batch in requests a receiver accepts, and never lets a backlog jam delivery.
+
+    A batch is cut into requests of at most ``max_batch`` spans and ``max_bytes`` bytes. What a failed
+    export carried is kept (newest first, at most ``capacity`` spans) and sent after the next batch, in
+    requests of the same bounds, so that a backlog never grows one request past what the receiver takes.
+    A request refused while the receiver accepts others (or refused as too large) is halved; one span
+    that no receiver would take is dropped and counted (``refused``), said once through ``on_refused``.
+    Whatever OpenTelemetry's logs say (an application's logging configuration may silence them), a failed
+    request halves the next ones, and each delivered one doubles them again up to ``max_batch``: a receiver
+    whose limit is lower than ``max_bytes`` is met within a few exports.
+    """
+
+    def __init__(
+        self,
+        inner: SpanExporter,
+        capacity: int,
+        on_failure: Callable[[], None] | None = None,
+        *,
+        max_batch: int = 512,
+        max_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        tap: FailureTap | None = None,
+        on_refused: Callable[[str], None] | None = None,
+    ) -> None:
         self.inner = inner
         self.capacity = capacity
         self.on_failure = on_failure
+        self.on_refused = on_refused
+        self.max_batch = max(max_batch, 1)
+        self._request_spans = self.max_batch  # at most this many spans a request, for now
+        self.max_bytes = max_bytes
+        self.tap = tap
         self.pending: deque[ReadableSpan] = deque()
         self.delivered = 0
+        self.resent = 0  # of ``delivered``: spans a failed export had kept
+        self.refused = 0  # spans dropped as too large for any request
+        self.overflowed = 0  # spans dropped because the backlog was full
         self.failures = 0
         self._counting = True
         self._lock = threading.Lock()
@@ -150,34 +228,97 @@ class RetryingSpanExporter(SpanExporter):
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         with self._lock:
-            batch = [*self.pending, *spans]
+            backlog = list(self.pending)
             self.pending.clear()
-        result = _SEND.call(self.inner.export, batch)
-        if result is FAILED:  # a broken transport is a failed export, not a crash
-            result = SpanExportResult.FAILURE
+        queue = deque(self._requests(list(spans), resent=False) + self._requests(backlog, resent=True))
+        kept: dict[bool, list[ReadableSpan]] = {True: [], False: []}  # by resent: older spans first
+        receiver_up = False
+        while queue:
+            request = queue.popleft()
+            if not receiver_up and (kept[True] or kept[False]):  # down: the rest waits, no timeout spent on it
+                kept[request.resent].extend(request.spans)
+                continue
+            sent, too_large = self._send(request.spans)
+            if sent:
+                receiver_up = True
+                self._request_spans = min(self._request_spans * 2, self.max_batch)
+                self._count(request)
+                continue
+            self._request_spans = max(len(request.spans) // 2, 1)
+            if (receiver_up or too_large) and len(request.spans) > 1:
+                half = len(request.spans) // 2
+                queue.extendleft(
+                    [_Request(request.spans[half:], request.resent), _Request(request.spans[:half], request.resent)]
+                )
+            elif receiver_up or too_large:
+                self._refuse(request.spans, "the receiver refused it while it accepted others")
+            else:
+                kept[request.resent].extend(request.spans)
+        if kept[True] or kept[False]:
+            self._keep(kept[True] + kept[False])
+            return SpanExportResult.FAILURE
+        return SpanExportResult.SUCCESS
+
+    def _requests(self, spans: list[ReadableSpan], resent: bool) -> list[_Request]:
+        """``spans`` cut into requests within both bounds; a span too large alone is refused here."""
+        requests: list[_Request] = []
+        step = self._request_spans
+        chunks = [spans[i : i + step] for i in range(0, len(spans), step)]
+        while chunks:
+            chunk = chunks.pop(0)
+            size = _SIZE.call(request_bytes, chunk) if self.max_bytes else 0
+            if size is FAILED or size <= self.max_bytes:
+                requests.append(_Request(chunk, resent))
+            elif len(chunk) == 1:
+                self._refuse(chunk, f"{size} bytes alone, over the request limit of {self.max_bytes}")
+            else:
+                half = len(chunk) // 2
+                chunks[:0] = [chunk[:half], chunk[half:]]
+        return requests
+
+    def _send(self, spans: list[ReadableSpan]) -> tuple[bool, bool]:
+        """Whether the receiver took ``spans``, and whether it refused them as too large."""
+        if self.tap is not None:
+            self.tap.last_reason = ""
+        result = _SEND.call(self.inner.export, spans)
+        if result is SpanExportResult.SUCCESS:
+            return True, False
+        with self._lock:
+            self.failures += 1
+        if self.on_failure is not None:
+            self.on_failure()
+        reason = self.tap.last_reason if self.tap is not None else ""
+        return False, any(mark in reason for mark in _TOO_LARGE)
+
+    def _count(self, request: _Request) -> None:
+        with self._lock:
+            if self._counting:
+                self.delivered += len(request.spans)
+                self.resent += len(request.spans) if request.resent else 0
+
+    def _keep(self, spans: list[ReadableSpan]) -> None:
         with self._lock:
             if not self._counting:
-                return result
-            if result is SpanExportResult.SUCCESS:
-                self.delivered += len(batch)
-            else:
-                self.failures += 1
-                self.pending.extend(batch[-self.capacity :] if self.capacity else [])
-        if result is not SpanExportResult.SUCCESS and self.on_failure is not None:
-            self.on_failure()
-        return result
+                return
+            self.pending.extend(spans)
+            while len(self.pending) > self.capacity:
+                self.pending.popleft()  # the oldest go first
+                self.overflowed += 1
+
+    def _refuse(self, spans: list[ReadableSpan], why: str) -> None:
+        with self._lock:
+            self.refused += len(spans)
+        if self.on_refused is not None:
+            self.on_refused(f"a span ({spans[0].name!r}) could not be sent: {why}")
 
     def shutdown(self) -> None:
         with self._lock:
             left, self.pending = list(self.pending), deque()
-        if left:
-            try:
-                delivered = self.inner.export(left) is SpanExportResult.SUCCESS
-            except Exception:  # noqa: BLE001
-                delivered = False
-            with self._lock:
-                if self._counting and delivered:
-                    self.delivered += len(left)
+        for request in self._requests(left, resent=True):
+            if self._send(request.spans)[0]:
+                self._count(request)
+            else:
+                break
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

@@ -80,7 +80,7 @@ def build_environment(python_exe: str, torch_version: str, env_dir: Path, log: P
     env = {**os.environ, "PIP_CONSTRAINT": str(pin), "PIP_DISABLE_PIP_VERSION_CHECK": "1"}
     env_dir.parent.mkdir(parents=True, exist_ok=True)
     pin.write_text(f"torch=={torch_version}\n")
-    steps = [[str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[thunder,test]"]]
+    steps = [[str(python), "-m", "pip", "install", "--quiet", "-e", f"{ROOT}[otlp,thunder,test]"]]
     if not (python.exists() and installed_versions(python).get("torch", "").split("+")[0] == torch_version):
         shutil.rmtree(env_dir, ignore_errors=True)  # not one kept from an earlier run (--keep)
         steps[:0] = [

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Installs telemetry-jit (editable) with its test and thunder extras into the current Python.
+# Installs telemetry-jit (editable) with its OTLP extra into the current Python.
 # An existing torch (>= 2.8) is left alone; without one, torch 2.13.0 is installed, which on
 # a CPU-only machine with the on-disk wheel is the CPU build (no CUDA packages are pulled).
 #
-#   --test-tools   also the outside tools some tests drive: Debian's chromium (needs root),
+#   --thunder      also Lightning Thunder (the thunder extra)
+#   --test-tools   also thunder and the test extra (the suite drives thunder), and the outside tools some
+#                  tests drive: Debian's chromium (needs root),
 #                  speedscope (npm) and Arize Phoenix (in .venv-phoenix). A test whose tool could
 #                  not be installed is skipped and says why.
 set -euo pipefail
@@ -24,8 +26,15 @@ else
     say "installing torch 2.13.0 (no torch here; the CPU wheel where one lies on disk, about 30 s)"
     "$PY" -m pip install --quiet "torch==2.13.0"
 fi
-say "installing telemetry-jit (editable) with lightning, nv-one-logger, OpenTelemetry, thunder and the test tools (about 1 minute)"
-"$PY" -m pip install --quiet -e ".[thunder,test]"
+extras="otlp"
+case "${1:-}" in
+    --thunder) extras="otlp,thunder" ;;
+    --test-tools) extras="otlp,thunder,test" ;;
+    "") ;;
+    *) echo "usage: bash scripts/install.sh [--thunder | --test-tools]" >&2; exit 2 ;;
+esac
+say "installing telemetry-jit (editable) with lightning, nv-one-logger and OpenTelemetry's OTLP exporters ($extras; about 1 minute)"
+"$PY" -m pip install --quiet -e ".[$extras]"
 
 if [ "${1:-}" = "--test-tools" ]; then
     if ! command -v chromium >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -62,6 +62,7 @@ class Received:
     metadata: list[dict[str, str]] = field(default_factory=list)
     raw: list[bytes] = field(default_factory=list)
     metric_requests: list[metrics_service_pb2.ExportMetricsServiceRequest] = field(default_factory=list)
+    refused: int = 0  # requests refused as too large
 
     def metric_points(self) -> list[MetricPoint]:
         """The data points of the last request that held each metric (cumulative: the latest counts)."""
@@ -147,9 +148,12 @@ class GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):
 
 
 class HttpReceiver:
-    """OTLP/HTTP (protobuf) on 127.0.0.1, paths ``/v1/traces`` and ``/v1/metrics``."""
+    """OTLP/HTTP (protobuf) on 127.0.0.1, paths ``/v1/traces`` and ``/v1/metrics``; a request larger
+    than ``max_bytes`` is refused with 413, as collectors configured with a body limit do."""
 
-    def __init__(self, delay: float = 0.0, tls: tuple[Path, Path] | None = None) -> None:
+    def __init__(
+        self, delay: float = 0.0, tls: tuple[Path, Path] | None = None, port: int = 0, max_bytes: int = 0
+    ) -> None:
         self.received = Received()
         received = self.received
 
@@ -157,6 +161,12 @@ class HttpReceiver:
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
                 time.sleep(delay)  # a slow collector
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if max_bytes and len(body) > max_bytes:
+                    received.refused += 1
+                    self.send_response(413, "Request Entity Too Large")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if self.headers.get("Content-Encoding") == "gzip":
                     body = gzip.decompress(body)
                 if self.path == "/v1/metrics":
@@ -184,7 +194,7 @@ class HttpReceiver:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.port = self._server.server_address[1]
         self.scheme = "https" if tls else "http"
         if tls is not None:

@@ -47,7 +47,7 @@ def test_facts_about_the_job_are_said_by_rank_zero_alone(rank) -> None:
 def test_facts_about_one_process_are_said_by_every_rank_with_its_number(rank) -> None:
     rank(3, world_size=4)
     (warning,) = said(lambda: Notices().warn("disk", "telemetry-jit: the disk is full", every_rank=True))
-    assert str(warning.message) == "[rank 3] telemetry-jit: the disk is full"
+    assert str(warning.message) == "[rank: 3] telemetry-jit: the disk is full"
 
 
 def test_the_origin_is_the_users_line(rank, tmp_path) -> None:

@@ -4,6 +4,7 @@ nothing refused when the exporter is built, naming the variable."""
 from __future__ import annotations
 
 import pickle
+import sys
 import warnings
 
 import pytest
@@ -215,3 +216,28 @@ def test_names_telemetry_jit_leaves_to_opentelemetry_are_said(monkeypatch: pytes
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "console")
     with pytest.warns(RuntimeWarning, match="names console; telemetry-jit exports only over OTLP"):
         assert not traces_exporter_wanted()
+
+
+@pytest.mark.parametrize(
+    ("protocol", "missing"),
+    [("grpc", "opentelemetry.exporter.otlp.proto.grpc"), ("http/protobuf", "opentelemetry.exporter.otlp.proto.http")],
+)
+def test_otlp_without_its_extra_is_refused_naming_what_to_install(
+    protocol: str, missing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from telemetry_jit.exporters import OTLPExporter
+
+    monkeypatch.setitem(sys.modules, missing, None)  # as if the distribution were not installed
+    with pytest.raises(OTLPSettingsError, match=r"pip install 'telemetry-jit\[otlp\]'"):
+        OTLPExporter("http://127.0.0.1:4317", protocol=protocol, metrics=False)
+
+
+def test_the_request_bound_comes_from_its_variable_and_refuses_nonsense(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES", "1000000")
+    assert OTLPSettings.resolve(OTLPOptions()).max_request_bytes == 1_000_000
+    assert OTLPSettings.resolve(OTLPOptions(max_request_bytes=5)).max_request_bytes == 5  # the argument wins
+    monkeypatch.setenv("TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES", "4MB")
+    with pytest.raises(
+        OTLPSettingsError, match="TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES='4MB': must be a number of bytes"
+    ):
+        OTLPSettings.resolve(OTLPOptions())

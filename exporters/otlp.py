@@ -19,8 +19,11 @@ import functools
 import hashlib
 import logging
 import os
+import platform
 import random
+import re
 import socket
+import sys
 from collections.abc import Iterator, Mapping
 from importlib import metadata
 from typing import Any
@@ -58,7 +61,16 @@ from .otlp_transport import (
 )
 
 _SDK = call_site("opentelemetry.trace", "OpenTelemetry's tracer (OTLP export of a span)")
-_VERSIONED = ("torch", "lightning", "lightning-thunder", "nv-one-logger-training-telemetry", "telemetry-jit")
+# installed distribution -> its resource key (telemetry_jit.version.*; version.<distribution>, the names before
+# 0.2, are kept for one release: dashboards read them)
+_VERSIONED = {
+    "torch": "torch",
+    "lightning": "lightning",
+    "lightning-thunder": "thunder",
+    "nv-one-logger-training-telemetry": "nv_one_logger",
+    "telemetry-jit": "telemetry_jit",
+}
+SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"  # the semantic conventions the names follow
 
 
 class _RunTraceIds(IdGenerator):
@@ -205,9 +217,20 @@ class OTLPExporter(BaseExporter):
             "host.name": socket.gethostname(),
             "process.pid": os.getpid(),
         }
-        for package in _VERSIONED:
+        attributes.update(
+            {
+                "process.runtime.name": sys.implementation.name,
+                "process.runtime.version": platform.python_version(),
+                "process.runtime.description": sys.version,
+            }
+        )
+        for package, key in _VERSIONED.items():
             with contextlib.suppress(metadata.PackageNotFoundError):
-                attributes[f"version.{package}"] = metadata.version(package)
+                version = metadata.version(package)
+                attributes[f"telemetry_jit.version.{key}"] = version
+                attributes[f"version.{package}"] = version  # deprecated: the name before 0.2
+        if "telemetry_jit.version.telemetry_jit" in attributes:
+            attributes["service.version"] = attributes["telemetry_jit.version.telemetry_jit"]
         attributes.update(self.settings.resource_attributes)
         return Resource.create(attributes)
 
@@ -243,7 +266,7 @@ class OTLPExporter(BaseExporter):
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
         self._provider.add_span_processor(BatchSpanProcessor(self._retrying, **self.settings.batch))  # type: ignore[arg-type]
-        return self._provider.get_tracer("telemetry_jit")
+        return self._provider.get_tracer("telemetry_jit", _own_version(), schema_url=SCHEMA_URL)
 
     @property
     def meter_provider(self) -> MeterProvider | None:
@@ -328,6 +351,7 @@ class OTLPExporter(BaseExporter):
         for event in span.events:
             otel_span.add_event(event.name, _attributes(event.exported_attributes()), timestamp=event.time_unix_ns)
             if event.error:
+                otel_span.add_event("exception", exception_attributes(event.message), timestamp=event.time_unix_ns)
                 otel_span.set_status(Status(StatusCode.ERROR, event.message))
         otel_span.end(end_time=span.end_unix_ns)
         self._ended += 1
@@ -367,8 +391,15 @@ class OTLPExporter(BaseExporter):
         _SDK.call(self._add_error, event, span)
 
     def _add_error(self, event: ErrorEvent, span: Span) -> None:
-        otel_span = self._add_event(event, span)
+        otel_span = self._add_event(event, span)  # nv-one-logger's ``error`` event, kept for one release
         if otel_span is not None:
+            otel_span.add_event(
+                "exception",
+                exception_attributes(
+                    event.exception_message or event.error_message, event.exception_type, event.exception_traceback
+                ),
+                timestamp=_ns(event.timestamp),
+            )
             otel_span.set_status(Status(StatusCode.ERROR, event.error_message))
 
     def _add_event(self, event: Event, span: Span) -> trace.Span | None:
@@ -441,6 +472,28 @@ class OTLPExporter(BaseExporter):
         """Spans the backend accepted so far."""
         retrying = getattr(self, "_retrying", None)
         return retrying.delivered if retrying is not None else 0
+
+
+_TYPED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Interrupt|Exit|Warning)\w*): (.*)", re.S)
+
+
+def exception_attributes(message: str, type_name: str | None = None, stacktrace: str | None = None) -> dict[str, str]:
+    """OpenTelemetry's ``exception`` event (semantic conventions): ``exception.type``, ``.message`` and
+    ``.stacktrace``; a message written ``Type: text`` gives its type where none is known."""
+    if type_name is None:
+        typed = _TYPED.match(message)
+        type_name, message = (typed.group(1), typed.group(2)) if typed else ("Error", message)
+    attributes = {"exception.type": type_name, "exception.message": message}
+    if stacktrace:
+        attributes["exception.stacktrace"] = stacktrace
+    return attributes
+
+
+def _own_version() -> str:
+    try:
+        return metadata.version("telemetry-jit")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 @contextlib.contextmanager

@@ -215,6 +215,7 @@ class TimeEventCallback(Callback):
 
     def _end_failed(self, exception: BaseException, where: str) -> None:
         message = f"{type(exception).__name__}: {exception} (at {where})"
+        typed = exception if isinstance(exception, Exception) else None  # nv-one-logger takes no KeyboardInterrupt
         iterations = self._bookkeeping()
         for name, end in (
             (TrainingSpanName.VALIDATION_ITERATION, iterations.validation_end),
@@ -222,7 +223,7 @@ class TimeEventCallback(Callback):
         ):
             span = active_span(self._session, name)  # none on the fast path: the error would go nowhere anyway
             if span is not None:
-                self._provider.recorder.error(span, message)
+                self._provider.recorder.error(span, message, typed)
             end()
         for name, end_loop in (
             (TrainingSpanName.VALIDATION_LOOP, one_logger.on_validation_end),
@@ -230,7 +231,7 @@ class TimeEventCallback(Callback):
         ):
             span = active_span(self._session, name)
             if span is not None:
-                self._provider.recorder.error(span, message)
+                self._provider.recorder.error(span, message, typed)
                 end_loop()
 
     # -- checkpoint saves, called by HookedTrainer.save_checkpoint ----------------------------

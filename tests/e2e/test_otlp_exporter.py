@@ -4,10 +4,13 @@ that is down or restarts."""
 from __future__ import annotations
 
 import atexit
+import importlib.metadata
 import logging
 import os
+import platform
 import shutil
 import socket
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -562,3 +565,44 @@ def test_every_otel_value_either_fails_at_configure_or_delivers_everything(
         assert {s.name for s in receiver.received.spans()} >= {"compilation", "training_loop", "application"}
     finally:
         receiver.stop()
+
+
+def test_a_failed_fit_reaches_the_backend_as_opentelemetrys_exception_event(configure, tmp_path: Path) -> None:
+    """Backends show ``exception`` events (type, message, stack trace) specially; the resource and the tracer
+    say what produced the spans, as OpenTelemetry's conventions name it."""
+
+    class Failing(Net):
+        def training_step(self, batch, batch_idx):
+            if batch_idx == 2:
+                raise ValueError("a bug in training_step")
+            return super().training_step(batch, batch_idx)
+
+    receiver = GrpcReceiver()
+    try:
+        exporter = OTLPExporter(receiver.endpoint, protocol="grpc", timeout=5)
+        provider = configure(exporter)
+        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)
+        with pytest.raises(ValueError, match="a bug in training_step"):
+            HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Failing(), loader(18, 4))
+        callback.on_app_end()
+    finally:
+        receiver.stop()
+    received = receiver.received.spans()
+    exceptions = [(s, a) for s in received for name, _, a in s.events if name == "exception"]
+    assert exceptions, [s.events for s in received]
+    span, attributes = exceptions[0]
+    assert attributes["exception.type"] == "ValueError"
+    assert attributes["exception.message"] == "a bug in training_step"
+    assert "training_step" in attributes["exception.stacktrace"]
+    assert span.status_code == 2  # STATUS_CODE_ERROR
+
+    resource = received[0].resource
+    version = importlib.metadata.version("telemetry-jit")
+    assert resource["service.version"] == version == resource["telemetry_jit.version.telemetry_jit"]
+    assert resource["process.runtime.name"] == sys.implementation.name
+    assert resource["process.runtime.version"] == platform.python_version()
+    assert Version(resource["telemetry_jit.version.torch"]).release == Version(torch.__version__).release
+    assert resource["version.torch"] == resource["telemetry_jit.version.torch"]  # the old name, for one release
+    scope = receiver.received.requests[0].resource_spans[0].scope_spans[0]
+    assert (scope.scope.name, scope.scope.version) == ("telemetry_jit", version)
+    assert scope.schema_url.startswith("https://opentelemetry.io/schemas/")

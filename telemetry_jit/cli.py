@@ -8,6 +8,7 @@ error or, for ``check``, an answer it cannot give, 3 (``check``) the run did not
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.report import render_fleet_report, render_report
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.analysis.text import format_diff, format_fleet, format_summary
-from telemetry_jit.analysis.trace import to_trace_events
+from telemetry_jit.analysis.trace import foreign_trace_events, to_trace_events
 from telemetry_jit.terminal import clean
 
 PATHS_HELP = "telemetry files written by telemetry-jit, folders of them (one file per rank), or - for standard input"
@@ -57,8 +58,16 @@ def _parser() -> argparse.ArgumentParser:
     report = command("report", "a self-contained HTML report (one run, or the ranks of one)")
     report.add_argument("-o", "--output", help="the HTML file (default: beside the first input, .html)")
     _rank_options(report)
-    trace = command("trace", "a Chrome Trace Event / Perfetto file, one track per rank")
+    trace = command("trace", "a Chrome Trace Event / Perfetto file in absolute time, one track per run and rank")
     trace.add_argument("-o", "--output", help="the trace file (default: beside the first input, .trace.json)")
+    trace.add_argument(
+        "--with",
+        dest="merge",
+        action="append",
+        default=[],
+        metavar="TRACE",
+        help="merge another trace of the same run: tlparse's chromium_events.json, a torch.profiler export",
+    )
     trace.add_argument("--all-runs", action="store_true", help="every run of each file, not only the last")
     compare = command("diff", "two runs (or the ranks of two runs) side by side")
     compare.add_argument("base", help="the run to compare with (a file or a folder of rank files)")
@@ -203,9 +212,23 @@ def _trace(args: argparse.Namespace) -> int:
     output = _output(args, loaded, ".trace.json")
     if output is None:
         return 2
-    if not _write_whole(output, to_json(to_trace_events(loaded.runs))):
+    others = []
+    for path in args.merge:
+        try:
+            document = json.loads(Path(path).read_text(encoding="utf-8"))
+            foreign_trace_events(document)
+        except (OSError, ValueError) as error:
+            _complain(f"trace: cannot merge {path}: {error}")
+            return 2
+        others.append((Path(path).name, document))
+    if not _write_whole(output, to_json(to_trace_events(loaded.runs, others))):
         return 1
-    _say(f"wrote {output}: {len(loaded.runs)} rank(s); open it in https://ui.perfetto.dev or chrome://tracing")
+    runs = len({run.run_id for run in loaded.runs})
+    merged = f", with {', '.join(name for name, _ in others)}" if others else ""
+    _say(
+        f"wrote {output}: {runs} run(s), {len(loaded.runs)} track(s) (one per run and rank){merged}; "
+        "open it in https://ui.perfetto.dev or chrome://tracing"
+    )
     return 1 if loaded.errors else 0
 
 

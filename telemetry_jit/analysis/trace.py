@@ -16,60 +16,131 @@ def _args(attributes: dict[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in attributes.items() if value not in ("", None, [])}
 
 
-def to_trace_events(runs: Sequence[TelemetryRun]) -> dict[str, Any]:
-    """The runs as a Trace Event Format document (``{"traceEvents": [...]}``, times in µs).
+TIME_ORIGIN = (
+    "the Unix epoch: ts are microseconds since 1970-01-01 UTC, as in torch's own compile trace (TORCH_TRACE, "
+    "tlparse's chromium_events.json), so the two overlay; torch.profiler traces are laid on it through their "
+    "baseTimeNanoseconds"
+)
+_OWN_TID = 1
 
-    Each rank is a process (``pid`` = rank) with one thread; spans are complete events (``ph: X``)
-    that nest by time, so compilations sit inside the loop that was running; span events such as
-    ``graph_break`` are thread-scoped instant events. A span that never ended (the process was
-    killed) lasts until the last timestamp of its rank and carries ``"unfinished": true``.
+
+def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
+    """The runs as a Trace Event Format document (``{"traceEvents": [...]}``), in absolute time (µs since
+    the Unix epoch, :data:`TIME_ORIGIN`), ready to be opened beside torch's own traces; ``others`` are such
+    traces (``(name, document)``: tlparse's ``chromium_events.json``, a ``torch.profiler`` export) merged in.
+
+    Each run and rank is a process: its OS pid where the file knows it (a ``torch.profiler`` trace of the
+    same process lands on the same track), else a number of its own; spans are complete events
+    (``ph: X``) that nest by time, so compilations sit inside the loop that was running; span events such
+    as ``graph_break`` are thread-scoped instant events. A span that never ended (the process was killed)
+    lasts until the last timestamp of its rank and carries ``"unfinished": true``.
     """
-    starts = [span.start_unix_ns for run in runs for span in run.spans.values()]
-    origin = min(starts) if starts else 0
+    pids = _pids(runs)
     events: list[dict[str, Any]] = []
-    for run in runs:
-        pid = run.rank
-        node = run.node
-        status = run_status(run)
-        label = f"rank {pid} {node}".strip() + ("" if status.finished else f" ({status.state})")
+    for run, pid in zip(runs, pids, strict=True):
+        events += _run_events(run, pid)
+    taken = set(pids)
+    for name, document in others:
+        events += _merged(name, document, taken)
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "producer": "telemetry-jit",
+            "time_origin": TIME_ORIGIN,
+            "runs": [{"run": run.run_id, "rank": run.rank, "pid": pid} for run, pid in zip(runs, pids, strict=True)],
+        },
+    }
+
+
+def _pids(runs: Sequence[TelemetryRun]) -> list[int]:
+    """One pid per run and rank: the OS pid when every run has its own, else 1, 2, ..."""
+    own = [run.pid for run in runs]
+    if all(own) and len(set(own)) == len(own):
+        return own
+    return list(range(1, len(runs) + 1))
+
+
+def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
+    status = run_status(run)
+    label = f"run {short_run_id(run.run_id)} rank {run.rank} {run.node}".strip()
+    label += "" if status.finished else f" ({status.state})"
+    events: list[dict[str, Any]] = [
+        {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": metadata}
         for name, tid, metadata in (
             ("process_name", 0, {"name": label}),
-            ("process_sort_index", 0, {"sort_index": pid}),
-            ("thread_name", 1, {"name": f"run {short_run_id(run.run_id)}"}),
-        ):
-            events.append({"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": metadata})
-        last = max((s.end_unix_ns or s.start_unix_ns for s in run.spans.values()), default=origin)
-        for span in sorted(run.spans.values(), key=_order):
-            end = span.end_unix_ns if span.end_unix_ns is not None else last
-            args = _args(span.attributes)
-            if span.end_unix_ns is None:
-                args["unfinished"] = True
+            ("process_sort_index", 0, {"sort_index": run.rank}),
+            ("thread_name", _OWN_TID, {"name": "telemetry-jit"}),
+        )
+    ]
+    last = max((s.end_unix_ns or s.start_unix_ns for s in run.spans.values()), default=0)
+    for span in sorted(run.spans.values(), key=_order):
+        end = span.end_unix_ns if span.end_unix_ns is not None else last
+        args = _args(span.attributes)
+        if span.end_unix_ns is None:
+            args["unfinished"] = True
+        events.append(
+            {
+                "name": span.name,
+                "cat": "compile" if span.name == JitSpanName.COMPILATION else "training",
+                "ph": "X",
+                "ts": span.start_unix_ns / 1000,
+                "dur": max(end - span.start_unix_ns, 0) / 1000,
+                "pid": pid,
+                "tid": _OWN_TID,
+                "args": args,
+            }
+        )
+        for event in span.events:
             events.append(
                 {
-                    "name": span.name,
-                    "cat": "compile" if span.name == JitSpanName.COMPILATION else "training",
-                    "ph": "X",
-                    "ts": (span.start_unix_ns - origin) / 1000,
-                    "dur": max(end - span.start_unix_ns, 0) / 1000,
+                    "name": event.name,
+                    "cat": "error" if event.is_error else "event",
+                    "ph": "i",
+                    "s": "t",
+                    "ts": event.time_unix_ns / 1000,
                     "pid": pid,
-                    "tid": 1,
-                    "args": args,
+                    "tid": _OWN_TID,
+                    "args": _args(event.attributes),
                 }
             )
-            for event in span.events:
-                events.append(
-                    {
-                        "name": event.name,
-                        "cat": "error" if event.is_error else "event",
-                        "ph": "i",
-                        "s": "t",
-                        "ts": (event.time_unix_ns - origin) / 1000,
-                        "pid": pid,
-                        "tid": 1,
-                        "args": _args(event.attributes),
-                    }
-                )
-    return {"traceEvents": events, "displayTimeUnit": "ms", "otherData": {"producer": "telemetry-jit"}}
+    return events
+
+
+def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
+    """The events of a Trace Event document (a list, or an object with ``traceEvents``).
+
+    Raises:
+        ValueError: it is neither.
+    """
+    events = document.get("traceEvents") if isinstance(document, dict) else document
+    if not isinstance(events, list):
+        raise ValueError("not a Trace Event document (a list of events, or an object with traceEvents)")
+    return [event for event in events if isinstance(event, dict)]
+
+
+def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
+    """Another tool's trace in absolute time: a ``torch.profiler`` export's times are relative to its
+    ``baseTimeNanoseconds``; torch's compile trace puts everything on pid 0, which gets a free pid and a name."""
+    base_us = 0.0
+    if isinstance(document, dict) and isinstance(document.get("baseTimeNanoseconds"), (int, float)):
+        base_us = document["baseTimeNanoseconds"] / 1000
+    renamed: dict[Any, int] = {}
+    events = []
+    for event in foreign_trace_events(document):
+        event = dict(event)
+        if isinstance(event.get("ts"), (int, float)) and event.get("ph") != "M":
+            event["ts"] = event["ts"] + base_us
+        if event.get("pid") in (0, None):  # a pid of a real process stays: the profile of a run's process joins it
+            pid = renamed.setdefault(event.get("pid"), max(taken, default=0) + 1)
+            taken.add(pid)
+            event["pid"] = pid
+        events.append(event)
+    events += [
+        {"ph": "M", "name": "process_name", "ts": 0, "pid": pid, "tid": 0, "args": {"name": f"{name} (pid {old})"}}
+        for old, pid in renamed.items()
+    ]
+    return events
 
 
 def _order(span: SpanRecord) -> tuple[int, int]:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 import http.server
 import json
+import os
 import shutil
 import subprocess
+import sys
 import threading
 import urllib.parse
 from pathlib import Path
@@ -20,6 +22,8 @@ from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 REQUIRED = {"name", "ph", "ts", "pid", "tid"}
+# the format's event types: ours are X, i and M; torch's compile trace adds B and E, a profile flows (s, f)
+PHASES = {"B", "E", "X", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "R", "c"}
 
 
 def validate_trace_event_format(document: dict) -> list[dict]:
@@ -27,8 +31,8 @@ def validate_trace_event_format(document: dict) -> list[dict]:
     assert isinstance(document["traceEvents"], list)
     for event in document["traceEvents"]:
         assert set(event) >= REQUIRED, event
-        assert event["ph"] in {"X", "i", "M"}
-        assert isinstance(event["pid"], int) and isinstance(event["tid"], int)
+        assert event["ph"] in PHASES
+        assert isinstance(event["pid"], (int, str)) and isinstance(event["tid"], (int, str))  # a profile names some
         if event["ph"] == "X":
             assert isinstance(event["ts"], (int, float)) and event["dur"] >= 0
         if event["ph"] == "i":
@@ -50,8 +54,10 @@ def test_trace_nests_compiles_under_loops_one_track_per_rank(telemetry: Telemetr
     assert cli.main(["trace", str(telemetry.path), str(second), "-o", str(output)]) == 0
     events = validate_trace_event_format(json.loads(output.read_text()))
     names = {e["args"]["name"] for e in events if e["name"] == "process_name"}
-    assert {name.split()[1] for name in names} == {"0", "1"}
-    for pid in (0, 1):
+    assert {name.split()[3] for name in names} == {"0", "1"}  # "run <id> rank <R> <node>"
+    tracks = json.loads(output.read_text())["otherData"]["runs"]
+    assert [track["rank"] for track in tracks] == [0, 1] and len({track["pid"] for track in tracks}) == 2
+    for pid in (track["pid"] for track in tracks):
         spans = [e for e in events if e["ph"] == "X" and e["pid"] == pid]
         loops = [e for e in spans if e["name"] in ("training_loop", "validation_loop")]
         compiles = [e for e in spans if e["name"] == "compilation"]
@@ -106,3 +112,76 @@ def test_trace_loads_in_speedscope(telemetry: Telemetry, tmp_path: Path) -> None
     assert any("Importing as Trace Event Format profile" in line for line in console), console
     assert not [line for line in console if "rror" in line or "ailed" in line], console
     assert "<title>trace.json - speedscope</title>" in result.stdout
+
+
+TRACED_FIT = """
+import sys, torch, lightning.pytorch as pl, telemetry_jit
+sys.path.insert(0, sys.argv[1])
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+class Profiled(Net):
+    def on_train_batch_start(self, batch, batch_idx):
+        if batch_idx == 3:
+            self.profiler = torch.profiler.profile()
+            self.profiler.__enter__()
+
+    def on_train_batch_end(self, outputs, batch, batch_idx):
+        if batch_idx == 3:
+            self.profiler.__exit__(None, None, None)
+            self.profiler.export_chrome_trace("profile.json")
+
+session = telemetry_jit.configure("traced", file="t.jsonl", global_batch_size=4)
+config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "aot_eager"})
+HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, session, jit_config=config, live=False)
+HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Profiled("print"), loader(18, 4), loader(8, 4))
+callback.on_app_end()
+"""
+
+
+@pytest.mark.skipif(shutil.which("tlparse") is None, reason="needs tlparse (pip install tlparse; .ci/run installs it)")
+def test_the_trace_overlays_torchs_compile_trace_and_a_profile_of_the_same_run(tmp_path: Path) -> None:
+    """Absolute time: torch's own compile events (TORCH_TRACE through tlparse) fall inside the compile span
+    of the same compile id, and a torch.profiler export of one step lands inside that step, on the run's pid."""
+    script = tmp_path / "fit.py"
+    script.write_text(TRACED_FIT)
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "TORCH_TRACE": str(tmp_path / "torch_trace")}
+    subprocess.run([sys.executable, str(script), str(root)], cwd=tmp_path, env=env, check=True, capture_output=True)
+    (log,) = (tmp_path / "torch_trace").iterdir()
+    subprocess.run(["tlparse", str(log), "-o", str(tmp_path / "tl"), "--no-browser", "--overwrite"], check=True)
+    output = tmp_path / "merged.json"
+    chromium_events = tmp_path / "tl" / "chromium_events.json"
+    argv = [
+        "trace",
+        str(tmp_path / "t.jsonl"),
+        "--with",
+        str(chromium_events),
+        "--with",
+        str(tmp_path / "profile.json"),
+    ]
+    assert cli.main([*argv, "-o", str(output)]) == 0
+    document = json.loads(output.read_text())
+    events = validate_trace_event_format(document)
+    assert "Unix epoch" in document["otherData"]["time_origin"]
+    (ours,) = document["otherData"]["runs"]
+    spans = [e for e in events if e["ph"] == "X" and e["pid"] == ours["pid"] and e.get("tid") == 1]
+    compiles = {
+        e["args"]["compile.id"]: e
+        for e in spans
+        if e["name"] == "compilation" and e["args"].get("compile.trigger") == "dynamo"
+    }
+    torchs = {
+        e["args"]["compile_id"]: e["ts"]
+        for e in json.loads(chromium_events.read_text())
+        if e.get("name") == "dynamo" and e.get("ph") == "B" and "compile_id" in e.get("args", {})
+    }
+    assert set(compiles) <= set(torchs), (compiles.keys(), torchs.keys())  # tlparse's ids are compile.id
+    slack_us = 50_000
+    for compile_id, span in compiles.items():
+        merged_begin = torchs[compile_id]
+        assert span["ts"] - slack_us <= merged_begin <= span["ts"] + span["dur"], compile_id
+    profiled = [e for e in events if e.get("cat") == "cpu_op"]
+    assert profiled and {e["pid"] for e in profiled} == {ours["pid"]}  # the same process: one track group
+    steps = [e for e in events if e["name"] == "training_loop" and e["pid"] == ours["pid"]]
+    assert all(steps[0]["ts"] - 2_000_000 <= e["ts"] <= steps[0]["ts"] + steps[0]["dur"] for e in profiled)
+    assert any(e["name"] == "process_name" and "chromium_events.json" in e["args"]["name"] for e in events)

@@ -77,6 +77,7 @@ class CompileContext:
     batch_index: int | None = None  # the batch of its loop, where the loop says
     batches: int | None = None  # batches in that loop's dataloader (the epoch), where known and finite
     loader: int | None = None  # which of the loop's dataloaders, where it has several
+    log_step: int | None = None  # the step the driver's loggers log at then, where it is not global_step
 
 
 @dataclass

@@ -11,15 +11,17 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BatchSizeFinder, Callback, LearningRateFinder
+from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
 from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.compat import lightning as lightning_compat
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.alerts import RankTotals
 from telemetry_jit.recording.console import CompileConsole, say_line
-from telemetry_jit.recording.figures import CompileFigures, GuardedLog, rank_figures
+from telemetry_jit.recording.figures import LOG_METRICS, PREFIX, CompileFigures, GuardedLog, rank_figures
 from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import TrainingSpanName
@@ -219,11 +221,25 @@ class CompileTelemetryCallback(Callback):
         self.last_stats = self.recorder.emit_summary(active_span(self._session, loop_name), by_rank)
         if self._figures is not None:
             self._log_figures(trainer)
+            for logger in trainer.loggers:
+                _totals_in_summary(logger, self.recorder.stats)
 
 
 def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Position:
     stage = _stage(trainer, callback._tuner)
-    return Position(trainer.global_step, stage, _batches(trainer, stage, callback.loader))
+    # compile figures go to the loggers at the step Lightning logs that stage's own metrics at
+    log_step = None if stage == "train" else lightning_compat.logging_step(trainer)
+    return Position(trainer.global_step, stage, _batches(trainer, stage, callback.loader), log_step)
+
+
+def _totals_in_summary(logger: Logger, stats: CompileStats) -> None:
+    """Weights & Biases keeps a metric's last value as the run's summary: there ``compile/time_s`` (one
+    step's compile seconds as logged) is set to the run's total at each loop's end, so the summary reads it
+    right (W&B has no summing summary to ask for)."""
+    experiment = getattr(logger, "experiment", None) if type(logger).__name__ == "WandbLogger" else None
+    summary = getattr(experiment, "summary", None)
+    if summary is not None:
+        LOG_METRICS.call(summary.update, {f"{PREFIX}time_s": round(stats.total_time_ms / 1000, 6)})
 
 
 def _stage(trainer: pl.Trainer, tuner: bool = False) -> str:

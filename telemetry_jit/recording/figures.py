@@ -67,9 +67,11 @@ class CompileFigures(CompileListener):
 
     def __init__(self) -> None:
         self._pending: dict[int, float] = {}  # step -> compile seconds in it, not yet taken
+        self._last: tuple[int, float] = (-1, 0.0)  # the last step taken and its seconds so far
 
     def recorded(self, record: CompileRecord) -> None:
-        step = record.context.global_step if record.context is not None else 0
+        context = record.context
+        step = 0 if context is None else context.global_step if context.log_step is None else context.log_step
         self._pending[step] = self._pending.get(step, 0.0) + record.duration_ms / 1000
 
     def take(self, stats: CompileStats) -> list[tuple[int, dict[str, float]]]:
@@ -78,6 +80,10 @@ class CompileFigures(CompileListener):
         if not self._pending:
             return []
         pending, self._pending = self._pending, {}
+        last_step, last_seconds = self._last
+        if last_step in pending:  # logged again at a step already logged (training, then its validation):
+            pending[last_step] += last_seconds  # the figure at a step is all of that step's compiling
+        self._last = max(pending.items())
         totals = {
             f"{PREFIX}total_time_s": round(stats.total_time_ms / 1000, 6),
             f"{PREFIX}compilations": stats.count,

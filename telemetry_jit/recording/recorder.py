@@ -47,6 +47,7 @@ class Position:
     global_step: int
     stage: str  # train, sanity_check, validate, test, predict, tuner (Lightning's stage; the tuner's trials)
     batches: int | None = None  # batches in the running loop's dataloader (the epoch), where known and finite
+    log_step: int | None = None  # the step the driver's loggers log at now, where it is not global_step
 
 
 Where = Callable[[], Position]
@@ -210,6 +211,7 @@ class CompileRecorder:
             batch_index=self._batch_index,
             batches=where.batches,
             loader=self._batch_loader,
+            log_step=where.log_step,
         )
 
     def _compile_started(self, description: str) -> None:

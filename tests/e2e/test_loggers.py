@@ -5,6 +5,7 @@ local store), at the steps the compiles happened."""
 from __future__ import annotations
 
 import csv
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -34,10 +35,14 @@ def _fit(telemetry: Telemetry, logger: object, log_figures: bool = True) -> tele
 
 
 def _expected(run: telemetry_jit.analysis.reader.TelemetryRun) -> dict[int, float]:
-    """Compile seconds by the step each compile started in, from the telemetry file."""
+    """Compile seconds by the step Lightning logged that moment's metrics at, from the telemetry file: a
+    training batch's at its global step, a fit's validation after step N at N - 1 (as ``val_loss``)."""
     by_step: dict[int, float] = defaultdict(float)
     for span in run.find("compilation"):
-        by_step[int(span.attributes["train.global_step"])] += span.attributes["compile.duration_ms"] / 1000
+        step = int(span.attributes["train.global_step"])
+        if span.attributes["train.stage"] == "validate" and step > 0:
+            step -= 1
+        by_step[step] += span.attributes["compile.duration_ms"] / 1000
     return dict(by_step)
 
 
@@ -133,3 +138,103 @@ def test_fabric_logs_the_compile_figures_through_log_dict(telemetry: Telemetry, 
     logger.finalize("success")
     run = telemetry.end()
     _check(_csv_figures(Path(logger.log_dir) / "metrics.csv")[0], run)
+
+
+def test_a_validation_compile_is_logged_at_the_step_of_that_validations_own_metrics(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """Dashboards line compile time up with ``val_loss``: Lightning logs a fit's validation one step behind
+    ``global_step``, and the compile figures of that validation go to the same step."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path / "csv", name="run")
+    HookedTrainer = telemetry_jit.hook_trainer_cls(
+        pl.Trainer,
+        telemetry.provider,
+        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}),
+        live=False,
+    )[0]
+    defaults = {**TRAINER_DEFAULTS, "logger": logger, "log_every_n_steps": 1}
+    HookedTrainer(max_epochs=2, **defaults).fit(Net(), loader(20, 4), loader(10, 4))  # validation's last: 2
+    run = telemetry.end()
+    validation = [
+        int(s.attributes["train.global_step"])
+        for s in run.find("compilation")
+        if s.attributes["train.stage"] == "validate" and s.attributes["train.global_step"] > 0
+    ]
+    assert validation  # the smaller last batch of the first validation after training
+    with open(Path(logger.log_dir) / "metrics.csv") as file:
+        rows = list(csv.DictReader(file))
+    val_steps = {int(row["step"]) for row in rows if row.get("val_loss")}
+    compile_steps = {int(row["step"]) for row in rows if row.get("compile/time_s")}
+    for step in validation:
+        assert step not in val_steps and step - 1 in val_steps  # Lightning's own: one behind
+        assert step - 1 in compile_steps and step not in compile_steps - {0}, (validation, compile_steps)
+
+
+def _wandb_records(run_file: Path) -> list[bytes]:
+    """The records of a W&B run file: a 7-byte header (``:W&B``, magic, version), then 32 KiB blocks of
+    LevelDB-log records (crc 4, length 2, type 1: full, first, middle, last), as W&B's own store writes."""
+    data = run_file.read_bytes()
+    assert data[:4] == b":W&B"
+    records, partial, offset, block = [], b"", 7, 32 * 1024
+    while offset + 7 <= len(data):
+        if block - offset % block < 7:  # the block's tail is padding
+            offset += block - offset % block
+            continue
+        length = int.from_bytes(data[offset + 4 : offset + 6], "little")
+        kind = data[offset + 6]
+        chunk = data[offset + 7 : offset + 7 + length]
+        offset += 7 + length
+        partial = chunk if kind in (1, 2) else partial + chunk
+        if kind in (1, 4):
+            records.append(partial)
+    return records
+
+
+def _wandb_kinds(run_file: Path) -> bytes:
+    from wandb.proto import wandb_internal_pb2
+
+    kinds = []
+    for data in _wandb_records(run_file):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kinds.append(str(record.WhichOneof("record_type")))
+    return " ".join(kinds).encode()
+
+
+def _wandb_summary(run_file: Path) -> dict[str, object]:
+    """The summary W&B shows for an offline run, replayed from its records in order: each history row sets
+    its keys' summary to the row's value, and explicit summary updates set theirs."""
+    import json
+
+    from wandb.proto import wandb_internal_pb2
+
+    summary: dict[str, object] = {}
+    for data in _wandb_records(run_file):
+        record = wandb_internal_pb2.Record()
+        record.ParseFromString(data)
+        kind = record.WhichOneof("record_type")
+        items = record.history.item if kind == "history" else record.summary.update if kind == "summary" else []
+        for item in items:
+            summary[item.key or "/".join(item.nested_key)] = json.loads(item.value_json)
+    return summary
+
+
+def test_weights_and_biases_summary_holds_the_runs_compile_total(telemetry: Telemetry, tmp_path: Path) -> None:
+    """W&B keeps a metric's last value as the run's summary: compile/time_s there is the run's total."""
+    pytest.importorskip("wandb", reason="W&B is not installed (pip install wandb)")
+    from lightning.pytorch.loggers import WandbLogger
+
+    logger = WandbLogger(project="compile", save_dir=str(tmp_path), offline=True)
+    run = _fit(telemetry, logger)
+    logger.experiment.finish()
+    (run_file,) = (tmp_path / "wandb").glob("offline-run-*/run-*.wandb")
+    deadline = time.monotonic() + 60
+    while b"exit" not in _wandb_kinds(run_file) and time.monotonic() < deadline:  # W&B's service writes it last
+        time.sleep(0.2)
+    summary = _wandb_summary(run_file)
+    total = sum(s.attributes["compile.duration_ms"] for s in run.find("compilation")) / 1000
+    assert summary["compile/total_time_s"] == pytest.approx(total, abs=1e-3)
+    assert summary["compile/time_s"] == pytest.approx(total, abs=1e-3)  # not the last step's seconds
+    assert summary["compile/compilations"] == len(run.find("compilation"))

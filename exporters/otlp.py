@@ -47,6 +47,7 @@ from telemetry_jit.boundary import call_site
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import NOWHERE, Notices
+from telemetry_jit.schema import otel_name
 
 from .finished import FinishedSpan
 from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, redact_url
@@ -358,7 +359,7 @@ class OTLPExporter(BaseExporter):
 
     def _with_identity(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
         """``attributes`` as OTel values, with this process's rank, world size and node."""
-        return {**_attributes(attributes), **self.identity.current().as_attributes()}
+        return _attributes({**attributes, **self.identity.current().as_attributes()})
 
     def _parent_context(self, parent: Span | None) -> Any:
         while parent is not None and parent.id not in self._spans:
@@ -441,7 +442,7 @@ class OTLPExporter(BaseExporter):
         if self.dropped or self._retrying.failures:
             self._notices.warn(
                 "undelivered" if self.dropped else "recovered",
-                f"{self!r}: {self.account()}",
+                f"telemetry-jit: {self!r}: {self.account()}",
                 every_rank=True,
                 origin=NOWHERE,
             )
@@ -522,7 +523,8 @@ def _ns(timestamp: TracingTimestamp) -> int:
 
 
 def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """Attribute values as OTel takes them (primitives and lists of one primitive type)."""
+    """Attributes as OTel takes them (primitives and lists of one primitive type), under OpenTelemetry's names
+    for them (``telemetry_jit.*``, durations in seconds) and, for one release, the names the file has."""
     converted: dict[str, Any] = {}
     for name, value in attributes.items():
         if isinstance(value, (str, bool, int, float)):
@@ -533,4 +535,16 @@ def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
             converted[name] = [str(v) for v in value]
         elif value is not None:
             converted[name] = str(value)
+    for name, value in list(converted.items()):
+        renamed = otel_name(name)
+        if renamed is not None:
+            converted[renamed[0]] = _scaled(value, renamed[1])
     return converted
+
+
+def _scaled(value: Any, factor: float) -> Any:
+    if factor == 1.0 or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, list):
+        return [_scaled(item, factor) for item in value]
+    return round(value * factor, 9) if isinstance(value, (int, float)) else value

@@ -172,6 +172,44 @@ class MetricName:
     COMPILE_DURATION: Final = "telemetry_jit.compile.duration"
 
 
+# OpenTelemetry's names for what the file records (docs/telemetry.md, "Names over OTLP"): the project's own
+# namespace, durations in seconds with no unit in the name, one name per fact. The file keeps its names.
+OTEL_NAMESPACE = "telemetry_jit."
+_RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.")
+_IDENTITY = frozenset(("rank", "local_rank", "world_size", "node"))
+_RENAMED: dict[str, str | None] = {
+    "compile.count": "compile.compilations",
+    "compile.recompile_count": "compile.recompiles",
+    "compile.graph_break_count": "compile.graph_breaks",
+    "compile.num_graph_breaks": None,  # torch's count of what compile.graph_breaks counts: one name per fact
+    "compile.time_ms_by_rank": "compile.time_by_rank",
+    "step.wall_ms": "step.wall_time",
+    "step.compile_ms": "step.compile_time",
+    "step.other_ms": "step.other_time",
+    "payoff.eager_step_ms": "payoff.eager_step_time",
+    "payoff.compiled_step_ms": "payoff.compiled_step_time",
+    "payoff.compile_s": "payoff.compile_time",
+    "payoff.net_s": "payoff.net_time",
+}
+
+
+def otel_name(name: str) -> tuple[str, float] | None:
+    """The OpenTelemetry name of a recorded attribute and the factor that turns its value into that name's
+    unit (``compile.duration_ms`` -> ``telemetry_jit.compile.duration``, seconds: 0.001); ``None`` for a
+    name that is not the project's (nv-one-logger's own) or has no name of its own there."""
+    if name in _IDENTITY:
+        return OTEL_NAMESPACE + name, 1.0
+    if not name.startswith(_RECORDED):
+        return None
+    scale = 0.001 if name.endswith("_ms") or "_ms_" in name else 1.0
+    renamed = _RENAMED.get(name, name)
+    if renamed is None:
+        return None
+    if renamed == name:
+        renamed = re.sub(r"_(ms|s)$", "", renamed)
+    return OTEL_NAMESPACE + renamed, scale
+
+
 # The loop spans a compilation span may hang under, innermost first (nv-one-logger names).
 LOOP_SPAN_NAMES = (
     TrainingSpanName.VALIDATION_LOOP,

@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from telemetry_jit.exporters.protocols import SendsMetrics
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
-from telemetry_jit.schema import CompileAttr, MetricName
+from telemetry_jit.schema import CompileAttr, MetricName, otel_name
 
 
 def meter_providers(exporters: Iterable[object]) -> list[MeterProvider]:
@@ -52,11 +52,18 @@ class CompileMetrics(CompileListener):
         )
 
     def recorded(self, record: CompileRecord) -> None:
-        attributes: dict[str, Any] = {
+        recorded: dict[str, Any] = {
             CompileAttr.FRAME: record.frame or "?",
             CompileAttr.SOURCE: record.source,
             "rank": record.context.rank if record.context is not None else 0,
         }
+        # OpenTelemetry's names (telemetry_jit.compile.frame, ...) and, for one release, the old ones: the same
+        # series, the old labels beside the new
+        attributes = dict(recorded)
+        for key, value in recorded.items():
+            renamed = otel_name(key)
+            if renamed is not None:
+                attributes[renamed[0]] = value
         self.compilations.add(1, attributes)
         if record.is_frame_recompile:
             self.recompilations.add(1, attributes)

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import yaml
 
-from telemetry_jit.schema import CompileAttr, MetricName
-from tests.e2e.conftest import Telemetry
+from telemetry_jit.schema import MetricName
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "dashboard"
 
@@ -36,21 +35,38 @@ def test_compose_collector_and_provisioning_fit_together() -> None:
     assert source["datasources"][0]["url"] == "http://prometheus:9090"
 
 
-def test_every_dashboard_query_names_real_spans_and_attributes(telemetry: Telemetry) -> None:
+def test_every_dashboard_query_names_real_spans_and_attributes(tmp_path: Path) -> None:
+    """The names each query reads are the names a real collector receives: spans, events and metrics of a
+    real fit sent over OTLP to a receiver on loopback."""
     import lightning.pytorch as pl
 
+    import telemetry_jit
     from telemetry_jit import JitConfig, hook_trainer_cls
+    from telemetry_jit.exporters import OTLPExporter
+    from tests.e2e.conftest import fresh_provider_state
+    from tests.e2e.otlp_receivers import GrpcReceiver
     from tests.models import TRAINER_DEFAULTS, Net, loader
 
-    HookedTrainer, callback = hook_trainer_cls(
-        pl.Trainer, telemetry.provider, jit_config=JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
-    )
-    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(18, 4))
-    callback.on_app_end()
-    run = telemetry.run()
-    span_attributes = {key for span in run.spans.values() for key in span.attributes} | {"rank"}
-    event_attributes = {key for span in run.spans.values() for event in span.events for key in event.attributes}
-    event_names = {event.name for span in run.spans.values() for event in span.events}
+    fresh_provider_state()
+    receiver = GrpcReceiver()
+    try:
+        exporter = OTLPExporter(receiver.endpoint, protocol="grpc", timeout=5)
+        session = telemetry_jit.configure("dashboard", file=tmp_path / "t.jsonl", otlp=exporter)
+        HookedTrainer, callback = hook_trainer_cls(
+            pl.Trainer, session, jit_config=JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
+        )
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(18, 4))
+        callback.on_app_end()
+    finally:
+        receiver.stop()
+        fresh_provider_state()
+    spans = receiver.received.spans()
+    span_names = {span.name for span in spans}
+    span_attributes = {key for span in spans for key in span.attributes}
+    event_attributes = {key for span in spans for _, _, attributes in span.events for key in attributes}
+    event_names = {name for span in spans for name, _, _ in span.events}
+    points = receiver.received.metric_points()
+    labels = {key.replace(".", "_") for point in points for key in point.attributes}
     dashboard = json.loads((DASHBOARD / "grafana/dashboards/telemetry-jit.json").read_text())
     assert {"Recompiles over time, by frame", "Graph breaks over time, by location"} <= {
         panel["title"] for panel in dashboard["panels"]
@@ -60,19 +76,20 @@ def test_every_dashboard_query_names_real_spans_and_attributes(telemetry: Teleme
     # Prometheus names: counters end in _total, a histogram in seconds is read as _seconds_sum/_count
     metrics = {f"{name}_total" for name in names if name != duration}
     metrics |= {f"{duration}_seconds_{series}" for series in ("sum", "count", "bucket")}
+    assert {point.name.replace(".", "_") for point in points} >= {name for name in names}
     for panel in [p for p in dashboard["panels"] if p["datasource"]["type"] == "prometheus"]:
         for target in panel["targets"]:  # Prometheus names: dots become underscores, counters end in _total
-            assert set(re.findall(r"telemetry_jit_\w+", target["expr"])) <= metrics, panel["title"]
+            assert set(re.findall(r"telemetry_jit_\w+", target["expr"])) - labels <= metrics, panel["title"]
             for label in re.findall(r"by \(([^)]*)\)", target["expr"])[0].split(","):
-                labels = {name.replace(".", "_") for name in (CompileAttr.FRAME, CompileAttr.SOURCE, "rank")}
-                assert label.strip() in labels, (panel["title"], label)
+                assert label.strip() in labels and label.strip().startswith("telemetry_jit_"), (panel["title"], label)
     for panel in [p for p in dashboard["panels"] if p["datasource"]["type"] == "tempo"]:
         query = panel["targets"][0]["query"]
         for name in re.findall(r'(?<![:\w])name = "([^"]+)"', query):
-            assert run.find(name), (panel["title"], name)
+            assert name in span_names, (panel["title"], name)
         for name in re.findall(r'event:name = "([^"]+)"', query):
             assert name in event_names, (panel["title"], name)
         for attribute in re.findall(r'span\.(?:"([^"]+)"|(\w+))', query):
-            assert (attribute[0] or attribute[1]) in span_attributes, (panel["title"], attribute)
+            name = attribute[0] or attribute[1]
+            assert name in span_attributes and name.startswith("telemetry_jit."), (panel["title"], name)
         for attribute in re.findall(r'event\."([^"]+)"', query):
-            assert attribute in event_attributes, (panel["title"], attribute)
+            assert attribute in event_attributes and attribute.startswith("telemetry_jit."), (panel["title"], attribute)

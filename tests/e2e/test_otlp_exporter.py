@@ -114,14 +114,21 @@ def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: P
         else:
             assert by_id[wire.parent_span_id].name == parent.name
             assert by_id[wire.parent_span_id].start_unix_ns == parent.start_unix_ns
-        assert wire.attributes == {
+        # the file's names, kept for one release, and OpenTelemetry's: the project's namespace, seconds
+        assert legacy(wire.attributes) == {
             **span.attributes,
             "rank": 0,
             "local_rank": 0,
             "world_size": 1,
             "node": socket.gethostname(),
         }
-        assert [(n, a) for n, _, a in wire.events] == [(e.name, e.attributes) for e in span.events]
+        assert [(n, legacy(a)) for n, _, a in wire.events] == [(e.name, e.attributes) for e in span.events]
+        conventional = [key for key in wire.attributes if key.startswith("telemetry_jit.")]
+        assert "telemetry_jit.rank" in conventional and not [key for key in conventional if key.endswith(("_ms", "_s"))]
+        if span.name == "compilation":
+            seconds = span.attributes["compile.duration_ms"] / 1000
+            assert wire.attributes["telemetry_jit.compile.duration"] == pytest.approx(seconds)
+            assert wire.attributes["telemetry_jit.compile.frame"] == span.attributes["compile.frame"]
         compiles += span.name == "compilation"
     assert compiles > 0
     assert any(n == "graph_break" for s in received for n, _, _ in s.events)
@@ -139,6 +146,10 @@ def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: P
     assert all(b"s3cr3t" not in raw for raw in receiver.received.raw)
     assert "s3cr3t" not in caplog.text and "s3cr3t" not in (tmp_path / "t.jsonl").read_text()
     assert "s3cr3t" not in repr(exporter)
+
+
+def legacy(attributes: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in attributes.items() if not key.startswith("telemetry_jit.")}
 
 
 def free_port() -> int:

@@ -241,3 +241,39 @@ def test_the_request_bound_comes_from_its_variable_and_refuses_nonsense(monkeypa
         OTLPSettingsError, match="TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES='4MB': must be a number of bytes"
     ):
         OTLPSettings.resolve(OTLPOptions())
+
+
+def test_every_recorded_name_has_one_opentelemetry_name_in_seconds_and_the_docs_say_it() -> None:
+    """OpenTelemetry's names: the project's namespace, durations in seconds without a unit in the name,
+    one name per fact; each name the rule alone would not give is in docs/telemetry.md."""
+    from pathlib import Path
+
+    from telemetry_jit import schema
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "telemetry.md").read_text()
+    recorded = [
+        value
+        for holder in (
+            schema.CompileAttr,
+            schema.GraphBreakAttr,
+            schema.DdpAttr,
+            schema.TrainAttr,
+            schema.StepAttr,
+            schema.PayoffAttr,
+        )
+        for key, value in vars(holder).items()
+        if key.isupper() and isinstance(value, str) and not value.endswith(".")
+    ]
+    named: dict[str, list[str]] = {}
+    for name in recorded:
+        wire = schema.otel_name(name)
+        if wire is None:
+            assert name == "compile.num_graph_breaks"  # torch's count of compile.graph_breaks' breaks
+            continue
+        assert wire[0].startswith("telemetry_jit.") and not wire[0].endswith(("_ms", "_s")), wire
+        assert wire[1] == (0.001 if "_ms" in name else 1.0), (name, wire)
+        named.setdefault(wire[0], []).append(name)
+        if wire[0] != f"telemetry_jit.{name}".removesuffix("_s"):
+            assert f"`{wire[0]}`" in docs, f"docs/telemetry.md does not name {wire[0]} ({name})"
+    assert named["telemetry_jit.compile.graph_breaks"] == ["compile.graph_break_count", "compile.graph_breaks"]
+    assert [wire for wire, names in named.items() if len(names) > 1] == ["telemetry_jit.compile.graph_breaks"]

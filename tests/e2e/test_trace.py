@@ -138,7 +138,11 @@ callback.on_app_end()
 """
 
 
-@pytest.mark.skipif(shutil.which("tlparse") is None, reason="needs tlparse (pip install tlparse; .ci/run installs it)")
+# tlparse's binary beside this Python (its environment need not be on PATH), else on PATH
+TLPARSE = next((str(p) for p in (Path(sys.executable).parent / "tlparse",) if p.exists()), shutil.which("tlparse"))
+
+
+@pytest.mark.skipif(TLPARSE is None, reason="needs tlparse (pip install tlparse; the test extra has it)")
 def test_the_trace_overlays_torchs_compile_trace_and_a_profile_of_the_same_run(tmp_path: Path) -> None:
     """Absolute time: torch's own compile events (TORCH_TRACE through tlparse) fall inside the compile span
     of the same compile id, and a torch.profiler export of one step lands inside that step, on the run's pid."""
@@ -148,7 +152,7 @@ def test_the_trace_overlays_torchs_compile_trace_and_a_profile_of_the_same_run(t
     env = {**os.environ, "TORCH_TRACE": str(tmp_path / "torch_trace")}
     subprocess.run([sys.executable, str(script), str(root)], cwd=tmp_path, env=env, check=True, capture_output=True)
     (log,) = (tmp_path / "torch_trace").iterdir()
-    subprocess.run(["tlparse", str(log), "-o", str(tmp_path / "tl"), "--no-browser", "--overwrite"], check=True)
+    subprocess.run([str(TLPARSE), str(log), "-o", str(tmp_path / "tl"), "--no-browser", "--overwrite"], check=True)
     output = tmp_path / "merged.json"
     chromium_events = tmp_path / "tl" / "chromium_events.json"
     argv = [

@@ -90,6 +90,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     gate.add_argument("--no-new-graph-breaks", action="store_true", help="fail on a graph break the baseline lacks")
     gate.add_argument("--user-code-only", action="store_true", help="graph-break budgets count only your own code")
+    gate.add_argument(
+        "--no-eager-fallback",
+        action="store_true",
+        help="fail when a frame runs eagerly after the recompile limit or a failed compile",
+    )
     gate.add_argument("--max-skew", type=float, metavar="S", help="ranks: seconds waited for the slowest in all")
     gate.add_argument("--ranks-compile-alike", action="store_true", help="ranks: every rank compiles the same")
     gate.add_argument(
@@ -267,6 +272,7 @@ def _check(args: argparse.Namespace) -> int:
         user_code_only=args.user_code_only,
         max_skew_s=args.max_skew,
         ranks_compile_alike=args.ranks_compile_alike,
+        no_eager_fallback=args.no_eager_fallback,
     )
     try:
         broken = check(

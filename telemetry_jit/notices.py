@@ -1,7 +1,8 @@
 """Warnings said once, by the rank that should say them: Lightning's ``rank_zero_warn`` and
-``WarningCache`` idiom, built on ``lightning_utilities`` (the rank, the rank prefix) for code that must not
-import Lightning. ``WarningCache`` itself does not serve: it keys by the text (ours say counts that change)
-and its warnings raise under ``python -W error``, which must never take training down.
+``WarningCache`` idiom, built on ``lightning_utilities`` (the rank, the rank prefix; imported when a rank
+is asked, so that reading files imports none of it) for code that must not import Lightning.
+``WarningCache`` itself does not serve: it keys by the text (ours say counts that change) and its
+warnings raise under ``python -W error``, which must never take training down.
 
 A fact about the job (this torch lacks a field, a frame hit the recompile limit on every rank) is said
 by rank zero alone; a fact about one process (its disk is full, its exporter hangs) by every rank,
@@ -16,17 +17,18 @@ import warnings
 from collections.abc import Hashable
 from types import FrameType
 
-from lightning_utilities.core.rank_zero import rank_prefixed_message, rank_zero_only
-
 from telemetry_jit.terminal import clean
 
 
 def global_rank() -> int:
     """This process's rank as Lightning knows it (its strategies set it), else as the launcher's
     variables say, else 0. Never raises: it only decides who speaks."""
-    rank = getattr(rank_zero_only, "rank", None)
-    if rank is not None:
-        return int(rank)
+    if "lightning_utilities" in sys.modules:  # where Lightning runs, it knows the rank (readers never import it)
+        from lightning_utilities.core.rank_zero import rank_zero_only
+
+        rank = getattr(rank_zero_only, "rank", None)
+        if rank is not None:
+            return int(rank)
     for name in ("RANK", "LOCAL_RANK", "SLURM_PROCID"):
         value = os.environ.get(name, "")
         if value.isascii() and value.isdigit():
@@ -73,6 +75,8 @@ class Notices:
         if not every_rank and rank != 0:
             return False
         if every_rank and _several_ranks():
+            from lightning_utilities.core.rank_zero import rank_prefixed_message
+
             message = rank_prefixed_message(message, rank)
         message = clean(message)  # names and reasons in it come from code and data
         path, _, line = origin.rpartition(":")

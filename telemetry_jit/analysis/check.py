@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from telemetry_jit.analysis.diff import EXPECTED, RunFigures, figures
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.spans import TelemetryRun
-from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
+from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, summarize
 
 
 class CannotTell(ValueError):
@@ -31,6 +31,7 @@ class Budget:
     user_code_only: bool = False  # graph-break budgets count only breaks in the user's own code
     max_skew_s: float | None = None  # ranks: seconds waited for the slowest rank, over every shared compile
     ranks_compile_alike: bool = False  # ranks: one compile sequence for every rank
+    no_eager_fallback: bool = False  # no frame may run eagerly after the recompile limit or a failed compile
 
     @property
     def empty(self) -> bool:
@@ -41,7 +42,8 @@ class Budget:
             self.max_compile_share,
             self.max_skew_s,
         )
-        return all(f is None for f in figures) and not (self.no_new_graph_breaks or self.ranks_compile_alike)
+        switches = (self.no_new_graph_breaks, self.ranks_compile_alike, self.no_eager_fallback)
+        return all(f is None for f in figures) and not any(switches)
 
 
 def check(
@@ -66,7 +68,7 @@ def check(
         raise CannotTell(
             "no budget given, so nothing would be checked: pass at least one of --max-graph-breaks, "
             "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks, "
-            "--max-skew, --ranks-compile-alike."
+            "--no-eager-fallback, --max-skew, --ranks-compile-alike."
         )
     if budget.no_new_graph_breaks and not baselines:
         raise CannotTell("--no-new-graph-breaks compares with a baseline run: pass --baseline FILE.")
@@ -116,6 +118,13 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
             f"compiling took {100 * new.share:.1f}% of {loop}'s wall time, more than the "
             f"{100 * budget.max_compile_share:g}% allowed"
         )
+    if budget.no_eager_fallback:
+        for fallback in new.fallbacks:
+            why = "it hit the recompile limit" if fallback.limit_hit else "compiling it failed"
+            broken.append(
+                f"{fallback.frame} runs eagerly from step {fallback.step} on ({why}, in "
+                f"{STAGE_WORDS.get(fallback.stage, fallback.stage)}): {fallback.reason}"
+            )
     if budget.no_new_graph_breaks and baseline is not None:
         for (location, reason), count in sorted(breaks_of(new).items()):
             if (location, reason) not in breaks_of(baseline):

@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
@@ -57,6 +58,7 @@ class RunFigures:
     frames: dict[str, FrameFigures]  # "frame (file:line)" -> figures
     causes: Counter[str]  # recompiles by cause and kind of stage; "<cause> (expected)" apart
     payoff: Payoff | None = None
+    fallbacks: list[Fallback] = field(default_factory=list)  # frames that run eagerly from a step on
 
     @property
     def compilations(self) -> int:
@@ -111,6 +113,7 @@ def figures(summary: RunSummary) -> RunFigures:
         frames=frames,
         causes=d.causes_by_name(),
         payoff=summary.payoff,
+        fallbacks=list(d.fallbacks),
     )
 
 

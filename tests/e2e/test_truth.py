@@ -386,6 +386,11 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     assert "a Python number or attribute" in rows["recompile_limit"].fix  # the cause behind it, and its fix
     status, out = said("summary", str(telemetry.path))
     assert "fell back to eager: 1 (recompile limit hit: 1)" in out
+    # the gate that refuses a silent slowdown names the frame and the step it went eager from
+    (fallback,) = summarize(run).digest.fallbacks
+    status, out = said("check", str(telemetry.path), "--no-eager-fallback")
+    assert status == 1, out
+    assert f"{fallback.frame} runs eagerly from step {fallback.step} on (it hit the recompile limit" in flat(out)
 
 
 # -- one root cause, one item ------------------------------------------------------------------------
@@ -427,6 +432,13 @@ def test_a_break_reached_from_two_of_your_lines_is_one_item_naming_both(telemetr
     assert "change how your lines" in flat(item)  # the fix names both as well
     hint = inside[0].hints[0] if inside[0].hints else ""
     assert flat(hint) in out  # torch's hint whole, however long: wrapped, never cut mid-word
+
+
+def test_a_run_without_a_fallback_keeps_the_no_eager_fallback_gate(telemetry: Telemetry) -> None:
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(16, 8))
+    telemetry.end()
+    status, out = said("check", str(telemetry.path), "--no-eager-fallback")
+    assert status == 0 and "within budget" in out
 
 
 def test_every_fit_ends_naming_its_file_and_the_command_that_reads_it(

@@ -7,10 +7,13 @@ compilers, real collectors and browsers, for what only they can show.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 
 import pytest
-import torch  # noqa: F401 - its loggers must exist before pytest's log capture looks for them
+
+if importlib.util.find_spec("torch") is not None:  # the analysis tests run without torch
+    import torch  # noqa: F401 - its loggers must exist before pytest's log capture looks for them
 
 from telemetry_jit import notices
 

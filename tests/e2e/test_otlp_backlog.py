@@ -123,18 +123,37 @@ def test_a_receiver_with_a_lower_limit_is_met_when_its_refusals_are_not_logged(t
 
 
 def test_a_span_larger_than_any_request_is_dropped_counted_and_said(tap) -> None:
+    """A span past gRPC's 4 MiB: the receiver refuses it while it takes the others; it is dropped and said."""
+    port = free_port()
+    said: list[str] = []
+    retrying = exporter("grpc", port, tap)
+    retrying.on_refused = said.append
+    back = receiver("grpc", port)
+    try:
+        retrying.export(spans(10) + spans(1, size=5 * 1024 * 1024, start=99))
+        for _ in range(3):  # the batch processor's next rounds
+            if not retrying.pending:
+                break
+            retrying.export([])
+    finally:
+        back.stop()
+    assert len(names(back)) == 10 and "compilation-99" not in names(back)
+    assert retrying.refused == 1 and "'compilation-99'" in said[0]
+
+
+def test_a_backlog_span_over_the_request_bound_is_dropped_before_it_is_sent(tap) -> None:
     port = free_port()
     said: list[str] = []
     retrying = exporter("grpc", port, tap, max_bytes=20_000)
     retrying.on_refused = said.append
+    assert retrying.export(spans(10) + spans(1, size=50_000, start=99)) is SpanExportResult.FAILURE  # down
     back = receiver("grpc", port)
     try:
-        batch = spans(10) + spans(1, size=50_000, start=99)
-        assert retrying.export(batch) is SpanExportResult.SUCCESS
+        assert retrying.export([]) is SpanExportResult.SUCCESS
     finally:
         back.stop()
-    assert len(names(back)) == 10 and "compilation-99" not in names(back)
-    assert retrying.refused == 1 and "'compilation-99'" in said[0] and "over the request limit of 20000" in said[0]
+    assert len(names(back)) == 10 and retrying.refused == 1
+    assert "'compilation-99'" in said[0] and "over the request limit of 20000" in said[0]
 
 
 def test_requests_are_measured_as_the_receiver_counts_them() -> None:

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from telemetry_jit.analysis.diff import EXPECTED, RunFigures, figures
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.spans import TelemetryRun
-from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, summarize
+from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
+from telemetry_jit.analysis.words import fallback_line
 
 
 class CannotTell(ValueError):
@@ -119,12 +120,7 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
             f"{100 * budget.max_compile_share:g}% allowed"
         )
     if budget.no_eager_fallback:
-        for fallback in new.fallbacks:
-            why = "it hit the recompile limit" if fallback.limit_hit else "compiling it failed"
-            broken.append(
-                f"{fallback.frame} runs eagerly from step {fallback.step} on ({why}, in "
-                f"{STAGE_WORDS.get(fallback.stage, fallback.stage)}): {fallback.reason}"
-            )
+        broken += [fallback_line(fallback) for fallback in new.fallbacks]
     if budget.no_new_graph_breaks and baseline is not None:
         for (location, reason), count in sorted(breaks_of(new).items()):
             if (location, reason) not in breaks_of(baseline):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
 from telemetry_jit.records import Payoff, first_step_line
@@ -135,9 +136,17 @@ def figures(summary: RunSummary) -> list[str]:
     lines += [f"telemetry lost: {loss}" for loss in health_losses(summary.run)]
     if d.fallback_count:
         lines.append(f"fell back to eager: {d.fallback_count} (recompile limit hit: {d.limit_hits})")
+        lines += [f"  {fallback_line(fallback)}" for fallback in d.fallbacks[:5]]
     if d.failed:
         lines.append(f"failed compilations: {d.failed}, first: {d.first_failure}")
     return lines
+
+
+def fallback_line(fallback: Fallback) -> str:
+    """``forward (model.py:12) runs eagerly from step 3 on (it hit the recompile limit, in training): ...``"""
+    why = "it hit the recompile limit" if fallback.limit_hit else "compiling it failed"
+    stage = STAGE_WORDS.get(fallback.stage, fallback.stage)
+    return f"{fallback.frame} runs eagerly from step {fallback.step} on ({why}, in {stage}): {fallback.reason}"
 
 
 def health_losses(run: TelemetryRun) -> list[str]:

@@ -149,21 +149,30 @@ class GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):
 
 class HttpReceiver:
     """OTLP/HTTP (protobuf) on 127.0.0.1, paths ``/v1/traces`` and ``/v1/metrics``; a request larger
-    than ``max_bytes`` is refused with 413, as collectors configured with a body limit do."""
+    than ``max_bytes`` is refused with 413, as collectors configured with a body limit do, and the first
+    ``refuse_first`` trace requests with 400 (a collector that cannot take them yet; not retried)."""
 
     def __init__(
-        self, delay: float = 0.0, tls: tuple[Path, Path] | None = None, port: int = 0, max_bytes: int = 0
+        self,
+        delay: float = 0.0,
+        tls: tuple[Path, Path] | None = None,
+        port: int = 0,
+        max_bytes: int = 0,
+        refuse_first: int = 0,
     ) -> None:
         self.received = Received()
         received = self.received
+        refusals = self.refusals = [refuse_first]  # trace requests still to refuse
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
                 time.sleep(delay)  # a slow collector
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                if max_bytes and len(body) > max_bytes:
+                restarting = self.path == "/v1/traces" and refusals[0] > 0
+                refusals[0] -= restarting
+                if restarting or (max_bytes and len(body) > max_bytes):
                     received.refused += 1
-                    self.send_response(413, "Request Entity Too Large")
+                    self.send_response(400 if restarting else 413, "Not Yet" if restarting else "Too Large")
                     self.send_header("Content-Length", "0")
                     self.end_headers()
                     return
@@ -207,6 +216,10 @@ class HttpReceiver:
     @property
     def endpoint(self) -> str:
         return f"{self.scheme}://127.0.0.1:{self.port}/v1/traces"
+
+    def refuse(self, requests: int) -> None:
+        """Refuse the next ``requests`` trace requests (400)."""
+        self.refusals[0] = requests
 
     def stop(self) -> None:
         self._server.shutdown()

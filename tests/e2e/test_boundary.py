@@ -98,7 +98,7 @@ def compiling_still_compiles() -> Iterator[None]:
 
 @pytest.fixture
 def receiver() -> Iterator[HttpReceiver]:
-    receiver = HttpReceiver()
+    receiver = HttpReceiver(refuse_first=1)  # refuses the first spans: they wait in the backlog, then go
     yield receiver
     receiver.stop()
 
@@ -197,6 +197,7 @@ def test_a_callee_that_hangs_past_its_bound_costs_the_run_nothing(
     started = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        receiver.refuse(1)  # as for the plain run
         with boundary.injected(site.name, "hang", seconds=20 * BOUND_S) as injected:
             trainer, path = fit_everything(tmp_path / "hung", receiver.endpoint)
     took = time.perf_counter() - started

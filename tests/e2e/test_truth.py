@@ -388,6 +388,7 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     assert "fell back to eager: 1 (recompile limit hit: 1)" in out
     # the gate that refuses a silent slowdown names the frame and the step it went eager from
     (fallback,) = summarize(run).digest.fallbacks
+    assert f"{fallback.frame} runs eagerly from step {fallback.step} on (it hit the recompile limit" in flat(out)
     status, out = said("check", str(telemetry.path), "--no-eager-fallback")
     assert status == 1, out
     assert f"{fallback.frame} runs eagerly from step {fallback.step} on (it hit the recompile limit" in flat(out)

@@ -1,5 +1,5 @@
-"""Chrome Trace Event / Perfetto JSON from telemetry files: one track per rank, compile spans
-nested under the loops that were running."""
+"""Chrome Trace Event / Perfetto JSON from telemetry files, in absolute time: one process per run and rank,
+compile spans nested under the loops that were running, other tools' traces of the same run merged in."""
 
 from __future__ import annotations
 

@@ -47,7 +47,7 @@ from telemetry_jit.boundary import call_site
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import NOWHERE, Notices
-from telemetry_jit.schema import otel_name
+from telemetry_jit.schema import ONLY_NEW_NAMES, otel_name
 
 from .finished import FinishedSpan
 from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, redact_url
@@ -539,6 +539,8 @@ def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
         renamed = otel_name(name)
         if renamed is not None:
             converted[renamed[0]] = _scaled(value, renamed[1])
+            if name.startswith(ONLY_NEW_NAMES):
+                del converted[name]
     return converted
 
 

@@ -24,7 +24,7 @@ from telemetry_jit.analysis.json_output import to_json
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.report import render_fleet_report, render_report
 from telemetry_jit.analysis.summary import summarize, summary_json
-from telemetry_jit.analysis.text import format_diff, format_fleet, format_summary
+from telemetry_jit.analysis.text import format_cold_start, format_diff, format_fleet, format_summary
 from telemetry_jit.analysis.trace import foreign_trace_events, to_trace_events
 from telemetry_jit.terminal import clean
 
@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     summary = command("summary", "what a run compiled, what it cost, and what to fix first")
     summary.add_argument("--all-runs", action="store_true", help="every run of each file, not only the last")
     summary.add_argument("--json", action="store_true", help="JSON for tools (schema: docs/telemetry.md)")
+    summary.add_argument("--baseline", metavar="PATH", help="a warm run: explain each compile-cache miss against it")
     _rank_options(summary)
     report = command("report", "a self-contained HTML report (one run, or the ranks of one)")
     report.add_argument("-o", "--output", help="the HTML file (default: beside the first input, .html)")
@@ -74,7 +75,11 @@ def _parser() -> argparse.ArgumentParser:
     compare.add_argument("new", help="the run under review")
     compare.add_argument("--json", action="store_true", help="JSON for tools")
     gate = command("check", "exit 1 when a run breaks its compile budget (a CI gate; docs/ci-gate.md)")
-    gate.add_argument("--baseline", metavar="PATH", help="a run to compare with (for --no-new-graph-breaks)")
+    gate.add_argument(
+        "--baseline",
+        metavar="PATH",
+        help="a run to compare with (for --no-new-graph-breaks; its compile-cache misses are explained against it)",
+    )
     gate.add_argument("--max-graph-breaks", type=int, metavar="N")
     gate.add_argument("--max-recompiles", type=int, metavar="N")
     gate.add_argument(
@@ -163,8 +168,15 @@ def _summary(args: argparse.Namespace) -> int:
     loaded = _load(args.paths, args)
     runs, found = _chosen(loaded, args)
     status = 1 if loaded.errors else 0
+    base = _baseline(args.baseline) if args.baseline else None
+    if args.baseline and base is None:
+        return 1
     if args.json:
-        _say(to_json({"runs": [summary_json(run) for run in runs], "fleets": [f.as_json() for f in found]}, indent=2))
+        said = [summary_json(run) for run in runs]
+        if base is not None:
+            for facts, run in zip(said, runs, strict=True):
+                facts["cache_misses_explained"] = diff(base, run).cold_start.as_json()
+        _say(to_json({"runs": said, "fleets": [f.as_json() for f in found]}, indent=2))
         return status
     shown = []
     for fleet in found:
@@ -173,9 +185,19 @@ def _summary(args: argparse.Namespace) -> int:
             format_fleet(fleet) + f"\n  (rank {representative} speaks for its group below; --rank N or "
             "--per-rank for others)\n"
         )
-    shown += [format_summary(run) for run in runs]
+    for run in runs:
+        explained = "\n" + format_cold_start(diff(base, run).cold_start) if base is not None else ""
+        shown.append(format_summary(run) + explained)
     _say("\n\n".join(shown))
     return status if runs or found else 1
+
+
+def _baseline(path: str) -> TelemetryRun | None:
+    """The last run of ``path``, to compare with; ``None`` (said) where it holds none."""
+    loaded = load([path], digest=True)
+    for error in loaded.errors:
+        _complain(error)
+    return loaded.runs[-1] if loaded.runs and not loaded.errors else None
 
 
 def _default_output(paths: Sequence[str], suffix: str) -> Path:
@@ -288,6 +310,8 @@ def _check(args: argparse.Namespace) -> int:
         _complain(f"check: {error}")
         return 3
     what = ", ".join(map(str, args.paths))
+    if baseline is not None:
+        _say(format_cold_start(diff(baseline.runs[-1], loaded.runs[0]).cold_start).lstrip("\n"))
     if broken:
         _say(
             f"telemetry-jit check: {what} breaks its compile budget:\n" + "\n".join(f"  {reason}" for reason in broken)

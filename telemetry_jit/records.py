@@ -67,6 +67,21 @@ class GraphBreak:
 
 
 @dataclass(frozen=True)
+class CacheLookup:
+    """One look-up in a compile cache (``aot_autograd`` or ``fx_graph``) and the parts of its key:
+    ``(name, hash, value)``, the value empty where it is long or not text."""
+
+    layer: str
+    state: str  # hit, miss, bypass
+    key: str = ""
+    parts: tuple[tuple[str, str, str], ...] = ()
+    settings: str = ""  # the digest of the settings parts (inductor_config[...], ...), kept once per run
+    settings_parts: tuple[tuple[str, str, str], ...] = ()  # those parts, where this run has not said them yet
+    bypass_reason: str = ""
+    saved_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class CompileContext:
     """Where training was when a compile started."""
 
@@ -105,6 +120,7 @@ class CompileRecord:
     # what the FX graph / AOTAutograd caches did: fx_graph_local_hits, ..., time_saved_s
     cache: dict[str, float] = field(default_factory=dict)
     cache_bypasses: list[str] = field(default_factory=list)  # "fx_graph: <torch's reason>", ...
+    cache_lookups: list[CacheLookup] = field(default_factory=list)
     extra: dict[str, int] = field(default_factory=dict)
     # facts the compiler in use does not expose (e.g. a field an older torch lacks): absent, not zero
     unavailable: tuple[str, ...] = ()

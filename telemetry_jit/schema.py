@@ -33,6 +33,7 @@ class JitEventName(str, Enum):
     COMPILE_SUMMARY = "compile_summary"
     FIRST_STEP = "first_step"
     COMPILE_PAYOFF = "compile_payoff"
+    CACHE_LOOKUP = "cache_lookup"
 
     def __str__(self) -> str:
         return self.value
@@ -108,6 +109,21 @@ class GraphBreakAttr:
     FIX: Final = "graph_break.fix"
 
 
+class CacheAttr:
+    """Attributes of ``cache_lookup`` events: one look-up in AOTAutograd's or inductor's FX graph cache, with
+    the parts torch built its key from (each part ``"<name>\t<hash>\t<value>"``, the value empty where it is
+    long or not text)."""
+
+    LAYER: Final = "cache.layer"  # aot_autograd, fx_graph
+    STATE: Final = "cache.state"  # hit, miss, bypass
+    KEY: Final = "cache.key"
+    PARTS: Final = "cache.parts"  # the parts of this graph's own (its code, its inputs, ...)
+    SETTINGS: Final = "cache.settings"  # the digest of the settings parts (inductor_config[...], ...)
+    SETTINGS_PARTS: Final = "cache.settings_parts"  # those parts, on the run's first look-up with that digest
+    BYPASS_REASON: Final = "cache.bypass_reason"
+    TIME_SAVED_S: Final = "cache.time_saved_s"  # what a hit saved, as torch measured the original compile
+
+
 class DdpAttr:
     """Attributes of ``ddp_graph_split`` events."""
 
@@ -175,8 +191,9 @@ class MetricName:
 # OpenTelemetry's names for what the file records (docs/telemetry.md, "Names over OTLP"): the project's own
 # namespace, durations in seconds with no unit in the name, one name per fact. The file keeps its names.
 OTEL_NAMESPACE = "telemetry_jit."
-_RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.")
+_RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.", "cache.")
 _IDENTITY = frozenset(("rank", "local_rank", "world_size", "node"))
+ONLY_NEW_NAMES = ("cache.",)  # recorded after the rename: no old name rides along over OTLP
 _RENAMED: dict[str, str | None] = {
     "compile.count": "compile.compilations",
     "compile.recompile_count": "compile.recompiles",

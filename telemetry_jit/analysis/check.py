@@ -120,7 +120,7 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
             f"{100 * budget.max_compile_share:g}% allowed"
         )
     if budget.no_eager_fallback:
-        broken += [fallback_line(fallback) for fallback in new.fallbacks]
+        broken += [fallback_line(fallback, new.last_step) for fallback in new.fallbacks]
     if budget.no_new_graph_breaks and baseline is not None:
         for (location, reason), count in sorted(breaks_of(new).items()):
             if (location, reason) not in breaks_of(baseline):

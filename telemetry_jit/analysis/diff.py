@@ -12,6 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain
 from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
@@ -59,6 +60,8 @@ class RunFigures:
     causes: Counter[str]  # recompiles by cause and kind of stage; "<cause> (expected)" apart
     payoff: Payoff | None = None
     fallbacks: list[Fallback] = field(default_factory=list)  # frames that run eagerly from a step on
+    cache_ledger: CacheLedger = field(default_factory=CacheLedger)
+    last_step: int | None = None  # the loop's last global step, where the run said it
 
     @property
     def compilations(self) -> int:
@@ -114,6 +117,8 @@ def figures(summary: RunSummary) -> RunFigures:
         causes=d.causes_by_name(),
         payoff=summary.payoff,
         fallbacks=list(d.fallbacks),
+        cache_ledger=d.cache_ledger,
+        last_step=summary.last_step,
     )
 
 
@@ -166,6 +171,11 @@ class RunDiff:
             and base.breaks.keys() == new.breaks.keys()
         )
 
+    @property
+    def cold_start(self) -> ColdStart:
+        """Each graph the base run compiled or loaded and the new run missed in the compile cache, and why."""
+        return explain(self.base.cache_ledger, self.new.cache_ledger)
+
     def frames(self) -> list[tuple[str, FrameFigures, FrameFigures]]:
         """``(frame, base figures, new figures)`` for every frame either run compiled."""
         return [
@@ -193,6 +203,7 @@ class RunDiff:
                 for frame, b, n in self.frames()
             ],
             "cache_effect_only": self.cache_effect,
+            "cache_misses_explained": self.cold_start.as_json(),
             "payoff": {
                 "base": self.base.payoff.attributes() if self.base.payoff is not None else None,
                 "new": self.new.payoff.attributes() if self.new.payoff is not None else None,

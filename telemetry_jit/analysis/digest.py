@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from telemetry_jit.analysis.cold_start import CacheLedger
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
@@ -253,6 +254,7 @@ class RunDigest:
     user_break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
     break_details: list[BreakDetail] = field(default_factory=list)
     warm_start: WarmStart = field(default_factory=WarmStart)
+    cache_ledger: CacheLedger = field(default_factory=CacheLedger)  # each look-up, for explaining a cold start
     ddp: list[tuple[str, str, int, float]] = field(default_factory=list)  # frame, compile id, splits, cap MB
     ddp_splits: int = 0
     fallbacks: list[Fallback] = field(default_factory=list)
@@ -311,6 +313,7 @@ class RunDigest:
         for event in breaks:
             self._break(event, label, compile_id)
         self._warm_start(attributes, label)
+        self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
         self._failure(span, label, stage)
         self._ddp(span, label, compile_id)
         self._sequence(span, label, compile_id, trigger, cause, recompile)
@@ -425,7 +428,7 @@ class RunDigest:
     def _failure(self, span: SpanRecord, label: str, stage: str) -> None:
         attributes = span.attributes
         if attributes.get(CompileAttr.FELL_BACK_TO_EAGER):
-            limit = any(event.is_error for event in span.events)
+            limit = any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events)
             self.fallback_count += 1
             self.limit_hits += limit
             if len(self.fallbacks) < MAX_DETAILS:

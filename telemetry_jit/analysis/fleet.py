@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from telemetry_jit.analysis.cold_start import CacheLedger, explain
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import TelemetryRun
 
@@ -35,6 +36,7 @@ class RankFigures:
     ends: dict[CompileKey, int]  # when each compile ended (epoch ns)
     frames: dict[CompileKey, str]
     windows: list[tuple[int, int, bool]]  # (start, end, is a recompile) of each compile, epoch ns
+    cache_ledger: CacheLedger = field(default_factory=CacheLedger)  # each cache look-up: why this rank missed
 
     @property
     def cache(self) -> str:
@@ -60,6 +62,7 @@ def rank_figures(run: TelemetryRun) -> RankFigures:
         ends=digest.ends,
         frames=digest.end_frames,
         windows=[(window.start_ns, window.end_ns, window.recompile) for window in digest.windows],
+        cache_ledger=digest.cache_ledger,
     )
 
 
@@ -162,6 +165,8 @@ def fleet(run_id: str, figures: list[RankFigures]) -> Fleet:
         reference = next(r for r in ranks if r.rank == sequences[0].ranks[0])
         for group in sequences[1:]:
             group.difference = _first_difference(reference, next(r for r in ranks if r.rank == group.ranks[0]))
+    for group in caches[1:]:
+        group.difference = _cache_difference(ranks, caches[0].ranks[0], group.ranks[0])
     skews, last = _skews(ranks)
     return Fleet(
         run_id=run_id,
@@ -203,6 +208,20 @@ def _compile_words(item: tuple[str, str, str]) -> str:
     compile_id, frame, cause = item
     backward = compile_id.endswith("b")
     return f"{compile_id.rstrip('b')} {frame}" + (" (backward)" if backward else "") + (f" ({cause})" if cause else "")
+
+
+def _cache_difference(ranks: list[RankFigures], reference: int, other: int) -> str:
+    """Why ``other`` missed the compile cache where ``reference`` (of the largest group) did not, in words."""
+    by_rank = {figures.rank: figures for figures in ranks}
+    cold = explain(by_rank[reference].cache_ledger, by_rank[other].cache_ledger)
+    if not cold.groups:
+        return ""
+    top = cold.groups[0]
+    more = f" (and {len(cold.groups) - 1} other reason(s))" if len(cold.groups) > 1 else ""
+    return (
+        f"{cold.graphs} graph(s) that rank {reference} had missed here, {cold.seconds:.1f} s: {top.reason}{more}; "
+        f"fix: {top.fix}"
+    )
 
 
 def _skews(ranks: list[RankFigures]) -> tuple[list[Skew], Counter[int]]:

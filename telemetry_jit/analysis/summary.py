@@ -12,7 +12,7 @@ from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
 from telemetry_jit.records import Payoff, why_slower
-from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainingSpanName
+from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 
 # the loop a run is measured by: the first kind it has
 LOOP_ORDER = (
@@ -92,6 +92,7 @@ class RunSummary:
     first_steps: list[FirstStepRow] = field(default_factory=list)
     thunder_rows: list[ThunderRow] = field(default_factory=list)
     lacks: list[str] = field(default_factory=list)  # what the file could not tell
+    last_step: int | None = None  # the global step at the end of the loop (files since compile_summary said it)
 
     @property
     def share(self) -> float | None:
@@ -145,7 +146,18 @@ def summarize(run: TelemetryRun) -> RunSummary:
         first_steps=_first_steps(run),
         thunder_rows=_thunder_rows(loops),
         lacks=lacks,
+        last_step=_last_step(loops),
     )
+
+
+def _last_step(loops: list[SpanRecord]) -> int | None:
+    steps = [
+        int(number(event.attributes[TrainAttr.GLOBAL_STEP]))
+        for loop in loops
+        for event in loop.events
+        if event.name == JitEventName.COMPILE_SUMMARY and TrainAttr.GLOBAL_STEP in event.attributes
+    ]
+    return max(steps) if steps else None
 
 
 def _measured_by(run: TelemetryRun) -> tuple[str, list[SpanRecord]]:
@@ -215,7 +227,10 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "thunder_compiles": d.thunder_compiles,
         "recompilations": d.recompiles,
         "graph_break_count": d.break_count,
-        "fell_back_to_eager": [fallback.as_json() for fallback in d.fallbacks],
+        "fell_back_to_eager": [
+            {**fallback.as_json(), "steps_since": s.last_step - fallback.step if s.last_step is not None else None}
+            for fallback in d.fallbacks
+        ],
         "failed_compilations": d.failed,
         "compile_cache": {
             "lookups": d.warm_start.lookups,

@@ -8,6 +8,7 @@ import textwrap
 from collections.abc import Sequence
 
 from telemetry_jit.analysis import words
+from telemetry_jit.analysis.cold_start import ColdStart
 from telemetry_jit.analysis.diff import RunDiff
 from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.spans import TelemetryRun
@@ -128,6 +129,12 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
     if len(fleet.caches) > 1 or fleet.caches[0].what != "no compile-cache lookups":
         cache_groups = "; ".join(f"{_ranks(group.ranks)} {group.what}" for group in fleet.caches[:limit])
         lines.append(f"  compile cache: {cache_groups}")
+        lines += [
+            line
+            for group in fleet.caches[1:limit]
+            if group.difference
+            for line in wrapped(f"{_ranks(group.ranks)}: {group.difference}", "    ")
+        ]
     return "\n".join(lines)
 
 
@@ -147,6 +154,22 @@ def _rate(rate: float | None) -> str:
 
 def _share(share: float | None) -> str:
     return "n/a" if share is None else f"{100 * share:.1f}%"
+
+
+def format_cold_start(cold: ColdStart) -> str:
+    """The compile-cache misses a run had where its baseline had the graphs, and why; "" where none."""
+    return "\n".join(_cold_start_lines(cold))
+
+
+def _cold_start_lines(cold: ColdStart) -> list[str]:
+    if not cold.groups:
+        return []
+    lines = ["", f"  compile cache: {cold.graphs} graph(s) missed that the base run had, {cold.seconds:.1f} s:"]
+    for group in cold.groups:
+        where = words.listed(group.frames) + (f", step {words.listed(group.steps)}" if group.steps else "")
+        lines += wrapped(f"{group.graphs} graph(s), {group.seconds:.1f} s: {group.reason} (in {where})", "    ")
+        lines += wrapped(f"fix: {group.fix}", "      ")
+    return lines
 
 
 def format_diff(result: RunDiff) -> str:
@@ -177,6 +200,7 @@ def format_diff(result: RunDiff) -> str:
             "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for both)",
             "  ",
         )
+    lines += _cold_start_lines(result.cold_start)
     for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
         if causes:
             lines += ["", f"  {title}:", *[f"    {cause}: {n}" for cause, n in causes.items()]]

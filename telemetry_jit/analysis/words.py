@@ -136,17 +136,19 @@ def figures(summary: RunSummary) -> list[str]:
     lines += [f"telemetry lost: {loss}" for loss in health_losses(summary.run)]
     if d.fallback_count:
         lines.append(f"fell back to eager: {d.fallback_count} (recompile limit hit: {d.limit_hits})")
-        lines += [f"  {fallback_line(fallback)}" for fallback in d.fallbacks[:5]]
+        lines += [f"  {fallback_line(fallback, summary.last_step)}" for fallback in d.fallbacks[:5]]
     if d.failed:
         lines.append(f"failed compilations: {d.failed}, first: {d.first_failure}")
     return lines
 
 
-def fallback_line(fallback: Fallback) -> str:
-    """``forward (model.py:12) runs eagerly from step 3 on (it hit the recompile limit, in training): ...``"""
+def fallback_line(fallback: Fallback, last_step: int | None = None) -> str:
+    """``forward (model.py:12) runs eagerly from step 3 on (12 steps since; it hit the recompile limit, in
+    training): ...``; the steps since where the run said its last step."""
     why = "it hit the recompile limit" if fallback.limit_hit else "compiling it failed"
     stage = STAGE_WORDS.get(fallback.stage, fallback.stage)
-    return f"{fallback.frame} runs eagerly from step {fallback.step} on ({why}, in {stage}): {fallback.reason}"
+    since = f"{last_step - fallback.step} steps since; " if last_step is not None and last_step >= fallback.step else ""
+    return f"{fallback.frame} runs eagerly from step {fallback.step} on ({since}{why}, in {stage}): {fallback.reason}"
 
 
 def health_losses(run: TelemetryRun) -> list[str]:

@@ -400,10 +400,12 @@ def cache_outcome(metric: Any) -> dict[str, float]:
 
 
 def failure(metric: Any) -> tuple[str, bool, bool]:
-    """``(torch's failure text, fell back to eager, hit the recompile limit)`` of a compile."""
+    """``(torch's failure text, fell back to eager, hit the recompile limit)`` of a compile. Under
+    ``suppress_errors`` every failure falls back: dynamo runs the frame eagerly instead of raising."""
     fail_type = getattr(metric, "fail_type", None) or ""
     text = (getattr(metric, "fail_reason", None) or fail_type) if fail_type else ""
-    return text, fail_type in _FALLBACK_FAILURES, any(marker in text.lower() for marker in _LIMIT_MARKERS)
+    suppressed = bool(fail_type) and bool(getattr(metric, "config_suppress_errors", False))
+    return text, fail_type in _FALLBACK_FAILURES or suppressed, any(marker in text.lower() for marker in _LIMIT_MARKERS)
 
 
 # -- what this torch cannot tell -----------------------------------------------------------------

@@ -27,9 +27,10 @@ from typing import Any, TypedDict
 
 from telemetry_jit.boundary import call_site
 from telemetry_jit.causes import normalize_reason
+from telemetry_jit.compat import compile_cache
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
-from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak, Source, Trigger
+from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, GraphBreak, Source, Trigger
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
@@ -54,6 +55,7 @@ class _Window:
     ddp_buckets: list[int] = field(default_factory=list)
     ddp_bucket_cap_bytes: int = 0
     cache_bypasses: list[str] = field(default_factory=list)
+    cache_lookups: list[CacheLookup] = field(default_factory=list)
 
 
 class _LogTap(logging.Filter):
@@ -152,9 +154,8 @@ class _DDPBucketLog(_LogTap):
 
 
 class _CacheBypassLog(_LogTap):
-    """Why the FX graph or AOTAutograd cache was bypassed, from torch's INFO lines."""
-
-    level = logging.INFO
+    """Why the FX graph or AOTAutograd cache was bypassed, from torch's INFO lines. Open down to DEBUG: there
+    torch 2.13 and later compute the parts of AOTAutograd's cache keys (about 9 ms a graph)."""
 
     def loggers(self) -> list[logging.Logger]:
         return [logging.getLogger(name) for name in torch_compat.CACHE_BYPASS_LOGGERS]
@@ -210,6 +211,8 @@ class DynamoProbe:
         self._skip_log = _FrameSkipLog()
         self._bypass_log = _CacheBypassLog()
         self._logs: list[_LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
+        self._lookups: list[CacheLookup] = []
+        self._settings_said: set[str] = set()  # settings tables this probe has written out once
         # graph breaks torch counted while no callback was registered (after torch._dynamo.reset()
         # cleared them): counters since the last poll less what windows claimed
         self._breaks_at_poll: dict[str, int] = {}
@@ -227,6 +230,7 @@ class DynamoProbe:
         self._breaks_at_poll, self._claimed = dict(torch_compat.graph_break_counts()), {}
         for log in self._logs:
             log.install()
+        compile_cache.watch(self._on_cache_lookup)
         torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
         self._attached = True
 
@@ -238,6 +242,7 @@ class DynamoProbe:
         self._attached = False
         for log in self._logs:
             log.uninstall()
+        compile_cache.unwatch(self._on_cache_lookup)
         TORCH.call(torch_compat.remove_compile_callbacks, self._start_callback, self._end_callback)
 
     def ensure_registered(self) -> None:
@@ -275,6 +280,7 @@ class DynamoProbe:
                 backend = self._backends.get(frame_id, "")
             for log in self._logs:
                 log.entries.clear()
+            self._lookups.clear()
             context = self._context() if self._context is not None else None
             if self._on_compile_start is not None:
                 self._on_compile_start(self._describe(args.compile_id, trigger))
@@ -317,7 +323,28 @@ class DynamoProbe:
             self._ddp_log.entries.clear()
             window.cache_bypasses = list(self._bypass_log.entries)
             self._bypass_log.entries.clear()
+            window.cache_lookups, self._lookups = self._lookups, []
             self._finished.setdefault((window.compile_id, window.trigger == "dynamo"), []).append(window)
+        except Exception as error:  # noqa: BLE001
+            _warn(error)
+
+    def _on_cache_lookup(self, lookup: compile_cache.Lookup) -> None:
+        try:
+            digest = compile_cache.settings_digest(lookup.settings)
+            first = digest not in self._settings_said
+            self._settings_said.add(digest)
+            self._lookups.append(
+                CacheLookup(
+                    layer=lookup.layer,
+                    state=lookup.state,
+                    key=lookup.key,
+                    parts=tuple((name, *part) for name, part in lookup.parts.items()),
+                    settings=digest,
+                    settings_parts=tuple((name, *part) for name, part in lookup.settings.items()) if first else (),
+                    bypass_reason=lookup.bypass_reason,
+                    saved_s=lookup.saved_s,
+                )
+            )
         except Exception as error:  # noqa: BLE001
             _warn(error)
 
@@ -465,6 +492,7 @@ class DynamoProbe:
                     "ddp_buckets": window.ddp_buckets,
                     "ddp_bucket_cap_bytes": window.ddp_bucket_cap_bytes,
                     "cache_bypasses": window.cache_bypasses,
+                    "cache_lookups": window.cache_lookups,
                     "context": window.context,
                     "callers": window.callers,
                 }
@@ -484,6 +512,7 @@ class _SeenByCallbacks(TypedDict, total=False):
     ddp_buckets: list[int]
     ddp_bucket_cap_bytes: int
     cache_bypasses: list[str]
+    cache_lookups: list[CacheLookup]
     context: CompileContext | None
     callers: tuple[str, ...]
 

@@ -11,17 +11,27 @@ from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
 
 
-class RecompileLimitAlert(CompileListener):
-    """Warn once per frame that hit ``torch._dynamo.config.recompile_limit``: from then on it runs
-    eagerly, without compilation, and torch says so only in one log line."""
+class EagerFallbackAlert(CompileListener):
+    """Warn once per frame that runs eagerly from now on, without compilation: it hit
+    ``torch._dynamo.config.recompile_limit``, or compiling it failed and dynamo fell back (``suppress_errors``);
+    torch says so only in one log line."""
 
     def __init__(self) -> None:
         self._notices = Notices()
 
     def recorded(self, record: CompileRecord) -> None:
+        step = record.context.global_step if record.context is not None else 0
+        if record.fell_back_to_eager and not record.recompile_limit_hit:
+            self._notices.warn(
+                record.frame_id,
+                f"telemetry-jit: compiling {record.frame or 'a frame'} ({record.location or 'unknown location'}) "
+                f"failed at step {step} and it runs eagerly from now on, without compilation: "
+                f"{' '.join(record.failure.split())[:300] or 'torch gave no reason'}. `telemetry-jit check "
+                "--no-eager-fallback` fails such a run.",
+                origin=record.location,
+            )
         if not record.recompile_limit_hit:
             return
-        step = record.context.global_step if record.context is not None else 0
         behind = record.cause.behind if record.cause is not None else ""
         if behind in CAUSES:
             stage = record.context.stage if record.context is not None else ""

@@ -22,14 +22,14 @@ from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
 from telemetry_jit.probes.thunder import ThunderWatch
-from telemetry_jit.recording.alerts import RankTotals, RecompileLimitAlert
+from telemetry_jit.recording.alerts import EagerFallbackAlert, RankTotals
 from telemetry_jit.recording.first_steps import FirstStep, FirstSteps
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
 from telemetry_jit.recording.spans import compilation_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord
-from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName
+from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr
 from telemetry_jit.session import Session
 
 _PROBE = TORCH
@@ -125,7 +125,7 @@ class CompileRecorder:
         recorder = self._recorder()
         exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
-        self._run_listeners = [self.stats, *metrics, RecompileLimitAlert(), *self.listeners]
+        self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), *self.listeners]
         self._probe.attach()
 
     def watch_thunder(self, model: torch.nn.Module) -> None:
@@ -187,6 +187,7 @@ class CompileRecorder:
         stats = self.stats
         stats.thunder = self._thunder.cache_counts()
         attributes = stats.attributes(time.perf_counter() - self._started_at)
+        attributes[TrainAttr.GLOBAL_STEP] = self._where().global_step  # the loop's last: "N steps since"
         if by_rank is not None:
             attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
             attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]

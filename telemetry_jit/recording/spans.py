@@ -4,8 +4,8 @@ and error events (names and attributes in :mod:`telemetry_jit.schema`, documente
 from __future__ import annotations
 
 from telemetry_jit.exporters.finished import FinishedEvent, FinishedSpan
-from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord, GraphBreak
-from telemetry_jit.schema import CompileAttr, DdpAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr
+from telemetry_jit.records import AttributeValue, CacheLookup, CompileContext, CompileRecord, GraphBreak
+from telemetry_jit.schema import CacheAttr, CompileAttr, DdpAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr
 
 _MAX_FAILURE_TEXT = 2000
 _DDP_REASON = (
@@ -19,10 +19,14 @@ def compilation_span(record: CompileRecord, context: CompileContext) -> Finished
     events = [_graph_break_event(graph_break, record.start_ns) for graph_break in record.graph_breaks]
     if record.ddp_graph_splits:
         events.append(_ddp_split_event(record))
+    events += [_cache_lookup_event(lookup, record.start_ns) for lookup in record.cache_lookups]
     if record.recompile_limit_hit:
         message = f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly"
         events.append(FinishedEvent.error_event(message, record.end_ns))
-    elif record.failure and not record.fell_back_to_eager:
+    elif record.fell_back_to_eager and record.failure:
+        message = f"compiling {record.frame or 'frame'} failed; it now runs eagerly: {record.failure}"
+        events.append(FinishedEvent.error_event(message, record.end_ns))
+    elif record.failure:
         events.append(FinishedEvent.error_event(f"compilation failed: {record.failure}", record.end_ns))
     return FinishedSpan(
         name=JitSpanName.COMPILATION.value,
@@ -100,6 +104,23 @@ def graph_break_attributes(graph_break: GraphBreak) -> dict[str, AttributeValue]
 
 def _graph_break_event(graph_break: GraphBreak, time_unix_ns: int) -> FinishedEvent:
     return FinishedEvent(JitEventName.GRAPH_BREAK.value, time_unix_ns, graph_break_attributes(graph_break))
+
+
+def _cache_lookup_event(lookup: CacheLookup, time_unix_ns: int) -> FinishedEvent:
+    attributes: dict[str, AttributeValue] = {
+        CacheAttr.LAYER: lookup.layer,
+        CacheAttr.STATE: lookup.state,
+        CacheAttr.KEY: lookup.key,
+        CacheAttr.PARTS: ["\t".join(part) for part in lookup.parts],
+        CacheAttr.SETTINGS: lookup.settings,
+    }
+    if lookup.settings_parts:
+        attributes[CacheAttr.SETTINGS_PARTS] = ["\t".join(part) for part in lookup.settings_parts]
+    if lookup.bypass_reason:
+        attributes[CacheAttr.BYPASS_REASON] = lookup.bypass_reason
+    if lookup.saved_s:
+        attributes[CacheAttr.TIME_SAVED_S] = round(lookup.saved_s, 3)
+    return FinishedEvent(JitEventName.CACHE_LOOKUP.value, time_unix_ns, attributes)
 
 
 def _ddp_split_event(record: CompileRecord) -> FinishedEvent:

@@ -113,3 +113,108 @@ def test_why_torch_bypassed_a_cache_is_on_the_span_and_in_the_summary(telemetry)
     assert any(reason.startswith("fx_graph: ") for reason in bypasses)
     assert any(reason.startswith("aot_autograd: ") and "freezing" in reason for reason in bypasses)
     assert f"compile cache bypassed: {bypasses[0]}" in format_summary(run)
+
+
+COLD_START_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+import lightning.pytorch as pl
+import telemetry_jit
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+provider = telemetry_jit.configure("cold-start", file={path!r}, global_batch_size=4)
+config = telemetry_jit.JitConfig(use_torch=True, module_selector="", torch_kwargs={{"backend": "inductor"}})
+HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=config)
+HookedTrainer(max_epochs=1, limit_val_batches=0, **TRAINER_DEFAULTS).fit(
+    Net(width={width}), loader(8, {batch}, features={width})
+)
+telemetry_jit.shutdown()
+"""
+
+
+def fit_against(tmp_path: Path, name: str, cache_dir: Path, width: int = 8, batch: int = 4, **env: str) -> Path:
+    """A real inductor fit in its own process against ``cache_dir``: the way a job starts."""
+    path = tmp_path / f"{name}.jsonl"
+    script = COLD_START_SCRIPT.format(root=str(ROOT), path=str(path), width=width, batch=batch)
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **env}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return path
+
+
+def explained(base: Path, new: Path) -> tuple[dict, str]:
+    from telemetry_jit.analysis.diff import diff
+    from telemetry_jit.analysis.text import format_diff
+
+    result = diff(telemetry_jit.read_telemetry(base)[-1], telemetry_jit.read_telemetry(new)[-1])
+    return result.cold_start.as_json(), flat(format_diff(result))
+
+
+def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_that_changed(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    fill = fit_against(tmp_path, "fill", cache)
+    warm = fit_against(tmp_path, "warm", cache)
+    runs = {
+        "setting": fit_against(tmp_path, "setting", cache, TORCHINDUCTOR_MAX_AUTOTUNE="1"),
+        "width": fit_against(tmp_path, "width", cache, width=12),
+        "batch": fit_against(tmp_path, "batch", cache, batch=2),
+        "moved": fit_against(tmp_path, "moved", tmp_path / "another-cache"),
+    }
+    said = {name: explained(warm, path) for name, path in runs.items()}
+
+    # all hits: nothing to explain, nothing said
+    facts, text = explained(fill, warm)
+    assert facts["missed_graphs"] == 0 and facts["recorded"] == {"base": True, "new": True}
+    assert "compile cache:" not in text
+    for name in ("setting", "width", "batch", "moved"):
+        facts, text = said[name]
+        assert facts["missed_graphs"] >= 1 and facts["compile_s"] > 0, name
+        assert f"compile cache: {facts['missed_graphs']} graph(s) missed that the base run had" in text
+        assert len(facts["reasons"]) == 1, (name, facts)  # one reason per scenario, every graph in it
+    reason = {name: said[name][0]["reasons"][0] for name in said}
+    assert reason["setting"]["reason"].startswith("setting inductor's max_autotune: False -> True")
+    assert "keep the setting" in reason["setting"]["fix"]
+    assert reason["width"]["reason"].startswith("a parameter's shape or dtype (graph input ")
+    assert "float32[8, 8] -> float32[12, 12]" in reason["width"]["reason"]
+    assert reason["batch"]["reason"].startswith("an input's dtype, shape or layout (graph input ")
+    assert "float32[4, 8] -> float32[2, 8]" in reason["batch"]["reason"]
+    assert "dynamic=True" in reason["batch"]["fix"]
+    assert reason["moved"]["reason"] == "the same key as in the base run, but the entry was not in this run's cache"
+    assert "TORCHINDUCTOR_CACHE_DIR" in reason["moved"]["fix"] and "load_cache_artifacts" in reason["moved"]["fix"]
+    # the frame the user compiled, and the step it missed at
+    assert all(group["frames"] == ["forward (tests/models.py:55)"] for group in reason.values())
+    assert all(group["steps"] == ["0"] for group in reason.values())
+    assert reason["setting"]["changes"] == [{"part": "inductor_config[max_autotune]", "base": "False", "new": "True"}]
+
+    # bounded: a few KB a graph; each table of settings written once per run
+    lookups = [line for line in fill.read_text().splitlines() if '"name":"cache_lookup"' in line]
+    tables = [json.loads(line)["attributes"]["cache.settings"] for line in lookups if "cache.settings_parts" in line]
+    own = [len(line) for line in lookups if "cache.settings_parts" not in line]
+    assert lookups and own and max(own) < 4096
+    assert tables and len(tables) == len(set(tables))
+
+
+def test_the_fleet_view_names_the_rank_whose_cache_was_empty_and_why(tmp_path: Path) -> None:
+    from telemetry_jit.analysis.fleet import fleets
+    from telemetry_jit.analysis.text import format_fleet
+
+    loop = Path(__file__).with_name("cache_ranks_loop.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TELEMETRY_JIT_", "TORCHELASTIC_"))}
+    shared = tmp_path / "shared-cache"
+    for job, rank1_cache in (("fill", shared), ("job", tmp_path / "empty-cache")):
+        out = tmp_path / job / "t.jsonl"
+        out.parent.mkdir()
+        command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(loop), str(out)]
+        result = subprocess.run(
+            [*command, str(shared), str(rank1_cache)], capture_output=True, text=True, timeout=600, env=env
+        )
+        assert result.returncode == 0, result.stderr[-4000:]
+    runs = [telemetry_jit.read_telemetry(tmp_path / "job" / f"t.rank{rank}.jsonl")[-1] for rank in range(2)]
+    (fleet,) = fleets(runs)
+    warm, cold = fleet.caches
+    assert (warm.ranks, warm.what) == ([0], "warm: every graph from the compile cache")
+    assert (cold.ranks, cold.what) == ([1], "cold: every graph compiled")
+    assert cold.difference.startswith("1 graph(s) that rank 0 had missed here")
+    assert "the same key as in the base run, but the entry was not in this run's cache" in cold.difference
+    assert "TORCHINDUCTOR_CACHE_DIR" in flat(format_fleet(fleet))
+    assert fleet.as_json()["compile_cache"][1]["difference"] == cold.difference

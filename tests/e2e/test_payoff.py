@@ -224,7 +224,9 @@ def test_with_accumulated_gradients_a_payoff_step_is_an_optimizer_step(telemetry
     trainer.fit(Model(body(width)), DataLoader(TensorDataset(torch.randn(4 * batch * STEPS, width)), batch))
     payoff = trainer.compile_payoff.last_payoff
     assert payoff.measured and payoff.steps == STEPS == trainer.global_step
-    batch_ms, _ = _independent_step_ms("fused", compiled=True)  # one batch, batch start to batch end
+    # one batch, batch start to batch end; the quieter of two fits (this machine is shared: a busy moment only
+    # ever makes a measurement longer)
+    batch_ms = min(_independent_step_ms("fused", compiled=True)[0] for _ in range(2))
     # four batches, and the loading and hooks between them: not one (what timing a batch as a step gives)
     assert 3.0 < payoff.compiled_step_ms / batch_ms < 12.0, (payoff, batch_ms)
     assert payoff.speedup > 1.2  # the modes still compare like for like

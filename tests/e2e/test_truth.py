@@ -23,7 +23,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit import cli
-from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.analysis.status import run_status
+from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.compat import torch as torch_compat
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS
@@ -388,10 +389,38 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     assert "fell back to eager: 1 (recompile limit hit: 1)" in out
     # the gate that refuses a silent slowdown names the frame and the step it went eager from
     (fallback,) = summarize(run).digest.fallbacks
-    assert f"{fallback.frame} runs eagerly from step {fallback.step} on (it hit the recompile limit" in flat(out)
+    since = 6 - fallback.step  # 48 samples in batches of 8: the loop ends at step 6
+    line = f"{fallback.frame} runs eagerly from step {fallback.step} on ({since} steps since; it hit the recompile"
+    assert line in flat(out)
     status, out = said("check", str(telemetry.path), "--no-eager-fallback")
-    assert status == 1, out
-    assert f"{fallback.frame} runs eagerly from step {fallback.step} on (it hit the recompile limit" in flat(out)
+    assert status == 1 and line in flat(out), out
+    assert summary_json(run)["fell_back_to_eager"][0]["steps_since"] == since
+
+
+def exploding(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+    raise RuntimeError("backend exploded")
+
+
+@torch._dynamo.config.patch(suppress_errors=True)
+def test_a_compile_that_fails_under_suppress_errors_is_said_at_once_and_fails_the_no_fallback_gate(
+    telemetry: Telemetry,
+) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hooked(telemetry, backend=exploding)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(32, 8))
+    (warning,) = [str(w.message) for w in caught if "runs eagerly from now on" in str(w.message)]
+    assert "failed at step 0" in warning and "backend exploded" in warning and "--no-eager-fallback" in warning
+    run = telemetry.end()
+    assert run_status(run).finished  # training went on, eagerly
+    (span,) = [span for span in run.find("compilation") if span.attributes["compile.fell_back_to_eager"]]
+    assert any(event.is_error and "runs eagerly" in str(event.attributes) for event in span.events)
+    (fallback,) = summarize(run).digest.fallbacks
+    assert (fallback.step, fallback.limit_hit) == (0, False)
+    expected = f"{fallback.frame} runs eagerly from step 0 on (4 steps since; compiling it failed, in training)"
+    status, out = said("summary", str(telemetry.path))
+    assert expected in flat(out)
+    status, out = said("check", str(telemetry.path), "--no-eager-fallback")
+    assert status == 1 and expected in flat(out)
 
 
 # -- one root cause, one item ------------------------------------------------------------------------

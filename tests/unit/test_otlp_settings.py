@@ -260,6 +260,7 @@ def test_every_recorded_name_has_one_opentelemetry_name_in_seconds_and_the_docs_
             schema.TrainAttr,
             schema.StepAttr,
             schema.PayoffAttr,
+            schema.CacheAttr,
         )
         for key, value in vars(holder).items()
         if key.isupper() and isinstance(value, str) and not value.endswith(".")
@@ -277,3 +278,16 @@ def test_every_recorded_name_has_one_opentelemetry_name_in_seconds_and_the_docs_
             assert f"`{wire[0]}`" in docs, f"docs/telemetry.md does not name {wire[0]} ({name})"
     assert named["telemetry_jit.compile.graph_breaks"] == ["compile.graph_break_count", "compile.graph_breaks"]
     assert [wire for wire, names in named.items() if len(names) > 1] == ["telemetry_jit.compile.graph_breaks"]
+
+
+def test_names_recorded_after_the_rename_go_out_once_under_opentelemetrys_name() -> None:
+    """A cache look-up's parts are long lists: over OTLP they travel once, as ``telemetry_jit.cache.*``."""
+    from telemetry_jit.exporters.otlp import _attributes
+
+    sent = _attributes({"cache.parts": ["gm\tabc\t"], "cache.time_saved_s": 1.5, "compile.frame": "forward"})
+    assert sent == {
+        "telemetry_jit.cache.parts": ["gm\tabc\t"],
+        "telemetry_jit.cache.time_saved": 1.5,
+        "compile.frame": "forward",  # a name from before the rename rides along for one release
+        "telemetry_jit.compile.frame": "forward",
+    }

@@ -1,0 +1,287 @@
+"""Why a run started cold where another started warm: each graph the base run compiled or loaded and the
+new run missed in the compile cache, explained by the parts of torch's cache key that changed.
+
+AOTAutograd's and inductor's caches key every graph by named parts (the graph's code, its inputs' dtypes,
+shapes and strides, every inductor setting, torch's version, the machine, ...), recorded with each look-up
+(``cache_lookup`` events, docs/cold-starts.md). A graph is the same graph in two runs when it is the same
+frame's n-th look-up in the same cache; its miss is explained by the parts whose hashes differ, or, where
+the keys are equal, by the entry not being in the new run's cache.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from telemetry_jit.analysis.spans import SpanRecord
+from telemetry_jit.schema import CacheAttr, JitEventName
+
+MAX_GRAPHS = 5000  # look-ups kept per run
+Parts = dict[str, tuple[str, str]]  # name -> (hash, value)
+GraphId = tuple[str, str, str, int]  # frame label, trigger, cache layer, its n-th look-up there
+
+
+@dataclass
+class Lookup:
+    """One graph's look-up in one cache, as a run recorded it."""
+
+    frame: str
+    trigger: str
+    compile_id: str
+    step: str
+    layer: str
+    state: str
+    key: str
+    parts: Parts
+    settings: str
+
+
+@dataclass
+class CacheLedger:
+    """A run's compile-cache look-ups, in the order they happened, and its tables of settings parts."""
+
+    lookups: dict[GraphId, Lookup] = field(default_factory=dict)
+    tables: dict[str, Parts] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # compile seconds by compile id, backward included
+    _seen: Counter[tuple[str, str, str]] = field(default_factory=Counter, repr=False)
+
+    def add(self, span: SpanRecord, frame: str, trigger: str, compile_id: str, step: str) -> None:
+        self.seconds[compile_id] = self.seconds.get(compile_id, 0.0) + (span.duration_ms or 0.0) / 1000
+        events = [event for event in span.events if event.name == JitEventName.CACHE_LOOKUP]
+        for event in events:
+            attributes = event.attributes
+            settings = str(attributes.get(CacheAttr.SETTINGS) or "")
+            if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
+                self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
+            layer = str(attributes.get(CacheAttr.LAYER) or "")
+            n = self._seen[(frame, trigger, layer)]
+            self._seen[(frame, trigger, layer)] += 1
+            if len(self.lookups) < MAX_GRAPHS:
+                self.lookups[(frame, trigger, layer, n)] = Lookup(
+                    frame,
+                    trigger,
+                    compile_id,
+                    step,
+                    layer,
+                    str(attributes.get(CacheAttr.STATE) or ""),
+                    str(attributes.get(CacheAttr.KEY) or ""),
+                    _parts(attributes.get(CacheAttr.PARTS) or ()),
+                    settings,
+                )
+
+    def explained(self) -> Iterable[tuple[GraphId, Lookup]]:
+        """The look-ups that stand for a graph: AOTAutograd's, whose entry holds the backward graph too;
+        inductor's (forward and backward) where AOTAutograd was bypassed or not used. Chosen by layer, not by
+        order: torch 2.8 says inductor's look-up before AOTAutograd's."""
+        used = {
+            lookup.compile_id
+            for lookup in self.lookups.values()
+            if lookup.layer == "aot_autograd" and lookup.state != "bypass"
+        }
+        for graph, lookup in self.lookups.items():
+            if (lookup.layer == "aot_autograd") == (lookup.compile_id in used):
+                yield graph, lookup
+
+    def full_parts(self, lookup: Lookup) -> Parts:
+        return {**self.tables.get(lookup.settings, {}), **lookup.parts}
+
+
+@dataclass(frozen=True)
+class Change:
+    """One part of a key that differs between the runs."""
+
+    name: str
+    base: str  # the base run's value ("" where torch's value is long or not text: only its hash is kept)
+    new: str
+
+    @property
+    def kind(self) -> str:
+        return _kind(self.name, self.base, self.new)
+
+    @property
+    def words(self) -> str:
+        base, new = _tensor_words(self.base, self.new)
+        both = f": {base} -> {new}" if base or new else ""
+        return f"{_NAMES[self.kind].format(_named(self.name))}{both}"
+
+
+@dataclass
+class MissGroup:
+    """Graphs that missed for one reason."""
+
+    reason: str
+    fix: str
+    graphs: int = 0
+    seconds: float = 0.0
+    frames: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)  # the first graph's changed parts
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "reason": self.reason,
+            "changes": [{"part": change.name, "base": change.base, "new": change.new} for change in self.changes],
+            "fix": self.fix,
+            "graphs": self.graphs,
+            "compile_s": round(self.seconds, 3),
+            "frames": self.frames,
+            "steps": self.steps,
+        }
+
+
+@dataclass
+class ColdStart:
+    """The new run's misses of graphs the base run compiled or loaded, grouped by reason, costliest first."""
+
+    groups: list[MissGroup]
+    base_has_lookups: bool
+    new_has_lookups: bool
+
+    @property
+    def graphs(self) -> int:
+        return sum(group.graphs for group in self.groups)
+
+    @property
+    def seconds(self) -> float:
+        return sum(group.seconds for group in self.groups)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "missed_graphs": self.graphs,
+            "compile_s": round(self.seconds, 3),
+            "reasons": [group.as_json() for group in self.groups],
+            "recorded": {"base": self.base_has_lookups, "new": self.new_has_lookups},
+        }
+
+
+def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
+    """Why ``new`` missed what ``base`` had: for each graph ``new`` missed whose counterpart ``base`` compiled
+    (a miss, its entry then written) or loaded (a hit)."""
+    groups: dict[str, MissGroup] = {}
+    for graph, lookup in new.explained():
+        if lookup.state != "miss":
+            continue
+        before = base.lookups.get(graph)
+        if before is None:
+            if not base.lookups:
+                continue  # the base run recorded no look-ups: nothing to compare with
+            found, (reason, fix) = [], ("a graph the base run did not compile (new code or a new input)", _FIX["new"])
+        elif before.state == "bypass":
+            continue  # the base run did not cache it either
+        else:
+            found = changes(base.full_parts(before), new.full_parts(lookup)) if before.key != lookup.key else []
+            reason, fix = _reason(found)
+        group = groups.setdefault(reason, MissGroup(reason, fix, changes=found[:10]))
+        group.graphs += 1
+        group.seconds += new.seconds.get(lookup.compile_id, 0.0)
+        if lookup.frame not in group.frames and len(group.frames) < 5:
+            group.frames.append(lookup.frame)
+        if lookup.step and lookup.step not in group.steps and len(group.steps) < 5:
+            group.steps.append(lookup.step)
+    ordered = sorted(groups.values(), key=lambda group: -group.seconds)
+    return ColdStart(ordered, bool(base.lookups), bool(new.lookups))
+
+
+def changes(base: Parts, new: Parts) -> list[Change]:
+    """The parts whose hashes differ (or that one key has and the other lacks), the graph's code first."""
+    found = [
+        Change(name, base.get(name, ("", ""))[1], new.get(name, ("", ""))[1])
+        for name in sorted(base.keys() | new.keys())
+        if base.get(name, ("",))[0] != new.get(name, ("",))[0]
+    ]
+    return sorted(found, key=lambda change: _ORDER.index(change.kind))
+
+
+_SAME_KEY = "the same key as in the base run, but the entry was not in this run's cache"
+_FIX = {
+    "same_key": (
+        "let the jobs share one cache: the same TORCHINDUCTOR_CACHE_DIR on a disk every job reads (it defaults to "
+        "a folder under /tmp, per user and machine), or save it with torch.compiler.save_cache_artifacts() and "
+        "load it with torch.compiler.load_cache_artifacts() before the first compile"
+    ),
+    "new": "nothing to fix if the code or the data changed on purpose; the next run with it starts warm",
+    "graph": "nothing to fix if you changed the model on purpose; the next run with this code starts warm",
+    "model": "nothing to fix if you changed the model on purpose; the next run with these sizes starts warm",
+    "input": (
+        "feed the same dtypes and shapes as the run that filled the cache, or compile for changing sizes "
+        "(torch.compile(dynamic=True)); a new dtype or layout needs its own compile once"
+    ),
+    "setting": "keep the setting as it was when the cache was filled (the cache is keyed by it), or fill it once",
+    "version": "pin torch and triton across jobs: every release keys its own cache entries",
+    "machine": "compile on the kind of machine that runs the job: the cache is keyed by the device and its driver",
+    "other": "keep it as it was when the cache was filled, or accept one cold start",
+}
+_NAMES = {
+    "graph": "the graph itself changed (the code dynamo traced)",
+    "model": "a parameter's shape or dtype ({})",
+    "input": "an input's dtype, shape or layout ({})",
+    "setting": "setting {}",
+    "version": "{}",
+    "machine": "{}",
+    "other": "key part {}",
+}
+_ORDER = ("graph", "model", "input", "version", "machine", "setting", "other")
+
+
+def _kind(name: str, base: str = "", new: str = "") -> str:
+    head = name.split("[", 1)[0]
+    if name == "gm":
+        return "graph"
+    if head == "example_inputs":
+        return "model" if "parameter " in (base + new) else "input"
+    if "config" in head:
+        return "setting"
+    if "version" in name:
+        return "version"
+    if head == "system_info":
+        return "machine"
+    if name in _SETTINGS:
+        return "setting"
+    return "other"
+
+
+_SETTINGS = ("deterministic_algorithms", "deterministic_algorithms_settings", "grad_enabled", "default_dtype")
+_GROUP_WORDS = {"inductor_config": "inductor's", "inductor_config_comms": "inductor's comms"}
+
+
+def _tensor_words(base: str, new: str) -> tuple[str, str]:
+    """Two tensors' metadata without the device they share: ``float32[32, 16]`` where only dtype or shape differ."""
+    base, new = base.removeprefix("parameter "), new.removeprefix("parameter ")
+    (base_head, _, base_device), (new_head, _, new_device) = base.rpartition(" "), new.rpartition(" ")
+    same_device = "[" in base_head and "[" in new_head and base_device == new_device
+    return (base_head, new_head) if same_device else (base, new)
+
+
+def _named(name: str) -> str:
+    """``inductor_config[max_autotune]`` -> ``inductor's max_autotune``, ``example_inputs[2]`` -> ``graph input
+    2``; other parts as torch names them."""
+    head, bracket, rest = name.partition("[")
+    if head == "example_inputs":
+        return f"graph input {rest.rstrip(']')}"
+    words = _GROUP_WORDS.get(head)
+    return f"{words} {rest.rstrip(']')}" if bracket and words else name
+
+
+def _reason(found: list[Change]) -> tuple[str, str]:
+    if not found:
+        return _SAME_KEY, _FIX["same_key"]
+    kinds = [change.kind for change in found]
+    first = kinds[0]
+    named = [change.words for change in found if change.kind == first][:2]
+    more = len(found) - len(named)
+    reason = "; ".join(named) + (f" (and {more} more part{'s' * (more > 1)})" if more else "")
+    return reason, _FIX[first]
+
+
+def _parts(lines: Any) -> Parts:
+    parts: Parts = {}
+    for line in lines if isinstance(lines, (list, tuple)) else ():
+        name, _, rest = str(line).partition("\t")
+        digest, _, value = rest.partition("\t")
+        parts[name] = (digest, value)
+    return parts
+
+
+__all__ = ["CacheLedger", "Change", "ColdStart", "MissGroup", "changes", "explain"]

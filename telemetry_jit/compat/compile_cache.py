@@ -1,0 +1,166 @@
+"""torch's compile-cache look-ups as they happen: which cache, hit, miss or bypass, the key and the parts
+torch hashed into it (torch 2.8 - 2.15).
+
+AOTAutograd's cache and inductor's FX graph cache build every key from named parts and hand each look-up
+(``CacheInfo``: ``key``, ``components``, ``cache_state``, ...) to ``CompileEventLogger.instant``, which
+passes it to ``ChromiumEventLogger.log_instant_event`` under the name ``autograd_cache_<state>`` or
+``fx_graph_cache_<state>``: the one call every release makes with the whole look-up. A part is a line
+``[<hash>] <name>: <value>``. torch 2.13 and later compute AOTAutograd's parts only while its logger is
+open to DEBUG (:data:`PARTS_LOGGER`); inductor's are always computed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch._dynamo import utils as _dynamo_utils
+
+PARTS_LOGGER = "torch._functorch._aot_autograd.autograd_cache"
+_LAYERS = (("autograd_cache_", "aot_autograd"), ("fx_graph_cache_", "fx_graph"))
+_STATES = ("hit", "miss", "bypass")
+_PART = re.compile(r"\[(\w+)\] ([^:\n]+): (.*)", re.DOTALL)
+_TENSOR = re.compile(
+    r"TensorMetadata\(dtype=torch\.(\w+), shape=torch\.Size\(\[([^\]]*)\]\), stride=(\([^)]*\)), "
+    r"device=device\(type='(\w+)'(?:, index=(\d+))?\)"
+)
+_SIGNATURE = re.compile(r"def forward\(self, ([^)]*)\)")
+HASH_CHARS = 10  # of torch's 52-character part hashes: enough to tell two values apart
+_VALUE_CHARS = 120  # a longer value (the graph's code, a pickled config) is kept as its hash only
+# parts that form one group of settings: kept once per run as a table, each look-up names the table's digest
+SETTINGS_GROUPS = ("inductor_config", "inductor_config_comms", "functorch_config", "autograd_config")
+
+
+@dataclass
+class Lookup:
+    """One look-up in one compile cache."""
+
+    layer: str  # "aot_autograd" or "fx_graph"
+    state: str  # "hit", "miss" or "bypass"
+    key: str = ""
+    parts: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (hash, readable value or "")
+    settings: dict[str, tuple[str, str]] = field(default_factory=dict)  # the parts of :data:`SETTINGS_GROUPS`
+    bypass_reason: str = ""
+    saved_s: float = 0.0  # what a hit saved, as torch measured the original compile
+
+
+Listener = Callable[[Lookup], None]
+_listeners: list[Listener] = []
+_installed: tuple[Any, Any] | None = None  # (our wrapper, what it wraps)
+
+
+def watch(listener: Listener) -> None:
+    """Tell ``listener`` every cache look-up from now on (until :func:`unwatch`)."""
+    global _installed
+    if listener not in _listeners:
+        _listeners.append(listener)
+    if _installed is None:
+        previous = _dynamo_utils.ChromiumEventLogger.log_instant_event
+
+        def log_instant_event(self: Any, event_name: str, *args: Any, **kwargs: Any) -> Any:
+            if _listeners and event_name.endswith(_STATES):
+                _tell(event_name, kwargs.get("metadata", args[1] if len(args) > 1 else None))
+            return previous(self, event_name, *args, **kwargs)
+
+        _dynamo_utils.ChromiumEventLogger.log_instant_event = log_instant_event  # type: ignore[method-assign]
+        _installed = (log_instant_event, previous)
+
+
+def unwatch(listener: Listener) -> None:
+    """Stop telling ``listener``; with no listener left, torch's method is as it was (unless another tool
+    wrapped it since, whose wrapper then keeps calling ours, which only passes the call on)."""
+    global _installed
+    if listener in _listeners:
+        _listeners.remove(listener)
+    if not _listeners and _installed is not None:
+        wrapper, previous = _installed
+        if _dynamo_utils.ChromiumEventLogger.log_instant_event is wrapper:
+            _dynamo_utils.ChromiumEventLogger.log_instant_event = previous  # type: ignore[method-assign]
+            _installed = None
+
+
+def _tell(event_name: str, metadata: Any) -> None:
+    try:  # a reworded look-up must never fail the compile it describes
+        lookup = parse_lookup(event_name, metadata)
+        if lookup is not None:
+            for listener in list(_listeners):
+                listener(lookup)
+    except Exception:  # noqa: BLE001, S110 - telemetry loses one look-up, the compile goes on
+        pass
+
+
+def parse_lookup(event_name: str, metadata: Any) -> Lookup | None:
+    """A :class:`Lookup` from an instant event's name and ``CacheInfo``; ``None`` for other events."""
+    found = next((pair for pair in _LAYERS if event_name.startswith(pair[0])), None)
+    if found is None or event_name[len(found[0]) :] not in _STATES:
+        return None
+    prefix, layer = found
+    info = metadata if isinstance(metadata, dict) else {}
+    saved_ns = info.get("time_saved_ns")
+    saved_ms = info.get("time_saved_ms")
+    parts = parse_parts(info.get("components") or ())
+    settings = {name: part for name, part in parts.items() if settings_group(name)}
+    return Lookup(
+        layer=layer,
+        state=event_name[len(prefix) :],
+        key=str(info.get("key") or ""),
+        parts={name: part for name, part in parts.items() if name not in settings},
+        settings=settings,
+        bypass_reason=str(info.get("cache_bypass_reason") or ""),
+        saved_s=float(saved_ns) / 1e9 if saved_ns else float(saved_ms or 0) / 1e3,
+    )
+
+
+def parse_parts(lines: Any) -> dict[str, tuple[str, str]]:
+    """``name -> (hash, value)`` from torch's ``[<hash>] <name>: <value>`` lines; a value that is long or not
+    readable text is left empty (its hash still tells whether it changed); a tensor's metadata is shortened
+    to ``dtype[shape] stride device``."""
+    parts = {}
+    parameters: set[int] = set()
+    for line in lines:
+        match = _PART.match(str(line))
+        if match is None:
+            continue
+        digest, name, value = match.groups()
+        name = name.strip()
+        if name == "gm" and (signature := _SIGNATURE.search(value)) is not None:
+            arguments = signature.group(1).split(", ")
+            parameters = {index for index, argument in enumerate(arguments) if "nn.parameter.Parameter" in argument}
+        parts[name] = (digest[:HASH_CHARS], readable(value))
+    for index in parameters:  # the graph's own annotation: which inputs are the model's parameters
+        name = f"example_inputs[{index}]"
+        if name in parts and parts[name][1]:
+            parts[name] = (parts[name][0], f"parameter {parts[name][1]}")
+    return parts
+
+
+def readable(value: str) -> str:
+    """A part's value for people: a tensor's metadata as ``float32[32, 16] cpu`` (its stride where it is not
+    contiguous: ``float32[16, 32] stride (1, 16) cpu``); "" where it is long or not text."""
+    tensor = _TENSOR.match(value)
+    if tensor is not None:
+        dtype, shape, stride, device, index = tensor.groups()
+        sizes = [int(size) for size in re.findall(r"-?\d+", shape)]
+        contiguous = [1] * len(sizes)
+        for dim in range(len(sizes) - 2, -1, -1):
+            contiguous[dim] = contiguous[dim + 1] * max(sizes[dim + 1], 1)
+        layout = "" if [int(step) for step in re.findall(r"-?\d+", stride)] == contiguous else f" stride {stride}"
+        return f"{dtype}[{shape}]{layout} {device}{':' + index if index else ''}"
+    if len(value) > _VALUE_CHARS or not value.isprintable():
+        return ""
+    return value
+
+
+def settings_group(name: str) -> str:
+    """The settings group a part belongs to (``inductor_config`` for ``inductor_config[max_autotune]``), or ""."""
+    group = name.split("[", 1)[0]
+    return group if group in SETTINGS_GROUPS else ""
+
+
+def settings_digest(settings: dict[str, tuple[str, str]]) -> str:
+    """A short name for one table of settings parts: equal tables, equal digests."""
+    text = "\n".join(f"{name}={digest}" for name, (digest, _) in sorted(settings.items()))
+    return hashlib.sha256(text.encode()).hexdigest()[:HASH_CHARS] if settings else ""

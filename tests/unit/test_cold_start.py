@@ -1,0 +1,96 @@
+"""Why a warm start was cold, from two runs' recorded cache look-ups (no torch needed): the parts of the key
+that changed, a key that did not change, graphs the base run never had, and graphs that hit."""
+
+from __future__ import annotations
+
+from telemetry_jit.analysis.cold_start import CacheLedger, explain
+from telemetry_jit.analysis.spans import EventRecord, SpanRecord
+
+SETTINGS = ["inductor_config[max_autotune]\tmaaa\tFalse", "inductor_config[freezing]\tfrrr\tFalse"]
+PARTS = [
+    "gm\tgraph1\t",
+    "example_inputs[0]\tin0\tparameter float32[8, 8] cpu",
+    "example_inputs[1]\tin1\tfloat32[4, 8] cpu",
+]
+
+
+def lookup(state: str, key: str, parts: list[str], settings: str = "s1", table: list[str] | None = None) -> EventRecord:
+    attributes = {"cache.layer": "aot_autograd", "cache.state": state, "cache.key": key, "cache.parts": parts}
+    attributes["cache.settings"] = settings
+    if table is not None:
+        attributes["cache.settings_parts"] = table
+    return EventRecord("cache_lookup", 0, attributes)
+
+
+def ledger(*lookups: EventRecord, frame: str = "forward (model.py:5)", seconds: float = 2.0) -> CacheLedger:
+    recorded = CacheLedger()
+    for index, event in enumerate(lookups):
+        span = SpanRecord(f"s{index}", "compilation", None, 0, int(seconds * 1e9), events=[event])
+        recorded.add(span, frame, "dynamo", f"{index}/0", "0")
+    return recorded
+
+
+def test_graphs_that_hit_say_nothing() -> None:
+    base = ledger(lookup("miss", "k1", PARTS, table=SETTINGS))
+    assert explain(base, ledger(lookup("hit", "k1", PARTS, table=SETTINGS))).groups == []
+
+
+def test_a_changed_setting_is_named_with_both_values_from_each_runs_table() -> None:
+    changed = [SETTINGS[0].replace("maaa\tFalse", "mbbb\tTrue"), SETTINGS[1]]
+    base = ledger(lookup("hit", "k1", PARTS, table=SETTINGS))
+    cold = explain(base, ledger(lookup("miss", "k2", PARTS, settings="s2", table=changed), seconds=3.5))
+    (group,) = cold.groups
+    assert group.reason == "setting inductor's max_autotune: False -> True"
+    assert (group.graphs, group.seconds, cold.seconds) == (1, 3.5, 3.5)
+    assert "keep the setting" in group.fix
+
+
+def test_the_graph_and_the_models_parameters_come_before_settings_and_inputs() -> None:
+    base = ledger(lookup("hit", "k1", PARTS, table=SETTINGS))
+    wider = PARTS[1].replace("in0\tparameter float32[8, 8]", "inX\tparameter float32[12, 8]")
+    new_parts = ["gm\tgraph2\t", wider, PARTS[2]]
+    (group,) = explain(base, ledger(lookup("miss", "k2", new_parts, table=SETTINGS))).groups
+    assert group.reason == "the graph itself changed (the code dynamo traced) (and 1 more part)"
+    assert [change.name for change in group.changes] == ["gm", "example_inputs[0]"]
+    (group,) = explain(base, ledger(lookup("miss", "k2", [PARTS[0], *new_parts[1:]], table=SETTINGS))).groups
+    assert group.reason == "a parameter's shape or dtype (graph input 0): float32[8, 8] -> float32[12, 8]"
+
+
+def test_the_same_key_means_the_entry_was_not_there_and_the_fix_shares_the_cache() -> None:
+    base = ledger(lookup("hit", "k1", PARTS, table=SETTINGS))
+    (group,) = explain(base, ledger(lookup("miss", "k1", PARTS, table=SETTINGS))).groups
+    assert group.reason.startswith("the same key as in the base run")
+    assert "TORCHINDUCTOR_CACHE_DIR" in group.fix and group.changes == []
+
+
+def test_misses_are_grouped_by_reason_with_counts_and_seconds_costliest_first() -> None:
+    base = ledger(*(lookup("hit", f"k{i}", PARTS, table=SETTINGS) for i in range(3)))
+    new = ledger(
+        lookup("miss", "k0", PARTS, table=SETTINGS),
+        lookup("miss", "k1", PARTS),
+        lookup("miss", "x2", [*PARTS[:2], "example_inputs[1]\tother\tfloat64[4, 8] cpu"]),
+        lookup("miss", "k3", PARTS),  # the base run never looked this graph up
+    )
+    cold = explain(base, new)
+    assert [(group.graphs, group.seconds) for group in cold.groups] == [(2, 4.0), (1, 2.0), (1, 2.0)]
+    assert {group.reason.split(" (")[0].split(":")[0] for group in cold.groups} == {
+        "the same key as in the base run, but the entry was not in this run's cache",
+        "an input's dtype, shape or layout",
+        "a graph the base run did not compile",
+    }
+
+
+def test_a_base_run_without_look_ups_explains_nothing_and_says_so() -> None:
+    cold = explain(CacheLedger(), ledger(lookup("miss", "k1", PARTS, table=SETTINGS)))
+    assert cold.groups == [] and cold.as_json()["recorded"] == {"base": False, "new": True}
+
+
+def test_aot_autograds_look_up_stands_for_the_graph_whatever_order_torch_says_them_in() -> None:
+    fx_miss = EventRecord("cache_lookup", 0, {**lookup("miss", "f1", PARTS).attributes, "cache.layer": "fx_graph"})
+    base = ledger(lookup("hit", "k1", PARTS, table=SETTINGS))
+    changed = [SETTINGS[0].replace("maaa\tFalse", "mbbb\tTrue"), SETTINGS[1]]
+    new = CacheLedger()
+    span = SpanRecord("s0", "compilation", None, 0, 10**9, events=[fx_miss, lookup("miss", "k2", PARTS, "s2", changed)])
+    new.add(span, "forward (model.py:5)", "dynamo", "0/0", "0")  # torch 2.8: inductor's look-up is said first
+    (group,) = explain(base, new).groups
+    assert group.reason == "setting inductor's max_autotune: False -> True" and group.graphs == 1

@@ -1,0 +1,65 @@
+"""Reading torch's cache look-ups (``compat/compile_cache``): the parts of a key as torch 2.8 - 2.15 write
+them, shortened for people, and the look-up events of a real compile."""
+
+from __future__ import annotations
+
+import torch
+
+from telemetry_jit.compat import compile_cache
+
+GM = """GraphModule()
+
+
+
+def forward(self, p_0 : torch.nn.parameter.Parameter, p_1 : torch.Tensor):
+    linear = torch._C._nn.linear(p_1, p_0);  p_0 = p_1 = None
+    return (linear,)"""
+COMPONENTS = [
+    f"[4sfbocuwcptxczysz2cypsqgoyupimm4kooiss7nycgo6wwjnc6] gm: {GM}",
+    "[ifcqr4f7nddsjb55kwo2bhqkw72m7mudamdc3gl3u7zqyxo4fy4] example_inputs[0]: TensorMetadata(dtype=torch.float32, "
+    "shape=torch.Size([8, 8]), stride=(8, 1), device=device(type='cpu'), layout=torch.strided, memory_format=None)",
+    "[swllrjo2cflhqhfdmfic3efkmdzrn5h6uvbccmnmtjtxuto7iad] example_inputs[1]: TensorMetadata(dtype=torch.bfloat16, "
+    "shape=torch.Size([8, 4]), stride=(1, 8), device=device(type='cuda', index=1), layout=torch.strided)",
+    "[sjldm5hyfytkdkxlfj3fhwi432gtpoqk3r6uo4z3lfs7aiipms3] torch_version: \x8e\x00\x01binary",
+    "[esstihe2nyydk4mhzpvox3qkajyu5y5t23hk3fi2me7jn75xi3o] inductor_config[max_autotune]: False",
+    "[cev5uo2jlwdhw2uyzcm7vr6cl23azjfw437f5r5lskm7spucos6] grad_enabled: True",
+]
+
+
+def test_parts_are_hashes_with_readable_values_and_settings_apart() -> None:
+    lookup = compile_cache.parse_lookup("autograd_cache_miss", {"key": "akey", "components": COMPONENTS})
+    assert lookup is not None and (lookup.layer, lookup.state, lookup.key) == ("aot_autograd", "miss", "akey")
+    assert lookup.parts == {
+        "gm": ("4sfbocuwcp", ""),  # the code is long: its hash tells whether it changed
+        "example_inputs[0]": ("ifcqr4f7nd", "parameter float32[8, 8] cpu"),  # contiguous: no stride said
+        "example_inputs[1]": ("swllrjo2cf", "bfloat16[8, 4] stride (1, 8) cuda:1"),
+        "torch_version": ("sjldm5hyfy", ""),  # pickled bytes
+        "grad_enabled": ("cev5uo2jlw", "True"),
+    }
+    assert lookup.settings == {"inductor_config[max_autotune]": ("esstihe2ny", "False")}
+    digest = compile_cache.settings_digest(lookup.settings)
+    assert digest and digest == compile_cache.settings_digest(dict(lookup.settings))
+    assert digest != compile_cache.settings_digest({"inductor_config[max_autotune]": ("other", "True")})
+
+
+def test_other_events_and_unknown_states_are_not_look_ups() -> None:
+    assert compile_cache.parse_lookup("fx_graph_cache_disabled", {}) is None
+    assert compile_cache.parse_lookup("dynamo", {"key": "x"}) is None
+    hit = compile_cache.parse_lookup("fx_graph_cache_hit", {"key": "f", "time_saved_ns": 2_500_000_000})
+    assert hit is not None and (hit.layer, hit.saved_s, hit.parts) == ("fx_graph", 2.5, {})
+
+
+def test_a_real_compile_hands_its_look_ups_to_the_watcher() -> None:
+    seen: list[compile_cache.Lookup] = []
+    compile_cache.watch(seen.append)
+    try:
+        torch._dynamo.reset()
+        torch.compile(torch.nn.Linear(4, 4), backend="inductor")(torch.randn(2, 4))
+    finally:
+        compile_cache.unwatch(seen.append)
+        torch._dynamo.reset()
+    assert seen and all(lookup.state in ("hit", "miss", "bypass") for lookup in seen)
+    assert all(lookup.key for lookup in seen if lookup.state != "bypass")
+    from torch._dynamo.utils import ChromiumEventLogger
+
+    assert ChromiumEventLogger.log_instant_event.__module__ == "torch._dynamo.utils"  # unwatched: torch's own again

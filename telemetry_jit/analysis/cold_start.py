@@ -84,6 +84,10 @@ class CacheLedger:
             if (lookup.layer == "aot_autograd") == (lookup.compile_id in used):
                 yield graph, lookup
 
+    def states(self) -> Counter[str]:
+        """Graphs by what the cache did for them (``hit``, ``miss``), one look-up per graph."""
+        return Counter(lookup.state for _, lookup in self.explained())
+
     def full_parts(self, lookup: Lookup) -> Parts:
         return {**self.tables.get(lookup.settings, {}), **lookup.parts}
 

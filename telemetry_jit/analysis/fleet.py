@@ -40,11 +40,15 @@ class RankFigures:
 
     @property
     def cache(self) -> str:
-        if not (self.cache_hits or self.cache_misses):
+        """What the compile cache did on this rank: from its look-ups, else torch's counts (torch 2.8 counts
+        remote caches only)."""
+        states = self.cache_ledger.states()
+        hits, misses = (states["hit"], states["miss"]) if states else (self.cache_hits, self.cache_misses)
+        if not (hits or misses):
             return "no compile-cache lookups"
-        if not self.cache_misses:
+        if not misses:
             return "warm: every graph from the compile cache"
-        return "cold: every graph compiled" if not self.cache_hits else "partly warm"
+        return "cold: every graph compiled" if not hits else "partly warm"
 
 
 def rank_figures(run: TelemetryRun) -> RankFigures:

@@ -52,9 +52,13 @@ _listeners: list[Listener] = []
 _installed: tuple[Any, Any] | None = None  # (our wrapper, what it wraps)
 
 
-def watch(listener: Listener) -> None:
-    """Tell ``listener`` every cache look-up from now on (until :func:`unwatch`)."""
+def watch(listener: Listener) -> bool:
+    """Tell ``listener`` every cache look-up from now on (until :func:`unwatch`); ``False`` where this torch
+    has no ``ChromiumEventLogger.log_instant_event`` to read them from (nothing is recorded then)."""
     global _installed
+    logger = getattr(_dynamo_utils, "ChromiumEventLogger", None)
+    if not callable(getattr(logger, "log_instant_event", None)):
+        return False
     if listener not in _listeners:
         _listeners.append(listener)
     if _installed is None:
@@ -67,6 +71,7 @@ def watch(listener: Listener) -> None:
 
         _dynamo_utils.ChromiumEventLogger.log_instant_event = log_instant_event  # type: ignore[method-assign]
         _installed = (log_instant_event, previous)
+    return True
 
 
 def unwatch(listener: Listener) -> None:

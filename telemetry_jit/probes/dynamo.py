@@ -230,7 +230,7 @@ class DynamoProbe:
         self._breaks_at_poll, self._claimed = dict(torch_compat.graph_break_counts()), {}
         for log in self._logs:
             log.install()
-        compile_cache.watch(self._on_cache_lookup)
+        TORCH.call(compile_cache.watch, self._on_cache_lookup)
         torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
         self._attached = True
 
@@ -242,7 +242,7 @@ class DynamoProbe:
         self._attached = False
         for log in self._logs:
             log.uninstall()
-        compile_cache.unwatch(self._on_cache_lookup)
+        TORCH.call(compile_cache.unwatch, self._on_cache_lookup)
         TORCH.call(torch_compat.remove_compile_callbacks, self._start_callback, self._end_callback)
 
     def ensure_registered(self) -> None:

@@ -4,12 +4,13 @@ new run missed in the compile cache, explained by the parts of torch's cache key
 AOTAutograd's and inductor's caches key every graph by named parts (the graph's code, its inputs' dtypes,
 shapes and strides, every inductor setting, torch's version, the machine, ...), recorded with each look-up
 (``cache_lookup`` events, docs/cold-starts.md). A graph is the same graph in two runs when it is the same
-frame's n-th look-up in the same cache; its miss is explained by the parts whose hashes differ, or, where
-the keys are equal, by the entry not being in the new run's cache.
+frame's (by name and file, not line) n-th look-up in the same cache; its miss is explained by the parts whose
+hashes differ, or, where the keys are equal, by the entry not being in the new run's cache.
 """
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from telemetry_jit.schema import CacheAttr, JitEventName
 
 MAX_GRAPHS = 5000  # look-ups kept per run
 Parts = dict[str, tuple[str, str]]  # name -> (hash, value)
-GraphId = tuple[str, str, str, int]  # frame label, trigger, cache layer, its n-th look-up there
+GraphId = tuple[str, str, str, int]  # frame and file (not the line), trigger, cache layer, n-th look-up there
 
 
 @dataclass
@@ -56,10 +57,11 @@ class CacheLedger:
             if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
                 self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
             layer = str(attributes.get(CacheAttr.LAYER) or "")
-            n = self._seen[(frame, trigger, layer)]
-            self._seen[(frame, trigger, layer)] += 1
+            code = _without_line(frame)
+            n = self._seen[(code, trigger, layer)]
+            self._seen[(code, trigger, layer)] += 1
             if len(self.lookups) < MAX_GRAPHS:
-                self.lookups[(frame, trigger, layer, n)] = Lookup(
+                self.lookups[(code, trigger, layer, n)] = Lookup(
                     frame,
                     trigger,
                     compile_id,
@@ -222,11 +224,17 @@ _NAMES = {
     "model": "a parameter's shape or dtype ({})",
     "input": "an input's dtype, shape or layout ({})",
     "setting": "setting {}",
-    "version": "{}",
+    "version": "{} changed",
     "machine": "{}",
     "other": "key part {}",
 }
-_ORDER = ("graph", "model", "input", "version", "machine", "setting", "other")
+_ORDER = ("version", "machine", "graph", "model", "input", "setting", "other")  # a new release changes the rest too
+
+
+def _without_line(frame: str) -> str:
+    """``forward (model.py:55)`` -> ``forward (model.py)``: a line added above a frame, or another torch release
+    moving its own code, leaves it the same frame."""
+    return re.sub(r":\d+\)$", ")", frame)
 
 
 def _kind(name: str, base: str = "", new: str = "") -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
 from torch._dynamo import utils as _dynamo_utils
 
 PARTS_LOGGER = "torch._functorch._aot_autograd.autograd_cache"
@@ -134,7 +135,8 @@ def parse_parts(lines: Any) -> dict[str, tuple[str, str]]:
         if name == "gm" and (signature := _SIGNATURE.search(value)) is not None:
             arguments = signature.group(1).split(", ")
             parameters = {index for index, argument in enumerate(arguments) if "nn.parameter.Parameter" in argument}
-        parts[name] = (digest[:HASH_CHARS], readable(value))
+        # torch hashes its version as bytes: the running torch's own, which it is
+        parts[name] = (digest[:HASH_CHARS], torch.__version__ if name == "torch_version" else readable(value))
     for index in parameters:  # the graph's own annotation: which inputs are the model's parameters
         name = f"example_inputs[{index}]"
         if name in parts and parts[name][1]:

@@ -155,7 +155,7 @@ class _DDPBucketLog(_LogTap):
 
 class _CacheBypassLog(_LogTap):
     """Why the FX graph or AOTAutograd cache was bypassed, from torch's INFO lines. Open down to DEBUG: there
-    torch 2.13 and later compute the parts of AOTAutograd's cache keys (about 9 ms a graph)."""
+    torch 2.13 and later compute the parts of AOTAutograd's cache keys (8-10 ms a graph)."""
 
     def loggers(self) -> list[logging.Logger]:
         return [logging.getLogger(name) for name in torch_compat.CACHE_BYPASS_LOGGERS]

@@ -94,3 +94,11 @@ def test_aot_autograds_look_up_stands_for_the_graph_whatever_order_torch_says_th
     new.add(span, "forward (model.py:5)", "dynamo", "0/0", "0")  # torch 2.8: inductor's look-up is said first
     (group,) = explain(base, new).groups
     assert group.reason == "setting inductor's max_autotune: False -> True" and group.graphs == 1
+
+
+def test_a_new_torch_is_named_first_with_both_versions_whatever_else_it_changed() -> None:
+    base = ledger(lookup("hit", "k1", [*PARTS, "torch_version\tv28\t2.8.0"], table=SETTINGS))
+    newer = ["gm\tgraph2\t", *PARTS[1:], "torch_version\tv213\t2.13.0"]
+    (group,) = explain(base, ledger(lookup("miss", "k2", newer, table=SETTINGS))).groups
+    assert group.reason == "torch_version changed: 2.8.0 -> 2.13.0 (and 1 more part)"
+    assert "pin torch" in group.fix

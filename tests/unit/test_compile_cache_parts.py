@@ -33,7 +33,7 @@ def test_parts_are_hashes_with_readable_values_and_settings_apart() -> None:
         "gm": ("4sfbocuwcp", ""),  # the code is long: its hash tells whether it changed
         "example_inputs[0]": ("ifcqr4f7nd", "parameter float32[8, 8] cpu"),  # contiguous: no stride said
         "example_inputs[1]": ("swllrjo2cf", "bfloat16[8, 4] stride (1, 8) cuda:1"),
-        "torch_version": ("sjldm5hyfy", ""),  # pickled bytes
+        "torch_version": ("sjldm5hyfy", torch.__version__),  # torch hashes it as bytes: named as the running one
         "grad_enabled": ("cev5uo2jlw", "True"),
     }
     assert lookup.settings == {"inductor_config[max_autotune]": ("esstihe2ny", "False")}

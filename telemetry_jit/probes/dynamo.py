@@ -212,7 +212,7 @@ class DynamoProbe:
         self._bypass_log = _CacheBypassLog()
         self._logs: list[_LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
         self._lookups: list[CacheLookup] = []
-        self._settings_said: set[str] = set()  # settings tables this probe has written out once
+        self._settings_said: set[str] = set()  # settings tables written out since attaching
         # graph breaks torch counted while no callback was registered (after torch._dynamo.reset()
         # cleared them): counters since the last poll less what windows claimed
         self._breaks_at_poll: dict[str, int] = {}
@@ -230,6 +230,7 @@ class DynamoProbe:
         self._breaks_at_poll, self._claimed = dict(torch_compat.graph_break_counts()), {}
         for log in self._logs:
             log.install()
+        self._settings_said.clear()  # each attachment (a fit, a loop) writes the settings it compiled with
         TORCH.call(compile_cache.watch, self._on_cache_lookup)
         torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
         self._attached = True

@@ -310,8 +310,9 @@ def _check(args: argparse.Namespace) -> int:
         _complain(f"check: {error}")
         return 3
     what = ", ".join(map(str, args.paths))
-    if baseline is not None:
-        _say(format_cold_start(diff(baseline.runs[-1], loaded.runs[0]).cold_start).lstrip("\n"))
+    explained = format_cold_start(diff(baseline.runs[-1], loaded.runs[0]).cold_start) if baseline else ""
+    if explained:
+        _say(explained.lstrip("\n"))
     if broken:
         _say(
             f"telemetry-jit check: {what} breaks its compile budget:\n" + "\n".join(f"  {reason}" for reason in broken)

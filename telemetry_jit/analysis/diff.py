@@ -62,6 +62,7 @@ class RunFigures:
     fallbacks: list[Fallback] = field(default_factory=list)  # frames that run eagerly from a step on
     cache_ledger: CacheLedger = field(default_factory=CacheLedger)
     last_step: int | None = None  # the loop's last global step, where the run said it
+    run: tuple[str, int] = ("", 0)  # run id and rank: which run these are the figures of
 
     @property
     def compilations(self) -> int:
@@ -119,6 +120,7 @@ def figures(summary: RunSummary) -> RunFigures:
         fallbacks=list(d.fallbacks),
         cache_ledger=d.cache_ledger,
         last_step=summary.last_step,
+        run=(summary.run.run_id, summary.run.rank),
     )
 
 
@@ -173,7 +175,10 @@ class RunDiff:
 
     @property
     def cold_start(self) -> ColdStart:
-        """Each graph the base run compiled or loaded and the new run missed in the compile cache, and why."""
+        """Each graph the base run compiled or loaded and the new run missed in the compile cache, and why
+        (nothing, for a run compared with itself)."""
+        if self.base.run == self.new.run:
+            return ColdStart([], bool(self.base.cache_ledger.lookups), bool(self.new.cache_ledger.lookups))
         return explain(self.base.cache_ledger, self.new.cache_ledger)
 
     def frames(self) -> list[tuple[str, FrameFigures, FrameFigures]]:

@@ -166,6 +166,7 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
     facts, text = explained(fill, warm)
     assert facts["missed_graphs"] == 0 and facts["recorded"] == {"base": True, "new": True}
     assert "compile cache:" not in text
+    assert explained(fill, fill)[0]["missed_graphs"] == 0  # a cold run compared with itself: nothing to explain
     for name in ("setting", "width", "batch", "moved"):
         facts, text = said[name]
         assert facts["missed_graphs"] >= 1 and facts["compile_s"] > 0, name

@@ -191,7 +191,8 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
 
 
 def changes(base: Parts, new: Parts) -> list[Change]:
-    """The parts whose hashes differ (or that one key has and the other lacks), the graph's code first."""
+    """The parts whose hashes differ (or that one key has and the other lacks), what explains the rest first: a
+    release, the machine, the graph's code, the model, the inputs, the settings."""
     found = [
         Change(name, base.get(name, ("", ""))[1], new.get(name, ("", ""))[1])
         for name in sorted(base.keys() | new.keys())

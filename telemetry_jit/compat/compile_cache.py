@@ -5,8 +5,9 @@ AOTAutograd's cache and inductor's FX graph cache build every key from named par
 (``CacheInfo``: ``key``, ``components``, ``cache_state``, ...) to ``CompileEventLogger.instant``, which
 passes it to ``ChromiumEventLogger.log_instant_event`` under the name ``autograd_cache_<state>`` or
 ``fx_graph_cache_<state>``: the one call every release makes with the whole look-up. A part is a line
-``[<hash>] <name>: <value>``. torch 2.13 and later compute AOTAutograd's parts only while its logger is
-open to DEBUG (:data:`PARTS_LOGGER`); inductor's are always computed.
+``[<hash>] <name>: <value>``. torch 2.13 and later compute AOTAutograd's parts only while its logger
+(``torch._functorch._aot_autograd.autograd_cache``) is open to DEBUG, as the dynamo probe's cache log tap
+opens it; inductor's are always computed.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Any
 import torch
 from torch._dynamo import utils as _dynamo_utils
 
-PARTS_LOGGER = "torch._functorch._aot_autograd.autograd_cache"
 _LAYERS = (("autograd_cache_", "aot_autograd"), ("fx_graph_cache_", "fx_graph"))
 _STATES = ("hit", "miss", "bypass")
 _PART = re.compile(r"\[(\w+)\] ([^:\n]+): (.*)", re.DOTALL)
@@ -31,7 +31,7 @@ _TENSOR = re.compile(
 _SIGNATURE = re.compile(r"def forward\(self, ([^)]*)\)")
 HASH_CHARS = 10  # of torch's 52-character part hashes: enough to tell two values apart
 _VALUE_CHARS = 120  # a longer value (the graph's code, a pickled config) is kept as its hash only
-# parts that form one group of settings: kept once per run as a table, each look-up names the table's digest
+# parts that form one group of settings: written once per fit as a table, each look-up names the table's digest
 SETTINGS_GROUPS = ("inductor_config", "inductor_config_comms", "functorch_config", "autograd_config")
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
-from telemetry_jit.schema import PayoffAttr
+from telemetry_jit.schema import FallbackAttr, PayoffAttr
 
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
@@ -260,6 +260,100 @@ class Payoff:
             f"{self.compile_s:.1f} s of compiling is never repaid"
             + (f"; likely why: {why_slower}" if why_slower else "")
         )
+
+
+@dataclass(frozen=True)
+class FallbackCost:
+    """What a frame that runs eagerly from ``step`` on cost: the median training batch while it ran compiled
+    against the median batch after, each over the batches that compiled nothing; or why it was not measured
+    (:attr:`not_measured`)."""
+
+    frame: str
+    location: str
+    step: int
+    compiled_batch_ms: float = 0.0
+    eager_batch_ms: float = 0.0
+    compiled_batches: int = 0
+    eager_batches: int = 0
+    batches_since: int = 0  # training batches from its fallback to the loop's end
+    not_measured: str = ""
+
+    @property
+    def extra_ms(self) -> float:
+        """What each batch costs more than it did while the frame ran compiled."""
+        return self.eager_batch_ms - self.compiled_batch_ms
+
+    @property
+    def cost_s(self) -> float:
+        return self.extra_ms * self.batches_since / 1000 if not self.not_measured else 0.0
+
+    def words(self) -> str:
+        """``costs 11.2 ms a training batch (41.3 ms against 30.1 ms while compiled, medians of 9 and 30
+        batches), 0.34 s over the 30 batches since``."""
+        if self.not_measured:
+            return f"its cost not measured: {self.not_measured}"
+        medians = (
+            f"{self.eager_batch_ms:.1f} ms against {self.compiled_batch_ms:.1f} ms while compiled, medians of "
+            f"{self.eager_batches} and {self.compiled_batches} batches"
+        )
+        verb = "costs" if self.extra_ms >= 0 else "saves"
+        return (
+            f"{verb} {abs(self.extra_ms):.1f} ms a training batch ({medians}), {abs(self.cost_s):.2f} s over the "
+            f"{self.batches_since} batches since"
+        )
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {
+            FallbackAttr.FRAME: self.frame,
+            FallbackAttr.LOCATION: self.location,
+            FallbackAttr.STEP: self.step,
+            FallbackAttr.BATCHES_SINCE: self.batches_since,
+        }
+        if self.not_measured:
+            attributes[FallbackAttr.NOT_MEASURED] = self.not_measured
+            return attributes
+        attributes.update(
+            {
+                FallbackAttr.COMPILED_BATCH_MS: round(self.compiled_batch_ms, 4),
+                FallbackAttr.EAGER_BATCH_MS: round(self.eager_batch_ms, 4),
+                FallbackAttr.COMPILED_BATCHES: self.compiled_batches,
+                FallbackAttr.EAGER_BATCHES: self.eager_batches,
+                FallbackAttr.COST_S: round(self.cost_s, 4),
+            }
+        )
+        return attributes
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, object]) -> FallbackCost:
+        """The cost an ``eager_fallback_cost`` event holds."""
+
+        def figure(name: str) -> float:
+            value = attributes.get(name)
+            return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+
+        return cls(
+            frame=str(attributes.get(FallbackAttr.FRAME) or ""),
+            location=str(attributes.get(FallbackAttr.LOCATION) or ""),
+            step=int(figure(FallbackAttr.STEP)),
+            compiled_batch_ms=figure(FallbackAttr.COMPILED_BATCH_MS),
+            eager_batch_ms=figure(FallbackAttr.EAGER_BATCH_MS),
+            compiled_batches=int(figure(FallbackAttr.COMPILED_BATCHES)),
+            eager_batches=int(figure(FallbackAttr.EAGER_BATCHES)),
+            batches_since=int(figure(FallbackAttr.BATCHES_SINCE)),
+            not_measured=str(attributes.get(FallbackAttr.NOT_MEASURED) or ""),
+        )
+
+    def as_json(self) -> dict[str, object]:
+        if self.not_measured:
+            return {"not_measured": self.not_measured, "batches_since": self.batches_since}
+        return {
+            "compiled_batch_ms": round(self.compiled_batch_ms, 3),
+            "eager_batch_ms": round(self.eager_batch_ms, 3),
+            "compiled_batches": self.compiled_batches,
+            "eager_batches": self.eager_batches,
+            "batches_since": self.batches_since,
+            "cost_s": round(self.cost_s, 3),
+        }
 
 
 # backends that capture graphs and run them as they are: compiling with them cannot make a step faster

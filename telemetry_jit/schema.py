@@ -34,6 +34,7 @@ class JitEventName(str, Enum):
     FIRST_STEP = "first_step"
     COMPILE_PAYOFF = "compile_payoff"
     CACHE_LOOKUP = "cache_lookup"
+    FALLBACK_COST = "eager_fallback_cost"
 
     def __str__(self) -> str:
         return self.value
@@ -178,6 +179,22 @@ class PayoffAttr:
     COMPILED_PEAK_MB: Final = "payoff.compiled_peak_memory_mb"  # CUDA only
 
 
+class FallbackAttr:
+    """Attributes of ``eager_fallback_cost`` events: what a frame running eagerly from a step on cost, from
+    the training batches' wall times while it ran compiled and after (no batch that compiled counted)."""
+
+    FRAME: Final = "fallback.frame"
+    LOCATION: Final = "fallback.location"
+    STEP: Final = "fallback.global_step"  # the step from which it ran eagerly
+    COMPILED_BATCH_MS: Final = "fallback.compiled_batch_ms"  # median batch before, while it ran compiled
+    EAGER_BATCH_MS: Final = "fallback.eager_batch_ms"  # median batch after
+    COMPILED_BATCHES: Final = "fallback.compiled_batches"  # batches timed before
+    EAGER_BATCHES: Final = "fallback.eager_batches"  # batches timed after
+    BATCHES_SINCE: Final = "fallback.batches_since"  # training batches it ran eagerly in, to the loop's end
+    COST_S: Final = "fallback.cost_s"  # (eager - compiled median) x batches since
+    NOT_MEASURED: Final = "fallback.not_measured"  # why there is no measurement
+
+
 class MetricName:
     """The OpenTelemetry metrics recorded next to the spans (Prometheus: dots become underscores,
     counters get ``_total``)."""
@@ -191,9 +208,9 @@ class MetricName:
 # OpenTelemetry's names for what the file records (docs/telemetry.md, "Names over OTLP"): the project's own
 # namespace, durations in seconds with no unit in the name, one name per fact. The file keeps its names.
 OTEL_NAMESPACE = "telemetry_jit."
-_RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.", "cache.")
+_RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.", "cache.", "fallback.")
 _IDENTITY = frozenset(("rank", "local_rank", "world_size", "node"))
-ONLY_NEW_NAMES = ("cache.",)  # recorded after the rename: no old name rides along over OTLP
+ONLY_NEW_NAMES = ("cache.", "fallback.")  # recorded after the rename: no old name rides along over OTLP
 _RENAMED: dict[str, str | None] = {
     "compile.count": "compile.compilations",
     "compile.recompile_count": "compile.recompiles",

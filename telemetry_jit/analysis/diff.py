@@ -117,7 +117,7 @@ def figures(summary: RunSummary) -> RunFigures:
         frames=frames,
         causes=d.causes_by_name(),
         payoff=summary.payoff,
-        fallbacks=list(d.fallbacks),
+        fallbacks=list(summary.fallbacks),
         cache_ledger=d.cache_ledger,
         last_step=summary.last_step,
         run=(summary.run.run_id, summary.run.rank),

@@ -19,7 +19,7 @@ from telemetry_jit.analysis.cold_start import CacheLedger
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
-from telemetry_jit.records import is_frame_recompile
+from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
     CompileAttr,
     DdpAttr,
@@ -187,6 +187,7 @@ class Fallback:
     stage: str
     limit_hit: bool
     reason: str  # torch's failure text, or the recompile that hit the limit
+    cost: FallbackCost | None = None  # what running eagerly cost, where the run measured it (summarize)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -195,6 +196,7 @@ class Fallback:
             "stage": self.stage,
             "recompile_limit": self.limit_hit,
             "reason": self.reason,
+            "cost": self.cost.as_json() if self.cost is not None else None,
         }
 
 

@@ -4,14 +4,14 @@ renderers share, read from the run's loops and its :class:`~telemetry_jit.analys
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from telemetry_jit.analysis.digest import BreakGroup, CauseRow, RunDigest
+from telemetry_jit.analysis.digest import BreakGroup, CauseRow, Fallback, RunDigest, frame_label
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
-from telemetry_jit.records import Payoff, why_slower
+from telemetry_jit.records import FallbackCost, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 
 # the loop a run is measured by: the first kind it has
@@ -93,6 +93,7 @@ class RunSummary:
     thunder_rows: list[ThunderRow] = field(default_factory=list)
     lacks: list[str] = field(default_factory=list)  # what the file could not tell
     last_step: int | None = None  # the global step at the end of the loop (files since compile_summary said it)
+    fallbacks: list[Fallback] = field(default_factory=list)  # the digest's, with what each cost where measured
 
     @property
     def share(self) -> float | None:
@@ -147,7 +148,24 @@ def summarize(run: TelemetryRun) -> RunSummary:
         thunder_rows=_thunder_rows(loops),
         lacks=lacks,
         last_step=_last_step(loops),
+        fallbacks=_costed(digest.fallbacks, run),
     )
+
+
+def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
+    """The fallbacks with their ``eager_fallback_cost`` (a run with several loops says it at each end: the
+    latest, over the most batches, is the one)."""
+    if not fallbacks:
+        return []
+    costs: dict[tuple[str, int], FallbackCost] = {}
+    for span in run.spans.values():
+        for event in span.events:
+            if event.name == JitEventName.FALLBACK_COST:
+                cost = FallbackCost.from_attributes(event.attributes)
+                key = (frame_label(cost.frame, cost.location), cost.step)
+                if key not in costs or cost.batches_since >= costs[key].batches_since:
+                    costs[key] = cost
+    return [replace(fallback, cost=costs.get((fallback.frame, fallback.step))) for fallback in fallbacks]
 
 
 def _last_step(loops: list[SpanRecord]) -> int | None:
@@ -229,7 +247,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "graph_break_count": d.break_count,
         "fell_back_to_eager": [
             {**fallback.as_json(), "steps_since": s.last_step - fallback.step if s.last_step is not None else None}
-            for fallback in d.fallbacks
+            for fallback in s.fallbacks
         ],
         "failed_compilations": d.failed,
         "compile_cache": {

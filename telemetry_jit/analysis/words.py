@@ -136,7 +136,7 @@ def figures(summary: RunSummary) -> list[str]:
     lines += [f"telemetry lost: {loss}" for loss in health_losses(summary.run)]
     if d.fallback_count:
         lines.append(f"fell back to eager: {d.fallback_count} (recompile limit hit: {d.limit_hits})")
-        lines += [f"  {fallback_line(fallback, summary.last_step)}" for fallback in d.fallbacks[:5]]
+        lines += [f"  {fallback_line(fallback, summary.last_step)}" for fallback in summary.fallbacks[:5]]
     if d.failed:
         lines.append(f"failed compilations: {d.failed}, first: {d.first_failure}")
     return lines
@@ -144,11 +144,13 @@ def figures(summary: RunSummary) -> list[str]:
 
 def fallback_line(fallback: Fallback, last_step: int | None = None) -> str:
     """``forward (model.py:12) runs eagerly from step 3 on (12 steps since; it hit the recompile limit, in
-    training): ...``; the steps since where the run said its last step."""
+    training): ...; costs 11.2 ms a training batch (...)``; the steps since where the run said its last step,
+    the cost where the run measured it."""
     why = "it hit the recompile limit" if fallback.limit_hit else "compiling it failed"
     stage = STAGE_WORDS.get(fallback.stage, fallback.stage)
     since = f"{last_step - fallback.step} steps since; " if last_step is not None and last_step >= fallback.step else ""
-    return f"{fallback.frame} runs eagerly from step {fallback.step} on ({since}{why}, in {stage}): {fallback.reason}"
+    line = f"{fallback.frame} runs eagerly from step {fallback.step} on ({since}{why}, in {stage}): {fallback.reason}"
+    return line + (f"; {fallback.cost.words()}" if fallback.cost is not None else "")
 
 
 def health_losses(run: TelemetryRun) -> list[str]:

@@ -113,6 +113,11 @@ class PayoffMeter:
         self._synchronize()
         self._running = (block, stance, time.perf_counter())
 
+    @property
+    def running_eagerly(self) -> bool:
+        """The step running now runs eagerly, for the measurement."""
+        return self._running is not None and self._running[1] is not None
+
     def step_ended(self) -> None:
         """The step ends: its time goes to its block, and eager running stops."""
         if self._running is None:
@@ -224,6 +229,8 @@ class PayoffTracker:
 
     def step_started(self, global_step: int) -> None:
         self._meter.step_started(global_step)
+        if self._meter.running_eagerly:
+            self._recorder.running_eagerly(global_step)
 
     def step_ended(self) -> Payoff | None:
         self._meter.step_ended()

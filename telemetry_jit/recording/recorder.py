@@ -23,6 +23,7 @@ from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
 from telemetry_jit.probes.thunder import ThunderWatch
 from telemetry_jit.recording.alerts import EagerFallbackAlert, RankTotals
+from telemetry_jit.recording.fallback_cost import FallbackCostMeter
 from telemetry_jit.recording.first_steps import FirstStep, FirstSteps
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
@@ -94,6 +95,7 @@ class CompileRecorder:
         self._classifier = RecompileClassifier()
         self._causes: dict[str, Classified] = {}  # compile id -> its cause, for its backward graph
         self._first_steps = FirstSteps()
+        self._fallback_cost = FallbackCostMeter()
         self._probe = DynamoProbe(
             context=self._context, on_compile_start=self._compile_started, on_compile_end=self._compile_finished
         )
@@ -121,11 +123,12 @@ class CompileRecorder:
         self._started_at = time.perf_counter()
         self._batch_step, self._batch_index = where().global_step, None
         self._classifier, self._causes, self._first_steps = RecompileClassifier(), {}, FirstSteps()
+        self._fallback_cost = FallbackCostMeter()
         self._thunder = ThunderWatch()
         recorder = self._recorder()
         exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
-        self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), *self.listeners]
+        self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), self._fallback_cost, *self.listeners]
         self._probe.attach()
 
     def watch_thunder(self, model: torch.nn.Module) -> None:
@@ -157,10 +160,16 @@ class CompileRecorder:
         finished = self._first_steps.batch_started(stage, global_step, batch_index)
         if finished is not None:
             self._first_step_measured(finished)
+        self._fallback_cost.batch_started(stage, global_step, time.perf_counter_ns())
+
+    def running_eagerly(self, global_step: int) -> None:
+        """``global_step`` runs eagerly on purpose (a payoff measurement): no batch to judge a fallback by."""
+        self._fallback_cost.running_eagerly(global_step)
 
     def loop_ended(self) -> None:
         """A loop ends: its compiles are recorded, and a first step still being measured ends with it."""
         self.poll()
+        self._fallback_cost.loop_ended()
         finished = self._first_steps.loop_ended()
         if finished is not None:
             self._first_step_measured(finished)
@@ -192,6 +201,8 @@ class CompileRecorder:
             attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
             attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]
         self.emit_event(span, JitEventName.COMPILE_SUMMARY, attributes)
+        for cost in self._fallback_cost.costs():
+            self.emit_event(span, JitEventName.FALLBACK_COST, cost.attributes())
         return stats
 
     def emit_event(self, span: Span | None, name: JitEventName, attributes: dict[str, AttributeValue]) -> None:

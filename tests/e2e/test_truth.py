@@ -397,6 +397,65 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     assert summary_json(run)["fell_back_to_eager"][0]["steps_since"] == since
 
 
+class TaggedChain(torch.nn.Module):
+    """Elementwise work inductor fuses into one kernel (eager runs each op on its own), behind a string guard."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.scale = torch.nn.Parameter(torch.ones(width))
+        self.tag = "a"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x * self.scale
+        if self.tag == "a":
+            h = h * 1.5
+        for _ in range(4):
+            h = torch.sin(h) * 1.01 + torch.cos(h) * 0.5
+        return h
+
+
+class RetaggingLater(pl.LightningModule):
+    """Ten steps with one tag (compiled, quiet), then a new tag every step: the recompile limit, then eager."""
+
+    def __init__(self, width: int) -> None:
+        super().__init__()
+        self.model = TaggedChain(width)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.model.tag = "a" if batch_idx < 10 else f"step {batch_idx}"
+        return self.model(batch[0]).square().mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+@torch._dynamo.config.patch(recompile_limit=2)
+@torch._inductor.config.patch(compile_threads=1)
+def test_a_fallback_says_what_running_eagerly_costs_against_the_same_frame_compiled(telemetry: Telemetry) -> None:
+    width = 2**16
+    loader = DataLoader(TensorDataset(torch.randn(8 * 30, width, generator=torch.Generator().manual_seed(0))), 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hooked(telemetry, backend="inductor")(max_epochs=1, **TRAINER_DEFAULTS).fit(RetaggingLater(width), loader)
+    run = telemetry.end()
+    (fallback,) = summarize(run).fallbacks
+    cost = fallback.cost
+    assert cost is not None and not cost.not_measured, cost
+    # step 10 recompiles, step 11 hits the limit: nine quiet compiled batches before (1 - 9); after, 12 - 28 (the
+    # last batch has no next one to end it), of the 19 batches (11 - 29) it ran eagerly in
+    assert fallback.step == 11 and (cost.compiled_batches, cost.eager_batches, cost.batches_since) == (9, 17, 19)
+    # inductor fused the chain: the same steps run eagerly are slower, and the run says by how much
+    assert cost.eager_batch_ms > 1.5 * cost.compiled_batch_ms, cost
+    assert cost.cost_s == pytest.approx((cost.eager_batch_ms - cost.compiled_batch_ms) * 19 / 1000)
+    words = cost.words()
+    status, out = said("summary", str(telemetry.path))
+    assert words in flat(out)
+    status, out = said("check", str(telemetry.path), "--no-eager-fallback")
+    assert status == 1 and words in flat(out)
+    (costed,) = summary_json(run)["fell_back_to_eager"]
+    assert costed["cost"]["batches_since"] == 19 and costed["cost"]["cost_s"] == pytest.approx(cost.cost_s, abs=1e-3)
+
+
 def exploding(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
     raise RuntimeError("backend exploded")
 

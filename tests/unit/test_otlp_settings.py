@@ -261,6 +261,7 @@ def test_every_recorded_name_has_one_opentelemetry_name_in_seconds_and_the_docs_
             schema.StepAttr,
             schema.PayoffAttr,
             schema.CacheAttr,
+            schema.FallbackAttr,
         )
         for key, value in vars(holder).items()
         if key.isupper() and isinstance(value, str) and not value.endswith(".")

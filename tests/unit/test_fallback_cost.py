@@ -1,0 +1,95 @@
+"""What a fallback to eager costs: which batches are timed and kept on which side, without a training run."""
+
+from __future__ import annotations
+
+import pytest
+
+from telemetry_jit.recording.fallback_cost import FallbackCostMeter
+from telemetry_jit.records import CompileContext, CompileRecord, FallbackCost
+
+
+def record(frame_id: str, step: int, fell_back: bool = False, limit: bool = False) -> CompileRecord:
+    return CompileRecord(
+        source="dynamo",
+        compile_id=f"{frame_id}/0",
+        trigger="dynamo",
+        start_ns=0,
+        end_ns=1,
+        frame=f"forward_{frame_id}",
+        location="model.py:3",
+        fell_back_to_eager=fell_back or limit,
+        recompile_limit_hit=limit,
+        context=CompileContext(global_step=step, stage="train"),
+    )
+
+
+class Clock:
+    """Drives the meter one training batch at a time, each ``ms`` long."""
+
+    def __init__(self, meter: FallbackCostMeter) -> None:
+        self.meter, self.ns, self.step = meter, 0, 0
+
+    def batch(self, ms: float, stage: str = "train", compiled: CompileRecord | None = None) -> None:
+        self.meter.batch_started(stage, self.step, self.ns)
+        if compiled is not None:  # what compiled in this batch is recorded as the next one starts
+            self.meter.recorded(compiled)
+        self.ns += int(ms * 1e6)
+        self.step += stage == "train"
+
+
+def test_the_median_batch_before_a_fallback_against_after_it_and_what_it_added_up_to() -> None:
+    meter = FallbackCostMeter()
+    clock = Clock(meter)
+    clock.batch(900.0, compiled=record("0", 0))  # the first compile: not a timed batch
+    for ms in (10.0, 11.0, 10.5, 500.0, 10.2):  # one batch stalled by the machine: the median ignores it
+        clock.batch(ms)
+    clock.batch(800.0, compiled=record("0", 6, limit=True))  # the batch it went eager in: not timed
+    for ms in (20.0, 21.0, 20.5, 20.5):
+        clock.batch(ms)
+    clock.batch(0.0)  # the last batch ends as the next starts
+    (cost,) = meter.costs()
+    assert (cost.frame, cost.location, cost.step) == ("forward_0", "model.py:3", 6)
+    assert (cost.compiled_batch_ms, cost.eager_batch_ms) == (10.5, 20.5)
+    assert (cost.compiled_batches, cost.eager_batches, cost.batches_since) == (5, 4, 6)
+    assert cost.cost_s == pytest.approx(10.0 * 6 / 1000)
+    assert cost.words() == (
+        "costs 10.0 ms a training batch (20.5 ms against 10.5 ms while compiled, medians of 4 and 5 batches), "
+        "0.06 s over the 6 batches since"
+    )
+    assert FallbackCost.from_attributes(cost.attributes()) == cost
+
+
+def test_batches_that_compiled_met_another_stage_or_ran_eagerly_for_the_payoff_are_not_timed() -> None:
+    meter = FallbackCostMeter()
+    clock = Clock(meter)
+    for _ in range(3):
+        clock.batch(10.0)
+    clock.batch(999.0, compiled=record("1", 3))  # a recompile of another frame
+    clock.batch(999.0)  # validation follows this one: its time holds validation's start
+    clock.batch(50.0, stage="validate")
+    meter.running_eagerly(clock.step)
+    clock.batch(999.0)  # a payoff block's eager step
+    clock.batch(10.0, compiled=record("0", 6, fell_back=True))
+    for _ in range(3):
+        clock.batch(30.0)
+    clock.batch(0.0)
+    (cost,) = meter.costs()
+    assert (cost.compiled_batch_ms, cost.compiled_batches) == (10.0, 3)
+    assert (cost.eager_batch_ms, cost.eager_batches) == (30.0, 3)
+
+
+def test_too_few_batches_on_either_side_say_so_and_each_fallback_is_judged_against_the_one_before() -> None:
+    meter = FallbackCostMeter()
+    clock = Clock(meter)
+    clock.batch(100.0, compiled=record("0", 0, fell_back=True))  # failed at its first compile: nothing before
+    for _ in range(4):
+        clock.batch(30.0)
+    clock.batch(30.0, compiled=record("1", 5, limit=True))  # a second frame, judged against the first's eager batches
+    for _ in range(4):
+        clock.batch(45.0)
+    clock.batch(0.0)
+    clock.batch(45.0, compiled=record("1", 11, limit=True))  # the same frame again: no second account
+    first, second = meter.costs()
+    assert first.not_measured.startswith("0 training batch(es) before it ran compiled without compiling")
+    assert first.cost_s == 0.0 and first.words().startswith("its cost not measured: 0 training batch(es)")
+    assert (second.compiled_batch_ms, second.eager_batch_ms, second.step) == (30.0, 45.0, 5)

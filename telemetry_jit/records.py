@@ -79,6 +79,7 @@ class CacheLookup:
     settings_parts: tuple[tuple[str, str, str], ...] = ()  # those parts, where this run has not said them yet
     bypass_reason: str = ""
     saved_s: float = 0.0
+    loaded: bool = False  # served by artifacts loaded with torch.compiler.load_cache_artifacts
 
 
 @dataclass(frozen=True)

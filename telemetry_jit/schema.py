@@ -123,6 +123,7 @@ class CacheAttr:
     SETTINGS_PARTS: Final = "cache.settings_parts"  # those parts, on the run's first look-up with that digest
     BYPASS_REASON: Final = "cache.bypass_reason"
     TIME_SAVED_S: Final = "cache.time_saved_s"  # what a hit saved, as torch measured the original compile
+    LOADED: Final = "cache.loaded_artifact"  # served by artifacts loaded with torch.compiler.load_cache_artifacts
 
 
 class DdpAttr:

@@ -37,6 +37,7 @@ class Lookup:
     key: str
     parts: Parts
     settings: str
+    loaded: bool = False  # a hit served by artifacts loaded with torch.compiler.load_cache_artifacts
 
 
 @dataclass
@@ -71,6 +72,7 @@ class CacheLedger:
                     str(attributes.get(CacheAttr.KEY) or ""),
                     _parts(attributes.get(CacheAttr.PARTS) or ()),
                     settings,
+                    bool(attributes.get(CacheAttr.LOADED)),
                 )
 
     def explained(self) -> Iterable[tuple[GraphId, Lookup]]:
@@ -170,14 +172,17 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
         if lookup.state != "miss":
             continue
         before = base.lookups.get(graph)
+        found: list[Change] = []
         if before is None:
             if not base.lookups:
                 continue  # the base run recorded no look-ups: nothing to compare with
-            found, (reason, fix) = [], ("a graph the base run did not compile (new code or a new input)", _FIX["new"])
+            reason, fix = "a graph the base run did not compile (new code or a new input)", _FIX["new"]
         elif before.state == "bypass":
             continue  # the base run did not cache it either
+        elif before.key == lookup.key:
+            reason, fix = _same_key(before)
         else:
-            found = changes(base.full_parts(before), new.full_parts(lookup)) if before.key != lookup.key else []
+            found = changes(base.full_parts(before), new.full_parts(lookup))
             reason, fix = _reason(found)
         group = groups.setdefault(reason, MissGroup(reason, fix, changes=found[:10]))
         group.graphs += 1
@@ -202,7 +207,15 @@ def changes(base: Parts, new: Parts) -> list[Change]:
 
 
 _SAME_KEY = "the same key as in the base run, but the entry was not in this run's cache"
+_LOADED = (
+    "the same key as in the base run, which had it from the cache artifacts it loaded "
+    "(torch.compiler.load_cache_artifacts); this run did not load them"
+)
 _FIX = {
+    "loaded": (
+        "load the same artifacts before the first compile, as the base run did (torch.compiler.load_cache_artifacts "
+        "with the bytes torch.compiler.save_cache_artifacts() gave), or let the jobs share one TORCHINDUCTOR_CACHE_DIR"
+    ),
     "same_key": (
         "let the jobs share one cache: the same TORCHINDUCTOR_CACHE_DIR on a disk every job reads (it defaults to "
         "a folder under /tmp, per user and machine), or save it with torch.compiler.save_cache_artifacts() and "
@@ -277,8 +290,12 @@ def _named(name: str) -> str:
     return f"{words} {rest.rstrip(']')}" if bracket and words else name
 
 
+def _same_key(before: Lookup) -> tuple[str, str]:
+    return (_LOADED, _FIX["loaded"]) if before.loaded else (_SAME_KEY, _FIX["same_key"])
+
+
 def _reason(found: list[Change]) -> tuple[str, str]:
-    if not found:
+    if not found:  # the keys differ in a part this torch does not say
         return _SAME_KEY, _FIX["same_key"]
     kinds = [change.kind for change in found]
     first = kinds[0]

@@ -128,6 +128,11 @@ def figures(summary: RunSummary) -> list[str]:
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {d.break_count} graph breaks")
     if d.warm_start.lookups:
         lines.append(f"compile cache: {d.warm_start.line}")
+    if d.warm_start.loaded_hits:  # from the look-ups themselves: torch 2.8 counts no local hits on its spans
+        lines.append(
+            f"compile cache: {d.warm_start.loaded_hits} graph(s) from loaded cache artifacts "
+            "(torch.compiler.load_cache_artifacts)"
+        )
     lines += [f"compile cache bypassed: {reason}" for reason in d.warm_start.bypasses[:5]]
     if d.warm_start.unavailable:
         lines.append(f"(the torch of this run did not record compile.{', compile.'.join(d.warm_start.unavailable)})")

@@ -8,11 +8,17 @@ passes it to ``ChromiumEventLogger.log_instant_event`` under the name ``autograd
 ``[<hash>] <name>: <value>``. torch 2.13 and later compute AOTAutograd's parts only while its logger
 (``torch._functorch._aot_autograd.autograd_cache``) is open to DEBUG, as the dynamo probe's cache log tap
 opens it; inductor's are always computed.
+
+The mega-cache: ``torch.compiler.load_cache_artifacts`` writes saved entries into these caches through
+``CacheArtifactManager.populate_caches``, which returns their keys by kind; a later hit with one of those keys
+was served by the loaded artifacts (:attr:`Lookup.loaded`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import importlib
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +52,7 @@ class Lookup:
     settings: dict[str, tuple[str, str]] = field(default_factory=dict)  # the parts of :data:`SETTINGS_GROUPS`
     bypass_reason: str = ""
     saved_s: float = 0.0  # what a hit saved, as torch measured the original compile
+    loaded: bool = False  # its key came with artifacts loaded by torch.compiler.load_cache_artifacts
 
 
 Listener = Callable[[Lookup], None]
@@ -72,6 +79,37 @@ def watch(listener: Listener) -> bool:
 
         _dynamo_utils.ChromiumEventLogger.log_instant_event = log_instant_event  # type: ignore[method-assign]
         _installed = (log_instant_event, previous)
+    return True
+
+
+MAX_LOADED_KEYS = 100_000
+_loaded_keys: set[str] = set()
+_loading_watched = False
+
+
+def watch_loaded_artifacts() -> bool:
+    """Remember the keys of every mega-cache artifact loaded from now on (``torch.compiler.load_cache_artifacts``,
+    whatever name it is called by); ``False`` where this torch has no ``CacheArtifactManager.populate_caches``."""
+    global _loading_watched
+    if _loading_watched:
+        return True
+    try:
+        manager = getattr(importlib.import_module("torch.compiler._cache"), "CacheArtifactManager", None)
+    except ImportError:
+        return False
+    previous = getattr(manager, "populate_caches", None)
+    if manager is None or not callable(previous):
+        return False
+
+    def populate_caches(artifacts: Any) -> Any:
+        info = previous(artifacts)
+        with contextlib.suppress(Exception):  # loading the artifacts must never fail because of telemetry
+            for keys in dict(info.artifacts).values():
+                _loaded_keys.update(str(key) for key in keys[: max(MAX_LOADED_KEYS - len(_loaded_keys), 0)])
+        return info
+
+    manager.populate_caches = staticmethod(populate_caches)
+    _loading_watched = True
     return True
 
 
@@ -117,6 +155,7 @@ def parse_lookup(event_name: str, metadata: Any) -> Lookup | None:
         settings=settings,
         bypass_reason=str(info.get("cache_bypass_reason") or ""),
         saved_s=float(saved_ns) / 1e9 if saved_ns else float(saved_ms or 0) / 1e3,
+        loaded=str(info.get("key") or "") in _loaded_keys,
     )
 
 

@@ -213,6 +213,8 @@ class DynamoProbe:
         self._logs: list[_LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
         self._lookups: list[CacheLookup] = []
         self._settings_said: set[str] = set()  # settings tables written out since attaching
+        # built with the trainer or loop, before the script loads any mega-cache artifacts (and again at attach)
+        TORCH.call(compile_cache.watch_loaded_artifacts)
         # graph breaks torch counted while no callback was registered (after torch._dynamo.reset()
         # cleared them): counters since the last poll less what windows claimed
         self._breaks_at_poll: dict[str, int] = {}
@@ -231,6 +233,7 @@ class DynamoProbe:
         for log in self._logs:
             log.install()
         self._settings_said.clear()  # each attachment (a fit, a loop) writes the settings it compiled with
+        TORCH.call(compile_cache.watch_loaded_artifacts)
         TORCH.call(compile_cache.watch, self._on_cache_lookup)
         torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
         self._attached = True
@@ -344,6 +347,7 @@ class DynamoProbe:
                     settings_parts=tuple((name, *part) for name, part in lookup.settings.items()) if first else (),
                     bypass_reason=lookup.bypass_reason,
                     saved_s=lookup.saved_s,
+                    loaded=lookup.loaded,
                 )
             )
         except Exception as error:  # noqa: BLE001

@@ -120,6 +120,8 @@ def _cache_lookup_event(lookup: CacheLookup, time_unix_ns: int) -> FinishedEvent
         attributes[CacheAttr.BYPASS_REASON] = lookup.bypass_reason
     if lookup.saved_s:
         attributes[CacheAttr.TIME_SAVED_S] = round(lookup.saved_s, 3)
+    if lookup.loaded:
+        attributes[CacheAttr.LOADED] = True
     return FinishedEvent(JitEventName.CACHE_LOOKUP.value, time_unix_ns, attributes)
 
 

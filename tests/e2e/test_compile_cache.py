@@ -125,17 +125,31 @@ from tests.models import TRAINER_DEFAULTS, Net, loader
 provider = telemetry_jit.configure("cold-start", file={path!r}, global_batch_size=4)
 config = telemetry_jit.JitConfig(use_torch=True, module_selector="", torch_kwargs={{"backend": "inductor"}})
 HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=config)
+{before}
 HookedTrainer(max_epochs=1, limit_val_batches=0, **TRAINER_DEFAULTS).fit(
     Net(width={width}), loader(8, {batch}, features={width})
 )
 telemetry_jit.shutdown()
+{after}
 """
 
 
-def fit_against(tmp_path: Path, name: str, cache_dir: Path, width: int = 8, batch: int = 4, **env: str) -> Path:
-    """A real inductor fit in its own process against ``cache_dir``: the way a job starts."""
+def fit_against(
+    tmp_path: Path,
+    name: str,
+    cache_dir: Path,
+    width: int = 8,
+    batch: int = 4,
+    before: str = "",
+    after: str = "",
+    **env: str,
+) -> Path:
+    """A real inductor fit in its own process against ``cache_dir``: the way a job starts; ``before`` and ``after``
+    the fit, lines of the job's own."""
     path = tmp_path / f"{name}.jsonl"
-    script = COLD_START_SCRIPT.format(root=str(ROOT), path=str(path), width=width, batch=batch)
+    script = COLD_START_SCRIPT.format(
+        root=str(ROOT), path=str(path), width=width, batch=batch, before=before, after=after
+    )
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **env}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -219,3 +233,29 @@ def test_the_fleet_view_names_the_rank_whose_cache_was_empty_and_why(tmp_path: P
     assert "the same key as in the base run, but the entry was not in this run's cache" in cold.difference
     assert "TORCHINDUCTOR_CACHE_DIR" in flat(format_fleet(fleet))
     assert fleet.as_json()["compile_cache"][1]["difference"] == cold.difference
+
+
+def test_hits_from_loaded_cache_artifacts_are_said_and_a_run_that_did_not_load_them_is_told_to(tmp_path: Path) -> None:
+    """The mega-cache: one job saves its compiled graphs with torch.compiler.save_cache_artifacts(), the next
+    loads them into an empty cache and starts warm; a job that forgets to load them is told why it was cold."""
+    artifacts = tmp_path / "artifacts.bin"
+    save = f"import torch; open({str(artifacts)!r}, 'wb').write(torch.compiler.save_cache_artifacts()[0])"
+    load = f"import torch; torch.compiler.load_cache_artifacts(open({str(artifacts)!r}, 'rb').read())"
+    fit_against(tmp_path, "saved", tmp_path / "cache-a", after=save)
+    loaded = fit_against(tmp_path, "loaded", tmp_path / "cache-b", before=load)
+    forgot = fit_against(tmp_path, "forgot", tmp_path / "cache-c")
+
+    run = telemetry_jit.read_telemetry(loaded)[-1]
+    lookups = [e for s in run.find("compilation") for e in s.events if e.name == "cache_lookup"]
+    hits = [e for e in lookups if e.attributes["cache.state"] == "hit"]
+    assert hits and len(hits) == len(lookups)  # an empty cache, filled by the artifacts alone
+    assert all(e.attributes.get("cache.loaded_artifact") is True for e in hits)
+    warm_start = summarize(run).digest.warm_start
+    assert warm_start.loaded_hits == len(hits)
+    assert f"{len(hits)} graph(s) from loaded cache artifacts" in flat(format_summary(run))
+
+    facts, text = explained(loaded, forgot)
+    (reason,) = facts["reasons"]
+    assert reason["reason"].startswith("the same key as in the base run, which had it from the cache artifacts")
+    assert "load the same artifacts" in reason["fix"] and reason["graphs"] == facts["missed_graphs"] >= 1
+    assert "this run did not load them" in text

@@ -63,6 +63,18 @@ def test_the_same_key_means_the_entry_was_not_there_and_the_fix_shares_the_cache
     assert "TORCHINDUCTOR_CACHE_DIR" in group.fix and group.changes == []
 
 
+def test_a_key_the_base_run_had_from_loaded_artifacts_says_this_run_did_not_load_them() -> None:
+    loaded = lookup("hit", "k1", PARTS, table=SETTINGS)
+    loaded.attributes["cache.loaded_artifact"] = True
+    (group,) = explain(ledger(loaded), ledger(lookup("miss", "k1", PARTS, table=SETTINGS))).groups
+    assert group.reason.endswith("(torch.compiler.load_cache_artifacts); this run did not load them")
+    assert group.fix.startswith("load the same artifacts before the first compile")
+    # a key that changed is explained by what changed, loaded or not
+    changed = [SETTINGS[0].replace("maaa\tFalse", "mbbb\tTrue"), SETTINGS[1]]
+    (group,) = explain(ledger(loaded), ledger(lookup("miss", "k2", PARTS, settings="s2", table=changed))).groups
+    assert group.reason == "setting inductor's max_autotune: False -> True"
+
+
 def test_misses_are_grouped_by_reason_with_counts_and_seconds_costliest_first() -> None:
     base = ledger(*(lookup("hit", f"k{i}", PARTS, table=SETTINGS) for i in range(3)))
     new = ledger(

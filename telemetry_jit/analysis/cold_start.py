@@ -230,6 +230,10 @@ _FIX = {
     ),
     "setting": "keep the setting as it was when the cache was filled (the cache is keyed by it), or fill it once",
     "version": "pin torch and triton across jobs: every release keys its own cache entries",
+    "process_group": (
+        "make the same process groups in the same order in every job before compiling (torch names a group by the "
+        "order it was made in, and the name is part of the graph), or compile collectives on the default group"
+    ),
     "machine": "compile on the kind of machine that runs the job: the cache is keyed by the device and its driver",
     "other": "keep it as it was when the cache was filled, or accept one cold start",
 }
@@ -239,10 +243,20 @@ _NAMES = {
     "input": "an input's dtype, shape or layout ({})",
     "setting": "setting {}",
     "version": "{} changed",
+    "process_group": "the process group's name baked into the graph's collectives",
     "machine": "{}",
     "other": "key part {}",
 }
-_ORDER = ("version", "machine", "graph", "model", "input", "setting", "other")  # a new release changes the rest too
+_ORDER = (
+    "version",
+    "machine",
+    "process_group",
+    "graph",
+    "model",
+    "input",
+    "setting",
+    "other",
+)  # a new release changes the rest too
 
 
 def _without_line(frame: str) -> str:
@@ -255,6 +269,8 @@ def _kind(name: str, base: str = "", new: str = "") -> str:
     head = name.split("[", 1)[0]
     if name == "gm":
         return "graph"
+    if name == "gm[process_groups]":
+        return "process_group"
     if head == "example_inputs":
         return "model" if "parameter " in (base + new) else "input"
     if "config" in head:

@@ -193,11 +193,18 @@ def format_diff(result: RunDiff) -> str:
             lines += wrapped(f"{side}: {status.headline()}", "  ")
     lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
     if result.cache_effect:
+        # where a part of the keys changed (a setting, the model's dtype), a change made the caches miss: said below
+        changed = any(group.changes for group in result.cold_start.groups)
+        so = (
+            "the difference is what the caches held; below, why they missed"
+            if changed
+            else ("this is the caches' doing, not a code change")
+        )
         lines += [""] + wrapped(
             f"the compilations differ only where the compile caches served graphs (cache hits {base.cache_hits} -> "
-            f"{new.cache_hits}): the same frames compiled for the same reasons, so this is the caches' doing, not a "
-            "code change (compare runs with the caches in the same state: both warm, or "
-            "TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for both)",
+            f"{new.cache_hits}): the same frames compiled for the same reasons, so {so} "
+            "(compare runs with the caches in the same state: both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for "
+            "both)",
             "  ",
         )
     lines += _cold_start_lines(result.cold_start)

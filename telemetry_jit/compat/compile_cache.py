@@ -35,6 +35,8 @@ _TENSOR = re.compile(
     r"device=device\(type='(\w+)'(?:, index=(\d+))?\)"
 )
 _SIGNATURE = re.compile(r"def forward\(self, ([^)]*)\)")
+_COLLECTIVE = re.compile(r"_c10d_functional\.\w+(?:\.\w+)?\(([^()]*)\)")  # its last text argument: the group's name
+PROCESS_GROUPS = "gm[process_groups]"  # the names of the process groups the graph's collectives name, from its code
 HASH_CHARS = 10  # of torch's 52-character part hashes: enough to tell two values apart
 _VALUE_CHARS = 120  # a longer value (the graph's code, a pickled config) is kept as its hash only
 # parts that form one group of settings: written once per fit as a table, each look-up names the table's digest
@@ -174,6 +176,8 @@ def parse_parts(lines: Any) -> dict[str, tuple[str, str]]:
         if name == "gm" and (signature := _SIGNATURE.search(value)) is not None:
             arguments = signature.group(1).split(", ")
             parameters = {index for index, argument in enumerate(arguments) if "nn.parameter.Parameter" in argument}
+        if name == "gm" and (groups := process_groups(value)):
+            parts[PROCESS_GROUPS] = (groups, groups)
         # torch hashes its version as bytes: the running torch's own, which it is
         parts[name] = (digest[:HASH_CHARS], torch.__version__ if name == "torch_version" else readable(value))
     for index in parameters:  # the graph's own annotation: which inputs are the model's parameters
@@ -181,6 +185,17 @@ def parse_parts(lines: Any) -> dict[str, tuple[str, str]]:
         if name in parts and parts[name][1]:
             parts[name] = (parts[name][0], f"parameter {parts[name][1]}")
     return parts
+
+
+def process_groups(code: str) -> str:
+    """The process groups a graph's collectives run on, by the names torch bakes into its code (``'0'``, ``'1'``:
+    torch names a group by the order it was made in), sorted: ``"'1', '3'"``; ``""`` for a graph without any."""
+    names = set()
+    for arguments in _COLLECTIVE.findall(code):
+        quoted = re.findall(r"'([^']*)'", arguments)
+        if quoted:
+            names.add(quoted[-1])
+    return ", ".join(f"'{name}'" for name in sorted(names))
 
 
 def readable(value: str) -> str:

@@ -119,6 +119,7 @@ COLD_START_SCRIPT = """
 import sys
 sys.path.insert(0, {root!r})
 import lightning.pytorch as pl
+import torch
 import telemetry_jit
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
@@ -126,8 +127,13 @@ provider = telemetry_jit.configure("cold-start", file={path!r}, global_batch_siz
 config = telemetry_jit.JitConfig(use_torch=True, module_selector="", torch_kwargs={{"backend": "inductor"}})
 HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=config)
 {before}
+class Typed(Net):  # trains in the dtype it is given, as a model cast to another precision does
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return torch.nn.functional.mse_loss(self(x), y)
+
 HookedTrainer(max_epochs=1, limit_val_batches=0, **TRAINER_DEFAULTS).fit(
-    Net(width={width}), loader(8, {batch}, features={width})
+    Typed(width={width}).to(torch.{dtype}), loader(8, {batch}, features={width}, dtype=torch.{dtype})
 )
 telemetry_jit.shutdown()
 {after}
@@ -140,6 +146,7 @@ def fit_against(
     cache_dir: Path,
     width: int = 8,
     batch: int = 4,
+    dtype: str = "float32",
     before: str = "",
     after: str = "",
     **env: str,
@@ -148,7 +155,7 @@ def fit_against(
     the fit, lines of the job's own."""
     path = tmp_path / f"{name}.jsonl"
     script = COLD_START_SCRIPT.format(
-        root=str(ROOT), path=str(path), width=width, batch=batch, before=before, after=after
+        root=str(ROOT), path=str(path), width=width, batch=batch, dtype=dtype, before=before, after=after
     )
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), **env}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
@@ -172,6 +179,7 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
         "setting": fit_against(tmp_path, "setting", cache, TORCHINDUCTOR_MAX_AUTOTUNE="1"),
         "width": fit_against(tmp_path, "width", cache, width=12),
         "batch": fit_against(tmp_path, "batch", cache, batch=2),
+        "dtype": fit_against(tmp_path, "dtype", cache, dtype="float64"),
         "moved": fit_against(tmp_path, "moved", tmp_path / "another-cache"),
     }
     said = {name: explained(warm, path) for name, path in runs.items()}
@@ -181,7 +189,7 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
     assert facts["missed_graphs"] == 0 and facts["recorded"] == {"base": True, "new": True}
     assert "compile cache:" not in text
     assert explained(fill, fill)[0]["missed_graphs"] == 0  # a cold run compared with itself: nothing to explain
-    for name in ("setting", "width", "batch", "moved"):
+    for name in runs:
         facts, text = said[name]
         assert facts["missed_graphs"] >= 1 and facts["compile_s"] > 0, name
         assert f"compile cache: {facts['missed_graphs']} graph(s) missed that the base run had" in text
@@ -194,6 +202,14 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
     assert reason["batch"]["reason"].startswith("an input's dtype, shape or layout (graph input ")
     assert "float32[4, 8] -> float32[2, 8]" in reason["batch"]["reason"]
     assert "dynamic=True" in reason["batch"]["fix"]
+    # a precision change casts the model and its inputs: the parameters are named first, with both dtypes
+    assert "float32[8, 8] -> float64[8, 8]" in reason["dtype"]["reason"], reason["dtype"]
+    # the same frames compiled, but a change made the caches miss: not put down to the caches alone (torch 2.8
+    # counts no local hits on its spans, so there diff cannot tell the caches' effect at all)
+    assert "not a code change" not in said["dtype"][1]
+    if "cache.fx_graph_local_hits" not in torch_compat.UNAVAILABLE:
+        assert "below, why they missed" in said["dtype"][1]
+        assert "this is the caches' doing, not a code change" in said["moved"][1]
     assert reason["moved"]["reason"] == "the same key as in the base run, but the entry was not in this run's cache"
     assert "TORCHINDUCTOR_CACHE_DIR" in reason["moved"]["fix"] and "load_cache_artifacts" in reason["moved"]["fix"]
     # the frame the user compiled, and the step it missed at
@@ -259,3 +275,47 @@ def test_hits_from_loaded_cache_artifacts_are_said_and_a_run_that_did_not_load_t
     assert reason["reason"].startswith("the same key as in the base run, which had it from the cache artifacts")
     assert "load the same artifacts" in reason["fix"] and reason["graphs"] == facts["missed_graphs"] >= 1
     assert "this run did not load them" in text
+
+
+PROCESS_GROUP_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+import torch
+import torch.distributed as dist
+import torch.distributed._functional_collectives as funcol
+import telemetry_jit
+
+telemetry_jit.configure("process-group", file={path!r})
+dist.init_process_group("gloo", init_method={store!r}, rank=0, world_size=1)
+for _ in range({extra}):  # a group made first, for something else: the one the model uses gets the next name
+    dist.new_group([0])
+group = dist.new_group([0])
+
+@torch.compile
+def step(x):
+    return funcol.all_reduce(torch.sin(x) * 2, "sum", group) + 1
+
+with telemetry_jit.CompileTelemetry() as loop:
+    for i in range(2):
+        loop.step(i)
+        step(torch.randn(8))
+telemetry_jit.shutdown()
+dist.destroy_process_group()
+"""
+
+
+def test_a_process_group_named_otherwise_is_why_a_graph_with_a_collective_missed(tmp_path: Path) -> None:
+    """pytorch/pytorch#189330: the group's name is in the graph's code, so a job that makes its groups in another
+    order misses every graph with a collective. Two one-process gloo jobs against one cache."""
+    cache, paths = tmp_path / "cache", {}
+    for name, extra in (("fill", 0), ("extra-group", 1)):
+        paths[name] = tmp_path / f"{name}.jsonl"
+        store = f"file://{tmp_path / (name + '.store')}"
+        script = PROCESS_GROUP_SCRIPT.format(root=str(ROOT), path=str(paths[name]), store=store, extra=extra)
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache)}
+        result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
+        assert result.returncode == 0, result.stderr[-4000:]
+    facts, text = explained(paths["fill"], paths["extra-group"])
+    (reason,) = facts["reasons"]
+    assert reason["reason"].startswith("the process group's name baked into the graph's collectives: '1' -> '2'")
+    assert "same process groups in the same order" in reason["fix"]

@@ -114,3 +114,31 @@ def test_a_new_torch_is_named_first_with_both_versions_whatever_else_it_changed(
     (group,) = explain(base, ledger(lookup("miss", "k2", newer, table=SETTINGS))).groups
     assert group.reason == "torch_version changed: 2.8.0 -> 2.13.0 (and 1 more part)"
     assert "pin torch" in group.fix
+
+
+def test_triton_and_cuda_are_versions_and_the_gpu_is_the_machine_as_inductor_keys_them_on_a_gpu() -> None:
+    """On a GPU, inductor keys every graph by ``system_info``: the device's name and the triton and CUDA versions
+    (``CacheBase.get_system``), one part per entry; written here as a GPU run records them."""
+    gpu = [
+        "system_info[device]\td1\t{'name': 'NVIDIA H100 80GB HBM3'}",
+        "system_info[version]\tv1\t{'triton': '3.4.0'}",
+    ]
+    base = ledger(lookup("hit", "k1", [*PARTS, *gpu], table=SETTINGS))
+    triton = [*PARTS, gpu[0], "system_info[version]\tv2\t{'triton': '3.5.0'}"]
+    (group,) = explain(base, ledger(lookup("miss", "k2", triton, table=SETTINGS))).groups
+    assert group.reason == "system_info[version] changed: {'triton': '3.4.0'} -> {'triton': '3.5.0'}"
+    assert "pin torch and triton" in group.fix
+    other_gpu = [*PARTS, "system_info[device]\td2\t{'name': 'NVIDIA A100-SXM4-80GB'}", gpu[1]]
+    (group,) = explain(base, ledger(lookup("miss", "k3", other_gpu, table=SETTINGS))).groups
+    assert group.reason.startswith("system_info[device]: {'name': 'NVIDIA H100 80GB HBM3'} -> {'name': 'NVIDIA A100")
+    assert "kind of machine" in group.fix
+
+
+def test_a_process_group_name_baked_into_the_graph_is_named_before_the_graph_it_changed() -> None:
+    """pytorch/pytorch#189330: a job that makes one more process group first gives the group the graph uses another
+    name, and every graph with a collective misses."""
+    base = ledger(lookup("hit", "k1", ["gm\tgraph1\t", "gm[process_groups]\t'1'\t'1'", *PARTS[1:]], table=SETTINGS))
+    renamed = ["gm\tgraph2\t", "gm[process_groups]\t'2'\t'2'", *PARTS[1:]]
+    (group,) = explain(base, ledger(lookup("miss", "k2", renamed, table=SETTINGS))).groups
+    assert group.reason == "the process group's name baked into the graph's collectives: '1' -> '2' (and 1 more part)"
+    assert "same process groups in the same order" in group.fix

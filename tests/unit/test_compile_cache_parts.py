@@ -63,3 +63,16 @@ def test_a_real_compile_hands_its_look_ups_to_the_watcher() -> None:
     from torch._dynamo.utils import ChromiumEventLogger
 
     assert ChromiumEventLogger.log_instant_event.__module__ == "torch._dynamo.utils"  # unwatched: torch's own again
+
+
+def test_the_process_groups_a_graphs_collectives_name_are_a_part_of_their_own() -> None:
+    code = GM.replace(
+        "    return (linear,)",
+        "    tensor = torch.ops._c10d_functional.all_reduce(linear, 'sum', '3');  linear = None\n"
+        "    gathered = torch.ops._c10d_functional.all_gather_into_tensor.default(tensor, 2, '1')\n"
+        "    wait_tensor = torch.ops._c10d_functional.wait_tensor(gathered);  gathered = None\n"
+        "    return (wait_tensor,)",
+    )
+    parts = compile_cache.parse_parts([f"[4sfbocuwcptxczysz2cypsqgoyupimm4kooiss7nycgo6wwjnc6] gm: {code}"])
+    assert parts[compile_cache.PROCESS_GROUPS] == ("'1', '3'", "'1', '3'")
+    assert compile_cache.PROCESS_GROUPS not in compile_cache.parse_parts(COMPONENTS)  # no collective, no part

@@ -99,7 +99,8 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             "recompile_limit",
-            "the frame hit torch._dynamo.config.recompile_limit and now runs eagerly",
+            "the frame hit torch's recompile limit (torch._dynamo.config.recompile_limit, or "
+            "accumulated_recompile_limit) and now runs eagerly",
             "fix the cause of this frame's other recompiles; raising the limit only postpones it",
         ),
         Cause(

@@ -186,11 +186,16 @@ def recompile_reason_in_progress() -> str:
     return str(getattr(context, "_metrics", {}).get("recompile_reason") or "")
 
 
-def recompile_limit() -> int | str:
+def recompile_limit(failure: str = "") -> tuple[str, int | str]:
+    """The limit a frame hit, as torch's ``failure`` text names it, and its value: ``recompile_limit`` (one code
+    object's compiles) or ``accumulated_recompile_limit`` (all compiles of the frames one object's guards match);
+    torch before 2.9 calls them ``cache_size_limit`` and ``accumulated_cache_size_limit``."""
     import torch._dynamo.config as config
 
-    limit = getattr(config, "recompile_limit", None) or getattr(config, "cache_size_limit", None)
-    return int(limit) if limit is not None else "?"
+    name = "accumulated_recompile_limit" if "accumulated" in failure.lower() else "recompile_limit"
+    old_name = name.replace("recompile_limit", "cache_size_limit")
+    limit = getattr(config, name, None) or getattr(config, old_name, None)
+    return name, int(limit) if limit is not None else "?"
 
 
 def reset_compile_state() -> None:

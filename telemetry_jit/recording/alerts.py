@@ -38,10 +38,11 @@ class EagerFallbackAlert(CompileListener):
             why = f"its recompiles were mostly: {CAUSES[behind].title}. Fix that: {CAUSES[behind].fix_for(stage)}"
         else:
             why = f"its last recompile: {normalize_reason(record.recompile_reason) or 'unknown'}. Fix what changes"
+        limit, value = torch_compat.recompile_limit(record.failure)
         self._notices.warn(
             record.frame_id,
             f"telemetry-jit: {record.frame or 'a frame'} ({record.location or 'unknown location'}) hit "
-            f"torch._dynamo.config.recompile_limit ({torch_compat.recompile_limit()}) at step {step} and runs "
+            f"torch._dynamo.config.{limit} ({value}) at step {step} and runs "
             f"eagerly from now on, without compilation; {why} ({CAUSES['recompile_limit'].doc}). Raising the limit "
             "only postpones it.",
             origin=record.location,

@@ -397,6 +397,20 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     assert summary_json(run)["fell_back_to_eager"][0]["steps_since"] == since
 
 
+@torch._dynamo.config.patch(recompile_limit=64, accumulated_recompile_limit=3)
+def test_the_accumulated_recompile_limit_is_named_as_the_limit_that_was_hit(telemetry: Telemetry) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Retagging(Tagged()), data(48, 8))
+    (warning,) = [str(w.message) for w in caught if "recompile_limit" in str(w.message)]
+    assert "hit torch._dynamo.config.accumulated_recompile_limit (3) at step 3" in warning, warning
+    run = telemetry.end()
+    (fallback,) = summarize(run).fallbacks
+    assert (fallback.step, fallback.limit_hit) == (3, True)
+    status, out = said("check", str(telemetry.path), "--no-eager-fallback")
+    assert status == 1 and "runs eagerly from step 3 on" in flat(out)
+
+
 class TaggedChain(torch.nn.Module):
     """Elementwise work inductor fuses into one kernel (eager runs each op on its own), behind a string guard."""
 

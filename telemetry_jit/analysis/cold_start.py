@@ -58,7 +58,7 @@ class CacheLedger:
             if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
                 self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
             layer = str(attributes.get(CacheAttr.LAYER) or "")
-            code = _without_line(frame)
+            code = without_line(frame)
             n = self._seen[(code, trigger, layer)]
             self._seen[(code, trigger, layer)] += 1
             if len(self.lookups) < MAX_GRAPHS:
@@ -259,7 +259,7 @@ _ORDER = (
 )  # a new release changes the rest too
 
 
-def _without_line(frame: str) -> str:
+def without_line(frame: str) -> str:
     """``forward (model.py:55)`` -> ``forward (model.py)``: a line added above a frame, or another torch release
     moving its own code, leaves it the same frame."""
     return re.sub(r":\d+\)$", ")", frame)
@@ -330,4 +330,4 @@ def _parts(lines: Any) -> Parts:
     return parts
 
 
-__all__ = ["CacheLedger", "Change", "ColdStart", "MissGroup", "changes", "explain"]
+__all__ = ["CacheLedger", "Change", "ColdStart", "MissGroup", "changes", "explain", "without_line"]

@@ -12,7 +12,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain
+from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain, without_line
 from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
@@ -96,6 +96,11 @@ class RunFigures:
         }
 
 
+def _only_in(fallbacks: list[Fallback], others: list[Fallback]) -> list[Fallback]:
+    elsewhere = {without_line(other.frame) for other in others}
+    return [fallback for fallback in fallbacks if without_line(fallback.frame) not in elsewhere]
+
+
 def figures(summary: RunSummary) -> RunFigures:
     d = summary.digest
     frames = {
@@ -141,6 +146,16 @@ class RunDiff:
     def fixed_graph_breaks(self) -> dict[BreakKey, int]:
         """Breaks only the base run had."""
         return {key: count for key, count in sorted(self.base.breaks.items()) if key not in self.new.breaks}
+
+    @property
+    def new_fallbacks(self) -> list[Fallback]:
+        """Frames that run eagerly in the new run only (a frame by its name and file: a fix moves its lines)."""
+        return _only_in(self.new.fallbacks, self.base.fallbacks)
+
+    @property
+    def fixed_fallbacks(self) -> list[Fallback]:
+        """Frames that ran eagerly in the base run and no longer do."""
+        return _only_in(self.base.fallbacks, self.new.fallbacks)
 
     @property
     def new_causes(self) -> dict[str, int]:
@@ -194,6 +209,8 @@ class RunDiff:
             "new": self.new.as_json(),
             "new_graph_breaks": _breaks_json(self.new_graph_breaks),
             "fixed_graph_breaks": _breaks_json(self.fixed_graph_breaks),
+            "new_eager_fallbacks": [fallback.as_json() for fallback in self.new_fallbacks],
+            "fixed_eager_fallbacks": [fallback.as_json() for fallback in self.fixed_fallbacks],
             "new_recompile_causes": self.new_causes,
             "fixed_recompile_causes": self.fixed_causes,
             "changed_recompile_causes": {cause: {"base": b, "new": n} for cause, (b, n) in self.changed_causes.items()},

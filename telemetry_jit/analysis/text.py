@@ -208,6 +208,13 @@ def format_diff(result: RunDiff) -> str:
             "  ",
         )
     lines += _cold_start_lines(result.cold_start)
+    for title, fallbacks in (
+        ("new: frames that run eagerly", result.new_fallbacks),
+        ("fixed: frames that ran eagerly in the base run and no longer do", result.fixed_fallbacks),
+    ):
+        if fallbacks:
+            lines += ["", f"  {title}:"]
+            lines += [text for fallback in fallbacks for text in wrapped(words.fallback_line(fallback), "    ")]
     for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
         if causes:
             lines += ["", f"  {title}:", *[f"    {cause}: {n}" for cause, n in causes.items()]]

@@ -397,6 +397,31 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     assert summary_json(run)["fell_back_to_eager"][0]["steps_since"] == since
 
 
+@torch._dynamo.config.patch(recompile_limit=3)
+def test_a_fallback_fixed_as_told_is_gone_in_diff_and_the_gate_passes(telemetry: Telemetry, tmp_path: Path) -> None:
+    """The user's loop: the run says the frame runs eagerly and why; they give the attribute its value once (the
+    fix it names), rerun, and diff and check say what changed."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Retagging(Tagged()), data(48, 8))
+    telemetry.end()
+    assert said("check", str(telemetry.path), "--no-eager-fallback")[0] == 1
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    hooked(fixed)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(Tagged()), data(48, 8))  # the tag set once
+    fixed.end()
+    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    fixed_title = "fixed: frames that ran eagerly in the base run and no longer do:"
+    assert fixed_title in out and "new: frames that run eagerly" not in out
+    assert "forward (e2e/test_truth.py:" in flat(out.split(fixed_title)[1])
+    status, out = said("diff", str(telemetry.path), str(fixed_path), "--json")
+    facts = json.loads(out)
+    assert (len(facts["fixed_eager_fallbacks"]), facts["new_eager_fallbacks"]) == (1, [])
+    assert said("check", str(fixed_path), "--no-eager-fallback")[0] == 0
+
+
 @torch._dynamo.config.patch(recompile_limit=64, accumulated_recompile_limit=3)
 def test_the_accumulated_recompile_limit_is_named_as_the_limit_that_was_hit(telemetry: Telemetry) -> None:
     with warnings.catch_warnings(record=True) as caught:

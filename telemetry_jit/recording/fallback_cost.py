@@ -99,9 +99,9 @@ def _cost(compiled: deque[float], span: _Span) -> FallbackCost:
     eager = span.first_timed
     base = FallbackCost(span.frame, span.location, span.step, batches_since=span.batches)
     if len(compiled) < LEAST_SAMPLES:
-        why = f"{len(compiled)} training batch(es) before it ran compiled without compiling"
+        why = f"{len(compiled)} training batch(es) ran with it compiled, and nothing compiling, before it fell back"
     elif len(eager) < LEAST_SAMPLES:
-        why = f"{len(eager)} training batch(es) after it ran without compiling"
+        why = f"{len(eager)} training batch(es) ran after it, with nothing compiling"
     else:
         return replace(
             base,
@@ -110,4 +110,4 @@ def _cost(compiled: deque[float], span: _Span) -> FallbackCost:
             compiled_batches=len(compiled),
             eager_batches=len(eager),
         )
-    return replace(base, not_measured=f"{why}; {LEAST_SAMPLES} are needed")
+    return replace(base, not_measured=f"{why}; a measurement needs {LEAST_SAMPLES}")

@@ -90,6 +90,8 @@ def test_too_few_batches_on_either_side_say_so_and_each_fallback_is_judged_again
     clock.batch(0.0)
     clock.batch(45.0, compiled=record("1", 11, limit=True))  # the same frame again: no second account
     first, second = meter.costs()
-    assert first.not_measured.startswith("0 training batch(es) before it ran compiled without compiling")
+    assert first.not_measured == (
+        "0 training batch(es) ran with it compiled, and nothing compiling, before it fell back; a measurement needs 3"
+    )
     assert first.cost_s == 0.0 and first.words().startswith("its cost not measured: 0 training batch(es)")
     assert (second.compiled_batch_ms, second.eager_batch_ms, second.step) == (30.0, 45.0, 5)

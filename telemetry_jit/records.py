@@ -4,7 +4,7 @@ listeners. No torch, no nv-one-logger at run time: the analysis side shares the 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
@@ -156,6 +156,16 @@ class CompileRecord:
         return sum(buckets - 1 for buckets in self.ddp_buckets if buckets > 1)
 
 
+def _figures(attributes: Mapping[str, object]) -> Callable[[str], float]:
+    """Reads an event's numbers back: a missing or non-finite value reads as 0."""
+
+    def figure(name: str) -> float:
+        value = attributes.get(name)
+        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+
+    return figure
+
+
 @dataclass
 class Payoff:
     """What compiling bought: step times of each mode, the speedup and when compile time is repaid; or, for a
@@ -201,11 +211,7 @@ class Payoff:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> Payoff:
         """The payoff a ``compile_payoff`` event holds."""
-
-        def figure(name: str) -> float:
-            value = attributes.get(name)
-            return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
-
+        figure = _figures(attributes)
         memory = (attributes.get(PayoffAttr.EAGER_PEAK_MB), attributes.get(PayoffAttr.COMPILED_PEAK_MB))
         return cls(
             eager_step_ms=figure(PayoffAttr.EAGER_STEP_MS),
@@ -327,11 +333,7 @@ class FallbackCost:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> FallbackCost:
         """The cost an ``eager_fallback_cost`` event holds."""
-
-        def figure(name: str) -> float:
-            value = attributes.get(name)
-            return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
-
+        figure = _figures(attributes)
         return cls(
             frame=str(attributes.get(FallbackAttr.FRAME) or ""),
             location=str(attributes.get(FallbackAttr.LOCATION) or ""),

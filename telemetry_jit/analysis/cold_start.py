@@ -47,6 +47,7 @@ class CacheLedger:
     lookups: dict[GraphId, Lookup] = field(default_factory=dict)
     tables: dict[str, Parts] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # compile seconds by compile id, backward included
+    loaded_hits: int = 0  # hits served by artifacts loaded with torch.compiler.load_cache_artifacts
     _seen: Counter[tuple[str, str, str]] = field(default_factory=Counter, repr=False)
 
     def add(self, span: SpanRecord, frame: str, trigger: str, compile_id: str, step: str) -> None:
@@ -57,6 +58,8 @@ class CacheLedger:
             settings = str(attributes.get(CacheAttr.SETTINGS) or "")
             if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
                 self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
+            loaded = bool(attributes.get(CacheAttr.LOADED))
+            self.loaded_hits += loaded and attributes.get(CacheAttr.STATE) == "hit"
             layer = str(attributes.get(CacheAttr.LAYER) or "")
             code = without_line(frame)
             n = self._seen[(code, trigger, layer)]
@@ -72,7 +75,7 @@ class CacheLedger:
                     str(attributes.get(CacheAttr.KEY) or ""),
                     _parts(attributes.get(CacheAttr.PARTS) or ()),
                     settings,
-                    bool(attributes.get(CacheAttr.LOADED)),
+                    loaded,
                 )
 
     def explained(self) -> Iterable[tuple[GraphId, Lookup]]:

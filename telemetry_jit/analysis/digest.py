@@ -21,7 +21,6 @@ from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, us
 from telemetry_jit.causes import CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
-    CacheAttr,
     CompileAttr,
     DdpAttr,
     GraphBreakAttr,
@@ -207,7 +206,6 @@ class WarmStart:
 
     hits: int = 0
     misses: int = 0
-    loaded_hits: int = 0  # graphs (cache_lookup hits) served by artifacts loaded with load_cache_artifacts
     saved_s: float = 0.0  # torch's remote_cache_time_saved_s, summed
     missed_frames: list[str] = field(default_factory=list)  # frames that compiled a graph the caches did not have
     unavailable: list[str] = field(default_factory=list)  # cache counts this torch does not record
@@ -317,12 +315,6 @@ class RunDigest:
         for event in breaks:
             self._break(event, label, compile_id)
         self._warm_start(attributes, label)
-        self.warm_start.loaded_hits += sum(
-            event.name == JitEventName.CACHE_LOOKUP
-            and event.attributes.get(CacheAttr.STATE) == "hit"
-            and bool(event.attributes.get(CacheAttr.LOADED))
-            for event in span.events
-        )
         self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
         self._failure(span, label, stage)
         self._ddp(span, label, compile_id)

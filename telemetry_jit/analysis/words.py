@@ -128,9 +128,9 @@ def figures(summary: RunSummary) -> list[str]:
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {d.break_count} graph breaks")
     if d.warm_start.lookups:
         lines.append(f"compile cache: {d.warm_start.line}")
-    if d.warm_start.loaded_hits:  # from the look-ups themselves: torch 2.8 counts no local hits on its spans
+    if d.cache_ledger.loaded_hits:  # from the look-ups themselves: torch 2.8 counts no local hits on its spans
         lines.append(
-            f"compile cache: {d.warm_start.loaded_hits} graph(s) from loaded cache artifacts "
+            f"compile cache: {d.cache_ledger.loaded_hits} graph(s) from loaded cache artifacts "
             "(torch.compiler.load_cache_artifacts)"
         )
     lines += [f"compile cache bypassed: {reason}" for reason in d.warm_start.bypasses[:5]]

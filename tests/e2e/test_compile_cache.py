@@ -266,8 +266,7 @@ def test_hits_from_loaded_cache_artifacts_are_said_and_a_run_that_did_not_load_t
     hits = [e for e in lookups if e.attributes["cache.state"] == "hit"]
     assert hits and len(hits) == len(lookups)  # an empty cache, filled by the artifacts alone
     assert all(e.attributes.get("cache.loaded_artifact") is True for e in hits)
-    warm_start = summarize(run).digest.warm_start
-    assert warm_start.loaded_hits == len(hits)
+    assert summarize(run).digest.cache_ledger.loaded_hits == len(hits)
     assert f"{len(hits)} graph(s) from loaded cache artifacts" in flat(format_summary(run))
 
     facts, text = explained(loaded, forgot)

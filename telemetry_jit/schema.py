@@ -35,6 +35,7 @@ class JitEventName(str, Enum):
     COMPILE_PAYOFF = "compile_payoff"
     CACHE_LOOKUP = "cache_lookup"
     FALLBACK_COST = "eager_fallback_cost"
+    RANKS_OUT_OF_STEP = "ranks_out_of_step"
 
     def __str__(self) -> str:
         return self.value
@@ -196,6 +197,24 @@ class FallbackAttr:
     NOT_MEASURED: Final = "fallback.not_measured"  # why there is no measurement
 
 
+class RanksAttr:
+    """Attributes of ``ranks_out_of_step`` events, said live by the rank watcher (docs/distributed.md):
+    a rank compiling while others wait, a graph only some ranks compiled, a rank gone silent."""
+
+    KIND: Final = "ranks.kind"  # stall, stall_ended, divergent_graph, silent, heard_again, not_ended
+    RANKS: Final = "ranks.ranks"  # the ranks it is about (the first 64)
+    RANK_COUNT: Final = "ranks.rank_count"
+    STEP: Final = "ranks.global_step"  # where the ranks it is about were
+    STAGE: Final = "ranks.stage"
+    WHAT: Final = "ranks.what"  # the frame compiling, or the graph's frame
+    WHY: Final = "ranks.why"  # the recompile's reason, or the error this rank stopped with
+    SECONDS: Final = "ranks.duration_s"  # how long it has compiled (or compiled, or been silent)
+    WAITING: Final = "ranks.waiting"  # how many ranks waited
+    WAITING_RANKS: Final = "ranks.waiting_ranks"  # which (the first 64)
+    GRAPH: Final = "ranks.graph"  # the divergent graph's hash
+    LINE: Final = "ranks.line"  # the sentence said on the console
+
+
 class MetricName:
     """The OpenTelemetry metrics recorded next to the spans (Prometheus: dots become underscores,
     counters get ``_total``)."""
@@ -209,9 +228,9 @@ class MetricName:
 # OpenTelemetry's names for what the file records (docs/telemetry.md, "Names over OTLP"): the project's own
 # namespace, durations in seconds with no unit in the name, one name per fact. The file keeps its names.
 OTEL_NAMESPACE = "telemetry_jit."
-_RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.", "cache.", "fallback.")
+_RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.", "cache.", "fallback.", "ranks.")
 _IDENTITY = frozenset(("rank", "local_rank", "world_size", "node"))
-ONLY_NEW_NAMES = ("cache.", "fallback.")  # recorded after the rename: no old name rides along over OTLP
+ONLY_NEW_NAMES = ("cache.", "fallback.", "ranks.")  # recorded after the rename: no old name rides along over OTLP
 _RENAMED: dict[str, str | None] = {
     "compile.count": "compile.compilations",
     "compile.recompile_count": "compile.recompiles",

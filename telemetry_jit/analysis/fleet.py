@@ -16,6 +16,7 @@ from typing import Any
 from telemetry_jit.analysis.cold_start import CacheLedger, explain
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.schema import JitEventName, RanksAttr
 
 CompileKey = tuple[str, str, int]  # (compile id, trigger, occurrence: ids repeat after torch._dynamo.reset())
 
@@ -37,6 +38,7 @@ class RankFigures:
     frames: dict[CompileKey, str]
     windows: list[tuple[int, int, bool]]  # (start, end, is a recompile) of each compile, epoch ns
     cache_ledger: CacheLedger = field(default_factory=CacheLedger)  # each cache look-up: why this rank missed
+    said: list[OutOfStep] = field(default_factory=list)  # what this rank's watcher said of the ranks, live
 
     @property
     def cache(self) -> str:
@@ -67,7 +69,69 @@ def rank_figures(run: TelemetryRun) -> RankFigures:
         frames=digest.end_frames,
         windows=[(window.start_ns, window.end_ns, window.recompile) for window in digest.windows],
         cache_ledger=digest.cache_ledger,
+        said=out_of_step_said(run),
     )
+
+
+@dataclass(frozen=True)
+class OutOfStep:
+    """One thing the rank watcher said live (a ``ranks_out_of_step`` event): a stall, a graph only some
+    ranks compiled, a silent rank, a rank that had not ended when the watcher's rank stopped."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    rank_count: int
+    step: int
+    seconds: float
+    waiting: int
+    line: str
+    said_by: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "ranks": list(self.ranks),
+            "rank_count": self.rank_count,
+            "step": self.step,
+            "seconds": round(self.seconds, 3),
+            "waiting": self.waiting,
+            "line": self.line,
+            "said_by": self.said_by,
+        }
+
+
+def out_of_step_said(run: TelemetryRun) -> list[OutOfStep]:
+    """What the watcher on this run's rank said, the answers only: a stall once (its end, or the last word on
+    it where its end was not seen), every other finding as said."""
+    said: list[OutOfStep] = []
+    for span in run.spans.values():
+        for event in span.events:
+            if event.name != JitEventName.RANKS_OUT_OF_STEP:
+                continue
+            a = event.attributes
+            ranks = a.get(RanksAttr.RANKS)
+            said.append(
+                OutOfStep(
+                    kind=str(a.get(RanksAttr.KIND, "")),
+                    ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else (),
+                    rank_count=_int(a.get(RanksAttr.RANK_COUNT)),
+                    step=_int(a.get(RanksAttr.STEP)),
+                    seconds=float(a.get(RanksAttr.SECONDS) or 0.0),
+                    waiting=_int(a.get(RanksAttr.WAITING)),
+                    line=str(a.get(RanksAttr.LINE, "")),
+                    said_by=run.rank,
+                )
+            )
+    stalls: dict[tuple[tuple[int, ...], int], OutOfStep] = {}
+    for item in said:
+        if item.kind in ("stall", "stall_ended"):
+            stalls[(item.ranks, item.step)] = item  # the later word on one stall replaces the earlier
+    others = [item for item in said if item.kind not in ("stall", "stall_ended", "heard_again")]
+    return sorted(stalls.values(), key=lambda item: -item.seconds) + others
+
+
+def _int(value: object) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +200,7 @@ class Fleet:
     caches: list[Group]  # by compile-cache outcome, the largest first
     skews: list[Skew]  # the compiles every rank did, the longest wait first
     waits_as_last: Counter[int] = field(default_factory=Counter)  # rank -> compiles at which it was last
+    out_of_step: list[OutOfStep] = field(default_factory=list)  # what the rank watcher said live
 
     @property
     def total_skew_ms(self) -> float:
@@ -157,6 +222,7 @@ class Fleet:
             "skew_s": round(self.total_skew_ms / 1000, 3),
             "skews": [skew.as_json() for skew in self.skews[:20]],
             "last_at_compiles": {str(rank): times for rank, times in self.waits_as_last.most_common(20)},
+            "out_of_step": [item.as_json() for item in self.out_of_step],
         }
 
 
@@ -181,6 +247,7 @@ def fleet(run_id: str, figures: list[RankFigures]) -> Fleet:
         caches=caches,
         skews=skews,
         waits_as_last=last,
+        out_of_step=[item for r in ranks for item in r.said],
     )
 
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from telemetry_jit.analysis import words
 from telemetry_jit.analysis.cold_start import ColdStart
 from telemetry_jit.analysis.diff import RunDiff
-from telemetry_jit.analysis.fleet import Fleet
+from telemetry_jit.analysis.fleet import Fleet, OutOfStep
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
 from telemetry_jit.identity import short_run_id
@@ -114,6 +114,7 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
         if fleet.waits_as_last:
             laggards = ", ".join(f"rank {rank} ({n}x)" for rank, n in fleet.waits_as_last.most_common(3))
             lines.append(f"    last to finish most often: {laggards}")
+    lines += _out_of_step_lines(fleet.out_of_step, limit)
     main, *odd = fleet.sequences
     if not odd:
         lines.append(f"  compiled alike: all {ranks} ranks ({main.what})")
@@ -136,6 +137,31 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
             for line in wrapped(f"{_ranks(group.ranks)}: {group.difference}", "    ")
         ]
     return "\n".join(lines)
+
+
+_OUT_OF_STEP = {
+    "stall": "rank(s) compiling while others waited",
+    "divergent_graph": "graph(s) only some ranks compiled",
+    "silent": "rank(s) gone silent",
+    "not_ended": "rank(s) not ended when the watcher's rank stopped",
+}
+
+
+def _out_of_step_lines(said: list[OutOfStep], limit: int) -> list[str]:
+    """What the rank watcher said live, by kind, the longest stalls first."""
+    if not said:
+        return []
+    by_kind: dict[str, list[OutOfStep]] = {}
+    for item in said:
+        by_kind.setdefault("stall" if item.kind.startswith("stall") else item.kind, []).append(item)
+    counts = ", ".join(f"{len(items)} {_OUT_OF_STEP.get(kind, kind)}" for kind, items in by_kind.items())
+    watchers = _ranks(sorted({item.said_by for item in said}))
+    lines = [f"  ranks out of step (said live by {watchers}): {counts}"]
+    for items in by_kind.values():
+        lines += [line for item in items[:limit] for line in wrapped(item.line, "    ")]
+        if len(items) > limit:
+            lines.append(f"    ... and {len(items) - limit} more (--json lists them)")
+    return lines
 
 
 def _ranks(ranks: list[int], shown: int = 8) -> str:

@@ -3,6 +3,7 @@ was running, and its listeners told."""
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -23,16 +24,20 @@ from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
 from telemetry_jit.probes.thunder import ThunderWatch
 from telemetry_jit.recording.alerts import EagerFallbackAlert, RankTotals
+from telemetry_jit.recording.console import CompileConsole, say_line
 from telemetry_jit.recording.fallback_cost import FallbackCostMeter
 from telemetry_jit.recording.first_steps import FirstStep, FirstSteps
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
+from telemetry_jit.recording.out_of_step import Finding
+from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
 from telemetry_jit.recording.spans import compilation_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord
-from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr
+from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr, TrainingSpanName
 from telemetry_jit.session import Session
 
+_log = logging.getLogger("telemetry_jit")
 _PROBE = TORCH
 _THUNDER = call_site("thunder.compile_stats", "reading thunder.compile_stats")
 _EVENT = call_site("nv_one_logger.event", "nv-one-logger's recorder (adding an event to a span)")
@@ -85,9 +90,15 @@ class CompileRecorder:
         stats = recorder.emit_summary(loop_span)
     """
 
-    def __init__(self, session: Session, listeners: Sequence[CompileListener] = ()) -> None:
+    def __init__(
+        self,
+        session: Session,
+        listeners: Sequence[CompileListener] = (),
+        rank_watch: RankWatchSettings | None = None,
+    ) -> None:
         self.session = session
         self.listeners = list(listeners)
+        self.rank_watch = rank_watch  # None: RankWatchSettings.from_environment() at each start
         self.stats = CompileStats()
         self._notices = Notices()
         self._where: Where = _nowhere
@@ -105,6 +116,9 @@ class CompileRecorder:
         self._batch_step = 0
         self._batch_index: int | None = None
         self._batch_loader: int | None = None
+        self._batch_stage = ""
+        self._rank_watch: RankWatch | None = None
+        self._watch_span: Span | None = None
 
     # -- lifecycle, driven by the trainer callback or a loop ---------------------------------
     def start(self, where: Where, rank: int = 0) -> None:
@@ -129,7 +143,31 @@ class CompileRecorder:
         exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
         self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), self._fallback_cost, *self.listeners]
+        self._start_rank_watch(where().stage)
         self._probe.attach()
+
+    def _start_rank_watch(self, stage: str) -> None:
+        """Publish this rank's heartbeat (and watch every rank's, on the watcher rank) where a process group of
+        several ranks runs. Settings that cannot mean anything raise here, before training starts."""
+        if self._rank_watch is not None:
+            self._rank_watch.stop(None)
+        settings = self.rank_watch or RankWatchSettings.from_environment()
+        self._batch_stage = stage
+        self._watch_span = active_span(self.session, TrainingSpanName.APPLICATION)
+        self._rank_watch = RankWatch.start(settings, self._heartbeat_position, self._out_of_step)
+        if self._rank_watch is not None:
+            self._run_listeners.append(self._rank_watch.publisher)
+
+    def _heartbeat_position(self) -> tuple[int, str]:
+        return self._batch_step, self._batch_stage
+
+    def _out_of_step(self, finding: Finding) -> None:
+        """What the rank watcher found, said at once (its thread): on the console and as an event."""
+        console = next((listener for listener in self.listeners if isinstance(listener, CompileConsole)), None)
+        print_fn = console.print_fn if console is not None and console.print_fn is not None else _log.warning
+        say_line(print_fn, f"telemetry-jit: {finding.line}")
+        span = self._watch_span if self._watch_span is not None else self._current_parent()
+        self.emit_event(span, JitEventName.RANKS_OUT_OF_STEP, finding.attributes())
 
     def watch_thunder(self, model: torch.nn.Module) -> None:
         """Record the thunder compilations installed on ``model`` (cheap to repeat)."""
@@ -157,6 +195,8 @@ class CompileRecorder:
             self.poll()
             self.ensure_registered()
         self._batch_step, self._batch_index, self._batch_loader = global_step, batch_index, loader
+        if stage:
+            self._batch_stage = stage
         finished = self._first_steps.batch_started(stage, global_step, batch_index)
         if finished is not None:
             self._first_step_measured(finished)
@@ -188,6 +228,9 @@ class CompileRecorder:
             self.record(record)
         self._probe.detach()
         self._compile_finished()
+        watch, self._rank_watch = self._rank_watch, None
+        if watch is not None:
+            watch.stop(exception)
 
     def emit_summary(self, span: Span | None, by_rank: RankTotals | None = None) -> CompileStats:
         """Add ``compile_summary`` to ``span`` (the loop that is ending) and return the totals; with

@@ -45,6 +45,9 @@ STEPS = 22  # two epochs of 11 batches (the last one smaller: a recompile)
 SCENARIO = {
     "exporter.close": "nv-one-logger switched off",  # telemetry closes exporters itself only then
     "lightning.all_gather": "ddp",
+    "ranks.store": "ddp",  # the rank watch starts where a process group of several ranks runs
+    "ranks.publish": "ddp",
+    "ranks.read": "ddp",
     "thunder.compile_stats": "thunder",
 }
 BOUND_S = 1.0  # the bounds the hanging callees must be cut off at, kept short here

@@ -1,0 +1,103 @@
+"""What one rank of a distributed job publishes about itself on the job's store, for the rank watcher:
+where it is, what it is compiling and since when, and the graphs it compiled (as hashes), in a few
+hundred bytes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import asdict, dataclass, field
+
+from telemetry_jit.causes import normalize_reason
+from telemetry_jit.records import CompileRecord
+
+KEY_PREFIX = "telemetry_jit/heartbeat/"
+GRAPHS_KEPT = 16  # the newest graphs a heartbeat carries; the watcher keeps what it has seen of the rest
+_TEXT_LIMIT = 240
+_ADDRESS = re.compile(r"\d{8,}|0x[0-9a-f]+")  # object ids in a guard's text: each process has its own
+
+
+def heartbeat_key(rank: int) -> str:
+    return f"{KEY_PREFIX}{rank}"
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One graph a rank compiled: its hash (the same graph on two ranks hashes the same), the step it
+    compiled at, the frame and why (a first compile, or the recompile's reason)."""
+
+    hash: str
+    step: int
+    frame: str
+    why: str
+
+
+def graph_of(record: CompileRecord) -> Graph:
+    """A finished compilation as a :class:`Graph`. The hash reads what every rank compiling the same graph
+    shares (frame, its file's name and line, the kind of compile, the graph's op count and breaks, the guard
+    that failed for a recompile), never a compile id, a path, an object's address or a device, which differ
+    between the ranks of one job."""
+    location = record.location.rsplit("/", 1)[-1]
+    ops = record.extra.get("graph_op_count", -1)
+    reason = normalize_reason(record.recompile_reason) if record.is_frame_recompile else ""
+    identity = (
+        f"{record.frame}|{location}|{record.trigger}|{ops}|{len(record.graph_breaks)}|{_ADDRESS.sub('#', reason)}"
+    )
+    digest = hashlib.blake2b(identity.encode(), digest_size=6).hexdigest()
+    frame = record.frame or record.frame_id
+    if record.trigger == "lazy_backward":
+        frame = f"the backward graph of {frame}"
+    why = f"recompile: {reason or 'unknown reason'}" if record.is_frame_recompile else "first compile"
+    step = record.context.global_step if record.context is not None else 0
+    return Graph(digest, step, _short(frame), _short(why))
+
+
+@dataclass
+class Heartbeat:
+    """One rank's state as published; ``seq`` grows with every publication (the watcher's clock, not the
+    rank's, times what it sees: the ranks' clocks need not agree)."""
+
+    rank: int
+    seq: int = 0
+    step: int = 0
+    stage: str = ""
+    compiling: str = ""  # what is compiling now ("" when nothing), in the recorder's words
+    compiling_s: float = 0.0  # for how long, when published
+    compiles: int = 0  # compilations begun so far: tells one compile from the next of the same frame
+    last_compile_s: float = 0.0  # how long the last finished compilation took
+    longest_compile_s: float = 0.0
+    graph_count: int = 0  # graphs recorded so far; ``graphs`` holds the newest of them
+    graphs: list[Graph] = field(default_factory=list)
+    ended: str = ""  # "" while running; "finished", or "failed: <error>" at the end
+
+    def encode(self) -> bytes:
+        return json.dumps(asdict(self), separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Heartbeat | None:
+        """The heartbeat in ``raw``; ``None`` for what no publisher wrote (another version, a cut value)."""
+        try:
+            data = json.loads(raw)
+            graphs = [Graph(str(g["hash"]), int(g["step"]), str(g["frame"]), str(g["why"])) for g in data["graphs"]]
+            return cls(
+                rank=int(data["rank"]),
+                seq=int(data["seq"]),
+                step=int(data["step"]),
+                stage=str(data["stage"]),
+                compiling=str(data["compiling"]),
+                compiling_s=float(data["compiling_s"]),
+                compiles=int(data["compiles"]),
+                last_compile_s=float(data["last_compile_s"]),
+                longest_compile_s=float(data["longest_compile_s"]),
+                graph_count=int(data["graph_count"]),
+                graphs=graphs,
+                ended=str(data["ended"]),
+            )
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 3] + "..."

@@ -1,0 +1,314 @@
+"""Judging the ranks' heartbeats: which rank compiles while others wait (a stall), which compiled a graph
+the others did not (divergence), which went silent. Fed heartbeats and the watcher's clock; reads no store
+and starts no thread, so every judgement is tested with made-up heartbeats.
+
+Example::
+
+    judge = OutOfStep(world_size=2)
+    for finding in judge.scan(time.monotonic(), {0: beat0, 1: beat1}):
+        print(finding.line)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from telemetry_jit.recording.heartbeat import Graph, Heartbeat
+from telemetry_jit.records import AttributeValue
+from telemetry_jit.schema import RanksAttr
+
+STALL_MARGIN_S = 3.0  # a stall is said this long beyond the longest compile seen so far ...
+STALL_MIN_S = 5.0  # ... and never before this
+RANKS_KEPT = 64  # ranks named in an event; the count says the rest
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing said about the ranks: ``kind`` is ``stall``, ``stall_ended``, ``divergent_graph``,
+    ``silent``, ``heard_again`` or ``not_ended``; ``ranks`` the ranks it is about, ``waiting`` the ranks
+    that waited on them; ``line`` says it in words."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    line: str
+    step: int = 0
+    stage: str = ""
+    what: str = ""
+    why: str = ""
+    seconds: float = 0.0
+    waiting: tuple[int, ...] = ()
+    graph: str = ""
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {
+            RanksAttr.KIND: self.kind,
+            RanksAttr.RANKS: list(self.ranks[:RANKS_KEPT]),
+            RanksAttr.RANK_COUNT: len(self.ranks),
+            RanksAttr.STEP: self.step,
+            RanksAttr.SECONDS: round(self.seconds, 3),
+            RanksAttr.WAITING: len(self.waiting),
+            RanksAttr.WAITING_RANKS: list(self.waiting[:RANKS_KEPT]),
+            RanksAttr.LINE: self.line,
+        }
+        for name, value in ((RanksAttr.STAGE, self.stage), (RanksAttr.WHAT, self.what), (RanksAttr.WHY, self.why)):
+            if value:
+                attributes[name] = value
+        if self.graph:
+            attributes[RanksAttr.GRAPH] = self.graph
+        return attributes
+
+
+@dataclass
+class _Rank:
+    beat: Heartbeat
+    heard_at: float  # the watcher's clock when ``beat.seq`` was first seen
+    graphs: dict[str, Graph] = field(default_factory=dict)  # every graph seen of it, by hash
+    graphs_lost: bool = False  # it compiled more between two scans than a heartbeat carries
+    silent_said: bool = False
+
+
+@dataclass
+class _Stall:
+    what: str
+    step: int
+    stage: str
+    began_at: float  # the watcher's clock
+    next_at_s: float  # say it (again) when it has run this long
+    said: bool = False
+    waiting: set[int] = field(default_factory=set)
+    waiting_step: int = 0
+
+
+class OutOfStep:
+    """The ranks' heartbeats, judged scan after scan.
+
+    Args:
+        world_size: the job's ranks.
+        stall_delay_s: say a rank compiling while others wait after this long; by default
+            ``STALL_MARGIN_S`` beyond the longest compile seen so far, at least ``STALL_MIN_S``. Said again
+            at doubling intervals while it lasts, and once more when it ends.
+        silent_after_s: a running rank not heard from this long is said to be silent (it died or hangs).
+    """
+
+    def __init__(self, world_size: int, stall_delay_s: float | None = None, silent_after_s: float = 15.0) -> None:
+        self.world_size = world_size
+        self.stall_delay_s = stall_delay_s
+        self.silent_after_s = silent_after_s
+        self._ranks: dict[int, _Rank] = {}
+        self._stalls: dict[tuple[int, int], _Stall] = {}  # (rank, its compile number) -> the stall
+        self._longest_s = 0.0
+        self._said_graphs: set[str] = set()
+
+    def delay_s(self) -> float:
+        if self.stall_delay_s is not None:
+            return self.stall_delay_s
+        return max(STALL_MIN_S, self._longest_s + STALL_MARGIN_S)
+
+    def scan(self, now: float, beats: Mapping[int, Heartbeat]) -> list[Finding]:
+        """What the heartbeats read at ``now`` (the watcher's monotonic clock) say that was not said yet."""
+        findings = self._heard(now, beats)
+        findings += self._stalls_now(now)
+        findings += self._divergent()
+        findings += self._silent(now)
+        return findings
+
+    def at_end(self, now: float, beats: Mapping[int, Heartbeat], error: BaseException) -> list[Finding]:
+        """This rank stopped with ``error``: the ranks that had not ended then, and when each was last heard."""
+        self._heard(now, beats)
+        running = sorted(r for r, seen in self._ranks.items() if not seen.beat.ended)
+        missing = sorted(set(range(self.world_size)) - set(self._ranks))
+        findings = []
+        if running:
+            last = {r: (self._ranks[r].beat.step, now - self._ranks[r].heard_at) for r in running}
+            detail = "; ".join(
+                f"rank {r} at step {step}, {ago:.1f} s before" for r, (step, ago) in list(last.items())[:8]
+            )
+            findings.append(
+                Finding(
+                    "not_ended",
+                    tuple(running),
+                    f"when this rank stopped ({type(error).__name__}), {_ranks(running)} had not ended "
+                    f"(last heard: {detail})",
+                    why=f"{type(error).__name__}: {error}"[:240],
+                )
+            )
+        if missing:
+            findings.append(
+                Finding("not_ended", tuple(missing), f"{_ranks(missing)} never published a heartbeat in this run")
+            )
+        return findings
+
+    # -- each judgement ---------------------------------------------------------------------------------
+    def _heard(self, now: float, beats: Mapping[int, Heartbeat]) -> list[Finding]:
+        findings = []
+        for rank, beat in beats.items():
+            seen = self._ranks.get(rank)
+            if seen is None:
+                seen = self._ranks[rank] = _Rank(beat, now)
+            elif beat.seq != seen.beat.seq:
+                if seen.silent_said:
+                    findings.append(
+                        Finding(
+                            "heard_again",
+                            (rank,),
+                            f"rank {rank} is heard again after {now - seen.heard_at:.0f} s, at step {beat.step}",
+                            step=beat.step,
+                            seconds=now - seen.heard_at,
+                        )
+                    )
+                seen.silent_said = False
+                seen.graphs_lost |= beat.graph_count - seen.beat.graph_count > len(beat.graphs)
+                seen.beat, seen.heard_at = beat, now
+            for graph in beat.graphs:
+                seen.graphs.setdefault(graph.hash, graph)
+            self._longest_s = max(self._longest_s, beat.longest_compile_s)
+        return findings
+
+    def _stalls_now(self, now: float) -> list[Finding]:
+        compiling = {r: seen for r, seen in self._ranks.items() if seen.beat.compiling and not seen.beat.ended}
+        findings = self._ended_stalls(compiling)
+        for rank, seen in compiling.items():
+            key = (rank, seen.beat.compiles)
+            if key not in self._stalls:
+                self._stalls[key] = _Stall(
+                    what=seen.beat.compiling,
+                    step=seen.beat.step,
+                    stage=seen.beat.stage,
+                    began_at=seen.heard_at - seen.beat.compiling_s,
+                    next_at_s=self.delay_s(),
+                )
+        waiting = {r: seen for r, seen in self._ranks.items() if r not in compiling and not seen.beat.ended}
+        due: dict[tuple[str, int], list[int]] = {}
+        for (rank, _), stall in self._stalls.items():
+            elapsed = now - stall.began_at
+            if waiting:
+                stall.waiting.update(waiting)
+                stall.waiting_step = _most_common(seen.beat.step for seen in waiting.values())
+            if waiting and elapsed >= stall.next_at_s:
+                due.setdefault((stall.what, int(elapsed)), []).append(rank)
+                stall.said, stall.next_at_s = True, elapsed * 2
+        for (what, _), ranks in due.items():
+            stall = self._stalls[(ranks[0], self._ranks[ranks[0]].beat.compiles)]
+            elapsed = now - stall.began_at
+            findings.append(
+                Finding(
+                    "stall",
+                    tuple(ranks),
+                    f"{_ranks(ranks)} {'has' if len(ranks) == 1 else 'have'} been compiling {what} for "
+                    f"{elapsed:.0f} s ({stall.stage} step {stall.step}) while {_count(len(waiting))} "
+                    f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}",
+                    step=stall.step,
+                    stage=stall.stage,
+                    what=what,
+                    seconds=elapsed,
+                    waiting=tuple(sorted(waiting)),
+                )
+            )
+        return findings
+
+    def _ended_stalls(self, compiling: Mapping[int, _Rank]) -> list[Finding]:
+        findings = []
+        for key in [k for k in self._stalls if k[0] not in compiling or compiling[k[0]].beat.compiles != k[1]]:
+            stall = self._stalls.pop(key)
+            if not stall.said:
+                continue
+            rank = key[0]
+            beat = self._ranks[rank].beat
+            seconds = beat.last_compile_s if beat.compiles == key[1] and beat.last_compile_s else 0.0
+            waited = sorted(stall.waiting)
+            took = f" after {seconds:.1f} s" if seconds else ""
+            findings.append(
+                Finding(
+                    "stall_ended",
+                    (rank,),
+                    f"rank {rank} finished compiling {stall.what}{took}; {_ranks(waited)} waited for it at step "
+                    f"{stall.waiting_step}",
+                    step=stall.step,
+                    stage=stall.stage,
+                    what=stall.what,
+                    seconds=seconds,
+                    waiting=tuple(waited),
+                )
+            )
+        return findings
+
+    def _divergent(self) -> list[Finding]:
+        """A graph some ranks compiled and the others went past without compiling: said once, with the
+        ranks that compiled it when they are the fewer."""
+        if len(self._ranks) < self.world_size:
+            return []  # a rank not heard from yet may have compiled it
+        holders: dict[str, list[int]] = {}
+        for rank, seen in self._ranks.items():
+            for digest in seen.graphs:
+                if digest not in self._said_graphs:
+                    holders.setdefault(digest, []).append(rank)
+        findings = []
+        for digest, ranks in holders.items():
+            if len(ranks) * 2 > self.world_size:
+                continue
+            graph = self._ranks[ranks[0]].graphs[digest]
+            others = [seen for r, seen in self._ranks.items() if r not in ranks]
+            passed = all(
+                not seen.graphs_lost
+                and (seen.beat.ended or (seen.beat.step > graph.step + 1 and not seen.beat.compiling))
+                for seen in others
+            )
+            if not passed:
+                continue
+            self._said_graphs.add(digest)
+            ranks.sort()
+            who = "no other rank compiled" if len(ranks) == 1 else f"the other {_count(len(others))} did not"
+            line = f"{_ranks(ranks)} compiled a graph for {graph.frame} at step {graph.step} that {who}"
+            findings.append(
+                Finding(
+                    "divergent_graph",
+                    tuple(ranks),
+                    f"{line} ({graph.why})",
+                    step=graph.step,
+                    what=graph.frame,
+                    why=graph.why,
+                    graph=digest,
+                )
+            )
+        return findings
+
+    def _silent(self, now: float) -> list[Finding]:
+        findings = []
+        for rank, seen in self._ranks.items():
+            beat = seen.beat
+            quiet_s = now - seen.heard_at
+            if beat.ended or beat.compiling or seen.silent_said or quiet_s < self.silent_after_s:
+                continue
+            seen.silent_said = True
+            findings.append(
+                Finding(
+                    "silent",
+                    (rank,),
+                    f"rank {rank} has not been heard from for {quiet_s:.0f} s (last at {beat.stage or 'step'} "
+                    f"step {beat.step}): it died, hangs, or holds Python's lock; what it does now is not seen",
+                    step=beat.step,
+                    stage=beat.stage,
+                    seconds=quiet_s,
+                )
+            )
+        return findings
+
+
+def _most_common(values: Iterable[int]) -> int:
+    counts: dict[int, int] = {}
+    for value in values:
+        counts[value] = counts.get(value, 0) + 1
+    return max(counts, key=lambda v: (counts[v], -v)) if counts else 0
+
+
+def _count(n: int) -> str:
+    return f"{n} rank" if n == 1 else f"{n} ranks"
+
+
+def _ranks(ranks: list[int] | tuple[int, ...], shown: int = 8) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    named = ", ".join(str(r) for r in ranks[:shown])
+    return f"ranks {named}" + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")

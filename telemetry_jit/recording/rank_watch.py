@@ -1,0 +1,273 @@
+"""Ranks out of step, said while it happens: every rank publishes its heartbeat on the job's own c10d store
+(no new server, no new port), and one rank watches them all (docs/distributed.md, "Ranks out of step").
+
+Both run on threads of their own, off the training step: a step only updates two numbers the publisher
+reads. Whatever the store does (refuses, times out, vanishes with a dead rank) costs one warning and
+stops that thread, never the run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+
+from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.compat.distributed import Store, job_store
+from telemetry_jit.notices import Notices
+from telemetry_jit.recording.heartbeat import GRAPHS_KEPT, Graph, Heartbeat, graph_of, heartbeat_key
+from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.recording.out_of_step import Finding, OutOfStep
+from telemetry_jit.records import CompileRecord
+
+_STORE = call_site("ranks.store", "torch.distributed (a connection of telemetry's own to the job's store)")
+_PUBLISH = call_site("ranks.publish", "the job's c10d store (publishing this rank's heartbeat)")
+_READ = call_site("ranks.read", "the job's c10d store (reading the ranks' heartbeats)")
+_notices = Notices()
+
+Position = Callable[[], tuple[int, str]]  # the step and stage the rank is at now
+
+
+@dataclass(frozen=True)
+class RankWatchSettings:
+    """How ranks watch each other; every field has its ``TELEMETRY_JIT_*`` variable.
+
+    Args:
+        enabled: publish and watch at all (``TELEMETRY_JIT_RANK_WATCH=0`` turns it off).
+        interval_s: publish at least this often, and scan this often (``TELEMETRY_JIT_HEARTBEAT_S``).
+        stall_delay_s: say a rank that compiles while others wait after this long; by default a few
+            seconds beyond the longest compile seen so far (``TELEMETRY_JIT_STALL_DELAY_S``).
+        silent_after_s: say a rank not heard from for this long (``TELEMETRY_JIT_SILENT_AFTER_S``;
+            by default five heartbeats, at least 15 s).
+        watcher_rank: the rank that watches (``TELEMETRY_JIT_WATCHER_RANK``).
+        store_timeout_s: one store operation of telemetry's is cut off after this long.
+
+    Example::
+
+        CompileRecorder(session, rank_watch=RankWatchSettings(stall_delay_s=30))
+    """
+
+    enabled: bool = True
+    interval_s: float = 2.0
+    stall_delay_s: float | None = None
+    silent_after_s: float | None = None
+    watcher_rank: int = 0
+    store_timeout_s: float = 5.0
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> RankWatchSettings:
+        """The defaults, overridden by the ``TELEMETRY_JIT_*`` variables that are set.
+
+        Raises:
+            ValueError: a variable holds what it cannot mean, naming it and what it takes.
+        """
+        settings = cls()
+        switch = environ.get("TELEMETRY_JIT_RANK_WATCH", "").strip().lower()
+        if switch and switch not in ("0", "1", "true", "false", "on", "off"):
+            raise ValueError(
+                f"TELEMETRY_JIT_RANK_WATCH={switch!r}: set it to 1 (watch ranks, the default) or 0 (do not)."
+            )
+        if switch:
+            settings = replace(settings, enabled=switch in ("1", "true", "on"))
+        for name, field_name, allow_zero in (
+            ("TELEMETRY_JIT_HEARTBEAT_S", "interval_s", False),
+            ("TELEMETRY_JIT_STALL_DELAY_S", "stall_delay_s", True),
+            ("TELEMETRY_JIT_SILENT_AFTER_S", "silent_after_s", False),
+        ):
+            raw = environ.get(name, "").strip()
+            if not raw:
+                continue
+            try:
+                value = float(raw)
+            except ValueError:
+                value = math.nan
+            if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+                raise ValueError(f"{name}={raw!r}: give a number of seconds above zero (for example {name}=5).")
+            settings = replace(settings, **{field_name: value})
+        rank = environ.get("TELEMETRY_JIT_WATCHER_RANK", "").strip()
+        if rank:
+            if not rank.isdigit():
+                raise ValueError(f"TELEMETRY_JIT_WATCHER_RANK={rank!r}: give a rank number (0 is the default).")
+            settings = replace(settings, watcher_rank=int(rank))
+        return settings
+
+    def silent_after(self) -> float:
+        return self.silent_after_s if self.silent_after_s is not None else max(15.0, 5 * self.interval_s)
+
+
+class HeartbeatPublisher(CompileListener):
+    """Publishes this rank's :class:`Heartbeat` when a compile begins or ends, when a graph is recorded, and
+    otherwise every ``interval_s``; the store is written by its own thread."""
+
+    def __init__(self, store: Store, rank: int, position: Position, interval_s: float) -> None:
+        self._store, self._position, self.interval_s = store, position, interval_s
+        self._beat = Heartbeat(rank)
+        self._graphs: deque[Graph] = deque(maxlen=GRAPHS_KEPT)
+        self._since = 0.0
+        self._lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="telemetry-jit heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._wake.set()  # the first heartbeat at once: the watcher learns the rank exists
+        self._thread.start()
+
+    def stop(self, ended: str, timeout_s: float) -> None:
+        """Publish the last heartbeat, saying how the run ended (bounded by ``timeout_s``)."""
+        with self._lock:
+            self._beat.ended, self._stopping = ended, True
+        self._wake.set()
+        self._thread.join(timeout_s)
+
+    def compile_started(self, description: str) -> None:
+        with self._lock:
+            self._beat.compiling, self._since = description, time.monotonic()
+            self._beat.compiles += 1
+        self._wake.set()
+
+    def compile_finished(self) -> None:
+        with self._lock:
+            if not self._beat.compiling:
+                return
+            took = time.monotonic() - self._since
+            self._beat.compiling, self._beat.last_compile_s = "", took
+            self._beat.longest_compile_s = max(self._beat.longest_compile_s, took)
+        self._wake.set()
+
+    def recorded(self, record: CompileRecord) -> None:
+        graph = graph_of(record)
+        with self._lock:
+            self._graphs.append(graph)
+            self._beat.graph_count += 1
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            stopping = self._stopping
+            if _PUBLISH.call(self._publish) is FAILED or stopping:
+                return  # a store that fails now fails the next time too: said once, publishing stops
+
+    def _publish(self) -> None:
+        step, stage = self._position()
+        with self._lock:
+            beat = self._beat
+            beat.seq += 1
+            beat.step, beat.stage = step, stage
+            beat.compiling_s = time.monotonic() - self._since if beat.compiling else 0.0
+            beat.graphs = list(self._graphs)
+            raw = beat.encode()
+        self._store.set(heartbeat_key(beat.rank), raw)
+
+
+class RankWatcher:
+    """Reads every rank's heartbeat each ``interval_s`` and says what :class:`OutOfStep` finds."""
+
+    def __init__(
+        self, store: Store, world_size: int, settings: RankWatchSettings, say: Callable[[Finding], None]
+    ) -> None:
+        self._store, self._say, self.settings = store, say, settings
+        self.judge = OutOfStep(world_size, settings.stall_delay_s, settings.silent_after())
+        self._known: list[int] = []
+        self._unknown = list(range(world_size))
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="telemetry-jit rank watcher", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self, error: BaseException | None) -> None:
+        """Stop watching after a last look (a short run may end between two scans); when this rank stops with
+        ``error``, say which ranks had not ended."""
+        self._stop.set()
+        self._thread.join(self.settings.store_timeout_s + 1.0)
+        if self._thread.is_alive():
+            return  # stuck in the store until its timeout: no last look
+        beats = _READ.call(self.read)
+        if beats is FAILED:
+            return
+        now = time.monotonic()
+        findings = self.judge.scan(now, beats)
+        if error is not None:
+            findings += self.judge.at_end(now, beats, error)
+        self._tell(findings)
+
+    def read(self) -> dict[int, Heartbeat]:
+        """Every published heartbeat, by rank. A rank is looked for until its first heartbeat is there: a get
+        of a key nobody set would wait for it."""
+        found = [rank for rank in self._unknown if self._store.check([heartbeat_key(rank)])]
+        if found:
+            self._known = sorted({*self._known, *found})
+            self._unknown = [rank for rank in self._unknown if rank not in found]
+        if not self._known:
+            return {}
+        raws = self._store.multi_get([heartbeat_key(rank) for rank in self._known])
+        beats = {}
+        for rank, raw in zip(self._known, raws, strict=True):
+            beat = Heartbeat.decode(raw)
+            if beat is not None:
+                beats[rank] = beat
+        return beats
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.interval_s):
+            beats = _READ.call(self.read)
+            if beats is FAILED:
+                return  # said once by the guard; the ranks are not watched from here on
+            self._tell(self.judge.scan(time.monotonic(), beats))
+
+    def _tell(self, findings: list[Finding]) -> None:
+        for finding in findings:
+            try:
+                self._say(finding)
+            except Exception as error:  # noqa: BLE001 - what the watcher found must not end its thread, or the run
+                _notices.warn("ranks.say", f"telemetry-jit: could not say what the rank watcher found ({error!r}).")
+
+
+class RankWatch:
+    """This rank's publisher and, on the watcher rank, the watcher: started by :meth:`start` where a process
+    group of several ranks runs, stopped by :meth:`stop`.
+
+    Example::
+
+        watch = RankWatch.start(RankWatchSettings(), lambda: (step, "train"), say=print)
+        ...  # train; give watch.publisher the compile listener calls
+        if watch is not None:
+            watch.stop(None)
+    """
+
+    def __init__(self, publisher: HeartbeatPublisher, watcher: RankWatcher | None, settings: RankWatchSettings) -> None:
+        self.publisher, self.watcher, self.settings = publisher, watcher, settings
+
+    @classmethod
+    def start(cls, settings: RankWatchSettings, position: Position, say: Callable[[Finding], None]) -> RankWatch | None:
+        """Start publishing (and watching, on the watcher rank); ``None`` where there is nothing to watch:
+        turned off, no process group, a single rank, or a store telemetry cannot reach."""
+        if not settings.enabled:
+            return None
+        found = _STORE.call(job_store, settings.store_timeout_s)
+        if found is FAILED or isinstance(found, str):
+            return None
+        store, rank, world_size = found
+        publisher = HeartbeatPublisher(store, rank, position, settings.interval_s)
+        watcher = None
+        if rank == settings.watcher_rank:
+            reader = _STORE.call(job_store, settings.store_timeout_s)  # its own connection: never queues behind
+            if reader is not FAILED and not isinstance(reader, str):
+                watcher = RankWatcher(reader[0], world_size, settings, say)
+        publisher.start()
+        if watcher is not None:
+            watcher.start()
+        return cls(publisher, watcher, settings)
+
+    def stop(self, error: BaseException | None) -> None:
+        ended = "finished" if error is None else f"failed: {type(error).__name__}: {error}"[:240]
+        self.publisher.stop(ended, self.settings.store_timeout_s + 1.0)
+        if self.watcher is not None:
+            self.watcher.stop(error)

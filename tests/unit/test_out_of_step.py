@@ -1,0 +1,138 @@
+"""The rank watcher's judgements, fed made-up heartbeats and clock readings: no store, no thread, no
+compiling (the real jobs are in tests/e2e/test_out_of_step.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from telemetry_jit.recording.heartbeat import Graph, Heartbeat
+from telemetry_jit.recording.out_of_step import STALL_MARGIN_S, STALL_MIN_S, OutOfStep
+from telemetry_jit.recording.rank_watch import RankWatchSettings
+from telemetry_jit.schema import RanksAttr
+
+FORWARD = "forward (model.py) [0/1, recompile: tensor 'x' size mismatch at index 0. expected 8, actual 5]"
+
+
+def beat(rank: int, seq: int, step: int, **fields: object) -> Heartbeat:
+    return Heartbeat(rank=rank, seq=seq, step=step, stage="train", **fields)  # type: ignore[arg-type]
+
+
+def test_a_rank_compiling_while_the_others_wait_is_said_after_the_delay_then_at_doubling_intervals() -> None:
+    judge = OutOfStep(world_size=3)
+    assert judge.delay_s() == STALL_MIN_S
+    waiting = {0: beat(0, 1, 4), 1: beat(1, 1, 4)}
+    compiling = beat(2, 1, 4, compiling=FORWARD, compiling_s=0.5, compiles=2)
+    assert judge.scan(100.0, {**waiting, 2: compiling}) == []
+    assert judge.scan(100.0 + STALL_MIN_S - 1, {**waiting, 2: compiling}) == []
+    [said] = judge.scan(100.0 + STALL_MIN_S, {**waiting, 2: compiling})
+    assert said.kind == "stall" and said.ranks == (2,) and said.waiting == (0, 1)
+    assert said.line == f"rank 2 has been compiling {FORWARD} for 6 s (train step 4) while 2 ranks wait at step 4"
+    assert judge.scan(110.0, {**waiting, 2: compiling}) == []  # next at twice as long: 11 s
+    [again] = judge.scan(112.0, {**waiting, 2: compiling})
+    assert again.kind == "stall" and round(again.seconds) == 12
+    done = beat(2, 2, 5, compiles=2, last_compile_s=13.2, longest_compile_s=13.2)
+    [ended] = judge.scan(113.0, {**waiting, 2: done})
+    assert ended.kind == "stall_ended" and ended.seconds == 13.2 and ended.waiting == (0, 1)
+    assert ended.line == f"rank 2 finished compiling {FORWARD} after 13.2 s; ranks 0, 1 waited for it at step 4"
+    assert judge.delay_s() == pytest.approx(13.2 + STALL_MARGIN_S)  # beyond the compile times seen so far
+
+
+def test_ranks_that_all_compile_wait_for_nobody_and_a_quick_compile_is_never_said() -> None:
+    judge = OutOfStep(world_size=2)
+    both = {r: beat(r, 1, 0, compiling=FORWARD, compiles=1) for r in range(2)}
+    assert judge.scan(0.0, both) == [] and judge.scan(60.0, both) == []  # nobody waits
+    quick = OutOfStep(world_size=2)
+    quick.scan(0.0, {0: beat(0, 1, 3), 1: beat(1, 1, 3, compiling=FORWARD, compiles=2)})
+    assert quick.scan(1.0, {0: beat(0, 2, 3), 1: beat(1, 2, 4, compiles=2, last_compile_s=1.0)}) == []
+
+
+def test_stalls_due_together_are_one_line_for_any_number_of_ranks() -> None:
+    judge = OutOfStep(world_size=1000, stall_delay_s=2.0)
+    beats = {r: beat(r, 1, 7, compiling=FORWARD, compiles=1) for r in range(1, 1000)}
+    beats[0] = beat(0, 1, 7)
+    judge.scan(0.0, beats)
+    [said] = judge.scan(2.0, beats)
+    assert said.ranks == tuple(range(1, 1000))
+    assert said.line.startswith("ranks 1, 2, 3, 4, 5, 6, 7, 8 and 991 more have been compiling")
+    assert said.attributes()[RanksAttr.RANK_COUNT] == 999 and len(said.attributes()[RanksAttr.RANKS]) == 64
+
+
+def test_a_graph_only_one_rank_compiled_is_said_once_after_the_others_went_past_it() -> None:
+    judge = OutOfStep(world_size=4)
+    odd = Graph("abc", 37, "forward", "recompile: self.branch == False")
+    shared = Graph("zzz", 0, "forward", "first compile")
+    beats = {r: beat(r, 1, 37, graphs=[shared], graph_count=1) for r in range(3)}
+    beats[3] = beat(3, 1, 38, graphs=[shared, odd], graph_count=2)
+    assert judge.scan(0.0, beats) == []  # the others are still at step 37: they may compile it too
+    beats = {r: beat(r, 2, 39, graphs=[shared], graph_count=1) for r in range(3)} | {3: beats[3]}
+    [said] = judge.scan(1.0, beats)
+    assert said.kind == "divergent_graph" and said.ranks == (3,) and said.graph == "abc"
+    assert said.line == (
+        "rank 3 compiled a graph for forward at step 37 that no other rank compiled (recompile: self.branch == False)"
+    )
+    assert judge.scan(2.0, beats) == []  # said once
+
+
+def test_a_graph_half_the_ranks_or_more_compiled_is_not_called_divergent_and_lost_graphs_are_not_guessed() -> None:
+    judge = OutOfStep(world_size=2)
+    odd = Graph("abc", 1, "forward", "first compile")
+    beats = {0: beat(0, 1, 9, graphs=[odd], graph_count=1), 1: beat(1, 1, 9, graph_count=0)}
+    assert [f.ranks for f in judge.scan(0.0, beats)] == [(0,)]  # one of two: said, the one that compiled it
+    many = OutOfStep(world_size=3)
+    many.scan(0.0, {r: beat(r, 1, 0) for r in range(3)})
+    late = Graph("new", 1, "forward", "first compile")
+    lost = {0: beat(0, 2, 9, graphs=[late], graph_count=1), 1: beat(1, 2, 9, graph_count=40), 2: beat(2, 2, 9)}
+    found = many.scan(1.0, lost)
+    assert found == []  # rank 1 compiled 40 graphs between two looks: it may have compiled this one
+
+
+def test_a_silent_rank_is_said_once_and_again_when_heard() -> None:
+    judge = OutOfStep(world_size=2, silent_after_s=15.0)
+    judge.scan(0.0, {0: beat(0, 1, 3), 1: beat(1, 1, 3)})
+    assert judge.scan(14.0, {0: beat(0, 2, 3), 1: beat(1, 1, 3)}) == []
+    [silent] = judge.scan(16.0, {0: beat(0, 3, 3), 1: beat(1, 1, 3)})
+    assert silent.kind == "silent" and silent.ranks == (1,) and "rank 1 has not been heard from for 16 s" in silent.line
+    assert judge.scan(17.0, {0: beat(0, 4, 3), 1: beat(1, 1, 3)}) == []
+    [back] = judge.scan(30.0, {0: beat(0, 5, 3), 1: beat(1, 2, 4)})
+    assert back.kind == "heard_again"
+
+
+def test_when_the_watchers_rank_fails_the_ranks_that_had_not_ended_are_named() -> None:
+    judge = OutOfStep(world_size=3)
+    judge.scan(10.0, {0: beat(0, 1, 5), 1: beat(1, 1, 4), 2: beat(2, 1, 5, ended="finished")})
+    [gone] = judge.at_end(12.0, {0: beat(0, 2, 5)}, RuntimeError("Connection reset by peer"))
+    assert gone.kind == "not_ended" and gone.ranks == (0, 1)
+    assert "rank 1 at step 4, 2.0 s before" in gone.line and gone.why == "RuntimeError: Connection reset by peer"
+
+
+def test_a_heartbeat_survives_its_encoding_and_garbage_reads_as_none() -> None:
+    original = beat(3, 9, 12, compiling=FORWARD, graphs=[Graph("a", 1, "f", "first compile")], graph_count=1)
+    assert Heartbeat.decode(original.encode()) == original
+    for raw in (b"", b"{", b'{"rank": "x"}', b"\xff\xfe", b"[]"):
+        assert Heartbeat.decode(raw) is None
+    assert len(original.encode()) < 600
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("TELEMETRY_JIT_HEARTBEAT_S", "0", "give a number of seconds above zero"),
+        ("TELEMETRY_JIT_STALL_DELAY_S", "nan", "give a number of seconds above zero"),
+        ("TELEMETRY_JIT_SILENT_AFTER_S", "-1", "give a number of seconds above zero"),
+        ("TELEMETRY_JIT_RANK_WATCH", "maybe", "set it to 1"),
+        ("TELEMETRY_JIT_WATCHER_RANK", "first", "give a rank number"),
+    ],
+)
+def test_settings_that_cannot_mean_anything_are_named_with_what_they_take(
+    variable: str, value: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"{variable}={value!r}: {message}"):
+        RankWatchSettings.from_environment({variable: value})
+
+
+def test_settings_from_the_environment() -> None:
+    settings = RankWatchSettings.from_environment(
+        {"TELEMETRY_JIT_RANK_WATCH": "0", "TELEMETRY_JIT_HEARTBEAT_S": "4", "TELEMETRY_JIT_STALL_DELAY_S": "30"}
+    )
+    assert (settings.enabled, settings.interval_s, settings.stall_delay_s) == (False, 4.0, 30.0)
+    assert settings.silent_after() == 20.0 and RankWatchSettings().silent_after() == 15.0

@@ -29,7 +29,7 @@ def job_store(timeout_s: float) -> tuple[Store, int, int] | str:
     from torch.distributed import distributed_c10d
 
     try:
-        store = distributed_c10d._get_default_store().clone()
+        store = distributed_c10d._get_default_store().clone()  # type: ignore[attr-defined]  # stubs lag
         store.set_timeout(timedelta(seconds=timeout_s))
     except (RuntimeError, AttributeError, NotImplementedError) as error:
         return f"the job's store cannot be shared ({type(error).__name__}: {error})"

@@ -87,7 +87,7 @@ class RankWatchSettings:
                 value = math.nan
             if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
                 raise ValueError(f"{name}={raw!r}: give a number of seconds above zero (for example {name}=5).")
-            settings = replace(settings, **{field_name: value})
+            settings = replace(settings, **{field_name: value})  # type: ignore[arg-type]  # a seconds field
         rank = environ.get("TELEMETRY_JIT_WATCHER_RANK", "").strip()
         if rank:
             if not rank.isdigit():

@@ -110,6 +110,7 @@ class HeartbeatPublisher(CompileListener):
         self._since = 0.0
         self._lock = threading.Lock()
         self._wake = threading.Event()
+        self._published = threading.Event()
         self._stopping = False
         self._thread = threading.Thread(target=self._run, name="telemetry-jit heartbeat", daemon=True)
 
@@ -123,6 +124,15 @@ class HeartbeatPublisher(CompileListener):
             self._beat.ended, self._stopping = ended, True
         self._wake.set()
         self._thread.join(timeout_s)
+
+    def publish_now(self, timeout_s: float) -> None:
+        """Publish and wait (at most ``timeout_s``) until it is on the store: at a loop's end, before the
+        watcher's last look."""
+        if not self._thread.is_alive():
+            return  # stopped publishing (the store failed): nobody would answer
+        self._published.clear()
+        self._wake.set()
+        self._published.wait(timeout_s)
 
     def compile_started(self, description: str) -> None:
         with self._lock:
@@ -151,7 +161,9 @@ class HeartbeatPublisher(CompileListener):
             self._wake.wait(self.interval_s)
             self._wake.clear()
             stopping = self._stopping
-            if _PUBLISH.call(self._publish) is FAILED or stopping:
+            failed = _PUBLISH.call(self._publish) is FAILED
+            self._published.set()
+            if failed or stopping:
                 return  # a store that fails now fails the next time too: said once, publishing stops
 
     def _publish(self) -> None:
@@ -177,6 +189,7 @@ class RankWatcher:
         self._known: list[int] = []
         self._unknown = list(range(world_size))
         self._stop = threading.Event()
+        self._looking = threading.Lock()  # a look from the training thread at a loop's end, or the watcher's
         self._thread = threading.Thread(target=self._run, name="telemetry-jit rank watcher", daemon=True)
 
     def start(self) -> None:
@@ -187,16 +200,21 @@ class RankWatcher:
         ``error``, say which ranks had not ended."""
         self._stop.set()
         self._thread.join(self.settings.store_timeout_s + 1.0)
-        if self._thread.is_alive():
-            return  # stuck in the store until its timeout: no last look
-        beats = _READ.call(self.read)
-        if beats is FAILED:
-            return
-        now = time.monotonic()
-        findings = self.judge.scan(now, beats)
-        if error is not None:
-            findings += self.judge.at_end(now, beats, error)
+        if not self._thread.is_alive():  # else stuck in the store until its timeout: no last look
+            self.look(error)
+
+    def look(self, error: BaseException | None = None) -> bool:
+        """Read every heartbeat, judge and say; ``False`` when the store failed (said once)."""
+        with self._looking:
+            beats = _READ.call(self.read)
+            if beats is FAILED:
+                return False
+            now = time.monotonic()
+            findings = self.judge.scan(now, beats)
+            if error is not None:
+                findings += self.judge.at_end(now, beats, error)
         self._tell(findings)
+        return True
 
     def read(self) -> dict[int, Heartbeat]:
         """Every published heartbeat, by rank. A rank is looked for until its first heartbeat is there: a get
@@ -217,10 +235,8 @@ class RankWatcher:
 
     def _run(self) -> None:
         while not self._stop.wait(self.settings.interval_s):
-            beats = _READ.call(self.read)
-            if beats is FAILED:
+            if not self.look():
                 return  # said once by the guard; the ranks are not watched from here on
-            self._tell(self.judge.scan(time.monotonic(), beats))
 
     def _tell(self, findings: list[Finding]) -> None:
         for finding in findings:
@@ -265,6 +281,13 @@ class RankWatch:
         if watcher is not None:
             watcher.start()
         return cls(publisher, watcher, settings)
+
+    def loop_ended(self) -> None:
+        """A loop ends (every rank reaches this): publish where this rank is, and look once more, so that a
+        short loop is judged before its end, while the run still records."""
+        self.publisher.publish_now(self.settings.store_timeout_s)
+        if self.watcher is not None:
+            self.watcher.look()
 
     def stop(self, error: BaseException | None) -> None:
         ended = "finished" if error is None else f"failed: {type(error).__name__}: {error}"[:240]

@@ -209,6 +209,8 @@ class CompileRecorder:
     def loop_ended(self) -> None:
         """A loop ends: its compiles are recorded, and a first step still being measured ends with it."""
         self.poll()
+        if self._rank_watch is not None:
+            self._rank_watch.loop_ended()
         self._fallback_cost.loop_ended()
         finished = self._first_steps.loop_ended()
         if finished is not None:

@@ -87,6 +87,12 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
     files = [tmp_path / "t.rank0.jsonl", tmp_path / "t.rank1.jsonl"]
     runs = [telemetry_jit.read_telemetry(file)[-1] for file in files]
     assert [run.rank for run in runs] == [0, 1]
+    # said by rank 0's rank watcher, on the console and in its file: the graph only rank 1 compiled
+    said = [e.attributes for s in runs[0].spans.values() for e in s.events if e.name == "ranks_out_of_step"]
+    assert [(e["ranks.kind"], e["ranks.ranks"], e["ranks.global_step"]) for e in said] == [
+        ("divergent_graph", [1], 1)
+    ], said
+    assert "rank 1 compiled a graph for forward at step 1 that no other rank compiled (recompile:" in result.stderr
     assert runs[0].run_id == runs[1].run_id  # one run, two ranks
     counts = [len(run.find("compilation")) for run in runs]
     assert counts[1] > counts[0] > 0
@@ -127,6 +133,7 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
     # rank 1 saw an extra shape: it compiled unlike rank 0, and the fleet view says where it first differs
     assert "1 other group(s), which can desynchronise collectives and hang:" in out
     assert f"rank 1: {counts[1]} compilations" in out and "more compiles, from" in out
+    assert "ranks out of step (said live by rank 0)" in out
 
 
 SPLIT_SCRIPT = textwrap.dedent(

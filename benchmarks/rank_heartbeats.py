@@ -11,7 +11,12 @@ judges them each interval, as rank 0 would. Reported:
 - a publisher's ``set`` latency, idle and under that load (median, 99th percentile);
 - the watcher's scan: reading every heartbeat, decoding, judging (median, max), and its bytes;
 - what publishing adds to a training step: the publisher's work per heartbeat (encode + set) measured in
-  this process, as a share of a core at the real rate (the step itself only stores two numbers).
+  this process, as a share of a core at the real rate (the step itself only stores two numbers);
+- the share of a real job's training time the publisher and the watcher take: a 2-rank gloo job (spawned
+  here) trains a compiled MLP for ``--job-steps``, all-reducing every step, under ``CompileTelemetry`` with the
+  rank watch at its defaults; each publication and each look is timed on its own thread's CPU clock
+  (``time.thread_time_ns``: what it held the interpreter for, the training thread's cost), against the
+  loop's wall time, on the same run.
 """
 
 from __future__ import annotations
@@ -156,13 +161,76 @@ def publishing_cost(interval: float) -> None:
     )
 
 
+def train_rank(rank: int, port: int, job_steps: int, results: multiprocessing.Queue) -> None:
+    import torch
+    import torch.distributed as dist
+
+    import telemetry_jit
+    from telemetry_jit.recording import rank_watch
+
+    spent = {"publish": 0, "look": 0}
+
+    def timed(name: str, function):  # noqa: ANN001, ANN202 - wraps a method, keeps its signature
+        def wrapper(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+            start = time.thread_time_ns()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                spent[name] += time.thread_time_ns() - start
+
+        return wrapper
+
+    rank_watch.HeartbeatPublisher._publish = timed("publish", rank_watch.HeartbeatPublisher._publish)
+    rank_watch.RankWatcher.look = timed("look", rank_watch.RankWatcher.look)
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=2)
+    torch.set_num_threads(1)
+    telemetry_jit.configure("rank-watch-cost", file=os.devnull)
+    model = torch.nn.Sequential(torch.nn.Linear(10, 20), torch.nn.ReLU(), torch.nn.Linear(20, 1))
+    compiled = torch.compile(model, backend="eager")
+    steps = 0
+    with telemetry_jit.CompileTelemetry(live=False) as telemetry:
+        began = time.perf_counter()
+        while steps < job_steps:
+            telemetry.step(steps)
+            compiled(torch.randn(8, 10)).pow(2).mean().backward()
+            for parameter in model.parameters():
+                dist.all_reduce(parameter.grad)
+            steps += 1
+        wall = time.perf_counter() - began
+    telemetry_jit.shutdown()
+    dist.destroy_process_group()
+    results.put((rank, steps, wall, spent["publish"] / 1e9, spent["look"] / 1e9))
+
+
+def job_share(job_steps: int) -> None:
+    context = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue = context.Queue()
+    port = free_port()
+    ranks = [context.Process(target=train_rank, args=(rank, port, job_steps, results)) for rank in range(2)]
+    for process in ranks:
+        process.start()
+    rows = sorted(results.get(timeout=600) for _ in ranks)
+    for process in ranks:
+        process.join()
+    for rank, steps, wall, publish_s, look_s in rows:
+        share = (publish_s + look_s) / wall
+        print(
+            f"a 2-rank job, rank {rank}: {steps} steps in {wall:.1f} s ({wall / steps * 1e3:.2f} ms a step); "
+            f"publishing {publish_s * 1e3:.1f} ms, watching {look_s * 1e3:.1f} ms of CPU: {share:.4%} of the "
+            f"loop's time, {share * wall / steps * 1e6:.2f} us a step"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--ranks", type=int, nargs="+", default=[1000, 10000])
     parser.add_argument("--interval", type=float, default=2.0)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--job-steps", type=int, default=3000, help="steps of the 2-rank job")
     args = parser.parse_args()
     publishing_cost(args.interval)
+    job_share(args.job_steps)
     for ranks in args.ranks:
         one_scale(ranks, args.interval, args.seconds)
 

@@ -16,6 +16,7 @@ import pytest
 
 import telemetry_jit
 from telemetry_jit import cli
+from telemetry_jit.analysis.spans import TelemetryRun
 
 LOOP = Path(__file__).with_name("fsdp_loop.py")
 LOSS_LINE = next(n for n, line in enumerate(LOOP.read_text().splitlines(), 1) if "# LOSS LINE" in line)
@@ -25,6 +26,11 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def _out_of_step(run: TelemetryRun) -> list[str]:
+    """What the rank watcher said in this run: its lines."""
+    return [e.attributes["ranks.line"] for s in run.spans.values() for e in s.events if e.name == "ranks_out_of_step"]
 
 
 def _without_launcher() -> dict[str, str]:
@@ -89,6 +95,7 @@ def test_a_launched_fsdp2_job_is_one_run_with_torchs_counts_on_every_rank(
         shared = [s for s in compiles if s.attributes.get("compile.recompile_cause") == "shared_code"]
         assert shared and all(s.attributes["compile.recompile_expected"] for s in shared)
         assert all(s.attributes["train.global_step"] == 0 for s in shared)
+    assert _out_of_step(runs[0]) == []  # ranks that compile alike: the rank watcher has nothing to say
 
     assert cli.main(["summary", str(tmp_path)]) == 0
     out_text = capsys.readouterr().out
@@ -117,3 +124,4 @@ def test_lightnings_model_parallel_strategy_on_two_cpu_processes_is_exact_on_eve
         # the print in Block.forward is the user's; a torch release may also break inside FSDP2's hooks (2.15 does)
         assert {b.attributes["graph_break.owner"] for b in breaks} <= {"user", "torch"}
         assert any(b.attributes["graph_break.owner"] == "user" for b in breaks)
+    assert _out_of_step(runs[0]) == []

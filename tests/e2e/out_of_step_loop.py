@@ -2,13 +2,14 @@
 tests/e2e/test_out_of_step.py: every step all-reduces the gradients, so a rank that compiles makes the
 others wait.
 
-    python out_of_step_loop.py OUT.jsonl stall|diverge|kill [SLOW_S]
+    python out_of_step_loop.py OUT.jsonl stall|diverge|kill|kill-store [SLOW_S [ADDRESS]]
 
 - ``stall``: the last rank gets a smaller batch at step 4 and recompiles with a backend that takes
   ``SLOW_S`` seconds for that batch size, while the others wait in ``all_reduce``.
 - ``diverge``: the last rank's model takes a rank-dependent branch from step 3: a graph no other rank
   compiles.
 - ``kill``: the last rank is killed (SIGKILL) at step 5; the others' ``all_reduce`` fails.
+- ``kill-store``: rank 0, which hosts the job's store, is killed at step 5.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def main(out: str, mode: str, slow_s: float) -> None:
             batch = 5 if (mode == "stall" and rank == last and step == 4) else 8
             if mode == "diverge" and rank == last and step == 3:
                 model.branch = True
-            if mode == "kill" and rank == last and step == 5:
+            if (mode == "kill" and rank == last or mode == "kill-store" and rank == 0) and step == 5:
                 os.kill(os.getpid(), signal.SIGKILL)
             compiled(torch.randn(batch, 16)).pow(2).mean().backward()
             for parameter in model.parameters():

@@ -112,30 +112,45 @@ def test_a_rank_dependent_branch_is_named_as_a_graph_no_other_rank_compiled(
     assert fleet["out_of_step"][0]["ranks"] == [1] and fleet["out_of_step"][0]["step"] == 3
 
 
-def test_a_killed_rank_is_named_and_nothing_hangs(tmp_path: Path) -> None:
-    out = tmp_path / "t.jsonl"
+def _start_slurm_like(mode: str, out: Path) -> list[tuple[int, str]]:
+    """Each rank its own process (no agent to tear the others down): their exit codes and standard errors."""
     address = f"tcp://127.0.0.1:{_free_port()}"
     env = _environment()
     ranks = [
         subprocess.Popen(
-            [sys.executable, str(LOOP), str(out), "kill", str(SLOW_S), address],
+            [sys.executable, str(LOOP), str(out), mode, str(SLOW_S), address],
             env={**env, "SLURM_JOB_ID": "77", "SLURM_STEP_ID": "0", "SLURM_PROCID": str(r), "SLURM_NTASKS": "2"},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            cwd=tmp_path,
+            cwd=out.parent,
         )
         for r in range(2)
     ]
-    outputs = [rank.communicate(timeout=120) for rank in ranks]  # nothing hangs
-    assert ranks[1].returncode == -9
-    assert ranks[0].returncode == 1
+    errors = [rank.communicate(timeout=120)[1] for rank in ranks]  # nothing hangs
+    return [(rank.returncode, error) for rank, error in zip(ranks, errors, strict=True)]
+
+
+def test_a_killed_rank_is_named_and_nothing_hangs(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    (code0, stderr0), (code1, _) = _start_slurm_like("kill", out)
+    assert code1 == -9 and code0 == 1
     # training's own error, unchanged: gloo's, from all_reduce
-    assert "all_reduce" in outputs[0][1] and "RuntimeError" in outputs[0][1], outputs[0][1][-3000:]
+    assert "all_reduce" in stderr0 and "RuntimeError" in stderr0, stderr0[-3000:]
     said = [e.attributes for e in _said(out)]
     gone = next(e for e in said if e[RanksAttr.KIND] == "not_ended")
     assert gone[RanksAttr.RANKS] == [1] and gone[RanksAttr.WHY].startswith("RuntimeError")
     assert "rank 1 had not ended" in gone[RanksAttr.LINE] and "at step 4" in gone[RanksAttr.LINE]
+
+
+def test_a_killed_store_host_costs_the_other_rank_nothing_but_its_own_error(tmp_path: Path) -> None:
+    out = tmp_path / "t.jsonl"
+    (code0, _), (code1, stderr1) = _start_slurm_like("kill-store", out)
+    assert code0 == -9 and code1 == 1
+    assert "all_reduce" in stderr1 and "RuntimeError" in stderr1, stderr1[-3000:]
+    assert "telemetry-jit" not in stderr1.split("Traceback", 1)[1]  # no telemetry error among training's
+    run = _run(out, 1)  # its file ends whole: the run's end and its account written
+    assert run.find("application")[0].end_unix_ns is not None
 
 
 def test_without_a_process_group_nothing_is_published(tmp_path: Path) -> None:

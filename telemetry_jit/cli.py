@@ -185,9 +185,10 @@ def _summary(args: argparse.Namespace) -> int:
             format_fleet(fleet) + f"\n  (rank {representative} speaks for its group below; --rank N or "
             "--per-rank for others)\n"
         )
+    in_fleets = {fleet.run_id for fleet in found}
     for run in runs:
         explained = "\n" + format_cold_start(diff(base, run).cold_start) if base is not None else ""
-        shown.append(format_summary(run) + explained)
+        shown.append(format_summary(run, ranks_said=run.run_id not in in_fleets) + explained)
     _say("\n\n".join(shown))
     return status if runs or found else 1
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 from telemetry_jit.analysis.digest import BreakGroup, CauseRow, Fallback, RunDigest, frame_label
+from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
@@ -232,6 +233,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "rank": run.rank,
         "node": run.node,
         "status": s.status.as_json(),
+        "out_of_step": [item.as_json() for item in out_of_step_said(run)],
         "loop": s.loop_name,
         "wall_s": round(s.wall_ms / 1000, 3),
         "application_s": round(s.application_ms / 1000, 3),

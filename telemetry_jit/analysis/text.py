@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from telemetry_jit.analysis import words
 from telemetry_jit.analysis.cold_start import ColdStart
 from telemetry_jit.analysis.diff import RunDiff
-from telemetry_jit.analysis.fleet import Fleet, OutOfStep
+from telemetry_jit.analysis.fleet import Fleet
+from telemetry_jit.analysis.ranks_said import OutOfStep, out_of_step_said
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
 from telemetry_jit.identity import short_run_id
@@ -47,9 +48,10 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     return ["  " + line for line in lines]
 
 
-def format_summary(run: TelemetryRun, limit: int = 8) -> str:
+def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -> str:
     """The summary as terminal text: how the run ended (when it did not finish), what to fix first, what needs
-    no fixing, the figures with their units, then the tables."""
+    no fixing, what the rank watcher said (unless ``ranks_said`` is false: a fleet view said it), the figures
+    with their units, then the tables."""
     s = summarize(run)
     source = f"run {short_run_id(run.run_id)}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
     lines = [f"telemetry-jit summary ({source}, rank {run.rank})"]
@@ -67,6 +69,8 @@ def format_summary(run: TelemetryRun, limit: int = 8) -> str:
             lines.append(f"      ... and {len(items) - limit} more below")
     for note in words.notes(s):
         lines += wrapped(note, "  ")
+    if ranks_said:
+        lines += _out_of_step_lines(out_of_step_said(run), limit)
     if s.payoff is not None:
         lines += wrapped(f"compile payoff: {s.payoff_sentence}", "  ")
         if s.payoff.measured:
@@ -139,11 +143,11 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
     return "\n".join(lines)
 
 
-_OUT_OF_STEP = {
-    "stall": "rank(s) compiling while others waited",
-    "divergent_graph": "graph(s) only some ranks compiled",
-    "silent": "rank(s) gone silent",
-    "not_ended": "rank(s) not ended when the watcher's rank stopped",
+_OUT_OF_STEP = {  # kind -> what one is, what several are
+    "stall": ("stall (ranks compiling while others waited)", "stalls (ranks compiling while others waited)"),
+    "divergent_graph": ("graph only some ranks compiled", "graphs only some ranks compiled"),
+    "silent": ("silence (a rank not heard from)", "silences (a rank not heard from)"),
+    "not_ended": ("word on ranks that had not ended", "words on ranks that had not ended"),
 }
 
 
@@ -154,7 +158,9 @@ def _out_of_step_lines(said: list[OutOfStep], limit: int) -> list[str]:
     by_kind: dict[str, list[OutOfStep]] = {}
     for item in said:
         by_kind.setdefault("stall" if item.kind.startswith("stall") else item.kind, []).append(item)
-    counts = ", ".join(f"{len(items)} {_OUT_OF_STEP.get(kind, kind)}" for kind, items in by_kind.items())
+    counts = ", ".join(
+        f"{len(items)} {_OUT_OF_STEP.get(kind, (kind, kind))[len(items) > 1]}" for kind, items in by_kind.items()
+    )
     watchers = _ranks(sorted({item.said_by for item in said}))
     lines = [f"  ranks out of step (said live by {watchers}): {counts}"]
     for items in by_kind.values():

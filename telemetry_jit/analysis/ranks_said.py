@@ -1,0 +1,71 @@
+"""What the rank watcher said live in a run (its ``ranks_out_of_step`` events), read back as answers: the
+stalls, the graphs only some ranks compiled, the silent ranks, the ranks a failure left behind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.schema import JitEventName, RanksAttr
+
+
+@dataclass(frozen=True)
+class OutOfStep:
+    """One thing the rank watcher said live (a ``ranks_out_of_step`` event): a stall, a graph only some
+    ranks compiled, a silent rank, a rank that had not ended when the watcher's rank stopped."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    rank_count: int
+    step: int
+    seconds: float
+    waiting: int
+    line: str
+    said_by: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "ranks": list(self.ranks),
+            "rank_count": self.rank_count,
+            "step": self.step,
+            "seconds": round(self.seconds, 3),
+            "waiting": self.waiting,
+            "line": self.line,
+            "said_by": self.said_by,
+        }
+
+
+def out_of_step_said(run: TelemetryRun) -> list[OutOfStep]:
+    """What the watcher on this run's rank said, the answers only: a stall once (its end, or the last word on
+    it where its end was not seen), every other finding as said."""
+    said: list[OutOfStep] = []
+    for span in run.spans.values():
+        for event in span.events:
+            if event.name != JitEventName.RANKS_OUT_OF_STEP:
+                continue
+            a = event.attributes
+            ranks = a.get(RanksAttr.RANKS)
+            said.append(
+                OutOfStep(
+                    kind=str(a.get(RanksAttr.KIND, "")),
+                    ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else (),
+                    rank_count=_int(a.get(RanksAttr.RANK_COUNT)),
+                    step=_int(a.get(RanksAttr.STEP)),
+                    seconds=float(a.get(RanksAttr.SECONDS) or 0.0),
+                    waiting=_int(a.get(RanksAttr.WAITING)),
+                    line=str(a.get(RanksAttr.LINE, "")),
+                    said_by=run.rank,
+                )
+            )
+    stalls: dict[tuple[tuple[int, ...], int], OutOfStep] = {}
+    for item in said:
+        if item.kind in ("stall", "stall_ended"):
+            stalls[(item.ranks, item.step)] = item  # the later word on one stall replaces the earlier
+    others = [item for item in said if item.kind not in ("stall", "stall_ended", "heard_again")]
+    return sorted(stalls.values(), key=lambda item: -item.seconds) + others
+
+
+def _int(value: object) -> int:
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0

@@ -304,6 +304,18 @@ def _innermost_backend(backend: Any) -> Any:
     return backend
 
 
+# -- compile ids: "<frame>/<attempt>", with prefixes for compiled autograd ("!0/1") and suffixes for restarts --
+def compile_frame_id(compile_id: str) -> str:
+    """The frame's part of a compile id (``"3"`` of ``"3/1"``): the same for every compile of one frame."""
+    return compile_id.rsplit("/", 1)[0] if "/" in compile_id else ""
+
+
+def compile_attempt(compile_id: str) -> int:
+    """Which compile of its frame (``1`` of ``"3/1"``, ``"3/1_2"``): 0 is the first, more are recompiles."""
+    digits = re.match(r"\d+", compile_id.rsplit("/", 1)[-1])
+    return int(digits.group()) if digits else 0
+
+
 # -- log records: the only place that names a graph break's user line, and DDPOptimizer's buckets --
 GRAPH_BREAK_LOGGERS = ("torch._dynamo.symbolic_convert", "torch._dynamo.convert_frame")
 DDP_LOGGER = "torch._dynamo.backends.distributed"

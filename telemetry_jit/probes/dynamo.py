@@ -17,9 +17,6 @@ calls :meth:`poll`. It does no work per training step beyond :meth:`poll` notici
 
 from __future__ import annotations
 
-import contextlib
-import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +27,7 @@ from telemetry_jit.causes import normalize_reason
 from telemetry_jit.compat import compile_cache
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
+from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, FrameSkipLog, GraphBreakLog, LogTap
 from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, GraphBreak, Source, Trigger
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
@@ -56,114 +54,6 @@ class _Window:
     ddp_bucket_cap_bytes: int = 0
     cache_bypasses: list[str] = field(default_factory=list)
     cache_lookups: list[CacheLookup] = field(default_factory=list)
-
-
-class _LogTap(logging.Filter):
-    """Reads some of torch's log records while attached, leaving the user's console exactly as it was.
-
-    Each logger is opened down to ``level`` if it was not already; a filter (not a handler) reads
-    every record first and then lets through only what the user's logging configuration would
-    have shown without telemetry-jit (all of it when they enabled the logger themselves, e.g. with
-    ``TORCH_LOGS``). Subclasses say which loggers and what to take from a record.
-    """
-
-    level = logging.DEBUG
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.entries: list[Any] = []
-        self._shown_from: dict[str, int] = {}
-        self._saved: list[tuple[logging.Logger, int]] = []
-
-    def loggers(self) -> list[logging.Logger]:
-        raise NotImplementedError
-
-    def read(self, record: logging.LogRecord) -> None:
-        raise NotImplementedError
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        with contextlib.suppress(Exception):  # a message torch reworded must never fail the compile logging it
-            self.read(record)
-        return record.levelno >= self._shown_from.get(record.name, logging.WARNING)
-
-    def install(self) -> None:
-        for logger in self.loggers():
-            self._saved.append((logger, logger.level))
-            self._shown_from[logger.name] = logger.getEffectiveLevel()
-            if not logger.isEnabledFor(self.level):
-                logger.setLevel(self.level)
-            logger.addFilter(self)
-
-    def uninstall(self) -> None:
-        for logger, level in self._saved:
-            logger.removeFilter(self)
-            logger.setLevel(level)
-        self._saved.clear()
-        self._shown_from.clear()
-        self.entries.clear()
-
-
-class _GraphBreakLog(_LogTap):
-    """``(location, reason, traced stack)`` from dynamo's ``graph_breaks`` log artifact, one per logged
-    break; the traced stack is where dynamo was tracing when it logged it (the compiled frame's line)."""
-
-    def loggers(self) -> list[logging.Logger]:
-        return torch_compat.graph_break_loggers()
-
-    def read(self, record: logging.LogRecord) -> None:
-        entry = torch_compat.parse_graph_break(record)
-        if entry is not None:
-            self.entries.append((*entry, torch_compat.traced_stack()))
-
-    def take(self, reason: str) -> tuple[str, tuple[str, ...]]:
-        """Pop the first logged break whose text contains ``reason``'s first line: its location and the
-        traced stack (empty when none was logged)."""
-        head = reason.strip().split("\n", 1)[0]
-        for index, (location, text, traced) in enumerate(self.entries):
-            if head in text:
-                del self.entries[index]
-                return location, traced
-        return "", ()
-
-
-class _FrameSkipLog(_LogTap):
-    """dynamo's INFO line saying it gave up on a frame it traced (torch < 2.10)."""
-
-    level = logging.INFO
-
-    def loggers(self) -> list[logging.Logger]:
-        return [logging.getLogger(torch_compat.FRAME_SKIP_LOGGER)]
-
-    def read(self, record: logging.LogRecord) -> None:
-        if torch_compat.is_frame_skip(record):
-            self.entries.append(record.getMessage())
-
-
-class _DDPBucketLog(_LogTap):
-    """``(bucket cap, buckets)`` from DDPOptimizer's INFO line, one per graph it partitioned."""
-
-    level = logging.INFO
-
-    def loggers(self) -> list[logging.Logger]:
-        return [logging.getLogger(torch_compat.DDP_LOGGER)]
-
-    def read(self, record: logging.LogRecord) -> None:
-        entry = torch_compat.parse_ddp_buckets(record)
-        if entry is not None:
-            self.entries.append(entry)
-
-
-class _CacheBypassLog(_LogTap):
-    """Why the FX graph or AOTAutograd cache was bypassed, from torch's INFO lines. Open down to DEBUG: there
-    torch 2.13 and later compute the parts of AOTAutograd's cache keys (8-10 ms a graph)."""
-
-    def loggers(self) -> list[logging.Logger]:
-        return [logging.getLogger(name) for name in torch_compat.CACHE_BYPASS_LOGGERS]
-
-    def read(self, record: logging.LogRecord) -> None:
-        reason = torch_compat.parse_cache_bypass(record)
-        if reason is not None:
-            self.entries.append(reason)
 
 
 class DynamoProbe:
@@ -206,11 +96,11 @@ class DynamoProbe:
         self._collected: list[Any] = []
         self._frames: dict[str, tuple[str, str]] = {}
         self._backends: dict[str, str] = {}
-        self._break_log = _GraphBreakLog()
-        self._ddp_log = _DDPBucketLog()
-        self._skip_log = _FrameSkipLog()
-        self._bypass_log = _CacheBypassLog()
-        self._logs: list[_LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
+        self._break_log = GraphBreakLog()
+        self._ddp_log = DDPBucketLog()
+        self._skip_log = FrameSkipLog()
+        self._bypass_log = CacheBypassLog()
+        self._logs: list[LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
         self._lookups: list[CacheLookup] = []
         self._settings_said: set[str] = set()  # settings tables written out since attaching
         # built with the trainer or loop, before the script loads any mega-cache artifacts (and again at attach)
@@ -271,7 +161,7 @@ class DynamoProbe:
             if trigger is None:
                 return
             self._collect()
-            frame_id = _frame_id(args.compile_id)
+            frame_id = torch_compat.compile_frame_id(args.compile_id)
             callers: tuple[str, ...] = ()
             where = None
             if trigger == "dynamo":
@@ -302,11 +192,11 @@ class DynamoProbe:
             _warn(error)
 
     def _describe(self, compile_id: str, trigger: str) -> str:
-        name, location = self._frames.get(_frame_id(compile_id), ("a frame", ""))
+        name, location = self._frames.get(torch_compat.compile_frame_id(compile_id), ("a frame", ""))
         what = f"{name} ({location.rsplit('/', 1)[-1]})" if location else name
         if trigger == "lazy_backward":
             return f"the backward graph of {what} [{compile_id}]"
-        if _attempt(compile_id) == 0:
+        if torch_compat.compile_attempt(compile_id) == 0:
             return f"{what} [{compile_id}]"
         reason = normalize_reason(torch_compat.recompile_reason_in_progress()) or "unknown"
         return f"{what} [{compile_id}, recompile: {reason}]"
@@ -446,7 +336,7 @@ class DynamoProbe:
         compile_id = str(metric.compile_id)
         if metric.co_name:  # a compile the callbacks did not see names its frame as its metrics say
             where = torch_compat.frame_where(metric.co_name, metric.co_filename, metric.co_firstlineno)
-            self._frames.setdefault(_frame_id(compile_id), where)
+            self._frames.setdefault(torch_compat.compile_frame_id(compile_id), where)
         if metric.is_forward is False:
             trigger: Trigger = "lazy_backward"
         else:
@@ -477,15 +367,15 @@ class DynamoProbe:
         )
 
     def _seen_by_callbacks(self, compile_id: str, window: _Window | None) -> _SeenByCallbacks:
-        frame, location = self._frames.get(_frame_id(compile_id), ("", ""))
+        frame, location = self._frames.get(torch_compat.compile_frame_id(compile_id), ("", ""))
         seen: _SeenByCallbacks = {
             "source": "dynamo",
             "compile_id": compile_id,
             "frame": frame,
             "location": location,
-            "is_recompile": _attempt(compile_id) > 0,
+            "is_recompile": torch_compat.compile_attempt(compile_id) > 0,
             "unavailable": tuple(sorted(torch_compat.UNAVAILABLE)),
-            "backend": self._backends.get(_frame_id(compile_id), ""),
+            "backend": self._backends.get(torch_compat.compile_frame_id(compile_id), ""),
         }
         if window is not None:
             if window.where is not None:  # one frame compiled for several modules names each compile's own
@@ -537,16 +427,6 @@ def _warn(error: Exception) -> None:
         "dynamo probe failed",
         f"telemetry-jit: dynamo probe failed ({error!r}); compile telemetry may be incomplete.",
     )
-
-
-def _frame_id(compile_id: str) -> str:
-    parts = compile_id.split("/")
-    return "/".join(parts[:-1])
-
-
-def _attempt(compile_id: str) -> int:
-    digits = re.match(r"\d+", compile_id.split("/")[-1])
-    return int(digits.group()) if digits else 0
 
 
 __all__ = ["DynamoProbe"]

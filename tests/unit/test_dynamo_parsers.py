@@ -1,0 +1,156 @@
+"""The parsers of torch's internals (telemetry_jit.compat.torch) and the log taps (telemetry_jit.probes.log_taps),
+fed log records, compile ids and CompilationMetrics as torch makes them, without compiling anything. The
+full fits in tests/e2e check the same facts against torch's own counts on every torch."""
+
+from __future__ import annotations
+
+import logging
+from types import SimpleNamespace
+
+import pytest
+
+from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, GraphBreakLog
+
+
+def record(name: str, msg: str, *args: object, level: int = logging.DEBUG) -> logging.LogRecord:
+    return logging.LogRecord(name, level, __file__, 1, msg, args or None, None)
+
+
+# what torch 2.8 - 2.15 log, copied from their runs
+BREAK = (
+    "Graph break in user code at /home/me/model.py:58\n"
+    "Graph Break Reason: Call to `torch._dynamo.graph_break()`\n"
+    "  Explanation: User-inserted graph break.\n"
+    "User code traceback:\n"
+    '  File "/home/me/model.py", line 58, in forward\n'
+)
+
+
+def test_a_graph_break_record_gives_its_user_line_and_reason() -> None:
+    parsed = torch_compat.parse_graph_break(record("torch._dynamo.symbolic_convert.__graph_breaks", BREAK))
+    assert parsed is not None
+    location, reason = parsed
+    assert location == "/home/me/model.py:58"
+    assert reason.startswith("Call to `torch._dynamo.graph_break()`")
+    assert torch_compat.parse_graph_break(record("torch._dynamo.symbolic_convert", "tracing forward")) is None
+
+
+def test_ddp_optimizers_line_gives_its_bucket_cap_and_buckets() -> None:
+    message = "\nDDPOptimizer used bucket cap %s and created %d buckets. Enable debug logs for detailed bucket info."
+    line = record(torch_compat.DDP_LOGGER, message, 26214400, 3)
+    assert torch_compat.parse_ddp_buckets(line) == (26214400, 3)
+    assert torch_compat.parse_ddp_buckets(record(torch_compat.DDP_LOGGER, "something else")) is None
+
+
+@pytest.mark.parametrize(
+    ("logger", "msg", "expected"),
+    [
+        (
+            "torch._inductor.codecache",
+            "Bypassing FX Graph Cache because '%s'",
+            "fx_graph: Can't cache HigherOrderOperators.",
+        ),
+        (
+            "torch._functorch._aot_autograd.autograd_cache",
+            "Bypassing autograd cache due to: %s",
+            "aot_autograd: Can't cache HigherOrderOperators.",
+        ),
+    ],
+)
+def test_a_cache_bypass_line_names_the_cache_and_torchs_reason(logger: str, msg: str, expected: str) -> None:
+    assert torch_compat.parse_cache_bypass(record(logger, msg, "Can't cache HigherOrderOperators.")) == expected
+    assert torch_compat.parse_cache_bypass(record("torch._inductor.codecache", "fx graph cache hit")) is None
+
+
+def test_dynamos_frame_skip_line_is_recognised() -> None:
+    skip = "Skipping frame because there is a graph break in a for/while loop\n%s"
+    assert torch_compat.is_frame_skip(record(torch_compat.FRAME_SKIP_LOGGER, skip, "frame", level=logging.INFO))
+    assert not torch_compat.is_frame_skip(record(torch_compat.FRAME_SKIP_LOGGER, "Step 1: torchdynamo start"))
+
+
+@pytest.mark.parametrize(
+    ("compile_id", "frame", "attempt"),
+    [("0/0", "0", 0), ("3/1", "3", 1), ("12/4_1", "12", 4), ("!0/2", "!0", 2), ("x", "", 0)],
+)
+def test_a_compile_id_gives_its_frame_and_which_compile_of_it(compile_id: str, frame: str, attempt: int) -> None:
+    assert (torch_compat.compile_frame_id(compile_id), torch_compat.compile_attempt(compile_id)) == (frame, attempt)
+
+
+def metrics(**fields: object) -> SimpleNamespace:
+    return SimpleNamespace(**fields)
+
+
+def test_a_frame_dynamo_could_not_trace_fell_back_to_eager() -> None:
+    text, fell_back, limit = torch_compat.failure(metrics(fail_type="Unsupported", fail_reason="print is not traced"))
+    assert (text, fell_back, limit) == ("print is not traced", True, False)
+
+
+def test_the_recompile_limit_is_recognised_by_either_of_its_names() -> None:
+    for reason in ("cache_size_limit reached", "hit config.recompile_limit (8)"):
+        _, fell_back, limit = torch_compat.failure(metrics(fail_type="RecompileLimitExceeded", fail_reason=reason))
+        assert fell_back and limit
+
+
+def test_a_backend_error_falls_back_only_under_suppress_errors() -> None:
+    failing = {"fail_type": "BackendCompilerFailed", "fail_reason": "inductor raised"}
+    assert torch_compat.failure(metrics(**failing, config_suppress_errors=False)) == ("inductor raised", False, False)
+    assert torch_compat.failure(metrics(**failing, config_suppress_errors=True))[1]
+    assert torch_compat.failure(metrics(fail_type=None)) == ("", False, False)
+
+
+def test_phase_times_counts_and_cache_outcome_take_only_what_torch_filled_in() -> None:
+    metric = metrics(
+        entire_frame_compile_time_s=1.5,
+        backend_compile_time_s=None,
+        backward_cumulative_compile_time_us=250_000,
+        graph_op_count=7,
+        guard_count=None,
+        inductor_fx_local_cache_hit_count=2,
+        remote_cache_time_saved_s=0.5,
+    )
+    assert torch_compat.phase_times(metric) == {"dynamo": 1.5, "backward": 0.25}
+    assert torch_compat.counts(metric) == {"graph_op_count": 7}
+    assert torch_compat.cache_outcome(metric) == {"fx_graph_local_hits": 2, "time_saved_s": 0.5}
+
+
+class _Tap(GraphBreakLog):
+    """The graph-break tap on a logger of the test's own."""
+
+    def __init__(self, logger: logging.Logger) -> None:
+        super().__init__()
+        self.logger = logger
+
+    def loggers(self) -> list[logging.Logger]:
+        return [self.logger]
+
+
+def test_a_tap_reads_every_record_and_shows_only_what_the_users_logging_would() -> None:
+    logger = logging.getLogger("telemetry_jit.tests.tap")
+    logger.setLevel(logging.WARNING)
+    shown: list[str] = []
+    handler = logging.Handler()
+    handler.emit = lambda r: shown.append(r.getMessage())  # type: ignore[method-assign]
+    logger.addHandler(handler)
+    tap = _Tap(logger)
+    try:
+        tap.install()
+        logger.debug(BREAK)  # read, not shown: the user's logger stops at WARNING
+        logger.warning("the user's own warning")
+        assert [location for location, _, _ in tap.entries] == ["/home/me/model.py:58"]
+        assert shown == ["the user's own warning"]
+        assert tap.take("Call to `torch._dynamo.graph_break()`")[0] == "/home/me/model.py:58"
+        assert tap.take("Call to `torch._dynamo.graph_break()`") == ("", ())  # taken once
+    finally:
+        tap.uninstall()
+        logger.removeHandler(handler)
+    assert logger.level == logging.WARNING and not logger.filters  # as it was
+
+
+def test_a_record_torch_reworded_never_fails_the_logging_call() -> None:
+    tap = DDPBucketLog()
+    broken = record(torch_compat.DDP_LOGGER, "DDPOptimizer used bucket cap %s and created %s buckets", "many")
+    assert tap.filter(broken) is False and tap.entries == []  # read failed quietly; DEBUG not shown by default
+    bypass = CacheBypassLog()
+    bypass.filter(record("torch._inductor.codecache", "Bypassing FX Graph Cache because '%s'", "a reason"))
+    assert bypass.entries == ["fx_graph: a reason"]

@@ -20,6 +20,7 @@ __version__ = metadata.version("telemetry-jit")
 
 _WHERE = {
     "CompileConsole": "recording.console",
+    "CompilerBackend": "probes.backends",
     "CompilePayoffCallback": "lightning.payoff",
     "CompileRecord": "records",
     "CompileStats": "recording.stats",
@@ -40,6 +41,7 @@ _WHERE = {
     "flush": "session",
     "hook_trainer_cls": "lightning.trainer",
     "read_telemetry": "analysis.reader",
+    "register_backend": "probes.backends",
     "resolve_root": "lightning.jit_transform",
     "select_modules": "lightning.jit_transform",
     "shutdown": "session",
@@ -47,6 +49,7 @@ _WHERE = {
 __all__ = [
     "CompileConsole",
     "CompilePayoffCallback",
+    "CompilerBackend",
     "CompileRecord",
     "CompileStats",
     "CompileTelemetry",
@@ -66,6 +69,7 @@ __all__ = [
     "format_summary",
     "hook_trainer_cls",
     "read_telemetry",
+    "register_backend",
     "resolve_root",
     "select_modules",
     "shutdown",
@@ -94,6 +98,7 @@ if TYPE_CHECKING:
     from telemetry_jit.lightning.time_events import TimeEventCallback
     from telemetry_jit.lightning.trainer import hook_trainer_cls
     from telemetry_jit.loop import CompileTelemetry
+    from telemetry_jit.probes.backends import CompilerBackend, register_backend
     from telemetry_jit.recording.console import CompileConsole
     from telemetry_jit.recording.payoff import PayoffSettings
     from telemetry_jit.recording.stats import CompileStats

@@ -288,7 +288,7 @@ class RunDigest:
         label = frame_label(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
-        self.frame_compiles += trigger == "dynamo"
+        self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
         self.backward_graphs += trigger == "lazy_backward"
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
@@ -337,6 +337,8 @@ class RunDigest:
             if row is not None and attributes.get(CompileAttr.IS_RECOMPILE):
                 row.compile_ms += ms
             return None
+        if trigger not in ("dynamo", "thunder"):
+            return None  # a plug-in backend's recompile: its reason is its own, not a guard dynamo explains
         cause = _recorded_cause(attributes, recompile) or self._classifier.observe(
             compile_id.rsplit("/", 1)[0],
             stage,

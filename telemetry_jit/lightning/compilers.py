@@ -19,6 +19,7 @@ import torch
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
+from telemetry_jit.probes.backends import Observer, register_backend
 from telemetry_jit.probes.thunder import ThunderFunction, ThunderSource
 from telemetry_jit.records import GraphBreak
 
@@ -183,3 +184,71 @@ def compiled_code_ran(module: torch.nn.Module, watch: FirstCall | None = None) -
     if watch is not None and watch.compiled_frames:
         return True
     return torch_compat.has_compiled_code_for(module)
+
+
+class CompiledCodeRan:
+    """Whether a module's compiled code has run (:func:`compiled_code_ran`); ``called``: whether anything called
+    the module at all, where its first call is watched."""
+
+    def __init__(self, module: torch.nn.Module, watch: FirstCall | None = None) -> None:
+        self.module, self.watch = module, watch
+
+    def __call__(self) -> bool:
+        return compiled_code_ran(self.module, self.watch)
+
+    @property
+    def called(self) -> bool:
+        return self.watch is not None and self.watch.called
+
+
+# -- the built-in backends: JitConfig(use_torch=True) is "torch", use_thunder=True "thunder" or "thunder-dynamo" --
+class TorchBackend:
+    """``module.compile(**config.torch_kwargs)``, in place; observed by the dynamo probe."""
+
+    name, title = "torch", "torch.compile"
+
+    def check(self) -> None:
+        pass
+
+    def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
+        torch_compat.compile_in_place(module, **config.torch_kwargs)
+        return CompiledCodeRan(module, FirstCall.install(module))
+
+    def observer(self) -> Observer | None:
+        return None
+
+
+class ThunderJitBackend:
+    """``thunder.jit`` of the module, in place (``state_dict`` unchanged); observed by the thunder probe."""
+
+    name, title = "thunder", "thunder.jit"
+
+    def check(self) -> None:
+        thunder_compat.import_thunder()  # a missing or broken install fails here, before the first step
+
+    def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
+        compile_with_thunder(module, label, profile=config.profile_thunder)
+        return CompiledCodeRan(module)
+
+    def observer(self) -> Observer | None:
+        return None
+
+
+class ThunderDynamoBackendPlugin:
+    """NeMo's path: ``torch.compile`` with ``thunder.dynamo.ThunderCompiler``; observed by both probes."""
+
+    name, title = "thunder-dynamo", "torch.compile with thunder.dynamo.ThunderCompiler"
+
+    def check(self) -> None:
+        thunder_compat.dynamo_compiler()
+
+    def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
+        compile_with_thunder_dynamo(module, label, profile=config.profile_thunder)
+        return CompiledCodeRan(module)
+
+    def observer(self) -> Observer | None:
+        return None
+
+
+for _builtin in (TorchBackend(), ThunderJitBackend(), ThunderDynamoBackendPlugin()):
+    register_backend(_builtin)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,15 +14,10 @@ import torch
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
-from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.lightning.compilers import (
-    FirstCall,
-    compile_with_thunder,
-    compile_with_thunder_dynamo,
-    compiled_code_ran,
-)
+from telemetry_jit.lightning import compilers  # noqa: F401 - registers the built-in backends
 from telemetry_jit.notices import Notices
+from telemetry_jit.probes.backends import compiler_backend
 
 _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
@@ -33,10 +28,7 @@ class JitConfigError(ValueError, AssertionError):
 
 
 SELECTOR_STYLES = ("auto", "glob", "nemo")
-THUNDER_BACKENDS = {  # JitConfig.thunder_backend -> what compiles, as the startup line names it
-    "jit": "thunder.jit",
-    "dynamo": "torch.compile with thunder.dynamo.ThunderCompiler",
-}
+THUNDER_BACKENDS = {"jit": "thunder", "dynamo": "thunder-dynamo"}  # JitConfig.thunder_backend -> the backend
 
 
 @dataclass
@@ -56,6 +48,9 @@ class JitConfig:
             keys do not change). ``"dynamo"``: NeMo's path, ``module.compile(backend=
             thunder.dynamo.ThunderCompiler())``; ops thunder leaves to torch become graph breaks.
         profile_thunder: Apply thunder's NVTX profile transform (CUDA only; a warning on CPU).
+        backend: Compile with this registered compiler backend instead (see
+            :func:`telemetry_jit.register_backend`); ``use_torch`` and ``use_thunder`` are NeMo's spelling of
+            ``"torch"``, ``"thunder"`` and ``"thunder-dynamo"``.
         selector_style: How wildcards match. ``"glob"``: every atom is a glob matched against the
             whole name, at any depth. ``"nemo"``: NeMo's rule, ``re.match(atom.replace("*", ".*"),
             name)`` (anchored at the start only), stopping at the first wildcard atom. ``"auto"``
@@ -74,8 +69,22 @@ class JitConfig:
     profile_thunder: bool = False
     selector_style: str = "auto"
     thunder_backend: str = "jit"
+    backend: str = ""
+
+    @property
+    def compiler(self) -> str:
+        """The name of the backend this config compiles with; ``""``: it compiles nothing."""
+        if self.backend:
+            return self.backend
+        if self.use_thunder:
+            return THUNDER_BACKENDS[self.thunder_backend]
+        return "torch" if self.use_torch else ""
 
     def __post_init__(self) -> None:
+        if self.backend and (self.use_torch or self.use_thunder):
+            raise JitConfigError(
+                f"JitConfig: backend={self.backend!r} and use_torch/use_thunder both say which compiler; give one."
+            )
         if self.use_torch and self.use_thunder:
             raise JitConfigError(
                 "JitConfig: use_torch and use_thunder cannot both be True; pick one compiler per config "
@@ -259,7 +268,7 @@ class JitTransform(Callback):
     def __init__(self, config: JitConfig | Sequence[JitConfig]) -> None:
         self.configs = _as_list(config)
         self.compiled: list[str] = []
-        self._unchecked: list[tuple[str, torch.nn.Module, FirstCall | None]] = []  # compiled, not yet seen to run
+        self._unchecked: list[tuple[str, torch.nn.Module, Callable[[], bool]]] = []  # compiled, not seen to run
         self._notices = Notices()
 
     @property
@@ -274,12 +283,9 @@ class JitTransform(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         root = resolve_root(pl_module)
         for config in self.configs:
-            if config.use_torch or config.use_thunder:
+            if config.compiler:
                 select(root, config)
-            if config.use_thunder and config.thunder_backend == "dynamo":
-                thunder_compat.dynamo_compiler()  # a missing or broken install fails here, before the first step
-            elif config.use_thunder:
-                thunder_compat.import_thunder()
+                compiler_backend(config.compiler).check()  # a missing backend or install fails before the first step
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._compile(pl_module)
@@ -312,13 +318,13 @@ class JitTransform(Callback):
         """Say once, per module, that a compiled module's compiled code never ran, and why: nothing called it,
         or it ran and dynamo compiled none of it."""
         unchecked, self._unchecked = self._unchecked, []
-        for name, module, watch in unchecked:
-            if compiled_code_ran(module, watch):
+        for name, module, ran in unchecked:
+            if ran():
                 continue
             forward = getattr(type(module).forward, "__code__", None)
             where = f" at {forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
             children = [child for child, _ in module.named_children()]
-            if watch is not None and watch.called:
+            if getattr(ran, "called", False):  # a backend that watches the first call knows it was called
                 why = (
                     "it was called, but dynamo compiled none of its code: its forward is code dynamo does not trace "
                     "(torch.compiler.disable, a skipped package) or a compiler stance kept it eager"
@@ -348,22 +354,15 @@ class JitTransform(Callback):
             return  # NeMo's marker: compiled already (by us, or by the user who set it)
         root = resolve_root(pl_module)
         for config in self.configs:
-            if not (config.use_torch or config.use_thunder):
+            if not config.compiler:
                 continue
+            backend = compiler_backend(config.compiler)
             for name, module in select(root, config):
                 if torch_compat.compiled_call(module) is not None:
                     continue  # compiled already: by an earlier epoch, another config, or the user
                 label = name or type(module).__name__
-                watch = None
-                if config.use_thunder and config.thunder_backend == "dynamo":
-                    compile_with_thunder_dynamo(module, label, profile=config.profile_thunder)
-                elif config.use_thunder:
-                    compile_with_thunder(module, label, profile=config.profile_thunder)
-                else:
-                    torch_compat.compile_in_place(module, **config.torch_kwargs)
-                    watch = FirstCall.install(module)
+                ran = backend.compile(module, label, config)
                 self.compiled.append(name or "<root>")
-                self._unchecked.append((name, module, watch))
-                compiler = THUNDER_BACKENDS[config.thunder_backend] if config.use_thunder else "torch.compile"
-                rank_zero_info(f"telemetry-jit: {compiler}({label})")
+                self._unchecked.append((name, module, ran))
+                rank_zero_info(f"telemetry-jit: {backend.title}({label})")
         setattr(pl_module, "_compiled", bool(self.compiled))  # noqa: B010 - NeMo's marker, not a declared attribute

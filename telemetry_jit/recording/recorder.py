@@ -21,6 +21,7 @@ from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters.finished import export_finished
 from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
+from telemetry_jit.probes.backends import Observer, backends
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
 from telemetry_jit.probes.thunder import ThunderWatch
 from telemetry_jit.recording.alerts import EagerFallbackAlert, RankTotals
@@ -40,6 +41,7 @@ from telemetry_jit.session import Session
 _log = logging.getLogger("telemetry_jit")
 _PROBE = TORCH
 _THUNDER = call_site("thunder.compile_stats", "reading thunder.compile_stats")
+_OBSERVER = call_site("compiler.observer", "a registered compiler backend's observer (its attach, poll or detach)")
 _EVENT = call_site("nv_one_logger.event", "nv-one-logger's recorder (adding an event to a span)")
 _EXPORT = call_site("nv_one_logger.export", "recording a compilation span (through nv-one-logger's exporters)")
 _METRICS = call_site("opentelemetry.metrics", "OpenTelemetry's meter (creating the compile metrics)")
@@ -119,6 +121,7 @@ class CompileRecorder:
         self._batch_stage = ""
         self._rank_watch: RankWatch | None = None
         self._watch_span: Span | None = None
+        self._observers: list[Observer] = []  # the registered backends' own (the built-ins have none)
 
     # -- lifecycle, driven by the trainer callback or a loop ---------------------------------
     def start(self, where: Where, rank: int = 0) -> None:
@@ -145,6 +148,9 @@ class CompileRecorder:
         self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), self._fallback_cost, *self.listeners]
         self._start_rank_watch(where().stage)
         self._probe.attach()
+        self._observers = [o for b in backends() if (o := _OBSERVER.call(b.observer)) is not FAILED and o is not None]
+        for observer in self._observers:
+            _OBSERVER.call(observer.attach)
 
     def _start_rank_watch(self, stage: str) -> None:
         """Publish this rank's heartbeat (and watch every rank's, on the watcher rank) where a process group of
@@ -180,6 +186,9 @@ class CompileRecorder:
         if self._thunder:
             for record in _THUNDER.call(self._thunder.take_records) or ():
                 self.record(record)
+        for observer in self._observers:
+            for record in _OBSERVER.call(observer.poll) or ():
+                self.record(record)
 
     def ensure_registered(self) -> None:
         _PROBE.call(self._probe.ensure_registered)
@@ -191,7 +200,7 @@ class CompileRecorder:
         recorded (compiles the probe could not bracket because ``torch._dynamo.reset()`` cleared its callbacks
         belong to the step that just ran), the callbacks come back if they were cleared, and the first step of
         a stage is measured."""
-        if self._thunder or _PROBE.call(self._probe.has_news):
+        if self._thunder or self._observers or _PROBE.call(self._probe.has_news):
             self.poll()
             self.ensure_registered()
         self._batch_step, self._batch_index, self._batch_loader = global_step, batch_index, loader
@@ -222,6 +231,7 @@ class CompileRecorder:
         records = [
             *(_PROBE.call(self._probe.poll, final=True) or ()),
             *(_THUNDER.call(self._thunder.take_records) or ()),
+            *(record for observer in self._observers for record in _OBSERVER.call(observer.poll) or ()),
         ]
         for record in records:
             if exception is not None and record.failure:
@@ -229,6 +239,9 @@ class CompileRecorder:
                 record.failure = f"{type(exception).__name__}: {exception} (torch: {record.failure})"
             self.record(record)
         self._probe.detach()
+        for observer in self._observers:
+            _OBSERVER.call(observer.detach)
+        self._observers = []
         self._compile_finished()
         watch, self._rank_watch = self._rank_watch, None
         if watch is not None:

@@ -16,9 +16,11 @@ from telemetry_jit.schema import FallbackAttr, PayoffAttr
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
 
-Source = Literal["dynamo", "thunder"]  # which probe saw the compile
-# what started it: dynamo tracing a frame, a backward graph compiled at its first backward, a thunder cache miss
-Trigger = Literal["dynamo", "lazy_backward", "thunder"]
+# which probe saw the compile: "dynamo", "thunder", or a plug-in backend's name (probes/backends.py)
+Source = str
+# what started it: dynamo tracing a frame ("dynamo"), a backward graph compiled at its first backward
+# ("lazy_backward"), a thunder cache miss ("thunder"), or what a plug-in backend says (its name)
+Trigger = str
 Compiler = Literal["dynamo", "thunder"]
 AttributeValue = str | bool | int | float | list[str] | list[int] | list[float] | list[bool]
 

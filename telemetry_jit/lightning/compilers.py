@@ -202,7 +202,7 @@ class CompiledCodeRan:
 
 
 # -- the built-in backends: JitConfig(use_torch=True) is "torch", use_thunder=True "thunder" or "thunder-dynamo" --
-class TorchBackend:
+class TorchCompileBackend:
     """``module.compile(**config.torch_kwargs)``, in place; observed by the dynamo probe."""
 
     name, title = "torch", "torch.compile"
@@ -234,7 +234,7 @@ class ThunderJitBackend:
         return None
 
 
-class ThunderDynamoBackendPlugin:
+class ThunderThroughDynamoBackend:
     """NeMo's path: ``torch.compile`` with ``thunder.dynamo.ThunderCompiler``; observed by both probes."""
 
     name, title = "thunder-dynamo", "torch.compile with thunder.dynamo.ThunderCompiler"
@@ -250,5 +250,5 @@ class ThunderDynamoBackendPlugin:
         return None
 
 
-for _builtin in (TorchBackend(), ThunderJitBackend(), ThunderDynamoBackendPlugin()):
+for _builtin in (TorchCompileBackend(), ThunderJitBackend(), ThunderThroughDynamoBackend()):
     register_backend(_builtin)

@@ -44,6 +44,8 @@ import telemetry_jit
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 
 TELEMETRY_PACKAGES = {"telemetry_jit", "exporters", "nv_one_logger", "opentelemetry"}
+# HookedTrainer.fit (validate, test, predict) only wraps Trainer's own: the training under it is not telemetry's
+ENTRY_POINT = re.compile(r"HookedTrainer\.(fit|validate|test|predict)$")
 FRAME = re.compile(r"(?P<function>.*) \((?P<path>[^():]*)(?::\d+)?\)$")
 
 
@@ -164,7 +166,11 @@ class Profile:
             frames = [match.groupdict() for frame in frames_text.split(";") if (match := FRAME.match(frame))]
             count = int(count_text)
             fit = any(f["function"] == "Trainer.fit" for f in frames)
-            ours = [i for i, f in enumerate(frames) if TELEMETRY_PACKAGES & set(f["path"].split("/")[:-1])]
+            ours = [
+                i
+                for i, f in enumerate(frames)
+                if TELEMETRY_PACKAGES & set(f["path"].split("/")[:-1]) and not ENTRY_POINT.search(f["function"])
+            ]
             self.in_fit += count if fit else 0
             if ours and (fit or not frames_text.startswith("MainThread")):  # another thread's telemetry counts too
                 self.in_telemetry += count

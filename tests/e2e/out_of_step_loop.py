@@ -10,6 +10,8 @@ others wait.
   compiles.
 - ``kill``: the last rank is killed (SIGKILL) at step 5; the others' ``all_reduce`` fails.
 - ``kill-store``: rank 0, which hosts the job's store, is killed at step 5.
+
+With ``OUT_OF_STEP_BACKEND=nccl`` each rank trains on its own GPU over NCCL (scripts/nccl_check.py).
 """
 
 from __future__ import annotations
@@ -52,15 +54,20 @@ def slow_for_odd_batches(slow_s: float):  # noqa: ANN201 - a torch.compile backe
 
 def main(out: str, mode: str, slow_s: float) -> None:
     address = sys.argv[4] if len(sys.argv) > 4 else None
+    backend = os.environ.get("OUT_OF_STEP_BACKEND", "gloo")
     if address:  # a SLURM-like start: each rank its own process, the rendezvous on the command line
         rank, world = int(os.environ["SLURM_PROCID"]), int(os.environ["SLURM_NTASKS"])
-        dist.init_process_group("gloo", init_method=address, rank=rank, world_size=world)
+        dist.init_process_group(backend, init_method=address, rank=rank, world_size=world)
     else:
-        dist.init_process_group("gloo")
+        dist.init_process_group(backend)
     rank, last = dist.get_rank(), dist.get_world_size() - 1
+    device = torch.device("cpu")
+    if backend == "nccl":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", rank)))
+        torch.cuda.set_device(device)
     telemetry_jit.configure("out-of-step", file=out)
     torch.manual_seed(0)
-    model = Net()
+    model = Net().to(device)
     compiled = torch.compile(model, backend=slow_for_odd_batches(slow_s), dynamic=False)
     with telemetry_jit.CompileTelemetry() as telemetry:
         for step in range(STEPS):
@@ -70,7 +77,7 @@ def main(out: str, mode: str, slow_s: float) -> None:
                 model.branch = True
             if (mode == "kill" and rank == last or mode == "kill-store" and rank == 0) and step == 5:
                 os.kill(os.getpid(), signal.SIGKILL)
-            compiled(torch.randn(batch, 16)).pow(2).mean().backward()
+            compiled(torch.randn(batch, 16, device=device)).pow(2).mean().backward()
             for parameter in model.parameters():
                 dist.all_reduce(parameter.grad)
             time.sleep(STEP_WORK_S)

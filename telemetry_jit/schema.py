@@ -22,6 +22,7 @@ class JitSpanName(str, Enum):
     """Spans added to nv-one-logger's standard training spans."""
 
     COMPILATION = "compilation"
+    RANKS_OUT_OF_STEP = "ranks_out_of_step"  # what the rank watcher said, as a span of its own: live over OTLP
 
     def __str__(self) -> str:
         return self.value

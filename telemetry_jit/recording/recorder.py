@@ -32,7 +32,7 @@ from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
 from telemetry_jit.recording.out_of_step import Finding
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
-from telemetry_jit.recording.spans import compilation_span
+from telemetry_jit.recording.spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord
 from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr, TrainingSpanName
@@ -172,8 +172,11 @@ class CompileRecorder:
         console = next((listener for listener in self.listeners if isinstance(listener, CompileConsole)), None)
         print_fn = console.print_fn if console is not None and console.print_fn is not None else _log.warning
         say_line(print_fn, f"telemetry-jit: {finding.line}")
-        span = self._watch_span if self._watch_span is not None else self._current_parent()
-        self.emit_event(span, JitEventName.RANKS_OUT_OF_STEP, finding.attributes())
+        recorder = self._recorder()
+        parent = self._watch_span
+        if recorder is not None and parent is not None and nv_one_logger_compat.is_running(parent):
+            span = out_of_step_span(finding.attributes(), finding.seconds if "stall" in finding.kind else 0.0, parent)
+            _EXPORT.call(nv_one_logger_compat.export_each, recorder, span, export_finished)
 
     def watch_thunder(self, model: torch.nn.Module) -> None:
         """Record the thunder compilations installed on ``model`` (cheap to repeat)."""

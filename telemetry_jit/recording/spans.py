@@ -3,9 +3,15 @@ and error events (names and attributes in :mod:`telemetry_jit.schema`, documente
 
 from __future__ import annotations
 
+import time
+from typing import TYPE_CHECKING
+
 from telemetry_jit.exporters.finished import FinishedEvent, FinishedSpan
 from telemetry_jit.records import AttributeValue, CacheLookup, CompileContext, CompileRecord, GraphBreak
 from telemetry_jit.schema import CacheAttr, CompileAttr, DdpAttr, GraphBreakAttr, JitEventName, JitSpanName, TrainAttr
+
+if TYPE_CHECKING:
+    from nv_one_logger.core.span import Span
 
 _MAX_FAILURE_TEXT = 2000
 _DDP_REASON = (
@@ -35,6 +41,21 @@ def compilation_span(record: CompileRecord, context: CompileContext) -> Finished
         end_unix_ns=record.end_ns,
         attributes=record_attributes(record, context),
         events=tuple(events),
+    )
+
+
+def out_of_step_span(attributes: dict[str, AttributeValue], seconds: float, parent: Span | None) -> FinishedSpan:
+    """What the rank watcher said, as a span ending now (a stall's spans its length) holding the
+    ``ranks_out_of_step`` event: exported at once, so an OTLP backend has it while the job still runs (an event
+    on the running application span would reach it only when the run ends)."""
+    now = time.time_ns()
+    return FinishedSpan(
+        name=JitSpanName.RANKS_OUT_OF_STEP.value,
+        parent=parent,
+        start_unix_ns=now - int(max(0.0, seconds) * 1e9),
+        end_unix_ns=now,
+        attributes=attributes,
+        events=(FinishedEvent(JitEventName.RANKS_OUT_OF_STEP.value, now, attributes),),
     )
 
 

@@ -125,6 +125,12 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
     assert len({s.trace_id for s in received if s.attributes["world_size"] == 2}) == 1
     compiles = [s for s in received if s.name == "compilation"]
     assert sorted(s.attributes["rank"] for s in compiles) == [0] * counts[0] + [1] * counts[1]
+    # what rank 0's watcher said, as a span of its own: delivered while the job ran, not at its end
+    said_over_otlp = [s for s in received if s.name == "ranks_out_of_step"]
+    assert [(s.attributes["rank"], s.attributes["telemetry_jit.ranks.kind"]) for s in said_over_otlp] == [
+        (0, "divergent_graph")
+    ]
+    assert said_over_otlp[0].attributes["telemetry_jit.ranks.ranks"] == [1]
 
     # and the CLI points the difference out from the two files
     assert cli.main(["summary", *map(str, files)]) == 0

@@ -19,3 +19,10 @@ def short(location: str, keep: int = 2) -> str:
     path, _, line = location.rpartition(":")
     parts = path.replace("\\", "/").split("/")
     return ("/".join(parts[-keep:]) + f":{line}") if path else location
+
+
+def rank_list(ranks: list[int] | tuple[int, ...], shown: int = 8) -> str:
+    """``rank 3``, or ``ranks 1, 2, 5`` and, past ``shown`` of them, ``and N more``."""
+    listed = ", ".join(map(str, ranks[:shown]))
+    more = f" and {len(ranks) - shown} more" if len(ranks) > shown else ""
+    return f"rank{'s' if len(ranks) > 1 else ''} {listed}{more}"

@@ -17,6 +17,7 @@ from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.records import Payoff
 from telemetry_jit.schema import FILE_FORMAT
+from telemetry_jit.terminal import rank_list
 
 _CELL_LIMIT = 100
 _WIDTH = 118
@@ -128,17 +129,17 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
             "can desynchronise collectives and hang:"
         )
         for group in odd[:limit]:
-            lines.append(f"    {_ranks(group.ranks)}: {group.what}; {group.difference}")
+            lines.append(f"    {rank_list(group.ranks)}: {group.what}; {group.difference}")
         if len(odd) > limit:
             lines.append(f"    ... and {len(odd) - limit} more groups (--json lists them)")
     if len(fleet.caches) > 1 or fleet.caches[0].what != "no compile-cache lookups":
-        cache_groups = "; ".join(f"{_ranks(group.ranks)} {group.what}" for group in fleet.caches[:limit])
+        cache_groups = "; ".join(f"{rank_list(group.ranks)} {group.what}" for group in fleet.caches[:limit])
         lines.append(f"  compile cache: {cache_groups}")
         lines += [
             line
             for group in fleet.caches[1:limit]
             if group.difference
-            for line in wrapped(f"{_ranks(group.ranks)}: {group.difference}", "    ")
+            for line in wrapped(f"{rank_list(group.ranks)}: {group.difference}", "    ")
         ]
     return "\n".join(lines)
 
@@ -161,19 +162,13 @@ def _out_of_step_lines(said: list[OutOfStep], limit: int) -> list[str]:
     counts = ", ".join(
         f"{len(items)} {_OUT_OF_STEP.get(kind, (kind, kind))[len(items) > 1]}" for kind, items in by_kind.items()
     )
-    watchers = _ranks(sorted({item.said_by for item in said}))
+    watchers = rank_list(sorted({item.said_by for item in said}))
     lines = [f"  ranks out of step (said live by {watchers}): {counts}"]
     for items in by_kind.values():
         lines += [line for item in items[:limit] for line in wrapped(item.line, "    ")]
         if len(items) > limit:
             lines.append(f"    ... and {len(items) - limit} more (--json lists them)")
     return lines
-
-
-def _ranks(ranks: list[int], shown: int = 8) -> str:
-    listed = ", ".join(map(str, ranks[:shown]))
-    more = f" and {len(ranks) - shown} more" if len(ranks) > shown else ""
-    return f"rank{'s' if len(ranks) > 1 else ''} {listed}{more}"
 
 
 def _speedup(payoff: Payoff | None) -> str:

@@ -11,12 +11,14 @@ Example::
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from telemetry_jit.recording.heartbeat import Graph, Heartbeat
 from telemetry_jit.records import AttributeValue
 from telemetry_jit.schema import RanksAttr
+from telemetry_jit.terminal import rank_list
 
 STALL_MARGIN_S = 3.0  # a stall is said this long beyond the longest compile seen so far ...
 STALL_MIN_S = 5.0  # ... and never before this
@@ -128,14 +130,14 @@ class OutOfStep:
                 Finding(
                     "not_ended",
                     tuple(running),
-                    f"when this rank stopped ({type(error).__name__}), {_ranks(running)} had not ended "
+                    f"when this rank stopped ({type(error).__name__}), {rank_list(running)} had not ended "
                     f"(last heard: {detail})",
                     why=f"{type(error).__name__}: {error}"[:240],
                 )
             )
         if missing:
             findings.append(
-                Finding("not_ended", tuple(missing), f"{_ranks(missing)} never published a heartbeat in this run")
+                Finding("not_ended", tuple(missing), f"{rank_list(missing)} never published a heartbeat in this run")
             )
         return findings
 
@@ -184,18 +186,19 @@ class OutOfStep:
             elapsed = now - stall.began_at
             if waiting:
                 stall.waiting.update(waiting)
-                stall.waiting_step = _most_common(seen.beat.step for seen in waiting.values())
+                stall.waiting_step = Counter(seen.beat.step for seen in waiting.values()).most_common(1)[0][0]
             if waiting and elapsed >= stall.next_at_s:
                 due.setdefault((stall.what, int(elapsed)), []).append(rank)
                 stall.said, stall.next_at_s = True, elapsed * 2
         for (what, _), ranks in due.items():
+            ranks.sort()
             stall = self._stalls[(ranks[0], self._ranks[ranks[0]].beat.compiles)]
             elapsed = now - stall.began_at
             findings.append(
                 Finding(
                     "stall",
                     tuple(ranks),
-                    f"{_ranks(ranks)} {'has' if len(ranks) == 1 else 'have'} been compiling {what} for "
+                    f"{rank_list(ranks)} {'has' if len(ranks) == 1 else 'have'} been compiling {what} for "
                     f"{elapsed:.0f} s ({stall.stage} step {stall.step}) while {_count(len(waiting))} "
                     f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}",
                     step=stall.step,
@@ -222,7 +225,7 @@ class OutOfStep:
                 Finding(
                     "stall_ended",
                     (rank,),
-                    f"rank {rank} finished compiling {stall.what}{took}; {_ranks(waited)} waited for it at step "
+                    f"rank {rank} finished compiling {stall.what}{took}; {rank_list(waited)} waited for it at step "
                     f"{stall.waiting_step}",
                     step=stall.step,
                     stage=stall.stage,
@@ -259,7 +262,7 @@ class OutOfStep:
             self._said_graphs.add(digest)
             ranks.sort()
             who = "no other rank compiled" if len(ranks) == 1 else f"the other {_count(len(others))} did not"
-            line = f"{_ranks(ranks)} compiled a graph for {graph.frame} at step {graph.step} that {who}"
+            line = f"{rank_list(ranks)} compiled a graph for {graph.frame} at step {graph.step} that {who}"
             findings.append(
                 Finding(
                     "divergent_graph",
@@ -295,20 +298,5 @@ class OutOfStep:
         return findings
 
 
-def _most_common(values: Iterable[int]) -> int:
-    counts: dict[int, int] = {}
-    for value in values:
-        counts[value] = counts.get(value, 0) + 1
-    return max(counts, key=lambda v: (counts[v], -v)) if counts else 0
-
-
 def _count(n: int) -> str:
     return f"{n} rank" if n == 1 else f"{n} ranks"
-
-
-def _ranks(ranks: list[int] | tuple[int, ...], shown: int = 8) -> str:
-    ranks = sorted(ranks)
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    named = ", ".join(str(r) for r in ranks[:shown])
-    return f"ranks {named}" + (f" and {len(ranks) - shown} more" if len(ranks) > shown else "")

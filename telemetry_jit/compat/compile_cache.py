@@ -79,8 +79,9 @@ def watch(listener: Listener) -> bool:
                 _tell(event_name, kwargs.get("metadata", args[1] if len(args) > 1 else None))
             return previous(self, event_name, *args, **kwargs)
 
-        _dynamo_utils.ChromiumEventLogger.log_instant_event = log_instant_event  # type: ignore[method-assign]
-        _installed = (log_instant_event, previous)
+        wrapper = torch.compiler.disable(log_instant_event, recursive=True)  # see compat.torch.never_traced
+        _dynamo_utils.ChromiumEventLogger.log_instant_event = wrapper  # type: ignore[method-assign]
+        _installed = (wrapper, previous)
     return True
 
 

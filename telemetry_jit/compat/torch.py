@@ -19,7 +19,7 @@ import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
 from types import CodeType, FrameType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import torch
 
@@ -47,6 +47,17 @@ from torch._dynamo.callback import CallbackTrigger, callback_handler  # noqa: E4
 
 # -- compile callbacks ----------------------------------------------------------------------------
 Callback = Callable[[Any], None]
+CalledBack = TypeVar("CalledBack", bound=Callable[..., Any])
+
+
+def never_traced(function: CalledBack) -> CalledBack:
+    """``function`` as dynamo never compiles it, nor anything it calls. For every function of telemetry's that
+    torch calls back (compile callbacks, log filters, cache events): torch also calls them from inside running
+    compiled code, where dynamo's frame hook is still set (the backward graph compiled at the first backward
+    of a ``training_step`` that Lightning compiled whole, runtime autotuning). There dynamo would compile
+    telemetry's own frames: compiles the user did not ask for and, inside the callback handler's lock, a
+    nested compile that waits on that lock forever."""
+    return torch.compiler.disable(function, recursive=True)
 
 
 def add_compile_callbacks(on_start: Callback, on_end: Callback) -> None:

@@ -83,8 +83,9 @@ class DynamoProbe:
         on_compile_end: EndListener | None = None,
     ) -> None:
         self._context = context
-        # bound once: torch's callback list is checked for them every step, by identity
-        self._start_callback, self._end_callback = self._on_start, self._on_end
+        # made once: torch's callback list is checked for them every step, by identity
+        self._start_callback = torch_compat.never_traced(self._on_start)
+        self._end_callback = torch_compat.never_traced(self._on_end)
         self._on_compile_start = on_compile_start
         self._on_compile_end = on_compile_end
         self._attached = False

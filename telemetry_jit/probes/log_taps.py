@@ -35,10 +35,13 @@ class LogTap(logging.Filter):
     def read(self, record: logging.LogRecord) -> None:
         raise NotImplementedError
 
-    def filter(self, record: logging.LogRecord) -> bool:
+    def _read_and_pass(self, record: logging.LogRecord) -> bool:
         with contextlib.suppress(Exception):  # a message torch reworded must never fail the compile logging it
             self.read(record)
         return record.levelno >= self._shown_from.get(record.name, logging.WARNING)
+
+    # what logging calls: torch logs from inside running compiled code too
+    filter = torch_compat.never_traced(_read_and_pass)  # type: ignore[assignment]
 
     def install(self) -> None:
         for logger in self.loggers():

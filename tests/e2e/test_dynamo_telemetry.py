@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from telemetry_jit import JitConfig, hook_trainer_cls
-from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun
+from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun, read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.causes import normalize_reason
 from telemetry_jit.compat.torch import (
@@ -453,3 +454,31 @@ def test_a_transformer_with_variable_lengths_matches_torch(telemetry: Telemetry,
     if graph_break:
         assert any(e.attributes["graph_break.location"].endswith("e2e/transformer.py:66") for e in breaks)
     assert len(model.losses) == 6
+
+
+def test_a_module_compiled_whole_with_its_backward_in_the_step_trains_as_without_telemetry(tmp_path: Path) -> None:
+    """``trainer.fit(torch.compile(model))``, Lightning's way, compiles ``training_step`` itself; with manual
+    optimization each backward runs inside it, and its graph compiles at the first backward while dynamo's
+    frame hook is still set. Telemetry's callbacks run there uncompiled (before, dynamo compiled them, and that
+    nested compile waited on torch's callback lock forever): the fit ends, torch compiles the same frames as
+    without telemetry, and each is a span."""
+    script = Path(__file__).with_name("whole_module_fit.py")
+
+    def frames(out: str) -> list[str]:
+        done = subprocess.run([sys.executable, str(script), out], capture_output=True, text=True, timeout=240)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.splitlines()[-1])
+
+    plain = frames("plain")
+    hooked = frames(str(tmp_path / "t.jsonl"))
+    assert hooked == plain and "3/0 backward" in plain
+    (run,) = read_telemetry(tmp_path / "t.jsonl")
+    spans = compilation_spans(run)
+    assert (
+        sorted(
+            s.attributes["compile.id"] + (" backward" if s.attributes["compile.trigger"] == "lazy_backward" else "")
+            for s in spans
+        )
+        == plain
+    )
+    assert not [s for s in spans if "telemetry_jit" in str(s.attributes.get("compile.location"))]

@@ -43,6 +43,14 @@ def owner_of(location: str) -> Owner:
     return "torch" if _TORCH_SOURCE.search(path) else "user"  # a torch built from source runs in place
 
 
+def recompile_owner(frame: str, location: str) -> Owner:
+    """Whose code a recompile's fix would change. A library's function compiled as a frame of its own (Lightning's
+    ``self.log``, an optimizer step) is there only because compiled code calls it, and cannot be edited; a
+    module's ``forward`` (a library's layer or model that the user compiled) is changed from outside, through
+    its attributes and inputs, as the user's own code is."""
+    return "user" if frame == "forward" else owner_of(location)
+
+
 def user_location(stack: tuple[str, ...] | list[str]) -> str:
     """The innermost frame of ``stack`` (outermost first) in the user's code: the line that led there."""
     for frame in reversed(stack):

@@ -26,13 +26,23 @@ class Cause:
     title: str
     fix: str
     eval_fix: str = ""
+    in_the_frame: bool = False  # the fix changes the compiled frame's own code
 
     @property
     def doc(self) -> str:
         return f"{DOCS}#{self.id.replace('_', '-')}"
 
-    def fix_for(self, stage: str) -> str:
-        """The fix for a recompile of this cause in ``stage`` (``train``, ``validate``, ``predict``, ...)."""
+    def fix_for(self, stage: str, owner: str = "user") -> str:
+        """The fix for a recompile of this cause in ``stage`` (``train``, ``validate``, ``predict``, ...), of a
+        frame in ``owner``'s code (``telemetry_jit.breaks.owner_of``): a fix in another package's code is none."""
+        if self.in_the_frame and owner not in ("user", "unknown"):
+            return (
+                f"{owner}'s code cannot be edited, and it is compiled only because your compiled code calls it: keep "
+                "that call out of the compiled code. A LightningModule compiled whole (torch.compile(model) given "
+                "to the Trainer) compiles training_step and the calls of Lightning's in it (self.log, the "
+                "optimizer's step): compile the network it holds instead, e.g. JitConfig(module_selector='net') or "
+                "torch.compile(self.net) in configure_model"
+            )
         return self.eval_fix if self.eval_fix and stage in EVAL_STAGES else self.fix
 
 
@@ -90,6 +100,7 @@ CAUSES: dict[str, Cause] = {
             "keep what the compiled code reads the same from call to call: hold numbers that change in tensors (a "
             "buffer registered in __init__, updated in place) and give attributes it checks (x is None) their value "
             "before the first call",
+            in_the_frame=True,
         ),
         Cause(
             "tensor_property",

@@ -17,7 +17,7 @@ from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
-from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
+from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, recompile_owner, user_location
 from telemetry_jit.causes import CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
@@ -80,6 +80,7 @@ class CauseRow:
     loaders: list[int] = field(default_factory=list)  # the dataloaders, where a loop had several
     reasons: list[str] = field(default_factory=list)  # torch's reasons, normalized, distinct
     behind: Counter[str] = field(default_factory=Counter)  # recompile_limit: the causes that led there
+    owner: str = ""  # whose code its fix would change (breaks.recompile_owner); "user" unless all one package's
 
     @property
     def title(self) -> str:
@@ -99,8 +100,8 @@ class CauseRow:
         stage = self.stages[0] if self.stages else ""
         if self.cause == "recompile_limit" and self.behind:
             behind = CAUSES[self.behind.most_common(1)[0][0]]
-            return f"its recompiles were mostly: {behind.title}. {behind.fix_for(stage)}"
-        return CAUSES[self.cause].fix_for(stage)
+            return f"its recompiles were mostly: {behind.title}. {behind.fix_for(stage, self.owner)}"
+        return CAUSES[self.cause].fix_for(stage, self.owner)
 
     @property
     def doc(self) -> str:
@@ -358,6 +359,9 @@ class RunDigest:
         row.count += 1
         row.expected += cause.expected
         row.compile_ms += ms
+        frame, location = (str(attributes.get(name) or "") for name in (CompileAttr.FRAME, CompileAttr.LOCATION))
+        owner = recompile_owner(frame, location)
+        row.owner = owner if row.owner in ("", owner) else "user"
         step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
         loader = _whole(attributes.get(TrainAttr.LOADER))
         for values, value in ((row.frames, label), (row.steps, step), (row.stages, stage or "unknown")):

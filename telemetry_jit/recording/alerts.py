@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from telemetry_jit.breaks import recompile_owner
 from telemetry_jit.causes import CAUSES, normalize_reason
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
@@ -35,7 +36,8 @@ class EagerFallbackAlert(CompileListener):
         behind = record.cause.behind if record.cause is not None else ""
         if behind in CAUSES:
             stage = record.context.stage if record.context is not None else ""
-            why = f"its recompiles were mostly: {CAUSES[behind].title}. Fix that: {CAUSES[behind].fix_for(stage)}"
+            fix = CAUSES[behind].fix_for(stage, recompile_owner(record.frame, record.location))
+            why = f"its recompiles were mostly: {CAUSES[behind].title}. Fix that: {fix}"
         else:
             why = f"its last recompile: {normalize_reason(record.recompile_reason) or 'unknown'}. Fix what changes"
         limit, value = torch_compat.recompile_limit(record.failure)

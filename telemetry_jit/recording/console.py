@@ -9,7 +9,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 
 from telemetry_jit.boundary import FAILED, call_site
-from telemetry_jit.breaks import user_location
+from telemetry_jit.breaks import recompile_owner, user_location
 from telemetry_jit.causes import CAUSES, Classified
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.first_steps import FirstStep
@@ -117,9 +117,11 @@ class CompileConsole(CompileListener):
         frame = (
             f"{record.frame or record.frame_id} ({short(record.location) if record.location else 'unknown location'})"
         )
+        stage = record.context.stage if record.context is not None else ""
+        fix = cause.fix_for(stage, recompile_owner(record.frame, record.location))
         self._notices.warn(
             record.frame_id,
             f"telemetry-jit: recompile storm: {frame} recompiled {len(recent)} times within "
-            f"{recent[-1][0] - recent[0][0]} steps: {cause.title} ({subject}). Fix: {cause.fix} ({cause.doc})",
+            f"{recent[-1][0] - recent[0][0]} steps: {cause.title} ({subject}). Fix: {fix} ({cause.doc})",
             origin=user_location((*record.callers, record.location)),
         )

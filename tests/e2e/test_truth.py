@@ -591,3 +591,49 @@ def test_a_second_fit_in_one_process_runs_the_compiled_code_without_a_never_ran_
         for _ in range(2):
             HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(16, 4))
     assert not [w for w in caught if "never ran" in str(w.message)]
+
+
+class LoggedWhole(pl.LightningModule):
+    """Lightning's guide: the LightningModule compiled whole, ``self.log`` in its validation step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.net(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.net(x), y))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_a_recompile_in_lightnings_own_code_names_the_fix_the_user_can_make(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """``trainer.fit(torch.compile(model))`` compiles Lightning's ``self.log`` with the step, and it recompiles on
+    Lightning's attributes: the fix is not "hold numbers in tensors" in code the user cannot edit, but to compile
+    the network instead. Applied as named, the recompiles and breaks in Lightning's code are gone."""
+    model = LoggedWhole()
+    trainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)[0]
+    trainer(max_epochs=2, **TRAINER_DEFAULTS).fit(torch.compile(model, backend="eager"), data(32, 8), data(16, 8))
+    run = telemetry.end()
+    (row,) = [row for row in summarize(run).digest.causes.values() if row.cause == "python_value"]
+    assert row.owner == "lightning" and all("core/module.py" in frame for frame in row.frames), row
+    assert "lightning's code cannot be edited" in row.fix and "JitConfig(module_selector='net')" in row.fix
+    assert "lightning's code cannot be edited" in said("summary", str(telemetry.path))[1]
+
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    hooked(fixed, "net")(max_epochs=2, **TRAINER_DEFAULTS).fit(LoggedWhole(), data(32, 8), data(16, 8))
+    fixed.end()
+    facts = json.loads(said("diff", str(telemetry.path), str(fixed_path), "--json")[1])
+    assert facts["fixed_recompile_causes"].get("python_value in eval") == row.count, facts
+    assert facts["new"]["graph_breaks"] == 0 < facts["base"]["graph_breaks"]
+    assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0", "--max-graph-breaks", "0")[0] == 0

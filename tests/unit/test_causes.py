@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from telemetry_jit.breaks import break_fix, owner_of, parse_break, user_location
+from telemetry_jit.breaks import break_fix, owner_of, parse_break, recompile_owner, user_location
 from telemetry_jit.causes import CAUSES, RecompileClassifier, normalize_reason
 
 # a Lightning run of lightning.pytorch.demos.Transformer behind a submodule with an .item() branch: the last
@@ -232,3 +232,23 @@ def test_the_fix_for_a_break_names_the_users_line_where_the_code_is_not_theirs()
     both = break_fix("torch", text, ["/me/lm.py:13", "/me/lm.py:20"])
     assert both.startswith("torch's code cannot be edited: change how your lines me/lm.py:13, me/lm.py:20 call it")
     assert "report an issue" not in break_fix("torch", parse_break(TORCH_2_8))
+
+
+def test_a_fix_in_the_frames_own_code_is_no_fix_where_the_frame_is_another_packages() -> None:
+    python_value = CAUSES["python_value"]
+    assert python_value.fix_for("train") == python_value.fix_for("train", "user") == python_value.fix
+    library = python_value.fix_for("validate", "lightning")
+    assert library.startswith("lightning's code cannot be edited") and "JitConfig(module_selector=" in library
+    # a fix made from outside the frame (the data, the inputs) holds whoever wrote it
+    assert CAUSES["last_batch"].fix_for("train", "lightning") == CAUSES["last_batch"].fix
+
+
+def test_whose_code_a_recompiles_fix_would_change() -> None:
+    lightning = "/venv/lib/python3.11/site-packages/lightning/pytorch/core/module.py:386"
+    assert recompile_owner("log", lightning) == "lightning"  # compiled only because compiled code calls it
+    # a library's layer or model the user compiled: its attributes and inputs are the user's to set
+    assert (
+        recompile_owner("forward", "/venv/lib/python3.11/site-packages/lightning/pytorch/demos/transformer.py:65")
+        == "user"
+    )
+    assert recompile_owner("step", "/home/me/train.py:12") == "user"

@@ -34,7 +34,7 @@ class Cause:
 
     def fix_for(self, stage: str, owner: str = "user") -> str:
         """The fix for a recompile of this cause in ``stage`` (``train``, ``validate``, ``predict``, ...), of a
-        frame in ``owner``'s code (``telemetry_jit.breaks.owner_of``): a fix in another package's code is none."""
+        frame in ``owner``'s code (``telemetry_jit.breaks.recompile_owner``): no fix edits another package's code."""
         if self.in_the_frame and owner not in ("user", "unknown"):
             return (
                 f"{owner}'s code cannot be edited, and it is compiled only because your compiled code calls it: keep "

@@ -41,7 +41,7 @@ class LogTap(logging.Filter):
         return record.levelno >= self._shown_from.get(record.name, logging.WARNING)
 
     # what logging calls: torch logs from inside running compiled code too
-    filter = torch_compat.never_traced(_read_and_pass)  # type: ignore[assignment]
+    filter = torch_compat.never_traced(_read_and_pass)
 
     def install(self) -> None:
         for logger in self.loggers():

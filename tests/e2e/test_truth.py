@@ -618,14 +618,20 @@ def test_a_recompile_in_lightnings_own_code_names_the_fix_the_user_can_make(
     """``trainer.fit(torch.compile(model))`` compiles Lightning's ``self.log`` with the step, and it recompiles on
     Lightning's attributes: the fix is not "hold numbers in tensors" in code the user cannot edit, but to compile
     the network instead. Applied as named, the recompiles and breaks in Lightning's code are gone."""
-    model = LoggedWhole()
-    trainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)[0]
-    trainer(max_epochs=2, **TRAINER_DEFAULTS).fit(torch.compile(model, backend="eager"), data(32, 8), data(16, 8))
+    storms = telemetry_jit.CompileConsole(storm_recompiles=2)  # said live, too, by the same rule
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=storms)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        HookedTrainer(max_epochs=2, **TRAINER_DEFAULTS).fit(
+            torch.compile(LoggedWhole(), backend="eager"), data(32, 8), data(16, 8)
+        )
     run = telemetry.end()
     (row,) = [row for row in summarize(run).digest.causes.values() if row.cause == "python_value"]
     assert row.owner == "lightning" and all("core/module.py" in frame for frame in row.frames), row
     assert "lightning's code cannot be edited" in row.fix and "JitConfig(module_selector='net')" in row.fix
     assert "lightning's code cannot be edited" in said("summary", str(telemetry.path))[1]
+    (storm,) = [str(w.message) for w in caught if "recompile storm: log (" in str(w.message)]
+    assert "Fix: lightning's code cannot be edited" in storm
 
     fresh_provider_state()
     torch_compat.reset_compile_state()

@@ -79,24 +79,28 @@ def metrics(compile_id: str, **fields: Any) -> dynamo_utils.CompilationMetrics:
 
 
 @pytest.fixture
-def probe(torch_state: None) -> Iterator[tuple[DynamoProbe, list[str]]]:
-    started: list[str] = []
+def started() -> list[str]:
+    """What the probe said as each compile began."""
+    return []
+
+
+@pytest.fixture
+def probe(torch_state: None, started: list[str]) -> Iterator[DynamoProbe]:
     probe = DynamoProbe(context=lambda: CompileContext(global_step=7, stage="train"), on_compile_start=started.append)
     probe.attach()
     try:
-        yield probe, started
+        yield probe
     finally:
         probe.detach()
 
 
-def test_a_frame_compile_is_recorded_from_its_callbacks_and_metrics(probe: tuple[DynamoProbe, list[str]]) -> None:
-    probe_, started = probe
-    assert not probe_.has_news()
+def test_a_frame_compile_is_recorded_from_its_callbacks_and_metrics(probe: DynamoProbe, started: list[str]) -> None:
+    assert not probe.has_news()
     compiling("0/0", CallbackTrigger.DYNAMO, breaks=("Call to `torch._dynamo.graph_break()`",))
     metric = metrics("0/0", is_forward=True, graph_op_count=3, guard_count=5)
-    assert probe_.has_news()
+    assert probe.has_news()
 
-    (record,) = probe_.poll()
+    (record,) = probe.poll()
     assert (record.compile_id, record.trigger, record.is_recompile) == ("0/0", "dynamo", False)
     assert record.frame == "forward" and record.location.endswith(
         f"test_dynamo_probe.py:{forward.__code__.co_firstlineno}"
@@ -109,11 +113,10 @@ def test_a_frame_compile_is_recorded_from_its_callbacks_and_metrics(probe: tuple
     assert graph_break.location == "/home/me/model.py:58"  # the user line, from the log record
     assert record.extra == {"graph_op_count": 3, "guard_count": 5}
     assert started == [f"{WHERE} [0/0]"]
-    assert probe_.poll() == [] and not probe_.has_news()  # each compile once
+    assert probe.poll() == [] and not probe.has_news()  # each compile once
 
 
-def test_a_recompile_and_its_lazy_backward_share_the_frame(probe: tuple[DynamoProbe, list[str]]) -> None:
-    probe_, started = probe
+def test_a_recompile_and_its_lazy_backward_share_the_frame(probe: DynamoProbe, started: list[str]) -> None:
     compiling("0/0", CallbackTrigger.DYNAMO)
     metrics("0/0", is_forward=True)
     compiling("0/1", CallbackTrigger.DYNAMO)
@@ -121,7 +124,7 @@ def test_a_recompile_and_its_lazy_backward_share_the_frame(probe: tuple[DynamoPr
     compiling("0/1", CallbackTrigger.LAZY_BACKWARD)
     metrics("0/1", is_forward=False)
 
-    first, recompile, backward = probe_.poll()
+    first, recompile, backward = probe.poll()
     assert recompile.is_recompile and "size mismatch at index 0" in recompile.recompile_reason
     assert (backward.trigger, backward.compile_id, backward.frame) == ("lazy_backward", "0/1", "forward")
     assert backward.backend == "inductor"  # the frame's, remembered from its forward compile
@@ -130,47 +133,43 @@ def test_a_recompile_and_its_lazy_backward_share_the_frame(probe: tuple[DynamoPr
     assert started[2] == f"the backward graph of {WHERE} [0/1]"
 
 
-def test_a_compile_whose_metrics_never_came_is_recorded_at_the_end(probe: tuple[DynamoProbe, list[str]]) -> None:
-    probe_, _ = probe
+def test_a_compile_whose_metrics_never_came_is_recorded_at_the_end(probe: DynamoProbe) -> None:
     compiling("1/0", CallbackTrigger.DYNAMO)
-    assert probe_.poll() == []  # torch may still append its metrics
-    (record,) = probe_.poll(final=True)
+    assert probe.poll() == []  # torch may still append its metrics
+    (record,) = probe.poll(final=True)
     assert (record.compile_id, record.frame, record.backend) == ("1/0", "forward", "inductor")
     assert 0 < record.start_ns <= record.end_ns
 
 
-def test_what_is_not_a_compilation_is_not_recorded(probe: tuple[DynamoProbe, list[str]]) -> None:
-    probe_, started = probe
+def test_what_is_not_a_compilation_is_not_recorded(probe: DynamoProbe, started: list[str]) -> None:
     for trigger in (CallbackTrigger.CUDAGRAPH_RECORDING, CallbackTrigger.TRITON_AUTOTUNING):
         compiling("0/0", trigger)
     metrics("0/0", is_runtime=True)
-    assert probe_.poll(final=True) == [] and started == []
+    assert probe.poll(final=True) == [] and started == []
 
 
 def test_callbacks_cleared_by_dynamo_reset_are_news_and_registered_again(
-    probe: tuple[DynamoProbe, list[str]],
+    probe: DynamoProbe,
 ) -> None:
-    probe_, _ = probe
     callback_handler.clear()  # what torch._dynamo.reset() does to them
-    assert probe_.has_news()
-    probe_.ensure_registered()
-    assert not probe_.has_news()
+    assert probe.has_news()
+    probe.ensure_registered()
+    assert not probe.has_news()
     compiling("2/0", CallbackTrigger.DYNAMO)
     metrics("2/0", is_forward=True)
-    assert [r.compile_id for r in probe_.poll()] == ["2/0"]
+    assert [r.compile_id for r in probe.poll()] == ["2/0"]
 
 
 def test_a_graph_break_counted_while_no_callback_was_registered_goes_to_the_next_unseen_compile(
-    probe: tuple[DynamoProbe, list[str]],
+    probe: DynamoProbe,
 ) -> None:
     """After ``torch._dynamo.reset()`` and before the probe registers again, torch compiles unseen: its
     metrics still name the frame, and the breaks it counted are given to it."""
-    probe_, _ = probe
     callback_handler.clear()
     dynamo_utils.counters["graph_break"]["Call to `torch._dynamo.graph_break()`"] += 1
     torch_compat.graph_break_loggers()[0].debug(BREAK)
     metrics("3/0", is_forward=True, co_name="forward", co_filename="/home/me/model.py", co_firstlineno=50)
-    (record,) = probe_.poll()
+    (record,) = probe.poll()
     assert (record.frame, record.location, record.context) == ("forward", "/home/me/model.py:50", None)
     assert [(b.reason, b.location) for b in record.graph_breaks] == [
         ("Call to `torch._dynamo.graph_break()`", "/home/me/model.py:58")

@@ -1,6 +1,8 @@
-"""Lightning's internals telemetry-jit reads: the step its loggers log at."""
+"""Lightning's internals telemetry-jit reads: the step its loggers log at, its counter of optimizer steps."""
 
 from __future__ import annotations
+
+from typing import Any, Protocol
 
 import lightning.pytorch as pl
 
@@ -11,3 +13,38 @@ def logging_step(trainer: pl.Trainer) -> int:
     logged at step 4), and ``global_step`` where Lightning lacks it."""
     stepped = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "_batches_that_stepped", None)
     return stepped if isinstance(stepped, int) else trainer.global_step
+
+
+class StepCounter(Protocol):
+    """Something whose ``completed`` is ``trainer.global_step``."""
+
+    @property
+    def completed(self) -> int: ...
+
+
+class _GlobalStepProperty:
+    def __init__(self, trainer: pl.Trainer) -> None:
+        self._trainer = trainer
+
+    @property
+    def completed(self) -> int:
+        return self._trainer.global_step
+
+
+def global_step_counter(trainer: pl.Trainer) -> StepCounter:
+    """Lightning's own tracker of optimizer steps, whose ``completed`` is ``trainer.global_step`` as the loop
+    goes on (one attribute read a batch instead of four properties); the property itself where this
+    Lightning keeps the count elsewhere. Taken again at each loop's first batch: the module decides
+    which tracker counts, and a restored checkpoint fills them before that."""
+    loop: Any = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    module = trainer.lightning_module
+    try:
+        if module is None or module.automatic_optimization:
+            counter = loop.automatic_optimization.optim_progress.optimizer.step.total
+        else:
+            counter = loop.manual_optimization.optim_step_progress.total
+    except AttributeError:
+        return _GlobalStepProperty(trainer)
+    if getattr(counter, "completed", None) != trainer.global_step:
+        return _GlobalStepProperty(trainer)
+    return counter

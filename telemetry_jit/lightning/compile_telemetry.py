@@ -109,6 +109,7 @@ class CompileTelemetryCallback(Callback):
             self.recorder.listeners.append(self._figures)
             self._logs = [GuardedLog(logger.log_metrics, type(logger).__name__) for logger in trainer.loggers]
         self.recorder.start(functools.partial(_position, trainer, self), rank=trainer.global_rank)
+        self._steps = lightning_compat.global_step_counter(trainer)
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -148,10 +149,11 @@ class CompileTelemetryCallback(Callback):
     ) -> None:
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
             self.recorder.watch_thunder(pl_module)
+            self._steps = lightning_compat.global_step_counter(trainer)
         self.loader = dataloader_idx if dataloader_idx is not None and _loaders(trainer) > 1 else None
         state = trainer.state.stage
         stage = _stage(trainer, self._tuner) if self._tuner else state.value if state is not None else ""
-        self.recorder.batch_started(trainer.global_step, batch_idx, stage, self.loader)
+        self.recorder.batch_started(self._steps.completed, batch_idx, stage, self.loader)
         if self._figures is not None:
             self._log_figures(trainer)
 

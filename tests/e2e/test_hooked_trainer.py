@@ -15,6 +15,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 
 import telemetry_jit
 from telemetry_jit import JitConfig, JitTransform, TimeEventCallback, cli, hook_trainer_cls
+from telemetry_jit.compat.lightning import _GlobalStepProperty, global_step_counter
 from telemetry_jit.compat.torch import total_graph_breaks
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
@@ -294,3 +295,54 @@ def test_runs_appended_to_one_file_are_summarised_last_or_all(tmp_path: Path, ca
     assert cli.main(["summary", "--all-runs", str(path)]) == 0
     out = capsys.readouterr().out
     assert f"run {first.run_id[:8]}" in out and f"run {second.run_id[:8]}" in out
+
+
+class StepWatch(Callback):
+    """Takes telemetry's counter of optimizer steps where the compile telemetry does (at setup) and
+    compares it with ``trainer.global_step`` at every training batch."""
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.counter = global_step_counter(trainer)
+        self.seen: list[tuple[int, int]] = []
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, index: int) -> None:
+        self.seen.append((self.counter.completed, trainer.global_step))
+
+
+class ManualNet(Net):
+    """Steps its optimizer itself, every other batch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        self.manual_backward(loss)
+        if batch_idx % 2:
+            optimizer = self.optimizers()
+            optimizer.step()
+            optimizer.zero_grad()
+        return loss
+
+
+@pytest.mark.parametrize("run", ["accumulating", "manual", "resumed mid-epoch"])
+def test_the_step_counter_read_each_batch_is_the_trainers_global_step(tmp_path: Path, run: str) -> None:
+    # the compile telemetry reads Lightning's own counter of optimizer steps at each batch, not the property
+    options: dict[str, Any] = {"max_epochs": 2}
+    model: Net = ManualNet() if run == "manual" else Net()
+    if run == "accumulating":
+        options["accumulate_grad_batches"] = 2
+    if run == "resumed mid-epoch":  # a checkpoint at step 3 of 5 batches an epoch, restored after setup
+        saves = ModelCheckpoint(dirpath=tmp_path, every_n_train_steps=3, save_top_k=-1)
+        pl.Trainer(**{**TRAINER_DEFAULTS, "enable_checkpointing": True}, max_steps=3, callbacks=[saves]).fit(
+            Net(), loader()
+        )
+        options["ckpt_path"] = str(next(tmp_path.glob("*step=3.ckpt")))
+    watch = StepWatch()
+    ckpt_path = options.pop("ckpt_path", None)
+    pl.Trainer(**TRAINER_DEFAULTS, callbacks=[watch], **options).fit(model, loader(), ckpt_path=ckpt_path)
+    assert not isinstance(watch.counter, _GlobalStepProperty)  # Lightning's tracker, not the fallback
+    assert all(counted == global_step for counted, global_step in watch.seen), watch.seen
+    first_step = {"accumulating": 0, "manual": 0, "resumed mid-epoch": 3}[run]
+    assert watch.seen[0][1] == first_step and watch.seen[-1][1] > first_step

@@ -18,7 +18,7 @@ calls :meth:`poll`. It does no work per training step beyond :meth:`poll` notici
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -93,6 +93,9 @@ class DynamoProbe:
         # lists: under DDP every subgraph compiles its own lazy backward under one compile id
         self._finished: dict[tuple[str, bool], list[_Window]] = {}
         self._last_metric: Any = None
+        # torch's live containers, peeked at every step (taken again at each look that calls torch)
+        self._metrics: Sequence[Any] = ()
+        self._start_callbacks: Sequence[Any] = ()
         # torch keeps its last 64 CompilationMetrics: they are taken at every compile's start, records made at poll
         self._collected: list[Any] = []
         self._frames: dict[str, tuple[str, str]] = {}
@@ -117,7 +120,7 @@ class DynamoProbe:
             return
         for note in torch_compat.version_notes():
             warn_once(note, note)
-        metrics = torch_compat.compilation_metrics()
+        metrics = self._metrics = torch_compat.compilation_metrics()
         self._last_metric = metrics[-1] if metrics else None
         self._collected = []
         self._breaks_at_poll, self._claimed = dict(torch_compat.graph_break_counts()), {}
@@ -127,6 +130,7 @@ class DynamoProbe:
         TORCH.call(compile_cache.watch_loaded_artifacts)
         TORCH.call(compile_cache.watch, self._on_cache_lookup)
         torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
+        self._start_callbacks = torch_compat.compile_start_callbacks()
         self._attached = True
 
     def detach(self) -> None:
@@ -142,17 +146,19 @@ class DynamoProbe:
 
     def ensure_registered(self) -> None:
         """Register again if ``torch._dynamo.reset()`` cleared the callbacks."""
-        if self._attached and self._start_callback not in torch_compat.compile_start_callbacks():
+        self._start_callbacks = torch_compat.compile_start_callbacks()
+        if self._attached and self._start_callback not in self._start_callbacks:
             torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
 
     def has_news(self) -> bool:
         """Whether :meth:`poll` has something to do: torch recorded a compile since the last poll, or
-        ``torch._dynamo.reset()`` cleared the callbacks. Cheap: called at every training step."""
-        metrics = torch_compat.compilation_metrics()
+        ``torch._dynamo.reset()`` cleared the callbacks. Cheap: called at every training step, it calls no
+        torch function (torch clears and appends to these containers in place)."""
+        metrics = self._metrics
         return (
             bool(self._collected)
             or (bool(metrics) and metrics[-1] is not self._last_metric)
-            or (self._attached and self._start_callback not in torch_compat.compile_start_callbacks())
+            or (self._attached and self._start_callback not in self._start_callbacks)
         )
 
     # -- torch callbacks -----------------------------------------------------------------------
@@ -266,7 +272,7 @@ class DynamoProbe:
     # -- reading results ---------------------------------------------------------------------
     def _collect(self) -> None:
         """Take the CompilationMetrics torch appended since the last look."""
-        metrics = torch_compat.compilation_metrics()
+        metrics = self._metrics = torch_compat.compilation_metrics()
         if not metrics or metrics[-1] is self._last_metric:
             return
         entries = list(metrics)

@@ -68,6 +68,8 @@ class FirstSteps:
 
     def batch_started(self, stage: str, global_step: int, batch_index: int | None) -> FirstStep | None:
         """A batch begins; the first step that just ended, if one was measured."""
+        if self._open is None and stage == self._stage:  # most steps: no clock to read
+            return None
         now = time.time_ns()
         finished = self._close(now) if self._open is not None else None
         if stage != self._stage:

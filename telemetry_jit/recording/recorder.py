@@ -203,7 +203,7 @@ class CompileRecorder:
         recorded (compiles the probe could not bracket because ``torch._dynamo.reset()`` cleared its callbacks
         belong to the step that just ran), the callbacks come back if they were cleared, and the first step of
         a stage is measured."""
-        if self._thunder or self._observers or _PROBE.call(self._probe.has_news):
+        if self._thunder or self._observers or self._probe.has_news():
             self.poll()
             self.ensure_registered()
         self._batch_step, self._batch_index, self._batch_loader = global_step, batch_index, loader

@@ -172,6 +172,11 @@ def _stop_window(timer: MultiWindowTimer, now: TracingTimestamp) -> None:
     timer._current_window_start = None
 
 
+def _evaluated(value: Any) -> Any:
+    """nv-one-logger's ``evaluate_value`` (2.3.1): a config field holds a value or a function giving it."""
+    return value() if callable(value) else value
+
+
 def _metrics_update_due(completed_iterations: int, every_n: int) -> bool:
     """TrainingRecorder._maybe_send_training_metrics_update's condition, after an iteration ended."""
     return completed_iterations > 1 and completed_iterations % every_n == 0
@@ -237,15 +242,15 @@ class IterationBookkeeping:
         else:
             _stop_window(timer, now)
             state.completed_training_iterations_overall += 1
-            samples = config.global_batch_size
+            samples = _evaluated(config.global_batch_size_or_fn)
             state.train_samples_processed_current_job += samples
-            seq_length = config.seq_length
+            seq_length = _evaluated(config.seq_length_or_fn)
             if seq_length:
                 state.train_tokens_current_job = seq_length * state.train_samples_processed_current_job
             state.last_logged_train_iterations_finish_time = now
             if not state.first_logged_train_iterations_finish_time:
                 state.first_logged_train_iterations_finish_time = now
-            if config.is_log_throughput_enabled:
+            if _evaluated(config.is_log_throughput_enabled_or_fn):
                 self._count_flops(samples, config)
         if _metrics_update_due(state.completed_training_iterations_overall, config.log_every_n_train_iterations):
             if self.fast and telemetry_enabled():

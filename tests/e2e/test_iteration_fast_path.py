@@ -31,17 +31,15 @@ def record_run(
     fresh_provider_state()
     torch._dynamo.reset()
     path = folder / f"{'fast' if fast else 'upstream'}.jsonl"
-    provider = telemetry_jit.configure(
-        "iterations",
-        file=path,
-        global_batch_size=4,
-        log_every_n_train_iterations=2,
-        seq_length_or_fn=16,
-        train_samples_target_or_fn=40,
-        flops_per_sample_or_fn=1000,
-        is_log_throughput_enabled_or_fn=True,
-        **config,
-    )
+    settings = {
+        "global_batch_size": 4,
+        "log_every_n_train_iterations": 2,
+        "seq_length_or_fn": 16,
+        "train_samples_target_or_fn": 40,
+        "flops_per_sample_or_fn": 1000,
+        "is_log_throughput_enabled_or_fn": True,
+    }
+    provider = telemetry_jit.configure("iterations", file=path, **{**settings, **config})
     callback = TimeEventCallback(provider, iteration_fast_path=fast)
     HookedTrainer, _ = hook_trainer_cls(pl.Trainer, provider, telemetry_callback=callback, compile_telemetry=False)
     pl.seed_everything(0, verbose=False)
@@ -90,6 +88,35 @@ def test_the_fast_path_exports_the_same_records_as_nv_one_loggers_own(tmp_path: 
             update["avg_iteration_time_sec"] * update["num_iterations"], rel=1e-6
         )
         assert update["train_throughput_per_gpu"] > 0 and update["train_tokens"] == 16 * update["num_train_samples"]
+
+
+class SequenceLength(pl.Callback):
+    """A sequence length that changes from step to step, which nv-one-logger reads through a function."""
+
+    def __init__(self) -> None:
+        self.length = 8
+        self.asked = 0
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: object) -> None:
+        self.length = 8 + trainer.global_step % 3
+
+    def __call__(self) -> int:
+        self.asked += 1
+        return self.length
+
+
+def test_settings_given_as_functions_are_asked_at_every_step(tmp_path: Path) -> None:
+    runs = {}
+    for fast in (True, False):
+        length = SequenceLength()
+        records, _ = record_run(
+            tmp_path, fast, (length,), seq_length_or_fn=length, is_log_throughput_enabled_or_fn=lambda: True
+        )
+        runs[fast] = (records, length.asked)
+    assert comparable(runs[True][0]) == comparable(runs[False][0])
+    assert runs[True][1] >= 10 and runs[False][1] >= 10  # asked at each of the 10 steps
+    lengths = {update["train_tokens"] / update["num_train_samples"] for update in metric_updates(runs[True][0])}
+    assert len(lengths) > 1  # the tokens follow the length of the step
 
 
 def test_iteration_spans_asked_for_take_nv_one_loggers_own_path_and_are_exported(tmp_path: Path) -> None:

@@ -102,6 +102,7 @@ class FileExporter(BaseExporter):
         self.path = rank_file(self.base_path, me.rank, me.world_size)
         self.run_id = run_id or job_run_id()
         self._fd: int | None = None
+        self._fd_file: tuple[int, int] = (-1, -1)  # the open file's (device, inode): is the path still it?
         self._created = False
         self._identity_version = -1  # the identity fields go on every record; refreshed when it changes
         self._stamp = ""  # the identity fields, encoded once: ',"run":...,"pid":...}' closes every record
@@ -119,7 +120,7 @@ class FileExporter(BaseExporter):
         super().initialize()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._created = not self.path.exists()
-        self._fd = _open(self.path)
+        self._open(self.path)
         self._write(_RUN_START)
 
     @override
@@ -210,7 +211,7 @@ class FileExporter(BaseExporter):
         """Append ``records`` in one write: all of them, or none (then they are counted as lost)."""
         if self._identity_version != self.identity.version:
             self._follow_identity()
-        lines = b"".join(self._line(record) for record in records)
+        lines = self._line(records[0]) if len(records) == 1 else b"".join(self._line(record) for record in records)
         with self._lock:
             if self._fd is None:
                 raise ExportError(f"FileExporter({self.path}) is not open")
@@ -254,7 +255,8 @@ class FileExporter(BaseExporter):
         fd = self._fd
         assert fd is not None, "checked only while open"
         try:
-            same = os.path.samestat(os.stat(self.path), os.fstat(fd))
+            now_at_path = os.stat(self.path)
+            same = (now_at_path.st_dev, now_at_path.st_ino) == self._fd_file
         except OSError as error:
             same = error.errno not in (errno.ENOENT, errno.ENOTDIR)
         if same:
@@ -266,8 +268,13 @@ class FileExporter(BaseExporter):
         )
         os.close(fd)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = _open(self.path)
+        self._open(self.path)
         self._append(self._line(_RUN_START))
+
+    def _open(self, path: Path) -> None:
+        self._fd = _open(path)
+        opened = os.fstat(self._fd)
+        self._fd_file = (opened.st_dev, opened.st_ino)
 
     def _warn(self, kind: str, message: str) -> None:
         self._notices.warn(kind, message, every_rank=True)
@@ -289,7 +296,7 @@ class FileExporter(BaseExporter):
                 with open(self.path, "rb") as old, open(target, "ab") as new:
                     new.writelines(line for line in old if marker in line)
             self.path = target
-            self._fd = _open(target)
+            self._open(target)
 
 
 def _open(path: Path) -> int:

@@ -2,7 +2,7 @@
 
     python benchmarks/step_cost.py [--steps 1500] [--rounds 15] [--profile-steps 20000]
 
-Two measurements of the same thing, because this machine's noise swamps tens of microseconds in a
+Three measurements of the same thing, because this machine's noise swamps tens of microseconds in a
 difference of whole fits:
 
 1. **Whole fits, paired.** Each round trains a compiled 10-20-1 MLP (batch 8, one torch thread) once
@@ -17,6 +17,11 @@ difference of whole fits:
    whose stack holds telemetry code (telemetry_jit, its exporters, nv-one-logger, OpenTelemetry), plus
    every sample another thread spends in that code, times the measured step time, is the per-step cost
    at a resolution whole fits cannot give. Where those samples went is listed by function.
+3. **Hooks timed in place.** One long hooked fit with telemetry's per-step hooks (the one callback's
+   ``on_train_batch_start`` and ``on_train_batch_end``) wrapped in a clock, beside a callback of no-op
+   hooks wrapped alike (the clock's own cost, subtracted): microseconds a step on the training thread,
+   with Python's caches as cold as torch's kernels leave them. Steadier than sampling, blind to other
+   threads (the file exporter has none).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.lightning.trainer import _Telemetry
 
 TELEMETRY_PACKAGES = {"telemetry_jit", "exporters", "nv_one_logger", "opentelemetry"}
 # HookedTrainer.fit (validate, test, predict) only wraps Trainer's own: the training under it is not telemetry's
@@ -211,6 +217,66 @@ def sampling_share(args: argparse.Namespace, folder: Path) -> None:
         print(f"    {100 * count / hooked.in_fit:5.2f}%  {function}")
 
 
+class TimedHooks:
+    """Time spent in ``hooks`` of ``callback`` (instance attributes, replaced by timed ones)."""
+
+    HOOKS = ("on_train_batch_start", "on_train_batch_end")
+
+    def __init__(self, callback: Any) -> None:
+        self.ns = dict.fromkeys(self.HOOKS, 0)
+        for name in self.HOOKS:
+            setattr(callback, name, self._timed(name, getattr(callback, name)))
+
+    def _timed(self, name: str, hook: Any) -> Any:
+        clock, ns = time.perf_counter_ns, self.ns
+
+        def timed(*args: Any) -> None:
+            started = clock()
+            hook(*args)
+            ns[name] += clock() - started
+
+        return timed
+
+    def reset(self) -> None:
+        self.ns.update(dict.fromkeys(self.HOOKS, 0))
+
+
+class NoOpHooks(pl.Callback):
+    def on_train_batch_start(self, *args: Any) -> None:
+        pass
+
+    def on_train_batch_end(self, *args: Any) -> None:
+        pass
+
+
+def hooks_timed(args: argparse.Namespace, folder: Path) -> None:
+    nv_one_logger_compat.forget_configuration()
+    provider = telemetry_jit.configure("benchmark", file=folder / "hooks.jsonl")
+    hooked, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider)
+    telemetry = next(cb for cb in hooked(**QUIET_TRAINER).callbacks if isinstance(cb, _Telemetry))
+    empty = NoOpHooks()
+    ours, clock = TimedHooks(telemetry), TimedHooks(empty)
+
+    class Timed(hooked):  # type: ignore[misc, valid-type]
+        def __init__(self, **kwargs: Any) -> None:
+            super().__init__(callbacks=[empty], **kwargs)
+
+    timed_fit(Timed, 50)
+    ours.reset()
+    clock.reset()
+    times = timed_fit(Timed, args.profile_steps)
+    still_recording("HookedTrainer")
+    callback.on_app_end()
+    step_us = times["steps"] / (args.profile_steps - 1) * 1e6
+    print(f"hooks timed in place, one {args.profile_steps}-step fit ({step_us:.1f} us a step, hooked):")
+    total = 0.0
+    for name in TimedHooks.HOOKS:
+        us, own = (ours.ns[name] - clock.ns[name]) / args.profile_steps / 1e3, clock.ns[name] / args.profile_steps / 1e3
+        total += us
+        print(f"  {name:24s} {us:6.2f} us a step (the clock's own {own:.2f} us taken off)")
+    print(f"  both: {total:.2f} us a step = {100 * total / step_us:.2f}% of the step")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=1500)
@@ -230,6 +296,7 @@ def main() -> None:
         if not args.skip_fits:
             paired_fits(args, Path(folder))
         sampling_share(args, Path(folder))
+        hooks_timed(args, Path(folder))
 
 
 if __name__ == "__main__":

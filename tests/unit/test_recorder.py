@@ -13,7 +13,9 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 
 import telemetry_jit
 from telemetry_jit import boundary
+from telemetry_jit.causes import CAUSES, Classified
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.recording.alerts import EagerFallbackAlert
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats
@@ -148,3 +150,29 @@ def test_metrics_count_what_the_spans_say() -> None:
         "telemetry_jit.rank": 3,
         **{"compile.frame": "forward", "compile.source": "dynamo", "rank": 3},  # the old names, for one release
     }
+
+
+def test_the_recompile_limit_warning_names_a_fix_the_user_can_make() -> None:
+    def limit_hit(frame: str, location: str) -> CompileRecord:
+        return record(
+            "3/8",
+            frame=frame,
+            location=location,
+            recompile_limit_hit=True,
+            fell_back_to_eager=True,
+            failure="torch._dynamo hit config.recompile_limit (8)",
+            context=CompileContext(global_step=12, stage="validate"),
+            cause=Classified("recompile_limit", "", behind="python_value"),
+        )
+
+    with pytest.warns(RuntimeWarning) as caught:
+        # Lightning's own `log`, compiled because the user compiled the whole LightningModule
+        EagerFallbackAlert().recorded(
+            limit_hit("log", "/venv/lib/python3.11/site-packages/lightning/pytorch/core/module.py:531")
+        )
+        EagerFallbackAlert().recorded(limit_hit("forward", "/home/me/model.py:20"))
+    library, own = (str(warning.message) for warning in caught)
+    assert "hit torch._dynamo.config.recompile_limit" in library and "at step 12" in library
+    assert "Fix that: lightning's code cannot be edited" in library and "JitConfig(module_selector=" in library
+    assert f"Fix that: {CAUSES['python_value'].fix_for('validate')}" in own
+    assert "cannot be edited" not in own

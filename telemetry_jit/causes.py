@@ -40,8 +40,8 @@ class Cause:
                 f"{owner}'s code cannot be edited, and it is compiled only because your compiled code calls it: keep "
                 "that call out of the compiled code. A LightningModule compiled whole (torch.compile(model) given "
                 "to the Trainer) compiles training_step and the calls of Lightning's in it (self.log, the "
-                "optimizer's step): compile the network it holds instead, e.g. JitConfig(module_selector='net') or "
-                "torch.compile(self.net) in configure_model"
+                "optimizer's step): compile the network it holds instead, e.g. JitConfig(module_selector='net', "
+                "use_torch=True) or self.net.compile() in configure_model"
             )
         return self.eval_fix if self.eval_fix and stage in EVAL_STAGES else self.fix
 

@@ -628,7 +628,8 @@ def test_a_recompile_in_lightnings_own_code_names_the_fix_the_user_can_make(
     run = telemetry.end()
     (row,) = [row for row in summarize(run).digest.causes.values() if row.cause == "python_value"]
     assert row.owner == "lightning" and all("core/module.py" in frame for frame in row.frames), row
-    assert "lightning's code cannot be edited" in row.fix and "JitConfig(module_selector='net')" in row.fix
+    assert "lightning's code cannot be edited" in row.fix
+    assert "JitConfig(module_selector='net', use_torch=True)" in row.fix
     assert "lightning's code cannot be edited" in said("summary", str(telemetry.path))[1]
     (storm,) = [str(w.message) for w in caught if "recompile storm: log (" in str(w.message)]
     assert "Fix: lightning's code cannot be edited" in storm

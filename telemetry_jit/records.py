@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
-from telemetry_jit.schema import FallbackAttr, PayoffAttr
+from telemetry_jit.schema import FallbackAttr, NotCompiledAttr, PayoffAttr
 
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
@@ -268,6 +268,62 @@ class Payoff:
             f"compiled steps {1 / self.speedup:.2f}x slower than eager ({times}): compiling loses here, "
             f"{self.compile_s:.1f} s of compiling is never repaid"
             + (f"; likely why: {why_slower}" if why_slower else "")
+        )
+
+
+@dataclass(frozen=True)
+class NotCompiled:
+    """A module ``Module.compile()`` was called on, of a class whose ``forward`` lies in torch's own files
+    (``torch.nn.Linear``, ``torch.nn.TransformerEncoder``, ...): torch before 2.15 compiles nothing of it
+    (pytorch/pytorch#150915), so it runs eagerly and nothing says so."""
+
+    module: str  # its attribute path in the model the loop runs ("" for that model itself)
+    cls: str  # "torch.nn.modules.transformer.TransformerEncoder"
+    torch_version: str
+    selector: str = ""  # the JitConfig.module_selector that selects it ("" where none does)
+
+    def words(self) -> str:
+        name = f"`{self.module}`" if self.module else "the model"
+        short = self.cls.rsplit(".", 1)[-1]
+        return (
+            f"{name} ({short}) was compiled with Module.compile(), which in torch {self.torch_version} compiles "
+            "nothing of torch's own layers (their forward is in torch's files, which dynamo skips; fixed in torch "
+            "2.15, pytorch/pytorch#150915): it runs eagerly"
+        )
+
+    def fix(self) -> str:
+        target = f"self.{self.module}" if self.module else "model"
+        ways = [
+            f"once, where the model is built (__init__): `{target} = torch.compile({target})` (its state_dict keys "
+            "gain `_orig_mod.`)"
+        ]
+        if self.selector:
+            ways.insert(
+                0,
+                "by JitTransform, in place, state_dict keys unchanged: hook_trainer_cls(..., jit_config=JitConfig("
+                f"module_selector={self.selector!r}, use_torch=True))",
+            )
+        return (
+            "remove that Module.compile() call (made in configure_model, it would undo the fix at the next fit, "
+            "validate, test or predict) and compile it " + "; or ".join(ways)
+        )
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        return {
+            NotCompiledAttr.MODULE: self.module,
+            NotCompiledAttr.CLASS: self.cls,
+            NotCompiledAttr.TORCH_VERSION: self.torch_version,
+            NotCompiledAttr.SELECTOR: self.selector,
+        }
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, object]) -> NotCompiled:
+        """What a ``module_not_compiled`` event holds."""
+        return cls(
+            module=str(attributes.get(NotCompiledAttr.MODULE) or ""),
+            cls=str(attributes.get(NotCompiledAttr.CLASS) or ""),
+            torch_version=str(attributes.get(NotCompiledAttr.TORCH_VERSION) or ""),
+            selector=str(attributes.get(NotCompiledAttr.SELECTOR) or ""),
         )
 
 

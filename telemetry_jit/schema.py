@@ -37,6 +37,7 @@ class JitEventName(str, Enum):
     CACHE_LOOKUP = "cache_lookup"
     FALLBACK_COST = "eager_fallback_cost"
     RANKS_OUT_OF_STEP = "ranks_out_of_step"
+    MODULE_NOT_COMPILED = "module_not_compiled"
 
     def __str__(self) -> str:
         return self.value
@@ -180,6 +181,16 @@ class PayoffAttr:
     NOT_MEASURED: Final = "payoff.not_measured"  # why the loop has no measurement
     EAGER_PEAK_MB: Final = "payoff.eager_peak_memory_mb"  # CUDA only
     COMPILED_PEAK_MB: Final = "payoff.compiled_peak_memory_mb"  # CUDA only
+
+
+class NotCompiledAttr:
+    """Attributes of ``module_not_compiled`` events: a module ``Module.compile()`` was called on that torch
+    compiles nothing of, so it runs eagerly."""
+
+    MODULE: Final = "not_compiled.module"  # its name in the model ("" for the model itself)
+    CLASS: Final = "not_compiled.class"  # its class, with its module ("torch.nn.modules.linear.Linear")
+    TORCH_VERSION: Final = "not_compiled.torch_version"
+    SELECTOR: Final = "not_compiled.selector"  # the JitConfig.module_selector that selects it, where one does
 
 
 class FallbackAttr:

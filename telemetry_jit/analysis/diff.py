@@ -17,7 +17,7 @@ from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
-from telemetry_jit.records import Payoff
+from telemetry_jit.records import NotCompiled, Payoff
 
 BreakKey = tuple[str, str]  # (file:line as tables show it, the first line of torch's reason)
 EXPECTED = " (expected)"  # how a cause's expected price is keyed apart: "stage_switch (expected)"
@@ -60,6 +60,7 @@ class RunFigures:
     causes: Counter[str]  # recompiles by cause and kind of stage; "<cause> (expected)" apart
     payoff: Payoff | None = None
     fallbacks: list[Fallback] = field(default_factory=list)  # frames that run eagerly from a step on
+    not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
     cache_ledger: CacheLedger = field(default_factory=CacheLedger)
     last_step: int | None = None  # the loop's last global step, where the run said it
     run: tuple[str, int] = ("", 0)  # run id and rank: which run these are the figures of
@@ -123,6 +124,7 @@ def figures(summary: RunSummary) -> RunFigures:
         causes=d.causes_by_name(),
         payoff=summary.payoff,
         fallbacks=list(summary.fallbacks),
+        not_compiled=list(summary.not_compiled),
         cache_ledger=d.cache_ledger,
         last_step=summary.last_step,
         run=(summary.run.run_id, summary.run.rank),
@@ -156,6 +158,16 @@ class RunDiff:
     def fixed_fallbacks(self) -> list[Fallback]:
         """Frames that ran eagerly in the base run and no longer do."""
         return _only_in(self.base.fallbacks, self.new.fallbacks)
+
+    @property
+    def new_not_compiled(self) -> list[NotCompiled]:
+        """Modules compiled to no effect in the new run only (by name and class)."""
+        return [found for found in self.new.not_compiled if found not in self.base.not_compiled]
+
+    @property
+    def fixed_not_compiled(self) -> list[NotCompiled]:
+        """Modules compiled to no effect in the base run that the new run compiles (or no longer asks to)."""
+        return [found for found in self.base.not_compiled if found not in self.new.not_compiled]
 
     @property
     def new_causes(self) -> dict[str, int]:
@@ -211,6 +223,8 @@ class RunDiff:
             "fixed_graph_breaks": _breaks_json(self.fixed_graph_breaks),
             "new_eager_fallbacks": [fallback.as_json() for fallback in self.new_fallbacks],
             "fixed_eager_fallbacks": [fallback.as_json() for fallback in self.fixed_fallbacks],
+            "new_not_compiled": [found.module for found in self.new_not_compiled],
+            "fixed_not_compiled": [found.module for found in self.fixed_not_compiled],
             "new_recompile_causes": self.new_causes,
             "fixed_recompile_causes": self.fixed_causes,
             "changed_recompile_causes": {cause: {"base": b, "new": n} for cause, (b, n) in self.changed_causes.items()},

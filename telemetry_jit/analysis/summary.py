@@ -12,7 +12,7 @@ from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
-from telemetry_jit.records import FallbackCost, Payoff, why_slower
+from telemetry_jit.records import FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 
 # the loop a run is measured by: the first kind it has
@@ -95,6 +95,7 @@ class RunSummary:
     lacks: list[str] = field(default_factory=list)  # what the file could not tell
     last_step: int | None = None  # the global step at the end of the loop (files since compile_summary said it)
     fallbacks: list[Fallback] = field(default_factory=list)  # the digest's, with what each cost where measured
+    not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
 
     @property
     def share(self) -> float | None:
@@ -150,7 +151,19 @@ def summarize(run: TelemetryRun) -> RunSummary:
         lacks=lacks,
         last_step=_last_step(loops),
         fallbacks=_costed(digest.fallbacks, run),
+        not_compiled=_not_compiled(run),
     )
+
+
+def _not_compiled(run: TelemetryRun) -> list[NotCompiled]:
+    """The modules ``Module.compile()`` compiled nothing of, each once (said again by each fit of a process)."""
+    found = (
+        NotCompiled.from_attributes(event.attributes)
+        for span in run.spans.values()
+        for event in span.events
+        if event.name == JitEventName.MODULE_NOT_COMPILED
+    )
+    return list(dict.fromkeys(found))
 
 
 def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
@@ -250,6 +263,10 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "fell_back_to_eager": [
             {**fallback.as_json(), "steps_since": s.last_step - fallback.step if s.last_step is not None else None}
             for fallback in s.fallbacks
+        ],
+        "not_compiled": [
+            {"module": found.module, "class": found.cls, "torch_version": found.torch_version, "fix": found.fix()}
+            for found in s.not_compiled
         ],
         "failed_compilations": d.failed,
         "compile_cache": {

@@ -235,6 +235,13 @@ def format_diff(result: RunDiff) -> str:
             "  ",
         )
     lines += _cold_start_lines(result.cold_start)
+    for title, modules in (
+        ("new: modules compiled to no effect", result.new_not_compiled),
+        ("fixed: modules compiled to no effect in the base run", result.fixed_not_compiled),
+    ):
+        if modules:
+            lines += ["", f"  {title}:"]
+            lines += [text for found in modules for text in wrapped(found.words(), "    ")]
     for title, fallbacks in (
         ("new: frames that run eagerly", result.new_fallbacks),
         ("fixed: frames that ran eagerly in the base run and no longer do", result.fixed_fallbacks),

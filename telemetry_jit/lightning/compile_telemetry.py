@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import sys
+from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
@@ -18,6 +19,7 @@ from typing_extensions import override
 
 from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.compat import lightning as lightning_compat
+from telemetry_jit.lightning.jit_transform import resolve_root
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.alerts import RankTotals
 from telemetry_jit.recording.console import CompileConsole, say_line
@@ -147,12 +149,14 @@ class CompileTelemetryCallback(Callback):
     def _batch_started(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int, dataloader_idx: int | None = None
     ) -> None:
-        if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
-            self.recorder.watch_thunder(pl_module)
-            self._steps = lightning_compat.global_step_counter(trainer)
         self.loader = dataloader_idx if dataloader_idx is not None and _loaders(trainer) > 1 else None
         state = trainer.state.stage
         stage = _stage(trainer, self._tuner) if self._tuner else state.value if state is not None else ""
+        if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
+            self.recorder.watch_thunder(pl_module)
+            self._steps = lightning_compat.global_step_counter(trainer)
+            if stage != "sanity_check":  # before the first training epoch, which JitTransform compiles for
+                self.recorder.check_compiled_modules(_with_selectors(pl_module))
         self.recorder.batch_started(self._steps.completed, batch_idx, stage, self.loader)
         if self._figures is not None:
             self._log_figures(trainer)
@@ -225,6 +229,15 @@ class CompileTelemetryCallback(Callback):
             self._log_figures(trainer)
             for logger in trainer.loggers:
                 _totals_in_summary(logger, self.recorder.stats)
+
+
+def _with_selectors(pl_module: pl.LightningModule) -> Iterator[tuple[str, str, torch.nn.Module]]:
+    """Each module of ``pl_module`` with its attribute path and the JitConfig selector that selects it ("*" for
+    the root selectors resolve against, "" for a module outside it)."""
+    under_root = {id(module): name for name, module in resolve_root(pl_module).named_modules()}
+    for name, module in pl_module.named_modules():
+        selector = under_root.get(id(module))
+        yield name, "*" if selector == "" else selector or "", module
 
 
 def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Position:

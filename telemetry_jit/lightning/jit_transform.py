@@ -358,7 +358,7 @@ class JitTransform(Callback):
                 continue
             backend = compiler_backend(config.compiler)
             for name, module in select(root, config):
-                if torch_compat.compiled_call(module) is not None:
+                if torch_compat.compiled_call(module) is not None and not torch_compat.compiles_nothing(module):
                     continue  # compiled already: by an earlier epoch, another config, or the user
                 label = name or type(module).__name__
                 ran = backend.compile(module, label, config)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
 import torch
@@ -18,6 +18,7 @@ from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecor
 from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.causes import Classified, RecompileClassifier
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.exporters.finished import export_finished
 from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
@@ -34,7 +35,7 @@ from telemetry_jit.recording.out_of_step import Finding
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
 from telemetry_jit.recording.spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord
+from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord, NotCompiled
 from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr, TrainingSpanName
 from telemetry_jit.session import Session
 
@@ -103,6 +104,7 @@ class CompileRecorder:
         self.rank_watch = rank_watch  # None: RankWatchSettings.from_environment() at each start
         self.stats = CompileStats()
         self._notices = Notices()
+        self._not_compiled: set[int] = set()  # ids of the modules said to compile nothing
         self._where: Where = _nowhere
         self._rank = 0
         self._classifier = RecompileClassifier()
@@ -181,6 +183,24 @@ class CompileRecorder:
     def watch_thunder(self, model: torch.nn.Module) -> None:
         """Record the thunder compilations installed on ``model`` (cheap to repeat)."""
         self._thunder.watch(model)
+
+    def check_compiled_modules(self, modules: Iterable[tuple[str, str, torch.nn.Module]]) -> None:
+        """Say once each of ``modules`` (``(attribute path, JitConfig selector or "", module)``) that
+        ``Module.compile()`` compiles nothing of: a warning now, a ``module_not_compiled`` event on the running
+        span. Called as a loop starts, once it is compiled as it will run."""
+        if torch_compat.MODULE_COMPILE_TRACES_TORCH_LAYERS:
+            return
+        for name, selector, module in modules:
+            if id(module) in self._not_compiled or not _PROBE.call(torch_compat.compiles_nothing, module):
+                continue
+            self._not_compiled.add(id(module))
+            kind = f"{type(module).__module__}.{type(module).__qualname__}"
+            found = NotCompiled(name, kind, torch.__version__, selector)
+            self._notices.warn(("not compiled", id(module)), f"telemetry-jit: {found.words()}. Fix: {found.fix()}.")
+            recorder, parent = self._recorder(), self._current_parent()
+            if recorder is not None and parent is not None:
+                event = Event.create(JitEventName.MODULE_NOT_COMPILED, Attributes(found.attributes()))
+                _EVENT.call(recorder.event, parent, event)
 
     def poll(self) -> None:
         """Record the compilations that finished since the last call."""

@@ -149,6 +149,64 @@ def test_torchs_own_layers_compile_in_place_and_checkpoints_load_into_the_plain_
     assert frames and all(frame.endswith(".forward") for frame in frames), frames  # named by the layer class
 
 
+class CompilesItsModel(Regressor):
+    """Compiles its torch layers itself, with ``Module.compile()`` in ``configure_model`` (``compile_it``)."""
+
+    def __init__(self, compile_it: bool) -> None:
+        super().__init__()
+        self.compile_it = compile_it
+
+    def configure_model(self) -> None:
+        if self.compile_it:
+            self.model.compile(backend="eager")
+
+
+def test_torchs_layers_given_to_module_compile_are_said_to_run_eagerly_and_the_named_fix_compiles_them(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """torch before 2.15 compiles nothing of its own layers under ``Module.compile()`` and says nothing
+    (pytorch/pytorch#150915); the run says which module runs eagerly, at its first training batch and in the
+    summary, and the gate fails it. The fix it names, applied, compiles the module: diff and check say so."""
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)[0]
+    before = frames_compiled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(CompilesItsModel(True), data(32, 8), data(16, 8))
+    compiled = frames_compiled() - before
+    run = telemetry.end()
+    live = [str(w.message) for w in caught if "was compiled with Module.compile()" in str(w.message)]
+    status, out = said("check", str(telemetry.path), "--no-eager-fallback")
+    if torch_compat.MODULE_COMPILE_TRACES_TORCH_LAYERS:  # torch compiles them: nothing to say
+        assert compiled > 0 and not live and not summarize(run).not_compiled and status == 0
+        return
+    assert compiled == 0 and len(live) == 1, live
+    assert live[0].startswith("telemetry-jit: `model` (Sequential) was compiled with Module.compile()")
+    assert "JitConfig(module_selector='*', use_torch=True)" in live[0]  # the root its selectors resolve against
+    (found,) = summarize(run).not_compiled
+    assert (found.module, found.cls, found.selector) == ("model", "torch.nn.modules.container.Sequential", "*")
+    assert "1. `model` (Sequential) was compiled with Module.compile()" in said("summary", str(telemetry.path))[1]
+    assert status == 1 and "it runs eagerly, without compilation" in out
+    (facts,) = json.loads(said("summary", str(telemetry.path), "--json")[1])["runs"]
+    assert [entry["module"] for entry in facts["not_compiled"]] == ["model"]
+
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    before = frames_compiled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # the fix as named: the call removed, JitTransform compiles the root
+        hooked(fixed, "*")(max_epochs=1, **TRAINER_DEFAULTS).fit(CompilesItsModel(False), data(32, 8), data(16, 8))
+    assert frames_compiled() - before > 0
+    assert not [w for w in caught if "Module.compile()" in str(w.message)]
+    fixed.end()
+    out = said("diff", str(telemetry.path), str(fixed_path))[1]
+    assert "fixed: modules compiled to no effect in the base run: `model` (Sequential)" in out
+    facts = json.loads(said("diff", str(telemetry.path), str(fixed_path), "--json")[1])
+    assert (facts["fixed_not_compiled"], facts["new_not_compiled"]) == (["model"], [])
+    assert said("check", str(fixed_path), "--no-eager-fallback")[0] == 0
+
+
 # -- evaluation: fit then validate, predict --------------------------------------------------------
 def test_validate_after_fit_is_the_inference_mode_price_and_its_fix_removes_it(
     telemetry: Telemetry, tmp_path: Path
@@ -628,8 +686,9 @@ def test_a_recompile_in_lightnings_own_code_names_the_fix_the_user_can_make(
     run = telemetry.end()
     (row,) = [row for row in summarize(run).digest.causes.values() if row.cause == "python_value"]
     assert row.owner == "lightning" and all("core/module.py" in frame for frame in row.frames), row
-    assert "lightning's code cannot be edited" in row.fix
-    assert "JitConfig(module_selector='net', use_torch=True)" in row.fix
+    assert (
+        "lightning's code cannot be edited" in row.fix and "JitConfig(module_selector='net', use_torch=True)" in row.fix
+    )
     assert "lightning's code cannot be edited" in said("summary", str(telemetry.path))[1]
     (storm,) = [str(w.message) for w in caught if "recompile storm: log (" in str(w.message)]
     assert "Fix: lightning's code cannot be edited" in storm

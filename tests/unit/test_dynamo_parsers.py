@@ -8,9 +8,11 @@ import logging
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, GraphBreakLog
+from telemetry_jit.records import NotCompiled
 
 
 def record(name: str, msg: str, *args: object, level: int = logging.DEBUG) -> logging.LogRecord:
@@ -154,3 +156,31 @@ def test_a_record_torch_reworded_never_fails_the_logging_call() -> None:
     bypass = CacheBypassLog()
     bypass.filter(record("torch._inductor.codecache", "Bypassing FX Graph Cache because '%s'", "a reason"))
     assert bypass.entries == ["fx_graph: a reason"]
+
+
+class Own(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
+
+
+def test_module_compile_of_torchs_own_layers_is_known_to_compile_nothing_before_torch_2_15() -> None:
+    untouched, given, in_place, own = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), Own()
+    given.compile(backend="eager")
+    torch_compat.compile_in_place(in_place, backend="eager")  # JitTransform's way: a frame of its own per class
+    own.compile(backend="eager")  # the user's forward: dynamo traces it on every release
+    assert torch_compat.compiles_nothing(given) is (not torch_compat.MODULE_COMPILE_TRACES_TORCH_LAYERS)
+    assert not any(torch_compat.compiles_nothing(module) for module in (untouched, in_place, own))
+    if not torch_compat.MODULE_COMPILE_TRACES_TORCH_LAYERS:  # the fact it rests on, as torch shows it
+        before = torch_compat.frames_compiled()
+        given(torch.randn(3, 2))
+        assert torch_compat.frames_compiled() == before
+
+
+def test_a_module_compiled_to_no_effect_names_the_selector_where_one_reaches_it() -> None:
+    reached = NotCompiled("model.encoder", "torch.nn.modules.transformer.TransformerEncoder", "2.13.0", "encoder")
+    assert reached.words().startswith("`model.encoder` (TransformerEncoder) was compiled with Module.compile()")
+    assert "JitConfig(module_selector='encoder', use_torch=True)" in reached.fix()
+    assert "`self.model.encoder = torch.compile(self.model.encoder)`" in reached.fix()
+    outside = NotCompiled("head", "torch.nn.modules.linear.Linear", "2.13.0")
+    assert "JitConfig" not in outside.fix() and "`self.head = torch.compile(self.head)`" in outside.fix()
+    assert NotCompiled.from_attributes(reached.attributes()) == reached

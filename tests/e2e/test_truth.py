@@ -207,6 +207,18 @@ def test_torchs_layers_given_to_module_compile_are_said_to_run_eagerly_and_the_n
     assert said("check", str(fixed_path), "--no-eager-fallback")[0] == 0
 
 
+def test_jit_transform_compiles_a_layer_the_users_module_compile_left_uncompiled(telemetry: Telemetry) -> None:
+    model = Regressor()
+    model.model.compile(backend="eager")  # once, where the model is built: nothing compiles of it before 2.15
+    before = frames_compiled()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hooked(telemetry, "*")(max_epochs=1, **TRAINER_DEFAULTS).fit(model, data(32, 8))
+    assert frames_compiled() - before > 0
+    assert not [w for w in caught if "Module.compile()" in str(w.message) or "never ran" in str(w.message)]
+    assert not summarize(telemetry.end()).not_compiled
+
+
 # -- evaluation: fit then validate, predict --------------------------------------------------------
 def test_validate_after_fit_is_the_inference_mode_price_and_its_fix_removes_it(
     telemetry: Telemetry, tmp_path: Path

@@ -156,7 +156,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
 
 
 def _not_compiled(run: TelemetryRun) -> list[NotCompiled]:
-    """The modules ``Module.compile()`` compiled nothing of, each once (said again by each fit of a process)."""
+    """The modules ``Module.compile()`` compiled nothing of, each once (each hooked trainer class says it)."""
     found = (
         NotCompiled.from_attributes(event.attributes)
         for span in run.spans.values()

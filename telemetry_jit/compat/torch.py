@@ -123,6 +123,7 @@ def forward_is_skipped(module: torch.nn.Module) -> bool:
 # Module.compile() of torch's own layers compiles nothing before 2.15 (pytorch/pytorch#150915); measured on 2.8,
 # 2.13 (nothing) and 2.15 (one frame, Module._call_impl, shared by every layer class)
 MODULE_COMPILE_TRACES_TORCH_LAYERS = VERSION[:2] >= (2, 15)
+_CALL_IMPL = torch.nn.Module._call_impl
 
 
 def compiles_nothing(module: torch.nn.Module) -> bool:
@@ -134,9 +135,6 @@ def compiles_nothing(module: torch.nn.Module) -> bool:
     wrapped = getattr(compiled_call(module), "_torchdynamo_orig_callable", None)
     installed = getattr(wrapped, "__self__", None) is module and getattr(wrapped, "__func__", None) is _CALL_IMPL
     return installed and forward_is_skipped(module)
-
-
-_CALL_IMPL = torch.nn.Module._call_impl
 
 
 def _calls_its_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:

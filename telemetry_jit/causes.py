@@ -91,8 +91,10 @@ CAUSES: dict[str, Cause] = {
         Cause(
             "changing_dim",
             "a dimension keeps changing between calls",
-            "mark that dimension dynamic before the call with torch._dynamo.mark_dynamic(tensor, dim), or compile "
-            "with JitConfig(torch_kwargs={'dynamic': True}); or pad inputs to a few fixed sizes",
+            "mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim) on the tensor the compiled call "
+            "receives (torch's reason names it: args[0] is its first argument), right before that call (a tensor it "
+            "is computed from does not pass the mark on); or compile with JitConfig(torch_kwargs={'dynamic': True}); "
+            "or, where shapes must stay static, pad inputs to a few fixed sizes (one compile each)",
         ),
         Cause(
             "python_value",

@@ -89,7 +89,8 @@ def test_a_recompile_storm_is_warned_once_while_training(telemetry: Telemetry) -
     message = str(storm[0].message)
     # one line: the cause, torch's reason said plainly, the fix; from the user's line that calls the frame
     assert "\n" not in message and "a dimension keeps changing between calls (tensor 'x' size mismatch" in message
-    assert "Fix: mark that dimension dynamic before the call with torch._dynamo.mark_dynamic" in message
+    assert "Fix: mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim)" in message
+    assert "on the tensor the compiled call receives" in message
     assert "docs/fixing.md#changing-dim" in message
     # Python names the recompiling frame of the user's code as the warning's origin, not telemetry-jit's line
     forward = type(model.model).forward.__code__

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -104,7 +105,7 @@ class CompileRecorder:
         self.rank_watch = rank_watch  # None: RankWatchSettings.from_environment() at each start
         self.stats = CompileStats()
         self._notices = Notices()
-        self._not_compiled: set[int] = set()  # ids of the modules said to compile nothing
+        self._not_compiled: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()  # said to compile nothing
         self._where: Where = _nowhere
         self._rank = 0
         self._classifier = RecompileClassifier()
@@ -191,16 +192,13 @@ class CompileRecorder:
         if torch_compat.MODULE_COMPILE_TRACES_TORCH_LAYERS:
             return
         for name, selector, module in modules:
-            if id(module) in self._not_compiled or not _PROBE.call(torch_compat.compiles_nothing, module):
+            if module in self._not_compiled or not _PROBE.call(torch_compat.compiles_nothing, module):
                 continue
-            self._not_compiled.add(id(module))
+            self._not_compiled.add(module)
             kind = f"{type(module).__module__}.{type(module).__qualname__}"
             found = NotCompiled(name, kind, torch.__version__, selector)
             self._notices.warn(("not compiled", id(module)), f"telemetry-jit: {found.words()}. Fix: {found.fix()}.")
-            recorder, parent = self._recorder(), self._current_parent()
-            if recorder is not None and parent is not None:
-                event = Event.create(JitEventName.MODULE_NOT_COMPILED, Attributes(found.attributes()))
-                _EVENT.call(recorder.event, parent, event)
+            self.emit_event(None, JitEventName.MODULE_NOT_COMPILED, found.attributes())
 
     def poll(self) -> None:
         """Record the compilations that finished since the last call."""

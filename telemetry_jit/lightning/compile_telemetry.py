@@ -19,7 +19,7 @@ from typing_extensions import override
 
 from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.compat import lightning as lightning_compat
-from telemetry_jit.lightning.jit_transform import resolve_root
+from telemetry_jit.lightning.jit_transform import selector_for
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.alerts import RankTotals
 from telemetry_jit.recording.console import CompileConsole, say_line
@@ -232,12 +232,9 @@ class CompileTelemetryCallback(Callback):
 
 
 def _with_selectors(pl_module: pl.LightningModule) -> Iterator[tuple[str, str, torch.nn.Module]]:
-    """Each module of ``pl_module`` with its attribute path and the JitConfig selector that selects it ("*" for
-    the root selectors resolve against, "" for a module outside it)."""
-    under_root = {id(module): name for name, module in resolve_root(pl_module).named_modules()}
+    """Each module of ``pl_module`` with its attribute path and the JitConfig selector that selects it."""
     for name, module in pl_module.named_modules():
-        selector = under_root.get(id(module))
-        yield name, "*" if selector == "" else selector or "", module
+        yield name, selector_for(pl_module, name), module
 
 
 def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Position:

@@ -119,11 +119,26 @@ class JitConfig:
 def resolve_root(pl_module: torch.nn.Module) -> torch.nn.Module:
     """The module selectors resolve against: ``pl_module.module``, else ``pl_module.model``, else
     ``pl_module`` itself. The first two match NeMo; the fallback lets plain LightningModules work."""
+    name = _root_name(pl_module)
+    return getattr(pl_module, name) if name else pl_module
+
+
+def _root_name(pl_module: torch.nn.Module) -> str:
     for name in ("module", "model"):
-        candidate = getattr(pl_module, name, None)
-        if isinstance(candidate, torch.nn.Module):
-            return candidate
-    return pl_module
+        if isinstance(getattr(pl_module, name, None), torch.nn.Module):
+            return name
+    return ""
+
+
+def selector_for(pl_module: torch.nn.Module, path: str) -> str:
+    """The ``module_selector`` that selects the module at attribute ``path`` of ``pl_module`` (``"*"``: the root
+    itself), or ``""`` where none does (a module outside the root)."""
+    root = _root_name(pl_module)
+    if path == root:
+        return "*"
+    if not root:
+        return path
+    return path[len(root) + 1 :] if path.startswith(root + ".") else ""
 
 
 def _split_selector(selector: str) -> list[str]:

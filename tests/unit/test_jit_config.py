@@ -7,7 +7,7 @@ import torch
 
 from telemetry_jit import JitConfig, JitTransform, resolve_root, select_modules
 from telemetry_jit.compat.torch import compiled_call
-from telemetry_jit.lightning.jit_transform import JitConfigError, select
+from telemetry_jit.lightning.jit_transform import JitConfigError, select, selector_for
 from tests.models import Net
 
 
@@ -180,3 +180,15 @@ def test_a_module_marked_compiled_is_left_alone() -> None:
     net._compiled = True  # NeMo's marker, set by the user or an earlier transform
     JitTransform(JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}))._compile(net)
     assert compiled_call(net.model) is None
+
+
+def test_the_selector_named_for_a_module_selects_it() -> None:
+    net = Net()  # selectors resolve against net.model
+    for path, module in net.named_modules():
+        selector = selector_for(net, path)
+        if path == "" or not path.startswith("model"):
+            assert selector == "", path  # outside the root: no selector reaches it
+        else:
+            assert [m for _, m in select(resolve_root(net), JitConfig(module_selector=selector))] == [module], path
+    plain = torch.nn.Sequential(torch.nn.Linear(2, 2))  # no .model: the module itself is the root
+    assert (selector_for(plain, ""), selector_for(plain, "0")) == ("*", "0")

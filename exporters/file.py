@@ -120,7 +120,7 @@ class FileExporter(BaseExporter):
         super().initialize()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._created = not self.path.exists()
-        self._open(self.path)
+        self._open_file(self.path)
         self._write(_RUN_START)
 
     @override
@@ -211,7 +211,7 @@ class FileExporter(BaseExporter):
         """Append ``records`` in one write: all of them, or none (then they are counted as lost)."""
         if self._identity_version != self.identity.version:
             self._follow_identity()
-        lines = self._line(records[0]) if len(records) == 1 else b"".join(self._line(record) for record in records)
+        lines = b"".join(self._line(record) for record in records)
         with self._lock:
             if self._fd is None:
                 raise ExportError(f"FileExporter({self.path}) is not open")
@@ -268,10 +268,10 @@ class FileExporter(BaseExporter):
         )
         os.close(fd)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._open(self.path)
+        self._open_file(self.path)
         self._append(self._line(_RUN_START))
 
-    def _open(self, path: Path) -> None:
+    def _open_file(self, path: Path) -> None:
         self._fd = _open(path)
         opened = os.fstat(self._fd)
         self._fd_file = (opened.st_dev, opened.st_ino)
@@ -296,7 +296,7 @@ class FileExporter(BaseExporter):
                 with open(self.path, "rb") as old, open(target, "ab") as new:
                     new.writelines(line for line in old if marker in line)
             self.path = target
-            self._open(target)
+            self._open_file(target)
 
 
 def _open(path: Path) -> int:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.exceptions import assert_that
 from nv_one_logger.core.internal.multi_window_timer import MultiWindowTimer
+from nv_one_logger.core.internal.utils import evaluate_value
 from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import Exporter
@@ -172,11 +173,6 @@ def _stop_window(timer: MultiWindowTimer, now: TracingTimestamp) -> None:
     timer._current_window_start = None
 
 
-def _evaluated(value: Any) -> Any:
-    """nv-one-logger's ``evaluate_value`` (2.3.1): a config field holds a value or a function giving it."""
-    return value() if callable(value) else value
-
-
 def _metrics_update_due(completed_iterations: int, every_n: int) -> bool:
     """TrainingRecorder._maybe_send_training_metrics_update's condition, after an iteration ended."""
     return completed_iterations > 1 and completed_iterations % every_n == 0
@@ -242,15 +238,15 @@ class IterationBookkeeping:
         else:
             _stop_window(timer, now)
             state.completed_training_iterations_overall += 1
-            samples = _evaluated(config.global_batch_size_or_fn)
+            samples = evaluate_value(config.global_batch_size_or_fn)
             state.train_samples_processed_current_job += samples
-            seq_length = _evaluated(config.seq_length_or_fn)
+            seq_length = evaluate_value(config.seq_length_or_fn)
             if seq_length:
                 state.train_tokens_current_job = seq_length * state.train_samples_processed_current_job
             state.last_logged_train_iterations_finish_time = now
             if not state.first_logged_train_iterations_finish_time:
                 state.first_logged_train_iterations_finish_time = now
-            if _evaluated(config.is_log_throughput_enabled_or_fn):
+            if evaluate_value(config.is_log_throughput_enabled_or_fn):
                 self._count_flops(samples, config)
         if _metrics_update_due(state.completed_training_iterations_overall, config.log_every_n_train_iterations):
             if self.fast and telemetry_enabled():

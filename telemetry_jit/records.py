@@ -288,24 +288,21 @@ class NotCompiled:
         return (
             f"{name} ({short}) was compiled with Module.compile(), which in torch {self.torch_version} compiles "
             "nothing of torch's own layers (their forward is in torch's files, which dynamo skips; fixed in torch "
-            "2.15, pytorch/pytorch#150915): it runs eagerly"
+            "2.15, pytorch/pytorch#150915): it runs eagerly, without compilation"
         )
 
     def fix(self) -> str:
         target = f"self.{self.module}" if self.module else "model"
-        ways = [
-            f"once, where the model is built (__init__): `{target} = torch.compile({target})` (its state_dict keys "
-            "gain `_orig_mod.`)"
-        ]
-        if self.selector:
-            ways.insert(
-                0,
-                "by JitTransform, in place, state_dict keys unchanged: hook_trainer_cls(..., jit_config=JitConfig("
-                f"module_selector={self.selector!r}, use_torch=True))",
-            )
+        by_jit_transform = (
+            "by JitTransform, in place, state_dict keys unchanged: hook_trainer_cls(..., jit_config=JitConfig("
+            f"module_selector={self.selector!r}, use_torch=True)); or "
+            if self.selector
+            else ""
+        )
         return (
             "remove that Module.compile() call (made in configure_model, it would undo the fix at the next fit, "
-            "validate, test or predict) and compile it " + "; or ".join(ways)
+            f"validate, test or predict) and compile it {by_jit_transform}once, where the model is built (__init__): "
+            f"`{target} = torch.compile({target})` (its state_dict keys gain `_orig_mod.`)"
         )
 
     def attributes(self) -> dict[str, AttributeValue]:

@@ -121,7 +121,7 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
         )
     if budget.no_eager_fallback:
         broken += [fallback_line(fallback, new.last_step) for fallback in new.fallbacks]
-        broken += [f"{found.words()}, without compilation" for found in new.not_compiled]
+        broken += [found.words() for found in new.not_compiled]
     if budget.no_new_graph_breaks and baseline is not None:
         for (location, reason), count in sorted(breaks_of(new).items()):
             if (location, reason) not in breaks_of(baseline):

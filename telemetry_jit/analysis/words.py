@@ -51,7 +51,7 @@ def fix_first(summary: RunSummary) -> list[Item]:
     """What to fix first, ranked: modules compiled to no effect, then recompile causes by the compile seconds
     they cost (training's and evaluation's apart, as their fixes differ), then graph breaks, the user's own
     first; one item for each place, with every line of the user's code that led there."""
-    items = [Item(f"{found.words()}, without compilation", (f"fix: {found.fix()}",)) for found in summary.not_compiled]
+    items = [Item(found.words(), (f"fix: {found.fix()}",)) for found in summary.not_compiled]
     for row in summary.causes:
         if not row.unexpected:
             continue

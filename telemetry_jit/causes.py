@@ -46,6 +46,14 @@ class Cause:
         return self.eval_fix if self.eval_fix and stage in EVAL_STAGES else self.fix
 
 
+# where a mark_dynamic fix goes: the compiled frame's own argument, which is not the batch when only a submodule
+# is compiled (tried: a mark on the batch left the recompile; a mark on the compiled call's argument removed it)
+_AT_THE_CALL = (
+    "on the tensor the compiled call receives (torch's reason names it: args[0] is its first argument), right "
+    "before that call (a tensor it is computed from does not pass the mark on)"
+)
+
+
 CAUSES: dict[str, Cause] = {
     cause.id: cause
     for cause in (
@@ -78,9 +86,9 @@ CAUSES: dict[str, Cause] = {
             "the last batch of an epoch is smaller than the others",
             "drop the smaller last batch with DataLoader(..., drop_last=True), or compile for changing batch "
             "sizes with JitConfig(torch_kwargs={'dynamic': True}) (torch.compile(dynamic=True))",
-            "compile for changing batch sizes with JitConfig(torch_kwargs={'dynamic': True}) or "
-            "torch._dynamo.mark_dynamic(batch, 0) in the step, or pad the last batch to the full size (and leave the "
-            "padding out of the metrics); drop_last=True would leave samples unevaluated",
+            "compile for changing batch sizes with JitConfig(torch_kwargs={'dynamic': True}), or mark dimension 0 "
+            f"dynamic with torch._dynamo.mark_dynamic(tensor, 0) {_AT_THE_CALL}; or pad the last batch to the full "
+            "size (and leave the padding out of the metrics); drop_last=True would leave samples unevaluated",
         ),
         Cause(
             "eval_shape",
@@ -91,10 +99,9 @@ CAUSES: dict[str, Cause] = {
         Cause(
             "changing_dim",
             "a dimension keeps changing between calls",
-            "mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim) on the tensor the compiled call "
-            "receives (torch's reason names it: args[0] is its first argument), right before that call (a tensor it "
-            "is computed from does not pass the mark on); or compile with JitConfig(torch_kwargs={'dynamic': True}); "
-            "or, where shapes must stay static, pad inputs to a few fixed sizes (one compile each)",
+            f"mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim) {_AT_THE_CALL}; or compile "
+            "with JitConfig(torch_kwargs={'dynamic': True}); or, where shapes must stay static, pad inputs to a few "
+            "fixed sizes (one compile each)",
         ),
         Cause(
             "python_value",

@@ -25,6 +25,7 @@ import telemetry_jit
 from telemetry_jit import cli
 from telemetry_jit.analysis.status import run_status
 from telemetry_jit.analysis.summary import summarize, summary_json
+from telemetry_jit.causes import CAUSES
 from telemetry_jit.compat import torch as torch_compat
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS
@@ -270,6 +271,43 @@ def test_predict_with_a_remainder_gets_the_evaluation_fix_never_drop_last(teleme
     assert sum(len(p) for p in predictions) == 200  # every sample predicted
     status, out = said("diff", str(telemetry.path), str(fixed_path))
     assert "fixed recompiles: last_batch in eval" in out
+
+
+class HeadCompiled(Regressor):
+    """Only its last layer compiled; ``mark`` says where the step puts ``mark_dynamic``: on the batch, or on
+    the tensor the compiled layer receives."""
+
+    def __init__(self, mark: str) -> None:
+        super().__init__(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh()))
+        self.head = torch.nn.Sequential(torch.nn.Linear(16, 1), torch.nn.ReLU())
+        self.compiled_head = torch.compile(self.head, backend="eager")
+        self.mark = mark
+
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        (x,) = batch
+        if self.mark == "batch":
+            torch._dynamo.mark_dynamic(x, 0)
+        h = self.model(x)
+        if self.mark == "at the call":
+            torch._dynamo.mark_dynamic(h, 0)
+        return self.compiled_head(h)
+
+
+@pytest.mark.parametrize("mark", ["batch", "at the call"])
+def test_mark_dynamic_works_where_the_fix_puts_it_on_the_compiled_calls_argument(
+    telemetry: Telemetry, mark: str
+) -> None:
+    fix = CAUSES["last_batch"].fix_for("predict")
+    assert "on the tensor the compiled call receives" in fix and "right before that call" in fix
+    before = frames_compiled()
+    telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)[0](**TRAINER_DEFAULTS).predict(
+        HeadCompiled(mark),
+        DataLoader(TensorDataset(torch.randn(40, 8)), batch_size=16),  # 16, 16, then 8
+    )
+    recompiles = summarize(telemetry.end()).digest.recompiles
+    assert frames_compiled() - before > 0
+    # a mark on the batch does not pass to the tensor computed from it: the last batch still recompiles
+    assert recompiles == (1 if mark == "batch" else 0)
 
 
 def test_drop_last_on_the_training_loader_leaves_validations_last_batch_named_with_its_fix(

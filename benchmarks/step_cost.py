@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import math
 import os
 import re
 import shutil
@@ -189,6 +190,12 @@ class Profile:
         fraction = samples / self.in_fit
         return f"{100 * fraction:.2f}% = {fraction * self.step_s * 1e6:.1f} us a step"
 
+    def interval(self, samples: int) -> str:
+        """The share's 95 % interval from counting alone (a count of n samples is off by about sqrt(n)):
+        the resolution of the figure, before any of the machine's noise."""
+        low, high = ((samples + sign * 1.96 * math.sqrt(samples)) / self.in_fit for sign in (-1, 1))
+        return f"{samples} of {self.in_fit} samples, {100 * low:.2f}-{100 * high:.2f}% from counting alone"
+
 
 def sampling_share(args: argparse.Namespace, folder: Path) -> None:
     spy = shutil.which("py-spy")
@@ -208,6 +215,7 @@ def sampling_share(args: argparse.Namespace, folder: Path) -> None:
         f"{hooked.step_s * 1e6:.1f} us), of the samples in Trainer.fit:"
     )
     print(f"  telemetry code, every thread:            {hooked.share(hooked.in_telemetry)}")
+    print(f"                                           ({hooked.interval(hooked.in_telemetry)})")
     dispatch = hooked.in_dispatch / hooked.in_fit - plain.in_dispatch / plain.in_fit
     print(
         f"  Lightning's dispatch of callback hooks:  hooked {hooked.share(hooked.in_dispatch)}, plain "

@@ -144,12 +144,12 @@ def _now() -> TracingTimestamp:
     fast path's cost per step)."""
     timestamp = _new_timestamp(TracingTimestamp)
     fields = timestamp.__dict__
-    fields["_seconds_since_epoch"] = time.time()
-    fields["_perf_counter_seconds"] = time.perf_counter()
+    fields["_seconds_since_epoch"] = _wall_clock()
+    fields["_perf_counter_seconds"] = _perf_counter()
     return timestamp
 
 
-_new_timestamp = object.__new__
+_new_timestamp, _wall_clock, _perf_counter = object.__new__, time.time, time.perf_counter
 
 
 def _start_window(timer: MultiWindowTimer, now: TracingTimestamp) -> None:
@@ -166,16 +166,13 @@ def _stop_window(timer: MultiWindowTimer, now: TracingTimestamp) -> None:
     duration = now._perf_counter_seconds - timer._current_window_start._perf_counter_seconds
     timer._latest_window_end = now
     timer._latest_window_duration_sec = duration
-    timer._min_window_duration_sec = min(timer._min_window_duration_sec, duration)
-    timer._max_window_duration_sec = max(timer._max_window_duration_sec, duration)
+    if duration < timer._min_window_duration_sec:  # min() and max(), without two calls a step
+        timer._min_window_duration_sec = duration
+    if duration > timer._max_window_duration_sec:
+        timer._max_window_duration_sec = duration
     timer._total_time_sec += duration
     timer._avg_window_duration_sec = timer._total_time_sec / timer._total_window_count
     timer._current_window_start = None
-
-
-def _metrics_update_due(completed_iterations: int, every_n: int) -> bool:
-    """TrainingRecorder._maybe_send_training_metrics_update's condition, after an iteration ended."""
-    return completed_iterations > 1 and completed_iterations % every_n == 0
 
 
 class IterationBookkeeping:
@@ -248,7 +245,9 @@ class IterationBookkeeping:
                 state.first_logged_train_iterations_finish_time = now
             if evaluate_value(config.is_log_throughput_enabled_or_fn):
                 self._count_flops(samples, config)
-        if _metrics_update_due(state.completed_training_iterations_overall, config.log_every_n_train_iterations):
+        completed = state.completed_training_iterations_overall
+        # TrainingRecorder._maybe_send_training_metrics_update's own condition, asked before calling it
+        if completed > 1 and completed % config.log_every_n_train_iterations == 0:
             if self.fast and telemetry_enabled():
                 recorder._maybe_send_training_metrics_update()
             # nv-one-logger keeps every event of a running span and formats them all on each look-up

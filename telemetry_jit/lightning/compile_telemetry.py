@@ -125,7 +125,11 @@ class CompileTelemetryCallback(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx)
+        if batch_idx == 0 or self._tuner:
+            self._batch_started(trainer, pl_module, batch_idx)
+        else:  # most steps: the stage is known, training has one loader
+            self.loader = None
+            self.recorder.batch_started(self._steps.completed, batch_idx, "train")
 
     @override
     def on_validation_batch_start(

@@ -155,11 +155,9 @@ class DynamoProbe:
         ``torch._dynamo.reset()`` cleared the callbacks. Cheap: called at every training step, it calls no
         torch function (torch clears and appends to these containers in place)."""
         metrics = self._metrics
-        return (
-            bool(self._collected)
-            or (bool(metrics) and metrics[-1] is not self._last_metric)
-            or (self._attached and self._start_callback not in self._start_callbacks)
-        )
+        if self._collected or (metrics and metrics[-1] is not self._last_metric):
+            return True
+        return self._attached and self._start_callback not in self._start_callbacks
 
     # -- torch callbacks -----------------------------------------------------------------------
     def _on_start(self, args: Any) -> None:

@@ -123,6 +123,7 @@ class ThunderWatch:
 
     def __init__(self) -> None:
         self._sources: dict[int, ThunderSource] = {}  # by id
+        self.watching = False  # any thunder compilation is watched (read at every step: a plain attribute)
         self._before: dict[int, tuple[int, int]] = {}  # function id -> (hits, misses) when first seen
 
     def watch(self, model: torch.nn.Module) -> None:
@@ -132,12 +133,10 @@ class ThunderWatch:
             if id(source) in self._sources:
                 continue
             self._sources[id(source)] = source
+            self.watching = True
             for function in source.functions:
                 function.take_records()  # compiled before this run (a module called by hand): not this run's
                 self._before[id(function)] = (function.stats.cache_hits, function.stats.cache_misses)
-
-    def __bool__(self) -> bool:
-        return bool(self._sources)
 
     def take_records(self) -> list[CompileRecord]:
         """The compiles recorded since the last call."""

@@ -52,7 +52,8 @@ class FallbackCostMeter(CompileListener):
     def __init__(self) -> None:
         self._spans: list[_Span] = [_Span()]
         self._frames: set[str] = set()
-        self._started: tuple[int, int] | None = None  # (ns, global step) of the training batch running now
+        self._started_ns: int | None = None  # when the training batch running now started (None: none is timed)
+        self._started_step = -1  # its global step
         self._compiled = False  # something compiled since that batch started
         self._eager_steps: deque[int] = deque(maxlen=8)  # steps a payoff measurement runs eagerly
 
@@ -72,27 +73,25 @@ class FallbackCostMeter(CompileListener):
     def batch_started(self, stage: str, global_step: int, now_ns: int) -> None:
         """A batch of ``stage`` begins: the training batch before it ends."""
         if stage != TIMED_STAGE:  # the training batch before it ran into this stage's start: not timed
-            self._started, self._compiled = None, False
+            self._started_ns, self._compiled = None, False
             return
-        if self._started is not None and not self._compiled and self._started[1] not in self._eager_steps:
-            self._sample((now_ns - self._started[0]) / 1e6)
+        span = self._spans[-1]
+        # every step goes through here: no calls, no allocations but the sample's
+        if self._started_ns is not None and not self._compiled and self._started_step not in self._eager_steps:
+            ms = (now_ns - self._started_ns) / 1e6
+            span.last_timed.append(ms)
+            if span.step >= 0 and len(span.first_timed) < MAX_SAMPLES:  # a fallback's eager side
+                span.first_timed.append(ms)
         self._compiled = False
-        self._started = (now_ns, global_step)
-        if len(self._spans) > 1:
-            self._spans[-1].batches += 1
+        self._started_ns, self._started_step = now_ns, global_step
+        span.batches += 1
 
     def loop_ended(self) -> None:
-        self._started = None
+        self._started_ns = None
 
     def costs(self) -> list[FallbackCost]:
         """Each fallback's cost so far: the batches after it against the compiled batches before it."""
         return [_cost(before.last_timed, span) for before, span in pairwise(self._spans)]
-
-    def _sample(self, ms: float) -> None:
-        span = self._spans[-1]
-        span.last_timed.append(ms)
-        if len(span.first_timed) < MAX_SAMPLES:
-            span.first_timed.append(ms)
 
 
 def _cost(compiled: deque[float], span: _Span) -> FallbackCost:

@@ -204,7 +204,7 @@ class CompileRecorder:
         """Record the compilations that finished since the last call."""
         for record in _PROBE.call(self._probe.poll) or ():
             self.record(record)
-        if self._thunder:
+        if self._thunder.watching:
             for record in _THUNDER.call(self._thunder.take_records) or ():
                 self.record(record)
         for observer in self._observers:
@@ -221,7 +221,7 @@ class CompileRecorder:
         recorded (compiles the probe could not bracket because ``torch._dynamo.reset()`` cleared its callbacks
         belong to the step that just ran), the callbacks come back if they were cleared, and the first step of
         a stage is measured."""
-        if self._thunder or self._observers or self._probe.has_news():
+        if self._thunder.watching or self._observers or self._probe.has_news():
             self.poll()
             self.ensure_registered()
         self._batch_step, self._batch_index, self._batch_loader = global_step, batch_index, loader
@@ -331,7 +331,7 @@ class CompileRecorder:
     def record(self, record: CompileRecord) -> None:
         """Record one finished compilation (the probes' are recorded by :meth:`poll`): tell each
         listener, then export its span. Whatever fails costs one warning, never the run."""
-        if record.trigger == "dynamo" and self._thunder:
+        if record.trigger == "dynamo" and self._thunder.watching:
             record.graph_breaks.extend(self._thunder.take_splits(record.compile_id))
         try:
             context = record.context or self._context(self._batch_step)

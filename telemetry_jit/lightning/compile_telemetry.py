@@ -125,37 +125,37 @@ class CompileTelemetryCallback(Callback):
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if batch_idx == 0 or self._tuner:
-            self._batch_started(trainer, pl_module, batch_idx)
-        else:  # most steps: the stage is known, training has one loader
-            self.loader = None
-            self.recorder.batch_started(self._steps.completed, batch_idx, "train")
+        # a training batch's stage is "train" but in the Tuner's trials: no lookup at every step
+        self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, True) if self._tuner else "train")
 
     @override
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, dataloader_idx)
+        self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, self._tuner), dataloader_idx)
 
     @override
     def on_test_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, dataloader_idx)
+        self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, self._tuner), dataloader_idx)
 
     @override
     def on_predict_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, dataloader_idx)
+        self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, self._tuner), dataloader_idx)
 
     # no batch-end hooks: a batch's compiles are recorded when the next batch starts or the loop ends
     def _batch_started(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch_idx: int, dataloader_idx: int | None = None
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        batch_idx: int,
+        stage: str,
+        dataloader_idx: int | None = None,
     ) -> None:
         self.loader = dataloader_idx if dataloader_idx is not None and _loaders(trainer) > 1 else None
-        state = trainer.state.stage
-        stage = _stage(trainer, self._tuner) if self._tuner else state.value if state is not None else ""
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
             self.recorder.watch_thunder(pl_module)
             self._steps = lightning_compat.global_step_counter(trainer)

@@ -11,9 +11,13 @@ from pathlib import Path
 
 import lightning.pytorch as pl
 import pytest
+import torch
+from lightning.pytorch.loggers import Logger
+from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.recording.figures import PREFIX
 from tests.e2e.conftest import Telemetry
 from tests.e2e.test_loops import STATIC_SHAPES, _compiled_model_and_optimizer, train
 from tests.models import TRAINER_DEFAULTS, Net, loader
@@ -238,3 +242,41 @@ def test_weights_and_biases_summary_holds_the_runs_compile_total(telemetry: Tele
     assert summary["compile/total_time_s"] == pytest.approx(total, abs=1e-3)
     assert summary["compile/time_s"] == pytest.approx(total, abs=1e-3)  # not the last step's seconds
     assert summary["compile/compilations"] == len(run.find("compilation"))
+
+
+class LoggedLoss(Net):
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        self.log("loss", loss)
+        return loss
+
+
+def test_a_mid_epoch_recompiles_figures_reach_the_logger_before_any_later_step(telemetry: Telemetry) -> None:
+    """Loggers such as W&B drop a step lower than one already logged: the figures of a compile in training step N
+    are logged as step N + 1 starts, before Lightning logs N + 1, not at the epoch's end."""
+    calls: list[tuple[int, bool]] = []  # (step, holds compile figures), in the order the logger got them
+
+    class Recording(Logger):
+        name, version = "recording", "0"
+
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            calls.append((int(step or 0), f"{PREFIX}time_s" in metrics))
+
+        def log_hyperparams(self, *args: object, **kwargs: object) -> None:
+            pass
+
+    x = torch.randn(18, 8)
+    batches = [list(range(0, 4)), list(range(4, 8)), [8, 9], list(range(10, 14)), list(range(14, 18))]
+    data = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_sampler=batches)  # step 2 recompiles
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(
+        pl.Trainer,
+        telemetry.provider,
+        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}),
+    )
+    defaults = {**TRAINER_DEFAULTS, "logger": Recording(), "log_every_n_steps": 1}
+    HookedTrainer(max_epochs=1, **defaults).fit(LoggedLoss(), data)
+    figures_at = [index for index, (_, figures) in enumerate(calls) if figures]
+    assert [calls[index][0] for index in figures_at] == [0, 2]  # the first step's compile, the recompile
+    for index in figures_at:
+        step = calls[index][0]
+        assert all(earlier <= step for earlier, _ in calls[:index]), calls

@@ -113,6 +113,16 @@ def compile_in_place(module: torch.nn.Module, **torch_kwargs: Any) -> None:
     set_compiled_call(module, functools.partial(compiled, module))
 
 
+def check_compile_arguments(**torch_kwargs: Any) -> None:
+    """Raise what ``torch.compile(**torch_kwargs)`` raises for its arguments (an unknown backend, mode or
+    option) without compiling anything: torch checks them when it wraps a function, not when it runs it."""
+    torch.compile(_uncalled, **torch_kwargs)
+
+
+def _uncalled() -> None:
+    """What :func:`check_compile_arguments` wraps: never called."""
+
+
 def forward_is_skipped(module: torch.nn.Module) -> bool:
     """Whether dynamo skips ``module.forward`` (it lies in torch's own files), as ``torch.compile(module)`` asks."""
     from torch._dynamo import trace_rules

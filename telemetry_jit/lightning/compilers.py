@@ -207,8 +207,16 @@ class TorchCompileBackend:
 
     name, title = "torch", "torch.compile"
 
-    def check(self) -> None:
-        pass
+    def check(self, config: Any) -> None:
+        """Arguments torch.compile rejects fail here, not after setup and the sanity check have run."""
+        try:
+            torch_compat.check_compile_arguments(**config.torch_kwargs)
+        except Exception as error:
+            raise ValueError(
+                f"JitConfig(torch_kwargs={config.torch_kwargs!r}): torch.compile does not take them "
+                f"({type(error).__name__}: {error}). Fix or drop that argument (torch._dynamo.list_backends() lists "
+                "the backends, torch._inductor.list_mode_options() the modes)."
+            ) from error
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
         torch_compat.compile_in_place(module, **config.torch_kwargs)
@@ -223,7 +231,7 @@ class ThunderJitBackend:
 
     name, title = "thunder", "thunder.jit"
 
-    def check(self) -> None:
+    def check(self, config: Any) -> None:
         thunder_compat.import_thunder()  # a missing or broken install fails here, before the first step
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
@@ -239,7 +247,7 @@ class ThunderThroughDynamoBackend:
 
     name, title = "thunder-dynamo", "torch.compile with thunder.dynamo.ThunderCompiler"
 
-    def check(self) -> None:
+    def check(self, config: Any) -> None:
         thunder_compat.dynamo_compiler()
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:

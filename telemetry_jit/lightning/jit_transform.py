@@ -300,7 +300,7 @@ class JitTransform(Callback):
         for config in self.configs:
             if config.compiler:
                 select(root, config)
-                compiler_backend(config.compiler).check()  # a missing backend or install fails before the first step
+                compiler_backend(config.compiler).check(config)  # a missing install or a bad argument fails here
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._compile(pl_module)

@@ -58,8 +58,9 @@ class CompilerBackend(Protocol):
     name: str
     title: str
 
-    def check(self) -> None:
-        """Raise when this backend cannot work here (a missing install): called at ``setup``."""
+    def check(self, config: Any) -> None:
+        """Raise when this backend cannot work here (a missing install) or with ``config`` (its ``JitConfig``):
+        called at ``setup``, before the sanity check and the first step."""
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
         """Compile ``module`` in place (``config``: its ``JitConfig``); return a callable saying whether its
@@ -82,7 +83,8 @@ def register_backend(backend: CompilerBackend) -> None:
     """
     if not isinstance(backend, CompilerBackend) or not isinstance(getattr(backend, "name", None), str):
         raise TypeError(
-            f"register_backend takes a CompilerBackend (name, title, check(), compile(), observer()), got {backend!r}."
+            "register_backend takes a CompilerBackend (name, title, check(config), compile(), observer()), "
+            f"got {backend!r}."
         )
     _BACKENDS[backend.name] = backend
 

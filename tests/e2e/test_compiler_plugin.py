@@ -43,7 +43,7 @@ class ToyBackend:
     def __init__(self) -> None:
         self.observer_ = ToyObserver()
 
-    def check(self) -> None:
+    def check(self, config: Any) -> None:
         pass
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:

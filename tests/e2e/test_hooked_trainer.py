@@ -97,6 +97,33 @@ def test_bad_arguments_are_named(telemetry: Telemetry) -> None:
         HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader())
 
 
+@pytest.mark.parametrize(
+    ("torch_kwargs", "torch_says"),
+    [({"backend": "no_such_backend"}, "Invalid backend"), ({"mode": "max-speed"}, "Unrecognized mode")],
+)
+def test_arguments_torch_compile_rejects_fail_at_setup_before_any_step(
+    telemetry: Telemetry, torch_kwargs: dict[str, Any], torch_says: str
+) -> None:
+    HookedTrainer, _ = hook_trainer_cls(
+        pl.Trainer,
+        telemetry.provider,
+        jit_config=JitConfig(use_torch=True, module_selector="layer0", torch_kwargs=torch_kwargs),
+    )
+    batches: list[str] = []
+
+    class Batches(Callback):
+        def on_train_batch_start(self, *args: object) -> None:
+            batches.append("train")
+
+        def on_validation_batch_start(self, *args: object) -> None:
+            batches.append("validation")
+
+    trainer = HookedTrainer(max_epochs=1, callbacks=[Batches()], num_sanity_val_steps=2, **TRAINER_DEFAULTS)
+    with pytest.raises(ValueError, match=rf"JitConfig\(torch_kwargs=.*torch.compile does not take them.*{torch_says}"):
+        trainer.fit(Net(), loader(), loader(8))
+    assert batches == []  # neither the sanity check nor training ran a batch
+
+
 def test_explicit_calls_and_implicit_spans_land_in_the_file(telemetry: Telemetry, tmp_path: Path) -> None:
     HookedTrainer, callback = hook_trainer_cls(pl.Trainer, telemetry.provider)
     recorder = Recorder()

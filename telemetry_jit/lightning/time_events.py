@@ -214,7 +214,8 @@ class TimeEventCallback(Callback):
             _CALLBACKS.call(self._end_failed, exception, f"{stage} step {trainer.global_step}")
 
     def _end_failed(self, exception: BaseException, where: str) -> None:
-        message = f"{type(exception).__name__}: {exception} (at {where})"
+        said = f"{type(exception).__name__}: {exception}" if str(exception) else type(exception).__name__
+        message = f"{said} (at {where})"  # Ctrl-C and SIGTERM say nothing: no dangling colon
         typed = exception if isinstance(exception, Exception) else None  # nv-one-logger takes no KeyboardInterrupt
         iterations = self._bookkeeping()
         for name, end in (

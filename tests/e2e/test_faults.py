@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from typing_extensions import override
 
 import telemetry_jit
+from telemetry_jit.analysis.status import run_status
 from telemetry_jit.compat.torch import compiles_recorded_by_torch
 from telemetry_jit.exporters import IsolatedExporter
 from tests.e2e.conftest import Telemetry, fresh_provider_state
@@ -281,6 +283,8 @@ def test_interrupt_closes_open_spans_and_leaves_the_file_intact(how: str, tmp_pa
     run = telemetry_jit.read_telemetry(path)[-1]
     for name in ("application", "training_loop", "compilation"):
         assert run.find(name) and all(span.end_unix_ns is not None for span in run.find(name)), name
+    ended = "KeyboardInterrupt" if how == "keyboard" else r"SIGTERM\w*"  # Lightning's exception for SIGTERM
+    assert re.match(rf"this run INTERRUPTED: {ended} \(at train step \d+\)", run_status(run).headline())
 
 
 def test_resume_from_checkpoint_keeps_counting(telemetry: Telemetry, tmp_path: Path) -> None:

@@ -59,8 +59,9 @@ CAUSES: dict[str, Cause] = {
     for cause in (
         Cause(
             "stage_switch",
-            "switching between training and validation/test/predict (grad mode changed)",
-            "expected: a compiled frame compiles once more for each mode it runs in (with gradients for "
+            "switching between calls with and without gradients (training and validation/test/predict, or a "
+            "torch.no_grad() call)",
+            "expected: a compiled frame compiles once more for each grad mode it runs in (with gradients for "
             "training, without for validation); nothing to fix",
         ),
         Cause(
@@ -240,7 +241,9 @@ class RecompileClassifier:
         if stage == "tuner":
             return Classified("tuner", subject, expected=True)
         if _GRAD_MODE.search(subject):
-            return Classified("stage_switch", subject, expected=first_in_mode)
+            # grad mode takes two values, so a frame's first recompile for it is its first compile in the other,
+            # whatever the stage says (a plain loop's evaluation, a no_grad call inside training_step)
+            return Classified("stage_switch", subject, expected=history.causes["stage_switch"] == 0)
         size = _SIZE.search(subject)
         if size is not None:
             return Classified(self._size_cause(history, size, mode, batch_index, batches), subject)

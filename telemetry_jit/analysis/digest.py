@@ -94,8 +94,8 @@ class CauseRow:
     def fix(self) -> str:
         if self.cause == "stage_switch" and self.unexpected:
             return (
-                "a frame recompiled on returning to a stage it had compiled for before, so something else changed "
-                "as well: torch names only the first guard that failed (see this frame's other recompiles)"
+                "a frame recompiled on returning to a grad mode it had compiled for before, so something else "
+                "changed as well: torch names only the first guard that failed (see this frame's other recompiles)"
             )
         stage = self.stages[0] if self.stages else ""
         if self.cause == "recompile_limit" and self.behind:

@@ -18,7 +18,7 @@ BREAK_HEADERS = ("breaks at", "in code of", "count", "your lines", "type")
 THUNDER_HEADERS = ("module", "misses", "hits")
 DDP_HEADERS = ("frame", "compile", "splits", "bucket cap MB")
 _EXPECTED_WHY = {
-    "stage_switch": "when training and validation/test alternate (grad mode changed): once per frame",
+    "stage_switch": "when calls with and without gradients alternate (grad mode changed): once per frame",
     "shared_code": "for other callers of one function in its first step (layers of one class): once per kind",
     "inference_mode": (
         "when validate/test/predict run outside fit under inference mode: once per frame "
@@ -56,7 +56,7 @@ def fix_first(summary: RunSummary) -> list[Item]:
         if not row.unexpected:
             continue
         steps = f"step {row.steps[0]}" if len(row.steps) == 1 else f"steps {listed(row.steps)}"
-        title = row.title if row.cause != "stage_switch" else "a frame recompiled when its stage came back"
+        title = row.title if row.cause != "stage_switch" else "a frame recompiled when its grad mode came back"
         reason = f" ({row.reasons[0]})" if row.reasons and row.cause != "stage_switch" else ""
         plural = "s" if row.unexpected > 1 else ""
         items.append(

@@ -753,3 +753,43 @@ def test_a_recompile_in_lightnings_own_code_names_the_fix_the_user_can_make(
     assert facts["fixed_recompile_causes"].get("python_value in eval") == row.count, facts
     assert facts["new"]["graph_breaks"] == 0 < facts["base"]["graph_breaks"]
     assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0", "--max-graph-breaks", "0")[0] == 0
+
+
+class WithTargetPass(Regressor):
+    """A training_step that also runs the compiled model without gradients (a target or teacher pass)."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        with torch.no_grad():
+            target = self.model(x).detach()
+        return torch.nn.functional.mse_loss(self.model(x), (y + target) / 2)
+
+
+def test_a_frames_first_call_without_gradients_is_the_expected_price_in_a_plain_loop_and_in_training_step(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    # a plain loop's evaluation under no_grad (its stage stays "train": nobody says otherwise)
+    model = torch.compile(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)), **EAGER)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with telemetry_jit.CompileTelemetry(telemetry.provider) as recorder:
+        for step in range(6):
+            recorder.step(step)
+            model(torch.randn(8, 8)).pow(2).mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            if step % 3 == 2:
+                with torch.no_grad():
+                    model(torch.randn(8, 8))
+    loop = telemetry.end()
+    # in a Lightning training_step, beside the step with gradients
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    path = tmp_path / "target.jsonl"
+    target = Telemetry(telemetry_jit.configure("target", file=path), path)
+    hooked(target)(max_epochs=2, **TRAINER_DEFAULTS).fit(WithTargetPass(), data(32, 8))
+    fit = target.end()
+    for run, file in ((loop, telemetry.path), (fit, path)):
+        rows = [row for row in summarize(run).causes if row.cause == "stage_switch"]
+        assert [(row.count, row.unexpected) for row in rows] == [(1, 0)]  # once, for the first call without
+        assert "what to fix first" not in telemetry_jit.format_summary(run)
+        assert said("check", str(file), "--max-unexpected-recompiles", "0")[0] == 0

@@ -252,3 +252,14 @@ def test_whose_code_a_recompiles_fix_would_change() -> None:
         == "user"
     )
     assert recompile_owner("step", "/home/me/train.py:12") == "user"
+
+
+def test_a_frames_first_grad_mode_recompile_is_expected_whatever_the_stage_and_a_second_is_not() -> None:
+    # a plain loop evaluates under no_grad with its stage still "train"; a training_step may call a module
+    # without gradients too: grad mode has two values, so only the first switch is the price
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train")
+    first = classifier.observe("0", "train", reason="0/0: GLOBAL_STATE changed: grad_mode ", is_recompile=True)
+    again = classifier.observe("0", "train", reason="0/1: GLOBAL_STATE changed: grad_mode ", is_recompile=True)
+    assert (first.cause, first.expected) == ("stage_switch", True)
+    assert (again.cause, again.expected) == ("stage_switch", False)

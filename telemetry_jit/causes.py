@@ -95,14 +95,15 @@ CAUSES: dict[str, Cause] = {
             "eval_shape",
             "validation/test batches are shaped unlike training batches",
             "give validation and test batches the training shapes (same batch size and sequence length, e.g. pad "
-            "to the training length), or compile for changing shapes with JitConfig(torch_kwargs={'dynamic': True})",
+            "to the training length), or compile for changing shapes with JitConfig(torch_kwargs={'dynamic': True}) "
+            "(torch.compile(dynamic=True))",
         ),
         Cause(
             "changing_dim",
             "a dimension keeps changing between calls",
             f"mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim) {_AT_THE_CALL}; or compile "
-            "with JitConfig(torch_kwargs={'dynamic': True}); or, where shapes must stay static, pad inputs to a few "
-            "fixed sizes (one compile each)",
+            "with dynamic=True (JitConfig(torch_kwargs={'dynamic': True}), or torch.compile(..., dynamic=True)); "
+            "or, where shapes must stay static, pad inputs to a few fixed sizes (one compile each)",
         ),
         Cause(
             "python_value",
@@ -110,6 +111,14 @@ CAUSES: dict[str, Cause] = {
             "keep what the compiled code reads the same from call to call: hold numbers that change in tensors (a "
             "buffer registered in __init__, updated in place) and give attributes it checks (x is None) their value "
             "before the first call",
+            in_the_frame=True,
+        ),
+        Cause(
+            "break_value",
+            "a number a graph break left behind (read with .item() before the break) is burned into the code after it",
+            "fix the graph break where the frame was split (the graph breaks name it, with its fix; for .item(), "
+            "torch._dynamo.config.capture_scalar_outputs = True keeps the number in the graph): this recompile "
+            "goes with it",
             in_the_frame=True,
         ),
         Cause(
@@ -149,6 +158,9 @@ _ATTRIBUTE = re.compile(
     r"\bis None\b|\bis not None\b|___check_obj_id|___check_type_id|ID_MATCH|TYPE_MATCH|hasattr|len\("
 )
 _STACK_NAME = re.compile(r"___stack\d+")
+# what normalize_reason calls a value on the stack where a graph break split the frame: only a resume
+# function (the code after a break) receives one
+_BREAK_VALUE = "an intermediate value"
 
 
 def normalize_reason(reason: str) -> str:
@@ -159,7 +171,7 @@ def normalize_reason(reason: str) -> str:
     text = _SOURCE_COMMENT.sub("", _COMPILE_ID.sub("", first)).strip()
     text = re.sub(r"L\['([^']+)'\]", r"\1", text)
     text = re.sub(r"\._modules\['([^']+)'\]", r".\1", text)
-    return _STACK_NAME.sub("an intermediate value", text)
+    return _STACK_NAME.sub(_BREAK_VALUE, text)
 
 
 @dataclass(frozen=True)
@@ -262,6 +274,8 @@ class RecompileClassifier:
                 return Classified("other", subject)
             history.changed_properties.add((changed[1], changed[2]))
             return Classified("tensor_property", subject)
+        if subject.startswith(_BREAK_VALUE) and _NUMBER.search(subject):
+            return Classified("break_value", subject)
         if _NUMBER.search(subject) or _STRING.search(subject) or _ATTRIBUTE.search(subject):
             return Classified("python_value", subject)
         return Classified("other", subject)

@@ -793,3 +793,50 @@ def test_a_frames_first_call_without_gradients_is_the_expected_price_in_a_plain_
         assert [(row.count, row.unexpected) for row in rows] == [(1, 0)]  # once, for the first call without
         assert "what to fix first" not in telemetry_jit.format_summary(run)
         assert said("check", str(file), "--max-unexpected-recompiles", "0")[0] == 0
+
+
+class ItemGate(torch.nn.Module):
+    """Reads a number with ``.item()`` and branches on it: a graph break with the number on dynamo's stack."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.relu(self.a(x))
+        if h.mean().item() > 10:
+            h = h * 0.5
+        return self.b(h)
+
+
+def item_gate_loop(telemetry: Telemetry) -> telemetry_jit.analysis.reader.TelemetryRun:
+    model = torch.compile(ItemGate(), **EAGER)
+    with telemetry_jit.CompileTelemetry(telemetry.provider) as recorder:
+        for step in range(4):
+            recorder.step(step)
+            model(torch.randn(8, 8)).pow(2).mean().backward()
+    return telemetry.end()
+
+
+def test_a_number_left_by_a_graph_break_is_named_with_the_break_and_the_breaks_fix_removes_it(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    run = item_gate_loop(telemetry)
+    (row,) = [row for row in summarize(run).causes if row.cause != "stage_switch"]
+    assert (row.cause, row.count, row.unexpected) == ("break_value", 1, 1)
+    assert row.reasons[0].startswith("an intermediate value == ")
+    text = flat(telemetry_jit.format_summary(run))
+    assert "a number a graph break left behind" in text and "capture_scalar_outputs = True" in text
+    # the fix it names, on the same loop
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    with torch._dynamo.config.patch(capture_scalar_outputs=True):
+        fixed_run = item_gate_loop(fixed)
+    assert not [row for row in summarize(fixed_run).causes if row.cause == "break_value"]
+    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    assert "fixed recompiles: break_value: 1" in out
+    assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0")[0] == 0
+    assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1

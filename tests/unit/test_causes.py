@@ -69,7 +69,7 @@ def test_every_recompile_of_a_real_run_gets_its_cause() -> None:
     ("reason", "cause"),
     [
         ("0/0: self._modules['pos_encoder'].pe is None", "python_value"),  # torch 2.8's wording of an attribute
-        ("2/1: ___stack2 == 0.2564869523048401  # print(..., h.mean().item())", "python_value"),
+        ("2/1: ___stack2 == 0.2564869523048401  # print(..., h.mean().item())", "break_value"),
         ("0/3: L['self'].scale == 0.5", "python_value"),
         ("0/0: tensor 'x' dtype mismatch. expected Float, actual Double", "tensor_property"),
         ("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0", "tensor_property"),

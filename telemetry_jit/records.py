@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
-from telemetry_jit.schema import FallbackAttr, NotCompiledAttr, PayoffAttr
+from telemetry_jit.schema import CompiledBeforeAttr, FallbackAttr, NotCompiledAttr, PayoffAttr
 
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
@@ -268,6 +268,44 @@ class Payoff:
             f"compiled steps {1 / self.speedup:.2f}x slower than eager ({times}): compiling loses here, "
             f"{self.compile_s:.1f} s of compiling is never repaid"
             + (f"; likely why: {why_slower}" if why_slower else "")
+        )
+
+
+@dataclass(frozen=True)
+class CompiledBefore:
+    """The frames a process had compiled when a run's compile telemetry began: calls to them run that code,
+    so the run does not compile them again, and a recompile it did not meet may have been paid before."""
+
+    frames: int
+    names: tuple[str, ...] = ()  # the first of them
+    locations: tuple[str, ...] = ()  # where each is defined, "file:line"
+
+    def words(self, short: Callable[[str], str] = str) -> str:
+        listed = ", ".join(f"{name} ({short(where)})" for name, where in zip(self.names, self.locations, strict=False))
+        more = f" and {self.frames - len(self.names)} more" if self.frames > len(self.names) else ""
+        return (
+            f"this run began in a process that had already compiled {self.frames} frame"
+            f"{'s' if self.frames > 1 else ''} ({listed}{more}): calls to {'them' if self.frames > 1 else 'it'} ran "
+            "that code without compiling, so "
+            "compiles and recompiles paid before the run are not in it. To measure an attempt from scratch, run it "
+            "in a fresh process, or call torch._dynamo.reset() before it"
+        )
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        return {
+            CompiledBeforeAttr.FRAMES: self.frames,
+            CompiledBeforeAttr.NAMES: list(self.names),
+            CompiledBeforeAttr.LOCATIONS: list(self.locations),
+        }
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, object]) -> CompiledBefore:
+        """What a ``compiled_before_run`` event holds."""
+        names, locations = attributes.get(CompiledBeforeAttr.NAMES), attributes.get(CompiledBeforeAttr.LOCATIONS)
+        return cls(
+            frames=int(attributes.get(CompiledBeforeAttr.FRAMES) or 0),  # type: ignore[call-overload]
+            names=tuple(map(str, names)) if isinstance(names, list) else (),
+            locations=tuple(map(str, locations)) if isinstance(locations, list) else (),
         )
 
 

@@ -38,6 +38,7 @@ class JitEventName(str, Enum):
     FALLBACK_COST = "eager_fallback_cost"
     RANKS_OUT_OF_STEP = "ranks_out_of_step"
     MODULE_NOT_COMPILED = "module_not_compiled"
+    COMPILED_BEFORE_RUN = "compiled_before_run"
 
     def __str__(self) -> str:
         return self.value
@@ -181,6 +182,15 @@ class PayoffAttr:
     NOT_MEASURED: Final = "payoff.not_measured"  # why the loop has no measurement
     EAGER_PEAK_MB: Final = "payoff.eager_peak_memory_mb"  # CUDA only
     COMPILED_PEAK_MB: Final = "payoff.compiled_peak_memory_mb"  # CUDA only
+
+
+class CompiledBeforeAttr:
+    """Attributes of the ``compiled_before_run`` event: the process held compiled code when the run's compile
+    telemetry began, which calls run without compiling."""
+
+    FRAMES: Final = "compiled_before.frames"  # how many frames
+    NAMES: Final = "compiled_before.names"  # the first 20 of them ("Sequential.forward")
+    LOCATIONS: Final = "compiled_before.locations"  # where each of those is defined ("/path/container.py:248")
 
 
 class NotCompiledAttr:

@@ -17,7 +17,7 @@ from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
-from telemetry_jit.records import NotCompiled, Payoff
+from telemetry_jit.records import CompiledBefore, NotCompiled, Payoff
 
 BreakKey = tuple[str, str]  # (file:line as tables show it, the first line of torch's reason)
 EXPECTED = " (expected)"  # how a cause's expected price is keyed apart: "stage_switch (expected)"
@@ -61,6 +61,7 @@ class RunFigures:
     payoff: Payoff | None = None
     fallbacks: list[Fallback] = field(default_factory=list)  # frames that run eagerly from a step on
     not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
+    compiled_before: CompiledBefore | None = None  # what the process had compiled when the run began
     cache_ledger: CacheLedger = field(default_factory=CacheLedger)
     last_step: int | None = None  # the loop's last global step, where the run said it
     run: tuple[str, int] = ("", 0)  # run id and rank: which run these are the figures of
@@ -93,6 +94,7 @@ class RunFigures:
             "cache_hits": self.cache_hits,
             "cache_hit_rate": self.cache_hit_rate,
             "unexpected_recompiles": self.unexpected_recompiles,
+            "compiled_before_run": self.compiled_before.frames if self.compiled_before is not None else 0,
             "recompile_causes": dict(self.causes),
         }
 
@@ -125,6 +127,7 @@ def figures(summary: RunSummary) -> RunFigures:
         payoff=summary.payoff,
         fallbacks=list(summary.fallbacks),
         not_compiled=list(summary.not_compiled),
+        compiled_before=summary.compiled_before,
         cache_ledger=d.cache_ledger,
         last_step=summary.last_step,
         run=(summary.run.run_id, summary.run.rank),
@@ -138,6 +141,10 @@ class RunDiff:
 
     def statuses(self) -> list[tuple[str, RunStatus]]:
         return [("base", self.base.status), ("new", self.new.status)]
+
+    def compiled_before(self) -> list[tuple[str, CompiledBefore]]:
+        """Each side that began in a process holding compiled code: its missing compiles prove nothing."""
+        return [(side, f.compiled_before) for side, f in (("base", self.base), ("new", self.new)) if f.compiled_before]
 
     @property
     def new_graph_breaks(self) -> dict[BreakKey, int]:

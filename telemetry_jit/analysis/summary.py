@@ -12,7 +12,7 @@ from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
-from telemetry_jit.records import FallbackCost, NotCompiled, Payoff, why_slower
+from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 
 # the loop a run is measured by: the first kind it has
@@ -96,6 +96,7 @@ class RunSummary:
     last_step: int | None = None  # the global step at the end of the loop (files since compile_summary said it)
     fallbacks: list[Fallback] = field(default_factory=list)  # the digest's, with what each cost where measured
     not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
+    compiled_before: CompiledBefore | None = None  # what the process had compiled when the run began
 
     @property
     def share(self) -> float | None:
@@ -152,7 +153,15 @@ def summarize(run: TelemetryRun) -> RunSummary:
         last_step=_last_step(loops),
         fallbacks=_costed(digest.fallbacks, run),
         not_compiled=_not_compiled(run),
+        compiled_before=_compiled_before(run),
     )
+
+
+def _compiled_before(run: TelemetryRun) -> CompiledBefore | None:
+    said = [
+        event for span in run.spans.values() for event in span.events if event.name == JitEventName.COMPILED_BEFORE_RUN
+    ]
+    return CompiledBefore.from_attributes(said[0].attributes) if said else None
 
 
 def _not_compiled(run: TelemetryRun) -> list[NotCompiled]:
@@ -268,6 +277,11 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
             {"module": found.module, "class": found.cls, "torch_version": found.torch_version, "fix": found.fix()}
             for found in s.not_compiled
         ],
+        "compiled_before_run": (
+            {"frames": s.compiled_before.frames, "names": list(s.compiled_before.names)}
+            if s.compiled_before is not None
+            else None
+        ),
         "failed_compilations": d.failed,
         "compile_cache": {
             "lookups": d.warm_start.lookups,

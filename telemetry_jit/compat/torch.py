@@ -317,6 +317,27 @@ def has_compiled_code_for(module: torch.nn.Module) -> bool:
     return any(code is not None and _debug_get_cache_entry_list(code) for code in codes)
 
 
+# dynamo's name for the code after a graph break (torch_dynamo_resume_in_forward_at_58), 2.8 - 2.15
+RESUME_PREFIX = "torch_dynamo_resume_in_"
+
+
+def frames_holding_compiled_code() -> list[tuple[str, str]]:
+    """``(name, "file:line")`` of each frame dynamo holds compiled code for now (a call to it runs that code
+    without compiling; ``torch._dynamo.reset()`` clears it), but the resume functions of graph breaks, which
+    continue a listed frame. From the code objects dynamo has converted (``convert_frame.input_codes``, 2.8 -
+    2.15) that still have cache entries; ``[]`` where a torch lacks that tracker."""
+    from torch._dynamo import convert_frame
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    frames = []
+    for reference in list(getattr(getattr(convert_frame, "input_codes", None), "seen", ())):
+        code = reference()
+        if code is None or code.co_name.startswith(RESUME_PREFIX) or not _debug_get_cache_entry_list(code):
+            continue
+        frames.append(frame_where(getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno))
+    return frames
+
+
 def current_compile_id() -> str:
     """The id of the compile in progress as the compile callbacks name it (``"0/1"``), or ``""``."""
     from torch._guards import CompileContext

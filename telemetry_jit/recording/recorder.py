@@ -36,7 +36,7 @@ from telemetry_jit.recording.out_of_step import Finding
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
 from telemetry_jit.recording.spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.records import AttributeValue, CompileContext, CompileRecord, NotCompiled
+from telemetry_jit.records import AttributeValue, CompileContext, CompiledBefore, CompileRecord, NotCompiled
 from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr, TrainingSpanName
 from telemetry_jit.session import Session
 
@@ -45,6 +45,9 @@ _PROBE = TORCH
 _THUNDER = call_site("thunder.compile_stats", "reading thunder.compile_stats")
 _OBSERVER = call_site("compiler.observer", "a registered compiler backend's observer (its attach, poll or detach)")
 _EVENT = call_site("nv_one_logger.event", "nv-one-logger's recorder (adding an event to a span)")
+# the runs (sessions) whose compile telemetry has looked for code the process compiled before them
+_LOOKED_BEFORE: weakref.WeakSet[Session] = weakref.WeakSet()
+_MAX_NAMED = 20
 _EXPORT = call_site("nv_one_logger.export", "recording a compilation span (through nv-one-logger's exporters)")
 _METRICS = call_site("opentelemetry.metrics", "OpenTelemetry's meter (creating the compile metrics)")
 _LISTENER = call_site("recording.listener", "a compile listener (metrics, console, alerts, figures, or your own)")
@@ -150,10 +153,23 @@ class CompileRecorder:
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
         self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), self._fallback_cost, *self.listeners]
         self._start_rank_watch(where().stage)
+        if self.session not in _LOOKED_BEFORE:
+            _LOOKED_BEFORE.add(self.session)
+            self._note_compiled_before()
         self._probe.attach()
         self._observers = [o for b in backends() if (o := _OBSERVER.call(b.observer)) is not FAILED and o is not None]
         for observer in self._observers:
             _OBSERVER.call(observer.attach)
+
+    def _note_compiled_before(self) -> None:
+        """Record the frames this process compiled before the run began: calls to them run that code and
+        compile nothing here, so a recompile this run did not meet may have been paid before it."""
+        frames = _PROBE.call(torch_compat.frames_holding_compiled_code)
+        if frames is FAILED or not frames:
+            return
+        named = frames[:_MAX_NAMED]
+        found = CompiledBefore(len(frames), tuple(name for name, _ in named), tuple(where for _, where in named))
+        self.emit_event(None, JitEventName.COMPILED_BEFORE_RUN, found.attributes())
 
     def _start_rank_watch(self, stage: str) -> None:
         """Publish this rank's heartbeat (and watch every rank's, on the watcher rank) where a process group of

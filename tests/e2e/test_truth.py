@@ -840,3 +840,39 @@ def test_a_number_left_by_a_graph_break_is_named_with_the_break_and_the_breaks_f
     assert "fixed recompiles: break_value: 1" in out
     assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0")[0] == 0
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1
+
+
+def test_a_run_after_another_in_one_process_says_what_was_compiled_before_and_reset_measures_it_afresh(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    # a notebook: fit, read the summary, fit again in the same process (here without any fix)
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(20, 8))
+    first = telemetry.end()
+    assert summarize(first).compiled_before is None
+    assert [row.cause for row in summarize(first).causes] == ["last_batch"]
+
+    def again(name: str) -> tuple[Path, Any]:
+        fresh_provider_state()
+        path = tmp_path / f"{name}.jsonl"
+        run = Telemetry(telemetry_jit.configure(name, file=path), path)
+        hooked(run)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(20, 8))
+        return path, run.end()
+
+    path, reused = again("reused")
+    s = summarize(reused)
+    assert s.digest.recompiles == 0  # the smaller batch's code was compiled by the first run
+    assert s.compiled_before is not None and s.compiled_before.frames >= 1
+    assert "Sequential.forward" in s.compiled_before.names
+    text = flat(telemetry_jit.format_summary(reused))
+    assert "this run began in a process that had already compiled" in text and "torch._dynamo.reset()" in text
+    status, out = said("diff", str(telemetry.path), str(path))
+    assert "new: this run began in a process that had already compiled" in out
+    assert "no evidence of a change" in out
+    status, out = said("check", str(path), "--max-unexpected-recompiles", "0")
+    assert status == 0 and "judged on what it compiled itself" in out
+    # the fix it names: torch._dynamo.reset() before the attempt, which then meets the recompile again
+    torch._dynamo.reset()
+    path, afresh = again("afresh")
+    assert summarize(afresh).compiled_before is None
+    assert [row.cause for row in summarize(afresh).causes] == ["last_batch"]
+    assert "already compiled" not in said("diff", str(telemetry.path), str(path))[1]

@@ -285,7 +285,7 @@ class CompiledBefore:
         more = f" and {self.frames - len(self.names)} more" if self.frames > len(self.names) else ""
         return (
             f"this run began in a process that had already compiled {self.frames} frame"
-            f"{'s' if self.frames > 1 else ''} ({listed}{more}): calls to {'them' if self.frames > 1 else 'it'} ran "
+            f"{'s' if self.frames > 1 else ''} ({listed}{more}): calls to {'them' if self.frames > 1 else 'it'} run "
             "that code without compiling, so "
             "compiles and recompiles paid before the run are not in it. To measure an attempt from scratch, run it "
             "in a fresh process, or call torch._dynamo.reset() before it"

@@ -14,6 +14,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+import telemetry_jit
 from telemetry_jit import JitConfig, hook_trainer_cls
 from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun, read_telemetry
 from telemetry_jit.analysis.summary import summarize
@@ -482,3 +483,31 @@ def test_a_module_compiled_whole_with_its_backward_in_the_step_trains_as_without
         == plain
     )
     assert not [s for s in spans if "telemetry_jit" in str(s.attributes.get("compile.location"))]
+
+
+class TwoLayers(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 16), torch.nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.b(torch.relu(self.a(x)))
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_a_dynamic_graphs_backward_is_compiled_within_its_frame_and_not_counted_apart(
+    telemetry: Telemetry, dynamic: bool
+) -> None:
+    # docs/telemetry.md says so: a fix that marks a dimension dynamic shows fewer backward graphs in diff
+    model = TwoLayers()
+    model.compile(backend="aot_eager")
+    with telemetry_jit.CompileTelemetry(telemetry.provider) as recorder:
+        for step, length in enumerate((5, 6, 7)):
+            recorder.step(step)
+            x = torch.randn(4, length, 8)
+            if dynamic:
+                torch._dynamo.mark_dynamic(x, 1)
+            model(x).sum().backward()
+    d = summarize(telemetry.end()).digest
+    # static: 5 compiles its forward and, lazily, its backward; 6 recompiles dynamic, its backward within
+    assert (d.frame_compiles, d.backward_graphs) == ((1, 0) if dynamic else (2, 1))

@@ -26,7 +26,7 @@ from telemetry_jit.analysis.report import render_fleet_report, render_report
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.analysis.text import format_cold_start, format_diff, format_fleet, format_summary
 from telemetry_jit.analysis.trace import foreign_trace_events, to_trace_events
-from telemetry_jit.terminal import clean, short
+from telemetry_jit.terminal import clean
 
 PATHS_HELP = "telemetry files written by telemetry-jit, folders of them (one file per rank), or - for standard input"
 
@@ -314,7 +314,7 @@ def _check(args: argparse.Namespace) -> int:
     for run in loaded.runs:
         found = summarize(run).compiled_before
         if found is not None:
-            _complain(f"check: {found.words(short)}; judged on what it compiled itself")
+            _complain(f"check: {found.words()}; judged on what it compiled itself")
     explained = format_cold_start(diff(baseline.runs[-1], loaded.runs[0]).cold_start) if baseline else ""
     if explained:
         _say(explained.lstrip("\n"))

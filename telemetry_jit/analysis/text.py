@@ -17,7 +17,7 @@ from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.records import Payoff
 from telemetry_jit.schema import FILE_FORMAT
-from telemetry_jit.terminal import rank_list, short
+from telemetry_jit.terminal import rank_list
 
 _CELL_LIMIT = 100
 _WIDTH = 118
@@ -219,9 +219,7 @@ def format_diff(result: RunDiff) -> str:
         if not status.finished:
             lines += wrapped(f"{side}: {status.headline()}", "  ")
     for side, found in result.compiled_before():
-        lines += wrapped(
-            f"{side}: {found.words(short)}. A compile or recompile it lacks is no evidence of a change", "  "
-        )
+        lines += wrapped(f"{side}: {found.words()}. A compile or recompile it lacks is no evidence of a change", "  ")
     lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
     if result.cache_effect:
         # where a part of the keys changed (a setting, the model's dtype), a change made the caches miss: said below

@@ -86,7 +86,7 @@ def fix_first(summary: RunSummary) -> list[Item]:
 def notes(summary: RunSummary) -> list[str]:
     """What the process had compiled before the run, what needs no fixing (the expected price), the first steps,
     and what the file could not tell."""
-    lines = [summary.compiled_before.words(short)] if summary.compiled_before is not None else []
+    lines = [summary.compiled_before.words()] if summary.compiled_before is not None else []
     for row in summary.causes:
         if row.cause in _EXPECTED_WHY and not row.unexpected:
             lines.append(

@@ -334,7 +334,7 @@ def frames_holding_compiled_code() -> list[tuple[str, str]]:
         code = reference()
         if code is None or code.co_name.startswith(RESUME_PREFIX) or not _debug_get_cache_entry_list(code):
             continue
-        frames.append(frame_where(getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno))
+        frames.append(frame_where(code.co_name, code.co_filename, code.co_firstlineno))  # named as the tables name it
     return frames
 
 

@@ -208,6 +208,13 @@ class RunDiff:
         )
 
     @property
+    def caches_differ(self) -> bool:
+        """The compile caches served the runs differently (hit rates apart by a quarter or more) and the code
+        changed too: part of the difference in compile time and backward graphs is the caches'."""
+        base, new = self.base.cache_hit_rate, self.new.cache_hit_rate
+        return base is not None and new is not None and abs(base - new) >= 0.25 and not self.cache_effect
+
+    @property
     def cold_start(self) -> ColdStart:
         """Each graph the base run compiled or loaded and the new run missed in the compile cache, and why
         (nothing, for a run compared with itself)."""
@@ -246,6 +253,7 @@ class RunDiff:
                 for frame, b, n in self.frames()
             ],
             "cache_effect_only": self.cache_effect,
+            "caches_differ": self.caches_differ,
             "cache_misses_explained": self.cold_start.as_json(),
             "payoff": {
                 "base": self.base.payoff.attributes() if self.base.payoff is not None else None,

@@ -236,6 +236,15 @@ def format_diff(result: RunDiff) -> str:
             "both)",
             "  ",
         )
+    elif result.caches_differ:
+        lines += [""] + wrapped(
+            f"the compile caches were not in the same state (hit rate {_rate(base.cache_hit_rate)} -> "
+            f"{_rate(new.cache_hit_rate)}): compile time and backward graphs differ by what the caches served as "
+            "well as by the change (a cache hit loads a backward graph a cold run compiles); for the change's own "
+            "effect, compare with the caches in the same state (both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "
+            "for both). Recompiles and graph breaks are the change's.",
+            "  ",
+        )
     lines += _cold_start_lines(result.cold_start)
     for title, modules in (
         ("new: modules compiled to no effect", result.new_not_compiled),

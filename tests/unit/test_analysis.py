@@ -282,3 +282,20 @@ def test_a_file_that_holds_an_empty_run_after_a_real_one_shows_the_real_one(
     out, err = capsys.readouterr()
     assert "showing the last that trained" in err and "no compilation happened" not in out
     assert cli.main(["check", str(path), "--max-recompiles", "0"]) == 1
+
+
+def test_a_fix_measured_against_a_cold_run_says_the_caches_took_part(capsys: pytest.CaptureFixture) -> None:
+    # the quickstart (torch 2.13, inductor, one epoch) with an empty compile cache, then with the fix it names
+    # (drop_last=True) and the cache the first run filled: compile time fell for both reasons
+    cold, fixed = str(DATA / "quickstart-cold-before-fix.jsonl"), str(DATA / "quickstart-warm-after-fix.jsonl")
+    assert cli.main(["diff", cold, fixed]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "the compile caches were not in the same state (hit rate 0% -> 100%)" in out
+    assert "Recompiles and graph breaks are the change's" in out and "last_batch: 2" in out
+    assert "this is the caches' doing" not in out  # the code changed too
+    assert cli.main(["diff", cold, fixed, "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert (said["caches_differ"], said["cache_effect_only"]) == (True, False)
+    for base, new in ((cold, cold), (str(DATA / "cache-cold.jsonl"), str(DATA / "cache-warm.jsonl"))):
+        assert cli.main(["diff", base, new]) == 0
+        assert "not in the same state" not in capsys.readouterr().out  # the same run; the caches' doing alone

@@ -23,7 +23,7 @@ from telemetry_jit.analysis.inputs import Loaded, load
 from telemetry_jit.analysis.json_output import to_json
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.report import render_fleet_report, render_report
-from telemetry_jit.analysis.summary import summarize, summary_json
+from telemetry_jit.analysis.summary import compiled_before, summarize, summary_json
 from telemetry_jit.analysis.text import format_cold_start, format_diff, format_fleet, format_summary
 from telemetry_jit.analysis.trace import foreign_trace_events, to_trace_events
 from telemetry_jit.terminal import clean
@@ -312,7 +312,7 @@ def _check(args: argparse.Namespace) -> int:
         return 3
     what = ", ".join(map(str, args.paths))
     for run in loaded.runs:
-        found = summarize(run).compiled_before
+        found = compiled_before(run)
         if found is not None:
             _complain(f"check: {found.words()}; judged on what it compiled itself")
     explained = format_cold_start(diff(baseline.runs[-1], loaded.runs[0]).cold_start) if baseline else ""

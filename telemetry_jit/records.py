@@ -287,9 +287,8 @@ class CompiledBefore:
         return (
             f"this run began in a process that had already compiled {self.frames} frame"
             f"{'s' if self.frames > 1 else ''} ({listed}{more}): calls to {'them' if self.frames > 1 else 'it'} run "
-            "that code without compiling, so "
-            "compiles and recompiles paid before the run are not in it. To measure an attempt from scratch, run it "
-            "in a fresh process, or call torch._dynamo.reset() before it"
+            "that code without compiling, so compiles and recompiles paid before the run are not in it. To measure "
+            "an attempt from scratch, run it in a fresh process, or call torch._dynamo.reset() before it"
         )
 
     def attributes(self) -> dict[str, AttributeValue]:

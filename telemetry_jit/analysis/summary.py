@@ -4,6 +4,7 @@ renderers share, read from the run's loops and its :class:`~telemetry_jit.analys
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -153,25 +154,24 @@ def summarize(run: TelemetryRun) -> RunSummary:
         last_step=_last_step(loops),
         fallbacks=_costed(digest.fallbacks, run),
         not_compiled=_not_compiled(run),
-        compiled_before=_compiled_before(run),
+        compiled_before=compiled_before(run),
     )
 
 
-def _compiled_before(run: TelemetryRun) -> CompiledBefore | None:
-    said = [
-        event for span in run.spans.values() for event in span.events if event.name == JitEventName.COMPILED_BEFORE_RUN
-    ]
-    return CompiledBefore.from_attributes(said[0].attributes) if said else None
+def _events(run: TelemetryRun, name: JitEventName) -> Iterator[EventRecord]:
+    """The run's events called ``name``, on whichever span."""
+    return (event for span in run.spans.values() for event in span.events if event.name == name)
+
+
+def compiled_before(run: TelemetryRun) -> CompiledBefore | None:
+    """What the process had compiled when the run's compile telemetry began (``None``: nothing)."""
+    said = next(_events(run, JitEventName.COMPILED_BEFORE_RUN), None)
+    return CompiledBefore.from_attributes(said.attributes) if said is not None else None
 
 
 def _not_compiled(run: TelemetryRun) -> list[NotCompiled]:
     """The modules ``Module.compile()`` compiled nothing of, each once (each hooked trainer class says it)."""
-    found = (
-        NotCompiled.from_attributes(event.attributes)
-        for span in run.spans.values()
-        for event in span.events
-        if event.name == JitEventName.MODULE_NOT_COMPILED
-    )
+    found = (NotCompiled.from_attributes(event.attributes) for event in _events(run, JitEventName.MODULE_NOT_COMPILED))
     return list(dict.fromkeys(found))
 
 
@@ -181,13 +181,11 @@ def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
     if not fallbacks:
         return []
     costs: dict[tuple[str, int], FallbackCost] = {}
-    for span in run.spans.values():
-        for event in span.events:
-            if event.name == JitEventName.FALLBACK_COST:
-                cost = FallbackCost.from_attributes(event.attributes)
-                key = (frame_label(cost.frame, cost.location), cost.step)
-                if key not in costs or cost.batches_since >= costs[key].batches_since:
-                    costs[key] = cost
+    for event in _events(run, JitEventName.FALLBACK_COST):
+        cost = FallbackCost.from_attributes(event.attributes)
+        key = (frame_label(cost.frame, cost.location), cost.step)
+        if key not in costs or cost.batches_since >= costs[key].batches_since:
+            costs[key] = cost
     return [replace(fallback, cost=costs.get((fallback.frame, fallback.step))) for fallback in fallbacks]
 
 

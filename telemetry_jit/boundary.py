@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from telemetry_jit.notices import Notices
+from telemetry_jit.terminal import error_text
 
 T = TypeVar("T")
 
@@ -102,7 +103,7 @@ class CallSite:
             self.failures += 1
             first = self.failures == 1
             if first:
-                self.first_error = f"{type(error).__name__}: {error}"[:500]
+                self.first_error = error_text(error)[:500]
         if first:
             name = ".".join(str(getattr(function, "__qualname__", "")).split(".")[-2:])
             where = f" in {name}" if name and "<lambda>" not in name else ""

@@ -21,6 +21,13 @@ def short(location: str, keep: int = 2) -> str:
     return ("/".join(parts[-keep:]) + f":{line}") if path else location
 
 
+def error_text(error: BaseException) -> str:
+    """``Type: message``, or the type alone for an exception that says nothing (Ctrl-C, SIGTERM, a bare
+    ``assert``): what messages and records show of an error."""
+    said = str(error)
+    return f"{type(error).__name__}: {said}" if said else type(error).__name__
+
+
 def rank_list(ranks: list[int] | tuple[int, ...], shown: int = 8) -> str:
     """``rank 3``, or ``ranks 1, 2, 5`` and, past ``shown`` of them, ``and N more``."""
     listed = ", ".join(map(str, ranks[:shown]))

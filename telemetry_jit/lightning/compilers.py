@@ -22,6 +22,7 @@ from telemetry_jit.notices import warn_once
 from telemetry_jit.probes.backends import Observer, register_backend
 from telemetry_jit.probes.thunder import ThunderFunction, ThunderSource
 from telemetry_jit.records import GraphBreak
+from telemetry_jit.terminal import error_text
 
 
 class ThunderCompiled(ThunderSource):
@@ -214,7 +215,7 @@ class TorchCompileBackend:
         except Exception as error:
             raise ValueError(
                 f"JitConfig(torch_kwargs={config.torch_kwargs!r}): torch.compile does not take them "
-                f"({type(error).__name__}: {error}). Fix or drop that argument (torch._dynamo.list_backends() lists "
+                f"({error_text(error)}). Fix or drop that argument (torch._dynamo.list_backends() lists "
                 "the backends, torch._inductor.list_mode_options() the modes)."
             ) from error
 

@@ -18,6 +18,7 @@ from telemetry_jit.notices import Notices, user_line, warn_once
 from telemetry_jit.recording.recorder import active_span
 from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.session import Session, resolve
+from telemetry_jit.terminal import error_text
 
 _CALLBACKS = call_site("nv_one_logger.callbacks", "nv-one-logger's time-event calls (on_train_start, ...)")
 _ITERATIONS = call_site("nv_one_logger.iterations", "nv-one-logger's per-iteration bookkeeping")
@@ -214,8 +215,7 @@ class TimeEventCallback(Callback):
             _CALLBACKS.call(self._end_failed, exception, f"{stage} step {trainer.global_step}")
 
     def _end_failed(self, exception: BaseException, where: str) -> None:
-        said = f"{type(exception).__name__}: {exception}" if str(exception) else type(exception).__name__
-        message = f"{said} (at {where})"  # Ctrl-C and SIGTERM say nothing: no dangling colon
+        message = f"{error_text(exception)} (at {where})"
         typed = exception if isinstance(exception, Exception) else None  # nv-one-logger takes no KeyboardInterrupt
         iterations = self._bookkeeping()
         for name, end in (

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from telemetry_jit.recording.heartbeat import Graph, Heartbeat
 from telemetry_jit.records import AttributeValue
 from telemetry_jit.schema import RanksAttr
-from telemetry_jit.terminal import rank_list
+from telemetry_jit.terminal import error_text, rank_list
 
 STALL_MARGIN_S = 3.0  # a stall is said this long beyond the longest compile seen so far ...
 STALL_MIN_S = 5.0  # ... and never before this
@@ -132,7 +132,7 @@ class OutOfStep:
                     tuple(running),
                     f"when this rank stopped ({type(error).__name__}), {rank_list(running)} had not ended "
                     f"(last heard: {detail})",
-                    why=f"{type(error).__name__}: {error}"[:240],
+                    why=error_text(error)[:240],
                 )
             )
         if missing:

@@ -23,6 +23,7 @@ from telemetry_jit.recording.heartbeat import GRAPHS_KEPT, Graph, Heartbeat, gra
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.out_of_step import Finding, OutOfStep
 from telemetry_jit.records import CompileRecord
+from telemetry_jit.terminal import error_text
 
 _STORE = call_site("ranks.store", "torch.distributed (a connection of telemetry's own to the job's store)")
 _PUBLISH = call_site("ranks.publish", "the job's c10d store (publishing this rank's heartbeat)")
@@ -290,7 +291,7 @@ class RankWatch:
             self.watcher.look()
 
     def stop(self, error: BaseException | None) -> None:
-        ended = "finished" if error is None else f"failed: {type(error).__name__}: {error}"[:240]
+        ended = "finished" if error is None else f"failed: {error_text(error)}"[:240]
         self.publisher.stop(ended, self.settings.store_timeout_s + 1.0)
         if self.watcher is not None:
             self.watcher.stop(error)

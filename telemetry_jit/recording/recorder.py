@@ -39,6 +39,7 @@ from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import AttributeValue, CompileContext, CompiledBefore, CompileRecord, NotCompiled
 from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr, TrainingSpanName
 from telemetry_jit.session import Session
+from telemetry_jit.terminal import error_text
 
 _log = logging.getLogger("telemetry_jit")
 _PROBE = TORCH
@@ -273,7 +274,7 @@ class CompileRecorder:
         for record in records:
             if exception is not None and record.failure:
                 record.fell_back_to_eager = False
-                record.failure = f"{type(exception).__name__}: {exception} (torch: {record.failure})"
+                record.failure = f"{error_text(exception)} (torch: {record.failure})"
             self.record(record)
         self._probe.detach()
         for observer in self._observers:

@@ -17,7 +17,7 @@ from telemetry_jit import cli
 from telemetry_jit.analysis.reader import read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
-from telemetry_jit.terminal import clean
+from telemetry_jit.terminal import clean, error_text
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NEW, OLD = DATA / "answers.jsonl", DATA / "answers-recorded-by-0.1.jsonl"
@@ -169,6 +169,11 @@ def test_values_a_file_should_not_hold_leave_every_output_valid(tmp_path: Path, 
 
 def test_terminal_escapes_never_reach_the_terminal() -> None:
     assert clean("run \x1b[31mred\x1b[0m\tok\n\u202eevil") == "run ?[31mred?[0m\tok\n?evil"
+
+
+def test_an_error_without_a_message_is_named_by_its_type_alone() -> None:
+    assert error_text(ValueError("bad batch")) == "ValueError: bad batch"
+    assert error_text(KeyboardInterrupt()) == "KeyboardInterrupt"  # no dangling colon
 
 
 def test_a_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:

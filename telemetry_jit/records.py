@@ -291,6 +291,9 @@ class CompiledBefore:
             "an attempt from scratch, run it in a fresh process, or call torch._dynamo.reset() before it"
         )
 
+    def as_json(self) -> dict[str, object]:
+        return {"frames": self.frames, "names": list(self.names)}
+
     def attributes(self) -> dict[str, AttributeValue]:
         return {
             CompiledBeforeAttr.FRAMES: self.frames,

@@ -94,7 +94,7 @@ class RunFigures:
             "cache_hits": self.cache_hits,
             "cache_hit_rate": self.cache_hit_rate,
             "unexpected_recompiles": self.unexpected_recompiles,
-            "compiled_before_run": self.compiled_before.frames if self.compiled_before is not None else 0,
+            "compiled_before_run": self.compiled_before.as_json() if self.compiled_before is not None else None,
             "recompile_causes": dict(self.causes),
         }
 

@@ -275,11 +275,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
             {"module": found.module, "class": found.cls, "torch_version": found.torch_version, "fix": found.fix()}
             for found in s.not_compiled
         ],
-        "compiled_before_run": (
-            {"frames": s.compiled_before.frames, "names": list(s.compiled_before.names)}
-            if s.compiled_before is not None
-            else None
-        ),
+        "compiled_before_run": s.compiled_before.as_json() if s.compiled_before is not None else None,
         "failed_compilations": d.failed,
         "compile_cache": {
             "lookups": d.warm_start.lookups,

@@ -870,6 +870,15 @@ def test_a_run_after_another_in_one_process_says_what_was_compiled_before_and_re
     assert "no evidence of a change" in out
     status, out = said("check", str(path), "--max-unexpected-recompiles", "0")
     assert status == 0 and "judged on what it compiled itself" in out
+    (event,) = [e for e in reused.find("application")[0].events if e.name == "compiled_before_run"]
+    (summarized,) = json.loads(said("summary", "--json", str(path))[1])["runs"]
+    assert summarized["compiled_before_run"]["names"] == list(s.compiled_before.names)
+    diffed = json.loads(said("diff", "--json", str(telemetry.path), str(path))[1])
+    assert diffed["base"]["compiled_before_run"] is None
+    assert diffed["new"]["compiled_before_run"]["frames"] == event.attributes["compiled_before.frames"] >= 1
+    report = tmp_path / "reused.html"
+    assert said("report", str(path), "-o", str(report))[0] == 0
+    assert "had already compiled" in report.read_text()
     # the fix it names: torch._dynamo.reset() before the attempt, which then meets the recompile again
     torch._dynamo.reset()
     path, afresh = again("afresh")

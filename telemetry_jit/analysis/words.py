@@ -25,6 +25,7 @@ _EXPECTED_WHY = {
         "(Trainer(inference_mode=False) avoids them)"
     ),
     "tuner": "in the Tuner's trials, which change the batch size (or learning rate) on purpose",
+    "trainable_params": "when which parameters train changed (layers frozen or unfrozen): once per frame and change",
 }
 
 
@@ -87,12 +88,16 @@ def notes(summary: RunSummary) -> list[str]:
     """What the process had compiled before the run, what needs no fixing (the expected price), the first steps,
     and what the file could not tell."""
     lines = [summary.compiled_before.words()] if summary.compiled_before is not None else []
+    expected: dict[str, tuple[int, float]] = {}  # one line a cause, its stages together
     for row in summary.causes:
         if row.cause in _EXPECTED_WHY and not row.unexpected:
-            lines.append(
-                f"expected: {row.count} recompile{'s' if row.count > 1 else ''}, {row.compile_ms / 1000:.1f} s, "
-                f"{_EXPECTED_WHY[row.cause]}, nothing to fix"
-            )
+            count, ms = expected.get(row.cause, (0, 0.0))
+            expected[row.cause] = (count + row.count, ms + row.compile_ms)
+    for cause, (count, ms) in expected.items():
+        lines.append(
+            f"expected: {count} recompile{'s' if count > 1 else ''}, {ms / 1000:.1f} s, {_EXPECTED_WHY[cause]}, "
+            "nothing to fix"
+        )
     lines += [
         first_step_line(step.stage, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
         for step in summary.first_steps

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 DOCS = "docs/fixing.md"
@@ -122,6 +123,13 @@ CAUSES: dict[str, Cause] = {
             in_the_frame=True,
         ),
         Cause(
+            "trainable_params",
+            "which parameters train changed (layers frozen or unfrozen, e.g. by Lightning's BackboneFinetuning): "
+            "a parameter's requires_grad is part of what the compiled code was made for",
+            "expected: a compiled frame compiles once more for each set of trainable parameters it runs with; nothing "
+            "to fix (freeze and unfreeze between epochs, not at every step)",
+        ),
+        Cause(
             "tensor_property",
             "an input changed dtype, device or requires_grad",
             "give the compiled module the same kind of tensor at every call (cast once, e.g. x.float(); move it to "
@@ -142,15 +150,16 @@ CAUSES: dict[str, Cause] = {
     )
 }
 EVAL_STAGES = frozenset(("validate", "validating", "sanity_check", "test", "testing", "predict", "predicting"))
-EXPECTED_CAUSES = frozenset(("stage_switch", "shared_code", "inference_mode", "tuner"))  # prices, never things to fix
+# prices, never things to fix
+EXPECTED_CAUSES = frozenset(("stage_switch", "shared_code", "inference_mode", "tuner", "trainable_params"))
 
 _COMPILE_ID = re.compile(r"^\s*\[?!?\d+(?:/\d+)+\]?:\s*")
 _SOURCE_COMMENT = re.compile(r"\s+#.*$")
 _SIZE = re.compile(
-    r"tensor '(?P<name>[^']+)' (?:size|stride) mismatch at index (?P<dim>\d+)\. "
+    r"tensor '(?P<name>.+?)' (?:size|stride) mismatch at index (?P<dim>\d+)\. "
     r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
 )
-_TENSOR_PROPERTY = re.compile(r"tensor '([^']+)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
+_TENSOR_PROPERTY = re.compile(r"tensor '(.+?)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
 _GRAD_MODE = re.compile(r"GLOBAL_STATE changed: .*?(?:grad_mode|inference_mode)|is_inference|torch\.is_grad_enabled")
 _NUMBER = re.compile(r"(?:==|!=)\s*-?(?:\d+\.?\d*(?:e-?\d+)?|inf|nan)\b")
 _STRING = re.compile(r"""(?:==|!=)\s*(?:'[^']*'|"[^"]*")""")
@@ -161,6 +170,13 @@ _STACK_NAME = re.compile(r"___stack\d+")
 # what normalize_reason calls a value on the stack where a graph break split the frame: only a resume
 # function (the code after a break) receives one
 _BREAK_VALUE = "an intermediate value"
+
+
+def telling_reason(reasons: Sequence[str]) -> str:
+    """Of the reasons each of a frame's cache entries refused a call (most recent entry first, as torch lists
+    them), the one that says what changed: torch names the most recent entry's, which fails on grad mode
+    whenever training and evaluation alternate; an entry made for the call's grad mode fails on what changed."""
+    return next((reason for reason in reasons if not _GRAD_MODE.search(reason)), reasons[0] if reasons else "")
 
 
 def normalize_reason(reason: str) -> str:
@@ -189,6 +205,7 @@ class Classified:
 class _FrameHistory:
     stages: set[str] = field(default_factory=set)  # "train" / "eval": the modes it compiled for
     changed_dims: set[tuple[str, str]] = field(default_factory=set)
+    eval_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # (tensor, dim, size) evaluation brought
     first_steps: dict[str, int] = field(default_factory=dict)  # mode -> the step of its first compile
     changed_properties: set[tuple[str, str]] = field(default_factory=set)  # (tensor, dtype/device/...)
     causes: Counter[str] = field(default_factory=Counter)  # its recompiles' causes so far
@@ -263,6 +280,8 @@ class RecompileClassifier:
         if changed is not None:
             if changed[2] == "dispatch key set" and mode == "eval":
                 return Classified("inference_mode", subject, expected=True)
+            if changed[2] == "requires_grad" and "_parameters[" in changed[1]:
+                return Classified("trainable_params", subject, expected=True)
             if step is not None and not first_in_mode and history.first_steps.get(mode) == step:
                 # one code object (layers of one class) called on the batch and on activations that
                 # need gradients, in the step that first ran it
@@ -291,5 +310,8 @@ class RecompileClassifier:
         if smaller and batches is not None and batches > 1 and batch_index == batches - 1 and not changed_before:
             return "last_batch"
         if mode == "eval" and "train" in history.stages:
+            history.eval_sizes.add((*dim, size["actual"]))
+            return "eval_shape"
+        if (*dim, size["actual"]) in history.eval_sizes:  # training meets a size evaluation left (a cached mask)
             return "eval_shape"
         return "changing_dim"

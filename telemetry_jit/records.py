@@ -112,7 +112,8 @@ class CompileRecord:
     frame: str = ""
     location: str = ""
     is_recompile: bool = False
-    recompile_reason: str = ""
+    recompile_reason: str = ""  # torch's reason, of the cache entry that says what changed (causes.telling_reason)
+    recompile_reasons: tuple[str, ...] = ()  # every cache entry's, most recent first, where torch gave several
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     # buckets of each graph dynamo's DDPOptimizer partitioned in this compile; empty outside DDP
     ddp_buckets: list[int] = field(default_factory=list)

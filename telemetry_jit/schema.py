@@ -70,6 +70,7 @@ class CompileAttr:
     RECOMPILE_COUNT: Final = "compile.recompile_count"
     RECOMPILE_LIMIT_HITS: Final = "compile.recompile_limit_hits"
     RECOMPILE_REASON: Final = "compile.recompile_reason"
+    RECOMPILE_REASONS: Final = "compile.recompile_reasons"  # every cache entry's, where torch gave several
     RECOMPILE_CAUSE: Final = "compile.recompile_cause"  # one of telemetry_jit.causes.CAUSES
     RECOMPILE_EXPECTED: Final = "compile.recompile_expected"  # the one-time price (a frame's first stage switch)
     RECOMPILE_BEHIND: Final = "compile.recompile_limit_behind"  # the cause of most recompiles before the limit

@@ -352,7 +352,8 @@ class RunDigest:
         )
         if cause is None:
             return None
-        kind = stage_kind(stage)
+        # evaluation's shapes met again in training (a mask it cached) are evaluation's item, with its fix
+        kind = "eval" if cause.cause == "eval_shape" else stage_kind(stage)
         row = self.causes.get((cause.cause, kind, cause.expected))
         if row is None:
             row = self.causes[(cause.cause, kind, cause.expected)] = CauseRow(cause.cause, kind)

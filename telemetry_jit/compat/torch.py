@@ -224,6 +224,33 @@ def recompile_reason_in_progress() -> str:
     return str(getattr(context, "_metrics", {}).get("recompile_reason") or "")
 
 
+def recompile_reasons_in_progress() -> tuple[str, ...]:
+    """Why each of the frame's cache entries refused the call now recompiling, most recent entry first (the
+    first is torch's ``recompile_reason``); empty outside a recompile. torch appends one reason per entry to
+    ``guard_failures[code]`` at each recompile (2.8 to 2.15): this recompile's are the list's tail, back to
+    the first compile id met twice."""
+    frame = _compile_frame(sys._getframe(1))
+    code = frame.f_locals.get("code") if frame is not None else None
+    return last_recompiles_reasons(_dynamo_utils.guard_failures.get(code, ()) if code is not None else ())
+
+
+def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
+    """The reasons of the last recompile in ``failures`` (a frame's reasons, one per cache entry at each
+    recompile, as torch keeps them): from the end back to a compile id already seen, in torch's order."""
+    reasons: list[str] = []
+    seen: set[str] = set()
+    for reason in reversed(failures[-_MAX_CACHE_ENTRIES:]):
+        compile_id = reason.split(":", 1)[0]
+        if compile_id in seen:
+            break
+        seen.add(compile_id)
+        reasons.append(reason)
+    return tuple(reversed(reasons))
+
+
+_MAX_CACHE_ENTRIES = 64  # torch's recompile_limit is 8; its accumulated limit counts across code objects
+
+
 def recompile_limit(failure: str = "") -> tuple[str, int | str]:
     """The limit a frame hit, as torch's ``failure`` text names it, and its value: ``recompile_limit`` (one code
     object's compiles) or ``accumulated_recompile_limit`` (all compiles of the frames one object's guards match);
@@ -250,30 +277,33 @@ def current_compile() -> tuple[str, tuple[str, str] | None]:
     """The backend name and the frame (``(name, "file:line")``, see :func:`frame_where`) of the compile in
     progress, from dynamo's ``_compile`` frame (its arguments ``compiler_fn``, ``code`` and ``closure``, the
     same from 2.8 to 2.15)."""
-    frame: FrameType | None = sys._getframe(1)
-    for _ in range(48):
-        if frame is None:
-            break
-        if frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals:
-            backend = _innermost_backend(frame.f_locals["compiler_fn"])
-            name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
-            code = frame.f_locals.get("code")
-            where = (
-                frame_where(code.co_name, code.co_filename, code.co_firstlineno, frame.f_locals.get("closure"))
-                if isinstance(code, CodeType)
-                else None
-            )
-            return str(name or type(backend).__name__), where
+    frame = _compile_frame(sys._getframe(1))
+    if frame is None:
+        return "", None
+    backend = _innermost_backend(frame.f_locals["compiler_fn"])
+    name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
+    code = frame.f_locals.get("code")
+    where = (
+        frame_where(code.co_name, code.co_filename, code.co_firstlineno, frame.f_locals.get("closure"))
+        if isinstance(code, CodeType)
+        else None
+    )
+    return str(name or type(backend).__name__), where
+
+
+def _compile_frame(frame: FrameType | None, depth: int = 48) -> FrameType | None:
+    """dynamo's ``_compile`` frame above ``frame``, if it is within ``depth`` frames."""
+    for _ in range(depth):
+        if frame is None or (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
+            return frame
         frame = frame.f_back
-    return "", None
+    return None
 
 
 def compile_callers(limit: int = 48) -> tuple[str, ...]:
     """The Python frames that called the frame being compiled (``file:line``, outermost first, dynamo's
     own left out): where a graph break in it was reached from, when the break is in another's code."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
-        frame = frame.f_back
+    frame = _compile_frame(sys._getframe(1), depth=sys.getrecursionlimit())
     callers: list[str] = []
     while frame is not None and len(callers) < limit:
         if _DYNAMO_FILES not in frame.f_code.co_filename.replace("\\", "/"):

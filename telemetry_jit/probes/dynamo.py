@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from telemetry_jit.boundary import call_site
-from telemetry_jit.causes import normalize_reason
+from telemetry_jit.causes import normalize_reason, telling_reason
 from telemetry_jit.compat import compile_cache
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
@@ -48,6 +48,7 @@ class _Window:
     context: CompileContext | None
     callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
     where: tuple[str, str] | None = None  # the frame's name and location, as the user knows them
+    reasons: tuple[str, ...] = ()  # a recompile's: why each cache entry refused the call, most recent first
     end_ns: int = 0
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     ddp_buckets: list[int] = field(default_factory=list)
@@ -168,10 +169,12 @@ class DynamoProbe:
             self._collect()
             frame_id = torch_compat.compile_frame_id(args.compile_id)
             callers: tuple[str, ...] = ()
+            reasons: tuple[str, ...] = ()
             where = None
             if trigger == "dynamo":
                 backend, where = torch_compat.current_compile()
                 callers = torch_compat.compile_callers()
+                reasons = torch_compat.recompile_reasons_in_progress()
                 self._backends[frame_id] = backend
                 if where is not None:
                     self._frames[frame_id] = where
@@ -182,7 +185,7 @@ class DynamoProbe:
             self._lookups.clear()
             context = self._context() if self._context is not None else None
             if self._on_compile_start is not None:
-                self._on_compile_start(self._describe(args.compile_id, trigger))
+                self._on_compile_start(self._describe(args.compile_id, trigger, reasons))
             self._open = _Window(
                 compile_id=args.compile_id,
                 trigger=trigger,
@@ -192,18 +195,19 @@ class DynamoProbe:
                 context=context,
                 callers=callers,
                 where=where,
+                reasons=reasons,
             )
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
             _warn(error)
 
-    def _describe(self, compile_id: str, trigger: str) -> str:
+    def _describe(self, compile_id: str, trigger: str, reasons: tuple[str, ...]) -> str:
         name, location = self._frames.get(torch_compat.compile_frame_id(compile_id), ("a frame", ""))
         what = f"{name} ({location.rsplit('/', 1)[-1]})" if location else name
         if trigger == "lazy_backward":
             return f"the backward graph of {what} [{compile_id}]"
         if torch_compat.compile_attempt(compile_id) == 0:
             return f"{what} [{compile_id}]"
-        reason = normalize_reason(torch_compat.recompile_reason_in_progress()) or "unknown"
+        reason = normalize_reason(telling_reason(reasons) or torch_compat.recompile_reason_in_progress()) or "unknown"
         return f"{what} [{compile_id}, recompile: {reason}]"
 
     def _on_end(self, args: Any) -> None:
@@ -348,12 +352,13 @@ class DynamoProbe:
             trigger = window.trigger if window is not None else "dynamo"
         failure, fell_back, limit_hit = torch_compat.failure(metric)
         start_ns, end_ns = (window.start_ns, window.end_ns) if window is not None else (0, 0)
+        seen = self._seen_by_callbacks(compile_id, window)
+        seen.setdefault("recompile_reason", metric.recompile_reason or "")
         return CompileRecord(
-            **self._seen_by_callbacks(compile_id, window),
+            **seen,
             trigger=trigger,
             start_ns=metric.start_time_us * 1000 if metric.start_time_us else start_ns,
             end_ns=metric.end_time_us * 1000 if metric.end_time_us else end_ns,
-            recompile_reason=metric.recompile_reason or "",
             phase_times_s=torch_compat.phase_times(metric),
             failure=failure,
             fell_back_to_eager=fell_back,
@@ -397,6 +402,9 @@ class DynamoProbe:
                     "callers": window.callers,
                 }
             )
+            if window.reasons:  # torch's metrics name the most recent entry's reason; one entry may say more
+                seen["recompile_reason"] = telling_reason(window.reasons)
+                seen["recompile_reasons"] = window.reasons
         return seen
 
 
@@ -415,6 +423,8 @@ class _SeenByCallbacks(TypedDict, total=False):
     cache_lookups: list[CacheLookup]
     context: CompileContext | None
     callers: tuple[str, ...]
+    recompile_reason: str
+    recompile_reasons: tuple[str, ...]
 
 
 def _stack(callers: tuple[str, ...], traced: tuple[str, ...], location: str) -> tuple[str, ...]:

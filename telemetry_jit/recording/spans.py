@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
 
 _MAX_FAILURE_TEXT = 2000
+_MAX_REASONS = 16  # torch's recompile_limit is 8
 _DDP_REASON = (
     "DDPOptimizer split the graph at DDP gradient-bucket boundaries so all-reduce overlaps backward; "
     "not a graph break in user code"
@@ -83,6 +84,9 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
         attributes[TrainAttr.BATCHES] = context.batches
     if context.loader is not None:
         attributes[TrainAttr.LOADER] = context.loader
+    if len(record.recompile_reasons) > 1:  # their first lines (a reason may go on with the user's stack)
+        reasons = record.recompile_reasons[:_MAX_REASONS]
+        attributes[CompileAttr.RECOMPILE_REASONS] = [reason.strip().split("\n", 1)[0] for reason in reasons]
     if record.cause is not None:
         attributes[CompileAttr.RECOMPILE_CAUSE] = record.cause.cause
         attributes[CompileAttr.RECOMPILE_EXPECTED] = record.cause.expected

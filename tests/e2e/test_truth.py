@@ -885,3 +885,106 @@ def test_a_run_after_another_in_one_process_says_what_was_compiled_before_and_re
     assert summarize(afresh).compiled_before is None
     assert [row.cause for row in summarize(afresh).causes] == ["last_batch"]
     assert "already compiled" not in said("diff", str(telemetry.path), str(path))[1]
+
+
+class Tempered(torch.nn.Module):
+    """Divides by a temperature the training sets each epoch: a Python float, or (the fix) a buffer."""
+
+    def __init__(self, in_a_tensor: bool) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+        if in_a_tensor:
+            self.register_buffer("temperature", torch.tensor(1.0))
+        else:
+            self.temperature = 1.0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net(x) / self.temperature
+
+
+class Annealed(Regressor):
+    def on_train_epoch_start(self) -> None:
+        value = 1.0 / (self.current_epoch + 1)
+        if isinstance(self.model.temperature, torch.Tensor):
+            self.model.temperature.fill_(value)
+        else:
+            self.model.temperature = value
+
+
+def test_what_changed_is_named_where_torch_names_the_grad_mode_of_validations_compile(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    # torch's recompile reason at the second epoch is validation's cache entry's (grad mode); the
+    # training entry's says the temperature changed
+    hooked(telemetry)(max_epochs=3, **TRAINER_DEFAULTS).fit(Annealed(Tempered(False)), data(32, 8), data(16, 8))
+    run = telemetry.end()
+    rows = {(row.cause, row.kind): row for row in summarize(run).causes}
+    assert rows[("stage_switch", "eval")].count == 1 and not rows[("stage_switch", "eval")].unexpected
+    python = [row for (cause, _), row in rows.items() if cause == "python_value"]
+    assert python and all(row.unexpected == row.count for row in python)
+    assert all(row.reasons[0].startswith("self.temperature == 1.0") for row in python)
+    text = flat(telemetry_jit.format_summary(run))
+    assert "a Python number or attribute is burned into the graph" in text and "grad mode came back" not in text
+    assert "buffer registered in __init__" in text
+    (span,) = [
+        s
+        for s in run.find("compilation")
+        if s.attributes.get("train.stage") == "train" and s.attributes.get("compile.recompile_cause") == "python_value"
+    ]
+    reasons = span.attributes["compile.recompile_reasons"]
+    assert "grad_mode" in reasons[0] and "temperature" in reasons[1]  # torch's order: validation's entry first
+    # the fix it names, on the same fit: the temperature in a buffer, updated in place
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    hooked(fixed)(max_epochs=3, **TRAINER_DEFAULTS).fit(Annealed(Tempered(True)), data(32, 8), data(16, 8))
+    fixed_run = fixed.end()
+    assert [(row.cause, row.count) for row in summarize(fixed_run).causes] == [("stage_switch", 1)]
+    assert "fixed recompiles: python_value" in said("diff", str(telemetry.path), str(fixed_path))[1]
+    assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0")[0] == 0
+    assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1
+
+
+class Finetuned(pl.LightningModule):
+    """A backbone that Lightning's BackboneFinetuning freezes, then unfreezes at the second epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.backbone = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU())
+        self.head = torch.nn.Linear(16, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.backbone(x))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self(x), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self(x), y))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD([p for p in self.parameters() if p.requires_grad], lr=0.01)
+
+
+def test_unfreezing_layers_is_the_expected_price_not_something_to_fix(telemetry: Telemetry) -> None:
+    from lightning.pytorch.callbacks import BackboneFinetuning
+
+    finetuning = BackboneFinetuning(unfreeze_backbone_at_epoch=1)
+    trainer = hooked(telemetry, "backbone")(max_epochs=3, callbacks=[finetuning], **TRAINER_DEFAULTS)
+    trainer.fit(Finetuned(), data(32, 8), data(16, 8))
+    run = telemetry.end()
+    rows = summarize(run).causes
+    assert rows and not [row for row in rows if row.unexpected]
+    assert "what to fix first" not in telemetry_jit.format_summary(run)
+    unfrozen = [row for row in rows if row.cause == "trainable_params"]
+    if torch_compat.VERSION >= (2, 9):  # torch 2.8 does not guard a parameter's requires_grad
+        assert sum(row.count for row in unfrozen) == 2  # training's compile and validation's, once each
+        assert all("_parameters[" in row.reasons[0] and "requires_grad mismatch" in row.reasons[0] for row in unfrozen)
+    else:
+        assert not unfrozen
+    assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 0

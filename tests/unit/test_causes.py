@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from telemetry_jit.breaks import break_fix, owner_of, parse_break, recompile_owner, user_location
-from telemetry_jit.causes import CAUSES, RecompileClassifier, normalize_reason
+from telemetry_jit.causes import CAUSES, EXPECTED_CAUSES, RecompileClassifier, normalize_reason, telling_reason
 
 # a Lightning run of lightning.pytorch.demos.Transformer behind a submodule with an .item() branch: the last
 # training batch holds 6 of 8, validation sequences are 24 long instead of 16 (torch 2.13 and 2.8 alike, but
@@ -75,12 +75,71 @@ def test_every_recompile_of_a_real_run_gets_its_cause() -> None:
         ("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0", "tensor_property"),
         ("0/2: tensor 'x' device mismatch. expected cpu, actual cuda:0", "tensor_property"),
         ("0/0: ___check_global_state()  # something torch has not named", "other"),
+        # names with quotes of their own: a dict batch's tensors, a module's parameters (torch 2.13 and 2.15)
+        ("0/0: tensor 'L['batch']['mask']' size mismatch at index 1. expected 5, actual 7", "changing_dim"),
+        ("0/0: tensor 'L['batch']['input_ids']' dtype mismatch. expected Long, actual Int", "tensor_property"),
+        (
+            "0/0: tensor 'fn.__self__._modules['0']._parameters['bias']' requires_grad mismatch. expected "
+            "requires_grad=0. Guard failed on a parameter, consider using "
+            "torch._dynamo.config.force_parameter_static_shapes = False to allow dynamism on parameters.",
+            "trainable_params",
+        ),
     ],
 )
 def test_guards_are_read_as_their_cause(reason: str, cause: str) -> None:
     classifier = RecompileClassifier()
     classifier.observe("0", "train")
     assert classifier.observe("0", "train", reason=reason, is_recompile=True).cause == cause
+
+
+# torch's guard_failures for one frame (tests/unit/test_dynamo_parsers.py reads each recompile's from it) (torch 2.8, 2.13 and 2.15 alike): one reason per cache entry at each
+# recompile, most recent entry first; a float attribute set per epoch, training and validation alternating
+TEMPERATURE_FAILURES = [
+    "0/0: GLOBAL_STATE changed: grad_mode ",  # validation's first call
+    "0/1: GLOBAL_STATE changed: grad_mode ",  # the second epoch's training: validation's entry, then training's
+    "0/0: s.temperature == 1.0                                     # return s.a(x) / s.temperature  # gf3.py:6 in forward",
+    "0/2: GLOBAL_STATE changed: grad_mode ",  # the second epoch's validation
+    "0/1: s.temperature == 1.0                                     # return s.a(x) / s.temperature  # gf3.py:6 in forward",
+    "0/0: GLOBAL_STATE changed: grad_mode ",
+]
+
+
+def test_what_changed_is_named_where_torch_names_the_grad_mode_of_another_entry() -> None:
+    # torch's recompile_reason is the most recent entry's: validation's, which fails on grad mode in training
+    assert telling_reason(TEMPERATURE_FAILURES[1:3]).startswith("0/0: s.temperature == 1.0")
+    assert telling_reason(TEMPERATURE_FAILURES[3:]).startswith("0/1: s.temperature == 1.0")
+    assert telling_reason(TEMPERATURE_FAILURES[:1]) == TEMPERATURE_FAILURES[0]  # a first switch: grad mode it is
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", step=0)
+    causes = [  # each recompile's reasons, as the probe reads them
+        classifier.observe("0", stage, reason=telling_reason(reasons), is_recompile=True)
+        for stage, reasons in (
+            ("validating", TEMPERATURE_FAILURES[:1]),
+            ("train", TEMPERATURE_FAILURES[1:3]),
+            ("validating", TEMPERATURE_FAILURES[3:]),
+        )
+    ]
+    assert [(c.cause, c.expected) for c in causes if c] == [
+        ("stage_switch", True),
+        ("python_value", False),
+        ("python_value", False),
+    ]
+    assert causes[1] and causes[1].subject.startswith("s.temperature == 1.0")
+
+
+def test_unfreezing_parameters_is_an_expected_price() -> None:
+    # BackboneFinetuning at its unfreeze epoch (torch 2.13 and 2.15; torch 2.8 does not recompile for it)
+    failures = [
+        "0/0: GLOBAL_STATE changed: grad_mode ",
+        "0/1: GLOBAL_STATE changed: grad_mode ",
+        "0/0: tensor 'L['self']._modules['0']._parameters['bias']' requires_grad mismatch. expected requires_grad=0",
+    ]
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", step=0)
+    classifier.observe("0", "validating", reason=failures[0], is_recompile=True, step=8)
+    unfrozen = classifier.observe("0", "train", reason=telling_reason(failures[1:]), is_recompile=True, step=8)
+    assert unfrozen is not None and (unfrozen.cause, unfrozen.expected) == ("trainable_params", True)
+    assert "trainable_params" in EXPECTED_CAUSES
 
 
 def test_a_dimension_that_changes_again_is_not_the_last_batch() -> None:
@@ -263,3 +322,15 @@ def test_a_frames_first_grad_mode_recompile_is_expected_whatever_the_stage_and_a
     again = classifier.observe("0", "train", reason="0/1: GLOBAL_STATE changed: grad_mode ", is_recompile=True)
     assert (first.cause, first.expected) == ("stage_switch", True)
     assert (again.cause, again.expected) == ("stage_switch", False)
+
+
+def test_training_that_meets_a_size_evaluation_left_is_evaluations_item() -> None:
+    # the demo Transformer keeps the mask it built for validation's length (torch 2.13 and 2.8 alike)
+    classifier = RecompileClassifier()
+    classifier.observe("1", "train")
+    mask = "tensor 'self.src_mask' size mismatch at index 0. expected 16, actual {}"
+    causes = [
+        classifier.observe("1", stage, reason=f"1/{n}: " + mask.format(size), is_recompile=True)
+        for n, (stage, size) in enumerate((("validating", 24), ("train", 24), ("train", 20)))
+    ]
+    assert [c and c.cause for c in causes] == ["eval_shape", "eval_shape", "changing_dim"]

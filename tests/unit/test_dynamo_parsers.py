@@ -13,6 +13,7 @@ import torch
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, GraphBreakLog
 from telemetry_jit.records import NotCompiled
+from tests.unit.test_causes import TEMPERATURE_FAILURES
 
 
 def record(name: str, msg: str, *args: object, level: int = logging.DEBUG) -> logging.LogRecord:
@@ -184,3 +185,10 @@ def test_a_module_compiled_to_no_effect_names_the_selector_where_one_reaches_it(
     outside = NotCompiled("head", "torch.nn.modules.linear.Linear", "2.13.0")
     assert "JitConfig" not in outside.fix() and "`self.head = torch.compile(self.head)`" in outside.fix()
     assert NotCompiled.from_attributes(reached.attributes()) == reached
+
+
+def test_each_recompiles_reasons_are_read_from_torchs_list_of_guard_failures() -> None:
+    assert torch_compat.last_recompiles_reasons(TEMPERATURE_FAILURES[:1]) == ("0/0: GLOBAL_STATE changed: grad_mode ",)
+    assert torch_compat.last_recompiles_reasons(TEMPERATURE_FAILURES[:3]) == tuple(TEMPERATURE_FAILURES[1:3])
+    assert torch_compat.last_recompiles_reasons(TEMPERATURE_FAILURES) == tuple(TEMPERATURE_FAILURES[3:])
+    assert torch_compat.last_recompiles_reasons([]) == ()

@@ -342,7 +342,7 @@ class NotCompiled:
             else ""
         )
         return (
-            "remove that Module.compile() call (made in configure_model, it would undo the fix at the next fit, "
+            "remove that Module.compile() call (in configure_model it would undo the fix at the next fit, "
             f"validate, test or predict) and compile it {by_jit_transform}once, where the model is built (__init__): "
             f"`{target} = torch.compile({target})` (its state_dict keys gain `_orig_mod.`)"
         )

@@ -311,8 +311,11 @@ class CompileRecorder:
     # -- while torch compiles (inside its callbacks) ------------------------------------------
     def _context(self, global_step: int | None = None) -> CompileContext:
         where = self._where()
+        if global_step is None:
+            # the step of the batch running (manual optimization with several optimizers steps within a batch)
+            global_step = self._batch_step if where.stage == self._batch_stage else where.global_step
         return CompileContext(
-            global_step=where.global_step if global_step is None else global_step,
+            global_step=global_step,
             stage=where.stage,
             parent=self._current_parent(),
             rank=self._rank,

@@ -988,3 +988,52 @@ def test_unfreezing_layers_is_the_expected_price_not_something_to_fix(telemetry:
     else:
         assert not unfrozen
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 0
+
+
+class GAN(pl.LightningModule):
+    """Manual optimization with two optimizers (each step advances global_step), Lightning's toggle_optimizer,
+    and two torch.compile'd Sequentials that share Sequential.forward."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.automatic_optimization = False
+        self.generator = torch.compile(
+            torch.nn.Sequential(torch.nn.Linear(4, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8)), **EAGER
+        )
+        self.discriminator = torch.compile(
+            torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)), **EAGER
+        )
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        real, _ = batch
+        g, d = self.optimizers()  # type: ignore[misc]
+        ones, zeros = torch.ones(len(real), 1), torch.zeros(len(real), 1)
+        bce = torch.nn.functional.binary_cross_entropy_with_logits
+        self.toggle_optimizer(g)
+        fake = self.generator(torch.randn(len(real), 4))
+        self.manual_backward(bce(self.discriminator(fake), ones))
+        g.step()
+        g.zero_grad()
+        self.untoggle_optimizer(g)
+        self.toggle_optimizer(d)
+        self.manual_backward(bce(self.discriminator(real), ones) + bce(self.discriminator(fake.detach()), zeros))
+        d.step()
+        d.zero_grad()
+        self.untoggle_optimizer(d)
+
+    def configure_optimizers(self) -> Any:
+        return tuple(torch.optim.SGD(net.parameters(), lr=0.01) for net in (self.generator, self.discriminator))
+
+
+def test_compiles_within_a_batch_of_two_optimizers_are_that_batchs_step(telemetry: Telemetry) -> None:
+    # opt_g.step() moves global_step on within the batch: the discriminator's compile for the real batch is
+    # still the frame's first batch, where other callers of one function are the expected price
+    telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)[0](max_epochs=2, **TRAINER_DEFAULTS).fit(
+        GAN(), data(32, 8, width=8)
+    )
+    run = telemetry.end()
+    compiles = [s for s in run.find("compilation") if s.attributes.get("compile.trigger") == "dynamo"]
+    assert len(compiles) >= 2 and {s.attributes["train.global_step"] for s in compiles} == {0}
+    assert not [row for row in summarize(run).causes if row.unexpected]
+    assert "what to fix first" not in telemetry_jit.format_summary(run)

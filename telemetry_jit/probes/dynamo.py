@@ -174,7 +174,8 @@ class DynamoProbe:
             if trigger == "dynamo":
                 backend, where = torch_compat.current_compile()
                 callers = torch_compat.compile_callers()
-                reasons = torch_compat.recompile_reasons_in_progress()
+                if torch_compat.compile_attempt(args.compile_id) > 0:
+                    reasons = torch_compat.recompile_reasons_in_progress()
                 self._backends[frame_id] = backend
                 if where is not None:
                     self._frames[frame_id] = where

@@ -206,6 +206,7 @@ class _FrameHistory:
     stages: set[str] = field(default_factory=set)  # "train" / "eval": the modes it compiled for
     changed_dims: set[tuple[str, str]] = field(default_factory=set)
     eval_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # (tensor, dim, size) evaluation brought
+    train_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # ... that training's recompiles named
     first_steps: dict[str, int] = field(default_factory=dict)  # mode -> the step of its first compile
     changed_properties: set[tuple[str, str]] = field(default_factory=set)  # (tensor, dtype/device/...)
     causes: Counter[str] = field(default_factory=Counter)  # its recompiles' causes so far
@@ -309,9 +310,15 @@ class RecompileClassifier:
         smaller = int(size["actual"]) < int(size["expected"])
         if smaller and batches is not None and batches > 1 and batch_index == batches - 1 and not changed_before:
             return "last_batch"
-        if mode == "eval" and "train" in history.stages:
-            history.eval_sizes.add((*dim, size["actual"]))
+        actual = (*dim, size["actual"])
+        if mode == "eval":
+            if actual in history.train_sizes:  # a size training has had: the dimension changed for both
+                return "changing_dim"
+            if "train" in history.stages:
+                history.eval_sizes.add(actual)
+                return "eval_shape"
+            return "changing_dim"
+        if actual in history.eval_sizes:  # training meets a size evaluation left (a cached mask)
             return "eval_shape"
-        if (*dim, size["actual"]) in history.eval_sizes:  # training meets a size evaluation left (a cached mask)
-            return "eval_shape"
+        history.train_sizes.update({(*dim, size["expected"]), actual})
         return "changing_dim"

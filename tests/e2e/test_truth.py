@@ -1037,3 +1037,58 @@ def test_compiles_within_a_batch_of_two_optimizers_are_that_batchs_step(telemetr
     assert len(compiles) >= 2 and {s.attributes["train.global_step"] for s in compiles} == {0}
     assert not [row for row in summarize(run).causes if row.unexpected]
     assert "what to fix first" not in telemetry_jit.format_summary(run)
+
+
+class Curriculum(pl.LightningModule):
+    """Sequences that grow each epoch (16, 32, 48 long), for training and validation alike: the loaders are
+    built again each epoch (``reload_dataloaders_every_n_epochs=1``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+    def _loader(self) -> DataLoader:
+        x = torch.randn(16, 16 * (self.current_epoch + 1), 8, generator=torch.Generator().manual_seed(0))
+        return DataLoader(TensorDataset(x, x.mean(dim=(1, 2)).unsqueeze(1)), batch_size=8)
+
+    train_dataloader = val_dataloader = _loader
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.model(x).mean(dim=1), y)
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("val_loss", torch.nn.functional.mse_loss(self.model(x).mean(dim=1), y))
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_a_length_that_grows_for_training_and_validation_alike_is_a_changing_dimension_and_dynamic_fixes_it(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    options = {"max_epochs": 3, "reload_dataloaders_every_n_epochs": 1, **TRAINER_DEFAULTS}
+    hooked(telemetry)(**options).fit(Curriculum())
+    run = telemetry.end()
+    rows = summarize(run).causes
+    assert {(row.cause, row.kind, row.count, row.unexpected) for row in rows} == {
+        ("stage_switch", "eval", 1, 0),
+        ("changing_dim", "train", 1, 1),
+        ("changing_dim", "eval", 1, 1),  # validation's compile meets the length training moved to
+    }
+    assert "shaped unlike training" not in flat(telemetry_jit.format_summary(run))
+    # the fix it names: compile for changing shapes
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    hooked(fixed, dynamic=True)(**options).fit(Curriculum())
+    assert [row.cause for row in summarize(fixed.end()).causes] == ["stage_switch"]
+    assert (
+        "fixed recompiles: changing_dim: 1 changing_dim in eval: 1"
+        in said("diff", str(telemetry.path), str(fixed_path))[1]
+    )
+    assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0")[0] == 0
+    assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1

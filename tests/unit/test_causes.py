@@ -334,3 +334,17 @@ def test_training_that_meets_a_size_evaluation_left_is_evaluations_item() -> Non
         for n, (stage, size) in enumerate((("validating", 24), ("train", 24), ("train", 20)))
     ]
     assert [c and c.cause for c in causes] == ["eval_shape", "eval_shape", "changing_dim"]
+
+
+def test_validation_meeting_the_length_training_moved_to_is_a_changing_dimension_not_evaluations_shape() -> None:
+    # a curriculum: training's sequences grow from 64 to 128 at the second epoch, validation's with them
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train")
+    seq = "tensor 'x' size mismatch at index 1. expected 64, actual 128"
+    steps = [
+        ("validating", "0/0: GLOBAL_STATE changed: grad_mode "),
+        ("train", f"0/0: {seq}"),
+        ("validating", f"0/1: {seq}"),
+    ]
+    causes = [classifier.observe("0", stage, reason=reason, is_recompile=True) for stage, reason in steps]
+    assert [c and c.cause for c in causes] == ["stage_switch", "changing_dim", "changing_dim"]

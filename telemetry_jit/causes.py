@@ -160,6 +160,7 @@ _SIZE = re.compile(
     r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
 )
 _TENSOR_PROPERTY = re.compile(r"tensor '(.+?)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
+_INPUT_REQUIRES_GRAD = re.compile(r"tensor '(?:(?!_parameters\[).)+' requires_grad mismatch")  # not a parameter's
 _GRAD_MODE = re.compile(r"GLOBAL_STATE changed: .*?(?:grad_mode|inference_mode)|is_inference|torch\.is_grad_enabled")
 _NUMBER = re.compile(r"(?:==|!=)\s*-?(?:\d+\.?\d*(?:e-?\d+)?|inf|nan)\b")
 _STRING = re.compile(r"""(?:==|!=)\s*(?:'[^']*'|"[^"]*")""")
@@ -174,9 +175,13 @@ _BREAK_VALUE = "an intermediate value"
 
 def telling_reason(reasons: Sequence[str]) -> str:
     """Of the reasons each of a frame's cache entries refused a call (most recent entry first, as torch lists
-    them), the one that says what changed: torch names the most recent entry's, which fails on grad mode
-    whenever training and evaluation alternate; an entry made for the call's grad mode fails on what changed."""
-    return next((reason for reason in reasons if not _GRAD_MODE.search(reason)), reasons[0] if reasons else "")
+    them), the one that says what changed. torch names the most recent entry's, which may be an entry made for
+    another kind of call: the other grad mode (training and evaluation alternate) or inputs that need gradients
+    where these do not (one layer class called on the batch and on activations). An entry made for this kind
+    of call fails on what changed."""
+    same_mode = [reason for reason in reasons if not _GRAD_MODE.search(reason)]
+    same_kind = (reason for reason in same_mode if not _INPUT_REQUIRES_GRAD.search(reason))
+    return next(same_kind, same_mode[0] if same_mode else reasons[0] if reasons else "")
 
 
 def normalize_reason(reason: str) -> str:
@@ -204,7 +209,7 @@ class Classified:
 @dataclass
 class _FrameHistory:
     stages: set[str] = field(default_factory=set)  # "train" / "eval": the modes it compiled for
-    changed_dims: set[tuple[str, str]] = field(default_factory=set)
+    changed_dims: dict[tuple[str, str], int | None] = field(default_factory=dict)  # -> the step it first changed
     eval_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # (tensor, dim, size) evaluation brought
     train_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # ... that training's recompiles named
     first_steps: dict[str, int] = field(default_factory=dict)  # mode -> the step of its first compile
@@ -276,7 +281,7 @@ class RecompileClassifier:
             return Classified("stage_switch", subject, expected=history.causes["stage_switch"] == 0)
         size = _SIZE.search(subject)
         if size is not None:
-            return Classified(self._size_cause(history, size, mode, batch_index, batches), subject)
+            return Classified(self._size_cause(history, size, mode, step, batch_index, batches), subject)
         changed = _TENSOR_PROPERTY.search(subject)
         if changed is not None:
             if changed[2] == "dispatch key set" and mode == "eval":
@@ -302,11 +307,18 @@ class RecompileClassifier:
 
     @staticmethod
     def _size_cause(
-        history: _FrameHistory, size: re.Match[str], mode: str, batch_index: int | None, batches: int | None
+        history: _FrameHistory,
+        size: re.Match[str],
+        mode: str,
+        step: int | None,
+        batch_index: int | None,
+        batches: int | None,
     ) -> str:
         dim = (size["name"], size["dim"])
-        changed_before = dim in history.changed_dims
-        history.changed_dims.add(dim)
+        seen = dim in history.changed_dims
+        first_step = history.changed_dims.setdefault(dim, step)
+        # changed in an earlier step (the same batch met again by another caller of the code is the same change)
+        changed_before = seen and (step is None or first_step != step)
         smaller = int(size["actual"]) < int(size["expected"])
         if smaller and batches is not None and batches > 1 and batch_index == batches - 1 and not changed_before:
             return "last_batch"

@@ -1092,3 +1092,37 @@ def test_a_length_that_grows_for_training_and_validation_alike_is_a_changing_dim
     )
     assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0")[0] == 0
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1
+
+
+class Blocks(Regressor):
+    """Two blocks of one class, compiled one by one (``blocks.*``): the first gets the batch, the second
+    activations that need gradients, so their shared ``forward`` has an entry for each kind of call."""
+
+    def __init__(self) -> None:
+        torch.manual_seed(0)
+        blocks = torch.nn.ModuleList(torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU()) for _ in range(2))
+        super().__init__(torch.nn.ModuleDict({"blocks": blocks, "head": torch.nn.Linear(8, 1)}))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        for block in self.model["blocks"]:
+            x = block(x)
+        return torch.nn.functional.mse_loss(self.model["head"](x), y)
+
+
+def test_the_last_batch_met_by_two_callers_of_one_forward_is_the_last_batch_and_drop_last_removes_it(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    # torch names the most recent cache entry's reason: the other caller's (requires_grad), not the batch size
+    hooked(telemetry, "blocks.*")(max_epochs=1, **TRAINER_DEFAULTS).fit(Blocks(), data(28, 8))
+    run = telemetry.end()
+    rows = {row.cause: row for row in summarize(run).causes}
+    assert set(rows) == {"shared_code", "last_batch"} and rows["shared_code"].unexpected == 0
+    assert (rows["last_batch"].count, rows["last_batch"].steps) == (2, [3])  # each caller's entry, the 4th batch
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    hooked(fixed, "blocks.*")(max_epochs=1, **TRAINER_DEFAULTS).fit(Blocks(), data(28, 8, drop_last=True))
+    assert [row.cause for row in summarize(fixed.end()).causes] == ["shared_code"]
+    assert "fixed recompiles: last_batch: 2" in said("diff", str(telemetry.path), str(fixed_path))[1]

@@ -348,3 +348,31 @@ def test_validation_meeting_the_length_training_moved_to_is_a_changing_dimension
     ]
     causes = [classifier.observe("0", stage, reason=reason, is_recompile=True) for stage, reason in steps]
     assert [c and c.cause for c in causes] == ["stage_switch", "changing_dim", "changing_dim"]
+
+
+def test_what_changed_is_named_where_torch_names_the_entry_of_another_caller() -> None:
+    # two Blocks compiled apart share Block.forward: the first gets the batch, the second activations that need
+    # gradients; the last batch holds 6 of 8 (torch 2.13's guard_failures, as recorded)
+    first_block = (
+        "0/1: tensor 'x' requires_grad mismatch. expected requires_grad=1",
+        "0/0: tensor 'x' size mismatch at index 0. expected 8, actual 6",
+    )
+    second_block = (
+        "0/2: tensor 'x' requires_grad mismatch. expected requires_grad=0",
+        "0/1: tensor 'x' size mismatch at index 0. expected 8, actual 6",
+        "0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0",
+    )
+    assert telling_reason(first_block) == first_block[1] and telling_reason(second_block) == second_block[1]
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", step=0)
+    activations = "0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0"  # the second block's first call
+    classifier.observe("0", "train", reason=activations, is_recompile=True, step=0)  # the expected shared_code
+    for reasons in (first_block, second_block):
+        got = classifier.observe(
+            "0", "train", reason=telling_reason(reasons), is_recompile=True, step=3, batch_index=3, batches=4
+        )
+        assert got is not None and got.cause == "last_batch"
+    # an input that needs gradients where it did not before, alone, is still said
+    assert telling_reason(("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0",)).endswith("=0")
+    parameter = "0/0: tensor 'self.l._parameters['weight']' requires_grad mismatch. expected requires_grad=0"
+    assert telling_reason(("0/1: GLOBAL_STATE changed: grad_mode ", parameter)) == parameter

@@ -79,9 +79,9 @@ CAUSES: dict[str, Cause] = {
         ),
         Cause(
             "shared_code",
-            "one function compiled again for another caller in the same step (e.g. one layer class called on the "
-            "batch, then on activations that need gradients)",
-            "expected: one compile per kind of call, paid once in the frame's first step; nothing to fix",
+            "one function compiled again for another caller in the same batch (e.g. one layer class called on the "
+            "batch, then on activations that need gradients; two networks of one class on their own inputs)",
+            "expected: one compile per kind of call, paid once in the frame's first batch; nothing to fix",
         ),
         Cause(
             "last_batch",
@@ -123,6 +123,13 @@ CAUSES: dict[str, Cause] = {
             in_the_frame=True,
         ),
         Cause(
+            "module_mode",
+            "a module switched between train() and eval() (its training flag, read by dropout or batch norm, is "
+            "part of what was compiled)",
+            "expected: a compiled frame compiles once more for each mode its modules run in (model.train(), "
+            "model.eval()); nothing to fix",
+        ),
+        Cause(
             "trainable_params",
             "which parameters train changed (layers frozen or unfrozen, e.g. by Lightning's BackboneFinetuning): "
             "a parameter's requires_grad is part of what the compiled code was made for",
@@ -151,7 +158,9 @@ CAUSES: dict[str, Cause] = {
 }
 EVAL_STAGES = frozenset(("validate", "validating", "sanity_check", "test", "testing", "predict", "predicting"))
 # prices, never things to fix
-EXPECTED_CAUSES = frozenset(("stage_switch", "shared_code", "inference_mode", "tuner", "trainable_params"))
+EXPECTED_CAUSES = frozenset(
+    ("stage_switch", "module_mode", "shared_code", "inference_mode", "tuner", "trainable_params")
+)
 
 _COMPILE_ID = re.compile(r"^\s*\[?!?\d+(?:/\d+)+\]?:\s*")
 _SOURCE_COMMENT = re.compile(r"\s+#.*$")
@@ -161,6 +170,7 @@ _SIZE = re.compile(
 )
 _TENSOR_PROPERTY = re.compile(r"tensor '(.+?)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
 _INPUT_REQUIRES_GRAD = re.compile(r"tensor '(?:(?!_parameters\[).)+' requires_grad mismatch")  # not a parameter's
+_MODULE_MODE = re.compile(r"\.training == (?:True|False)\b")  # a module's train()/eval() flag
 _GRAD_MODE = re.compile(r"GLOBAL_STATE changed: .*?(?:grad_mode|inference_mode)|is_inference|torch\.is_grad_enabled")
 _NUMBER = re.compile(r"(?:==|!=)\s*-?(?:\d+\.?\d*(?:e-?\d+)?|inf|nan)\b")
 _STRING = re.compile(r"""(?:==|!=)\s*(?:'[^']*'|"[^"]*")""")
@@ -176,10 +186,10 @@ _BREAK_VALUE = "an intermediate value"
 def telling_reason(reasons: Sequence[str]) -> str:
     """Of the reasons each of a frame's cache entries refused a call (most recent entry first, as torch lists
     them), the one that says what changed. torch names the most recent entry's, which may be an entry made for
-    another kind of call: the other grad mode (training and evaluation alternate) or inputs that need gradients
-    where these do not (one layer class called on the batch and on activations). An entry made for this kind
-    of call fails on what changed."""
-    same_mode = [reason for reason in reasons if not _GRAD_MODE.search(reason)]
+    another kind of call: the other grad mode or module mode (training and evaluation alternate), or inputs that
+    need gradients where these do not (one layer class called on the batch and on activations). An entry made
+    for this kind of call fails on what changed."""
+    same_mode = [reason for reason in reasons if not (_GRAD_MODE.search(reason) or _MODULE_MODE.search(reason))]
     same_kind = (reason for reason in same_mode if not _INPUT_REQUIRES_GRAD.search(reason))
     return next(same_kind, same_mode[0] if same_mode else reasons[0] if reasons else "")
 
@@ -206,13 +216,16 @@ class Classified:
     behind: str = ""
 
 
+_Batch = tuple[int, "int | None"]  # (global step, batch index): one batch, also where a step spans several
+
+
 @dataclass
 class _FrameHistory:
     stages: set[str] = field(default_factory=set)  # "train" / "eval": the modes it compiled for
-    changed_dims: dict[tuple[str, str], int | None] = field(default_factory=dict)  # -> the step it first changed
+    changed_dims: dict[tuple[str, str], _Batch | None] = field(default_factory=dict)  # -> the batch it first changed in
     eval_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # (tensor, dim, size) evaluation brought
     train_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # ... that training's recompiles named
-    first_steps: dict[str, int] = field(default_factory=dict)  # mode -> the step of its first compile
+    first_batches: dict[str, _Batch] = field(default_factory=dict)  # mode -> the batch of its first compile
     changed_properties: set[tuple[str, str]] = field(default_factory=set)  # (tensor, dtype/device/...)
     causes: Counter[str] = field(default_factory=Counter)  # its recompiles' causes so far
 
@@ -248,12 +261,14 @@ class RecompileClassifier:
         mode = "eval" if stage in EVAL_STAGES else "train"
         first_in_mode = mode not in history.stages
         history.stages.add(mode)
-        if step is not None:
-            history.first_steps.setdefault(mode, step)
+        batch = (step, batch_index) if step is not None else None
+        if batch is not None:
+            history.first_batches.setdefault(mode, batch)
         if not is_recompile:
             return None
+        in_first_batch = batch is not None and not first_in_mode and history.first_batches.get(mode) == batch
         classified = self._classify(
-            history, normalize_reason(reason), stage, mode, first_in_mode, limit_hit, step, batch_index, batches
+            history, normalize_reason(reason), stage, mode, limit_hit, batch, in_first_batch, batch_index, batches
         )
         history.causes[classified.cause] += 1
         return classified
@@ -264,9 +279,9 @@ class RecompileClassifier:
         subject: str,
         stage: str,
         mode: str,
-        first_in_mode: bool,
         limit_hit: bool,
-        step: int | None,
+        batch: _Batch | None,
+        in_first_batch: bool,
         batch_index: int | None,
         batches: int | None,
     ) -> Classified:
@@ -279,20 +294,22 @@ class RecompileClassifier:
             # grad mode takes two values, so a frame's first recompile for it is its first compile in the other,
             # whatever the stage says (a plain loop's evaluation, a no_grad call inside training_step)
             return Classified("stage_switch", subject, expected=history.causes["stage_switch"] == 0)
-        size = _SIZE.search(subject)
-        if size is not None:
-            return Classified(self._size_cause(history, size, mode, step, batch_index, batches), subject)
-        changed = _TENSOR_PROPERTY.search(subject)
-        if changed is not None:
-            if changed[2] == "dispatch key set" and mode == "eval":
-                return Classified("inference_mode", subject, expected=True)
-            if changed[2] == "requires_grad" and "_parameters[" in changed[1]:
-                return Classified("trainable_params", subject, expected=True)
-            if step is not None and not first_in_mode and history.first_steps.get(mode) == step:
-                # one code object (layers of one class) called on the batch and on activations that
-                # need gradients, in the step that first ran it
+        if _MODULE_MODE.search(subject):  # two values as well: train() and eval()
+            return Classified("module_mode", subject, expected=history.causes["module_mode"] == 0)
+        size, changed = _SIZE.search(subject), _TENSOR_PROPERTY.search(subject)
+        if changed is not None and changed[2] == "dispatch key set" and mode == "eval":
+            return Classified("inference_mode", subject, expected=True)
+        if changed is not None and changed[2] == "requires_grad" and "_parameters[" in changed[1]:
+            return Classified("trainable_params", subject, expected=True)
+        if (size or changed) and in_first_batch:
+            # one code object called by another caller in the batch that first ran it: layers of one class on
+            # the batch and on activations that need gradients, two networks of one class on their own inputs
+            if changed is not None:
                 history.changed_properties.add((changed[1], changed[2]))
-                return Classified("shared_code", subject, expected=True)
+            return Classified("shared_code", subject, expected=True)
+        if size is not None:
+            return Classified(self._size_cause(history, size, mode, batch, batch_index, batches), subject)
+        if changed is not None:
             if (changed[1], changed[2]) in history.changed_properties:
                 # it alternates between callers: torch named the first guard of one cache entry, and
                 # what changed this time is another guard of another entry
@@ -310,15 +327,15 @@ class RecompileClassifier:
         history: _FrameHistory,
         size: re.Match[str],
         mode: str,
-        step: int | None,
+        batch: _Batch | None,
         batch_index: int | None,
         batches: int | None,
     ) -> str:
         dim = (size["name"], size["dim"])
         seen = dim in history.changed_dims
-        first_step = history.changed_dims.setdefault(dim, step)
-        # changed in an earlier step (the same batch met again by another caller of the code is the same change)
-        changed_before = seen and (step is None or first_step != step)
+        first = history.changed_dims.setdefault(dim, batch)
+        # changed in an earlier batch (the same batch met again by another caller of the code is the same change)
+        changed_before = seen and (batch is None or first != batch)
         smaller = int(size["actual"]) < int(size["expected"])
         if smaller and batches is not None and batches > 1 and batch_index == batches - 1 and not changed_before:
             return "last_batch"

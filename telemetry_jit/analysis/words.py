@@ -19,7 +19,8 @@ THUNDER_HEADERS = ("module", "misses", "hits")
 DDP_HEADERS = ("frame", "compile", "splits", "bucket cap MB")
 _EXPECTED_WHY = {
     "stage_switch": "when calls with and without gradients alternate (grad mode changed): once per frame",
-    "shared_code": "for other callers of one function in its first step (layers of one class): once per kind",
+    "module_mode": "when modules switch between train() and eval() (their training flag changed): once per frame",
+    "shared_code": "for other callers of one function in its first batch (layers of one class): once per kind",
     "inference_mode": (
         "when validate/test/predict run outside fit under inference mode: once per frame "
         "(Trainer(inference_mode=False) avoids them)"

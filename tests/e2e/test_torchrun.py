@@ -101,7 +101,7 @@ def test_a_launched_fsdp2_job_is_one_run_with_torchs_counts_on_every_rank(
     out_text = capsys.readouterr().out
     assert f"(run {run_id}" in out_text and ", 2 ranks)" in out_text
     assert "compiled alike: all 2 ranks" in out_text
-    assert "for other callers of one function in its first step" in out_text
+    assert "for other callers of one function in its first batch" in out_text
 
 
 def test_lightnings_model_parallel_strategy_on_two_cpu_processes_is_exact_on_every_rank(tmp_path: Path) -> None:

@@ -1126,3 +1126,21 @@ def test_the_last_batch_met_by_two_callers_of_one_forward_is_the_last_batch_and_
     hooked(fixed, "blocks.*")(max_epochs=1, **TRAINER_DEFAULTS).fit(Blocks(), data(28, 8, drop_last=True))
     assert [row.cause for row in summarize(fixed.end()).causes] == ["shared_code"]
     assert "fixed recompiles: last_batch: 2" in said("diff", str(telemetry.path), str(fixed_path))[1]
+
+
+def test_evaluating_in_eval_mode_without_no_grad_is_the_expected_price_of_the_module_mode(telemetry: Telemetry) -> None:
+    # a plain loop whose evaluation calls model.eval() but keeps gradients on: torch names dropout's training flag
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Dropout(0.1), torch.nn.Linear(16, 1))
+    model = torch.compile(net, **EAGER)
+    with telemetry_jit.CompileTelemetry(telemetry.provider) as recorder:
+        for step in range(6):
+            recorder.step(step)
+            net.train()
+            model(torch.randn(8, 8)).pow(2).mean().backward()
+            if step % 2:
+                net.eval()
+                model(torch.randn(8, 8))
+    run = telemetry.end()
+    assert [(row.cause, row.count, row.unexpected) for row in summarize(run).causes] == [("module_mode", 1, 0)]
+    text = flat(telemetry_jit.format_summary(run))
+    assert "what to fix first" not in text and "when modules switch between train() and eval()" in text

@@ -4,6 +4,8 @@ whose code a graph break is in, and what torch says of it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from telemetry_jit.breaks import break_fix, owner_of, parse_break, recompile_owner, user_location
@@ -75,6 +77,12 @@ def test_every_recompile_of_a_real_run_gets_its_cause() -> None:
         ("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0", "tensor_property"),
         ("0/2: tensor 'x' device mismatch. expected cpu, actual cuda:0", "tensor_property"),
         ("0/0: ___check_global_state()  # something torch has not named", "other"),
+        # model.eval() in an evaluation without torch.no_grad() (torch 2.13), the flag dropout reads
+        (
+            "0/0: s._modules['net']._modules['1'].training == True         # return F.dropout(input, self.p, "
+            "self.training, self.inplace)  # nn/modules/dropout.py:73 in forward",
+            "module_mode",
+        ),
         # names with quotes of their own: a dict batch's tensors, a module's parameters (torch 2.13 and 2.15)
         ("0/0: tensor 'L['batch']['mask']' size mismatch at index 1. expected 5, actual 7", "changing_dim"),
         ("0/0: tensor 'L['batch']['input_ids']' dtype mismatch. expected Long, actual Int", "tensor_property"),
@@ -376,3 +384,20 @@ def test_what_changed_is_named_where_torch_names_the_entry_of_another_caller() -
     assert telling_reason(("0/0: tensor 'x' requires_grad mismatch. expected requires_grad=0",)).endswith("=0")
     parameter = "0/0: tensor 'self.l._parameters['weight']' requires_grad mismatch. expected requires_grad=0"
     assert telling_reason(("0/1: GLOBAL_STATE changed: grad_mode ", parameter)) == parameter
+
+
+def test_the_first_batch_is_a_batch_not_a_step() -> None:
+    # two networks of one class (a GAN's Sequentials) on their own inputs, in the batch that first ran them
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", step=0, batch_index=0)
+    first_batch: dict[str, Any] = {"is_recompile": True, "step": 0, "batch_index": 0}
+    grads = "0/0: tensor 'args[0]' requires_grad mismatch. expected requires_grad=0"
+    classifier.observe("0", "train", reason=grads, **first_batch)
+    size = "0/0: tensor 'args[0]' size mismatch at index 1. expected 4, actual 8"
+    other_net = classifier.observe("0", "train", reason=size, **first_batch)
+    assert other_net is not None and (other_net.cause, other_net.expected) == ("shared_code", True)
+    # with gradient accumulation the first optimizer step spans batches: the second batch is not the first
+    accumulating = RecompileClassifier()
+    accumulating.observe("0", "train", step=0, batch_index=0)
+    changed = accumulating.observe("0", "train", reason=size, is_recompile=True, step=0, batch_index=1, batches=8)
+    assert changed is not None and changed.cause == "changing_dim"

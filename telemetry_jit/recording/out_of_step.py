@@ -246,7 +246,8 @@ class OutOfStep:
             for digest in seen.graphs:
                 if digest not in self._said_graphs:
                     holders.setdefault(digest, []).append(rank)
-        findings = []
+        # graphs said in the same words (one frame recompiled for each of its callers) are one finding
+        said: dict[tuple[tuple[int, ...], str, int, str], list[str]] = {}
         for digest, ranks in holders.items():
             if len(ranks) * 2 > self.world_size:
                 continue
@@ -257,22 +258,17 @@ class OutOfStep:
                 and (seen.beat.ended or (seen.beat.step > graph.step + 1 and not seen.beat.compiling))
                 for seen in others
             )
-            if not passed:
-                continue
-            self._said_graphs.add(digest)
-            ranks.sort()
-            who = "no other rank compiled" if len(ranks) == 1 else f"the other {_count(len(others))} did not"
-            line = f"{rank_list(ranks)} compiled a graph for {graph.frame} at step {graph.step} that {who}"
+            if passed:
+                self._said_graphs.add(digest)
+                said.setdefault((tuple(sorted(ranks)), graph.frame, graph.step, graph.why), []).append(digest)
+        findings = []
+        for (group, frame, step, why), digests in said.items():
+            others_count = self.world_size - len(group)
+            who = "no other rank compiled" if len(group) == 1 else f"the other {_count(others_count)} did not"
+            graphs = "a graph" if len(digests) == 1 else f"{len(digests)} graphs"
+            line = f"{rank_list(group)} compiled {graphs} for {frame} at step {step} that {who}"
             findings.append(
-                Finding(
-                    "divergent_graph",
-                    tuple(ranks),
-                    f"{line} ({graph.why})",
-                    step=graph.step,
-                    what=graph.frame,
-                    why=graph.why,
-                    graph=digest,
-                )
+                Finding("divergent_graph", group, f"{line} ({why})", step=step, what=frame, why=why, graph=digests[0])
             )
         return findings
 

@@ -73,6 +73,16 @@ def test_a_graph_only_one_rank_compiled_is_said_once_after_the_others_went_past_
     assert judge.scan(2.0, beats) == []  # said once
 
 
+def test_graphs_said_in_the_same_words_are_one_finding() -> None:
+    # one layer class called on the batch and on activations: a shape only rank 1 sees recompiles it for each
+    judge = OutOfStep(world_size=2)
+    why = "recompile: tensor 'x' size mismatch at index 0. expected 4, actual 3"
+    callers = [Graph("a1", 1, "forward", why), Graph("b2", 1, "forward", why)]
+    judge.scan(0.0, {0: beat(0, 1, 1), 1: beat(1, 1, 1, graphs=callers, graph_count=2)})
+    [said] = judge.scan(1.0, {0: beat(0, 2, 3), 1: beat(1, 2, 3, graphs=callers, graph_count=2)})
+    assert said.line == f"rank 1 compiled 2 graphs for forward at step 1 that no other rank compiled ({why})"
+
+
 def test_a_graph_half_the_ranks_or_more_compiled_is_not_called_divergent_and_lost_graphs_are_not_guessed() -> None:
     judge = OutOfStep(world_size=2)
     odd = Graph("abc", 1, "forward", "first compile")

@@ -100,7 +100,7 @@ class CauseRow:
         stage = self.stages[0] if self.stages else ""
         if self.cause == "recompile_limit" and self.behind:
             behind = CAUSES[self.behind.most_common(1)[0][0]]
-            return f"its recompiles were mostly: {behind.title}. {behind.fix_for(stage, self.owner)}"
+            return f"its recompiles were mostly: {behind.title}. Fix that: {behind.fix_for(stage, self.owner)}"
         return CAUSES[self.cause].fix_for(stage, self.owner)
 
     @property

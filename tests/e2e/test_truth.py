@@ -493,6 +493,7 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     rows = {row.cause: row for row in summarize(run).causes}
     assert rows["python_value"].count == 2 and "self.tag == 'step 0'" in rows["python_value"].reasons[0]
     assert "a Python number or attribute" in rows["recompile_limit"].fix  # the cause behind it, and its fix
+    assert "burned into the graph. Fix that: keep what the compiled code reads" in rows["recompile_limit"].fix
     status, out = said("summary", str(telemetry.path))
     assert "fell back to eager: 1 (recompile limit hit: 1)" in out
     # the gate that refuses a silent slowdown names the frame and the step it went eager from

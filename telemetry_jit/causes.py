@@ -169,7 +169,6 @@ _SIZE = re.compile(
     r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
 )
 _TENSOR_PROPERTY = re.compile(r"tensor '(.+?)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
-_INPUT_REQUIRES_GRAD = re.compile(r"tensor '(?:(?!_parameters\[).)+' requires_grad mismatch")  # not a parameter's
 _MODULE_MODE = re.compile(r"\.training == (?:True|False)\b")  # a module's train()/eval() flag
 _GRAD_MODE = re.compile(r"GLOBAL_STATE changed: .*?(?:grad_mode|inference_mode)|is_inference|torch\.is_grad_enabled")
 _NUMBER = re.compile(r"(?:==|!=)\s*-?(?:\d+\.?\d*(?:e-?\d+)?|inf|nan)\b")
@@ -190,8 +189,16 @@ def telling_reason(reasons: Sequence[str]) -> str:
     need gradients where these do not (one layer class called on the batch and on activations). An entry made
     for this kind of call fails on what changed."""
     same_mode = [reason for reason in reasons if not (_GRAD_MODE.search(reason) or _MODULE_MODE.search(reason))]
-    same_kind = (reason for reason in same_mode if not _INPUT_REQUIRES_GRAD.search(reason))
+    same_kind = (reason for reason in same_mode if _requires_grad_of(reason) != "input")
     return next(same_kind, same_mode[0] if same_mode else reasons[0] if reasons else "")
+
+
+def _requires_grad_of(reason: str) -> str:
+    """Whose ``requires_grad`` guard failed: ``"parameter"``, ``"input"`` (any other tensor), or ``""``."""
+    changed = _TENSOR_PROPERTY.search(reason)
+    if changed is None or changed[2] != "requires_grad":
+        return ""
+    return "parameter" if "_parameters[" in changed[1] else "input"
 
 
 def normalize_reason(reason: str) -> str:
@@ -299,7 +306,7 @@ class RecompileClassifier:
         size, changed = _SIZE.search(subject), _TENSOR_PROPERTY.search(subject)
         if changed is not None and changed[2] == "dispatch key set" and mode == "eval":
             return Classified("inference_mode", subject, expected=True)
-        if changed is not None and changed[2] == "requires_grad" and "_parameters[" in changed[1]:
+        if _requires_grad_of(subject) == "parameter":
             return Classified("trainable_params", subject, expected=True)
         if (size or changed) and in_first_batch:
             # one code object called by another caller in the batch that first ran it: layers of one class on

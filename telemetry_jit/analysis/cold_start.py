@@ -112,10 +112,22 @@ class Change:
         return _kind(self.name, self.base, self.new)
 
     @property
+    def subject(self) -> str:
+        """What changed, in the user's terms: one knob may be several parts (``torch.use_deterministic_algorithms``
+        is three)."""
+        head, _, device = self.name.partition("[")
+        state = _TORCH_STATE.get(self.name) or _TORCH_STATE.get(head)
+        if state is not None:
+            return state.format(device=device.rstrip("]"))
+        return _NAMES[self.kind].format(_named(self.name))
+
+    @property
     def words(self) -> str:
         base, new = _tensor_words(self.base, self.new)
+        if self.name.startswith("autocast_state["):
+            base, new = _autocast_words(base), _autocast_words(new)
         both = f": {base} -> {new}" if base or new else ""
-        return f"{_NAMES[self.kind].format(_named(self.name))}{both}"
+        return f"{self.subject}{both}"
 
 
 @dataclass
@@ -232,6 +244,10 @@ _FIX = {
         "(torch.compile(dynamic=True)); a new dtype or layout needs its own compile once"
     ),
     "setting": "keep the setting as it was when the cache was filled (the cache is keyed by it), or fill it once",
+    "state": (
+        "nothing to fix if you changed it on purpose: the next run with it starts warm; otherwise set it as the run "
+        "that filled the cache did (the cache is keyed by it)"
+    ),
     "version": "pin torch and triton across jobs: every release keys its own cache entries",
     "process_group": (
         "make the same process groups in the same order in every job before compiling (torch names a group by the "
@@ -245,6 +261,7 @@ _NAMES = {
     "model": "a parameter's shape or dtype ({})",
     "input": "an input's dtype, shape or layout ({})",
     "setting": "setting {}",
+    "state": "{}",
     "version": "{} changed",
     "process_group": "the process group's name baked into the graph's collectives",
     "machine": "{}",
@@ -257,6 +274,7 @@ _ORDER = (
     "graph",
     "model",
     "input",
+    "state",
     "setting",
     "other",
 )  # a new release changes the rest too
@@ -276,18 +294,42 @@ def _kind(name: str, base: str = "", new: str = "") -> str:
         return "process_group"
     if head == "example_inputs":
         return "model" if "parameter " in (base + new) else "input"
+    if name in _TORCH_STATE or head in _TORCH_STATE:
+        return "state"
     if "config" in head:
         return "setting"
     if "version" in name:
         return "version"
     if head == "system_info":
         return "machine"
-    if name in _SETTINGS:
-        return "setting"
     return "other"
 
 
-_SETTINGS = ("deterministic_algorithms", "deterministic_algorithms_settings", "grad_enabled", "default_dtype")
+# torch's global state at compile time, which the caches key by, named by the call that sets it
+_DETERMINISTIC = (
+    "deterministic algorithms (torch.use_deterministic_algorithms, which Trainer(deterministic=True) calls)"
+)
+_TORCH_STATE = {
+    "deterministic_algorithms": _DETERMINISTIC,
+    "deterministic_algorithms_settings": _DETERMINISTIC,
+    "inductor_config[deterministic]": _DETERMINISTIC,  # torch.use_deterministic_algorithms sets it too
+    "cuda_matmul_settings": (
+        "the float32 matmul precision (torch.set_float32_matmul_precision, torch.backends.cuda.matmul.allow_tf32)"
+    ),
+    "autocast_state": "autocast on {device} (Trainer(precision='bf16-mixed' or '16-mixed'), torch.autocast)",
+    "grad_enabled": "grad mode (torch.no_grad, torch.inference_mode)",
+    "default_dtype": "the default dtype (torch.set_default_dtype)",
+}
+
+
+def _autocast_words(value: str) -> str:
+    """torch 2.13 keys the dtype of a device's autocast where it is on; 2.15 ``(enabled, dtype)`` for every device."""
+    enabled, _, dtype = value.strip("()").rpartition(", ")
+    if not value or enabled == "False":
+        return "off"
+    return dtype.removeprefix("torch.")
+
+
 _GROUP_WORDS = {"inductor_config": "inductor's", "inductor_config_comms": "inductor's comms"}
 
 
@@ -316,10 +358,12 @@ def _same_key(before: Lookup) -> tuple[str, str]:
 def _reason(found: list[Change]) -> tuple[str, str]:
     if not found:  # the keys differ in a part this torch does not say
         return _SAME_KEY, _FIX["same_key"]
-    kinds = [change.kind for change in found]
-    first = kinds[0]
-    named = [change.words for change in found if change.kind == first][:2]
-    more = len(found) - len(named)
+    first = found[0].kind
+    subjects: dict[str, Change] = {}  # the first change of each, in order
+    for change in found:
+        subjects.setdefault(change.subject, change)
+    named = [change.words for change in subjects.values() if change.kind == first][:2]
+    more = len(subjects) - len(named)
     reason = "; ".join(named) + (f" (and {more} more part{'s' * (more > 1)})" if more else "")
     return reason, _FIX[first]
 

@@ -181,7 +181,16 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
         "batch": fit_against(tmp_path, "batch", cache, batch=2),
         "dtype": fit_against(tmp_path, "dtype", cache, dtype="float64"),
         "moved": fit_against(tmp_path, "moved", tmp_path / "another-cache"),
+        # torch's global state, set by the job: named by the call that sets it
+        "deterministic": fit_against(
+            tmp_path, "deterministic", cache, before="torch.use_deterministic_algorithms(True)"
+        ),
+        "matmul": fit_against(tmp_path, "matmul", cache, before="torch.set_float32_matmul_precision('high')"),
+        "autocast": fit_against(
+            tmp_path, "autocast", cache, before="TRAINER_DEFAULTS = {**TRAINER_DEFAULTS, 'precision': 'bf16-mixed'}"
+        ),
     }
+    keyed_by_autocast = "autocast_state[" in runs["autocast"].read_text()
     said = {name: explained(warm, path) for name, path in runs.items()}
 
     # all hits: nothing to explain, nothing said
@@ -190,11 +199,13 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
     assert "compile cache:" not in text
     assert explained(fill, fill)[0]["missed_graphs"] == 0  # a cold run compared with itself: nothing to explain
     for name in runs:
+        if name == "autocast" and not keyed_by_autocast:
+            continue  # a torch that does not key its caches by autocast: nothing missed
         facts, text = said[name]
         assert facts["missed_graphs"] >= 1 and facts["compile_s"] > 0, name
         assert f"compile cache: {facts['missed_graphs']} graph(s) missed that the base run had" in text
         assert len(facts["reasons"]) == 1, (name, facts)  # one reason per scenario, every graph in it
-    reason = {name: said[name][0]["reasons"][0] for name in said}
+    reason = {name: said[name][0]["reasons"][0] for name in said if said[name][0]["reasons"]}
     assert reason["setting"]["reason"].startswith("setting inductor's max_autotune: False -> True")
     assert "keep the setting" in reason["setting"]["fix"]
     assert reason["width"]["reason"].startswith("a parameter's shape or dtype (graph input ")
@@ -211,9 +222,17 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
         assert "below, why they missed" in said["dtype"][1]
         assert "this is the caches' doing, not a code change" in said["moved"][1]
     assert reason["moved"]["reason"] == "the same key as in the base run, but the entry was not in this run's cache"
+    assert reason["deterministic"]["reason"].startswith("deterministic algorithms (torch.use_deterministic_algorithms")
+    assert reason["deterministic"]["reason"].endswith(": False -> True")  # three parts, one knob, said once
+    assert reason["matmul"]["reason"].startswith("the float32 matmul precision (torch.set_float32_matmul_precision")
+    for name in ("deterministic", "matmul"):
+        assert reason[name]["fix"].startswith("nothing to fix if you changed it on purpose"), name
+    if keyed_by_autocast:
+        assert reason["autocast"]["reason"].startswith("autocast on cpu (Trainer(precision='bf16-mixed'")
+        assert reason["autocast"]["reason"].endswith(": off -> bfloat16")
     assert "TORCHINDUCTOR_CACHE_DIR" in reason["moved"]["fix"] and "load_cache_artifacts" in reason["moved"]["fix"]
     # the frame the user compiled, and the step it missed at
-    assert all(group["frames"] == ["forward (tests/models.py:55)"] for group in reason.values())
+    assert all(group["frames"] == ["forward (tests/models.py:55)"] for group in reason.values()), reason
     assert all(group["steps"] == ["0"] for group in reason.values())
     assert reason["setting"]["changes"] == [{"part": "inductor_config[max_autotune]", "base": "False", "new": "True"}]
 

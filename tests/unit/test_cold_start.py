@@ -142,3 +142,45 @@ def test_a_process_group_name_baked_into_the_graph_is_named_before_the_graph_it_
     (group,) = explain(base, ledger(lookup("miss", "k2", renamed, table=SETTINGS))).groups
     assert group.reason == "the process group's name baked into the graph's collectives: '1' -> '2' (and 1 more part)"
     assert "same process groups in the same order" in group.fix
+
+
+def test_torchs_global_state_is_named_by_the_call_that_sets_it_one_knob_once() -> None:
+    """``Trainer(deterministic=True)`` changes three parts (torch.use_deterministic_algorithms sets inductor's
+    ``deterministic`` too), ``torch.set_float32_matmul_precision`` one, as torch 2.13 records them."""
+    state = ["deterministic_algorithms\tdf\tFalse", "deterministic_algorithms_settings\tdsf\t(False, False, True)"]
+    matmul = "cuda_matmul_settings\tmm1\t('none', True, True)"
+    table = [*SETTINGS, "inductor_config[deterministic]\tidf\tFalse"]
+    base = ledger(lookup("hit", "k1", [*PARTS, *state, matmul], table=table))
+    on = [line.replace("\tdf\tFalse", "\tdt\tTrue").replace("dsf\t(False", "dst\t(True") for line in state]
+    on_table = [*SETTINGS, "inductor_config[deterministic]\tidt\tTrue"]
+    (group,) = explain(base, ledger(lookup("miss", "k2", [*PARTS, *on, matmul], "s2", on_table))).groups
+    assert group.reason == (
+        "deterministic algorithms (torch.use_deterministic_algorithms, which Trainer(deterministic=True) calls): "
+        "False -> True"
+    )
+    assert [change.name for change in group.changes] == [
+        "deterministic_algorithms",
+        "deterministic_algorithms_settings",
+        "inductor_config[deterministic]",
+    ]
+    assert group.fix.startswith("nothing to fix if you changed it on purpose")
+    tf32 = matmul.replace("mm1\t('none'", "mm2\t('tf32'")
+    (group,) = explain(base, ledger(lookup("miss", "k3", [*PARTS, *state, tf32], table=table))).groups
+    assert group.reason == (
+        "the float32 matmul precision (torch.set_float32_matmul_precision, torch.backends.cuda.matmul.allow_tf32): "
+        "('none', True, True) -> ('tf32', True, True)"
+    )
+
+
+def test_autocast_is_named_off_or_its_dtype_as_torch_2_13_and_2_15_key_it() -> None:
+    """torch 2.13 keys a device's autocast dtype only while it is on; 2.15 ``(enabled, dtype)`` for every device."""
+    words = "autocast on cpu (Trainer(precision='bf16-mixed' or '16-mixed'), torch.autocast): off -> bfloat16"
+    base = ledger(lookup("hit", "k1", PARTS, table=SETTINGS))
+    on = [*PARTS, "autocast_state[cpu]\tac1\ttorch.bfloat16"]
+    (group,) = explain(base, ledger(lookup("miss", "k2", on, table=SETTINGS))).groups
+    assert group.reason == words
+    base = ledger(lookup("hit", "k1", [*PARTS, "autocast_state[cpu]\tac0\t(False, torch.bfloat16)"], table=SETTINGS))
+    on = [*PARTS, "autocast_state[cpu]\tac1\t(True, torch.bfloat16)"]
+    (group,) = explain(base, ledger(lookup("miss", "k2", on, table=SETTINGS))).groups
+    assert group.reason == words
+    assert group.fix.startswith("nothing to fix if you changed it on purpose")

@@ -319,6 +319,11 @@ _TORCH_STATE = {
     "autocast_state": "autocast on {device} (Trainer(precision='bf16-mixed' or '16-mixed'), torch.autocast)",
     "grad_enabled": "grad mode (torch.no_grad, torch.inference_mode)",
     "default_dtype": "the default dtype (torch.set_default_dtype)",
+    # inductor's C++ code for the CPU is built for this many threads: another machine's cores give another key
+    "cpp_runtime_thread_count": (
+        "the CPU threads inductor's code is built for (torch.set_num_threads, OMP_NUM_THREADS, "
+        "torch._inductor.config.cpp.threads; by default the machine's cores)"
+    ),
 }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -191,6 +192,12 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
         ),
     }
     keyed_by_autocast = "autocast_state[" in runs["autocast"].read_text()
+    # inductor's CPU code is built for a thread count, which keys it (where torch says so): another count misses
+    keyed_by_threads = re.search(r"cpp_runtime_thread_count\\t\w+\\t(\d+)", warm.read_text())
+    if keyed_by_threads:
+        threads = int(keyed_by_threads[1])
+        other_threads = 1 if threads > 1 else 2
+        runs["threads"] = fit_against(tmp_path, "threads", cache, OMP_NUM_THREADS=str(other_threads))
     said = {name: explained(warm, path) for name, path in runs.items()}
 
     # all hits: nothing to explain, nothing said
@@ -225,7 +232,10 @@ def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_tha
     assert reason["deterministic"]["reason"].startswith("deterministic algorithms (torch.use_deterministic_algorithms")
     assert reason["deterministic"]["reason"].endswith(": False -> True")  # three parts, one knob, said once
     assert reason["matmul"]["reason"].startswith("the float32 matmul precision (torch.set_float32_matmul_precision")
-    for name in ("deterministic", "matmul"):
+    if keyed_by_threads:
+        assert reason["threads"]["reason"].startswith("the CPU threads inductor's code is built for")
+        assert reason["threads"]["reason"].endswith(f": {threads} -> {other_threads}")
+    for name in {"deterministic", "matmul", "threads"} & reason.keys():
         assert reason[name]["fix"].startswith("nothing to fix if you changed it on purpose"), name
     if keyed_by_autocast:
         assert reason["autocast"]["reason"].startswith("autocast on cpu (Trainer(precision='bf16-mixed'")

@@ -184,3 +184,16 @@ def test_autocast_is_named_off_or_its_dtype_as_torch_2_13_and_2_15_key_it() -> N
     (group,) = explain(base, ledger(lookup("miss", "k2", on, table=SETTINGS))).groups
     assert group.reason == words
     assert group.fix.startswith("nothing to fix if you changed it on purpose")
+
+
+def test_another_cpu_thread_count_is_named_with_the_settings_that_choose_it() -> None:
+    """Inductor builds its CPU code for a thread count and keys the graph by it: a machine with other cores,
+    or OMP_NUM_THREADS, misses."""
+    base = ledger(lookup("hit", "k1", [*PARTS, "cpp_runtime_thread_count\tt2\t2"], table=SETTINGS))
+    one_thread = [*PARTS, "cpp_runtime_thread_count\tt1\t1"]
+    (group,) = explain(base, ledger(lookup("miss", "k2", one_thread, table=SETTINGS))).groups
+    assert group.reason.startswith(
+        "the CPU threads inductor's code is built for (torch.set_num_threads, OMP_NUM_THREADS"
+    )
+    assert group.reason.endswith("by default the machine's cores): 2 -> 1")
+    assert "set it as the run that filled the cache did" in group.fix

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
 from telemetry_jit.schema import CompiledBeforeAttr, FallbackAttr, NotCompiledAttr, PayoffAttr
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import counted, short
 
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
@@ -471,7 +471,8 @@ def why_slower(graph_breaks: int, recompiles: int, backends: frozenset[str] | se
         )
     if graph_breaks or recompiles:
         return (
-            f"{graph_breaks} graph breaks and {recompiles} recompiles in training split and guard the compiled code "
+            f"{counted(graph_breaks, 'graph break')} and {counted(recompiles, 'recompile')} in training split and "
+            "guard the compiled code "
             "(see what to fix first in telemetry-jit summary)"
         )
     return "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"

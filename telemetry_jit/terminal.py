@@ -28,6 +28,11 @@ def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {said}" if said else type(error).__name__
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 graph break``, ``0 graph breaks``, ``3 graph breaks``: a count and its noun, plural but for one."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def rank_list(ranks: list[int] | tuple[int, ...], shown: int = 8) -> str:
     """``rank 3``, or ``ranks 1, 2, 5`` and, past ``shown`` of them, ``and N more``."""
     listed = ", ".join(map(str, ranks[:shown]))

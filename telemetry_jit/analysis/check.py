@@ -10,6 +10,7 @@ from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
 from telemetry_jit.analysis.words import fallback_line
+from telemetry_jit.terminal import counted
 
 
 class CannotTell(ValueError):
@@ -104,9 +105,9 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
     broken = []
     breaks = sum(breaks_of(new).values())
     if budget.max_graph_breaks is not None and breaks > budget.max_graph_breaks:
-        broken.append(f"{breaks} graph breaks{which}, more than the {budget.max_graph_breaks} allowed")
+        broken.append(f"{counted(breaks, 'graph break')}{which}, more than the {budget.max_graph_breaks} allowed")
     if budget.max_recompiles is not None and new.recompiles > budget.max_recompiles:
-        broken.append(f"{new.recompiles} recompilations, more than the {budget.max_recompiles} allowed")
+        broken.append(f"{counted(new.recompiles, 'recompilation')}, more than the {budget.max_recompiles} allowed")
     allowed = budget.max_unexpected_recompiles
     if allowed is not None and new.unexpected_recompiles > allowed:
         causes = ", ".join(f"{cause} {n}" for cause, n in new.causes.most_common() if not cause.endswith(EXPECTED))

@@ -17,6 +17,7 @@ from telemetry_jit.analysis.cold_start import CacheLedger, explain
 from telemetry_jit.analysis.ranks_said import OutOfStep, out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.terminal import counted
 
 CompileKey = tuple[str, str, int]  # (compile id, trigger, occurrence: ids repeat after torch._dynamo.reset())
 
@@ -199,7 +200,13 @@ def _groups(ranks: list[RankFigures], key: Any, words: Any) -> list[Group]:
 
 
 def _sequence_words(figures: RankFigures) -> str:
-    return f"{figures.compiles} compilations, {figures.recompiles} recompiles, {figures.graph_breaks} graph breaks"
+    return ", ".join(
+        (
+            counted(figures.compiles, "compilation"),
+            counted(figures.recompiles, "recompile"),
+            counted(figures.graph_breaks, "graph break"),
+        )
+    )
 
 
 def _first_difference(reference: RankFigures, other: RankFigures) -> str:

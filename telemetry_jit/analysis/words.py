@@ -10,7 +10,7 @@ from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
 from telemetry_jit.records import Payoff, first_step_line
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import counted, short
 
 FRAME_HEADERS = ("frame", "location", "frame compiles", "recompiles", "backward graphs", "breaks", "compile s")
 CAUSE_HEADERS = ("cause", "where", "recompiles", "compile s", "first step", "torch's reason")
@@ -60,10 +60,9 @@ def fix_first(summary: RunSummary) -> list[Item]:
         steps = f"step {row.steps[0]}" if len(row.steps) == 1 else f"steps {listed(row.steps)}"
         title = row.title if row.cause != "stage_switch" else "a frame recompiled when its grad mode came back"
         reason = f" ({row.reasons[0]})" if row.reasons and row.cause != "stage_switch" else ""
-        plural = "s" if row.unexpected > 1 else ""
         items.append(
             Item(
-                f"{row.unexpected} recompile{plural}, {row.compile_ms / 1000:.1f} s: {title}{reason}",
+                f"{counted(row.unexpected, 'recompile')}, {row.compile_ms / 1000:.1f} s: {title}{reason}",
                 (
                     f"at {steps} in {where_words(row.stages, row.loaders)}: {listed(row.frames, 2)}",
                     f"fix: {row.fix}",
@@ -71,7 +70,7 @@ def fix_first(summary: RunSummary) -> list[Item]:
             )
         )
     for group in summary.breaks:
-        times = f"{group.count} graph break{'s' if group.count > 1 else ''}"
+        times = counted(group.count, "graph break")
         if group.owner == "user":
             head = f"{times} in your code at {short(group.location)}: {group.type}"
         else:
@@ -96,8 +95,7 @@ def notes(summary: RunSummary) -> list[str]:
             expected[row.cause] = (count + row.count, ms + row.compile_ms)
     for cause, (count, ms) in expected.items():
         lines.append(
-            f"expected: {count} recompile{'s' if count > 1 else ''}, {ms / 1000:.1f} s, {_EXPECTED_WHY[cause]}, "
-            "nothing to fix"
+            f"expected: {counted(count, 'recompile')}, {ms / 1000:.1f} s, {_EXPECTED_WHY[cause]}, nothing to fix"
         )
     lines += [
         first_step_line(step.stage, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
@@ -127,12 +125,12 @@ def figures(summary: RunSummary) -> list[str]:
             else ""
         )
         lines.append(f"compiling outside {loop}: {sum(outside.values()) / 1000:.2f} s ({parts}){whole}")
-    compiled = f"{d.frame_compiles} frame compiles ({d.recompiles} of them recompiles)"
+    compiled = f"{counted(d.frame_compiles, 'frame compile')} ({d.recompiles} of them recompiles)"
     if d.backward_graphs:
-        compiled += f" and {d.backward_graphs} backward graphs"
+        compiled += f" and {counted(d.backward_graphs, 'backward graph')}"
     if d.thunder_compiles:
-        compiled += f", {d.thunder_compiles} thunder compiles"
-    lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {d.break_count} graph breaks")
+        compiled += f", {counted(d.thunder_compiles, 'thunder compile')}"
+    lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {counted(d.break_count, 'graph break')}")
     if d.warm_start.lookups:
         lines.append(f"compile cache: {d.warm_start.line}")
     if d.cache_ledger.loaded_hits:  # from the look-ups themselves: torch 2.8 counts no local hits on its spans

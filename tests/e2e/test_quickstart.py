@@ -14,6 +14,7 @@ import torch
 
 import telemetry_jit
 from telemetry_jit import cli
+from telemetry_jit.terminal import counted
 from tests.e2e.conftest import needs_thunder
 from tests.words import flat
 
@@ -147,7 +148,8 @@ def test_files_from_nv_one_loggers_own_file_exporter_read_like_ours(tmp_path: Pa
     text = cli_output("summary", str(nv_file))
     assert "nv-one-logger file" in text and "no parent links" in text
     frames = sum(1 for span in compiles if span.attributes["compile.trigger"] == "dynamo")
-    assert f"compiled: {frames} frame compiles" in text and f"; {len(breaks)} graph breaks" in flat(text)
+    assert f"compiled: {counted(frames, 'frame compile')}" in text
+    assert f"; {counted(len(breaks), 'graph break')}" in flat(text)
     assert cli.main(["report", str(nv_file), "-o", str(tmp_path / "report.html")]) == 0
     assert cli.main(["trace", str(nv_file), "-o", str(tmp_path / "trace.json")]) == 0
     trace = json.loads((tmp_path / "trace.json").read_text())

@@ -18,6 +18,7 @@ from telemetry_jit.analysis.reader import read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.terminal import clean, error_text
+from tests.words import flat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 NEW, OLD = DATA / "answers.jsonl", DATA / "answers-recorded-by-0.1.jsonl"
@@ -304,3 +305,13 @@ def test_a_fix_measured_against_a_cold_run_says_the_caches_took_part(capsys: pyt
     for base, new in ((cold, cold), (str(DATA / "cache-cold.jsonl"), str(DATA / "cache-warm.jsonl"))):
         assert cli.main(["diff", base, new]) == 0
         assert "not in the same state" not in capsys.readouterr().out  # the same run; the caches' doing alone
+
+
+def test_counts_of_one_are_said_in_the_singular() -> None:
+    """Recorded by a fit, then validate(), test() and predict() of one compiled module (aot_eager, torch 2.13):
+    one backward graph, no graph break."""
+    (run,) = read_telemetry(DATA / "entry-points.jsonl")
+    text = flat(format_summary(run))
+    assert "compiled: 4 frame compiles (3 of them recompiles) and 1 backward graph, " in text
+    assert "; 0 graph breaks" in text
+    assert "1 recompile, " in text and "1 recompiles" not in text

@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.schema import TrainingSpanName
+from telemetry_jit.terminal import gist
 
 State = Literal["finished", "failed", "interrupted", "killed", "incomplete"]
 _LOOPS = (
@@ -51,7 +52,7 @@ def run_status(run: TelemetryRun) -> RunStatus:
         if errors:
             message = str(errors[0].attributes.get("error_message") or errors[0].name)
             state: State = "interrupted" if message.startswith(_INTERRUPTIONS) else "failed"
-            return RunStatus(state, f"{message} (in its {span.name})")
+            return RunStatus(state, f"{gist(message)} (in its {span.name})")
     unended = sorted({span.name for span in run.spans.values() if span.name in _LOOPS and span.end_unix_ns is None})
     if unended and run.health is None and run.file_format != "nv-one-logger":
         return RunStatus(

@@ -10,7 +10,7 @@ from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
 from telemetry_jit.records import Payoff, first_step_line
-from telemetry_jit.terminal import counted, short
+from telemetry_jit.terminal import counted, gist, short
 
 FRAME_HEADERS = ("frame", "location", "frame compiles", "recompiles", "backward graphs", "breaks", "compile s")
 CAUSE_HEADERS = ("cause", "where", "recompiles", "compile s", "first step", "torch's reason")
@@ -148,7 +148,7 @@ def figures(summary: RunSummary) -> list[str]:
         lines.append(f"fell back to eager: {d.fallback_count} (recompile limit hit: {d.limit_hits})")
         lines += [f"  {fallback_line(fallback, summary.last_step)}" for fallback in summary.fallbacks[:5]]
     if d.failed:
-        lines.append(f"failed compilations: {d.failed}, first: {d.first_failure}")
+        lines.append(f"failed compilations: {d.failed}, first: {gist(d.first_failure)}")
     return lines
 
 

@@ -274,7 +274,8 @@ class CompileRecorder:
         for record in records:
             if exception is not None and record.failure:
                 record.fell_back_to_eager = False
-                record.failure = f"{error_text(exception)} (torch: {record.failure})"
+                said = error_text(exception)  # torch's own text, unless the exception already says it
+                record.failure = said if record.failure[:200] in said else f"{said} (torch: {record.failure})"
             self.record(record)
         self._probe.detach()
         for observer in self._observers:

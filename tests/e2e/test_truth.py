@@ -820,6 +820,23 @@ def item_gate_loop(telemetry: Telemetry) -> telemetry_jit.analysis.reader.Teleme
     return telemetry.end()
 
 
+def test_a_compile_that_fails_under_fullgraph_is_said_in_a_line_that_names_the_users_line(telemetry: Telemetry) -> None:
+    """torch's error for a graph break under ``fullgraph=True`` runs to thirty lines of hints; every surface says its
+    first paragraph and the user's line it was raised at, and the file keeps it whole, once."""
+    with pytest.raises(torch._dynamo.exc.TorchDynamoException):
+        hooked(telemetry, fullgraph=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(ItemGate()), data(16, 8))
+    run = telemetry.end()
+    lines, first = inspect.getsourcelines(ItemGate.forward)
+    branch = first + next(i for i, line in enumerate(lines) if ".item()" in line)
+    where = f"(at e2e/test_truth.py:{branch} in forward: `if h.mean().item() > 10:`; at train step 0)"
+    headline = run_status(run).headline()
+    assert where in headline and len(headline) < 800 and "TORCHDYNAMO_VERBOSE" not in headline, headline
+    text = flat(telemetry_jit.format_summary(run))
+    assert text.count(where) == 1 and "failed compilations: 1, first: " in text
+    (failure,) = [span.attributes["compile.failure"] for span in run.find("compilation")]
+    assert "from user code:" in failure and "(torch: " not in failure  # whole, and said once
+
+
 def test_a_number_left_by_a_graph_break_is_named_with_the_break_and_the_breaks_fix_removes_it(
     telemetry: Telemetry, tmp_path: Path
 ) -> None:

@@ -17,7 +17,7 @@ from telemetry_jit import cli
 from telemetry_jit.analysis.reader import read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
-from telemetry_jit.terminal import clean, error_text
+from telemetry_jit.terminal import clean, error_text, gist
 from tests.words import flat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -315,3 +315,18 @@ def test_counts_of_one_are_said_in_the_singular() -> None:
     assert "compiled: 4 frame compiles (3 of them recompiles) and 1 backward graph, " in text
     assert "; 0 graph breaks" in text
     assert "1 recompile, " in text and "1 recompiles" not in text
+
+
+def test_an_errors_gist_is_its_first_paragraph_and_the_users_line() -> None:
+    torch_error = (
+        "Unsupported: Tensor.item\n  Explanation: the op needs the value\n\n  Hint: set capture_scalar_outputs\n\n"
+        'from user code:\n   File "/home/me/train.py", line 40, in training_step\n    loss = self.net(x)\n'
+        '  File "/home/me/net.py", line 15, in forward\n    if h.sum().item() > 1:\n\nSet TORCHDYNAMO_VERBOSE=1\n'
+    )
+    assert gist(torch_error) == (
+        "Unsupported: Tensor.item Explanation: the op needs the value "
+        "(at me/net.py:15 in forward: `if h.sum().item() > 1:`)"
+    )
+    assert gist(torch_error + " (at train step 3)").endswith("`if h.sum().item() > 1:`; at train step 3)")
+    assert gist("ValueError: a bug (at train step 5)") == "ValueError: a bug (at train step 5)"
+    assert gist("x" * 1000, limit=50) == "x" * 47 + "..."

@@ -221,6 +221,13 @@ def format_diff(result: RunDiff) -> str:
     for side, found in result.compiled_before():
         lines += wrapped(f"{side}: {found.words()}. A compile or recompile it lacks is no evidence of a change", "  ")
     lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
+    if new.backward_graphs < base.backward_graphs:
+        lines += [""] + wrapped(
+            "fewer backward graphs need not mean less compiled: a graph with dynamic shapes (dynamic=True, "
+            "mark_dynamic, or torch's automatic dynamic shapes after a size changed) has its backward compiled within "
+            "its frame's compile, and counted with it (docs/telemetry.md)",
+            "  ",
+        )
     if result.cache_effect:
         # where a part of the keys changed (a setting, the model's dtype), a change made the caches miss: said below
         changed = any(group.changes for group in result.cold_start.groups)

@@ -330,3 +330,19 @@ def test_an_errors_gist_is_its_first_paragraph_and_the_users_line() -> None:
     assert gist(torch_error + " (at train step 3)").endswith("`if h.sum().item() > 1:`; at train step 3)")
     assert gist("ValueError: a bug (at train step 5)") == "ValueError: a bug (at train step 5)"
     assert gist("x" * 1000, limit=50) == "x" * 47 + "..."
+
+
+def test_a_fix_that_makes_the_batch_dynamic_is_told_fixed_and_its_missing_backward_graph_explained(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """The runs of test_counts_of_one_are_said_in_the_singular, before and after the fix the summary named for
+    test()'s smaller last batch (torch.compile(dynamic=True)), recorded on torch 2.13."""
+    before, after = str(DATA / "entry-points.jsonl"), str(DATA / "entry-points-dynamic.jsonl")
+    assert cli.main(["diff", before, after]) == 0
+    out = flat(capsys.readouterr().out)
+    assert "fixed recompiles: last_batch in eval: 1" in out
+    assert "backward graphs 1 -> 0" in out and "has its backward compiled within its frame's compile" in out
+    assert cli.main(["check", before, "--max-unexpected-recompiles", "0"]) == 1
+    assert cli.main(["check", after, "--baseline", before, "--max-unexpected-recompiles", "0"]) == 0
+    assert cli.main(["diff", after, before]) == 0
+    assert "has its backward compiled within" not in flat(capsys.readouterr().out)  # more backward graphs: no note

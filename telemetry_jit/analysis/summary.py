@@ -63,6 +63,12 @@ class FirstStepRow:
     wall_ms: float
     compile_ms: float
     phases_s: dict[str, float]
+    by_itself: bool = False  # a validation run by Trainer.validate, not within fit
+
+    @property
+    def label(self) -> str:
+        """The stage as the summary names it: ``validate()`` where the validation ran by itself."""
+        return "validate()" if self.by_itself else self.stage
 
     @property
     def other_ms(self) -> float:
@@ -219,12 +225,15 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
             for name, value in attributes.items():
                 if name.startswith(prefix) and name.endswith("_s"):
                     phases[name[len(prefix) : -len("_s")]] += number(value)
+            parent = run.parent(span)
             row = FirstStepRow(
                 str(attributes.get(StepAttr.STAGE, "")),
                 int(number(attributes.get(StepAttr.GLOBAL_STEP))),
                 number(attributes.get(StepAttr.WALL_MS)),
                 number(attributes.get(StepAttr.COMPILE_MS)),
                 dict(phases),
+                by_itself=span.name == TrainingSpanName.VALIDATION_LOOP
+                and (parent is None or parent.name != TrainingSpanName.TRAINING_LOOP),
             )
             steps.append((event.time_unix_ns, row))
     return [row for _, row in sorted(steps, key=lambda item: item[0])]

@@ -98,7 +98,7 @@ def notes(summary: RunSummary) -> list[str]:
             f"expected: {counted(count, 'recompile')}, {ms / 1000:.1f} s, {_EXPECTED_WHY[cause]}, nothing to fix"
         )
     lines += [
-        first_step_line(step.stage, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
+        first_step_line(step.label, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
         for step in summary.first_steps
         if step.compile_ms
     ]

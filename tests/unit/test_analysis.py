@@ -315,6 +315,8 @@ def test_counts_of_one_are_said_in_the_singular() -> None:
     assert "compiled: 4 frame compiles (3 of them recompiles) and 1 backward graph, " in text
     assert "; 0 graph breaks" in text
     assert "1 recompile, " in text and "1 recompiles" not in text
+    # fit's last validation and validate() after it ran at one step: named apart
+    assert "first validation step (step 4): " in text and "first validate() step (step 8): " in text
 
 
 def test_an_errors_gist_is_its_first_paragraph_and_the_users_line() -> None:

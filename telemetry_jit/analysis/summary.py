@@ -232,7 +232,7 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
                 number(attributes.get(StepAttr.WALL_MS)),
                 number(attributes.get(StepAttr.COMPILE_MS)),
                 dict(phases),
-                by_itself=span.name == TrainingSpanName.VALIDATION_LOOP
+                by_itself=attributes.get(StepAttr.STAGE) == "validate"
                 and (parent is None or parent.name != TrainingSpanName.TRAINING_LOOP),
             )
             steps.append((event.time_unix_ns, row))

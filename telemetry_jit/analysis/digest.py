@@ -28,7 +28,7 @@ from telemetry_jit.schema import (
     TrainAttr,
     TrainingSpanName,
 )
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import gist, short
 
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
@@ -443,7 +443,8 @@ class RunDigest:
             if len(self.fallbacks) < MAX_DETAILS:
                 reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
                 step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
-                self.fallbacks.append(Fallback(label, step, stage, limit, normalize_reason(reason)))
+                said = normalize_reason(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
+                self.fallbacks.append(Fallback(label, step, stage, limit, said))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")

@@ -331,6 +331,11 @@ def frames_compiled() -> int:
     return int(_dynamo_utils.counters["frames"]["ok"])
 
 
+def frames_attempted() -> int:
+    """How many frames dynamo has set out to compile so far (those whose compile raised, too)."""
+    return int(_dynamo_utils.counters["frames"]["total"])
+
+
 def has_compiled_code_for(module: torch.nn.Module) -> bool:
     """Whether dynamo holds compiled code for the frame compiling ``module`` in place makes: its ``forward``,
     a submodule's (where dynamo broke the graph inside one, it compiles that frame, not the outer one; a second

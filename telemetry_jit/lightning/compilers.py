@@ -153,6 +153,7 @@ class FirstCall:
         self.call = call
         self.called = False
         self.compiled_frames = 0
+        self.failed_frames = 0  # compiles that raised (dynamo ran the frame eagerly: suppress_errors)
 
     @classmethod
     def install(cls, module: torch.nn.Module) -> FirstCall | None:
@@ -165,12 +166,13 @@ class FirstCall:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         torch_compat.set_compiled_call(self.module, self.call)  # steps aside first: a nested call goes straight
-        before = torch_compat.frames_compiled()
+        compiled, attempted = torch_compat.frames_compiled(), torch_compat.frames_attempted()
         try:
             return self.call(*args, **kwargs)
         finally:
             self.called = True
-            self.compiled_frames = torch_compat.frames_compiled() - before
+            self.compiled_frames = torch_compat.frames_compiled() - compiled
+            self.failed_frames = torch_compat.frames_attempted() - attempted - self.compiled_frames
 
 
 def compiled_code_ran(module: torch.nn.Module, watch: FirstCall | None = None) -> bool:
@@ -200,6 +202,11 @@ class CompiledCodeRan:
     @property
     def called(self) -> bool:
         return self.watch is not None and self.watch.called
+
+    @property
+    def failed(self) -> bool:
+        """Whether dynamo set out to compile the module's first call and the compile raised."""
+        return self.watch is not None and self.watch.failed_frames > 0
 
 
 # -- the built-in backends: JitConfig(use_torch=True) is "torch", use_thunder=True "thunder" or "thunder-dynamo" --

@@ -339,7 +339,13 @@ class JitTransform(Callback):
             forward = getattr(type(module).forward, "__code__", None)
             where = f" at {forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
             children = [child for child, _ in module.named_children()]
-            if getattr(ran, "called", False):  # a backend that watches the first call knows it was called
+            if getattr(ran, "failed", False):
+                why = (
+                    "it was called, but compiling it failed and dynamo runs it eagerly "
+                    "(torch._dynamo.config.suppress_errors)"
+                )
+                advice = "remove the cause torch's error names (said when it failed, and by telemetry-jit summary)"
+            elif getattr(ran, "called", False):  # a backend that watches the first call knows it was called
                 why = (
                     "it was called, but dynamo compiled none of its code: its forward is code dynamo does not trace "
                     "(torch.compiler.disable, a skipped package) or a compiler stance kept it eager"
@@ -361,7 +367,7 @@ class JitTransform(Callback):
             self._notices.warn(
                 id(module),
                 f"telemetry-jit: JitTransform compiled {name or '<root>'} ({type(module).__name__}.forward{where}), "
-                f"but its compiled code never ran in {loop}: {why}, so compiling it changed nothing. {advice}.",
+                f"but its compiled code never ran in {loop}: {why}, so compiling it changed nothing. Fix: {advice}.",
             )
 
     def _compile(self, pl_module: pl.LightningModule) -> None:

@@ -10,6 +10,7 @@ from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
+from telemetry_jit.terminal import gist
 
 
 class EagerFallbackAlert(CompileListener):
@@ -27,7 +28,7 @@ class EagerFallbackAlert(CompileListener):
                 record.frame_id,
                 f"telemetry-jit: compiling {record.frame or 'a frame'} ({record.location or 'unknown location'}) "
                 f"failed at step {step} and it runs eagerly from now on, without compilation: "
-                f"{' '.join(record.failure.split())[:300] or 'torch gave no reason'}. `telemetry-jit check "
+                f"{gist(record.failure, 300) or 'torch gave no reason'}. `telemetry-jit check "
                 "--no-eager-fallback` fails such a run.",
                 origin=record.location,
             )

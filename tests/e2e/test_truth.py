@@ -605,7 +605,7 @@ def test_a_fallback_says_what_running_eagerly_costs_against_the_same_frame_compi
 
 
 def exploding(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
-    raise RuntimeError("backend exploded")
+    raise RuntimeError("backend exploded\nat the second op\n\nsome hints")  # torch puts its words on a line above
 
 
 @torch._dynamo.config.patch(suppress_errors=True)
@@ -617,6 +617,9 @@ def test_a_compile_that_fails_under_suppress_errors_is_said_at_once_and_fails_th
         hooked(telemetry, backend=exploding)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(32, 8))
     (warning,) = [str(w.message) for w in caught if "runs eagerly from now on" in str(w.message)]
     assert "failed at step 0" in warning and "backend exploded" in warning and "--no-eager-fallback" in warning
+    # JitTransform's check that the compiled code ran knows why it did not
+    (never,) = [str(w.message) for w in caught if "never ran" in str(w.message)]
+    assert "compiling it failed and dynamo runs it eagerly" in never and "does not trace" not in never, never
     run = telemetry.end()
     assert run_status(run).finished  # training went on, eagerly
     (span,) = [span for span in run.find("compilation") if span.attributes["compile.fell_back_to_eager"]]
@@ -626,6 +629,7 @@ def test_a_compile_that_fails_under_suppress_errors_is_said_at_once_and_fails_th
     expected = f"{fallback.frame} runs eagerly from step 0 on (4 steps since; compiling it failed, in training)"
     status, out = said("summary", str(telemetry.path))
     assert expected in flat(out)
+    assert f"{expected}: backend='exploding' raised: RuntimeError: backend exploded at the second op;" in flat(out)
     status, out = said("check", str(telemetry.path), "--no-eager-fallback")
     assert status == 1 and expected in flat(out)
 

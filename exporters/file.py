@@ -118,9 +118,15 @@ class FileExporter(BaseExporter):
     @override
     def initialize(self) -> None:
         super().initialize()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
         self._created = not self.path.exists()
-        self._open_file(self.path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._open_file(self.path)
+        except OSError as error:  # what access() could not foresee: a read-only or virtual file system, root's access
+            raise type(error)(
+                f"FileExporter cannot create {str(self.path)!r}: {error.strerror or error}. Choose a path in a folder "
+                "you can write to, e.g. file='runs/telemetry.jsonl'."
+            ) from error
         self._write(_RUN_START)
 
     @override

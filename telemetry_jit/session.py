@@ -387,28 +387,33 @@ def _configure(
     file_exporter = FileExporter(file, identity=tracker) if file is not None else None
     all_exporters = _safe_exporters(file_exporter, otlp_exporter, exporters)  # raises before the provider changes
     log_dir = file_exporter.path.parent if file_exporter is not None else Path.cwd()
-    provider.with_base_config(
-        OneLoggerConfig(
-            application_name=app_name,
-            session_tag_or_fn=session_tag or app_name,
-            world_size_or_fn=world_size or tracker.current().world_size,
-            error_handling_strategy=OneLoggerErrorHandlingStrategy.DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR,
-            logger_config=LoggerConfig(
-                log_level="WARNING",
-                log_file_path_for_info=str(log_dir / "onelogger.log"),
-                log_file_path_for_err=str(log_dir / "onelogger.err"),
-            ),
-            telemetry_config=TrainingTelemetryConfig(
-                global_batch_size_or_fn=global_batch_size,
-                perf_tag_or_fn=perf_tag or app_name,
-                **training_config,
-            ),
+    try:
+        provider.with_base_config(
+            OneLoggerConfig(
+                application_name=app_name,
+                session_tag_or_fn=session_tag or app_name,
+                world_size_or_fn=world_size or tracker.current().world_size,
+                error_handling_strategy=OneLoggerErrorHandlingStrategy.DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR,
+                logger_config=LoggerConfig(
+                    log_level="WARNING",
+                    log_file_path_for_info=str(log_dir / "onelogger.log"),
+                    log_file_path_for_err=str(log_dir / "onelogger.err"),
+                ),
+                telemetry_config=TrainingTelemetryConfig(
+                    global_batch_size_or_fn=global_batch_size,
+                    perf_tag_or_fn=perf_tag or app_name,
+                    **training_config,
+                ),
+            )
         )
-    )
-    for exporter in all_exporters:
-        provider.with_exporter(exporter)
-    provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, _blacklist(export_iteration_spans))
-    provider.configure_provider()
+        for exporter in all_exporters:
+            provider.with_exporter(exporter)
+        provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, _blacklist(export_iteration_spans))
+        provider.configure_provider()
+    except BaseException:
+        # nv-one-logger takes one configuration per process: a failed one must not use it up (a notebook retries)
+        nv_one_logger_compat.forget_configuration()
+        raise
     nv_one_logger_compat.when_disabled(_say_disabled)
     configuration = Configuration(
         app_name=app_name,

@@ -80,6 +80,20 @@ def test_an_unwritable_location_is_rejected_before_training(tmp_path: Path) -> N
     fresh_provider_state()
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where access() says yes to root")
+def test_a_folder_that_refuses_new_files_is_named_before_training_and_the_next_configure_works(tmp_path: Path) -> None:
+    fresh_provider_state()
+    refused = r"FileExporter cannot create '/proc/telemetry.jsonl': .*Choose a path in a folder"
+    with pytest.raises(OSError, match=refused):
+        telemetry_jit.configure("app", file="/proc/telemetry.jsonl")
+    # as a notebook retries with a good path: nv-one-logger's one configuration a process was not used up
+    session = telemetry_jit.configure("app", file=tmp_path / "t.jsonl")
+    assert session.recording
+    telemetry_jit.shutdown()
+    assert len(telemetry_jit.read_telemetry(tmp_path / "t.jsonl")) == 1  # its file, with its run
+    fresh_provider_state()
+
+
 def test_truncated_last_line_is_skipped_with_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     fresh_provider_state()

@@ -101,3 +101,46 @@ def break_fix(owner: Owner, text: BreakText, user_lines: Sequence[str] = ()) -> 
     )
     advice = f"{owner}'s code cannot be edited: change {line}, or keep that call out of the compiled module"
     return advice + (f"; torch's hint: {hint}" if hint else "")
+
+
+# -- torch's error text, said in a line ------------------------------------------------------------
+_TRACED_FRAMES = re.compile(r"\nfrom user code:\n(?P<frames>(?:[ \t]+[^\n]*\n?)+)")
+_TRACED_FRAME = re.compile(
+    r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>[^\n]+)\n[ \t]*(?P<code>[^\n]*)'
+)
+_WHERE = re.compile(r" \((?P<where>at [^()\n]+)\)\s*$")  # what telemetry-jit adds: " (at train step 0)"
+
+
+def gist(message: str, limit: int = 400) -> str:
+    """An error's first paragraph on one line (at most ``limit`` characters) and where torch says it was raised
+    (its ``from user code:`` frames): the innermost line and, where that is a library's, the user's line that
+    reached it. torch's compile errors run to thirty lines of hints, which the file keeps whole.
+
+    Example::
+
+        gist('Unsupported: ...\n\nfrom user code:\n   File "model.py", line 15, in forward\n    x.item()\n')
+        # 'Unsupported: ... (at model.py:15 in forward: `x.item()`)'
+    """
+    found = _WHERE.search(message)
+    body = message[: found.start()] if found else message
+    head = " ".join(body.strip().split("\n\n", 1)[0].split())
+    if len(head) > limit:
+        head = head[: limit - 3] + "..."
+    traced = _TRACED_FRAMES.search(body)
+    frames = [_frame_words(frame) for frame in _TRACED_FRAME.finditer(traced["frames"])] if traced else []
+    places = []
+    if frames:
+        (location, words), users = frames[-1], [words for where, words in frames if owner_of(where) == "user"]
+        reached = f", reached from your line {users[-1]}" if owner_of(location) != "user" and users else ""
+        places.append(f"at {words}{reached}")
+    if found:
+        places.append(found["where"])
+    return f"{head} ({'; '.join(places)})" if places else head
+
+
+def _frame_words(frame: re.Match[str]) -> tuple[str, str]:
+    """``(file:line, "file:line in function: `code`")`` of one frame torch lists."""
+    location = f"{frame['path']}:{frame['line']}"
+    code = " ".join(frame["code"].split())
+    words = f"{short(location)} in {frame['function']}"
+    return location, f"{words}: `{code}`" if code else words

@@ -33,39 +33,6 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-_USER_CODE = re.compile(r"\nfrom user code:\n(?P<frames>(?:[ \t]+[^\n]*\n?)+)")
-_USER_FRAME = re.compile(r'File "(?P<path>[^"]+)", line (?P<line>\d+), in (?P<function>[^\n]+)\n[ \t]*(?P<code>[^\n]*)')
-_WHERE = re.compile(r" \((?P<where>at [^()\n]+)\)\s*$")  # what telemetry-jit adds: " (at train step 0)"
-
-
-def gist(message: str, limit: int = 400) -> str:
-    """An error's first paragraph on one line (at most ``limit`` characters) and, where torch names it
-    (``from user code:``), the line of the user's code it was raised at: torch's compile errors run to
-    thirty lines of hints, which the file keeps whole.
-
-    Example::
-
-        gist('Unsupported: ...\n\nfrom user code:\n   File "model.py", line 15, in forward\n    x.item()\n')
-        # 'Unsupported: ... (at model.py:15 in forward: `x.item()`)'
-    """
-    found = _WHERE.search(message)
-    body = message[: found.start()] if found else message
-    head = " ".join(body.strip().split("\n\n", 1)[0].split())
-    if len(head) > limit:
-        head = head[: limit - 3] + "..."
-    user = _USER_CODE.search(body)
-    frames = list(_USER_FRAME.finditer(user["frames"])) if user else []
-    places = []
-    if frames:
-        frame = frames[-1]  # the innermost: where it was raised
-        code = " ".join(frame["code"].split())
-        at = f"at {short(frame['path'] + ':' + frame['line'])} in {frame['function']}"
-        places.append(f"{at}: `{code}`" if code else at)
-    if found:
-        places.append(found["where"])
-    return f"{head} ({'; '.join(places)})" if places else head
-
-
 def rank_list(ranks: list[int] | tuple[int, ...], shown: int = 8) -> str:
     """``rank 3``, or ``ranks 1, 2, 5`` and, past ``shown`` of them, ``and N more``."""
     listed = ", ".join(map(str, ranks[:shown]))

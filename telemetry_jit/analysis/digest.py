@@ -17,7 +17,7 @@ from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
-from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, recompile_owner, user_location
+from telemetry_jit.breaks import BreakText, break_fix, gist, owner_of, parse_break, recompile_owner, user_location
 from telemetry_jit.causes import CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
@@ -28,7 +28,7 @@ from telemetry_jit.schema import (
     TrainAttr,
     TrainingSpanName,
 )
-from telemetry_jit.terminal import gist, short
+from telemetry_jit.terminal import short
 
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks

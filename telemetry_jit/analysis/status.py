@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.breaks import gist
 from telemetry_jit.schema import TrainingSpanName
-from telemetry_jit.terminal import gist
 
 State = Literal["finished", "failed", "interrupted", "killed", "incomplete"]
 _LOOPS = (

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
+from telemetry_jit.breaks import gist
 from telemetry_jit.records import Payoff, first_step_line
-from telemetry_jit.terminal import counted, gist, short
+from telemetry_jit.terminal import counted, short
 
 FRAME_HEADERS = ("frame", "location", "frame compiles", "recompiles", "backward graphs", "breaks", "compile s")
 CAUSE_HEADERS = ("cause", "where", "recompiles", "compile s", "first step", "torch's reason")

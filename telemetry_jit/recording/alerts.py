@@ -4,13 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from telemetry_jit.breaks import recompile_owner
+from telemetry_jit.breaks import gist, recompile_owner
 from telemetry_jit.causes import CAUSES, normalize_reason
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
-from telemetry_jit.terminal import gist
 
 
 class EagerFallbackAlert(CompileListener):

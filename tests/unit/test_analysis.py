@@ -17,7 +17,8 @@ from telemetry_jit import cli
 from telemetry_jit.analysis.reader import read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
-from telemetry_jit.terminal import clean, error_text, gist
+from telemetry_jit.breaks import gist
+from telemetry_jit.terminal import clean, error_text
 from tests.words import flat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -332,6 +333,11 @@ def test_an_errors_gist_is_its_first_paragraph_and_the_users_line() -> None:
     assert gist(torch_error + " (at train step 3)").endswith("`if h.sum().item() > 1:`; at train step 3)")
     assert gist("ValueError: a bug (at train step 5)") == "ValueError: a bug (at train step 5)"
     assert gist("x" * 1000, limit=50) == "x" * 47 + "..."
+    in_torch = torch_error.replace("/home/me/net.py", "/venv/lib/python3.11/site-packages/torch/nn/modules/x.py")
+    assert gist(in_torch).endswith(
+        "(at modules/x.py:15 in forward: `if h.sum().item() > 1:`, reached from your line me/train.py:40 in "
+        "training_step: `loss = self.net(x)`)"
+    )
 
 
 def test_a_fix_that_makes_the_batch_dynamic_is_told_fixed_and_its_missing_backward_graph_explained(

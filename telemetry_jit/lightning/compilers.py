@@ -153,7 +153,7 @@ class FirstCall:
         self.call = call
         self.called = False
         self.compiled_frames = 0
-        self.failed_frames = 0  # compiles that raised (dynamo ran the frame eagerly: suppress_errors)
+        self.failed_frames = 0  # compiles that raised, which dynamo suppressed and ran the frame eagerly
 
     @classmethod
     def install(cls, module: torch.nn.Module) -> FirstCall | None:

@@ -341,8 +341,8 @@ class JitTransform(Callback):
             children = [child for child, _ in module.named_children()]
             if getattr(ran, "failed", False):
                 why = (
-                    "it was called, but compiling it failed and dynamo runs it eagerly "
-                    "(torch._dynamo.config.suppress_errors)"
+                    "it was called, but compiling it failed and dynamo runs it eagerly (an error suppressed by "
+                    "torch._dynamo.config.suppress_errors, or code dynamo gives up on for the whole frame)"
                 )
                 advice = "remove the cause torch's error names (said when it failed, and by telemetry-jit summary)"
             elif getattr(ran, "called", False):  # a backend that watches the first call knows it was called

@@ -1,5 +1,6 @@
-"""Whose code a graph break is in, the user's line that led there, what torch says of it and what to do:
-the rules shared by the live recording and the analysis of files (no torch, no Lightning here)."""
+"""Whose code a graph break is in, the user's line that led there, what torch says of it and what to do, and
+torch's compile errors said in a line: the rules shared by the live recording and the analysis of files (no
+torch, no Lightning here)."""
 
 from __future__ import annotations
 

@@ -472,8 +472,7 @@ def why_slower(graph_breaks: int, recompiles: int, backends: frozenset[str] | se
     if graph_breaks or recompiles:
         return (
             f"{counted(graph_breaks, 'graph break')} and {counted(recompiles, 'recompile')} in training split and "
-            "guard the compiled code "
-            "(see what to fix first in telemetry-jit summary)"
+            "guard the compiled code (see what to fix first in telemetry-jit summary)"
         )
     return "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"
 

@@ -261,7 +261,6 @@ _NAMES = {
     "model": "a parameter's shape or dtype ({})",
     "input": "an input's dtype, shape or layout ({})",
     "setting": "setting {}",
-    "state": "{}",
     "version": "{} changed",
     "process_group": "the process group's name baked into the graph's collectives",
     "machine": "{}",

@@ -33,6 +33,11 @@ def counted(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
+def possessive(words: str) -> str:
+    """``the training loop's``, ``the 3 training loops'``."""
+    return f"{words}'" if words.endswith("s") else f"{words}'s"
+
+
 def rank_list(ranks: list[int] | tuple[int, ...], shown: int = 8) -> str:
     """``rank 3``, or ``ranks 1, 2, 5`` and, past ``shown`` of them, ``and N more``."""
     listed = ", ".join(map(str, ranks[:shown]))

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from telemetry_jit.analysis.diff import EXPECTED, RunFigures, figures
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.spans import TelemetryRun
-from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
+from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.words import fallback_line
-from telemetry_jit.terminal import counted
+from telemetry_jit.terminal import counted, possessive
 
 
 class CannotTell(ValueError):
@@ -90,7 +90,7 @@ def check(
     for run in runs:
         prefix = f"rank {run.rank}: " if len(runs) > 1 else ""
         reference = by_rank.get(run.rank, judged[id(baselines[0])] if baselines else None)
-        loop = LOOP_WORDS[summarize(run).loop_name]
+        loop = summarize(run).loop_words
         broken += [prefix + reason for reason in _check_one(judged[id(run)], budget, reference, loop)]
     if len({run.rank for run in runs}) > 1:
         broken += _check_fleet(runs, budget)
@@ -117,7 +117,7 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
         )
     if budget.max_compile_share is not None and new.share is not None and new.share > budget.max_compile_share:
         broken.append(
-            f"compiling took {100 * new.share:.1f}% of {loop}'s wall time, more than the "
+            f"compiling took {100 * new.share:.1f}% of {possessive(loop)} wall time, more than the "
             f"{100 * budget.max_compile_share:g}% allowed"
         )
     if budget.no_eager_fallback:

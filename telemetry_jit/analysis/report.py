@@ -8,7 +8,7 @@ from html import escape
 
 from telemetry_jit.analysis import words
 from telemetry_jit.analysis.fleet import Fleet
-from telemetry_jit.analysis.summary import LOOP_WORDS, RunSummary
+from telemetry_jit.analysis.summary import RunSummary
 from telemetry_jit.analysis.text import format_fleet
 from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.terminal import short
@@ -222,9 +222,9 @@ def _document(sections: list[str]) -> str:
 def _run_sections(summary: RunSummary) -> list[str]:
     """One run's report, the heading first."""
     run, digest = summary.run, summary.digest
-    share = f"{100 * summary.share:.1f}% of {LOOP_WORDS[summary.loop_name]}" if summary.share is not None else "n/a"
+    share = f"{100 * summary.share:.1f}% of {summary.loop_words}" if summary.share is not None else "n/a"
     cards = [
-        (f"{summary.wall_ms / 1000:.2f} s", f"{LOOP_WORDS[summary.loop_name]}: wall time"),
+        (f"{summary.wall_ms / 1000:.2f} s", f"{summary.loop_words}: wall time"),
         (f"{summary.compile_in_loop_ms / 1000:.2f} s", f"compiling in it ({share})"),
         (str(digest.frame_compiles), "frame compiles"),
         (str(digest.recompiles), "of them recompiles"),

@@ -104,6 +104,14 @@ class RunSummary:
     fallbacks: list[Fallback] = field(default_factory=list)  # the digest's, with what each cost where measured
     not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
     compiled_before: CompiledBefore | None = None  # what the process had compiled when the run began
+    loop_count: int = 1  # spans of that loop: fit called again, or by another trainer, in one application
+
+    @property
+    def loop_words(self) -> str:
+        """``the training loop``, or ``the 3 training loops`` where the run holds several, whose figures are
+        said together."""
+        words = LOOP_WORDS[self.loop_name]
+        return words if self.loop_count <= 1 else f"{words.replace('the ', f'the {self.loop_count} ', 1)}s"
 
     @property
     def share(self) -> float | None:
@@ -161,6 +169,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         fallbacks=_costed(digest.fallbacks, run),
         not_compiled=_not_compiled(run),
         compiled_before=compiled_before(run),
+        loop_count=len(loops),
     )
 
 

@@ -13,7 +13,7 @@ from telemetry_jit.analysis.diff import RunDiff
 from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.ranks_said import OutOfStep, out_of_step_said
 from telemetry_jit.analysis.spans import TelemetryRun
-from telemetry_jit.analysis.summary import LOOP_WORDS, summarize
+from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.records import Payoff
 from telemetry_jit.schema import FILE_FORMAT
@@ -76,7 +76,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
         lines += wrapped(f"compile payoff: {s.payoff_sentence}", "  ")
         if s.payoff.measured:
             lines += wrapped(words.net_line(s.payoff), "    ")
-    lines += ["", f"  {LOOP_WORDS[s.loop_name]}: {s.wall_ms / 1000:.2f} s of wall time"]
+    lines += ["", f"  {s.loop_words}: {s.wall_ms / 1000:.2f} s of wall time"]
     for figure in words.figures(s):
         lines += wrapped(figure, "  ")
     if not s.digest.compilations:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 
 from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun, number
-from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
+from telemetry_jit.analysis.summary import STAGE_WORDS, RunSummary
 from telemetry_jit.breaks import gist
 from telemetry_jit.records import Payoff, first_step_line
-from telemetry_jit.terminal import counted, short
+from telemetry_jit.terminal import counted, possessive, short
 
 FRAME_HEADERS = ("frame", "location", "frame compiles", "recompiles", "backward graphs", "breaks", "compile s")
 CAUSE_HEADERS = ("cause", "where", "recompiles", "compile s", "first step", "torch's reason")
@@ -109,12 +109,12 @@ def notes(summary: RunSummary) -> list[str]:
 def figures(summary: RunSummary) -> list[str]:
     """The figures, each with its unit and, for a share, its denominator."""
     d = summary.digest
-    loop = LOOP_WORDS[summary.loop_name]
+    loop = summary.loop_words
     lines = []
     if summary.share is not None:
         lines.append(
-            f"compiling: {summary.compile_in_loop_ms / 1000:.2f} s of {loop}'s {summary.wall_ms / 1000:.2f} s "
-            f"({100 * summary.share:.1f}% of it)"
+            f"compiling: {summary.compile_in_loop_ms / 1000:.2f} s of {possessive(loop)} "
+            f"{summary.wall_ms / 1000:.2f} s ({100 * summary.share:.1f}% of it)"
         )
     outside = summary.outside_ms
     if outside:

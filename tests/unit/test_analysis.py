@@ -354,3 +354,15 @@ def test_a_fix_that_makes_the_batch_dynamic_is_told_fixed_and_its_missing_backwa
     assert cli.main(["check", after, "--baseline", before, "--max-unexpected-recompiles", "0"]) == 0
     assert cli.main(["diff", after, before]) == 0
     assert "has its backward compiled within" not in flat(capsys.readouterr().out)  # more backward graphs: no note
+
+
+def test_fits_of_one_application_are_said_as_the_loops_they_are(capsys: pytest.CaptureFixture) -> None:
+    """Recorded by a fit, a second fit of the same trainer to continue (max_epochs raised) and a new trainer's
+    fit, in one process (aot_eager, torch 2.13): one application, three training loops, said together."""
+    path = str(DATA / "three-fits.jsonl")
+    (run,) = read_telemetry(path)
+    text = flat(format_summary(run))
+    assert "the 3 training loops: " in text and "of the 3 training loops' " in text
+    assert "the training loop" not in text
+    assert cli.main(["check", path, "--max-compile-share", "1%"]) == 1
+    assert "% of the 3 training loops' wall time, more than the 1% allowed" in flat(capsys.readouterr().out)

@@ -286,8 +286,8 @@ class CompiledBefore:
         listed = ", ".join(f"{name} ({short(where)})" for name, where in zip(self.names, self.locations, strict=False))
         more = f" and {self.frames - len(self.names)} more" if self.frames > len(self.names) else ""
         return (
-            f"this run began in a process that had already compiled {self.frames} frame"
-            f"{'s' if self.frames > 1 else ''} ({listed}{more}): calls to {'them' if self.frames > 1 else 'it'} run "
+            f"this run began in a process that had already compiled {counted(self.frames, 'frame')} "
+            f"({listed}{more}): calls to {'them' if self.frames > 1 else 'it'} run "
             "that code without compiling, so compiles and recompiles paid before the run are not in it. To measure "
             "an attempt from scratch, run it in a fresh process, or call torch._dynamo.reset() before it"
         )

@@ -18,6 +18,7 @@ from typing import Any
 
 from telemetry_jit.analysis.spans import SpanRecord
 from telemetry_jit.schema import CacheAttr, JitEventName
+from telemetry_jit.terminal import counted
 
 MAX_GRAPHS = 5000  # look-ups kept per run
 Parts = dict[str, tuple[str, str]]  # name -> (hash, value)
@@ -115,11 +116,7 @@ class Change:
     def subject(self) -> str:
         """What changed, in the user's terms: one knob may be several parts (``torch.use_deterministic_algorithms``
         is three)."""
-        head, _, device = self.name.partition("[")
-        state = _TORCH_STATE.get(self.name) or _TORCH_STATE.get(head)
-        if state is not None:
-            return state.format(device=device.rstrip("]"))
-        return _NAMES[self.kind].format(_named(self.name))
+        return _torch_state(self.name) or _NAMES[self.kind].format(_named(self.name))
 
     @property
     def words(self) -> str:
@@ -293,7 +290,7 @@ def _kind(name: str, base: str = "", new: str = "") -> str:
         return "process_group"
     if head == "example_inputs":
         return "model" if "parameter " in (base + new) else "input"
-    if name in _TORCH_STATE or head in _TORCH_STATE:
+    if _torch_state(name):
         return "state"
     if "config" in head:
         return "setting"
@@ -324,6 +321,13 @@ _TORCH_STATE = {
         "torch._inductor.config.cpp.threads; by default the machine's cores)"
     ),
 }
+
+
+def _torch_state(name: str) -> str:
+    """The global setting a part of the key holds, named by the call that sets it (``""``: not one of them)."""
+    head, _, device = name.partition("[")
+    state = _TORCH_STATE.get(name) or _TORCH_STATE.get(head, "")
+    return state.format(device=device.rstrip("]"))
 
 
 def _autocast_words(value: str) -> str:
@@ -368,7 +372,7 @@ def _reason(found: list[Change]) -> tuple[str, str]:
         subjects.setdefault(change.subject, change)
     named = [change.words for change in subjects.values() if change.kind == first][:2]
     more = len(subjects) - len(named)
-    reason = "; ".join(named) + (f" (and {more} more part{'s' * (more > 1)})" if more else "")
+    reason = "; ".join(named) + (f" (and {counted(more, 'more part')})" if more else "")
     return reason, _FIX[first]
 
 

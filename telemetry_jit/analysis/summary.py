@@ -234,14 +234,14 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
             for name, value in attributes.items():
                 if name.startswith(prefix) and name.endswith("_s"):
                     phases[name[len(prefix) : -len("_s")]] += number(value)
-            parent = run.parent(span)
+            stage, parent = str(attributes.get(StepAttr.STAGE, "")), run.parent(span)
             row = FirstStepRow(
-                str(attributes.get(StepAttr.STAGE, "")),
+                stage,
                 int(number(attributes.get(StepAttr.GLOBAL_STEP))),
                 number(attributes.get(StepAttr.WALL_MS)),
                 number(attributes.get(StepAttr.COMPILE_MS)),
                 dict(phases),
-                by_itself=attributes.get(StepAttr.STAGE) == "validate"
+                by_itself=stage == "validate"  # by Trainer.validate: not under fit's training loop
                 and (parent is None or parent.name != TrainingSpanName.TRAINING_LOOP),
             )
             steps.append((event.time_unix_ns, row))

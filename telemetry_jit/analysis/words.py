@@ -173,7 +173,7 @@ def health_losses(run: TelemetryRun) -> list[str]:
         if isinstance(failed, dict):
             count = int(number(failed.get("count")))
             losses.append(
-                f"{failed.get('callee') or name} failed {count} time{'s' if count != 1 else ''} "
+                f"{failed.get('callee') or name} failed {counted(count, 'time')} "
                 f"({failed.get('first_error', '')}) [{name}]"
             )
     for exporter, counts in (health.get("exporters") or {}).items():

@@ -112,8 +112,8 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
     if allowed is not None and new.unexpected_recompiles > allowed:
         causes = ", ".join(f"{cause} {n}" for cause, n in new.causes.most_common() if not cause.endswith(EXPECTED))
         broken.append(
-            f"{new.unexpected_recompiles} recompilations beyond the expected price ({causes}), more than the "
-            f"{allowed} allowed"
+            f"{counted(new.unexpected_recompiles, 'recompilation')} beyond the expected price ({causes}), more than "
+            f"the {allowed} allowed"
         )
     if budget.max_compile_share is not None and new.share is not None and new.share > budget.max_compile_share:
         broken.append(

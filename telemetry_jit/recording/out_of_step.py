@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from telemetry_jit.recording.heartbeat import Graph, Heartbeat
 from telemetry_jit.records import AttributeValue
 from telemetry_jit.schema import RanksAttr
-from telemetry_jit.terminal import error_text, rank_list
+from telemetry_jit.terminal import counted, error_text, rank_list
 
 STALL_MARGIN_S = 3.0  # a stall is said this long beyond the longest compile seen so far ...
 STALL_MIN_S = 5.0  # ... and never before this
@@ -199,7 +199,7 @@ class OutOfStep:
                     "stall",
                     tuple(ranks),
                     f"{rank_list(ranks)} {'has' if len(ranks) == 1 else 'have'} been compiling {what} for "
-                    f"{elapsed:.0f} s ({stall.stage} step {stall.step}) while {_count(len(waiting))} "
+                    f"{elapsed:.0f} s ({stall.stage} step {stall.step}) while {counted(len(waiting), 'rank')} "
                     f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}",
                     step=stall.step,
                     stage=stall.stage,
@@ -264,7 +264,7 @@ class OutOfStep:
         findings = []
         for (group, frame, step, why), digests in said.items():
             others_count = self.world_size - len(group)
-            who = "no other rank compiled" if len(group) == 1 else f"the other {_count(others_count)} did not"
+            who = "no other rank compiled" if len(group) == 1 else f"the other {counted(others_count, 'rank')} did not"
             graphs = "a graph" if len(digests) == 1 else f"{len(digests)} graphs"
             line = f"{rank_list(group)} compiled {graphs} for {frame} at step {step} that {who}"
             findings.append(
@@ -292,7 +292,3 @@ class OutOfStep:
                 )
             )
         return findings
-
-
-def _count(n: int) -> str:
-    return f"{n} rank" if n == 1 else f"{n} ranks"

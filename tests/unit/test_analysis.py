@@ -351,6 +351,7 @@ def test_a_fix_that_makes_the_batch_dynamic_is_told_fixed_and_its_missing_backwa
     assert "fixed recompiles: last_batch in eval: 1" in out
     assert "backward graphs 1 -> 0" in out and "has its backward compiled within its frame's compile" in out
     assert cli.main(["check", before, "--max-unexpected-recompiles", "0"]) == 1
+    assert "1 recompilation beyond the expected price (last_batch in eval 1)" in flat(capsys.readouterr().out)
     assert cli.main(["check", after, "--baseline", before, "--max-unexpected-recompiles", "0"]) == 0
     assert cli.main(["diff", after, before]) == 0
     assert "has its backward compiled within" not in flat(capsys.readouterr().out)  # more backward graphs: no note

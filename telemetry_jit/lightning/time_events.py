@@ -3,6 +3,7 @@ loops and iterations, checkpoint saves, and the explicit ``on_*`` calls."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -58,7 +59,8 @@ class TimeEventCallback(Callback):
         self._iterations: IterationBookkeeping | None = None
         self._notices = Notices()
         # nv-one-logger's is_train/validation_iterations_enabled, read when each loop starts
-        self._train_iterations: IterationBookkeeping | None = None
+        self._training_start: Callable[[], None] | None = None
+        self._training_end: Callable[[], None] | None = None
         self._validation_iterations: IterationBookkeeping | None = None
         if not call_on_app_start:
             return
@@ -129,6 +131,7 @@ class TimeEventCallback(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._training_start = self._training_end = None
         if not self._session.recording:
             return
         config = self._provider.config.telemetry_config
@@ -146,24 +149,33 @@ class TimeEventCallback(Callback):
             train_samples_start=trainer.global_step * config.global_batch_size,
             train_iterations_target_or_fn=target,
         )
-        iterations = self._bookkeeping()
-        self._train_iterations = iterations if config.is_train_iterations_enabled else None
+        if config.is_train_iterations_enabled:
+            iterations = self._bookkeeping()
+            self._training_start = _ITERATIONS.bind(iterations.training_start)
+            self._training_end = _ITERATIONS.bind(iterations.training_end)
 
     @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         # nv-one-logger's per-iteration calls without its callbacks module: the bookkeeping asks whether
-        # nv-one-logger still records only where it matters (asking costs ~4 us in a real loop)
-        if (iterations := self._train_iterations) is not None:
-            _ITERATIONS.call(iterations.training_start)
+        # nv-one-logger still records only where it matters (asking costs ~4 us in a real loop); guarded
+        # inline, as _ITERATIONS.call would guard them, without its call every step
+        if (start := self._training_start) is not None:
+            try:
+                start()
+            except Exception as error:  # noqa: BLE001 - the guard
+                _ITERATIONS.failed(error, start)
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        if (iterations := self._train_iterations) is not None:
-            _ITERATIONS.call(iterations.training_end)
+        if (end := self._training_end) is not None:
+            try:
+                end()
+            except Exception as error:  # noqa: BLE001 - the guard
+                _ITERATIONS.failed(error, end)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

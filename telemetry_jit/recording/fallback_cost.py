@@ -13,7 +13,6 @@ from __future__ import annotations
 import statistics
 from collections import deque
 from dataclasses import dataclass, field, replace
-from itertools import pairwise
 
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord, FallbackCost
@@ -31,10 +30,10 @@ class _Span:
     frame: str = ""
     location: str = ""
     step: int = -1  # -1: the loop's start, no fallback
-    # its timed batches, ms: the newest (the compiled side of the next fallback) and the first (its own eager side)
-    last_timed: deque[float] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
-    first_timed: list[float] = field(default_factory=list)
-    batches: int = 0  # training batches since the fallback, timed or not
+    first_batch: int = 0  # the meter's count of training batches when it opened
+    # its timed batches, ns: the newest (the compiled side of the next fallback) and the first (its own eager side)
+    last_timed: deque[int] = field(default_factory=lambda: deque(maxlen=MAX_SAMPLES))
+    first_timed: list[int] = field(default_factory=list)
 
 
 class FallbackCostMeter(CompileListener):
@@ -52,51 +51,63 @@ class FallbackCostMeter(CompileListener):
     def __init__(self) -> None:
         self._spans: list[_Span] = [_Span()]
         self._frames: set[str] = set()
-        self._started_ns: int | None = None  # when the training batch running now started (None: none is timed)
+        # what every training batch updates, held here: a step touches this object and one deque
+        self._timed = self._spans[0].last_timed  # the newest span's
+        self._eager_side: list[int] | None = None  # the newest fallback's first timed batches, until it has enough
+        self._started_ns: int | None = None  # when the training batch running now started (None: it is not timed)
         self._started_step = -1  # its global step
-        self._compiled = False  # something compiled since that batch started
-        self._eager_steps: deque[int] = deque(maxlen=8)  # steps a payoff measurement runs eagerly
+        self._eager_step = -1  # the step a payoff measurement runs eagerly
+        self._batches = 0  # training batches so far
 
     def recorded(self, record: CompileRecord) -> None:
-        self._compiled = True
+        self._started_ns = None  # the batch running now compiled: not timed
         fell_back = record.fell_back_to_eager or record.recompile_limit_hit
         if not fell_back or record.frame_id in self._frames or len(self._spans) > MAX_FALLBACKS:
             return
         self._frames.add(record.frame_id)
         step = record.context.global_step if record.context is not None else 0
-        self._spans.append(_Span(record.frame, record.location, step, batches=1))
+        span = _Span(record.frame, record.location, step, first_batch=self._batches - 1)  # the batch it fell back in
+        self._spans.append(span)
+        self._timed, self._eager_side = span.last_timed, span.first_timed
 
     def running_eagerly(self, global_step: int) -> None:
         """A payoff measurement runs ``global_step`` eagerly on purpose: not a batch of either side."""
-        self._eager_steps.append(global_step)
+        self._eager_step = global_step
+        if global_step == self._started_step:
+            self._started_ns = None
 
     def batch_started(self, stage: str, global_step: int, now_ns: int) -> None:
         """A batch of ``stage`` begins: the training batch before it ends."""
         if stage != TIMED_STAGE:  # the training batch before it ran into this stage's start: not timed
-            self._started_ns, self._compiled = None, False
+            self._started_ns = None
             return
-        span = self._spans[-1]
-        # every step goes through here: no calls, no allocations but the sample's
-        if self._started_ns is not None and not self._compiled and self._started_step not in self._eager_steps:
-            ms = (now_ns - self._started_ns) / 1e6
-            span.last_timed.append(ms)
-            if span.step >= 0 and len(span.first_timed) < MAX_SAMPLES:  # a fallback's eager side
-                span.first_timed.append(ms)
-        self._compiled = False
-        self._started_ns, self._started_step = now_ns, global_step
-        span.batches += 1
+        # every training step goes through here: no calls, one allocation (the sample), only this object's state
+        if (started := self._started_ns) is not None:
+            self._timed.append(now_ns - started)
+            if (eager := self._eager_side) is not None:
+                eager.append(now_ns - started)
+                if len(eager) == MAX_SAMPLES:
+                    self._eager_side = None
+        self._started_ns = now_ns if global_step != self._eager_step else None
+        self._started_step = global_step
+        self._batches += 1
 
     def loop_ended(self) -> None:
         self._started_ns = None
 
     def costs(self) -> list[FallbackCost]:
         """Each fallback's cost so far: the batches after it against the compiled batches before it."""
-        return [_cost(before.last_timed, span) for before, span in pairwise(self._spans)]
+        spans = self._spans
+        opened = [span.first_batch for span in spans] + [self._batches]  # a span ends where the next one opens
+        return [
+            _cost(before.last_timed, span, batches_since=end - span.first_batch)
+            for before, span, end in zip(spans[:-1], spans[1:], opened[2:], strict=True)
+        ]
 
 
-def _cost(compiled: deque[float], span: _Span) -> FallbackCost:
+def _cost(compiled: deque[int], span: _Span, batches_since: int) -> FallbackCost:
     eager = span.first_timed
-    base = FallbackCost(span.frame, span.location, span.step, batches_since=span.batches)
+    base = FallbackCost(span.frame, span.location, span.step, batches_since=batches_since)
     if len(compiled) < LEAST_SAMPLES:
         why = f"{len(compiled)} training batch(es) ran with it compiled, and nothing compiling, before it fell back"
     elif len(eager) < LEAST_SAMPLES:
@@ -104,8 +115,8 @@ def _cost(compiled: deque[float], span: _Span) -> FallbackCost:
     else:
         return replace(
             base,
-            compiled_batch_ms=statistics.median(compiled),
-            eager_batch_ms=statistics.median(eager),
+            compiled_batch_ms=statistics.median(compiled) / 1e6,
+            eager_batch_ms=statistics.median(eager) / 1e6,
             compiled_batches=len(compiled),
             eager_batches=len(eager),
         )

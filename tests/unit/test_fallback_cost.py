@@ -29,8 +29,12 @@ class Clock:
     def __init__(self, meter: FallbackCostMeter) -> None:
         self.meter, self.ns, self.step = meter, 0, 0
 
-    def batch(self, ms: float, stage: str = "train", compiled: CompileRecord | None = None) -> None:
+    def batch(
+        self, ms: float, stage: str = "train", compiled: CompileRecord | None = None, eager: bool = False
+    ) -> None:
         self.meter.batch_started(stage, self.step, self.ns)
+        if eager:  # as the payoff callback says it: once the batch has started
+            self.meter.running_eagerly(self.step)
         if compiled is not None:  # what compiled in this batch is recorded as the next one starts
             self.meter.recorded(compiled)
         self.ns += int(ms * 1e6)
@@ -68,7 +72,8 @@ def test_batches_that_compiled_met_another_stage_or_ran_eagerly_for_the_payoff_a
     clock.batch(999.0)  # validation follows this one: its time holds validation's start
     clock.batch(50.0, stage="validate")
     meter.running_eagerly(clock.step)
-    clock.batch(999.0)  # a payoff block's eager step
+    clock.batch(999.0)  # a payoff block's eager step, said before its batch starts
+    clock.batch(999.0, eager=True)  # and one said after
     clock.batch(10.0, compiled=record("0", 6, fell_back=True))
     for _ in range(3):
         clock.batch(30.0)

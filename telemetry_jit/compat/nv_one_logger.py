@@ -9,6 +9,7 @@ per-iteration bookkeeping without the iteration spans nobody exports (:class:`It
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -18,7 +19,6 @@ from typing import Any, TypeVar
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.exceptions import assert_that
 from nv_one_logger.core.internal.multi_window_timer import MultiWindowTimer
-from nv_one_logger.core.internal.utils import evaluate_value
 from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import Exporter
@@ -135,8 +135,14 @@ _VALIDATION = StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION
 def unverified_iteration_release() -> str:
     """The installed nv-one-logger-training-telemetry release when the fast path was not verified
     against it (then nv-one-logger's own per-iteration path runs), else ``""``."""
-    version = metadata.version("nv-one-logger-training-telemetry")
+    version = _installed_release()
     return "" if version in ITERATION_FAST_PATH_VERIFIED else version
+
+
+@functools.cache
+def _installed_release() -> str:
+    # read once: importlib.metadata scans the installed packages (tens of ms at each fit's start)
+    return metadata.version("nv-one-logger-training-telemetry")
 
 
 def _now() -> TracingTimestamp:
@@ -235,15 +241,23 @@ class IterationBookkeeping:
         else:
             _stop_window(timer, now)
             state.completed_training_iterations_overall += 1
-            samples = evaluate_value(config.global_batch_size_or_fn)
+            # evaluate_value(x) for each of the config's three values, without three calls a step
+            samples = config.global_batch_size_or_fn
+            if callable(samples):
+                samples = samples()
             state.train_samples_processed_current_job += samples
-            seq_length = evaluate_value(config.seq_length_or_fn)
+            seq_length = config.seq_length_or_fn
+            if callable(seq_length):
+                seq_length = seq_length()
             if seq_length:
                 state.train_tokens_current_job = seq_length * state.train_samples_processed_current_job
             state.last_logged_train_iterations_finish_time = now
             if not state.first_logged_train_iterations_finish_time:
                 state.first_logged_train_iterations_finish_time = now
-            if evaluate_value(config.is_log_throughput_enabled_or_fn):
+            throughput = config.is_log_throughput_enabled_or_fn
+            if callable(throughput):
+                throughput = throughput()
+            if throughput:
                 self._count_flops(samples, config)
         completed = state.completed_training_iterations_overall
         # TrainingRecorder._maybe_send_training_metrics_update's own condition, asked before calling it

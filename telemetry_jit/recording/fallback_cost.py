@@ -98,10 +98,11 @@ class FallbackCostMeter(CompileListener):
     def costs(self) -> list[FallbackCost]:
         """Each fallback's cost so far: the batches after it against the compiled batches before it."""
         spans = self._spans
-        opened = [span.first_batch for span in spans] + [self._batches]  # a span ends where the next one opens
+        # a span ends with the batch the next fallback happened in (that batch counts for both)
+        ends = [span.first_batch + 1 for span in spans[2:]] + [self._batches]
         return [
             _cost(before.last_timed, span, batches_since=end - span.first_batch)
-            for before, span, end in zip(spans[:-1], spans[1:], opened[2:], strict=True)
+            for before, span, end in zip(spans[:-1], spans[1:], ends, strict=True)
         ]
 
 

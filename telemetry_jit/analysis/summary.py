@@ -15,6 +15,7 @@ from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, 
 from telemetry_jit.analysis.status import RunStatus, run_status
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
+from telemetry_jit.terminal import counted
 
 # the loop a run is measured by: the first kind it has
 LOOP_ORDER = (
@@ -111,7 +112,7 @@ class RunSummary:
         """``the training loop``, or ``the 3 training loops`` where the run holds several, whose figures are
         said together."""
         words = LOOP_WORDS[self.loop_name]
-        return words if self.loop_count <= 1 else f"{words.replace('the ', f'the {self.loop_count} ', 1)}s"
+        return words if self.loop_count <= 1 else f"the {counted(self.loop_count, words.removeprefix('the '))}"
 
     @property
     def share(self) -> float | None:

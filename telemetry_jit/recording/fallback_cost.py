@@ -98,6 +98,8 @@ class FallbackCostMeter(CompileListener):
     def costs(self) -> list[FallbackCost]:
         """Each fallback's cost so far: the batches after it against the compiled batches before it."""
         spans = self._spans
+        if len(spans) == 1:
+            return []  # no fallback
         # a span ends with the batch the next fallback happened in (that batch counts for both)
         ends = [span.first_batch + 1 for span in spans[2:]] + [self._batches]
         return [

@@ -102,3 +102,11 @@ def test_too_few_batches_on_either_side_say_so_and_each_fallback_is_judged_again
     assert (second.compiled_batch_ms, second.eager_batch_ms, second.step) == (30.0, 45.0, 5)
     # the batch the second frame fell back in ran the first one eagerly too: it counts for both
     assert (first.batches_since, second.batches_since) == (6, 7)
+
+
+def test_a_loop_without_a_fallback_has_no_cost_to_say() -> None:
+    meter = FallbackCostMeter()
+    clock = Clock(meter)
+    for _ in range(5):
+        clock.batch(10.0)
+    assert meter.costs() == []

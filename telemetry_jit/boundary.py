@@ -1,11 +1,14 @@
-"""The one guard between telemetry and the code it calls but does not own.
+"""The one guard between training and what telemetry runs: the code telemetry calls but does not own,
+and telemetry's own hooks.
 
 Every call telemetry makes into someone else's code (a Lightning logger, the OpenTelemetry SDK,
 nv-one-logger, an exporter, a callback the user handed over, torch's private hooks, thunder) goes
 through a :class:`CallSite`. A call that raises is caught, counted and said once on stderr, naming the
 callee and the reason; it never reaches training. Each site is declared once, at import, in one
 registry (:data:`SITES`): the fault-injection tests find every site there, so a new one is tested the
-day it is written.
+day it is written. Telemetry's own code, where training calls it (a Lightning hook, a loop's ``step``),
+is guarded by :func:`guarded` and :func:`own_code_failed` at site :data:`OWN_CODE`: a bug of telemetry's is
+said and counted, never the end of the run (a :class:`SettingError` is the user's to fix, and raised).
 
 Example::
 
@@ -17,16 +20,19 @@ Example::
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, ParamSpec, TypeVar
 
 from telemetry_jit.notices import Notices
 from telemetry_jit.terminal import error_text
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class _Failed:
@@ -45,6 +51,11 @@ FaultKind = Literal["raise", "hang"]
 
 class InjectedFault(RuntimeError):
     """The error a fault-injection test makes a callee raise."""
+
+
+class SettingError(ValueError):
+    """A setting of the user's that cannot mean anything, found where recording starts (inside a hook):
+    raised to the user on purpose, through the guard around telemetry's own code."""
 
 
 @dataclass
@@ -168,6 +179,49 @@ def forget() -> None:
     for site in SITES.values():
         site.reset()
     _notices.forget()
+
+
+OWN_CODE = call_site(
+    "telemetry.own_code",
+    "telemetry-jit's own code (a bug: please report it; TELEMETRY_JIT_STRICT=1 raises it, with its traceback)",
+)
+
+
+def own_code_failed(error: Exception, function: object) -> None:
+    """``error`` raised in telemetry's own ``function``, caught where training called it: said once and
+    counted, or raised again where it is the user's to fix (a :class:`SettingError`) or where
+    ``TELEMETRY_JIT_STRICT=1`` asks for telemetry's bugs (telemetry-jit's own tests; an injected fault is
+    the test's and still caught). Call it in an ``except Exception as error:`` block."""
+    strict = os.environ.get("TELEMETRY_JIT_STRICT", "") == "1" and not isinstance(error, InjectedFault)
+    if strict or isinstance(error, SettingError):
+        raise error
+    OWN_CODE.failed(error, function)
+
+
+def guards_itself(function: Callable[P, T]) -> Callable[P, T]:
+    """Mark a hook of telemetry's that runs every step and catches what its body can raise itself:
+    :func:`guarded` hands it over as it is (a guard's call would cost a Python call more every step)."""
+    function.guards_itself = True  # type: ignore[attr-defined]
+    return function
+
+
+def guarded(function: Callable[P, T]) -> Callable[P, T | None]:
+    """``function``, telemetry's own, as training may call it: what it raises goes to :func:`own_code_failed`
+    (it returns ``None`` then). The faulty function instead while a test injects a fault at :data:`OWN_CODE`
+    (bound here, once: the call stays a plain call); a function marked :func:`guards_itself` as it is."""
+    if getattr(function, "guards_itself", False):
+        return function
+    call = OWN_CODE.bind(function)
+
+    @functools.wraps(function)
+    def guarded_call(*args: P.args, **kwargs: P.kwargs) -> T | None:
+        try:
+            return call(*args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the point of the guard
+            own_code_failed(error, function)
+            return None
+
+    return guarded_call
 
 
 @contextlib.contextmanager

@@ -8,6 +8,7 @@ from types import TracebackType
 import torch
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit.boundary import guarded
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole, say_line
 from telemetry_jit.recording.payoff import PayoffSettings, PayoffTracker
@@ -73,6 +74,7 @@ class CompileTelemetry:
         self.last_payoff = Payoff(not_measured="payoff was not asked for" if not payoff else "the loop has not run")
         self._tracker: PayoffTracker | None = None
 
+    @guarded
     def step(self, global_step: int) -> None:
         """The loop is at ``global_step`` now (cheap: call it every step). With ``payoff``, a step runs
         from one call to the next, and some run eagerly."""
@@ -91,6 +93,11 @@ class CompileTelemetry:
         self._session.set_rank(rank, local_rank, world_size)
 
     def __enter__(self) -> CompileTelemetry:
+        self._start()
+        return self
+
+    @guarded
+    def _start(self) -> None:
         self._session = self._recorder.session = resolve(self._given)
         self._steps = 0
         if not self._session.recording:
@@ -106,8 +113,8 @@ class CompileTelemetry:
         if self.payoff_settings is not None:
             on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
             self._tracker = PayoffTracker(self.payoff_settings, self._recorder, on_cuda=on_cuda)
-        return self
 
+    @guarded
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:

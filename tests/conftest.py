@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 
 import pytest
 
@@ -16,6 +17,10 @@ if importlib.util.find_spec("torch") is not None:  # the analysis tests run with
     import torch  # noqa: F401 - its loggers must exist before pytest's log capture looks for them
 
 from telemetry_jit import notices
+
+# a bug in telemetry's own hooks is caught in a user's run (said once, never the end of training); here it
+# raises, so no test passes over one (subprocesses the tests start inherit it)
+os.environ["TELEMETRY_JIT_STRICT"] = "1"
 
 # pytest (>= 9.2) attaches its log capture to every logger that does not propagate, torch's
 # structured-trace logger among them; torch then builds that trace at every compile, as under

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from telemetry_jit.boundary import guarded
 from telemetry_jit.loop import CompileTelemetry
 from telemetry_jit.recording.figures import CompileFigures, GuardedLog, payoff_figures
 
@@ -33,6 +34,7 @@ class FabricCompileTelemetry(CompileTelemetry):
     _figures: CompileFigures | None = None
     _log: GuardedLog | None = None
 
+    @guarded
     def on_train_start(self, fabric: Any = None, *args: Any, **kwargs: Any) -> None:
         self._figures = self._log = None
         if fabric is not None:
@@ -43,11 +45,13 @@ class FabricCompileTelemetry(CompileTelemetry):
                 self._recorder.listeners.append(self._figures)
         self.__enter__()
 
+    @guarded
     def on_train_batch_start(self, step: int, *args: Any, **kwargs: Any) -> None:
         self.step(step)
         if self._figures is not None:
             self._log_figures()
 
+    @guarded
     def on_train_end(self, *args: Any, **kwargs: Any) -> None:
         self.__exit__(None, None, None)
         if self._figures is not None and self._log is not None:
@@ -61,6 +65,7 @@ class FabricCompileTelemetry(CompileTelemetry):
         for step, metrics in self._figures.take(self._recorder.stats):
             self._log(metrics, step=step)
 
+    @guarded
     def on_exception(self, exception: BaseException, *args: Any, **kwargs: Any) -> None:
         """Call it as ``fabric.call("on_exception", error)`` when the loop fails: what compiled is kept,
         the failed compile is marked with the error."""

@@ -12,7 +12,7 @@ from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
-from telemetry_jit.boundary import call_site
+from telemetry_jit.boundary import call_site, guards_itself
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import ITERATION_FAST_PATH_VERIFIED, IterationBookkeeping
 from telemetry_jit.notices import Notices, user_line, warn_once
@@ -155,6 +155,7 @@ class TimeEventCallback(Callback):
             self._training_end = _ITERATIONS.bind(iterations.training_end)
 
     @override
+    @guards_itself
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
@@ -168,6 +169,7 @@ class TimeEventCallback(Callback):
                 _ITERATIONS.failed(error, start)
 
     @override
+    @guards_itself
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:

@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit.boundary import OWN_CODE, guarded, own_code_failed
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
 from telemetry_jit.lightning.payoff import CompilePayoffCallback
@@ -193,21 +194,30 @@ def _implements(callback: Any, hook: str) -> bool:
 
 
 def _calling_each(hooks: list[Callable[..., Any]]) -> Callable[..., Any]:
-    """One hook that calls ``hooks`` in order, with nothing in between where there are one or two
-    (Python calls between torch's kernels are slow, and these run every step)."""
+    """One hook that calls ``hooks`` in order, each guarded: an error in one is telemetry's bug, said once
+    and counted (never the end of the run), and the next still runs. Nothing more in between where there
+    are two (Python calls between torch's kernels are slow, and these run every step; a ``try`` costs
+    nothing until it catches)."""
     if len(hooks) == 1:
-        return hooks[0]
+        return guarded(hooks[0])
     if len(hooks) == 2:
-        first, second = hooks
+        first, second = (OWN_CODE.bind(hook) for hook in hooks)
 
         def both(*args: Any, **kwargs: Any) -> None:
-            first(*args, **kwargs)
-            second(*args, **kwargs)
+            try:
+                first(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - the guard
+                own_code_failed(error, hooks[0])
+            try:
+                second(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - the guard
+                own_code_failed(error, hooks[1])
 
         return both
+    each_guarded = [guarded(hook) for hook in hooks]
 
     def each(*args: Any, **kwargs: Any) -> None:
-        for hook in hooks:
+        for hook in each_guarded:
             hook(*args, **kwargs)
 
     return each

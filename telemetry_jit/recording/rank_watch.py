@@ -16,7 +16,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.boundary import FAILED, SettingError, call_site
 from telemetry_jit.compat.distributed import Store, job_store
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.heartbeat import GRAPHS_KEPT, Graph, Heartbeat, graph_of, heartbeat_key
@@ -64,12 +64,12 @@ class RankWatchSettings:
         """The defaults, overridden by the ``TELEMETRY_JIT_*`` variables that are set.
 
         Raises:
-            ValueError: a variable holds what it cannot mean, naming it and what it takes.
+            SettingError: (a ``ValueError``) a variable holds what it cannot mean, naming it and what it takes.
         """
         settings = cls()
         switch = environ.get("TELEMETRY_JIT_RANK_WATCH", "").strip().lower()
         if switch and switch not in ("0", "1", "true", "false", "on", "off"):
-            raise ValueError(
+            raise SettingError(
                 f"TELEMETRY_JIT_RANK_WATCH={switch!r}: set it to 1 (watch ranks, the default) or 0 (do not)."
             )
         if switch:
@@ -87,12 +87,12 @@ class RankWatchSettings:
             except ValueError:
                 value = math.nan
             if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
-                raise ValueError(f"{name}={raw!r}: give a number of seconds above zero (for example {name}=5).")
+                raise SettingError(f"{name}={raw!r}: give a number of seconds above zero (for example {name}=5).")
             settings = replace(settings, **{field_name: value})  # type: ignore[arg-type]  # a seconds field
         rank = environ.get("TELEMETRY_JIT_WATCHER_RANK", "").strip()
         if rank:
             if not rank.isdigit():
-                raise ValueError(f"TELEMETRY_JIT_WATCHER_RANK={rank!r}: give a rank number (0 is the default).")
+                raise SettingError(f"TELEMETRY_JIT_WATCHER_RANK={rank!r}: give a rank number (0 is the default).")
             settings = replace(settings, watcher_rank=int(rank))
         return settings
 

@@ -181,7 +181,7 @@ def test_a_callee_that_raises_costs_the_run_nothing(
             trainer, path = fit_everything(tmp_path, receiver.endpoint, scenario)
     assert injected.fault_hits > 0, f"the {scenario} scenario never reached {site.name}: give the site a scenario"
     assert trainer.global_step == STEPS
-    summary = said_in_summary(path)
+    summary = flat(said_in_summary(path))
     assert f"[{site.name}]" in summary and site.callee in summary, summary
 
 

@@ -13,9 +13,11 @@ import textwrap
 import threading
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import lightning as L
 import lightning.pytorch as pl
 import pytest
 import torch
@@ -30,6 +32,8 @@ import telemetry_jit
 from telemetry_jit.analysis.status import run_status
 from telemetry_jit.compat.torch import compiles_recorded_by_torch
 from telemetry_jit.exporters import IsolatedExporter
+from telemetry_jit.lightning.time_events import TimeEventCallback
+from telemetry_jit.recording.recorder import CompileRecorder
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Block, Net, loader
 
@@ -143,6 +147,112 @@ def test_a_failure_while_recording_a_compile_costs_one_warning(telemetry: Teleme
     (loop,) = run.find("training_loop")
     (summary,) = [e for e in loop.events if e.name == "compile_summary"]
     assert summary.attributes["compile.count"] == len(compiles_recorded_by_torch()) - compiled_before > 0
+
+
+def break_(monkeypatch: pytest.MonkeyPatch, owner: type, method: str) -> None:
+    """A bug in ``owner.method``: it raises, under its own name."""
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise KeyError("a telemetry bug")
+
+    broken.__qualname__ = f"{owner.__name__}.{method}"
+    monkeypatch.setattr(owner, method, broken)
+
+
+# telemetry's own code where a fit reaches it: its start, every step (the sanity check's first), a loop's
+# end, a time event at every validation step; with the hook that says it
+OWN_CODE = {
+    "recording starts": (CompileRecorder, "start", "CompileTelemetryCallback.setup"),
+    "every step": (CompileRecorder, "batch_started", "CompileTelemetryCallback.on_validation_batch_start"),
+    "a loop's summary": (CompileRecorder, "emit_summary", "CompileTelemetryCallback.on_train_end"),
+    "a time event": (TimeEventCallback, "on_validation_batch_end", "TimeEventCallback.on_validation_batch_end"),
+}
+
+
+@pytest.mark.parametrize("where", OWN_CODE)
+def test_a_bug_in_telemetrys_own_hooks_costs_one_warning_not_the_run(
+    where: str, telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner, method, hook = OWN_CODE[where]
+    expected = plain_losses()
+    monkeypatch.delenv("TELEMETRY_JIT_STRICT")  # as in a user's process: the bug is caught
+    break_(monkeypatch, owner, method)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JIT)
+        losses = train(HookedTrainer)
+    assert losses == expected  # every step ran, and trained as without telemetry
+    ours = [str(w.message) for w in caught if "telemetry-jit's own code" in str(w.message)]
+    assert len(ours) == 1 and f"failed in {hook} (KeyError: 'a telemetry bug')" in ours[0], ours
+    run = telemetry.end()
+    # the hooks after the failed one still ran: the loop spans end, the file is whole
+    assert run.find("training_loop")[0].end_unix_ns is not None
+    assert run.find("application")[0].end_unix_ns is not None
+    assert "[telemetry.own_code]" in telemetry_jit.format_summary(run)
+
+
+def test_a_bug_in_telemetrys_own_code_raises_where_telemetry_jit_strict_asks(telemetry: Telemetry, monkeypatch) -> None:
+    monkeypatch.setenv("TELEMETRY_JIT_STRICT", "1")  # telemetry-jit's tests, or a user reporting the bug
+    break_(monkeypatch, CompileRecorder, "emit_summary")
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JIT)
+    with pytest.raises(KeyError, match="a telemetry bug"):
+        train(HookedTrainer)
+
+
+def test_a_setting_that_cannot_mean_anything_stops_fit_before_training(telemetry: Telemetry, monkeypatch) -> None:
+    """A user's setting is the user's to fix: it passes the guard that catches telemetry's own bugs."""
+    monkeypatch.delenv("TELEMETRY_JIT_STRICT")
+    monkeypatch.setenv("TELEMETRY_JIT_HEARTBEAT_S", "often")
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JIT)
+    model = Net("print")
+    with pytest.raises(ValueError, match="TELEMETRY_JIT_HEARTBEAT_S='often': give a number of seconds"):
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(18, 4))
+    assert model.losses == []
+
+
+def loop_hooks(loop: str, telemetry: Telemetry) -> tuple[Callable[[], Any], Callable[[int], Any], Callable[[], Any]]:
+    """How a plain loop, or a Fabric loop, tells compile telemetry it starts, steps and ends."""
+    if loop == "plain":
+        recorder = telemetry_jit.CompileTelemetry(telemetry.provider)
+        return recorder.__enter__, recorder.step, lambda: recorder.__exit__(None, None, None)
+    fabric = L.Fabric(
+        accelerator="cpu", devices=1, callbacks=[telemetry_jit.FabricCompileTelemetry(telemetry.provider)]
+    )
+    return (
+        lambda: fabric.call("on_train_start", fabric),
+        lambda step: fabric.call("on_train_batch_start", step),
+        lambda: fabric.call("on_train_end"),
+    )
+
+
+@pytest.mark.parametrize("loop", ["plain", "fabric"])
+def test_a_bug_in_telemetrys_own_code_in_a_plain_loop_or_fabric_costs_one_warning(
+    loop: str, telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TELEMETRY_JIT_STRICT")
+    losses: dict[bool, list[float]] = {False: [], True: []}
+    for broken in (False, True):
+        if broken:  # every step, and the loop's end
+            break_(monkeypatch, CompileRecorder, "batch_started")
+            break_(monkeypatch, CompileRecorder, "emit_summary")
+        torch.manual_seed(0)
+        model = torch.compile(Block(), backend="eager")
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        start, step, end = loop_hooks(loop, telemetry)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            start()
+            for index in range(6):
+                step(index)
+                loss = model(torch.full((4, 8), float(index))).pow(2).mean()
+                loss.backward()
+                optimizer.step()
+                optimizer.zero_grad()
+                losses[broken].append(loss.item())
+            end()
+    assert losses[True] == losses[False]
+    ours = [str(w.message) for w in caught if "telemetry-jit's own code" in str(w.message)]
+    assert len(ours) == 1 and "(KeyError: 'a telemetry bug')" in ours[0], ours
 
 
 def test_provider_not_configured_warns_once_and_training_runs() -> None:

@@ -229,7 +229,8 @@ _Batch = tuple[int, "int | None"]  # (global step, batch index): one batch, also
 @dataclass
 class _FrameHistory:
     stages: set[str] = field(default_factory=set)  # "train" / "eval": the modes it compiled for
-    changed_dims: dict[tuple[str, str], _Batch | None] = field(default_factory=dict)  # -> the batch it first changed in
+    # (tensor, dim, "train"/"eval") -> the batch it first changed in, in that mode: each loop's own last batch
+    changed_dims: dict[tuple[str, str, str], _Batch | None] = field(default_factory=dict)
     eval_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # (tensor, dim, size) evaluation brought
     train_sizes: set[tuple[str, str, str]] = field(default_factory=set)  # ... that training's recompiles named
     first_batches: dict[str, _Batch] = field(default_factory=dict)  # mode -> the batch of its first compile
@@ -339,9 +340,10 @@ class RecompileClassifier:
         batches: int | None,
     ) -> str:
         dim = (size["name"], size["dim"])
-        seen = dim in history.changed_dims
-        first = history.changed_dims.setdefault(dim, batch)
-        # changed in an earlier batch (the same batch met again by another caller of the code is the same change)
+        seen = (*dim, mode) in history.changed_dims
+        first = history.changed_dims.setdefault((*dim, mode), batch)
+        # changed in an earlier batch of this mode (the same batch met again by another caller of the code is the
+        # same change; the other mode's loop has a last batch of its own)
         changed_before = seen and (batch is None or first != batch)
         smaller = int(size["actual"]) < int(size["expected"])
         if smaller and batches is not None and batches > 1 and batch_index == batches - 1 and not changed_before:

@@ -341,6 +341,35 @@ def test_drop_last_on_the_training_loader_leaves_validations_last_batch_named_wi
     assert status == 0, out
 
 
+def test_validations_last_batch_met_first_leaves_trainings_its_own_last_batch_and_drop_last_removes_it(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """Validation twice an epoch: its remainder (30 = 3 x 8 + 6) recompiles at step 6, before training's (100 =
+    12 x 8 + 4) at step 12. Each is its loop's last batch, with its loop's fix; a dimension that changed in the
+    other loop is no dimension that keeps changing."""
+    hooked(telemetry)(max_epochs=1, val_check_interval=0.5, **TRAINER_DEFAULTS).fit(
+        Regressor(), data(100, 8), data(30, 8, seed=1)
+    )
+    rows = {(row.cause, row.kind): row for row in summarize(telemetry.end()).causes}
+    assert (rows[("last_batch", "eval")].count, rows[("last_batch", "train")].count) == (1, 1), rows
+    assert rows[("last_batch", "eval")].steps[0] < rows[("last_batch", "train")].steps[0] == 12
+    status, out = said("summary", str(telemetry.path))
+    training = next(item for item in out.split("what to fix first", 1)[1].split("\n   ") if "in training" in item)
+    assert "the last batch of an epoch is smaller" in training and "drop_last=True" in training, training
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    hooked(fixed)(max_epochs=1, val_check_interval=0.5, **TRAINER_DEFAULTS).fit(
+        Regressor(), data(100, 8, drop_last=True), data(30, 8, seed=1)
+    )
+    fixed.end()
+    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    assert "fixed recompiles: last_batch: 1" in out and "new recompiles" not in out, out
+    status, out = said("check", str(fixed_path), "--baseline", str(telemetry.path), "--max-unexpected-recompiles", "1")
+    assert status == 0, out
+
+
 # -- the Tuner, a sanity check, shares --------------------------------------------------------------
 def test_the_tuners_trials_are_a_stage_of_their_own_and_an_expected_price(telemetry: Telemetry) -> None:
     from lightning.pytorch.tuner import Tuner

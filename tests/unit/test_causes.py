@@ -172,6 +172,23 @@ def test_a_dimension_that_changes_again_is_not_the_last_batch() -> None:
     assert (first.cause, last.cause) == ("changing_dim", "changing_dim")
 
 
+def test_each_loops_smaller_last_batch_is_its_last_batch_whichever_loop_met_one_first() -> None:
+    # validation twice an epoch: its 45 samples end in a batch of 13 before training's 150 end in one of 6
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=10, step=0)
+    size = "tensor 'x' size mismatch at index 0. expected 16, actual {}"
+    grad = classifier.observe(
+        "0", "validating", reason="0/0: GLOBAL_STATE changed: grad_mode ", is_recompile=True, batch_index=0, step=2
+    )
+    validation = classifier.observe(
+        "0", "validating", reason="0/1: " + size.format(13), is_recompile=True, batch_index=2, batches=3, step=2
+    )
+    training = classifier.observe(
+        "0", "train", reason="0/0: " + size.format(6), is_recompile=True, batch_index=9, batches=10, step=4
+    )
+    assert [c and c.cause for c in (grad, validation, training)] == ["stage_switch", "last_batch", "last_batch"]
+
+
 def test_callers_of_one_function_in_its_first_step_are_the_expected_price() -> None:
     # FSDP2 under torch.compile: each block's forward is its own frame; the first block gets the batch,
     # the second activations that need gradients (seen on torch 2.13 with fully_shard, gloo)

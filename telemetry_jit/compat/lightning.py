@@ -1,4 +1,5 @@
-"""Lightning's internals telemetry-jit reads: the step its loggers log at, its counter of optimizer steps."""
+"""Lightning's internals telemetry-jit reads: the step its loggers log at, its counter of optimizer steps,
+whether the running batch is its epoch's last."""
 
 from __future__ import annotations
 
@@ -13,6 +14,15 @@ def logging_step(trainer: pl.Trainer) -> int:
     logged at step 4), and ``global_step`` where Lightning lacks it."""
     stepped = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "_batches_that_stepped", None)
     return stepped if isinstance(stepped, int) else trainer.global_step
+
+
+def is_last_batch(trainer: pl.Trainer) -> bool:
+    """Whether the running batch is the last of its loop's epoch, as Lightning knows it by fetching a batch
+    ahead: for a loader without a length too (an ``IterableDataset``), where nothing else can tell before the
+    epoch ends. ``False`` where Lightning does not say (a ``training_step`` taking the dataloader iterator)."""
+    loop: Any = getattr(trainer, "_active_loop", None)  # fit, evaluation or prediction loop; Lightning >= 2.0
+    loop = getattr(loop, "epoch_loop", loop)  # fit: its training epoch loop
+    return getattr(getattr(loop, "batch_progress", None), "is_last_batch", False) is True
 
 
 class StepCounter(Protocol):

@@ -245,7 +245,9 @@ def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Positi
     stage = _stage(trainer, callback._tuner)
     # compile figures go to the loggers at the step Lightning logs that stage's own metrics at
     log_step = None if stage == "train" else lightning_compat.logging_step(trainer)
-    return Position(trainer.global_step, stage, _batches(trainer, stage, callback.loader), log_step)
+    batches = _batches(trainer, stage, callback.loader)
+    last = batches is None and lightning_compat.is_last_batch(trainer)  # a loader of no length knows at its end
+    return Position(trainer.global_step, stage, batches, log_step, last_batch=last)
 
 
 def _totals_in_summary(logger: Logger, stats: CompileStats) -> None:

@@ -62,6 +62,7 @@ class Position:
     stage: str  # train, sanity_check, validate, test, predict, tuner (Lightning's stage; the tuner's trials)
     batches: int | None = None  # batches in the running loop's dataloader (the epoch), where known and finite
     log_step: int | None = None  # the step the driver's loggers log at now, where it is not global_step
+    last_batch: bool = False  # the running batch is its epoch's last, where the driver knows (a loader of no length)
 
 
 Where = Callable[[], Position]
@@ -315,13 +316,16 @@ class CompileRecorder:
         if global_step is None:
             # the step of the batch running (manual optimization with several optimizers steps within a batch)
             global_step = self._batch_step if where.stage == self._batch_stage else where.global_step
+        batches = where.batches
+        if batches is None and where.last_batch and self._batch_index is not None:
+            batches = self._batch_index + 1  # a loader of no length: its epoch ends with this batch
         return CompileContext(
             global_step=global_step,
             stage=where.stage,
             parent=self._current_parent(),
             rank=self._rank,
             batch_index=self._batch_index,
-            batches=where.batches,
+            batches=batches,
             loader=self._batch_loader,
             log_step=where.log_step,
         )

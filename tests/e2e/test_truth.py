@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -368,6 +369,42 @@ def test_validations_last_batch_met_first_leaves_trainings_its_own_last_batch_an
     assert "fixed recompiles: last_batch: 1" in out and "new recompiles" not in out, out
     status, out = said("check", str(fixed_path), "--baseline", str(telemetry.path), "--max-unexpected-recompiles", "1")
     assert status == 0, out
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """A loader of no length (a stream), as ``data`` makes them."""
+
+    def __init__(self, samples: int, seed: int = 0) -> None:
+        self.x = torch.randn(samples, 8, generator=torch.Generator().manual_seed(seed))
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        for x in self.x:
+            yield x, x.sum(dim=0, keepdim=True)
+
+
+def test_a_stream_of_no_length_ends_its_epoch_in_its_last_batch_and_drop_last_removes_it(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """Training 100 = 12 x 8 + 4 and validation 30 = 3 x 8 + 6 from IterableDatasets: nothing knows their length,
+    yet Lightning, fetching a batch ahead, knows each epoch's last batch; each loop's is its last_batch with its
+    fix, never a dimension that keeps changing."""
+    fit = {"max_epochs": 1, "val_check_interval": 6, **TRAINER_DEFAULTS}
+    hooked(telemetry)(**fit).fit(Regressor(), DataLoader(Stream(100), 8), DataLoader(Stream(30, seed=1), 8))
+    rows = {(row.cause, row.kind): row for row in summarize(telemetry.end()).causes}
+    assert {cause for cause, _ in rows} <= {"last_batch", "stage_switch"}, rows
+    assert (rows[("last_batch", "eval")].count, rows[("last_batch", "train")].count) == (1, 1), rows
+    status, out = said("summary", str(telemetry.path))
+    training = next(item for item in out.split("what to fix first", 1)[1].split("\n   ") if "in training" in item)
+    assert "the last batch of an epoch is smaller" in training and "drop_last=True" in training, training
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    fixed_path = tmp_path / "fixed.jsonl"
+    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    loaders = DataLoader(Stream(100), 8, drop_last=True), DataLoader(Stream(30, seed=1), 8)
+    hooked(fixed)(**fit).fit(Regressor(), *loaders)
+    fixed.end()
+    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    assert "fixed recompiles: last_batch: 1" in out and "new recompiles" not in out, out
 
 
 # -- the Tuner, a sanity check, shares --------------------------------------------------------------

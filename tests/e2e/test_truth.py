@@ -73,6 +73,15 @@ def hooked(telemetry: Telemetry, selector: str = "", **torch_kwargs: Any) -> typ
     return telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config, live=False)[0]
 
 
+def run_after_the_fix(tmp_path: Path) -> Telemetry:
+    """The run after the user applied a fix, as a new process has it: a session of its own (``fixed.jsonl``),
+    torch's compile caches and counters empty."""
+    fresh_provider_state()
+    torch_compat.reset_compile_state()
+    path = tmp_path / "fixed.jsonl"
+    return Telemetry(telemetry_jit.configure("fixed", file=path), path)
+
+
 def said(*args: str) -> tuple[int, str]:
     """What the command prints (both streams, wrapping undone) and its exit status."""
     import contextlib
@@ -191,10 +200,7 @@ def test_torchs_layers_given_to_module_compile_are_said_to_run_eagerly_and_the_n
     (facts,) = json.loads(said("summary", str(telemetry.path), "--json")[1])["runs"]
     assert [entry["module"] for entry in facts["not_compiled"]] == ["model"]
 
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     before = frames_compiled()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")  # the fix as named: the call removed, JitTransform compiles the root
@@ -202,11 +208,11 @@ def test_torchs_layers_given_to_module_compile_are_said_to_run_eagerly_and_the_n
     assert frames_compiled() - before > 0
     assert not [w for w in caught if "Module.compile()" in str(w.message)]
     fixed.end()
-    out = said("diff", str(telemetry.path), str(fixed_path))[1]
+    out = said("diff", str(telemetry.path), str(fixed.path))[1]
     assert "fixed: modules compiled to no effect in the base run: `model` (Sequential)" in out
-    facts = json.loads(said("diff", str(telemetry.path), str(fixed_path), "--json")[1])
+    facts = json.loads(said("diff", str(telemetry.path), str(fixed.path), "--json")[1])
     assert (facts["fixed_not_compiled"], facts["new_not_compiled"]) == (["model"], [])
-    assert said("check", str(fixed_path), "--no-eager-fallback")[0] == 0
+    assert said("check", str(fixed.path), "--no-eager-fallback")[0] == 0
 
 
 def test_jit_transform_compiles_a_layer_the_users_module_compile_left_uncompiled(telemetry: Telemetry) -> None:
@@ -241,16 +247,13 @@ def test_validate_after_fit_is_the_inference_mode_price_and_its_fix_removes_it(
     assert s.share is not None and s.share <= 1
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 0
     # the fix, on the same run
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     model = Regressor()
     trainer = hooked(fixed)(max_epochs=1, inference_mode=False, **TRAINER_DEFAULTS)
     trainer.fit(model, data(32, 8), data(16, 8))
     trainer.validate(model, data(16, 8), verbose=False)
     fixed.end()
-    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    status, out = said("diff", str(telemetry.path), str(fixed.path))
     assert "fixed recompiles: inference_mode (expected)" in out
 
 
@@ -263,14 +266,11 @@ def test_predict_with_a_remainder_gets_the_evaluation_fix_never_drop_last(teleme
     assert "the last batch of an epoch is smaller than the others" in out and "in predict()" in out
     fix = out.split("fix: ", 1)[1]
     assert "dynamic" in fix and "pad the last batch" in fix and "drop_last=True would leave samples unevaluated" in fix
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     predictions = hooked(fixed, dynamic=True)(**TRAINER_DEFAULTS).predict(Regressor(), data(200, 32))
     fixed.end()
     assert sum(len(p) for p in predictions) == 200  # every sample predicted
-    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    status, out = said("diff", str(telemetry.path), str(fixed.path))
     assert "fixed recompiles: last_batch in eval" in out
 
 
@@ -322,23 +322,20 @@ def test_drop_last_on_the_training_loader_leaves_validations_last_batch_named_wi
     status, out = said("summary", str(telemetry.path))
     item = out.split("what to fix first", 1)[1].split(" 2. ", 1)[0]
     assert "the last batch of an epoch is smaller" in item and "in training" in item and "drop_last=True" in item
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     hooked(fixed)(max_epochs=2, **TRAINER_DEFAULTS).fit(Regressor(), data(100, 8, drop_last=True), data(30, 8, seed=1))
     fixed.end()
-    status, out = said("summary", str(fixed_path))
+    status, out = said("summary", str(fixed.path))
     item = out.split("what to fix first", 1)[1].split(" 2. ", 1)[0]
     assert "the last batch of an epoch is smaller" in item and "in validation" in item
     assert "drop_last=True would leave samples unevaluated" in item  # the evaluation fix, not drop_last again
-    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    status, out = said("diff", str(telemetry.path), str(fixed.path))
     # what the fix did, and what it left: training's remainder fixed, validation's now met
     assert "new recompiles, by cause: last_batch in eval: 1" in out and "fixed recompiles: last_batch: 1" in out
     assert "gone recompile reason: tensor 'args[0]' size mismatch at index 0. expected 8, actual 4" in out
     assert "new recompile reason: tensor 'args[0]' size mismatch at index 0. expected 8, actual 6" in out
     assert "GLOBAL_STATE" not in out.split("per frame")[1]  # a reason both runs have is neither new nor gone
-    status, out = said("check", str(fixed_path), "--baseline", str(telemetry.path), "--no-new-graph-breaks")
+    status, out = said("check", str(fixed.path), "--baseline", str(telemetry.path), "--no-new-graph-breaks")
     assert status == 0, out
 
 
@@ -357,17 +354,14 @@ def test_validations_last_batch_met_first_leaves_trainings_its_own_last_batch_an
     status, out = said("summary", str(telemetry.path))
     training = next(item for item in out.split("what to fix first", 1)[1].split("\n   ") if "in training" in item)
     assert "the last batch of an epoch is smaller" in training and "drop_last=True" in training, training
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     hooked(fixed)(max_epochs=1, val_check_interval=0.5, **TRAINER_DEFAULTS).fit(
         Regressor(), data(100, 8, drop_last=True), data(30, 8, seed=1)
     )
     fixed.end()
-    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    status, out = said("diff", str(telemetry.path), str(fixed.path))
     assert "fixed recompiles: last_batch: 1" in out and "new recompiles" not in out, out
-    status, out = said("check", str(fixed_path), "--baseline", str(telemetry.path), "--max-unexpected-recompiles", "1")
+    status, out = said("check", str(fixed.path), "--baseline", str(telemetry.path), "--max-unexpected-recompiles", "1")
     assert status == 0, out
 
 
@@ -396,14 +390,11 @@ def test_a_stream_of_no_length_ends_its_epoch_in_its_last_batch_and_drop_last_re
     status, out = said("summary", str(telemetry.path))
     training = next(item for item in out.split("what to fix first", 1)[1].split("\n   ") if "in training" in item)
     assert "the last batch of an epoch is smaller" in training and "drop_last=True" in training, training
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     loaders = DataLoader(Stream(100), 8, drop_last=True), DataLoader(Stream(30, seed=1), 8)
     hooked(fixed)(**fit).fit(Regressor(), *loaders)
     fixed.end()
-    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    status, out = said("diff", str(telemetry.path), str(fixed.path))
     assert "fixed recompiles: last_batch: 1" in out and "new recompiles" not in out, out
 
 
@@ -581,20 +572,17 @@ def test_a_fallback_fixed_as_told_is_gone_in_diff_and_the_gate_passes(telemetry:
         hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Retagging(Tagged()), data(48, 8))
     telemetry.end()
     assert said("check", str(telemetry.path), "--no-eager-fallback")[0] == 1
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     hooked(fixed)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(Tagged()), data(48, 8))  # the tag set once
     fixed.end()
-    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    status, out = said("diff", str(telemetry.path), str(fixed.path))
     fixed_title = "fixed: frames that ran eagerly in the base run and no longer do:"
     assert fixed_title in out and "new: frames that run eagerly" not in out
     assert "forward (e2e/test_truth.py:" in flat(out.split(fixed_title)[1])
-    status, out = said("diff", str(telemetry.path), str(fixed_path), "--json")
+    status, out = said("diff", str(telemetry.path), str(fixed.path), "--json")
     facts = json.loads(out)
     assert (len(facts["fixed_eager_fallbacks"]), facts["new_eager_fallbacks"]) == (1, [])
-    assert said("check", str(fixed_path), "--no-eager-fallback")[0] == 0
+    assert said("check", str(fixed.path), "--no-eager-fallback")[0] == 0
 
 
 @torch._dynamo.config.patch(recompile_limit=64, accumulated_recompile_limit=3)
@@ -814,16 +802,13 @@ def test_a_recompile_in_lightnings_own_code_names_the_fix_the_user_can_make(
     (storm,) = [str(w.message) for w in caught if "recompile storm: log (" in str(w.message)]
     assert "Fix: lightning's code cannot be edited" in storm
 
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     hooked(fixed, "net")(max_epochs=2, **TRAINER_DEFAULTS).fit(LoggedWhole(), data(32, 8), data(16, 8))
     fixed.end()
-    facts = json.loads(said("diff", str(telemetry.path), str(fixed_path), "--json")[1])
+    facts = json.loads(said("diff", str(telemetry.path), str(fixed.path), "--json")[1])
     assert facts["fixed_recompile_causes"].get("python_value in eval") == row.count, facts
     assert facts["new"]["graph_breaks"] == 0 < facts["base"]["graph_breaks"]
-    assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0", "--max-graph-breaks", "0")[0] == 0
+    assert said("check", str(fixed.path), "--max-unexpected-recompiles", "0", "--max-graph-breaks", "0")[0] == 0
 
 
 class WithTargetPass(Regressor):
@@ -917,16 +902,13 @@ def test_a_number_left_by_a_graph_break_is_named_with_the_break_and_the_breaks_f
     text = flat(telemetry_jit.format_summary(run))
     assert "a number a graph break left behind" in text and "capture_scalar_outputs = True" in text
     # the fix it names, on the same loop
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     with torch._dynamo.config.patch(capture_scalar_outputs=True):
         fixed_run = item_gate_loop(fixed)
     assert not [row for row in summarize(fixed_run).causes if row.cause == "break_value"]
-    status, out = said("diff", str(telemetry.path), str(fixed_path))
+    status, out = said("diff", str(telemetry.path), str(fixed.path))
     assert "fixed recompiles: break_value: 1" in out
-    assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0")[0] == 0
+    assert said("check", str(fixed.path), "--max-unexpected-recompiles", "0")[0] == 0
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1
 
 
@@ -1023,15 +1005,12 @@ def test_what_changed_is_named_where_torch_names_the_grad_mode_of_validations_co
     reasons = span.attributes["compile.recompile_reasons"]
     assert "grad_mode" in reasons[0] and "temperature" in reasons[1]  # torch's order: validation's entry first
     # the fix it names, on the same fit: the temperature in a buffer, updated in place
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     hooked(fixed)(max_epochs=3, **TRAINER_DEFAULTS).fit(Annealed(Tempered(True)), data(32, 8), data(16, 8))
     fixed_run = fixed.end()
     assert [(row.cause, row.count) for row in summarize(fixed_run).causes] == [("stage_switch", 1)]
-    assert "fixed recompiles: python_value" in said("diff", str(telemetry.path), str(fixed_path))[1]
-    assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0")[0] == 0
+    assert "fixed recompiles: python_value" in said("diff", str(telemetry.path), str(fixed.path))[1]
+    assert said("check", str(fixed.path), "--max-unexpected-recompiles", "0")[0] == 0
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1
 
 
@@ -1168,17 +1147,14 @@ def test_a_length_that_grows_for_training_and_validation_alike_is_a_changing_dim
     }
     assert "shaped unlike training" not in flat(telemetry_jit.format_summary(run))
     # the fix it names: compile for changing shapes
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     hooked(fixed, dynamic=True)(**options).fit(Curriculum())
     assert [row.cause for row in summarize(fixed.end()).causes] == ["stage_switch"]
     assert (
         "fixed recompiles: changing_dim: 1 changing_dim in eval: 1"
-        in said("diff", str(telemetry.path), str(fixed_path))[1]
+        in said("diff", str(telemetry.path), str(fixed.path))[1]
     )
-    assert said("check", str(fixed_path), "--max-unexpected-recompiles", "0")[0] == 0
+    assert said("check", str(fixed.path), "--max-unexpected-recompiles", "0")[0] == 0
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1
 
 
@@ -1207,13 +1183,10 @@ def test_the_last_batch_met_by_two_callers_of_one_forward_is_the_last_batch_and_
     rows = {row.cause: row for row in summarize(run).causes}
     assert set(rows) == {"shared_code", "last_batch"} and rows["shared_code"].unexpected == 0
     assert (rows["last_batch"].count, rows["last_batch"].steps) == (2, [3])  # each caller's entry, the 4th batch
-    fresh_provider_state()
-    torch_compat.reset_compile_state()
-    fixed_path = tmp_path / "fixed.jsonl"
-    fixed = Telemetry(telemetry_jit.configure("fixed", file=fixed_path), fixed_path)
+    fixed = run_after_the_fix(tmp_path)
     hooked(fixed, "blocks.*")(max_epochs=1, **TRAINER_DEFAULTS).fit(Blocks(), data(28, 8, drop_last=True))
     assert [row.cause for row in summarize(fixed.end()).causes] == ["shared_code"]
-    assert "fixed recompiles: last_batch: 2" in said("diff", str(telemetry.path), str(fixed_path))[1]
+    assert "fixed recompiles: last_batch: 2" in said("diff", str(telemetry.path), str(fixed.path))[1]
 
 
 def test_evaluating_in_eval_mode_without_no_grad_is_the_expected_price_of_the_module_mode(telemetry: Telemetry) -> None:

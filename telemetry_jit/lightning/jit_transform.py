@@ -273,7 +273,9 @@ class JitTransform(Callback):
 
     Compiling at ``on_train_epoch_start`` (as NeMo does) includes adapters added earlier, e.g. by
     PEFT. In ``validate``/``test``/``predict`` runs the modules are compiled at the start of that
-    loop instead. Selectors are checked at ``setup`` so a typo fails before the first step.
+    loop instead. The compiler's arguments are checked at ``setup``, the selectors once the model is
+    whole (``on_fit_start``: after ``configure_model``, which may build the modules they select), so a
+    typo fails before the first step.
 
     Example::
 
@@ -296,11 +298,15 @@ class JitTransform(Callback):
         self.configs = _as_list(config)
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        root = resolve_root(pl_module)
+        for config in self.configs:
+            if config.compiler:
+                compiler_backend(config.compiler).check(config)  # a missing install or a bad argument fails here
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        root = resolve_root(pl_module)  # validate, test and predict select as they compile, at their loop's start
         for config in self.configs:
             if config.compiler:
                 select(root, config)
-                compiler_backend(config.compiler).check(config)  # a missing install or a bad argument fails here
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._compile(pl_module)

@@ -97,6 +97,47 @@ def test_bad_arguments_are_named(telemetry: Telemetry) -> None:
         HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader())
 
 
+class BuiltLate(pl.LightningModule):
+    """Its layers built in ``configure_model`` (Lightning's way for large models: FSDP, meta-device init)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.model: torch.nn.Module | None = None
+        self.steps = 0
+
+    def configure_model(self) -> None:
+        if self.model is None:
+            self.model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        self.steps += 1
+        x, y = batch
+        assert self.model is not None
+        return torch.nn.functional.mse_loss(self.model(x), y)
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def test_modules_built_in_configure_model_are_selected_compiled_and_recorded(telemetry: Telemetry) -> None:
+    for selector in ("2", "3"):  # the second matches nothing: said before the first step, not after setup
+        HookedTrainer, _ = hook_trainer_cls(
+            pl.Trainer,
+            telemetry.provider,
+            jit_config=JitConfig(use_torch=True, module_selector=selector, torch_kwargs={"backend": "eager"}),
+        )
+        trainer, model = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS), BuiltLate()
+        if selector == "3":
+            with pytest.raises(LookupError, match="module_selector '3' matches nothing"):
+                trainer.fit(model, loader())
+            assert model.steps == 0
+            continue
+        trainer.fit(model, loader())
+        (transform,) = [cb for cb in trainer.callbacks if isinstance(cb, JitTransform)]
+        assert transform.compiled == ["2"] and model.steps == 5
+        assert trainer.compile_telemetry.last_stats.count > 0
+
+
 @pytest.mark.parametrize(
     ("torch_kwargs", "torch_says"),
     [({"backend": "no_such_backend"}, "Invalid backend"), ({"mode": "max-speed"}, "Unrecognized mode")],

@@ -477,13 +477,17 @@ def why_slower(graph_breaks: int, recompiles: int, backends: frozenset[str] | se
     return "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"
 
 
-def first_step_line(stage: str, global_step: int, wall_ms: float, compile_ms: float, phases_s: dict[str, float]) -> str:
+def first_step_line(
+    stage: str, global_step: int, wall_ms: float, compile_ms: float, phases_s: dict[str, float], loop: str = ""
+) -> str:
     """``first train step (step 0): 41.2 s = 38.9 s compiling (forward 20.1 s, backward 18.8 s; inductor
-    33.0 s of it) + 2.3 s running``: the live console's words and the summary's."""
+    33.0 s of it) + 2.3 s running``: the live console's words and the summary's (which adds ``loop``, the
+    ``training loop 2 of 2`` it was in, where a run holds several)."""
     phases = ", ".join(f"{phase} {phases_s[phase]:.1f} s" for phase in ("forward", "backward") if phase in phases_s)
     if "inductor" in phases_s:
         phases += f"; inductor {phases_s['inductor']:.1f} s of it"
     compiling = f"{compile_ms / 1000:.1f} s compiling" + (f" ({phases})" if phases else "")
     running = max(wall_ms - compile_ms, 0.0) / 1000
     stage = {"validate": "validation", "sanity_check": "sanity check"}.get(stage, stage)
-    return f"first {stage} step (step {global_step}): {wall_ms / 1000:.1f} s = {compiling} + {running:.1f} s running"
+    where = f"step {global_step}, {loop}" if loop else f"step {global_step}"
+    return f"first {stage} step ({where}): {wall_ms / 1000:.1f} s = {compiling} + {running:.1f} s running"

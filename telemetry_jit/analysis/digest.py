@@ -78,6 +78,7 @@ class CauseRow:
     steps: list[int] = field(default_factory=list)  # global steps they happened at
     stages: list[str] = field(default_factory=list)  # Lightning's stages they happened in
     loaders: list[int] = field(default_factory=list)  # the dataloaders, where a loop had several
+    loops: list[str] = field(default_factory=list)  # span ids of the outermost loops they happened under (a fit's)
     reasons: list[str] = field(default_factory=list)  # torch's reasons, normalized, distinct
     behind: Counter[str] = field(default_factory=Counter)  # recompile_limit: the causes that led there
     owner: str = ""  # whose code its fix would change (breaks.recompile_owner); "user" unless all one package's
@@ -294,7 +295,8 @@ class RunDigest:
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
-        key = (stage or "unknown", _loops_around(span, others))
+        around = _loops_around(span, others)
+        key = (stage or "unknown", frozenset(loop.name for loop in around))
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
             self.backends.add(str(attributes[CompileAttr.BACKEND]))
@@ -309,7 +311,7 @@ class RunDigest:
         row.compile_ms += ms
         if recompile and len(row.reasons) < MAX_NAMES:
             row.reasons[normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))] += 1
-        cause = self._cause(span, trigger, compile_id, stage, label, recompile, ms)
+        cause = self._cause(span, trigger, compile_id, stage, label, recompile, ms, _outermost_loop(around))
         if stage == "train":
             self.train_breaks += len(breaks)
             self.train_recompiles += recompile and not (cause is not None and cause.expected)
@@ -329,7 +331,15 @@ class RunDigest:
         return row
 
     def _cause(
-        self, span: SpanRecord, trigger: str, compile_id: str, stage: str, label: str, recompile: bool, ms: float
+        self,
+        span: SpanRecord,
+        trigger: str,
+        compile_id: str,
+        stage: str,
+        label: str,
+        recompile: bool,
+        ms: float,
+        loop: str,
     ) -> Classified | None:
         """The recompile's cause (recorded, else classified now); a backward graph's ms go to its recompile's row."""
         attributes = span.attributes
@@ -370,6 +380,8 @@ class RunDigest:
                 values.append(value)  # type: ignore[arg-type]
         if loader is not None and loader not in row.loaders:
             row.loaders.append(loader)
+        if loop and loop not in row.loops:
+            row.loops.append(loop)
         if cause.subject and cause.subject not in row.reasons and len(row.reasons) < 5:
             row.reasons.append(cause.subject)
         if cause.behind:
@@ -529,17 +541,24 @@ def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classifie
     return Classified(str(cause), subject, bool(attributes.get(CompileAttr.RECOMPILE_EXPECTED)), behind)
 
 
-def _loops_around(span: SpanRecord, others: Loops) -> frozenset[str]:
-    """The kinds of loop span a compilation happened under (``training_loop``, ``application``, ...)."""
-    loops = set()
+def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
+    """The loop spans a compilation happened under, innermost first (the application last, where it was)."""
+    loops = []
     parent = others.get(span.parent_id or "")
     for _ in range(64):  # a cycle in a damaged file must not hang the reader
         if parent is None:
             break
         if parent.name in _LOOPS:
-            loops.add(parent.name)
+            loops.append(parent)
         parent = others.get(parent.parent_id or "")
-    return frozenset(loops)
+    return loops
+
+
+def _outermost_loop(loops: list[SpanRecord]) -> str:
+    """The id of the outermost loop below the application (a fit's training loop, for a compile in its
+    validation), ``""`` for none."""
+    inside = [loop for loop in loops if loop.name != TrainingSpanName.APPLICATION]
+    return inside[-1].span_id if inside else ""
 
 
 _LOOPS = frozenset(

@@ -4,7 +4,7 @@ renderers share, read from the run's loops and its :class:`~telemetry_jit.analys
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -65,6 +65,7 @@ class FirstStepRow:
     compile_ms: float
     phases_s: dict[str, float]
     by_itself: bool = False  # a validation run by Trainer.validate, not within fit
+    loop: str = ""  # the span id of the outermost loop it ran in (its fit's training loop)
 
     @property
     def label(self) -> str:
@@ -105,7 +106,12 @@ class RunSummary:
     fallbacks: list[Fallback] = field(default_factory=list)  # the digest's, with what each cost where measured
     not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
     compiled_before: CompiledBefore | None = None  # what the process had compiled when the run began
-    loop_count: int = 1  # spans of that loop: fit called again, or by another trainer, in one application
+    loop_ids: tuple[str, ...] = ()  # that loop's spans, in the order they started
+
+    @property
+    def loop_count(self) -> int:
+        """Spans of that loop: several where fit was called again, or by another trainer, in one application."""
+        return max(len(self.loop_ids), 1)
 
     @property
     def loop_words(self) -> str:
@@ -113,6 +119,12 @@ class RunSummary:
         said together."""
         words = LOOP_WORDS[self.loop_name]
         return words if self.loop_count <= 1 else f"the {counted(self.loop_count, words.removeprefix('the '))}"
+
+    def loop_numbers(self, loops: Iterable[str]) -> list[int]:
+        """Which of several loops (1 for the first) the spans ``loops`` are; none where the run has one."""
+        if len(self.loop_ids) <= 1:
+            return []
+        return sorted(self.loop_ids.index(loop) + 1 for loop in set(loops) if loop in self.loop_ids)
 
     @property
     def share(self) -> float | None:
@@ -170,7 +182,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
         fallbacks=_costed(digest.fallbacks, run),
         not_compiled=_not_compiled(run),
         compiled_before=compiled_before(run),
-        loop_count=len(loops),
+        loop_ids=tuple(loop.span_id for loop in sorted(loops, key=lambda loop: loop.start_unix_ns)),
     )
 
 
@@ -236,6 +248,9 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
                 if name.startswith(prefix) and name.endswith("_s"):
                     phases[name[len(prefix) : -len("_s")]] += number(value)
             stage, parent = str(attributes.get(StepAttr.STAGE, "")), run.parent(span)
+            outermost = span  # the loop it was said on, or the fit's training loop around that
+            while (above := run.parent(outermost)) is not None and above.name != TrainingSpanName.APPLICATION:
+                outermost = above
             row = FirstStepRow(
                 stage,
                 int(number(attributes.get(StepAttr.GLOBAL_STEP))),
@@ -244,6 +259,7 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
                 dict(phases),
                 by_itself=stage == "validate"  # by Trainer.validate: not under fit's training loop
                 and (parent is None or parent.name != TrainingSpanName.TRAINING_LOOP),
+                loop=outermost.span_id,
             )
             steps.append((event.time_unix_ns, row))
     return [row for _, row in sorted(steps, key=lambda item: item[0])]
@@ -302,9 +318,10 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
             "misses": d.warm_start.misses,
             "saved_s": round(d.warm_start.saved_s, 3),
         },
-        "recompile_causes": [row.as_json() for row in s.causes],
+        "loop_count": s.loop_count,
+        "recompile_causes": [{**row.as_json(), "loops": s.loop_numbers(row.loops)} for row in s.causes],
         "graph_breaks": [group.as_json() for group in s.breaks],
-        "first_steps": [step.as_json() for step in s.first_steps],
+        "first_steps": [{**step.as_json(), "loops": s.loop_numbers([step.loop])} for step in s.first_steps],
         "lacks": s.lacks,
         "payoff": {**s.payoff.attributes(), "sentence": s.payoff_sentence} if s.payoff is not None else None,
         "telemetry_health": run.health,

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun, number
-from telemetry_jit.analysis.summary import STAGE_WORDS, RunSummary
+from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
 from telemetry_jit.breaks import gist
 from telemetry_jit.records import Payoff, first_step_line
 from telemetry_jit.terminal import counted, possessive, short
@@ -50,6 +50,16 @@ def where_words(stages: list[str], loaders: list[int]) -> str:
     return words + (f", dataloader {listed(loaders)}" if loaders else "")
 
 
+def which_loops(summary: RunSummary, loops: Iterable[str]) -> str:
+    """``training loop 1 of 2`` where the run holds several loops (fit called again after a fix, say), ``""``
+    otherwise."""
+    numbers = summary.loop_numbers(loops)
+    if not numbers:
+        return ""
+    noun = LOOP_WORDS[summary.loop_name].removeprefix("the ") + ("s" if len(numbers) > 1 else "")
+    return f"{noun} {listed(numbers, 5)} of {summary.loop_count}"
+
+
 def fix_first(summary: RunSummary) -> list[Item]:
     """What to fix first, ranked: modules compiled to no effect, then recompile causes by the compile seconds
     they cost (training's and evaluation's apart, as their fixes differ), then graph breaks, the user's own
@@ -61,11 +71,15 @@ def fix_first(summary: RunSummary) -> list[Item]:
         steps = f"step {row.steps[0]}" if len(row.steps) == 1 else f"steps {listed(row.steps)}"
         title = row.title if row.cause != "stage_switch" else "a frame recompiled when its grad mode came back"
         reason = f" ({row.reasons[0]})" if row.reasons and row.cause != "stage_switch" else ""
+        loops = which_loops(summary, row.loops)  # whether the latest loop still has it: what the user asks
+        if loops and summary.loop_count not in summary.loop_numbers(row.loops):
+            loops += ", none in the last"
         items.append(
             Item(
                 f"{counted(row.unexpected, 'recompile')}, {row.compile_ms / 1000:.1f} s: {title}{reason}",
                 (
-                    f"at {steps} in {where_words(row.stages, row.loaders)}: {listed(row.frames, 2)}",
+                    f"at {steps} in {where_words(row.stages, row.loaders)}{f' ({loops})' if loops else ''}: "
+                    f"{listed(row.frames, 2)}",
                     f"fix: {row.fix}",
                 ),
             )
@@ -99,7 +113,14 @@ def notes(summary: RunSummary) -> list[str]:
             f"expected: {counted(count, 'recompile')}, {ms / 1000:.1f} s, {_EXPECTED_WHY[cause]}, nothing to fix"
         )
     lines += [
-        first_step_line(step.label, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
+        first_step_line(
+            step.label,
+            step.global_step,
+            step.wall_ms,
+            step.compile_ms,
+            step.phases_s,
+            which_loops(summary, [step.loop]),
+        )
         for step in summary.first_steps
         if step.compile_ms
     ]

@@ -398,6 +398,24 @@ def test_a_stream_of_no_length_ends_its_epoch_in_its_last_batch_and_drop_last_re
     assert "fixed recompiles: last_batch: 1" in out and "new recompiles" not in out, out
 
 
+def test_fit_again_after_the_fix_in_one_application_says_the_last_loop_no_longer_has_it(telemetry: Telemetry) -> None:
+    """A notebook: fit, read the advice, apply drop_last, fit again in the same process and file. The item the
+    first fit left says which loop it was in and that the last one had none, or the user reads the fix as
+    failed; each first step says its loop."""
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(100, 8))
+    torch_compat.reset_compile_state()  # a new model in the notebook compiles afresh
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(100, 8, drop_last=True))
+    telemetry.end()
+    status, out = said("summary", str(telemetry.path))
+    item = out.split("what to fix first", 1)[1].split(" 2. ", 1)[0]
+    assert "the last batch of an epoch is smaller" in item, out
+    assert "at step 12 in training (training loop 1 of 2, none in the last): " in item, out
+    assert "first train step (step 0, training loop 1 of 2)" in out and "(step 0, training loop 2 of 2)" in out, out
+    (run,) = json.loads(said("summary", "--json", str(telemetry.path))[1])["runs"]
+    assert run["loop_count"] == 2 and [row["loops"] for row in run["recompile_causes"]] == [[1]], run
+    assert [step["loops"] for step in run["first_steps"]] == [[1], [2]], run
+
+
 # -- the Tuner, a sanity check, shares --------------------------------------------------------------
 def test_the_tuners_trials_are_a_stage_of_their_own_and_an_expected_price(telemetry: Telemetry) -> None:
     from lightning.pytorch.tuner import Tuner

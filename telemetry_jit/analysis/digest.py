@@ -139,6 +139,7 @@ class BreakGroup:
     user_locations: list[str] = field(default_factory=list)  # the user's lines that led there, in order seen
     count: int = 0
     counted_by_torch: int = 0
+    loops: list[str] = field(default_factory=list)  # span ids of the outermost loops compiles found them in
 
     @property
     def user_location(self) -> str:
@@ -316,7 +317,7 @@ class RunDigest:
             self.train_breaks += len(breaks)
             self.train_recompiles += recompile and not (cause is not None and cause.expected)
         for event in breaks:
-            self._break(event, label, compile_id)
+            self._break(event, label, compile_id, _outermost_loop(around))
         self._warm_start(attributes, label)
         self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
         self._failure(span, label, stage)
@@ -391,7 +392,7 @@ class RunDigest:
         self._rows_by_id[compile_id] = row
         return cause
 
-    def _break(self, event: EventRecord, frame: str, compile_id: str) -> None:
+    def _break(self, event: EventRecord, frame: str, compile_id: str, loop: str) -> None:
         attributes = event.attributes
         location = str(attributes.get(GraphBreakAttr.LOCATION) or "")
         reason = str(attributes.get(GraphBreakAttr.REASON_FULL) or attributes.get(GraphBreakAttr.REASON) or "")
@@ -415,6 +416,8 @@ class RunDigest:
             )
         if user_line and user_line not in group.user_locations and len(group.user_locations) < MAX_NAMES:
             group.user_locations.append(user_line)
+        if loop and loop not in group.loops:
+            group.loops.append(loop)
         group.count += 1
         group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
         self.break_count += 1

@@ -92,7 +92,9 @@ def fix_first(summary: RunSummary) -> list[Item]:
             lines = listed(short(line) for line in group.user_locations)
             reached = f", reached from your line{'s' if len(group.user_locations) > 1 else ''} {lines}" if lines else ""
             head = f"{times} inside {group.owner} ({short(group.location)}){reached}: {group.type}"
-        details = [f"fix: {group.fix}"]
+        loops = which_loops(summary, group.loops)  # where compiling found them: code compiled once runs in later loops
+        details = [f"found compiling {loops}"] if loops else []
+        details.append(f"fix: {group.fix}")
         if group.doc_url:
             details.append(f"docs: {group.doc_url}")
         items.append(Item(head, tuple(details)))

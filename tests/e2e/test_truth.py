@@ -29,7 +29,7 @@ from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.compat import torch as torch_compat
 from tests.e2e.conftest import Telemetry, fresh_provider_state
-from tests.models import TRAINER_DEFAULTS
+from tests.models import TRAINER_DEFAULTS, Block
 from tests.words import flat
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -399,20 +399,27 @@ def test_a_stream_of_no_length_ends_its_epoch_in_its_last_batch_and_drop_last_re
 
 
 def test_fit_again_after_the_fix_in_one_application_says_the_last_loop_no_longer_has_it(telemetry: Telemetry) -> None:
-    """A notebook: fit, read the advice, apply drop_last, fit again in the same process and file. The item the
-    first fit left says which loop it was in and that the last one had none, or the user reads the fix as
-    failed; each first step says its loop."""
-    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(100, 8))
+    """A notebook: fit, read the advice, apply drop_last and remove the graph break, fit again in the same
+    process and file. The recompile the first fit left says which loop it was in and that the last one had
+    none, or the user reads the fix as failed; the break says which loop's compiles found it; each first step
+    says its loop."""
+
+    def model(graph_break: str | None) -> Regressor:
+        return Regressor(torch.nn.Sequential(Block(8, graph_break), torch.nn.Linear(8, 1)))
+
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(model("print"), data(100, 8))
     torch_compat.reset_compile_state()  # a new model in the notebook compiles afresh
-    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(100, 8, drop_last=True))
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(model(None), data(100, 8, drop_last=True))
     telemetry.end()
     status, out = said("summary", str(telemetry.path))
-    item = out.split("what to fix first", 1)[1].split(" 2. ", 1)[0]
-    assert "the last batch of an epoch is smaller" in item, out
-    assert "at step 12 in training (training loop 1 of 2, none in the last): " in item, out
+    recompiles, breaks = out.split("what to fix first", 1)[1].split(" 2. ", 1)
+    assert "the last batch of an epoch is smaller" in recompiles, out
+    assert "at step 12 in training (training loop 1 of 2, none in the last): " in recompiles, out
+    assert "graph break" in breaks and "found compiling training loop 1 of 2 fix: " in breaks, out
     assert "first train step (step 0, training loop 1 of 2)" in out and "(step 0, training loop 2 of 2)" in out, out
     (run,) = json.loads(said("summary", "--json", str(telemetry.path))[1])["runs"]
     assert run["loop_count"] == 2 and [row["loops"] for row in run["recompile_causes"]] == [[1]], run
+    assert [group["loops"] for group in run["graph_breaks"]] == [[1]], run
     assert [step["loops"] for step in run["first_steps"]] == [[1], [2]], run
 
 

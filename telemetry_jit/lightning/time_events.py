@@ -12,7 +12,7 @@ from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
-from telemetry_jit.boundary import call_site, guards_itself
+from telemetry_jit.boundary import call_site, guarded, guards_itself
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import ITERATION_FAST_PATH_VERIFIED, IterationBookkeeping
 from telemetry_jit.notices import Notices, user_line, warn_once
@@ -249,15 +249,18 @@ class TimeEventCallback(Callback):
                 self._provider.recorder.error(span, message, typed)
                 end_loop()
 
-    # -- checkpoint saves, called by HookedTrainer.save_checkpoint ----------------------------
+    # -- checkpoint saves, called by HookedTrainer.save_checkpoint (guarded, as every hook: never the run's end) --
+    @guarded
     def on_save_checkpoint_start(self, global_step: int) -> None:
         if self._session.recording:
             _CALLBACKS.call(one_logger.on_save_checkpoint_start, global_step)
 
+    @guarded
     def on_save_checkpoint_success(self, global_step: int) -> None:
         if self._session.recording:
             _CALLBACKS.call(one_logger.on_save_checkpoint_success, global_step=global_step)
 
+    @guarded
     def on_save_checkpoint_end(self, global_step: int | None = None) -> None:
         if self._session.recording:
             _CALLBACKS.call(one_logger.on_save_checkpoint_end)
@@ -269,6 +272,7 @@ class TimeEventCallback(Callback):
         else:
             self._warn_not_configured()
 
+    @guarded
     def on_app_end(self) -> None:
         """End the application: the session's telemetry is flushed and closed (as :func:`telemetry_jit.shutdown`)."""
         if self._session.configuration is not None:
@@ -276,32 +280,42 @@ class TimeEventCallback(Callback):
         elif self._session.recording and nv_one_logger_compat.application_running(self._provider):
             _CALLBACKS.call(one_logger.on_app_end)
 
+    @guarded
     def on_model_init_start(self) -> None:
         self._explicit(one_logger.on_model_init_start)
 
+    @guarded
     def on_model_init_end(self) -> None:
         self._explicit(one_logger.on_model_init_end)
 
+    @guarded
     def on_dataloader_init_start(self) -> None:
         self._explicit(one_logger.on_dataloader_init_start)
 
+    @guarded
     def on_dataloader_init_end(self) -> None:
         self._explicit(one_logger.on_dataloader_init_end)
 
+    @guarded
     def on_optimizer_init_start(self) -> None:
         self._explicit(one_logger.on_optimizer_init_start)
 
+    @guarded
     def on_optimizer_init_end(self) -> None:
         self._explicit(one_logger.on_optimizer_init_end)
 
+    @guarded
     def on_load_checkpoint_start(self) -> None:
         self._explicit(one_logger.on_load_checkpoint_start)
 
+    @guarded
     def on_load_checkpoint_end(self) -> None:
         self._explicit(one_logger.on_load_checkpoint_end)
 
+    @guarded
     def on_testing_start(self) -> None:
         self._explicit(one_logger.on_testing_start)
 
+    @guarded
     def on_testing_end(self) -> None:
         self._explicit(one_logger.on_testing_end)

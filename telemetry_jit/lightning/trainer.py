@@ -323,9 +323,7 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry) -> Iterator[None]:
         finally:
             if not nested:
                 _ONE_RECORDER.give_back()
-                session = resolve(telemetry.ranks.session)
-                if trainer.is_global_zero and session.configuration is not None and (hint := session.reading_hint()):
-                    rank_zero_info(hint)
+                _say_where_to_read(trainer, telemetry)
         return
     warn_once(
         "concurrent trainers",
@@ -343,6 +341,14 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry) -> Iterator[None]:
         yield
     finally:
         holder.callbacks = callbacks
+
+
+@guarded
+def _say_where_to_read(trainer: pl.Trainer, telemetry: _Telemetry) -> None:
+    """After a trainer call: where the telemetry is and the command that reads it (once per session)."""
+    session = resolve(telemetry.ranks.session)
+    if trainer.is_global_zero and session.configuration is not None and (hint := session.reading_hint()):
+        rank_zero_info(hint)
 
 
 def _rebuild_hooked_trainer(

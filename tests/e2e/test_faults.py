@@ -191,6 +191,24 @@ def test_a_bug_in_telemetrys_own_hooks_costs_one_warning_not_the_run(
     assert "[telemetry.own_code]" in telemetry_jit.format_summary(run)
 
 
+def test_a_bug_behind_an_explicit_call_costs_one_warning_and_every_explicit_call_is_guarded(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TELEMETRY_JIT_STRICT")
+    break_(monkeypatch, TimeEventCallback, "_explicit")
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=JIT)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        callback.on_model_init_start()  # the user's own call, as in nv-one-logger
+        callback.on_model_init_end()
+    ours = [str(w.message) for w in caught if "telemetry-jit's own code" in str(w.message)]
+    assert len(ours) == 1 and "failed in TimeEventCallback.on_model_init_start" in ours[0], ours
+    # what the user, or HookedTrainer.save_checkpoint, calls in the middle of training
+    explicit = [name for name in vars(TimeEventCallback) if name.startswith("on_") and not hasattr(pl.Callback, name)]
+    assert "on_save_checkpoint_start" in explicit and "on_app_end" in explicit
+    assert [name for name in explicit if not hasattr(getattr(TimeEventCallback, name), "__wrapped__")] == []
+
+
 def test_a_bug_in_telemetrys_own_code_raises_where_telemetry_jit_strict_asks(telemetry: Telemetry, monkeypatch) -> None:
     monkeypatch.setenv("TELEMETRY_JIT_STRICT", "1")  # telemetry-jit's tests, or a user reporting the bug
     break_(monkeypatch, CompileRecorder, "emit_summary")

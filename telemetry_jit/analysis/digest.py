@@ -297,7 +297,7 @@ class RunDigest:
         self.recompiles += recompile
         self.compile_ms += ms
         around = _loops_around(span, others)
-        key = (stage or "unknown", frozenset(loop.name for loop in around))
+        key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), _outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
             self.backends.add(str(attributes[CompileAttr.BACKEND]))
@@ -312,12 +312,12 @@ class RunDigest:
         row.compile_ms += ms
         if recompile and len(row.reasons) < MAX_NAMES:
             row.reasons[normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))] += 1
-        cause = self._cause(span, trigger, compile_id, stage, label, recompile, ms, _outermost_loop(around))
+        cause = self._cause(span, trigger, compile_id, stage, label, recompile, ms, loop)
         if stage == "train":
             self.train_breaks += len(breaks)
             self.train_recompiles += recompile and not (cause is not None and cause.expected)
         for event in breaks:
-            self._break(event, label, compile_id, _outermost_loop(around))
+            self._break(event, label, compile_id, loop)
         self._warm_start(attributes, label)
         self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
         self._failure(span, label, stage)

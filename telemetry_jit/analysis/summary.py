@@ -249,7 +249,10 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
                     phases[name[len(prefix) : -len("_s")]] += number(value)
             stage, parent = str(attributes.get(StepAttr.STAGE, "")), run.parent(span)
             outermost = span  # the loop it was said on, or the fit's training loop around that
-            while (above := run.parent(outermost)) is not None and above.name != TrainingSpanName.APPLICATION:
+            for _ in range(64):  # a cycle in a damaged file must not hang the reader
+                above = run.parent(outermost)
+                if above is None or above.name == TrainingSpanName.APPLICATION:
+                    break
                 outermost = above
             row = FirstStepRow(
                 stage,

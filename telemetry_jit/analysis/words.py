@@ -71,9 +71,9 @@ def fix_first(summary: RunSummary) -> list[Item]:
         steps = f"step {row.steps[0]}" if len(row.steps) == 1 else f"steps {listed(row.steps)}"
         title = row.title if row.cause != "stage_switch" else "a frame recompiled when its grad mode came back"
         reason = f" ({row.reasons[0]})" if row.reasons and row.cause != "stage_switch" else ""
-        loops = which_loops(summary, row.loops)  # whether the latest loop still has it: what the user asks
+        loops = which_loops(summary, row.loops)
         if loops and summary.loop_count not in summary.loop_numbers(row.loops):
-            loops += ", none in the last"
+            loops += ", none in the last"  # whether the latest loop still has it: what a user who fixed it asks
         items.append(
             Item(
                 f"{counted(row.unexpected, 'recompile')}, {row.compile_ms / 1000:.1f} s: {title}{reason}",

@@ -169,6 +169,22 @@ def test_values_a_file_should_not_hold_leave_every_output_valid(tmp_path: Path, 
     assert "malformed 'span_start' record" in capsys.readouterr().err
 
 
+def test_a_span_that_is_its_own_parent_is_read_without_hanging(tmp_path: Path) -> None:
+    """A damaged (or hand-edited) file whose training loop names itself as its parent: every walk up the
+    spans stops, and the summary is said."""
+    lines = NEW.read_text().splitlines()
+    loop = next(json.loads(line) for line in lines if '"training_loop"' in line)
+    own = f'"span_id":"{loop["span_id"]}","parent_id":"{loop["parent_id"]}"'
+    cycle = f'"span_id":"{loop["span_id"]}","parent_id":"{loop["span_id"]}"'
+    assert sum(own in line for line in lines) == 2  # its start and its end
+    path = tmp_path / "cycle.jsonl"
+    path.write_text("\n".join(line.replace(own, cycle) for line in lines) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "telemetry_jit", "summary", str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0 and "what to fix first" in done.stdout, done.stderr[-2000:]
+
+
 def test_terminal_escapes_never_reach_the_terminal() -> None:
     assert clean("run \x1b[31mred\x1b[0m\tok\n\u202eevil") == "run ?[31mred?[0m\tok\n?evil"
 

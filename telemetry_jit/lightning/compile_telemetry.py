@@ -104,6 +104,8 @@ class CompileTelemetryCallback(Callback):
         if console is not None and self._print_fn is None:
             bar = trainer.progress_bar_callback
             console.print_fn = bar.print if bar is not None else None
+        if console is not None:
+            console.stage_names = {"validate": "validate()"} if stage == "validate" else {}
         self.recorder.listeners = [console] if console is not None else []
         self._tuner = _has_tuner(trainer)
         self._figures = CompileFigures() if self.log_figures and trainer.loggers else None

@@ -60,6 +60,9 @@ class CompileConsole(CompileListener):
         self.storm_recompiles = storm_recompiles
         self.storm_steps = storm_steps
         self.print_fn = print_fn
+        # stage -> the name a first step's line gives it in this run (the trainer callback names a
+        # validation run by Trainer.validate "validate()", as the summary does)
+        self.stage_names: dict[str, str] = {}
         self._timer: threading.Timer | None = None
         self._announced = False
         self._started = 0.0
@@ -98,7 +101,7 @@ class CompileConsole(CompileListener):
 
     def first_step(self, step: FirstStep) -> None:
         if step.wall_ms >= self.threshold_s * 1000 and step.compilations:
-            self._say(f"telemetry-jit: {step.line()}")
+            self._say(f"telemetry-jit: {step.line(self.stage_names.get(step.stage, step.stage))}")
 
     def recorded(self, record: CompileRecord) -> None:
         """Watch for a frame that keeps recompiling."""

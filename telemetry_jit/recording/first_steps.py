@@ -47,8 +47,9 @@ class FirstStep:
         attributes.update({StepAttr.phase_time(phase): round(s, 6) for phase, s in self.phases_s.items()})
         return attributes
 
-    def line(self) -> str:
-        return first_step_line(self.stage, self.global_step, self.wall_ms, self.compile_ms, self.phases_s)
+    def line(self, stage: str = "") -> str:
+        """The console's words for it, its stage named ``stage`` where given."""
+        return first_step_line(stage or self.stage, self.global_step, self.wall_ms, self.compile_ms, self.phases_s)
 
 
 class FirstSteps:

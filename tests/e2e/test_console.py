@@ -12,8 +12,10 @@ import pytest
 import torch
 
 from telemetry_jit import CompileConsole, hook_trainer_cls
+from telemetry_jit.analysis.text import format_summary
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
+from tests.words import flat
 
 
 def slow_backend(graph: Any, inputs: Any) -> Any:
@@ -58,6 +60,27 @@ def test_fast_compiles_are_quiet_and_live_false_is_silent(telemetry: Telemetry, 
     Quiet, _ = hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
     Quiet(max_epochs=1, limit_train_batches=1, **TRAINER_DEFAULTS).fit(slow, loader(8, 4))
     assert not [r for r in caplog.records if r.name == "telemetry_jit"]
+
+
+def test_a_first_steps_line_names_its_stage_as_the_summary_does(telemetry: Telemetry, caplog) -> None:
+    """Validation within fit is "validation"; a run of Trainer.validate is "validate()", live and after."""
+    caplog.set_level(logging.WARNING, logger="telemetry_jit")
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    model = Net()
+    model.model.compile(backend=slow_backend)
+    options = dict(TRAINER_DEFAULTS, max_epochs=1, limit_train_batches=1, limit_val_batches=1, num_sanity_val_steps=0)
+    HookedTrainer(**options).fit(model, loader(8, 4), loader(8, 4))
+    alone = Net()
+    alone.model.compile(backend=slow_backend)
+    HookedTrainer(**options).validate(alone, loader(8, 4))
+    lines = [r.getMessage() for r in caplog.records if r.name == "telemetry_jit" and "first " in r.getMessage()]
+    assert [line.split(" (")[0] for line in lines] == [
+        "telemetry-jit: first train step",
+        "telemetry-jit: first validation step",
+        "telemetry-jit: first validate() step",
+    ]
+    summary = flat(format_summary(telemetry.end()))
+    assert "first validation step (step 1" in summary and "first validate() step (step 0" in summary
 
 
 class ShapeEveryStep(Net):

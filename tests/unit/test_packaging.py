@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import os
 import re
 import sys
-from importlib.metadata import distributions
+from importlib.metadata import distributions, packages_distributions
 from pathlib import Path
 
 import pytest
@@ -41,17 +42,20 @@ def _outside_imports() -> set[str]:
     return {name for name in names if top[name] not in sys.stdlib_module_names and top[name] != "telemetry_jit"}
 
 
-def _distribution_of(module: str, owners: dict[str, str]) -> str:
-    """The installed distribution whose files hold ``module``, found from the top down without
-    importing it (namespace packages such as ``opentelemetry`` are shared by several)."""
+def _distributions_of(module: str, owners: dict[str, str]) -> set[str]:
+    """The installed distribution whose files hold ``module``, found from the top down without importing
+    it (namespace packages such as ``opentelemetry`` are shared by several); where no installed file
+    matches, every distribution that installs its top-level package."""
     parts = module.split(".")
     for depth in range(1, len(parts) + 1):
         spec = importlib.util.find_spec(".".join(parts[:depth]))
         if spec is None:
             break
-        if spec.origin in owners:
-            return owners[spec.origin]
-    return parts[0]
+        if spec.origin and os.path.realpath(spec.origin) in owners:
+            return {owners[os.path.realpath(spec.origin)]}
+        if spec.submodule_search_locations is None:  # a module, not a package: "module.name" is an attribute
+            break
+    return set(packages_distributions().get(parts[0], [parts[0]]))
 
 
 def test_every_subpackage_is_shipped() -> None:
@@ -72,12 +76,12 @@ def test_dependencies_match_imports() -> None:
         for requirement in requirements
     }
     owners = {
-        str(distribution.locate_file(file)): distribution.metadata["Name"]
+        os.path.realpath(distribution.locate_file(file)): distribution.metadata["Name"]
         for distribution in distributions()
         for file in distribution.files or ()
         if file.suffix == ".py"
     }
-    imported = {_normalized(_distribution_of(module, owners)) for module in _outside_imports()}
+    imported = {_normalized(name) for module in _outside_imports() for name in _distributions_of(module, owners)}
     assert imported - declared - optional == set(), "imported but not declared in pyproject.toml"
     assert declared - imported == set(), "declared in pyproject.toml but never imported"
 

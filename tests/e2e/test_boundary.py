@@ -39,6 +39,9 @@ from tests.e2e.otlp_receivers import HttpReceiver
 from tests.models import TRAINER_DEFAULTS, Net, loader
 from tests.words import flat
 
+# what it checks does not depend on torch's version: CI runs it on the README's torch only
+pytestmark = pytest.mark.any_torch
+
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 22  # two epochs of 11 batches (the last one smaller: a recompile)
 # the run that reaches each site, where it is not the everyday fit

@@ -8,7 +8,9 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -164,6 +166,18 @@ def fit_against(
     return path
 
 
+def fits_against(tmp_path: Path, cache_dir: Path, jobs: dict[str, dict[str, Any]]) -> dict[str, Path]:
+    """Several of ``fit_against``'s jobs, two at a time (each is a process mostly waiting on one core), against
+    ``cache_dir`` unless a job names its own: none of them reads an entry another writes (each differs from the
+    others in a part of the key, or has its own cache), so their order cannot change what they find."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {
+            name: pool.submit(fit_against, tmp_path, name, options.pop("cache_dir", cache_dir), **options)
+            for name, options in jobs.items()
+        }
+        return {name: future.result() for name, future in futures.items()}
+
+
 def explained(base: Path, new: Path) -> tuple[dict, str]:
     from telemetry_jit.analysis.diff import diff
     from telemetry_jit.analysis.text import format_diff
@@ -175,29 +189,27 @@ def explained(base: Path, new: Path) -> tuple[dict, str]:
 def test_a_cold_start_against_a_warm_one_is_explained_by_the_part_of_the_key_that_changed(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     fill = fit_against(tmp_path, "fill", cache)
-    warm = fit_against(tmp_path, "warm", cache)
-    runs = {
-        "setting": fit_against(tmp_path, "setting", cache, TORCHINDUCTOR_MAX_AUTOTUNE="1"),
-        "width": fit_against(tmp_path, "width", cache, width=12),
-        "batch": fit_against(tmp_path, "batch", cache, batch=2),
-        "dtype": fit_against(tmp_path, "dtype", cache, dtype="float64"),
-        "moved": fit_against(tmp_path, "moved", tmp_path / "another-cache"),
+    jobs: dict[str, dict[str, Any]] = {
+        "warm": {},
+        "setting": {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"},
+        "width": {"width": 12},
+        "batch": {"batch": 2},
+        "dtype": {"dtype": "float64"},
+        "moved": {"cache_dir": tmp_path / "another-cache"},
         # torch's global state, set by the job: named by the call that sets it
-        "deterministic": fit_against(
-            tmp_path, "deterministic", cache, before="torch.use_deterministic_algorithms(True)"
-        ),
-        "matmul": fit_against(tmp_path, "matmul", cache, before="torch.set_float32_matmul_precision('high')"),
-        "autocast": fit_against(
-            tmp_path, "autocast", cache, before="TRAINER_DEFAULTS = {**TRAINER_DEFAULTS, 'precision': 'bf16-mixed'}"
-        ),
+        "deterministic": {"before": "torch.use_deterministic_algorithms(True)"},
+        "matmul": {"before": "torch.set_float32_matmul_precision('high')"},
+        "autocast": {"before": "TRAINER_DEFAULTS = {**TRAINER_DEFAULTS, 'precision': 'bf16-mixed'}"},
     }
-    keyed_by_autocast = "autocast_state[" in runs["autocast"].read_text()
     # inductor's CPU code is built for a thread count, which keys it (where torch says so): another count misses
-    keyed_by_threads = re.search(r"cpp_runtime_thread_count\\t\w+\\t(\d+)", warm.read_text())
+    keyed_by_threads = re.search(r"cpp_runtime_thread_count\\t\w+\\t(\d+)", fill.read_text())
     if keyed_by_threads:
         threads = int(keyed_by_threads[1])
         other_threads = 1 if threads > 1 else 2
-        runs["threads"] = fit_against(tmp_path, "threads", cache, OMP_NUM_THREADS=str(other_threads))
+        jobs["threads"] = {"OMP_NUM_THREADS": str(other_threads)}
+    runs = fits_against(tmp_path, cache, jobs)
+    warm = runs.pop("warm")
+    keyed_by_autocast = "autocast_state[" in runs["autocast"].read_text()
     said = {name: explained(warm, path) for name, path in runs.items()}
 
     # all hits: nothing to explain, nothing said
@@ -287,8 +299,8 @@ def test_hits_from_loaded_cache_artifacts_are_said_and_a_run_that_did_not_load_t
     save = f"import torch; open({str(artifacts)!r}, 'wb').write(torch.compiler.save_cache_artifacts()[0])"
     load = f"import torch; torch.compiler.load_cache_artifacts(open({str(artifacts)!r}, 'rb').read())"
     fit_against(tmp_path, "saved", tmp_path / "cache-a", after=save)
-    loaded = fit_against(tmp_path, "loaded", tmp_path / "cache-b", before=load)
-    forgot = fit_against(tmp_path, "forgot", tmp_path / "cache-c")
+    jobs = {"loaded": {"before": load}, "forgot": {"cache_dir": tmp_path / "cache-c"}}
+    loaded, forgot = fits_against(tmp_path, tmp_path / "cache-b", jobs).values()
 
     run = telemetry_jit.read_telemetry(loaded)[-1]
     lookups = [e for s in run.find("compilation") for e in s.events if e.name == "cache_lookup"]

@@ -119,6 +119,9 @@ import sys, torch, lightning.pytorch as pl, telemetry_jit
 sys.path.insert(0, sys.argv[1])
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
+# what it checks does not depend on torch's version: CI runs it on the README's torch only
+pytestmark = pytest.mark.any_torch
+
 class Profiled(Net):
     def on_train_batch_start(self, batch, batch_idx):
         if batch_idx == 3:

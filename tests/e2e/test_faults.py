@@ -95,6 +95,7 @@ def plain_losses() -> list[float]:
     return model.losses
 
 
+@pytest.mark.any_torch
 @pytest.mark.parametrize("mode", ["raise", "hang", "slow"])
 def test_a_broken_exporter_changes_nothing_for_training_or_the_other_exporters(mode: str, tmp_path: Path) -> None:
     started = time.perf_counter()
@@ -169,6 +170,7 @@ OWN_CODE = {
 }
 
 
+@pytest.mark.any_torch
 @pytest.mark.parametrize("where", OWN_CODE)
 def test_a_bug_in_telemetrys_own_hooks_costs_one_warning_not_the_run(
     where: str, telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
@@ -191,6 +193,7 @@ def test_a_bug_in_telemetrys_own_hooks_costs_one_warning_not_the_run(
     assert "[telemetry.own_code]" in telemetry_jit.format_summary(run)
 
 
+@pytest.mark.any_torch
 def test_a_bug_behind_an_explicit_call_costs_one_warning_and_every_explicit_call_is_guarded(
     telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -209,6 +212,7 @@ def test_a_bug_behind_an_explicit_call_costs_one_warning_and_every_explicit_call
     assert [name for name in explicit if not hasattr(getattr(TimeEventCallback, name), "__wrapped__")] == []
 
 
+@pytest.mark.any_torch
 def test_a_bug_in_telemetrys_own_code_raises_where_telemetry_jit_strict_asks(telemetry: Telemetry, monkeypatch) -> None:
     monkeypatch.setenv("TELEMETRY_JIT_STRICT", "1")  # telemetry-jit's tests, or a user reporting the bug
     break_(monkeypatch, CompileRecorder, "emit_summary")
@@ -217,6 +221,7 @@ def test_a_bug_in_telemetrys_own_code_raises_where_telemetry_jit_strict_asks(tel
         train(HookedTrainer)
 
 
+@pytest.mark.any_torch
 def test_a_setting_that_cannot_mean_anything_stops_fit_before_training(telemetry: Telemetry, monkeypatch) -> None:
     """A user's setting is the user's to fix: it passes the guard that catches telemetry's own bugs."""
     monkeypatch.delenv("TELEMETRY_JIT_STRICT")
@@ -243,6 +248,7 @@ def loop_hooks(loop: str, telemetry: Telemetry) -> tuple[Callable[[], Any], Call
     )
 
 
+@pytest.mark.any_torch
 @pytest.mark.parametrize("loop", ["plain", "fabric"])
 def test_a_bug_in_telemetrys_own_code_in_a_plain_loop_or_fabric_costs_one_warning(
     loop: str, telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
@@ -273,6 +279,7 @@ def test_a_bug_in_telemetrys_own_code_in_a_plain_loop_or_fabric_costs_one_warnin
     assert len(ours) == 1 and "(KeyError: 'a telemetry bug')" in ours[0], ours
 
 
+@pytest.mark.any_torch
 def test_provider_not_configured_warns_once_and_training_runs() -> None:
     fresh_provider_state()
     expected = plain_losses()
@@ -290,6 +297,7 @@ def test_provider_not_configured_warns_once_and_training_runs() -> None:
     assert len([w for w in caught if "not configured" in str(w.message)]) == 1
 
 
+@pytest.mark.any_torch
 def test_configured_after_the_trainer_was_built(tmp_path: Path) -> None:
     fresh_provider_state()
     with pytest.warns(RuntimeWarning, match="not configured"):
@@ -394,6 +402,7 @@ INTERRUPTED = textwrap.dedent(
 )
 
 
+@pytest.mark.any_torch
 @pytest.mark.parametrize("how", ["keyboard", "sigterm"])
 def test_interrupt_closes_open_spans_and_leaves_the_file_intact(how: str, tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
@@ -446,6 +455,7 @@ def test_nothing_exported_holds_tensor_data_or_environment_values(telemetry: Tel
     assert weight not in text
 
 
+@pytest.mark.any_torch
 def test_reader_rejects_binary_garbage_clearly(tmp_path: Path) -> None:
     garbage = tmp_path / "garbage.jsonl"
     garbage.write_bytes(os.urandom(4096).replace(b"\n", b"x") + b"\n" + os.urandom(100))
@@ -453,6 +463,7 @@ def test_reader_rejects_binary_garbage_clearly(tmp_path: Path) -> None:
         telemetry_jit.read_telemetry(garbage)
 
 
+@pytest.mark.any_torch
 def test_two_fits_in_two_threads_both_train_one_records_and_the_other_says_why(telemetry: Telemetry) -> None:
     HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
         pl.Trainer,
@@ -514,6 +525,7 @@ FORK_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.any_torch
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 def test_a_child_forked_after_configure_records_nothing_and_says_so(tmp_path: Path) -> None:
     script, path, facts = tmp_path / "fork.py", tmp_path / "t.jsonl", tmp_path / "facts.json"

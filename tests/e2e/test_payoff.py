@@ -120,12 +120,11 @@ def _independent_step_ms(case: str, compiled: bool, steps: int = STEPS) -> tuple
     return statistics.median(clock.seconds[5:]) * 1000, frames_compiled()
 
 
-def _independent_speedup(case: str, steps: int) -> tuple[float, float, list[str]]:
+def _independent_times(case: str, steps: int, times: dict[bool, list[float]]) -> list[str]:
     """Eager and compiled step times from separate plain fits, three of each in the payoff's own order
-    (compiled, eager, eager, compiled, ...): each mode's time is the median of its fits, so a drift in the
-    machine's speed, or a busy moment in one fit, does not land on one mode. Returns eager ms, compiled ms
-    and the compiled fits' frames."""
-    times: dict[bool, list[float]] = {True: [], False: []}
+    (compiled, eager, eager, compiled, ...), added to ``times``: each mode's time is the median of its fits, so
+    a drift in the machine's speed, or a busy moment in one fit, does not land on one mode. Returns the
+    compiled fits' frames."""
     frames: list[list[str]] = []
     for compiled in (True, False, False, True, True, False):
         step_ms, compiled_frames = _independent_step_ms(case, compiled, steps)
@@ -133,7 +132,11 @@ def _independent_speedup(case: str, steps: int) -> tuple[float, float, list[str]
         if compiled:
             frames.append(compiled_frames)
     assert frames[0] == frames[1] == frames[2]
-    return statistics.median(times[False]), statistics.median(times[True]), frames[0]
+    return frames[0]
+
+
+def _speedup(times: dict[bool, list[float]]) -> float:
+    return statistics.median(times[False]) / statistics.median(times[True])
 
 
 @pytest.mark.parametrize("case", ["fused", "tiny"])
@@ -153,11 +156,16 @@ def test_the_payoff_agrees_with_separate_eager_and_compiled_fits(
     payoff = trainer.compile_payoff.last_payoff
     assert payoff is not None and payoff.steps == steps
 
-    eager_ms, compiled_ms, compiles_without_payoff = _independent_speedup(case, steps)
+    times: dict[bool, list[float]] = {True: [], False: []}
+    compiles_without_payoff = _independent_times(case, steps, times)
     # measuring compiles nothing more: the eager blocks ran the original code, no recompile on return
     assert compiles_with_payoff == compiles_without_payoff
-    independent = eager_ms / compiled_ms
-    assert 1 / TOLERANCE < payoff.speedup / independent < TOLERANCE, (payoff, eager_ms, compiled_ms)
+    if not 1 / TOLERANCE < payoff.speedup / _speedup(times) < TOLERANCE:
+        # fits of a few-millisecond step differ by up to 40 % on this machine: a second round of separate
+        # fits, pooled with the first, before judging
+        _independent_times(case, steps, times)
+    independent = _speedup(times)
+    assert 1 / TOLERANCE < payoff.speedup / independent < TOLERANCE, (payoff, times)
     if case == "fused":
         assert payoff.speedup > 1.2 and independent > 1.2
     else:

@@ -21,6 +21,9 @@ from tests.e2e.browser import CHROMIUM, chromium
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
+# what it checks does not depend on torch's version: CI runs it on the README's torch only
+pytestmark = pytest.mark.any_torch
+
 REQUIRED = {"name", "ph", "ts", "pid", "tid"}
 # the format's event types: ours are X, i and M; torch's compile trace adds B and E, a profile flows (s, f)
 PHASES = {"B", "E", "X", "i", "I", "C", "b", "n", "e", "s", "t", "f", "P", "N", "O", "D", "M", "R", "c"}
@@ -118,9 +121,6 @@ TRACED_FIT = """
 import sys, torch, lightning.pytorch as pl, telemetry_jit
 sys.path.insert(0, sys.argv[1])
 from tests.models import TRAINER_DEFAULTS, Net, loader
-
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
-pytestmark = pytest.mark.any_torch
 
 class Profiled(Net):
     def on_train_batch_start(self, batch, batch_idx):

@@ -21,6 +21,9 @@ from telemetry_jit.breaks import gist
 from telemetry_jit.terminal import clean, error_text
 from tests.words import flat
 
+# what it checks does not depend on torch's version: CI runs it on the README's torch only
+pytestmark = pytest.mark.any_torch
+
 DATA = Path(__file__).resolve().parents[1] / "data"
 NEW, OLD = DATA / "answers.jsonl", DATA / "answers-recorded-by-0.1.jsonl"
 TORCH_RECOMPILES = 11  # torch's own count in both recordings

@@ -139,6 +139,9 @@ def _speedup(times: dict[bool, list[float]]) -> float:
     return statistics.median(times[False]) / statistics.median(times[True])
 
 
+# a timing against separate fits: in a whole suite on Python 3.10 its few-millisecond case strayed past the
+# tolerance twice, so CI runs it once, on the README's torch (docs/payoff.md: what it checks)
+@pytest.mark.any_torch
 @pytest.mark.parametrize("case", ["fused", "tiny"])
 def test_the_payoff_agrees_with_separate_eager_and_compiled_fits(
     telemetry: Telemetry, case: str, capsys: pytest.CaptureFixture[str]

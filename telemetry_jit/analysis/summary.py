@@ -13,7 +13,7 @@ from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
-from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
+from telemetry_jit.records import BY_ITSELF, CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 from telemetry_jit.terminal import counted
 
@@ -70,7 +70,7 @@ class FirstStepRow:
     @property
     def label(self) -> str:
         """The stage as the summary names it: ``validate()`` where the validation ran by itself."""
-        return "validate()" if self.by_itself else self.stage
+        return BY_ITSELF.get(self.stage, self.stage) if self.by_itself else self.stage
 
     @property
     def other_ms(self) -> float:

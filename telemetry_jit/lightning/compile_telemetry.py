@@ -26,6 +26,7 @@ from telemetry_jit.recording.console import CompileConsole, say_line
 from telemetry_jit.recording.figures import LOG_METRICS, PREFIX, CompileFigures, GuardedLog, rank_figures
 from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats
+from telemetry_jit.records import BY_ITSELF
 from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.session import Session, resolve
 
@@ -105,7 +106,7 @@ class CompileTelemetryCallback(Callback):
             bar = trainer.progress_bar_callback
             console.print_fn = bar.print if bar is not None else None
         if console is not None:
-            console.stage_names = {"validate": "validate()"} if stage == "validate" else {}
+            console.stage_names = {stage: BY_ITSELF[stage]} if stage in BY_ITSELF else {}
         self.recorder.listeners = [console] if console is not None else []
         self._tuner = _has_tuner(trainer)
         self._figures = CompileFigures() if self.log_figures and trainer.loggers else None

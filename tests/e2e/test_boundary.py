@@ -39,7 +39,6 @@ from tests.e2e.otlp_receivers import HttpReceiver
 from tests.models import TRAINER_DEFAULTS, Net, loader
 from tests.words import flat
 
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
 pytestmark = pytest.mark.any_torch
 
 ROOT = Path(__file__).resolve().parents[2]

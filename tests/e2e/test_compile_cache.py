@@ -172,7 +172,7 @@ def fits_against(tmp_path: Path, cache_dir: Path, jobs: dict[str, dict[str, Any]
     others in a part of the key, or has its own cache), so their order cannot change what they find."""
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {
-            name: pool.submit(fit_against, tmp_path, name, options.pop("cache_dir", cache_dir), **options)
+            name: pool.submit(fit_against, tmp_path, name, **{"cache_dir": cache_dir, **options})
             for name, options in jobs.items()
         }
         return {name: future.result() for name, future in futures.items()}

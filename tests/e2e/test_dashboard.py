@@ -12,7 +12,6 @@ import yaml
 
 from telemetry_jit.schema import MetricName
 
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
 pytestmark = pytest.mark.any_torch
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "examples" / "dashboard"

@@ -22,7 +22,6 @@ from tests.e2e.conftest import Telemetry
 from tests.e2e.test_loops import STATIC_SHAPES, _compiled_model_and_optimizer, train
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
 pytestmark = pytest.mark.any_torch
 
 FIGURES = ("time_s", "total_time_s", "compilations", "recompiles", "graph_breaks", "cache_hits")

@@ -22,7 +22,6 @@ from telemetry_jit.exporters.otlp_transport import (
 )
 from tests.e2e.otlp_receivers import GrpcReceiver, HttpReceiver
 
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
 pytestmark = pytest.mark.any_torch
 
 BATCH = 512  # OpenTelemetry's max_export_batch_size

@@ -35,7 +35,6 @@ from tests.e2e.otlp_receivers import (
 )
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
 pytestmark = pytest.mark.any_torch
 
 SECRET = "Bearer s3cr3t-token-123"

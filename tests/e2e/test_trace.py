@@ -21,7 +21,6 @@ from tests.e2e.browser import CHROMIUM, chromium
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
 pytestmark = pytest.mark.any_torch
 
 REQUIRED = {"name", "ph", "ts", "pid", "tid"}

@@ -20,7 +20,6 @@ from telemetry_jit.exporters import OTLPExporter
 from tests.e2e.conftest import fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
 pytestmark = pytest.mark.any_torch
 
 ROOT = Path(__file__).resolve().parents[2]

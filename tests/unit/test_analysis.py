@@ -21,7 +21,6 @@ from telemetry_jit.breaks import gist
 from telemetry_jit.terminal import clean, error_text
 from tests.words import flat
 
-# what it checks does not depend on torch's version: CI runs it on the README's torch only
 pytestmark = pytest.mark.any_torch
 
 DATA = Path(__file__).resolve().parents[1] / "data"

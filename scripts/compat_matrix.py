@@ -37,6 +37,7 @@ TORCH_RELEASES = ("2.8.0", "2.9.1", "2.10.0", "2.11.0", "2.12.1", "2.13.0", "2.1
 LIGHTNING_RELEASES = ("2.5.6", "2.6.6")
 RESULTS = ROOT / "docs" / "compatibility.json"
 TABLE = ROOT / "docs" / "compatibility.md"
+TRACEBACK_CHARS = 3000  # of each failed test's, printed: CI keeps the printout, not the environment
 PACKAGES = (
     "torch",
     "lightning",
@@ -132,22 +133,27 @@ def run_suite(python: Path, env: dict[str, str], report: Path, log: Path, pytest
 
 
 def parse_junit(report: Path) -> dict:
-    """Counts, failed test names and skip reasons from pytest's JUnit XML report."""
+    """Counts, failed test names (with the end of each one's traceback) and skip reasons from pytest's JUnit XML
+    report."""
     counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    failed, skipped = [], {}
+    failed, skipped, tracebacks = [], {}, {}
     if report.exists():
         for case in ElementTree.parse(report).getroot().iter("testcase"):
             name = f"{case.get('classname', '').rsplit('.', 1)[-1]}::{case.get('name')}"
-            if case.find("failure") is not None or case.find("error") is not None:
-                counts["failed" if case.find("failure") is not None else "errors"] += 1
+            problem = case.find("failure")
+            if problem is None:
+                problem = case.find("error")
+            if problem is not None:
+                counts["failed" if problem.tag == "failure" else "errors"] += 1
                 failed.append(name)
+                tracebacks[name] = (problem.text or problem.get("message") or "")[-TRACEBACK_CHARS:]
             elif (skip := case.find("skipped")) is not None:
                 counts["skipped"] += 1
                 reason = (skip.get("message") or "").removeprefix("Skipped: ")
                 skipped[reason] = skipped.get(reason, 0) + 1
             else:
                 counts["passed"] += 1
-    return {**counts, "failed_tests": failed, "skip_reasons": skipped}
+    return {**counts, "failed_tests": failed, "skip_reasons": skipped, "tracebacks": tracebacks}
 
 
 def run_cell(
@@ -184,8 +190,12 @@ def run_cell(
         thunder = thunder_status(python)
         print(f"{label} + lightning {lightning}: running the suite", flush=True)
         outcome = run_suite(python, env, envs / f"{name}-lightning-{lightning}.xml", log, pytest_args)
+        tracebacks = outcome.pop("tracebacks")
         if outcome["failed_tests"]:
             print(f"{label} + lightning {lightning}: failed: {', '.join(outcome['failed_tests'])}", flush=True)
+            # the environment and its log are gone when CI reads this: the end of each traceback is all it keeps
+            for name, traceback in tracebacks.items():
+                print(f"--- {name}\n{traceback}", flush=True)
         print(
             f"{label} + lightning {lightning}: {outcome['passed']} passed, {outcome['failed']} failed, "
             f"{outcome['errors']} errors, {outcome['skipped']} skipped ({outcome['minutes']} min)",

@@ -11,6 +11,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -68,6 +69,15 @@ class _Rank:
     graphs: dict[str, Graph] = field(default_factory=dict)  # every graph seen of it, by hash
     graphs_lost: bool = False  # it compiled more between two scans than a heartbeat carries
     silent_said: bool = False
+    # the watcher's clock when it was first seen done with its latest compile: a rank that compiled the same
+    # graph a little faster waits only since then, not since the slower rank began
+    compiled_at: float = -math.inf
+
+    def heard(self, beat: Heartbeat, now: float) -> None:
+        done = not beat.compiling and (self.beat.compiling or beat.compiles != self.beat.compiles)
+        if done:
+            self.compiled_at = now
+        self.beat, self.heard_at = beat, now
 
 
 @dataclass
@@ -148,6 +158,8 @@ class OutOfStep:
             seen = self._ranks.get(rank)
             if seen is None:
                 seen = self._ranks[rank] = _Rank(beat, now)
+                if beat.compiles and not beat.compiling:
+                    seen.compiled_at = now
             elif beat.seq != seen.beat.seq:
                 if seen.silent_said:
                     findings.append(
@@ -161,7 +173,7 @@ class OutOfStep:
                     )
                 seen.silent_said = False
                 seen.graphs_lost |= beat.graph_count - seen.beat.graph_count > len(beat.graphs)
-                seen.beat, seen.heard_at = beat, now
+                seen.heard(beat, now)
             for graph in beat.graphs:
                 seen.graphs.setdefault(graph.hash, graph)
             self._longest_s = max(self._longest_s, beat.longest_compile_s)
@@ -182,25 +194,30 @@ class OutOfStep:
                 )
         waiting = {r: seen for r, seen in self._ranks.items() if r not in compiling and not seen.beat.ended}
         due: dict[tuple[str, int], list[int]] = {}
+        # how long the longest-waiting rank has waited on each compile: since it began, or since that rank
+        # finished a compile of its own (the same graph, compiled faster: ranks compiling alike are not a stall)
+        waited_s: dict[int, float] = {}  # by the compiling rank, for those due now
         for (rank, _), stall in self._stalls.items():
-            elapsed = now - stall.began_at
+            waited = now - max(stall.began_at, min((seen.compiled_at for seen in waiting.values()), default=now))
             if waiting:
                 stall.waiting.update(waiting)
                 stall.waiting_step = Counter(seen.beat.step for seen in waiting.values()).most_common(1)[0][0]
-            if waiting and elapsed >= stall.next_at_s:
-                due.setdefault((stall.what, int(elapsed)), []).append(rank)
-                stall.said, stall.next_at_s = True, elapsed * 2
+            if waiting and waited >= stall.next_at_s:
+                due.setdefault((stall.what, int(waited)), []).append(rank)
+                stall.said, stall.next_at_s = True, waited * 2
+                waited_s[rank] = waited
         for (what, _), ranks in due.items():
             ranks.sort()
             stall = self._stalls[(ranks[0], self._ranks[ranks[0]].beat.compiles)]
-            elapsed = now - stall.began_at
+            elapsed, waited = now - stall.began_at, waited_s[ranks[0]]
+            so_far = f" ({waited:.0f} s so far)" if f"{waited:.0f}" != f"{elapsed:.0f}" else ""
             findings.append(
                 Finding(
                     "stall",
                     tuple(ranks),
                     f"{rank_list(ranks)} {'has' if len(ranks) == 1 else 'have'} been compiling {what} for "
                     f"{elapsed:.0f} s ({stall.stage} step {stall.step}) while {counted(len(waiting), 'rank')} "
-                    f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}",
+                    f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}{so_far}",
                     step=stall.step,
                     stage=stall.stage,
                     what=what,

@@ -46,6 +46,23 @@ def test_ranks_that_all_compile_wait_for_nobody_and_a_quick_compile_is_never_sai
     assert quick.scan(1.0, {0: beat(0, 2, 3), 1: beat(1, 2, 4, compiles=2, last_compile_s=1.0)}) == []
 
 
+def test_a_rank_that_compiled_the_same_graph_faster_waits_only_since_it_finished() -> None:
+    """Ranks compiling alike on a loaded machine: one finishes first and waits for the other only from then on,
+    so a slower compile of the same graph is said only once that wait is long (a CI run said it after 1 s)."""
+    judge = OutOfStep(world_size=2)
+    both = {r: beat(r, 1, 0, compiling=FORWARD, compiles=1) for r in range(2)}
+    assert judge.scan(100.0, both) == []
+    done = beat(1, 2, 0, compiles=1, last_compile_s=3.0, longest_compile_s=3.0)
+    slower = beat(0, 1, 0, compiling=FORWARD, compiles=1)
+    assert judge.scan(103.0, {0: slower, 1: done}) == []
+    assert judge.scan(107.0, {0: slower, 1: done}) == []  # compiling for 7 s, but rank 1 has waited 4
+    [said] = judge.scan(103.0 + STALL_MIN_S, {0: slower, 1: done})
+    assert said.kind == "stall" and said.ranks == (0,) and said.waiting == (1,)
+    assert said.line == (
+        f"rank 0 has been compiling {FORWARD} for 8 s (train step 0) while 1 rank waits at step 0 (5 s so far)"
+    )
+
+
 def test_stalls_due_together_are_one_line_for_any_number_of_ranks() -> None:
     judge = OutOfStep(world_size=1000, stall_delay_s=2.0)
     beats = {r: beat(r, 1, 7, compiling=FORWARD, compiles=1) for r in range(1, 1000)}

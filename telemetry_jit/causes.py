@@ -156,7 +156,11 @@ CAUSES: dict[str, Cause] = {
         ),
     )
 }
-EVAL_STAGES = frozenset(("validate", "validating", "sanity_check", "test", "testing", "predict", "predicting"))
+# a stage that runs by itself when its Trainer method is called (not within fit): named by that call
+BY_ITSELF = {"validate": "validate()"}
+EVAL_STAGES = frozenset(
+    ("validate", "validating", "sanity_check", "test", "testing", "predict", "predicting", *BY_ITSELF.values())
+)
 # prices, never things to fix
 EXPECTED_CAUSES = frozenset(
     ("stage_switch", "module_mode", "shared_code", "inference_mode", "tuner", "trainable_params")

@@ -477,10 +477,6 @@ def why_slower(graph_breaks: int, recompiles: int, backends: frozenset[str] | se
     return "the steps' work is small, so the compiled code's guards and calls cost more than fusing saves"
 
 
-# a stage that runs by itself when its Trainer method is called (not within fit): named by that call
-BY_ITSELF = {"validate": "validate()"}
-
-
 def first_step_line(
     stage: str, global_step: int, wall_ms: float, compile_ms: float, phases_s: dict[str, float], loop: str = ""
 ) -> str:

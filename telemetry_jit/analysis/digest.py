@@ -18,7 +18,7 @@ from typing import Any
 from telemetry_jit.analysis.cold_start import CacheLedger
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
 from telemetry_jit.breaks import BreakText, break_fix, gist, owner_of, parse_break, recompile_owner, user_location
-from telemetry_jit.causes import CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
+from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
     CompileAttr,
@@ -287,7 +287,8 @@ class RunDigest:
         ms = span.duration_ms or 0.0
         trigger = str(attributes.get(CompileAttr.TRIGGER) or "")
         compile_id = str(attributes.get(CompileAttr.ID) or "")
-        stage = str(attributes.get(TrainAttr.STAGE) or "")
+        around = _loops_around(span, others)
+        stage = _stage_of(str(attributes.get(TrainAttr.STAGE) or ""), around)
         label = frame_label(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
@@ -296,7 +297,6 @@ class RunDigest:
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
-        around = _loops_around(span, others)
         key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), _outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
@@ -555,6 +555,15 @@ def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
             loops.append(parent)
         parent = others.get(parent.parent_id or "")
     return loops
+
+
+def _stage_of(stage: str, loops: list[SpanRecord]) -> str:
+    """Lightning's stage, or what names a stage run by its own Trainer call (``validate()``) where its loop
+    is not within a fit's training loop: the words a user reads for it match the live console's."""
+    names = {loop.name for loop in loops}
+    if stage in BY_ITSELF and TrainingSpanName.VALIDATION_LOOP in names and TrainingSpanName.TRAINING_LOOP not in names:
+        return BY_ITSELF[stage]
+    return stage
 
 
 def _outermost_loop(loops: list[SpanRecord]) -> str:

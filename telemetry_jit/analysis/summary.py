@@ -13,7 +13,8 @@ from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
-from telemetry_jit.records import BY_ITSELF, CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
+from telemetry_jit.causes import BY_ITSELF
+from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 from telemetry_jit.terminal import counted
 

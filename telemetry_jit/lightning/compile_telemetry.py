@@ -18,6 +18,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from typing_extensions import override
 
 from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.causes import BY_ITSELF
 from telemetry_jit.compat import lightning as lightning_compat
 from telemetry_jit.lightning.jit_transform import selector_for
 from telemetry_jit.notices import warn_once
@@ -26,7 +27,6 @@ from telemetry_jit.recording.console import CompileConsole, say_line
 from telemetry_jit.recording.figures import LOG_METRICS, PREFIX, CompileFigures, GuardedLog, rank_figures
 from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.records import BY_ITSELF
 from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.session import Session, resolve
 

@@ -6,6 +6,7 @@ with inductor, cold and then warm from one compile-cache folder (``cache-cold.js
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import warnings
@@ -336,6 +337,19 @@ def test_counts_of_one_are_said_in_the_singular() -> None:
     assert "1 recompile, " in text and "1 recompiles" not in text
     # fit's last validation and validate() after it ran at one step: named apart
     assert "first validation step (step 4): " in text and "first validate() step (step 8): " in text
+
+
+def test_what_validate_compiled_is_named_validate_everywhere_and_fits_validation_stays_validation() -> None:
+    """The same file: fit's validation recompiled for grad mode, validate() for inference mode. Each table row
+    and the compile time outside the loop name the stage as the live console does (a validate() run's items
+    said "in validation")."""
+    (run,) = read_telemetry(DATA / "entry-points.jsonl")
+    text = flat(format_summary(run))
+    assert "(test() 0.12 s, validate() 0.06 s)" in text
+    causes = {row.cause: row.stages for row in summarize(run).causes}
+    assert causes["stage_switch"] == ["validate"] and causes["inference_mode"] == ["validate()"]
+    assert re.search(r"stage_switch \(expected\) +validation ", text)
+    assert re.search(r"inference_mode \(expected\) +validate\(\) ", text)
 
 
 def test_an_errors_gist_is_its_first_paragraph_and_the_users_line() -> None:

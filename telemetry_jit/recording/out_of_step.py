@@ -194,11 +194,12 @@ class OutOfStep:
                 )
         waiting = {r: seen for r, seen in self._ranks.items() if r not in compiling and not seen.beat.ended}
         due: dict[tuple[str, int], list[int]] = {}
-        # how long the longest-waiting rank has waited on each compile: since it began, or since that rank
-        # finished a compile of its own (the same graph, compiled faster: ranks compiling alike are not a stall)
+        # the longest-waiting rank waits on a compile since it began, or since that rank finished a compile of
+        # its own (the same graph, compiled faster: ranks compiling alike are not a stall), whichever is later
+        free_since = min((seen.compiled_at for seen in waiting.values()), default=now)
         waited_s: dict[int, float] = {}  # by the compiling rank, for those due now
         for (rank, _), stall in self._stalls.items():
-            waited = now - max(stall.began_at, min((seen.compiled_at for seen in waiting.values()), default=now))
+            waited = now - max(stall.began_at, free_since)
             if waiting:
                 stall.waiting.update(waiting)
                 stall.waiting_step = Counter(seen.beat.step for seen in waiting.values()).most_common(1)[0][0]

@@ -288,7 +288,7 @@ class RunDigest:
         trigger = str(attributes.get(CompileAttr.TRIGGER) or "")
         compile_id = str(attributes.get(CompileAttr.ID) or "")
         around = _loops_around(span, others)
-        stage = _stage_of(str(attributes.get(TrainAttr.STAGE) or ""), around)
+        stage = stage_named(str(attributes.get(TrainAttr.STAGE) or ""), around)
         label = frame_label(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
@@ -557,9 +557,9 @@ def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
     return loops
 
 
-def _stage_of(stage: str, loops: list[SpanRecord]) -> str:
-    """Lightning's stage, or what names a stage run by its own Trainer call (``validate()``) where its loop
-    is not within a fit's training loop: the words a user reads for it match the live console's."""
+def stage_named(stage: str, loops: list[SpanRecord]) -> str:
+    """Lightning's stage, or what names a stage run by its own Trainer call (``validate()``) where ``loops``
+    (the loop spans it ran under) hold its loop and no fit's training loop: the live console's words."""
     names = {loop.name for loop in loops}
     if stage in BY_ITSELF and TrainingSpanName.VALIDATION_LOOP in names and TrainingSpanName.TRAINING_LOOP not in names:
         return BY_ITSELF[stage]

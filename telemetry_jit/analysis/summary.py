@@ -8,12 +8,11 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from telemetry_jit.analysis.digest import BreakGroup, CauseRow, Fallback, RunDigest, frame_label
+from telemetry_jit.analysis.digest import BreakGroup, CauseRow, Fallback, RunDigest, frame_label, stage_named
 from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
-from telemetry_jit.causes import BY_ITSELF
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 from telemetry_jit.terminal import counted
@@ -60,18 +59,12 @@ class ThunderRow(NamedTuple):
 class FirstStepRow:
     """The first step of a stage: its wall time, and how much of it was compiling."""
 
-    stage: str
+    stage: str  # as digest.stage_named names it: validate() where Trainer.validate ran it by itself
     global_step: int
     wall_ms: float
     compile_ms: float
     phases_s: dict[str, float]
-    by_itself: bool = False  # a validation run by Trainer.validate, not within fit
     loop: str = ""  # the span id of the outermost loop it ran in (its fit's training loop)
-
-    @property
-    def label(self) -> str:
-        """The stage as the summary names it: ``validate()`` where the validation ran by itself."""
-        return BY_ITSELF.get(self.stage, self.stage) if self.by_itself else self.stage
 
     @property
     def other_ms(self) -> float:
@@ -248,22 +241,19 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
             for name, value in attributes.items():
                 if name.startswith(prefix) and name.endswith("_s"):
                     phases[name[len(prefix) : -len("_s")]] += number(value)
-            stage, parent = str(attributes.get(StepAttr.STAGE, "")), run.parent(span)
-            outermost = span  # the loop it was said on, or the fit's training loop around that
+            loops = [span]  # the loop it was said on, and the loops around that (a fit's training loop)
             for _ in range(64):  # a cycle in a damaged file must not hang the reader
-                above = run.parent(outermost)
+                above = run.parent(loops[-1])
                 if above is None or above.name == TrainingSpanName.APPLICATION:
                     break
-                outermost = above
+                loops.append(above)
             row = FirstStepRow(
-                stage,
+                stage_named(str(attributes.get(StepAttr.STAGE, "")), loops),
                 int(number(attributes.get(StepAttr.GLOBAL_STEP))),
                 number(attributes.get(StepAttr.WALL_MS)),
                 number(attributes.get(StepAttr.COMPILE_MS)),
                 dict(phases),
-                by_itself=stage == "validate"  # by Trainer.validate: not under fit's training loop
-                and (parent is None or parent.name != TrainingSpanName.TRAINING_LOOP),
-                loop=outermost.span_id,
+                loop=loops[-1].span_id,
             )
             steps.append((event.time_unix_ns, row))
     return [row for _, row in sorted(steps, key=lambda item: item[0])]

@@ -116,7 +116,7 @@ def notes(summary: RunSummary) -> list[str]:
         )
     lines += [
         first_step_line(
-            step.label,
+            step.stage,
             step.global_step,
             step.wall_ms,
             step.compile_ms,

@@ -157,9 +157,8 @@ class OutOfStep:
         for rank, beat in beats.items():
             seen = self._ranks.get(rank)
             if seen is None:
-                seen = self._ranks[rank] = _Rank(beat, now)
-                if beat.compiles and not beat.compiling:
-                    seen.compiled_at = now
+                seen = self._ranks[rank] = _Rank(Heartbeat(rank), now)
+                seen.heard(beat, now)  # as after a heartbeat of nothing yet: done compiling if it compiled
             elif beat.seq != seen.beat.seq:
                 if seen.silent_said:
                     findings.append(

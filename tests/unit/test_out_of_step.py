@@ -63,6 +63,17 @@ def test_a_rank_that_compiled_the_same_graph_faster_waits_only_since_it_finished
     )
 
 
+def test_a_rank_first_heard_after_compiling_waits_from_when_it_was_first_heard() -> None:
+    """The watcher's first look (it started late, or the rank joined late) finds a rank done with a compile:
+    its wait is counted from that look, never from before the watcher knew it."""
+    judge = OutOfStep(world_size=2)
+    slower = beat(0, 1, 0, compiling=FORWARD, compiling_s=2.0, compiles=1)
+    judge.scan(100.0, {0: slower, 1: beat(1, 1, 0, compiles=1, last_compile_s=1.0)})
+    assert judge.scan(103.0, {0: slower, 1: beat(1, 1, 0, compiles=1, last_compile_s=1.0)}) == []
+    [said] = judge.scan(100.0 + STALL_MIN_S, {0: slower, 1: beat(1, 1, 0, compiles=1, last_compile_s=1.0)})
+    assert said.line.endswith("while 1 rank waits at step 0 (5 s so far)")
+
+
 def test_stalls_due_together_are_one_line_for_any_number_of_ranks() -> None:
     judge = OutOfStep(world_size=1000, stall_delay_s=2.0)
     beats = {r: beat(r, 1, 7, compiling=FORWARD, compiles=1) for r in range(1, 1000)}

@@ -162,14 +162,15 @@ def _start_window(timer: MultiWindowTimer) -> None:
         timer._first_window_start = now
 
 
-def _stop_window(timer: MultiWindowTimer) -> TracingTimestamp:
-    """``MultiWindowTimer.stop`` (2.3.1) now, for a running timer: the same statistics, in the same
-    order of operations (so the same floating-point values). Returns the stop's timestamp."""
+def _stop_window(timer: MultiWindowTimer, started: float) -> TracingTimestamp:
+    """``MultiWindowTimer.stop`` (2.3.1) now, for the window that ``started`` (its perf counter): the
+    same statistics, in the same order of operations (so the same floating-point values). Returns the
+    stop's timestamp."""
     now = _new_timestamp(TracingTimestamp)
     fields = now.__dict__
     fields["_seconds_since_epoch"] = _wall_clock()
     fields["_perf_counter_seconds"] = perf = _perf_counter()
-    duration = perf - timer._current_window_start._perf_counter_seconds
+    duration = perf - started
     timer._latest_window_end = now
     timer._latest_window_duration_sec = duration
     if duration < timer._min_window_duration_sec:  # min() and max(), without two calls a step
@@ -190,7 +191,9 @@ class IterationBookkeeping:
     costs most of the ~200 us a step and which nv-one-logger's default blacklist keeps from every
     exporter. When the iteration spans would not be exported and the installed nv-one-logger is one
     this was verified against, the fast path does the same bookkeeping without the span: exporters
-    receive the same records, nv-one-logger's timers read the same. Otherwise (iteration spans
+    receive the same records, nv-one-logger's timers read the same once an iteration ends (while a
+    training iteration after the first runs, its start is held here, not on the timer: nv-one-logger
+    reads a running window only to end it, which the fast path does). Otherwise (iteration spans
     exported, an unverified nv-one-logger, or ``fast=False``) it calls nv-one-logger's own methods.
 
     Example::
@@ -210,6 +213,7 @@ class IterationBookkeeping:
         # nv-one-logger's own timer objects (its training state lives as long as its recorder)
         self._state = recorder._training_state
         self._config: Any = None  # nv-one-logger's training config, read at the first iteration's end
+        self._training_started: float | None = None  # a running training iteration's start, past the first
         timers = self._state.multi_iteration_timers
         self._training_timer, self._validation_timer = timers[_TRAINING], timers[_VALIDATION]
 
@@ -221,7 +225,12 @@ class IterationBookkeeping:
 
     def training_start(self) -> None:
         if self.fast:
-            _start_window(self._training_timer)
+            timer = self._training_timer
+            if timer._first_window_start is None:
+                _start_window(timer)  # the first keeps its timestamp: nv-one-logger's first_window_start
+            else:  # counted as MultiWindowTimer.start counts it; no timestamp built, none put on the timer
+                timer._total_window_count += 1
+                self._training_started = _perf_counter()
         else:
             self._own_path(self.recorder.on_training_single_iteration_start, TracingTimestamp.now())
 
@@ -234,14 +243,18 @@ class IterationBookkeeping:
         the span, which the fast path never started. Once nv-one-logger has stopped recording, the
         fast path keeps its timers going (nobody reads them then) and sends nothing."""
         timer = self._training_timer
-        if timer._current_window_start is None:
-            return
+        started = self._training_started
+        if started is None:
+            if timer._current_window_start is None:
+                return
+            started = timer._current_window_start._perf_counter_seconds
+        self._training_started = None
         state = self._state
         if not self.fast:
             self._own_path(self.recorder.on_training_single_iteration_end, TracingTimestamp.now())
             config = self.recorder._config.telemetry_config
         else:
-            now = _stop_window(timer)
+            now = _stop_window(timer, started)
             state.completed_training_iterations_overall += 1
             config = self._config
             if config is None:  # nv-one-logger's is set before a training loop starts, and only once
@@ -306,6 +319,6 @@ class IterationBookkeeping:
         if timer._current_window_start is None:
             return
         if self.fast:
-            _stop_window(timer)
+            _stop_window(timer, timer._current_window_start._perf_counter_seconds)
         else:
             self._own_path(self.recorder.on_validation_single_iteration_end, TracingTimestamp.now())

@@ -13,6 +13,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
+from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanName
 
 import telemetry_jit
 from telemetry_jit import TimeEventCallback, hook_trainer_cls
@@ -88,6 +89,46 @@ def test_the_fast_path_exports_the_same_records_as_nv_one_loggers_own(tmp_path: 
             update["avg_iteration_time_sec"] * update["num_iterations"], rel=1e-6
         )
         assert update["train_throughput_per_gpu"] > 0 and update["train_tokens"] == 16 * update["num_train_samples"]
+
+
+class TimerReads(pl.Callback):
+    """What nv-one-logger's training-iteration timer and counters say to a reader in a user's callback
+    (which runs after telemetry's): once an iteration has started, and once it has ended."""
+
+    def __init__(self) -> None:
+        self.reads: list[tuple[Any, ...]] = []
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: object) -> None:
+        self.reads.append(("started", self._timer().total_window_count))
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: object) -> None:
+        timer, state = self._timer(), OneLoggerProvider.instance().recorder._training_state
+        assert timer.avg_window_duration_sec == timer.total_time_sec / timer.total_window_count
+        assert timer.min_window_duration_sec <= timer.latest_window_duration_sec <= timer.max_window_duration_sec
+        assert timer.latest_window_end is state.last_logged_train_iterations_finish_time
+        assert (
+            timer.first_window_start.seconds_since_epoch
+            < state.first_logged_train_iterations_finish_time.seconds_since_epoch
+        )
+        self.reads.append(
+            ("ended", timer.total_window_count, timer.is_active, state.completed_training_iterations_overall)
+        )
+
+    @staticmethod
+    def _timer() -> Any:
+        state = OneLoggerProvider.instance().recorder._training_state
+        return state.multi_iteration_timers[StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION]
+
+
+def test_nv_one_loggers_timer_reads_as_its_own_path_leaves_it(tmp_path: Path) -> None:
+    reads = {}
+    for fast in (True, False):
+        timer_reads = TimerReads()
+        record_run(tmp_path, fast, (timer_reads,))
+        reads[fast] = timer_reads.reads
+    assert reads[True] == reads[False]
+    assert reads[True][:4] == [("started", 1), ("ended", 1, False, 1), ("started", 2), ("ended", 2, False, 2)]
+    assert len(reads[True]) == 20  # 10 steps
 
 
 class SequenceLength(pl.Callback):

@@ -230,13 +230,20 @@ class RetryingSpanExporter(SpanExporter):
         with self._lock:
             backlog = list(self.pending)
             self.pending.clear()
-        queue = deque(self._requests(list(spans), resent=False) + self._requests(backlog, resent=True))
+        # runs of spans, cut into requests only as each is sent: requests shrunk by an outage grow back as
+        # soon as the receiver takes them again, and a backlog goes in a few requests, not hundreds
+        queue = deque([_Request(list(spans), resent=False), _Request(backlog, resent=True)])
         kept: dict[bool, list[ReadableSpan]] = {True: [], False: []}  # by resent: older spans first
         receiver_up = False
         while queue:
-            request = queue.popleft()
+            run = queue.popleft()
             if not receiver_up and (kept[True] or kept[False]):  # down: the rest waits, no timeout spent on it
-                kept[request.resent].extend(request.spans)
+                kept[run.resent].extend(run.spans)
+                continue
+            request, rest = self._cut(run)
+            if rest.spans:
+                queue.appendleft(rest)
+            if request is None:
                 continue
             sent, too_large = self._send(request.spans)
             if sent:
@@ -246,10 +253,7 @@ class RetryingSpanExporter(SpanExporter):
                 continue
             self._request_spans = max(len(request.spans) // 2, 1)
             if (receiver_up or too_large) and len(request.spans) > 1:
-                half = len(request.spans) // 2
-                queue.extendleft(
-                    [_Request(request.spans[half:], request.resent), _Request(request.spans[:half], request.resent)]
-                )
+                queue.appendleft(request)  # sent again in halves
             elif receiver_up or too_large:
                 self._refuse(request.spans, "the receiver refused it while it accepted others")
             else:
@@ -259,25 +263,23 @@ class RetryingSpanExporter(SpanExporter):
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
-    def _requests(self, spans: list[ReadableSpan], resent: bool) -> list[_Request]:
-        """``spans`` cut into requests within both bounds; a span too large alone is refused here. Sizes are
-        measured (an encoding, about 65 µs a span) only for a backlog and after a failure: a healthy export
-        of a fresh batch costs nothing more than OpenTelemetry's own."""
-        requests: list[_Request] = []
-        step = self._request_spans
-        measure = bool(self.max_bytes) and (resent or step < self.max_batch)
-        chunks = [spans[i : i + step] for i in range(0, len(spans), step)]
-        while chunks:
-            chunk = chunks.pop(0)
-            size = _SIZE.call(request_bytes, chunk) if measure else 0
+    def _cut(self, run: _Request) -> tuple[_Request | None, _Request]:
+        """The first request of ``run``, within both bounds, and the rest; no request when ``run`` is empty
+        or its first span alone is too large (refused here). Sizes are measured (an encoding, about 65 µs a
+        span) only for a backlog and after a failure: a healthy export of a fresh batch costs nothing more
+        than OpenTelemetry's own."""
+        spans, resent = run.spans, run.resent
+        measure = bool(self.max_bytes) and (resent or self._request_spans < self.max_batch)
+        count = min(self._request_spans, len(spans))
+        while count:
+            size = _SIZE.call(request_bytes, spans[:count]) if measure else 0
             if size is FAILED or size <= self.max_bytes:
-                requests.append(_Request(chunk, resent))
-            elif len(chunk) == 1:
-                self._refuse(chunk, f"{size} bytes alone, over the request limit of {self.max_bytes}")
-            else:
-                half = len(chunk) // 2
-                chunks[:0] = [chunk[:half], chunk[half:]]
-        return requests
+                return _Request(spans[:count], resent), _Request(spans[count:], resent)
+            if count == 1:
+                self._refuse(spans[:1], f"{size} bytes alone, over the request limit of {self.max_bytes}")
+                return None, _Request(spans[1:], resent)
+            count //= 2
+        return None, run
 
     def _send(self, spans: list[ReadableSpan]) -> tuple[bool, bool]:
         """Whether the receiver took ``spans``, and whether it refused them as too large."""
@@ -317,11 +319,14 @@ class RetryingSpanExporter(SpanExporter):
     def shutdown(self) -> None:
         with self._lock:
             left, self.pending = list(self.pending), deque()
-        for request in self._requests(left, resent=True):
-            if self._send(request.spans)[0]:
-                self._count(request)
-            else:
+        rest = _Request(left, resent=True)
+        while rest.spans:
+            request, rest = self._cut(rest)
+            if request is None:
+                continue
+            if not self._send(request.spans)[0]:
                 break
+            self._count(request)
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

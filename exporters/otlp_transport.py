@@ -237,12 +237,13 @@ class RetryingSpanExporter(SpanExporter):
         receiver_up = False
         while queue:
             run = queue.popleft()
+            if not run.spans:
+                continue
             if not receiver_up and (kept[True] or kept[False]):  # down: the rest waits, no timeout spent on it
                 kept[run.resent].extend(run.spans)
                 continue
             request, rest = self._cut(run)
-            if rest.spans:
-                queue.appendleft(rest)
+            queue.appendleft(rest)
             if request is None:
                 continue
             sent, too_large = self._send(request.spans)
@@ -264,14 +265,14 @@ class RetryingSpanExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def _cut(self, run: _Request) -> tuple[_Request | None, _Request]:
-        """The first request of ``run``, within both bounds, and the rest; no request when ``run`` is empty
-        or its first span alone is too large (refused here). Sizes are measured (an encoding, about 65 µs a
-        span) only for a backlog and after a failure: a healthy export of a fresh batch costs nothing more
-        than OpenTelemetry's own."""
+        """The first request of ``run`` (not empty), within both bounds, and the rest; no request when its
+        first span alone is too large (refused here). Sizes are measured (an encoding, about 65 µs a span)
+        only for a backlog and after a failure: a healthy export of a fresh batch costs nothing more than
+        OpenTelemetry's own."""
         spans, resent = run.spans, run.resent
         measure = bool(self.max_bytes) and (resent or self._request_spans < self.max_batch)
         count = min(self._request_spans, len(spans))
-        while count:
+        while True:
             size = _SIZE.call(request_bytes, spans[:count]) if measure else 0
             if size is FAILED or size <= self.max_bytes:
                 return _Request(spans[:count], resent), _Request(spans[count:], resent)
@@ -279,7 +280,6 @@ class RetryingSpanExporter(SpanExporter):
                 self._refuse(spans[:1], f"{size} bytes alone, over the request limit of {self.max_bytes}")
                 return None, _Request(spans[1:], resent)
             count //= 2
-        return None, run
 
     def _send(self, spans: list[ReadableSpan]) -> tuple[bool, bool]:
         """Whether the receiver took ``spans``, and whether it refused them as too large."""

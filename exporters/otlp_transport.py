@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from opentelemetry.sdk.metrics.export import MetricExporter
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -114,6 +114,39 @@ def span_exporter(settings: OTLPSettings) -> SpanExporter:
 def metric_exporter(settings: OTLPSettings) -> MetricExporter:
     exporter: MetricExporter = _build(settings, "metrics")
     return exporter
+
+
+class CountingMetricExporter(MetricExporter):
+    """OpenTelemetry's metric exporter, its exports counted and a failure said through ``on_failure`` (with
+    the reason when the exporter raised): the SDK's reader only logs it, and a backend that takes traces only
+    refuses every metrics request."""
+
+    def __init__(self, inner: MetricExporter, on_failure: Callable[[str], None]) -> None:
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality, preferred_aggregation=inner._preferred_aggregation
+        )
+        self.inner = inner
+        self.on_failure = on_failure
+        self.exports = 0
+        self.failures = 0
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        self.exports += 1
+        reason = ""
+        try:
+            result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the reader would only log it
+            result, reason = MetricExportResult.FAILURE, f"{type(error).__name__}: {error}"
+        if result is not MetricExportResult.SUCCESS:
+            self.failures += 1
+            self.on_failure(reason)
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.inner.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
 def _grpc_credentials(settings: OTLPSettings) -> Any:

@@ -148,7 +148,6 @@ def test_metrics_count_what_the_spans_say() -> None:
         "telemetry_jit.compile.frame": "forward",
         "telemetry_jit.compile.source": "dynamo",
         "telemetry_jit.rank": 3,
-        **{"compile.frame": "forward", "compile.source": "dynamo", "rank": 3},  # the old names, for one release
     }
 
 

@@ -163,6 +163,11 @@ def test_metrics_a_traces_only_backend_refuses_are_said_once_and_counted(tmp_pat
     health = _health(tmp_path)
     assert health["metric_exports_failed"] == health["metric_exports"] >= 1
     assert health["spans_delivered"] == health["spans"] > 0
+    summary = subprocess.run(
+        [sys.executable, "-m", "telemetry_jit", "summary", str(tmp_path / "t.jsonl")], capture_output=True, text=True
+    ).stdout
+    said = f"{health['metric_exports_failed']} of {health['metric_exports']} metric export"
+    assert said in " ".join(summary.split())  # the summary's line, wrapped to the terminal
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])

@@ -1,11 +1,13 @@
 """What an OTLP exporter sends where: arguments over OpenTelemetry's standard variables over defaults,
 resolved and checked once, when the exporter is built.
 
-Every variable is read by OpenTelemetry's own name (``opentelemetry.sdk.environment_variables``). A
-value that would make the exporter send nothing (a queue of 0 spans, a timeout of 0 s, an endpoint
-that is no address) is an error naming the variable, the value and what is valid; a value that is
-not a number at all gets OpenTelemetry's own treatment: one warning, and the default. An empty
-variable counts as unset, as the OpenTelemetry specification says.
+Every variable is read by OpenTelemetry's own name (``opentelemetry.sdk.environment_variables``). Where the
+SDK reads a variable itself (span limits, the sampler, the resource attributes), the SDK's own object is
+built here and what it would warn of and replace by a default is refused instead; the project's own rules
+are only for what the SDK does not check: a value that would make the exporter send nothing (a queue of 0
+spans, a timeout of 0 s, an endpoint that is no address) or lose every request (a header holding a line
+break) is an error naming the variable, the value (never a header's) and what is valid. An empty variable
+counts as unset, as the OpenTelemetry specification says.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from telemetry_jit.boundary import FAILED, call_site
 
-from .otlp_settings import DEFAULT_MAX_REQUEST_BYTES, OTLPSettings, OTLPSettingsError
+from .otlp_settings import DEFAULT_MAX_REQUEST_BYTES, OTLPSettings, OTLPSettingsError, sdk_said
 
 _SEND = call_site(
     "otlp.send",
@@ -99,11 +99,13 @@ def _build(settings: OTLPSettings, signal: Signal) -> Any:
         "headers": dict(settings.headers if traces else settings.metrics_headers) or None,
         "timeout": settings.timeout_s if traces else settings.metrics_timeout_s,
     }
-    if protocol == "grpc":
-        return exporter_class(insecure=settings.insecure, credentials=_grpc_credentials(settings), **common)
-    return exporter_class(
-        certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
-    )
+    # given no headers, OpenTelemetry's exporter parses the headers variables itself: its parser is not let print one
+    with sdk_said("opentelemetry.util.re"):
+        if protocol == "grpc":
+            return exporter_class(insecure=settings.insecure, credentials=_grpc_credentials(settings), **common)
+        return exporter_class(
+            certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
+        )
 
 
 def span_exporter(settings: OTLPSettings) -> SpanExporter:

@@ -353,3 +353,18 @@ def test_one_name_per_fact_and_no_empty_text_over_otlp() -> None:
         {"compile.failure": "", "compile.recompile_reason": "", "compile.duration_ms": 1500, "rank": 1, "x": "kept"}
     )
     assert sent == {"telemetry_jit.compile.duration": 1.5, "telemetry_jit.rank": 1, "x": "kept"}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_opentelemetrys_exporter_parsing_the_headers_itself_prints_no_value_either(
+    protocol: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Given no headers (an empty dict here), OpenTelemetry's exporter reads the variable itself."""
+    from telemetry_jit.exporters.otlp_transport import metric_exporter, span_exporter
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "broken header s3cr3t")
+    settings = resolve(headers={}, protocol=protocol)
+    for built in (span_exporter(settings), metric_exporter(settings)):
+        built.shutdown()
+    said = capsys.readouterr()
+    assert "s3cr3t" not in said.out + said.err + caplog.text

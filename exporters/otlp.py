@@ -341,7 +341,7 @@ class OTLPExporter(BaseExporter):
         self._notices.warn(
             "metrics undelivered",
             f"telemetry-jit: {self!r} could not deliver metrics to {redact_url(self.settings.metrics_endpoint)!r} "
-            f"({self.settings.scrub(reason or self._log_filter.last_reason) or 'no answer'}); "
+            f"({self.settings.scrub(reason or self._log_filter.metrics_reason) or 'no answer'}); "
             "training goes on, and the run file's health record counts the failed exports. metrics=False or "
             "OTEL_METRICS_EXPORTER=none stops sending them.",
             every_rank=True,

@@ -188,11 +188,15 @@ class FailureTap(logging.Filter):
         super().__init__()
         self.first_reason = ""
         self.last_reason = ""
+        self.metrics_reason = ""  # the last about metrics: their exports run on a thread of their own
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
         reason = record.getMessage().strip().split("\n", 1)[0][:300]
+        if "metric" in record.name or "metric" in reason.lower():
+            self.metrics_reason = reason
+            return False
         self.first_reason = self.first_reason or reason
         self.last_reason = reason
         return False

@@ -65,14 +65,18 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     columns = terminal_width()
     room = None if columns is None else columns - 2 - 2 * (len(widths) - 1)  # the indent, the gaps
-    if room is not None and sum(widths) > room:
-        narrowed = _narrowed(widths, _floors(cells, widths), room)
-        if narrowed is None:
+    narrowed = room is not None and sum(widths) > room
+    if room is not None and narrowed:
+        fitting = _narrowed(widths, _floors(cells, widths), room)
+        if fitting is None:
             return _rows_one_field_a_line(cells, columns or _WIDTH)
-        widths = narrowed
+        widths = fitting
     lines = []
     for number, row in enumerate(cells):
-        parts = [textwrap.wrap(c, w, break_on_hyphens=False) or [""] for c, w in zip(row, widths, strict=True)]
+        parts = [
+            textwrap.wrap(c, w, break_on_hyphens=False) or [""] if narrowed else [c]
+            for c, w in zip(row, widths, strict=True)
+        ]
         for depth in range(max(len(part) for part in parts)):
             texts = [part[depth] if depth < len(part) else "" for part in parts]
             lines.append("  ".join(t.ljust(width) for t, width in zip(texts, widths, strict=True)).rstrip())

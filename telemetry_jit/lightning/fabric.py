@@ -71,3 +71,5 @@ class FabricCompileTelemetry(CompileTelemetry):
         """Call it as ``fabric.call("on_exception", error)`` when the loop fails: what compiled is kept,
         the failed compile is marked with the error."""
         self.__exit__(type(exception), exception, exception.__traceback__)
+        if self._figures is not None and self._log is not None:
+            self._log_figures()  # the steps that compiled before the failure

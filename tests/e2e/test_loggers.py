@@ -298,3 +298,34 @@ def test_a_mid_epoch_recompiles_figures_reach_the_logger_before_any_later_step(t
     for index in figures_at:
         step = calls[index][0]
         assert all(earlier <= step for earlier, _ in calls[:index]), calls
+
+
+class FailsAfterTheRecompile(Net):
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        if batch_idx == 2:  # the smaller last batch has just recompiled
+            raise RuntimeError("a bug after the recompile")
+        return loss
+
+
+def test_a_failed_fit_still_logs_the_compiles_of_the_step_it_failed_in(telemetry: Telemetry, tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path / "csv", name="run")
+    HookedTrainer = telemetry_jit.hook_trainer_cls(
+        pl.Trainer,
+        telemetry.provider,
+        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}),
+        live=False,
+    )[0]
+    with pytest.raises(RuntimeError, match="a bug after the recompile"):
+        HookedTrainer(max_epochs=1, **{**TRAINER_DEFAULTS, "logger": logger}).fit(
+            FailsAfterTheRecompile(), loader(10, 4)
+        )
+    run = telemetry.end()
+    logged, _ = _csv_figures(Path(logger.log_dir) / "metrics.csv")
+    expected = _expected(run)
+    assert 2 in expected  # the recompile, in the step that failed
+    assert {step: values for step, values in logged["compile/time_s"].items()} == {
+        step: [pytest.approx(seconds, abs=1e-3)] for step, seconds in expected.items()
+    }

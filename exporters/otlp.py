@@ -57,6 +57,7 @@ from .otlp_transport import (
     FailureTap,
     RetryingSpanExporter,
     bounded,
+    check_with_sdk,
     metric_exporter,
     require_transports,
     span_exporter,
@@ -208,6 +209,7 @@ class OTLPExporter(BaseExporter):
         self.settings = OTLPSettings.resolve(self.options)
         if span_exporter is None:
             require_transports(self.settings)
+            check_with_sdk(self.settings)
         self.identity = identity or IdentityTracker()
         self.capacity = retry_buffer_size  # spans kept from failed exports
         self._span_exporter = span_exporter

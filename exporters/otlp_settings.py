@@ -2,8 +2,9 @@
 resolved and checked once, when the exporter is built.
 
 Every variable is read by OpenTelemetry's own name (``opentelemetry.sdk.environment_variables``). Where the
-SDK reads a variable itself (span limits, the sampler, the resource attributes), the SDK's own object is
-built here and what it would warn of and replace by a default is refused instead; the project's own rules
+SDK reads a variable itself (span limits, the sampler, the resource attributes here; compression, temporality
+and histogram aggregation in ``otlp_transport.check_with_sdk``), the SDK's own object is built and what it
+would warn of and replace by a default is refused instead; the project's own rules
 are only for what the SDK does not check: a value that would make the exporter send nothing (a queue of 0
 spans, a timeout of 0 s, an endpoint that is no address) or lose every request (a header holding a line
 break) is an error naming the variable, the value (never a header's) and what is valid. An empty variable
@@ -130,7 +131,7 @@ def sdk_said(*loggers: str) -> Iterator[list[str]]:
 
     tap = Collect()
     for name in loggers:
-        logging.getLogger(name).addFilter(tap)
+        logging.getLogger(name).filters.insert(0, tap)  # first: a filter that drops the line stops the others
     try:
         yield said
     finally:
@@ -333,18 +334,16 @@ def _metrics_endpoint(given: str | None, traces: str, traces_protocol: Protocol,
 
 
 _SIGNALS = ("", "TRACES_", "METRICS_")
-_CHOICES = {  # variables the SDK reads itself, and what it accepts
+_CHOICES = {  # variables the SDK reads itself and takes anything for (anything but "true" is false): our rule
     OTEL_SDK_DISABLED: ("true", "false"),
-    **{f"OTEL_EXPORTER_OTLP_{s}COMPRESSION": ("gzip", "deflate", "none") for s in _SIGNALS},
     **{f"OTEL_EXPORTER_OTLP_{s}INSECURE": ("true", "false") for s in _SIGNALS},
 }
-_METRICS_CHOICES = {
-    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE: ("cumulative", "delta", "lowmemory"),
-    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION: (
-        "explicit_bucket_histogram",
-        "base2_exponential_bucket_histogram",
-    ),
-}
+# variables OpenTelemetry's exporters check as they are built (telemetry_jit.exporters.otlp_transport.check_with_sdk)
+CHECKED_BY_THE_EXPORTERS = (
+    *(f"OTEL_EXPORTER_OTLP_{s}COMPRESSION" for s in _SIGNALS),
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE,
+    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION,
+)
 _FILES = tuple(
     f"OTEL_EXPORTER_OTLP_{s}{kind}" for s in _SIGNALS for kind in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
 )
@@ -357,8 +356,7 @@ def _check_sdk_variables(metrics: bool) -> None:
         SpanLimits()  # the span limits (OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT, ...), read as the SDK reads them
     except ValueError as error:
         raise OTLPSettingsError(f"{error} (a limit OpenTelemetry applies to every span).") from None
-    choices = {**_CHOICES, **(_METRICS_CHOICES if metrics else {})}
-    for variable, valid in choices.items():
+    for variable, valid in _CHOICES.items():
         value = _environ(variable)
         if value is not None and value.strip().lower() not in valid:
             raise OTLPSettingsError(f"{variable}={value!r}: must be one of {', '.join(valid)}.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -19,7 +20,13 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from telemetry_jit.boundary import FAILED, call_site
 
-from .otlp_settings import DEFAULT_MAX_REQUEST_BYTES, OTLPSettings, OTLPSettingsError, sdk_said
+from .otlp_settings import (
+    CHECKED_BY_THE_EXPORTERS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    OTLPSettings,
+    OTLPSettingsError,
+    sdk_said,
+)
 
 _SEND = call_site(
     "otlp.send",
@@ -67,6 +74,41 @@ def require_transports(settings: OTLPSettings) -> None:
                 f"OTLP over {protocol} needs {distribution}, which is not installed here: "
                 "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
             )
+
+
+# where OpenTelemetry's exporters warn of a setting they will not use, as they are built (then use their default)
+_SETTINGS_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder",
+    "opentelemetry.exporter.otlp.common._aggregation",
+)
+
+
+def check_with_sdk(settings: OTLPSettings) -> None:
+    """Build OpenTelemetry's exporters as ``settings`` say and put them away: a variable they read themselves
+    and would refuse mid-run, or warn of and replace by a default (compression, temporality, histogram
+    aggregation), is refused now, before training.
+
+    Raises:
+        OTLPSettingsError: naming the variable and saying OpenTelemetry's objection.
+    """
+    signals: tuple[Signal, ...] = ("traces", "metrics") if settings.metrics else ("traces",)
+    with sdk_said(*_SETTINGS_LOGGERS) as said:
+        for signal in signals:
+            try:
+                _build(settings, signal).shutdown()
+            except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting
+                said.append(f"{type(error).__name__}: {error}")
+    if said:
+        objection = settings.scrub(said[0])
+        named = [
+            f"{name}={value!r}"
+            for name in CHECKED_BY_THE_EXPORTERS
+            if (value := os.environ.get(name, "").strip()) and (name in objection or value.lower() in objection.lower())
+        ]
+        raise OTLPSettingsError(
+            f"{named[0] if named else 'The OTLP settings'}: OpenTelemetry's exporter would not use it ({objection})."
+        )
 
 
 def _exporter_class(protocol: str, signal: Signal) -> type[Any]:

@@ -39,7 +39,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler, SamplingResult
 from opentelemetry.trace import Status, StatusCode
 from typing_extensions import override
 
@@ -47,23 +47,24 @@ from telemetry_jit.boundary import call_site
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import NOWHERE, Notices
-from telemetry_jit.schema import ONLY_NEW_NAMES, otel_name
+from telemetry_jit.schema import JitSpanName, otel_dropped, otel_name
 
 from .finished import FinishedSpan
-from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, redact_url
+from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, environment_service_name, redact_url
 from .otlp_transport import (
     OTEL_LOGGERS,
+    CountingMetricExporter,
     FailureTap,
     RetryingSpanExporter,
     bounded,
+    check_with_sdk,
     metric_exporter,
     require_transports,
     span_exporter,
 )
 
 _SDK = call_site("opentelemetry.trace", "OpenTelemetry's tracer (OTLP export of a span)")
-# installed distribution -> its resource key (telemetry_jit.version.*; version.<distribution>, the names before
-# 0.2, are kept for one release: dashboards read them)
+# installed distribution -> its resource key (telemetry_jit.version.*)
 _VERSIONED = {
     "torch": "torch",
     "lightning": "lightning",
@@ -72,6 +73,34 @@ _VERSIONED = {
     "telemetry-jit": "telemetry_jit",
 }
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"  # the semantic conventions the names follow
+# spans every sampler keeps: a run compiles a few dozen times, and each compile is what the telemetry is for
+ALWAYS_KEPT = frozenset(name.value for name in JitSpanName)
+
+
+class KeepCompiles(Sampler):
+    """The user's sampler (``OTEL_TRACES_SAMPLER``) for every span, except compile spans, which are always kept:
+    they are rare and what the telemetry is for. All ranks of a run share one trace id, so a ratio keeps or
+    drops a run's other spans together."""
+
+    def __init__(self, inner: Sampler) -> None:
+        self.inner = inner
+
+    def should_sample(
+        self,
+        parent_context: Any,
+        trace_id: int,
+        name: str,
+        kind: Any = None,
+        attributes: Any = None,
+        links: Any = None,
+        trace_state: Any = None,
+    ) -> SamplingResult:
+        if name in ALWAYS_KEPT:
+            return SamplingResult(Decision.RECORD_AND_SAMPLE, attributes)
+        return self.inner.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+
+    def get_description(self) -> str:
+        return f"KeepCompiles{{{self.inner.get_description()}}}"
 
 
 class _RunTraceIds(IdGenerator):
@@ -105,8 +134,9 @@ class OTLPExporter(BaseExporter):
             then ``OTEL_EXPORTER_OTLP_PROTOCOL``, then ``grpc``.
         headers: extra request headers (e.g. credentials), a dict or ``"k=v,k2=v2"``; default
             ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` / ``OTEL_EXPORTER_OTLP_HEADERS``. Never logged.
-        service_name: ``service.name``; default ``OTEL_SERVICE_NAME``, then the application name
-            when set up by ``telemetry_jit.configure``, then ``telemetry-jit``.
+        service_name: ``service.name`` (code wins, as in OpenTelemetry); default ``OTEL_SERVICE_NAME``, then
+            ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``, then the application name given to
+            ``telemetry_jit.configure``, then ``telemetry-jit``.
         timeout: seconds per export attempt; default ``OTEL_EXPORTER_OTLP_TIMEOUT`` (10).
         insecure, certificate_file: TLS settings for gRPC; defaults from ``..._INSECURE`` /
             ``..._CERTIFICATE`` (read by the OTLP exporter itself).
@@ -179,6 +209,7 @@ class OTLPExporter(BaseExporter):
         self.settings = OTLPSettings.resolve(self.options)
         if span_exporter is None:
             require_transports(self.settings)
+            check_with_sdk(self.settings)
         self.identity = identity or IdentityTracker()
         self.capacity = retry_buffer_size  # spans kept from failed exports
         self._span_exporter = span_exporter
@@ -188,6 +219,10 @@ class OTLPExporter(BaseExporter):
         self._log_filter = FailureTap()
         self._notices = Notices()
         self._ended = 0
+        self._sampled_out = 0  # spans the user's sampler (OTEL_TRACES_SAMPLER) left out
+        self._default_service_name: str | None = None  # configure's application name: the environment's wins
+        self._failure: str | None = None  # the type of the error that ended a span, for the root span's status
+        self._metrics: CountingMetricExporter | None = None
         self.dropped = 0  # spans lost, known once the exporter is closed
 
     @property
@@ -200,21 +235,26 @@ class OTLPExporter(BaseExporter):
 
     @property
     def service_name(self) -> str | None:
-        return self.settings.service_name
+        """``service.name``: the argument, else the environment's (``OTEL_SERVICE_NAME``, then
+        ``OTEL_RESOURCE_ATTRIBUTES``), else the application name ``configure`` gave; ``None`` when none did."""
+        return self.settings.service_name or environment_service_name() or self._default_service_name
 
     def with_service_name(self, service_name: str) -> None:
-        """Name the service, unless the arguments or ``OTEL_SERVICE_NAME`` did (before the first span)."""
-        if self.settings.service_name is None:
-            self.options = OTLPOptions(**{**self.options.given(), "service_name": service_name})
-            self.settings = OTLPSettings.resolve(self.options)
+        """Name the service where neither the arguments nor the environment do (``configure``'s application
+        name: the user cannot leave it out, so the job's environment may rename it)."""
+        self._default_service_name = service_name
 
     def __repr__(self) -> str:  # headers and passwords stay out of logs
         return f"OTLPExporter(endpoint={redact_url(self.endpoint)!r}, protocol={self.protocol!r})"
 
     def _resource(self) -> Resource:
+        run = job_run_id()
         attributes: dict[str, Any] = {
             "service.name": self.service_name or _application_name() or "telemetry-jit",
-            "service.instance.id": job_run_id(),
+            # unique per process, as the semantic conventions require: the ranks of one run differ here and
+            # share telemetry_jit.run_id (and the trace)
+            "service.instance.id": f"{run}:{socket.gethostname()}:{os.getpid()}",
+            "telemetry_jit.run_id": run,
             "host.name": socket.gethostname(),
             "process.pid": os.getpid(),
         }
@@ -229,7 +269,6 @@ class OTLPExporter(BaseExporter):
             with contextlib.suppress(metadata.PackageNotFoundError):
                 version = metadata.version(package)
                 attributes[f"telemetry_jit.version.{key}"] = version
-                attributes[f"version.{package}"] = version  # deprecated: the name before 0.2
         if "telemetry_jit.version.telemetry_jit" in attributes:
             attributes["service.version"] = attributes["telemetry_jit.version.telemetry_jit"]
         attributes.update(self.settings.resource_attributes)
@@ -242,7 +281,7 @@ class OTLPExporter(BaseExporter):
         super().initialize()
         for name in OTEL_LOGGERS:
             logging.getLogger(name).addFilter(self._log_filter)
-        with _refused_settings():
+        with _refused_settings(self.settings):
             spans = self._span_exporter or span_exporter(self.settings)
             self._retrying = RetryingSpanExporter(
                 spans,
@@ -262,7 +301,7 @@ class OTLPExporter(BaseExporter):
         # initializes exporters before its configuration (and so the application name) is in place
         self._provider = TracerProvider(
             resource=self._resource(),
-            sampler=ALWAYS_ON,  # every compile is recorded: a sampler set for the user's own traces is not ours
+            sampler=KeepCompiles(self.settings.sampler or DEFAULT_ON),
             id_generator=_RunTraceIds(job_run_id()),
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
@@ -276,8 +315,9 @@ class OTLPExporter(BaseExporter):
         if not self.settings.metrics or not self.ready:
             return None
         if self._meter_provider is None:
+            self._metrics = CountingMetricExporter(metric_exporter(self.settings), self._metrics_undelivered)
             reader = PeriodicExportingMetricReader(
-                metric_exporter(self.settings),
+                self._metrics,
                 export_interval_millis=self.settings.metrics_interval_ms,
                 export_timeout_millis=self.settings.metrics_export_timeout_ms,
             )
@@ -288,7 +328,7 @@ class OTLPExporter(BaseExporter):
 
     def _undelivered(self) -> None:
         """An export failed: said once, in words, with OpenTelemetry's own reason (its lines stay off the console)."""
-        reason = self._log_filter.first_reason or "the collector refused the spans or did not answer"
+        reason = self.settings.scrub(self._log_filter.first_reason) or "the collector refused them or did not answer"
         self._notices.warn(
             "unreachable",
             f"telemetry-jit: {self!r} could not deliver spans ({reason}); they are kept (up to "
@@ -298,25 +338,43 @@ class OTLPExporter(BaseExporter):
             origin=NOWHERE,
         )
 
+    def _metrics_undelivered(self, reason: str) -> None:
+        """A metrics export failed: said once (a backend that takes traces only answers 405 every time)."""
+        self._notices.warn(
+            "metrics undelivered",
+            f"telemetry-jit: {self!r} could not deliver metrics to {redact_url(self.settings.metrics_endpoint)!r} "
+            f"({self.settings.scrub(reason or self._log_filter.metrics_reason) or 'no answer'}); "
+            "training goes on, and the run file's health record counts the failed exports. metrics=False or "
+            "OTEL_METRICS_EXPORTER=none stops sending them.",
+            every_rank=True,
+            origin=NOWHERE,
+        )
+
     def _refused(self, what: str) -> None:
         self._notices.warn(
             "refused",
-            f"telemetry-jit: {self!r}: {what}; it is dropped and counted, the other spans go on.",
+            f"telemetry-jit: {self!r}: {self.settings.scrub(what)}; it is dropped and counted, the other spans go on.",
             every_rank=True,
             origin=NOWHERE,
         )
 
     def delivery(self) -> dict[str, int]:
-        """Spans ended, delivered and dropped so far (dropped: known at close), and failed exports."""
+        """Every signal's delivery so far: spans ended, delivered and dropped (dropped: known at close), failed
+        exports, spans the sampler left out; metric exports made and failed."""
         retrying = getattr(self, "_retrying", None)
-        return {
+        delivery = {
             "spans": self._ended,
             "spans_delivered": self.delivered,
             "spans_dropped": self.dropped,
             "exports_failed": retrying.failures if retrying is not None else 0,
             "spans_resent": retrying.resent if retrying is not None else 0,
             "spans_refused": retrying.refused if retrying is not None else 0,
+            "spans_sampled_out": self._sampled_out,
         }
+        if self._metrics is not None:
+            delivery["metric_exports"] = self._metrics.exports
+            delivery["metric_exports_failed"] = self._metrics.failures
+        return delivery
 
     def force_flush(self, timeout_seconds: float | None = None) -> bool:
         """Send what is queued now; wait at most ``timeout_seconds`` (default: the flush timeout).
@@ -350,12 +408,13 @@ class OTLPExporter(BaseExporter):
             attributes=self._with_identity(span.exported_attributes()),
         )
         for event in span.events:
-            otel_span.add_event(event.name, _attributes(event.exported_attributes()), timestamp=event.time_unix_ns)
-            if event.error:
-                otel_span.add_event("exception", exception_attributes(event.message), timestamp=event.time_unix_ns)
-                otel_span.set_status(Status(StatusCode.ERROR, event.message))
-        otel_span.end(end_time=span.end_unix_ns)
-        self._ended += 1
+            if not event.error:
+                otel_span.add_event(event.name, _attributes(event.exported_attributes()), timestamp=event.time_unix_ns)
+            else:  # OpenTelemetry's exception event says it: one name for the fact
+                attributes = exception_attributes(event.message)
+                otel_span.add_event("exception", attributes, timestamp=event.time_unix_ns)
+                self._failed(otel_span, attributes["exception.type"], event.message, run=False)
+        self._end(otel_span, span.end_unix_ns)
 
     def _with_identity(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
         """``attributes`` as OTel values, with this process's rank, world size and node."""
@@ -377,9 +436,26 @@ class OTLPExporter(BaseExporter):
             return
         # the rank may have become known while the span ran (rank 0 of a DDP launch learns it at fit)
         otel_span.set_attributes(self._with_identity(span.attributes.to_json()))
+        if span.parent_span is None and self._failure is not None:  # the root: the run failed under it
+            self._failed(otel_span, self._failure, "the run failed (see the exception event of the span it ended)")
         stop_event = span.stop_event
-        otel_span.end(end_time=_ns(stop_event.timestamp) if stop_event is not None else None)
-        self._ended += 1
+        self._end(otel_span, _ns(stop_event.timestamp) if stop_event is not None else None)
+
+    def _end(self, otel_span: trace.Span, end_time: int | None) -> None:
+        otel_span.end(end_time=end_time)
+        if otel_span.get_span_context().trace_flags.sampled:
+            self._ended += 1
+        else:
+            self._sampled_out += 1
+
+    def _failed(self, otel_span: trace.Span, error_type: str, message: str, run: bool = True) -> None:
+        """Status ERROR and ``error.type`` (semantic conventions) on a span an error ended; when the error ended
+        the run (not a compile that fell back to eager), the root span gets them too when it ends."""
+        if otel_span.is_recording():
+            otel_span.set_status(Status(StatusCode.ERROR, message))
+            otel_span.set_attribute("error.type", error_type)
+        if run:
+            self._failure = error_type
 
     @override
     def export_event(self, event: Event, span: Span) -> None:
@@ -392,16 +468,13 @@ class OTLPExporter(BaseExporter):
         _SDK.call(self._add_error, event, span)
 
     def _add_error(self, event: ErrorEvent, span: Span) -> None:
-        otel_span = self._add_event(event, span)  # nv-one-logger's ``error`` event, kept for one release
+        otel_span = self._spans.get(span.id)  # OpenTelemetry's exception event: one name for the fact
         if otel_span is not None:
-            otel_span.add_event(
-                "exception",
-                exception_attributes(
-                    event.exception_message or event.error_message, event.exception_type, event.exception_traceback
-                ),
-                timestamp=_ns(event.timestamp),
+            attributes = exception_attributes(
+                event.exception_message or event.error_message, event.exception_type, event.exception_traceback
             )
-            otel_span.set_status(Status(StatusCode.ERROR, event.error_message))
+            otel_span.add_event("exception", attributes, timestamp=_ns(event.timestamp))
+            self._failed(otel_span, attributes["exception.type"], event.error_message)
 
     def _add_event(self, event: Event, span: Span) -> trace.Span | None:
         otel_span = self._spans.get(span.id)
@@ -418,16 +491,14 @@ class OTLPExporter(BaseExporter):
         span = self._tracer.start_span("telemetry_data_error", start_time=_ns(error.timestamp))
         span.set_status(Status(StatusCode.ERROR, error.error_message))
         span.add_event(error.name_str, _attributes(error.attributes.to_json()), timestamp=_ns(error.timestamp))
-        span.end(end_time=_ns(error.timestamp))
-        self._ended += 1
+        self._end(span, _ns(error.timestamp))
 
     @override
     def close(self) -> None:
         if not self.ready:
             return
         for otel_span in self._spans.values():
-            _SDK.call(otel_span.end)  # still open at application end: export what is known
-            self._ended += 1
+            _SDK.call(self._end, otel_span, None)  # still open at application end: export what is known
         self._spans.clear()
         # however much is pending and whatever the collector does (a black hole, 429s, resets), the
         # application's end waits one export timeout at most; what did not make it is counted below
@@ -498,7 +569,7 @@ def _own_version() -> str:
 
 
 @contextlib.contextmanager
-def _refused_settings() -> Iterator[None]:
+def _refused_settings(settings: OTLPSettings) -> Iterator[None]:
     """OpenTelemetry refusing what it was given while the exporter is built: a settings error that says so."""
     try:
         yield
@@ -506,8 +577,8 @@ def _refused_settings() -> Iterator[None]:
         raise
     except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting, not a trace
         raise OTLPSettingsError(
-            f"OpenTelemetry could not build the OTLP exporter with these settings: {error}"
-        ) from error
+            f"OpenTelemetry could not build the OTLP exporter with these settings: {settings.scrub(str(error))}"
+        ) from None
 
 
 def _application_name() -> str | None:
@@ -524,9 +595,11 @@ def _ns(timestamp: TracingTimestamp) -> int:
 
 def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
     """Attributes as OTel takes them (primitives and lists of one primitive type), under OpenTelemetry's names
-    for them (``telemetry_jit.*``, durations in seconds) and, for one release, the names the file has."""
+    for them (``telemetry_jit.*``, durations in seconds), one name per fact; an empty text is no fact, not sent."""
     converted: dict[str, Any] = {}
     for name, value in attributes.items():
+        if isinstance(value, str) and not value:
+            continue
         if isinstance(value, (str, bool, int, float)):
             converted[name] = value
         elif isinstance(value, (list, tuple)) and value and len({type(v) for v in value}) == 1:
@@ -537,10 +610,10 @@ def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
             converted[name] = str(value)
     for name, value in list(converted.items()):
         renamed = otel_name(name)
+        if renamed is not None or otel_dropped(name):
+            del converted[name]
         if renamed is not None:
             converted[renamed[0]] = _scaled(value, renamed[1])
-            if name.startswith(ONLY_NEW_NAMES):
-                del converted[name]
     return converted
 
 

@@ -1,31 +1,33 @@
 """What an OTLP exporter sends where: arguments over OpenTelemetry's standard variables over defaults,
 resolved and checked once, when the exporter is built.
 
-Every variable is read by OpenTelemetry's own name (``opentelemetry.sdk.environment_variables``). A
-value that would make the exporter send nothing (a queue of 0 spans, a timeout of 0 s, an endpoint
-that is no address) is an error naming the variable, the value and what is valid; a value that is
-not a number at all gets OpenTelemetry's own treatment: one warning, and the default. An empty
-variable counts as unset, as the OpenTelemetry specification says.
+Every variable is read by OpenTelemetry's own name (``opentelemetry.sdk.environment_variables``). Where the
+SDK reads a variable itself (span limits, the sampler, the resource attributes here; compression, temporality
+and histogram aggregation in ``otlp_transport.check_with_sdk``), the SDK's own object is built and what it
+would warn of and replace by a default is refused instead; the project's own rules
+are only for what the SDK does not check: a value that would make the exporter send nothing (a queue of 0
+spans, a timeout of 0 s, an endpoint that is no address) or lose every request (a header holding a line
+break) is an error naming the variable, the value (never a header's) and what is valid. An empty variable
+counts as unset, as the OpenTelemetry specification says.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal
-from urllib.parse import urlparse, urlunparse
+from urllib.parse import parse_qsl, unquote, urlencode, urlparse, urlunparse
 
 from opentelemetry.environment_variables import OTEL_METRICS_EXPORTER, OTEL_TRACES_EXPORTER
 from opentelemetry.sdk.environment_variables import (
-    OTEL_ATTRIBUTE_COUNT_LIMIT,
-    OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT,
     OTEL_BSP_EXPORT_TIMEOUT,
     OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
     OTEL_BSP_MAX_QUEUE_SIZE,
     OTEL_BSP_SCHEDULE_DELAY,
-    OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT,
     OTEL_EXPORTER_OTLP_ENDPOINT,
     OTEL_EXPORTER_OTLP_HEADERS,
     OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION,
@@ -40,17 +42,16 @@ from opentelemetry.sdk.environment_variables import (
     OTEL_EXPORTER_OTLP_TRACES_HEADERS,
     OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
     OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
-    OTEL_LINK_ATTRIBUTE_COUNT_LIMIT,
     OTEL_METRIC_EXPORT_INTERVAL,
     OTEL_METRIC_EXPORT_TIMEOUT,
     OTEL_RESOURCE_ATTRIBUTES,
     OTEL_SDK_DISABLED,
-    OTEL_SERVICE_NAME,
-    OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT,
-    OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT,
-    OTEL_SPAN_EVENT_COUNT_LIMIT,
-    OTEL_SPAN_LINK_COUNT_LIMIT,
+    OTEL_TRACES_SAMPLER,
+    OTEL_TRACES_SAMPLER_ARG,
 )
+from opentelemetry.sdk.resources import OTELResourceDetector
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.util.re import parse_env_headers
 
 from telemetry_jit.notices import NOWHERE, warn_once
@@ -89,13 +90,53 @@ def _environ(name: str) -> str | None:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with any password in it replaced by ``***`` (``http://user:***@host:4318``)."""
+    """``url`` with whatever may hold a secret replaced by ``***``: the user info (``https://***@host``, a token
+    often rides there), every query value (``?api_key=***``) and the fragment."""
     parsed = urlparse(url if "://" in url else f"//{url}")
-    if parsed.password is None:
+    netloc = parsed.netloc
+    if "@" in netloc:
+        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    pairs = parse_qsl(parsed.query, keep_blank_values=True) if "=" in parsed.query else []
+    query = urlencode([(key, "***") for key, _ in pairs], safe="*") if pairs else "***" if parsed.query else ""
+    redacted = parsed._replace(netloc=netloc, query=query, fragment="***" if parsed.fragment else "")
+    if redacted == parsed:
         return url
-    host = parsed.netloc.rsplit("@", 1)[1]
-    redacted = urlunparse(parsed._replace(netloc=f"{parsed.username}:***@{host}"))
-    return redacted if "://" in url else redacted.removeprefix("//")
+    text = urlunparse(redacted)
+    return text if "://" in url else text.removeprefix("//")
+
+
+def _url_secrets(url: str) -> list[str]:
+    """The parts of ``url`` :func:`redact_url` hides, as written and as decoded."""
+    parsed = urlparse(url if "://" in url else f"//{url}")
+    parts = [parsed.netloc.rsplit("@", 1)[0]] if "@" in parsed.netloc else []
+    parts += [parsed.query, parsed.fragment] if parsed.query or parsed.fragment else []
+    parts += [value for _, value in parse_qsl(parsed.query, keep_blank_values=True)]
+    parts += [parsed.username or "", parsed.password or ""]
+    return [part for part in {*parts, *(unquote(part) for part in parts)} if len(part) >= 3]
+
+
+@contextlib.contextmanager
+def sdk_said(*loggers: str) -> Iterator[list[str]]:
+    """What OpenTelemetry's SDK warns of while it reads the environment, collected and kept off the console:
+    the SDK warns and goes on with a default (telemetry-jit refuses instead), and some of its lines repeat a
+    value whole (a malformed header's secret)."""
+    said: list[str] = []
+
+    class Collect(logging.Filter):
+        def filter(self, record: logging.LogRecord) -> bool:
+            if record.levelno >= logging.WARNING:
+                said.append(record.getMessage())
+                return False
+            return True
+
+    tap = Collect()
+    for name in loggers:
+        logging.getLogger(name).filters.insert(0, tap)  # first: a filter that drops the line stops the others
+    try:
+        yield said
+    finally:
+        for name in loggers:
+            logging.getLogger(name).removeFilter(tap)
 
 
 @dataclass(frozen=True)
@@ -163,6 +204,16 @@ class OTLPSettings:
     metrics_timeout_s: float = _DEFAULT_TIMEOUT_S
     metrics_interval_ms: float = 60_000.0
     metrics_export_timeout_ms: float = 30_000.0
+    sampler: Sampler | None = None  # OTEL_TRACES_SAMPLER's, as OpenTelemetry builds it (None: the SDK's default)
+
+    def scrub(self, text: str) -> str:
+        """``text`` (an error OpenTelemetry or a transport wrote) with the secrets of these settings replaced by
+        ``***``: the endpoints' user info, query values and fragments, and the header values."""
+        secrets = {*_url_secrets(self.endpoint), *_url_secrets(self.metrics_endpoint)}
+        secrets.update(value for value in (*self.headers.values(), *self.metrics_headers.values()) if value)
+        for secret in sorted(secrets, key=len, reverse=True):
+            text = text.replace(secret, "***")
+        return text
 
     def __repr__(self) -> str:
         return (
@@ -208,11 +259,12 @@ class OTLPSettings:
             options.protocol, (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
         )
         _check_sdk_variables(metrics)
+        sampler = traces_sampler()
         return cls(
             protocol=protocol,
             endpoint=endpoint,
             headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_TRACES_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
-            service_name=options.service_name or _environ(OTEL_SERVICE_NAME),
+            service_name=options.service_name,
             timeout_s=timeout,
             flush_timeout_s=flush_timeout,
             insecure=options.insecure,
@@ -245,6 +297,7 @@ class OTLPSettings:
             metrics_export_timeout_ms=_positive(
                 "metrics_export_timeout", None, (OTEL_METRIC_EXPORT_TIMEOUT,), 30_000.0, "milliseconds"
             ),
+            sampler=sampler,
         )
 
 
@@ -280,29 +333,17 @@ def _metrics_endpoint(given: str | None, traces: str, traces_protocol: Protocol,
     return "localhost:4317" if protocol == "grpc" else "http://localhost:4318/v1/metrics"
 
 
-_LIMITS = (  # span limits the SDK reads from the environment when a TracerProvider is built
-    OTEL_ATTRIBUTE_COUNT_LIMIT,
-    OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT,
-    OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT,
-    OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT,
-    OTEL_SPAN_EVENT_COUNT_LIMIT,
-    OTEL_SPAN_LINK_COUNT_LIMIT,
-    OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT,
-    OTEL_LINK_ATTRIBUTE_COUNT_LIMIT,
-)
 _SIGNALS = ("", "TRACES_", "METRICS_")
-_CHOICES = {  # variables the SDK reads itself, and what it accepts
+_CHOICES = {  # variables the SDK reads itself and takes anything for (anything but "true" is false): our rule
     OTEL_SDK_DISABLED: ("true", "false"),
-    **{f"OTEL_EXPORTER_OTLP_{s}COMPRESSION": ("gzip", "deflate", "none") for s in _SIGNALS},
     **{f"OTEL_EXPORTER_OTLP_{s}INSECURE": ("true", "false") for s in _SIGNALS},
 }
-_METRICS_CHOICES = {
-    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE: ("cumulative", "delta", "lowmemory"),
-    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION: (
-        "explicit_bucket_histogram",
-        "base2_exponential_bucket_histogram",
-    ),
-}
+# variables OpenTelemetry's exporters check as they are built (telemetry_jit.exporters.otlp_transport.check_with_sdk)
+CHECKED_BY_THE_EXPORTERS = (
+    *(f"OTEL_EXPORTER_OTLP_{s}COMPRESSION" for s in _SIGNALS),
+    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE,
+    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION,
+)
 _FILES = tuple(
     f"OTEL_EXPORTER_OTLP_{s}{kind}" for s in _SIGNALS for kind in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
 )
@@ -311,14 +352,11 @@ _FILES = tuple(
 def _check_sdk_variables(metrics: bool) -> None:
     """Every variable OpenTelemetry's SDK reads by itself while the exporter builds and runs, checked now:
     the SDK would raise only when the first span is sent (during training), or quietly use its default."""
-    for variable in _LIMITS:
-        value = _environ(variable)
-        if value is not None and not (value.strip().isascii() and value.strip().isdigit()):
-            raise OTLPSettingsError(
-                f"{variable}={value!r}: must be a whole number >= 0 (a limit OpenTelemetry applies)."
-            )
-    choices = {**_CHOICES, **(_METRICS_CHOICES if metrics else {})}
-    for variable, valid in choices.items():
+    try:
+        SpanLimits()  # the span limits (OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT, ...), read as the SDK reads them
+    except ValueError as error:
+        raise OTLPSettingsError(f"{error} (a limit OpenTelemetry applies to every span).") from None
+    for variable, valid in _CHOICES.items():
         value = _environ(variable)
         if value is not None and value.strip().lower() not in valid:
             raise OTLPSettingsError(f"{variable}={value!r}: must be one of {', '.join(valid)}.")
@@ -326,13 +364,45 @@ def _check_sdk_variables(metrics: bool) -> None:
         value = _environ(variable)
         if value is not None and not os.access(value, os.R_OK):
             raise OTLPSettingsError(f"{variable}={value!r}: no readable file there (a certificate or key file).")
-    attributes = _environ(OTEL_RESOURCE_ATTRIBUTES)
-    if attributes is not None:
-        bad = [pair for pair in attributes.split(",") if pair.strip() and "=" not in pair]
-        if bad:
-            raise OTLPSettingsError(
-                f"{OTEL_RESOURCE_ATTRIBUTES} is malformed at {bad[0]!r}: expected 'key=value,key2=value2'."
-            )
+    with sdk_said("opentelemetry.sdk.resources") as said:
+        OTELResourceDetector().detect()  # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, as the SDK reads them
+    if said:
+        raise OTLPSettingsError(
+            f"{OTEL_RESOURCE_ATTRIBUTES} is malformed ({said[0]}): expected 'key=value,key2=value2' (values "
+            "percent-encoded)."
+        )
+
+
+def environment_service_name() -> str | None:
+    """``service.name`` as the environment sets it: ``OTEL_SERVICE_NAME``, then ``service.name`` in
+    ``OTEL_RESOURCE_ATTRIBUTES`` (OpenTelemetry's own reading); ``None`` when neither does."""
+    with sdk_said("opentelemetry.sdk.resources"):
+        name = OTELResourceDetector().detect().attributes.get("service.name")
+    return str(name) if name else None
+
+
+def traces_sampler() -> Sampler | None:
+    """The sampler ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` name, built by OpenTelemetry's SDK
+    (``None`` when unset: its default, ``parentbased_always_on``).
+
+    Raises:
+        OTLPSettingsError: a sampler the SDK does not know or an argument it cannot take, where the SDK
+            would warn and sample everything instead.
+    """
+    if _environ(OTEL_TRACES_SAMPLER) is None:
+        return None
+    with sdk_said("opentelemetry.sdk.trace.sampling") as said:
+        sampler = TracerProvider(shutdown_on_exit=False).sampler  # the SDK reads both variables here
+    if said:
+        given = f"{OTEL_TRACES_SAMPLER}={os.environ.get(OTEL_TRACES_SAMPLER)!r}"
+        argument = os.environ.get(OTEL_TRACES_SAMPLER_ARG)
+        if argument is not None:
+            given += f", {OTEL_TRACES_SAMPLER_ARG}={argument!r}"
+        raise OTLPSettingsError(
+            f"{given}: OpenTelemetry would not use it ({said[0].rstrip('.')}). Use always_on, always_off, "
+            "traceidratio or parentbased_* (with a ratio from 0 to 1 in OTEL_TRACES_SAMPLER_ARG)."
+        )
+    return sampler
 
 
 def traces_exporter_wanted() -> bool:
@@ -420,19 +490,32 @@ def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
 
 
 def _headers(given: Mapping[str, str] | str | None, variables: tuple[str, ...]) -> dict[str, str]:
-    """Headers as OpenTelemetry reads them (percent-decoded, names lower case); values never shown."""
-    if isinstance(given, Mapping):
-        return {str(name).lower(): str(value) for name, value in given.items()}
+    """Headers as OpenTelemetry reads them (percent-decoded, names lower case); values never shown: the SDK's
+    parser is not let print a malformed one, and a control character (a line break would end the header and
+    lose every request) is refused."""
     text, source = _given_or_variable(given, "headers", variables)
     if text is None:
         return {}
-    headers = dict(parse_env_headers(text, liberal=True))
-    expected = len([item for item in text.split(",") if item.strip()])
-    if len(headers) < expected:
-        raise OTLPSettingsError(
-            f"{source} is malformed: expected 'name=value,name2=value2' (values percent-encoded; not shown here)."
-        )
+    if isinstance(text, Mapping):
+        headers = {str(name).lower(): str(value) for name, value in text.items()}
+    else:
+        with sdk_said("opentelemetry.util.re"):
+            headers = dict(parse_env_headers(text, liberal=True))
+        expected = len([item for item in text.split(",") if item.strip()])
+        if len(headers) < expected:
+            raise OTLPSettingsError(
+                f"{source} is malformed: expected 'name=value,name2=value2' (values percent-encoded; not shown here)."
+            )
+    for name, value in headers.items():
+        if _CONTROL.search(name) or _CONTROL.search(value):
+            raise OTLPSettingsError(
+                f"{source}: the header {_CONTROL.sub('?', name)!r} holds a control character (a line break?); no "
+                "request would carry it. Remove it (the value is not shown here)."
+            )
     return headers
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def _positive(name: str, given: float | None, variables: tuple[str, ...], default: float | None, unit: str) -> Any:

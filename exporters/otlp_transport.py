@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import threading
 import time
 from collections import deque
@@ -13,13 +14,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from opentelemetry.sdk.metrics.export import MetricExporter
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from telemetry_jit.boundary import FAILED, call_site
 
-from .otlp_settings import DEFAULT_MAX_REQUEST_BYTES, OTLPSettings, OTLPSettingsError
+from .otlp_settings import (
+    CHECKED_BY_THE_EXPORTERS,
+    DEFAULT_MAX_REQUEST_BYTES,
+    OTLPSettings,
+    OTLPSettingsError,
+    sdk_said,
+)
 
 _SEND = call_site(
     "otlp.send",
@@ -69,6 +76,41 @@ def require_transports(settings: OTLPSettings) -> None:
             )
 
 
+# where OpenTelemetry's exporters warn of a setting they will not use, as they are built (then use their default)
+_SETTINGS_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.exporter.otlp.proto.common._internal.metrics_encoder",
+    "opentelemetry.exporter.otlp.common._aggregation",
+)
+
+
+def check_with_sdk(settings: OTLPSettings) -> None:
+    """Build OpenTelemetry's exporters as ``settings`` say and put them away: a variable they read themselves
+    and would refuse mid-run, or warn of and replace by a default (compression, temporality, histogram
+    aggregation), is refused now, before training.
+
+    Raises:
+        OTLPSettingsError: naming the variable and saying OpenTelemetry's objection.
+    """
+    signals: tuple[Signal, ...] = ("traces", "metrics") if settings.metrics else ("traces",)
+    with sdk_said(*_SETTINGS_LOGGERS) as said:
+        for signal in signals:
+            try:
+                _build(settings, signal).shutdown()
+            except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting
+                said.append(f"{type(error).__name__}: {error}")
+    if said:
+        objection = settings.scrub(said[0])
+        named = [
+            f"{name}={value!r}"
+            for name in CHECKED_BY_THE_EXPORTERS
+            if (value := os.environ.get(name, "").strip()) and (name in objection or value.lower() in objection.lower())
+        ]
+        raise OTLPSettingsError(
+            f"{named[0] if named else 'The OTLP settings'}: OpenTelemetry's exporter would not use it ({objection})."
+        )
+
+
 def _exporter_class(protocol: str, signal: Signal) -> type[Any]:
     """OpenTelemetry's exporter class for ``signal`` over ``protocol``, imported when first built."""
     if protocol == "grpc":
@@ -99,11 +141,13 @@ def _build(settings: OTLPSettings, signal: Signal) -> Any:
         "headers": dict(settings.headers if traces else settings.metrics_headers) or None,
         "timeout": settings.timeout_s if traces else settings.metrics_timeout_s,
     }
-    if protocol == "grpc":
-        return exporter_class(insecure=settings.insecure, credentials=_grpc_credentials(settings), **common)
-    return exporter_class(
-        certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
-    )
+    # given no headers, OpenTelemetry's exporter parses the headers variables itself: its parser is not let print one
+    with sdk_said("opentelemetry.util.re"):
+        if protocol == "grpc":
+            return exporter_class(insecure=settings.insecure, credentials=_grpc_credentials(settings), **common)
+        return exporter_class(
+            certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
+        )
 
 
 def span_exporter(settings: OTLPSettings) -> SpanExporter:
@@ -114,6 +158,39 @@ def span_exporter(settings: OTLPSettings) -> SpanExporter:
 def metric_exporter(settings: OTLPSettings) -> MetricExporter:
     exporter: MetricExporter = _build(settings, "metrics")
     return exporter
+
+
+class CountingMetricExporter(MetricExporter):
+    """OpenTelemetry's metric exporter, its exports counted and a failure said through ``on_failure`` (with
+    the reason when the exporter raised): the SDK's reader only logs it, and a backend that takes traces only
+    refuses every metrics request."""
+
+    def __init__(self, inner: MetricExporter, on_failure: Callable[[str], None]) -> None:
+        super().__init__(
+            preferred_temporality=inner._preferred_temporality, preferred_aggregation=inner._preferred_aggregation
+        )
+        self.inner = inner
+        self.on_failure = on_failure
+        self.exports = 0
+        self.failures = 0
+
+    def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+        self.exports += 1
+        reason = ""
+        try:
+            result = self.inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the reader would only log it
+            result, reason = MetricExportResult.FAILURE, f"{type(error).__name__}: {error}"
+        if result is not MetricExportResult.SUCCESS:
+            self.failures += 1
+            self.on_failure(reason)
+        return result
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        return self.inner.force_flush(timeout_millis=timeout_millis)
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+        self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
 def _grpc_credentials(settings: OTLPSettings) -> Any:
@@ -153,11 +230,15 @@ class FailureTap(logging.Filter):
         super().__init__()
         self.first_reason = ""
         self.last_reason = ""
+        self.metrics_reason = ""  # the last about metrics: their exports run on a thread of their own
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
         reason = record.getMessage().strip().split("\n", 1)[0][:300]
+        if "metric" in record.name or "metric" in reason.lower():
+            self.metrics_reason = reason
+            return False
         self.first_reason = self.first_reason or reason
         self.last_reason = reason
         return False

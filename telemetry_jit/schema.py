@@ -248,12 +248,20 @@ class MetricName:
     COMPILE_DURATION: Final = "telemetry_jit.compile.duration"
 
 
+# the compile-duration histogram's bounds, in seconds: from a cached graph's milliseconds to an hour-long first
+# compile (OpenTelemetry's default bounds, 0 to 10000, are made for milliseconds: every compile under 5 s would
+# share one bucket); OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION or a View the user sets wins
+COMPILE_DURATION_BOUNDS: Final = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0,
+    500.0, 1000.0, 1800.0, 3600.0,
+)  # fmt: skip
+
+
 # OpenTelemetry's names for what the file records (docs/telemetry.md, "Names over OTLP"): the project's own
 # namespace, durations in seconds with no unit in the name, one name per fact. The file keeps its names.
 OTEL_NAMESPACE = "telemetry_jit."
 _RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.", "cache.", "fallback.", "ranks.")
 _IDENTITY = frozenset(("rank", "local_rank", "world_size", "node"))
-ONLY_NEW_NAMES = ("cache.", "fallback.", "ranks.")  # recorded after the rename: no old name rides along over OTLP
 _RENAMED: dict[str, str | None] = {
     "compile.count": "compile.compilations",
     "compile.recompile_count": "compile.recompiles",
@@ -273,7 +281,8 @@ _RENAMED: dict[str, str | None] = {
 def otel_name(name: str) -> tuple[str, float] | None:
     """The OpenTelemetry name of a recorded attribute and the factor that turns its value into that name's
     unit (``compile.duration_ms`` -> ``telemetry_jit.compile.duration``, seconds: 0.001); ``None`` for a
-    name that is not the project's (nv-one-logger's own) or has no name of its own there."""
+    name that is not the project's (nv-one-logger's own, sent as it is) or has no name of its own there
+    (:func:`otel_dropped`)."""
     if name in _IDENTITY:
         return OTEL_NAMESPACE + name, 1.0
     if not name.startswith(_RECORDED):
@@ -285,6 +294,11 @@ def otel_name(name: str) -> tuple[str, float] | None:
     if renamed == name:
         renamed = re.sub(r"_(ms|s)$", "", renamed)
     return OTEL_NAMESPACE + renamed, scale
+
+
+def otel_dropped(name: str) -> bool:
+    """A recorded attribute not sent over OTLP: another name carries its fact (``compile.num_graph_breaks``)."""
+    return name.startswith(_RECORDED) and _RENAMED.get(name, name) is None
 
 
 # The loop spans a compilation span may hang under, innermost first (nv-one-logger names).

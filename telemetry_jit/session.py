@@ -232,7 +232,8 @@ def configure(
     runs, it says so and returns that session; after :func:`shutdown`, it starts a new one (a new run).
 
     Args:
-        app_name: the application name (``service.name`` for OTLP backends).
+        app_name: the application name; over OTLP, ``service.name`` unless ``OTEL_SERVICE_NAME`` (then
+            ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``) names the service.
         file: JSON Lines file to write (see :class:`telemetry_jit.exporters.FileExporter`);
             ``None`` for none.
         otlp: also export over OTLP (see :class:`telemetry_jit.exporters.OTLPExporter`): ``True``
@@ -455,15 +456,20 @@ def _otlp_exporter(
         return None
     from telemetry_jit.exporters.otlp import OTLPExporter
 
+    # the application name is a default the job's environment overrides (OTEL_SERVICE_NAME, then service.name in
+    # OTEL_RESOURCE_ATTRIBUTES): the user cannot leave it out of configure, so it is no choice made in code
+    exporter: OTLPExporter | None = None
     if otlp is True:
-        return OTLPExporter(service_name=app_name, identity=tracker)
-    if isinstance(otlp, str):
-        return OTLPExporter(endpoint=otlp, service_name=app_name, identity=tracker)
-    if isinstance(otlp, dict):
-        return OTLPExporter(**{"service_name": app_name, "identity": tracker, **otlp})
-    if isinstance(otlp, OTLPExporter):
-        otlp.with_service_name(app_name)
-        return otlp
+        exporter = OTLPExporter(identity=tracker)
+    elif isinstance(otlp, str):
+        exporter = OTLPExporter(endpoint=otlp, identity=tracker)
+    elif isinstance(otlp, dict):
+        exporter = OTLPExporter(**{"identity": tracker, **otlp})
+    elif isinstance(otlp, OTLPExporter):
+        exporter = otlp
+    if exporter is not None:
+        exporter.with_service_name(app_name)
+        return exporter
     raise TypeError(
         f"configure(otlp=...) takes True, an endpoint, a dict of OTLPExporter arguments or an OTLPExporter, "
         f"got {type(otlp).__name__}."

@@ -1,9 +1,13 @@
 """The analysis as terminal text: the summary, the comparison of ranks, the diff of two runs. Every line is
-one printable line, wrapped (never cut mid-word) where it is long; a table cell is cut to its width with
-``…``, and the whole text of what it cut is in ``--json`` and the report."""
+one printable line, wrapped (never cut mid-word) where it is long, within the terminal's width (``COLUMNS``,
+else the terminal's own; at most 118 columns of running text) as Lightning's and rich's tables do: a table
+wider than the terminal wraps its widest cells over several lines, and one that cannot fit at all is shown a
+row at a time, one field a line. A table cell is cut at 100 characters with ``…`` (torch's reasons run to
+megabytes); the whole text of what it cut is in ``--json`` and the report."""
 
 from __future__ import annotations
 
+import shutil
 import textwrap
 from collections.abc import Sequence
 
@@ -20,7 +24,20 @@ from telemetry_jit.schema import FILE_FORMAT
 from telemetry_jit.terminal import rank_list
 
 _CELL_LIMIT = 100
-_WIDTH = 118
+_WIDTH = 118  # running text's width on a wide terminal, or where the width is not known (a pipe, a file)
+_MIN_COLUMN = 16  # a table column is not wrapped narrower than its header, its longest word or this
+
+
+def terminal_width() -> int | None:
+    """The terminal's width in columns: ``COLUMNS``, else the width of the terminal standard output is;
+    ``None`` where neither says (output to a pipe or a file: the text keeps its own widths)."""
+    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    return columns if columns > 0 else None
+
+
+def _text_width() -> int:
+    columns = terminal_width()
+    return _WIDTH if columns is None else max(min(_WIDTH, columns), 20)
 
 
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
@@ -31,9 +48,11 @@ def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
-def wrapped(text: object, indent: str, width: int = _WIDTH) -> list[str]:
-    """``text`` as printable lines of at most ``width`` characters, the first starting with ``indent`` (``"  1. "``),
-    the others indented two deeper than it: never cut mid-word, nothing left out (up to 4,000 characters)."""
+def wrapped(text: object, indent: str, width: int | None = None) -> list[str]:
+    """``text`` as printable lines of at most ``width`` characters (default: the terminal's, at most 118), the
+    first starting with ``indent`` (``"  1. "``), the others indented two deeper than it: never cut mid-word,
+    nothing left out (up to 4,000 characters)."""
+    width = _text_width() if width is None else width
     printable = "".join(c if c.isprintable() else "?" for c in " ".join(str(text).split())[:4000])
     rest = " " * (len(indent) + 2)
     return textwrap.wrap(
@@ -44,9 +63,71 @@ def wrapped(text: object, indent: str, width: int = _WIDTH) -> list[str]:
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     cells = [[str(h) for h in headers], *[[one_line(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * width for width in widths))
+    columns = terminal_width()
+    room = None if columns is None else columns - 2 - 2 * (len(widths) - 1)  # the indent, the gaps
+    narrowed = room is not None and sum(widths) > room
+    if room is not None and narrowed:
+        fitting = _narrowed(widths, _floors(cells, widths), room)
+        if fitting is None:
+            return _rows_one_field_a_line(cells, columns or _WIDTH)
+        widths = fitting
+    lines = []
+    for number, row in enumerate(cells):
+        parts = [
+            textwrap.wrap(c, w, break_on_hyphens=False) or [""] if narrowed else [c]
+            for c, w in zip(row, widths, strict=True)
+        ]
+        for depth in range(max(len(part) for part in parts)):
+            texts = [part[depth] if depth < len(part) else "" for part in parts]
+            lines.append("  ".join(t.ljust(width) for t, width in zip(texts, widths, strict=True)).rstrip())
+        if number == 0:
+            lines.append("  ".join("-" * width for width in widths))
     return ["  " + line for line in lines]
+
+
+def _floors(cells: list[list[str]], widths: list[int]) -> list[int]:
+    """How narrow each column may be wrapped: its header and its longest word stay whole (up to
+    :data:`_MIN_COLUMN`), so that no word is split."""
+    longest = [max(len(word) for row in cells for word in row[i].split() or [""]) for i in range(len(widths))]
+    return [min(width, max(len(cells[0][i]), min(longest[i], _MIN_COLUMN))) for i, width in enumerate(widths)]
+
+
+def _narrowed(widths: list[int], floors: list[int], room: int) -> list[int] | None:
+    """Column widths within ``room``, the one with the most to give narrowed first, none below its floor;
+    ``None`` when even the floors do not fit."""
+    if sum(floors) > room:
+        return None
+    widths = list(widths)
+    while sum(widths) > room:
+        widest = max(range(len(widths)), key=lambda i: widths[i] - floors[i])
+        widths[widest] -= 1
+    return widths
+
+
+def _rows_one_field_a_line(cells: list[list[str]], width: int) -> list[str]:
+    """A table too wide for the terminal whichever way it is wrapped: each row by itself, a field a line."""
+    headers, *rows = cells
+    lines: list[str] = []
+    for row in rows:
+        for number, (header, cell) in enumerate(zip(headers, row, strict=True)):
+            lines += wrapped(f"{header}: {cell}", "  - " if number == 0 else "    ", width)
+    return lines
+
+
+def _fitted(lines: list[str]) -> str:
+    """The lines as one text, each line longer than the terminal wrapped under its own indent (tables and
+    running text fit already; this holds the rest: headings, figures written as one line)."""
+    columns = terminal_width()
+    if columns is None:
+        return "\n".join(lines)
+    fitted: list[str] = []
+    for line in lines:
+        if len(line) <= columns:
+            fitted.append(line)
+            continue
+        indent = line[: len(line) - len(line.lstrip())]
+        fitted += wrapped(line.strip(), indent, max(columns, 20))
+    return "\n".join(fitted)
 
 
 def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -> str:
@@ -80,7 +161,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
     for figure in words.figures(s):
         lines += wrapped(figure, "  ")
     if not s.digest.compilations:
-        return "\n".join([*lines, "  no compilation happened in this run"])
+        return _fitted([*lines, "  no compilation happened in this run"])
     lines += ["", "  per frame:", *_table(words.FRAME_HEADERS, words.frame_rows(s))]
     if s.thunder_rows:
         lines += ["", "  thunder cache:", *_table(words.THUNDER_HEADERS, s.thunder_rows)]
@@ -95,7 +176,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
             "breaks)",
             *_table(words.DDP_HEADERS, words.ddp_rows(s)),
         ]
-    return "\n".join(lines)
+    return _fitted(lines)
 
 
 def format_fleet(fleet: Fleet, limit: int = 6) -> str:
@@ -141,7 +222,7 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
             if group.difference
             for line in wrapped(f"{rank_list(group.ranks)}: {group.difference}", "    ")
         ]
-    return "\n".join(lines)
+    return _fitted(lines)
 
 
 _OUT_OF_STEP = {  # kind -> what one is, what several are
@@ -185,7 +266,7 @@ def _share(share: float | None) -> str:
 
 def format_cold_start(cold: ColdStart) -> str:
     """The compile-cache misses a run had where its baseline had the graphs, and why; "" where none."""
-    return "\n".join(_cold_start_lines(cold))
+    return _fitted(_cold_start_lines(cold))
 
 
 def _cold_start_lines(cold: ColdStart) -> list[str]:
@@ -291,4 +372,4 @@ def format_diff(result: RunDiff) -> str:
         )
         lines += [f"      new recompile reason: {one_line(r)}" for r in sorted(n.reasons.keys() - b.reasons.keys())]
         lines += [f"      gone recompile reason: {one_line(r)}" for r in sorted(b.reasons.keys() - n.reasons.keys())]
-    return "\n".join(lines)
+    return _fitted(lines)

@@ -22,6 +22,9 @@ TIME_ORIGIN = (
     "baseTimeNanoseconds"
 )
 _OWN_TID = 1
+# tracks of no process (torch's compile trace puts everything on pid 0) are numbered above the largest pid Linux
+# can give (PID_MAX_LIMIT, 2**22), so that none looks like, or lands on, a real process's track
+_NO_PROCESS_PIDS = 2**22
 
 
 def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
@@ -121,7 +124,8 @@ def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
 
 def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
     """Another tool's trace in absolute time: a ``torch.profiler`` export's times are relative to its
-    ``baseTimeNanoseconds``; torch's compile trace puts everything on pid 0, which gets a free pid and a name."""
+    ``baseTimeNanoseconds``; torch's compile trace puts everything on pid 0, which gets a number no process can
+    have (above Linux's largest pid) and a name saying so."""
     base_us = 0.0
     if isinstance(document, dict) and isinstance(document.get("baseTimeNanoseconds"), (int, float)):
         base_us = document["baseTimeNanoseconds"] / 1000
@@ -132,12 +136,19 @@ def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
         if isinstance(event.get("ts"), (int, float)) and event.get("ph") != "M":
             event["ts"] = event["ts"] + base_us
         if event.get("pid") in (0, None):  # a pid of a real process stays: the profile of a run's process joins it
-            pid = renamed.setdefault(event.get("pid"), max(taken, default=0) + 1)
+            pid = renamed.setdefault(event.get("pid"), max(_NO_PROCESS_PIDS, *taken) + 1)
             taken.add(pid)
             event["pid"] = pid
         events.append(event)
     events += [
-        {"ph": "M", "name": "process_name", "ts": 0, "pid": pid, "tid": 0, "args": {"name": f"{name} (pid {old})"}}
+        {
+            "ph": "M",
+            "name": "process_name",
+            "ts": 0,
+            "pid": pid,
+            "tid": 0,
+            "args": {"name": f"{name} (no process: pid {old} in that file)"},
+        }
         for old, pid in renamed.items()
     ]
     return events

@@ -208,6 +208,10 @@ def health_losses(run: TelemetryRun) -> list[str]:
             total = int(number(counts.get("spans")))
             of = f" of {total}" if total else ""
             losses.append(f"{exporter}: {dropped}{of} not delivered, {failed} calls failed")
+        metrics_failed = int(number(counts.get("metric_exports_failed")))
+        if metrics_failed:  # the other signal: metrics (a backend that takes traces only refuses every export)
+            exports = int(number(counts.get("metric_exports")))
+            losses.append(f"{exporter}: {metrics_failed} of {counted(exports, 'metric export')} failed")
     return losses
 
 

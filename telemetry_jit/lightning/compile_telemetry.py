@@ -48,7 +48,7 @@ class CompileTelemetryCallback(Callback):
         console_all_ranks: use the console on every rank, not only on rank zero.
         skew_warning_s: on several ranks, rank zero warns when the ranks' compile times at a loop's
             end lie further apart than this (their peers wait that long at the next collective).
-        log_figures: log compile figures (``compile/time_s``, ``compile/compilations``, ...) to the
+        log_figures: log compile figures (``compile/time_s``, ``compile/frame_compiles``, ...) to the
             trainer's loggers at the step they happened, when it has loggers.
         log_figures_per_rank: on several ranks, also every rank's compilations and compile seconds at
             each loop's end (``compile/rank<R>/compilations``, ``compile/rank<R>/total_time_s``).
@@ -165,14 +165,15 @@ class CompileTelemetryCallback(Callback):
             if stage != "sanity_check":  # before the first training epoch, which JitTransform compiles for
                 self.recorder.check_compiled_modules(_with_selectors(pl_module))
         self.recorder.batch_started(self._steps.completed, batch_idx, stage, self.loader)
-        if self._figures is not None:
-            self._log_figures(trainer)
+        if self._figures is not None and self._figures.pending:
+            position = _position(trainer, self)  # the step this batch logs at: the steps before it are over
+            self._log_figures(position.global_step if position.log_step is None else position.log_step)
 
-    def _log_figures(self, trainer: pl.Trainer) -> None:
-        """Each step's compile figures to the trainer's loggers, at that step (Lightning's loggers log
-        on rank zero)."""
+    def _log_figures(self, current_step: int | None = None) -> None:
+        """Each step's compile figures to the trainer's loggers, at that step, once it is over (``None``: the
+        loop ended, all of them); Lightning's loggers log on rank zero."""
         assert self._figures is not None
-        for step, metrics in self._figures.take(self.recorder.stats):
+        for step, metrics in self._figures.take(self.recorder.stats, current_step):
             self.log(metrics, step)
 
     def log(self, metrics: dict[str, float], step: int) -> None:
@@ -212,6 +213,8 @@ class CompileTelemetryCallback(Callback):
             self._session, TrainingSpanName.VALIDATION_LOOP
         )
         self.last_stats = self.recorder.emit_summary(loop)
+        if self._figures is not None:
+            self._log_figures()  # the steps that compiled before the failure
 
     def _summarize(self, trainer: pl.Trainer, loop_name: str) -> None:
         by_rank = None
@@ -233,7 +236,7 @@ class CompileTelemetryCallback(Callback):
                         log(rank_figures(by_rank), step=trainer.global_step)
         self.last_stats = self.recorder.emit_summary(active_span(self._session, loop_name), by_rank)
         if self._figures is not None:
-            self._log_figures(trainer)
+            self._log_figures()
             for logger in trainer.loggers:
                 _totals_in_summary(logger, self.recorder.stats)
 

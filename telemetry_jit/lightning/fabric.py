@@ -15,7 +15,7 @@ class FabricCompileTelemetry(CompileTelemetry):
     Fabric calls a callback's methods when your loop says ``fabric.call(name, ...)``; these are the
     names it answers to. Given the ``Fabric`` object at ``on_train_start``, every record carries this
     process's rank, each rank writes its own file, and when Fabric has loggers the compile figures
-    (``compile/time_s``, ``compile/compilations``, ...) go to them with ``fabric.log_dict`` at their step.
+    (``compile/time_s``, ``compile/frame_compiles``, ...) go to them with ``fabric.log_dict`` at their step.
 
     Example::
 
@@ -48,8 +48,8 @@ class FabricCompileTelemetry(CompileTelemetry):
     @guarded
     def on_train_batch_start(self, step: int, *args: Any, **kwargs: Any) -> None:
         self.step(step)
-        if self._figures is not None:
-            self._log_figures()
+        if self._figures is not None and self._figures.pending:
+            self._log_figures(self.global_step)
 
     @guarded
     def on_train_end(self, *args: Any, **kwargs: Any) -> None:
@@ -60,9 +60,10 @@ class FabricCompileTelemetry(CompileTelemetry):
             if self.last_payoff.measured:
                 self._log(payoff_figures(self.last_payoff), step=self.global_step)
 
-    def _log_figures(self) -> None:
+    def _log_figures(self, current_step: int | None = None) -> None:
+        """Each step's figures once it is over (``None``: the loop ended): one value per key per step."""
         assert self._figures is not None and self._log is not None
-        for step, metrics in self._figures.take(self._recorder.stats):
+        for step, metrics in self._figures.take(self._recorder.stats, current_step):
             self._log(metrics, step=step)
 
     @guarded
@@ -70,3 +71,5 @@ class FabricCompileTelemetry(CompileTelemetry):
         """Call it as ``fabric.call("on_exception", error)`` when the loop fails: what compiled is kept,
         the failed compile is marked with the error."""
         self.__exit__(type(exception), exception, exception.__traceback__)
+        if self._figures is not None and self._log is not None:
+            self._log_figures()  # the steps that compiled before the failure

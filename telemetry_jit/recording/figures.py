@@ -54,45 +54,57 @@ class GuardedLog:
 
 class CompileFigures(CompileListener):
     """The compile seconds of each step that compiled, ready to log at that step with the run's totals
-    (the recorder's :class:`CompileStats`) as they are then.
+    (the recorder's :class:`CompileStats`) as they are then: one value per key per step, so a step is given
+    out once it is over (a later step began, or the loop ended); validation's compiles count at the step
+    Lightning logs validation's metrics at.
 
     Example::
 
         figures = CompileFigures()
         recorder.listeners.append(figures)
         ...
-        for step, metrics in figures.take(recorder.stats):
-            logger.log_metrics(metrics, step=step)  # {"compile/time_s": 1.9, "compile/compilations": 2, ...}
+        for step, metrics in figures.take(recorder.stats, current_step=step):
+            logger.log_metrics(metrics, step=step)  # {"compile/time_s": 1.9, "compile/frame_compiles": 2, ...}
     """
 
     def __init__(self) -> None:
         self._pending: dict[int, float] = {}  # step -> compile seconds in it, not yet taken
         self._last: tuple[int, float] = (-1, 0.0)  # the last step taken and its seconds so far
 
+    @property
+    def pending(self) -> bool:
+        return bool(self._pending)
+
     def recorded(self, record: CompileRecord) -> None:
         context = record.context
         step = 0 if context is None else context.global_step if context.log_step is None else context.log_step
         self._pending[step] = self._pending.get(step, 0.0) + record.duration_ms / 1000
 
-    def take(self, stats: CompileStats) -> list[tuple[int, dict[str, float]]]:
-        """The figures of each step that compiled since the last call, by step: that step's compile
-        seconds and ``stats``' totals."""
-        if not self._pending:
+    def take(self, stats: CompileStats, current_step: int | None = None) -> list[tuple[int, dict[str, float]]]:
+        """The figures of each step that compiled and is over, by step: that step's compile seconds and
+        ``stats``' totals. ``current_step``: the step about to run (earlier ones are over); ``None``: the loop
+        ended, every step is over."""
+        over = [step for step in self._pending if current_step is None or step < current_step]
+        if not over:
             return []
-        pending, self._pending = self._pending, {}
+        pending = {step: self._pending.pop(step) for step in sorted(over)}
         last_step, last_seconds = self._last
-        if last_step in pending:  # logged again at a step already logged (training, then its validation):
+        if last_step in pending:  # a step given out before compiled again (another loop at the same step):
             pending[last_step] += last_seconds  # the figure at a step is all of that step's compiling
         self._last = max(pending.items())
-        totals = {
+        totals: dict[str, float] = {
             f"{PREFIX}total_time_s": round(stats.total_time_ms / 1000, 6),
-            f"{PREFIX}compilations": stats.count,
+            f"{PREFIX}frame_compiles": stats.frame_compiles,
+            f"{PREFIX}backward_graphs": stats.backward_graphs,
             f"{PREFIX}recompiles": stats.recompile_count,
             f"{PREFIX}graph_breaks": stats.graph_break_count,
-            f"{PREFIX}cache_hits": stats.cache_hits,
-            f"{PREFIX}cache_time_saved_s": round(stats.cache_time_saved_s, 6),
         }
-        return [(step, {f"{PREFIX}time_s": seconds, **totals}) for step, seconds in sorted(pending.items())]
+        if stats.thunder_compiles:
+            totals[f"{PREFIX}thunder_compiles"] = stats.thunder_compiles
+        if stats.cache_hits or stats.cache_misses:  # only where the backend has a cache (inductor's, AOTAutograd's)
+            totals[f"{PREFIX}cache_hits"] = stats.cache_hits
+            totals[f"{PREFIX}cache_time_saved_s"] = round(stats.cache_time_saved_s, 6)
+        return [(step, {f"{PREFIX}time_s": seconds, **totals}) for step, seconds in pending.items()]
 
 
 def rank_figures(by_rank: RankTotals) -> dict[str, float]:

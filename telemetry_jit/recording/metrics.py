@@ -13,7 +13,7 @@ from opentelemetry.sdk.metrics import MeterProvider as SdkMeterProvider
 from telemetry_jit.exporters.protocols import SendsMetrics
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
-from telemetry_jit.schema import CompileAttr, MetricName, otel_name
+from telemetry_jit.schema import COMPILE_DURATION_BOUNDS, CompileAttr, MetricName, otel_name
 
 
 def meter_providers(exporters: Iterable[object]) -> list[MeterProvider]:
@@ -37,7 +37,9 @@ class CompileMetrics(CompileListener):
     """
 
     def __init__(self, meter_provider: MeterProvider) -> None:
-        meter: Meter = meter_provider.get_meter("telemetry_jit")
+        from telemetry_jit import __version__
+
+        meter: Meter = meter_provider.get_meter("telemetry_jit", __version__)
         self.compilations = meter.create_counter(
             MetricName.COMPILATIONS, unit="{compilation}", description="Compilations, recompilations included"
         )
@@ -48,7 +50,10 @@ class CompileMetrics(CompileListener):
             MetricName.GRAPH_BREAKS, unit="{graph_break}", description="Graph breaks met while compiling"
         )
         self.compile_time = meter.create_histogram(
-            MetricName.COMPILE_DURATION, unit="s", description="Time each compilation took"
+            MetricName.COMPILE_DURATION,
+            unit="s",
+            description="Time each compilation took",
+            explicit_bucket_boundaries_advisory=list(COMPILE_DURATION_BOUNDS),
         )
 
     def recorded(self, record: CompileRecord) -> None:
@@ -57,13 +62,8 @@ class CompileMetrics(CompileListener):
             CompileAttr.SOURCE: record.source,
             "rank": record.context.rank if record.context is not None else 0,
         }
-        # OpenTelemetry's names (telemetry_jit.compile.frame, ...) and, for one release, the old ones: the same
-        # series, the old labels beside the new
-        attributes = dict(recorded)
-        for key, value in recorded.items():
-            renamed = otel_name(key)
-            if renamed is not None:
-                attributes[renamed[0]] = value
+        # OpenTelemetry's names only (telemetry_jit.compile.frame, ...): one label per fact
+        attributes = {(otel_name(key) or (key, 1.0))[0]: value for key, value in recorded.items()}
         self.compilations.add(1, attributes)
         if record.is_frame_recompile:
             self.recompilations.add(1, attributes)

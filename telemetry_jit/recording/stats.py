@@ -25,6 +25,9 @@ class CompileStats(CompileListener):
     """
 
     count: int = 0
+    frame_compiles: int = 0  # as the summary counts them: dynamo's (or a plug-in backend's) frame compiles,
+    backward_graphs: int = 0  # the backward graphs compiled at a frame's first backward,
+    thunder_compiles: int = 0  # and thunder's, apart
     recompile_count: int = 0
     graph_break_count: int = 0
     ddp_graph_splits: int = 0
@@ -43,6 +46,9 @@ class CompileStats(CompileListener):
 
     def recorded(self, record: CompileRecord) -> None:
         self.count += 1
+        self.backward_graphs += record.trigger == "lazy_backward"
+        self.thunder_compiles += record.trigger == "thunder"
+        self.frame_compiles += record.trigger not in ("lazy_backward", "thunder")
         self.total_time_ms += record.duration_ms
         self.graph_break_count += len(record.graph_breaks)
         self.ddp_graph_splits += record.ddp_graph_splits

@@ -75,7 +75,7 @@ class Received:
                         kind = metric.WhichOneof("data")
                         for point in getattr(metric, kind).data_points:
                             attributes = _attributes(point.attributes)
-                            if kind == "histogram":
+                            if kind in ("histogram", "exponential_histogram"):
                                 value, count = point.sum, point.count
                             else:
                                 value, count = point.as_double or point.as_int, 0
@@ -149,8 +149,9 @@ class GrpcReceiver(trace_service_pb2_grpc.TraceServiceServicer):
 
 class HttpReceiver:
     """OTLP/HTTP (protobuf) on 127.0.0.1, paths ``/v1/traces`` and ``/v1/metrics``; a request larger
-    than ``max_bytes`` is refused with 413, as collectors configured with a body limit do, and the first
-    ``refuse_first`` trace requests with 400 (a collector that cannot take them yet; not retried)."""
+    than ``max_bytes`` is refused with 413, as collectors configured with a body limit do, the first
+    ``refuse_first`` trace requests with 400 (a collector that cannot take them yet; not retried), and with
+    ``traces_only`` every metrics request with 405 (a backend that takes traces only)."""
 
     def __init__(
         self,
@@ -159,6 +160,7 @@ class HttpReceiver:
         port: int = 0,
         max_bytes: int = 0,
         refuse_first: int = 0,
+        traces_only: bool = False,
     ) -> None:
         self.received = Received()
         received = self.received
@@ -170,6 +172,12 @@ class HttpReceiver:
                 body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 restarting = self.path == "/v1/traces" and refusals[0] > 0
                 refusals[0] -= restarting
+                if traces_only and self.path == "/v1/metrics":
+                    received.refused += 1
+                    self.send_response(405, "Method Not Allowed")
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 if restarting or (max_bytes and len(body) > max_bytes):
                     received.refused += 1
                     self.send_response(400 if restarting else 413, "Not Yet" if restarting else "Too Large")

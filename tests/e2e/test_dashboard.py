@@ -85,6 +85,8 @@ def test_every_dashboard_query_names_real_spans_and_attributes(tmp_path: Path) -
             assert set(re.findall(r"telemetry_jit_\w+", target["expr"])) - labels <= metrics, panel["title"]
             for label in re.findall(r"by \(([^)]*)\)", target["expr"])[0].split(","):
                 assert label.strip() in labels and label.strip().startswith("telemetry_jit_"), (panel["title"], label)
+            for label in re.findall(r"\{\{(\w+)\}\}", target.get("legendFormat", "")):  # a legend names labels sent
+                assert label in labels, (panel["title"], label)
     for panel in [p for p in dashboard["panels"] if p["datasource"]["type"] == "tempo"]:
         query = panel["targets"][0]["query"]
         for name in re.findall(r'(?<![:\w])name = "([^"]+)"', query):

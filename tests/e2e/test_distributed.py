@@ -124,13 +124,17 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
 
     # OTLP: both ranks' spans side by side in one trace
     received = receiver.received.spans()
-    assert {s.attributes["rank"] for s in received} == {0, 1}
-    assert len({s.trace_id for s in received if s.attributes["world_size"] == 2}) == 1
+    assert {s.attributes["telemetry_jit.rank"] for s in received} == {0, 1}
+    assert len({s.trace_id for s in received if s.attributes["telemetry_jit.world_size"] == 2}) == 1
+    # each process is its own service instance (semantic conventions): each rank, and ddp_spawn's launcher
+    instances = {(s.resource["service.instance.id"], s.resource["process.pid"]) for s in received}
+    assert len({i for i, _ in instances}) == len({pid for _, pid in instances}) == len(instances) >= 2
+    assert len({s.resource["telemetry_jit.run_id"] for s in received}) == 1
     compiles = [s for s in received if s.name == "compilation"]
-    assert sorted(s.attributes["rank"] for s in compiles) == [0] * counts[0] + [1] * counts[1]
+    assert sorted(s.attributes["telemetry_jit.rank"] for s in compiles) == [0] * counts[0] + [1] * counts[1]
     # what rank 0's watcher said, as a span of its own: delivered while the job ran, not at its end
     said_over_otlp = [s for s in received if s.name == "ranks_out_of_step"]
-    assert [(s.attributes["rank"], s.attributes["telemetry_jit.ranks.kind"]) for s in said_over_otlp] == [
+    assert [(s.attributes["telemetry_jit.rank"], s.attributes["telemetry_jit.ranks.kind"]) for s in said_over_otlp] == [
         (0, "divergent_graph")
     ]
     assert said_over_otlp[0].attributes["telemetry_jit.ranks.ranks"] == [1]

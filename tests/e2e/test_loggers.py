@@ -24,7 +24,8 @@ from tests.models import TRAINER_DEFAULTS, Net, loader
 
 pytestmark = pytest.mark.any_torch
 
-FIGURES = ("time_s", "total_time_s", "compilations", "recompiles", "graph_breaks", "cache_hits")
+FIGURES = ("time_s", "total_time_s", "frame_compiles", "backward_graphs", "recompiles", "graph_breaks")
+NO_CACHE = ("cache_hits", "cache_time_saved_s")  # the eager backend has no compile cache: no such series
 
 
 def _fit(telemetry: Telemetry, logger: object, log_figures: bool = True) -> telemetry_jit.analysis.reader.TelemetryRun:
@@ -52,19 +53,26 @@ def _expected(run: telemetry_jit.analysis.reader.TelemetryRun) -> dict[int, floa
     return dict(by_step)
 
 
-def _csv_figures(path: Path) -> tuple[dict[str, dict[int, float]], list[str]]:
+Logged = dict[str, dict[int, list[float]]]  # figure -> step -> every value logged at that step
+
+
+def _csv_figures(path: Path) -> tuple[Logged, list[str]]:
     """A CSV logger's ``compile/`` figures by name and step, and all its columns."""
-    logged: dict[str, dict[int, float]] = defaultdict(dict)
+    logged: Logged = defaultdict(lambda: defaultdict(list))
     with open(path) as file:
         rows = csv.DictReader(file)
         for row in rows:
             for key, value in row.items():
                 if key.startswith("compile/") and value != "":
-                    logged[key][int(row["step"])] = float(value)
+                    logged[key][int(row["step"])].append(float(value))
     return logged, list(rows.fieldnames or [])
 
 
-def _check(logged: dict[str, dict[int, float]], run: telemetry_jit.analysis.reader.TelemetryRun) -> None:
+def _check(values: Logged, run: telemetry_jit.analysis.reader.TelemetryRun) -> None:
+    # one value per key per step, as the logger's own reader gives them back
+    assert {(key, step): len(v) for key, by_step in values.items() for step, v in by_step.items() if len(v) != 1} == {}
+    assert not [key for key in values if key.removeprefix("compile/") in NO_CACHE and values[key]]
+    logged = {key: {step: v[0] for step, v in by_step.items()} for key, by_step in values.items()}
     expected = _expected(run)
     assert len(expected) >= 2  # the first step, and the smaller last batch
     assert set(logged["compile/time_s"]) == set(expected)  # at the steps the compiles happened
@@ -72,7 +80,12 @@ def _check(logged: dict[str, dict[int, float]], run: telemetry_jit.analysis.read
         assert logged["compile/time_s"][step] == pytest.approx(seconds, abs=1e-3)
     last = max(expected)
     compiles = run.find("compilation")
-    assert logged["compile/compilations"][last] == len(compiles)
+    digest = summarize(run).digest  # the summary's words and counts: frame compiles, backward graphs apart
+    assert (logged["compile/frame_compiles"][last], logged["compile/backward_graphs"][last]) == (
+        digest.frame_compiles,
+        digest.backward_graphs,
+    )
+    assert digest.frame_compiles + digest.backward_graphs == len(compiles)
     assert logged["compile/recompiles"][last] == summarize(run).digest.recompiles  # frames, as torch counts
     assert logged["compile/graph_breaks"][last] == sum(s.attributes["compile.graph_breaks"] for s in compiles)
     assert logged["compile/total_time_s"][last] == pytest.approx(sum(expected.values()), abs=1e-3)
@@ -87,7 +100,10 @@ def test_tensorboard_holds_the_compile_figures_at_their_steps(telemetry: Telemet
     events = EventAccumulator(logger.log_dir)
     events.Reload()
     assert {f"compile/{name}" for name in FIGURES} <= set(events.Tags()["scalars"])
-    logged = {tag: {e.step: e.value for e in events.Scalars(tag)} for tag in events.Tags()["scalars"]}
+    logged: Logged = defaultdict(lambda: defaultdict(list))
+    for tag in events.Tags()["scalars"]:
+        for event in events.Scalars(tag):
+            logged[tag][event.step].append(event.value)
     _check(logged, run)
 
 
@@ -113,10 +129,10 @@ def test_mlflow_holds_the_compile_figures_at_their_steps(
     logger = MLFlowLogger(experiment_name="compile", tracking_uri=uri)
     run = _fit(telemetry, logger)
     client = MlflowClient(tracking_uri=uri)
-    logged = {
-        name: {m.step: m.value for m in client.get_metric_history(logger.run_id, name)}
-        for name in (f"compile/{figure}" for figure in FIGURES)
-    }
+    logged: Logged = defaultdict(lambda: defaultdict(list))
+    for name in (f"compile/{figure}" for figure in (*FIGURES, *NO_CACHE)):
+        for metric in client.get_metric_history(logger.run_id, name):
+            logged[name][metric.step].append(metric.value)
     _check(logged, run)
 
 
@@ -243,7 +259,7 @@ def test_weights_and_biases_summary_holds_the_runs_compile_total(telemetry: Tele
     total = sum(s.attributes["compile.duration_ms"] for s in run.find("compilation")) / 1000
     assert summary["compile/total_time_s"] == pytest.approx(total, abs=1e-3)
     assert summary["compile/time_s"] == pytest.approx(total, abs=1e-3)  # not the last step's seconds
-    assert summary["compile/compilations"] == len(run.find("compilation"))
+    assert summary["compile/frame_compiles"] == summarize(run).digest.frame_compiles
 
 
 class LoggedLoss(Net):
@@ -282,3 +298,34 @@ def test_a_mid_epoch_recompiles_figures_reach_the_logger_before_any_later_step(t
     for index in figures_at:
         step = calls[index][0]
         assert all(earlier <= step for earlier, _ in calls[:index]), calls
+
+
+class FailsAfterTheRecompile(Net):
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        if batch_idx == 2:  # the smaller last batch has just recompiled
+            raise RuntimeError("a bug after the recompile")
+        return loss
+
+
+def test_a_failed_fit_still_logs_the_compiles_of_the_step_it_failed_in(telemetry: Telemetry, tmp_path: Path) -> None:
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path / "csv", name="run")
+    HookedTrainer = telemetry_jit.hook_trainer_cls(
+        pl.Trainer,
+        telemetry.provider,
+        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}),
+        live=False,
+    )[0]
+    with pytest.raises(RuntimeError, match="a bug after the recompile"):
+        HookedTrainer(max_epochs=1, **{**TRAINER_DEFAULTS, "logger": logger}).fit(
+            FailsAfterTheRecompile(), loader(10, 4)
+        )
+    run = telemetry.end()
+    logged, _ = _csv_figures(Path(logger.log_dir) / "metrics.csv")
+    expected = _expected(run)
+    assert 2 in expected  # the recompile, in the step that failed
+    assert {step: values for step, values in logged["compile/time_s"].items()} == {
+        step: [pytest.approx(seconds, abs=1e-3)] for step, seconds in expected.items()
+    }

@@ -24,7 +24,7 @@ from packaging.version import Version
 import telemetry_jit
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.exporters import OTLPExporter
-from telemetry_jit.schema import ONLY_NEW_NAMES, otel_name
+from telemetry_jit.schema import otel_dropped, otel_name
 from tests.e2e.conftest import fresh_provider_state
 from tests.e2e.otlp_receivers import (
     GrpcReceiver,
@@ -117,24 +117,15 @@ def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: P
         else:
             assert by_id[wire.parent_span_id].name == parent.name
             assert by_id[wire.parent_span_id].start_unix_ns == parent.start_unix_ns
-        # the file's names, kept for one release, and OpenTelemetry's: the project's namespace, seconds
-        assert legacy(wire.attributes) == {
-            **span.attributes,
-            "rank": 0,
-            "local_rank": 0,
-            "world_size": 1,
-            "node": socket.gethostname(),
-        }
-        # each error event also goes out as OpenTelemetry's exception event; facts recorded after the rename
-        # (a fallback's cost, a cache look-up) go out under OpenTelemetry's names only
-        assert [(n, legacy(a)) for n, _, a in wire.events if n != "exception"] == [
-            (e.name, {k: v for k, v in e.attributes.items() if not k.startswith(ONLY_NEW_NAMES)}) for e in span.events
+        # OpenTelemetry's names only (the project's namespace, seconds), one name per fact, no empty text
+        identity = {"rank": 0, "local_rank": 0, "world_size": 1, "node": socket.gethostname()}
+        failed = {"error.type": wire.attributes.get("error.type")} if any(e.is_error for e in span.events) else {}
+        assert wire.attributes == {**on_the_wire({**span.attributes, **identity}), **failed}
+        assert wire.status_code == (2 if failed else 0) and failed.get("error.type", "") is not None
+        # an error goes out as OpenTelemetry's exception event (nv-one-logger's own error event is not sent)
+        assert [(n, a) for n, _, a in wire.events if n != "exception"] == [
+            (e.name, on_the_wire(e.attributes)) for e in span.events if e.name != "error"
         ]
-        for (_, _, attributes), event in zip([e for e in wire.events if e[0] != "exception"], span.events, strict=True):
-            for key, value in event.attributes.items():
-                if key.startswith(ONLY_NEW_NAMES):
-                    name, scale = otel_name(key) or (key, 1.0)
-                    assert attributes[name] == (pytest.approx(value * scale) if scale != 1.0 else value), key
         assert sum(n == "exception" for n, _, _ in wire.events) == sum(e.is_error for e in span.events)
         conventional = [key for key in wire.attributes if key.startswith("telemetry_jit.")]
         assert "telemetry_jit.rank" in conventional and not [key for key in conventional if key.endswith(("_ms", "_s"))]
@@ -151,8 +142,10 @@ def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: P
     assert resource["process.pid"] == os.getpid()
     assert resource["host.name"] == socket.gethostname()
     # the installed release; torch.__version__ may add a local label (2.15.0+cu132)
-    assert Version(resource["version.torch"]).release == Version(torch.__version__).release
-    assert all(s.attributes["rank"] == 0 and s.attributes["world_size"] == 1 for s in received)
+    assert Version(resource["telemetry_jit.version.torch"]).release == Version(torch.__version__).release
+    assert all(
+        s.attributes["telemetry_jit.rank"] == 0 and s.attributes["telemetry_jit.world_size"] == 1 for s in received
+    )
 
     # credentials reach the receiver as a header, and nowhere else
     assert receiver.received.metadata[0]["authorization"] == SECRET
@@ -161,8 +154,22 @@ def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: P
     assert "s3cr3t" not in repr(exporter)
 
 
-def legacy(attributes: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in attributes.items() if not key.startswith("telemetry_jit.")}
+def on_the_wire(recorded: dict[str, Any]) -> dict[str, Any]:
+    """The attributes a backend should get for ``recorded`` (the file's): each fact once, under OpenTelemetry's
+    name, in seconds; no empty text."""
+    wire: dict[str, Any] = {}
+    for key, value in recorded.items():
+        if value == "" or otel_dropped(key):
+            continue
+        name, scale = otel_name(key) or (key, 1.0)
+        wire[name] = (
+            value
+            if scale == 1.0 or isinstance(value, bool)
+            else pytest.approx(value * scale)
+            if not isinstance(value, list)
+            else pytest.approx([v * scale for v in value])
+        )
+    return wire
 
 
 def free_port() -> int:
@@ -197,7 +204,9 @@ def test_collector_down_from_the_start_costs_one_warning_not_the_run(
     assert fit_seconds < plain_seconds + 2.0, (fit_seconds, plain_seconds)
     ours = [str(w.message) for w in caught if "OTLPExporter" in str(w.message)]
     # telemetry-jit says it once when it happens (with OpenTelemetry's own reason), and counts it at the end
-    assert len(ours) == 2 and "could not deliver spans (" in ours[0] and "spans delivered" in ours[1]
+    spans = [line for line in ours if "metrics" not in line]
+    assert len(spans) == 2 and "could not deliver spans (" in spans[0] and "spans delivered" in spans[1]
+    assert len([line for line in ours if "could not deliver metrics" in line]) == 1  # the other signal, once
     written = file_run(tmp_path)  # the other exporter received everything
     assert written.find("compilation") and exporter.dropped == len(written.spans)
     # OpenTelemetry's own lines ("Transient error ... retrying") stay off the console: telemetry-jit said it
@@ -521,7 +530,11 @@ def test_compile_metrics_reach_a_real_otlp_metrics_receiver_next_to_the_spans(
         by_name.setdefault(point.name, []).append(point)
 
     def total(name: str, frame: str | None = None) -> float:
-        return sum(p.value for p in by_name.get(name, []) if frame is None or p.attributes["compile.frame"] == frame)
+        return sum(
+            p.value
+            for p in by_name.get(name, [])
+            if frame is None or p.attributes["telemetry_jit.compile.frame"] == frame
+        )
 
     assert total("telemetry_jit.compilations") == len(compiles) > 0
     for frame in {s.attributes["compile.frame"] for s in compiles}:
@@ -542,7 +555,13 @@ def test_compile_metrics_reach_a_real_otlp_metrics_receiver_next_to_the_spans(
         sum(s.duration_ms for s in compiles) / 1000, rel=0.05, abs=0.01
     )
     assert {p.unit for p in durations} == {"s"}
-    assert all(p.attributes["rank"] == 0 and p.resource["service.name"] == "otlp-app" for p in points)
+    assert all(p.attributes["telemetry_jit.rank"] == 0 and p.resource["service.name"] == "otlp-app" for p in points)
+    # one label per fact: no old names beside OpenTelemetry's
+    assert {key for p in points for key in p.attributes} == {
+        "telemetry_jit.compile.frame",
+        "telemetry_jit.compile.source",
+        "telemetry_jit.rank",
+    }
 
 
 @pytest.mark.parametrize(("kwargs", "env"), [({"metrics": False}, {}), ({}, {"OTEL_METRICS_EXPORTER": "none"})])
@@ -620,9 +639,21 @@ def test_a_failed_fit_reaches_the_backend_as_opentelemetrys_exception_event(conf
         with pytest.raises(ValueError, match="a bug in training_step"):
             HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Failing(), loader(18, 4))
         callback.on_app_end()
+        telemetry_jit.shutdown()
     finally:
         receiver.stop()
     received = receiver.received.spans()
+    # the spans the failure ended, the root application span included: status ERROR and error.type
+    by_name = {s.name: s for s in received}
+    for name in ("application", "training_loop"):
+        assert (by_name[name].status_code, by_name[name].attributes.get("error.type")) == (2, "ValueError"), name
+    meters = {
+        (s.scope.name, s.scope.version)
+        for q in receiver.received.metric_requests
+        for r in q.resource_metrics
+        for s in r.scope_metrics
+    }
+    assert meters == {("telemetry_jit", importlib.metadata.version("telemetry-jit"))}
     exceptions = [(s, a) for s in received for name, _, a in s.events if name == "exception"]
     assert exceptions, [s.events for s in received]
     span, attributes = exceptions[0]
@@ -637,7 +668,7 @@ def test_a_failed_fit_reaches_the_backend_as_opentelemetrys_exception_event(conf
     assert resource["process.runtime.name"] == sys.implementation.name
     assert resource["process.runtime.version"] == platform.python_version()
     assert Version(resource["telemetry_jit.version.torch"]).release == Version(torch.__version__).release
-    assert resource["version.torch"] == resource["telemetry_jit.version.torch"]  # the old name, for one release
+    assert not [key for key in resource if key.startswith("version.")]  # one name per fact
     scope = receiver.received.requests[0].resource_spans[0].scope_spans[0]
     assert (scope.scope.name, scope.scope.version) == ("telemetry_jit", version)
     assert scope.schema_url.startswith("https://opentelemetry.io/schemas/")

@@ -126,15 +126,15 @@ def test_phoenix_shows_a_training_runs_compile_spans(phoenix: str, tmp_path: Pat
     assert sorted(s["name"] for s in spans) == sorted(s.name for s in written.spans.values())
     by_id = {s["context"]["span_id"]: s for s in spans}
     compiles = [s for s in spans if s["name"] == "compilation"]
-    by_compile_id = {flat(s["attributes"])["compile.id"]: flat(s["attributes"]) for s in compiles}
-    for span in written.find("compilation"):
+    by_compile_id = {flat(s["attributes"])["telemetry_jit.compile.id"]: flat(s["attributes"]) for s in compiles}
+    for span in written.find("compilation"):  # under OpenTelemetry's names (docs/telemetry.md, "Names over OTLP")
         shown = by_compile_id[span.attributes["compile.id"]]
         for name in ("compile.frame", "compile.location", "compile.recompile_reason", "train.global_step"):
-            assert shown.get(name, "") == span.attributes[name], name
+            assert shown.get(f"telemetry_jit.{name}", "") == span.attributes[name], name
     assert all(by_id[s["parent_id"]]["name"] in ("training_loop", "validation_loop") for s in compiles)
     assert len({s["context"]["trace_id"] for s in spans}) == 1
     breaks = [flat(e["attributes"]) for s in compiles for e in s["events"] if e["name"] == "graph_break"]
-    assert breaks and all("tests/models.py:" in b["graph_break.location"] for b in breaks)
+    assert breaks and all("tests/models.py:" in b["telemetry_jit.graph_break.location"] for b in breaks)
 
 
 @pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's socket tables")

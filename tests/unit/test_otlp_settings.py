@@ -50,6 +50,8 @@ OTEL_VARIABLES = (
     "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
     "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
     "OTEL_RESOURCE_ATTRIBUTES",
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
 )
 
 
@@ -106,16 +108,13 @@ def test_http_endpoints_follow_the_base_variable(monkeypatch: pytest.MonkeyPatch
         ("OTEL_METRIC_EXPORT_INTERVAL", "-1", "OTEL_METRIC_EXPORT_INTERVAL=-1.0"),
         ("OTEL_METRIC_EXPORT_TIMEOUT", "0", "OTEL_METRIC_EXPORT_TIMEOUT=0.0"),
         ("OTEL_SDK_DISABLED", "maybe", "OTEL_SDK_DISABLED='maybe': must be one of true, false"),
-        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT='abc': must be a whole"),
-        ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "-3", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT='-3'"),
-        ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip", "OTEL_EXPORTER_OTLP_COMPRESSION='zip': must be one of gzip"),
-        ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "lz4", "OTEL_EXPORTER_OTLP_TRACES_COMPRESSION='lz4'"),
+        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT must be a non-negative"),
+        ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "-3", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT must be .* but got -3"),
         ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem", "no readable file there"),
         ("OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY", "/no/such/key", "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY"),
         ("OTEL_EXPORTER_OTLP_INSECURE", "yes please", "OTEL_EXPORTER_OTLP_INSECURE='yes please'"),
-        ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "bogus", "TEMPORALITY_PREFERENCE='bogus'"),
-        ("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "x", "DEFAULT_HISTOGRAM_AGGREGATION='x'"),
-        ("OTEL_RESOURCE_ATTRIBUTES", "team=jit,oops", "OTEL_RESOURCE_ATTRIBUTES is malformed at 'oops'"),
+        ("OTEL_RESOURCE_ATTRIBUTES", "team=jit,oops", "OTEL_RESOURCE_ATTRIBUTES is malformed .*pair oops"),
+        ("OTEL_TRACES_SAMPLER", "sometimes", "OTEL_TRACES_SAMPLER='sometimes': OpenTelemetry would not use it"),
         ("OTEL_METRICS_EXPORTER", "otpl", "OTEL_METRICS_EXPORTER='otpl' names 'otpl'"),
     ],
 )
@@ -190,7 +189,57 @@ def test_secrets_stay_out_of_every_representation(monkeypatch: pytest.MonkeyPatc
         assert "SECRET" not in text and "PASSWORD" not in text and "collector" in text
     # what a spawned rank receives: the arguments given, not what came from the environment
     assert b"SECRET" not in pickle.dumps(options)
-    assert redact_url("http://user:PASSWORD@collector:4318/x") == "http://user:***@collector:4318/x"
+    assert redact_url("http://user:PASSWORD@collector:4318/x") == "http://***@collector:4318/x"
+
+
+@pytest.mark.parametrize(
+    ("url", "redacted"),
+    [
+        ("https://TOKEN@collector:4318/v1/traces", "https://***@collector:4318/v1/traces"),
+        ("http://collector:4318/v1/traces?api_key=TOKEN&x=TOKEN2", "http://collector:4318/v1/traces?api_key=***&x=***"),
+        ("http://collector:4318/v1/traces?TOKEN", "http://collector:4318/v1/traces?***"),
+        ("http://collector:4318/v1/traces#TOKEN", "http://collector:4318/v1/traces#***"),
+        ("collector:4317", "collector:4317"),
+    ],
+)
+def test_every_part_of_an_endpoint_that_may_hold_a_token_is_redacted(url: str, redacted: str) -> None:
+    assert redact_url(url) == redacted
+    settings = resolve(endpoint=url, protocol="http/protobuf" if url.startswith("http") else "grpc")
+    assert "TOKEN" not in settings.scrub(f"HTTPConnectionPool: Max retries exceeded with url: {url}")
+
+
+def test_a_malformed_headers_variable_is_refused_without_the_sdk_printing_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer s3cr3t,broken header s3cr3t")
+    with pytest.raises(OTLPSettingsError, match="OTEL_EXPORTER_OTLP_HEADERS is malformed") as raised:
+        resolve()
+    said = capsys.readouterr()
+    assert "s3cr3t" not in str(raised.value) + said.out + said.err + caplog.text
+
+
+def test_a_header_value_with_a_line_break_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(OTLPSettingsError, match="'authorization' holds a control character") as raised:
+        resolve(headers={"Authorization": "Bearer s3cr3t\r\nX-Injected: 1"})
+    assert "s3cr3t" not in str(raised.value)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t%0D%0AX-Injected%3A%201")
+    with pytest.raises(OTLPSettingsError, match="OTEL_EXPORTER_OTLP_HEADERS: the header 'authorization' holds"):
+        resolve()
+
+
+@pytest.mark.parametrize(
+    ("sampler", "argument", "message"),
+    [("traceidratio", "1.5", "OTEL_TRACES_SAMPLER_ARG='1.5'"), ("parentbased_traceidratio", "half", "'half'")],
+)
+def test_a_sampler_opentelemetry_would_replace_is_refused(
+    sampler: str, argument: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", argument)
+    with pytest.raises(OTLPSettingsError, match=message):
+        resolve()
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
+    assert "0.25" in resolve().sampler.get_description()
 
 
 @pytest.mark.parametrize(
@@ -289,6 +338,52 @@ def test_names_recorded_after_the_rename_go_out_once_under_opentelemetrys_name()
     assert sent == {
         "telemetry_jit.cache.parts": ["gm\tabc\t"],
         "telemetry_jit.cache.time_saved": 1.5,
-        "compile.frame": "forward",  # a name from before the rename rides along for one release
         "telemetry_jit.compile.frame": "forward",
     }
+
+
+def test_one_name_per_fact_and_no_empty_text_over_otlp() -> None:
+    from telemetry_jit.exporters.otlp import _attributes
+
+    sent = _attributes(
+        {"compile.failure": "", "compile.recompile_reason": "", "compile.duration_ms": 1500, "rank": 1, "x": "kept"}
+    )
+    assert sent == {"telemetry_jit.compile.duration": 1.5, "telemetry_jit.rank": 1, "x": "kept"}
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_opentelemetrys_exporter_parsing_the_headers_itself_prints_no_value_either(
+    protocol: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Given no headers (an empty dict here), OpenTelemetry's exporter reads the variable itself."""
+    from telemetry_jit.exporters.otlp_transport import metric_exporter, span_exporter
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "broken header s3cr3t")
+    settings = resolve(headers={}, protocol=protocol)
+    for built in (span_exporter(settings), metric_exporter(settings)):
+        built.shutdown()
+    said = capsys.readouterr()
+    assert "s3cr3t" not in said.out + said.err + caplog.text
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [
+        ("OTEL_EXPORTER_OTLP_COMPRESSION", "zip"),
+        ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "lz4"),
+        ("OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE", "bogus"),
+        ("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "x"),
+    ],
+)
+def test_what_opentelemetrys_exporters_would_not_use_is_refused_as_they_are_built(
+    protocol: str, variable: str, value: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenTelemetry's exporters read these variables themselves (gRPC's raises for a compression it does not
+    know, HTTP's warns and sends uncompressed; both warn of a temporality or aggregation and use their default):
+    built once when the exporter is, whatever they object to is an error naming the variable, before training."""
+    from telemetry_jit.exporters import OTLPExporter
+
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(OTLPSettingsError, match=f"{variable}={value!r}: OpenTelemetry's exporter would not use it"):
+        OTLPExporter("http://127.0.0.1:4317", protocol=protocol)

@@ -148,7 +148,6 @@ def test_metrics_count_what_the_spans_say() -> None:
         "telemetry_jit.compile.frame": "forward",
         "telemetry_jit.compile.source": "dynamo",
         "telemetry_jit.rank": 3,
-        **{"compile.frame": "forward", "compile.source": "dynamo", "rank": 3},  # the old names, for one release
     }
 
 
@@ -176,3 +175,32 @@ def test_the_recompile_limit_warning_names_a_fix_the_user_can_make() -> None:
     assert "Fix that: lightning's code cannot be edited" in library and "JitConfig(module_selector=" in library
     assert f"Fix that: {CAUSES['python_value'].fix_for('validate')}" in own
     assert "cannot be edited" not in own
+
+
+def test_logger_figures_give_each_step_once_with_the_summarys_counts_and_cache_series_only_with_a_cache() -> None:
+    from telemetry_jit.recording.figures import CompileFigures
+    from telemetry_jit.recording.stats import CompileStats
+    from telemetry_jit.records import CompileContext
+
+    figures, stats = CompileFigures(), CompileStats()
+
+    def compiled(item: CompileRecord, step: int) -> None:
+        item.context = CompileContext(global_step=step)
+        stats.recorded(item)
+        figures.recorded(item)
+
+    compiled(record("0/0"), 0)
+    compiled(record("0/0", trigger="lazy_backward"), 0)
+    assert figures.take(stats, current_step=0) == []  # step 0 still runs: nothing of it given out yet
+    compiled(record("0/1"), 0)  # a recompile in the same step
+    ((step, logged),) = figures.take(stats, current_step=1)
+    assert step == 0 and logged["compile/time_s"] == 0.75  # the step's three compiles, one value
+    assert (logged["compile/frame_compiles"], logged["compile/backward_graphs"], logged["compile/recompiles"]) == (
+        2,
+        1,
+        1,
+    )
+    assert "compile/cache_hits" not in logged and "compile/cache_time_saved_s" not in logged  # eager: no cache
+    compiled(record("1/0", backend="inductor", cache={"fx_graph_local_misses": 1}), 3)
+    ((step, logged),) = figures.take(stats)  # the loop ended: every step is over
+    assert step == 3 and (logged["compile/cache_hits"], logged["compile/cache_time_saved_s"]) == (0, 0.0)

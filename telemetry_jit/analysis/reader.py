@@ -176,6 +176,8 @@ def _read_record(
         run = runs.get(key)
         if run is None:
             run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")), pid=key[2])
+            run.first_line = number
+        run.last_line = number
         world_size = record.get("world_size")
         if isinstance(world_size, int) and world_size > run.world_size:
             run.world_size = world_size
@@ -356,6 +358,10 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
             span.end_unix_ns = _ns(record["end_unix_ns"])
             span.attributes = _attributes(record.get("attributes", {}))
             run.last_unix_ns = max(run.last_unix_ns, span.end_unix_ns)
+    elif kind == "run_start" and record.get("continues"):
+        run.fragment = str(record["continues"])
+    elif kind == "moved_on":
+        run.fragment = str(record.get("detail", "its file was moved away while it wrote it"))
     elif kind == "records_lost":
         run.lost_records += int(record["count"])
     elif kind == "health":

@@ -53,6 +53,8 @@ def run_status(run: TelemetryRun) -> RunStatus:
             message = str(errors[0].attributes.get("error_message") or errors[0].name)
             state: State = "interrupted" if message.startswith(_INTERRUPTIONS) else "failed"
             return RunStatus(state, f"{gist(message)} (in its {span.name})")
+    if run.fragment:
+        return RunStatus("incomplete", f"this file holds part of the run: {run.fragment}")
     unended = sorted({span.name for span in run.spans.values() if span.name in _LOOPS and span.end_unix_ns is None})
     if unended and run.health is None and run.file_format != "nv-one-logger":
         return RunStatus(

@@ -286,6 +286,9 @@ def _check(args: argparse.Namespace) -> int:
     if loaded.doubtful_ranks:
         _complain("check: cannot tell: the files' ranks contradict each other (see above)")
         return 2
+    if loaded.concurrent:
+        _complain("check: cannot tell which run to judge: several processes wrote one file at once (see above)")
+        return 2
     budget = Budget(
         max_graph_breaks=args.max_graph_breaks,
         max_recompiles=args.max_recompiles,

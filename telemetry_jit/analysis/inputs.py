@@ -58,9 +58,10 @@ def load(
     loaded = Loaded(paths=expand(arguments))
     if not loaded.paths:
         loaded.errors.append(f"no telemetry file in {', '.join(map(str, arguments))}")
+    held: dict[Path, list[TelemetryRun]] = {}
     for path in loaded.paths:
         try:
-            runs = read_telemetry(path, skip_spans=skip_spans, digest=digest)
+            runs = held[path] = read_telemetry(path, skip_spans=skip_spans, digest=digest)
         except (FileNotFoundError, TelemetryFileError, OSError) as error:
             loaded.errors.append(str(error))
             continue
@@ -88,9 +89,41 @@ def load(
                 "wrote one file, so which run is yours cannot be told; give each process its own file, or pick one "
                 "with --run ID"
             )
+    if run_id is None and not all_runs:
+        _one_job_per_rank_set(loaded, held)
     loaded.doubtful_ranks = rank_problems(loaded.runs)
     loaded.notes += loaded.doubtful_ranks + loaded.concurrent
     return loaded
+
+
+def _one_job_per_rank_set(loaded: Loaded, held: dict[Path, list[TelemetryRun]]) -> None:
+    """Of the rank files of one name (``t.rank0.jsonl``, ``t.rank1.jsonl``, ...), show the ranks of one job: the
+    newest begun in them. A rank file holding no run of it is an earlier job's (that job had more ranks, or this
+    one's rank never wrote): said and left out, never read as a rank of this job."""
+    sets: dict[tuple[Path, str], list[Path]] = {}
+    for path in held:
+        if RANK_FILE.search(path.name):
+            sets.setdefault((path.parent, _rank_order(path)[0]), []).append(path)
+    for paths in sets.values():
+        every = [run for path in paths for run in held[path]]
+        if len(paths) < 2 or len({run.run_id for run in every}) < 2:
+            continue
+        job = max(every, key=lambda run: run.first_unix_ns).run_id
+        for path in paths:
+            of_job = [run for run in held[path] if run.run_id == job]
+            mine = {id(run) for run in held[path]}
+            kept = []
+            for run in loaded.runs:  # the file's shown run, of this job or in place by this job's
+                if id(run) not in mine or run.run_id == job:
+                    kept.append(run)
+                elif of_job:
+                    kept.append(of_job[-1])
+                else:
+                    loaded.notes.append(
+                        f"{path} holds no run of job {short_run_id(job)}, the newest in its rank files: an earlier "
+                        "job's rank file, left out (--run ID picks a job)"
+                    )
+            loaded.runs = kept
 
 
 def written_at_once(runs: Sequence[TelemetryRun]) -> list[TelemetryRun]:

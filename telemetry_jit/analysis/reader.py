@@ -354,6 +354,8 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
             else:
                 run.spans[span.span_id] = span
         run.last_unix_ns = max(run.last_unix_ns, span.start_unix_ns)
+        if not run.first_unix_ns or span.start_unix_ns < run.first_unix_ns:
+            run.first_unix_ns = span.start_unix_ns
         if kind == "span":
             span.end_unix_ns = _ns(record["end_unix_ns"])
             span.attributes = _attributes(record.get("attributes", {}))

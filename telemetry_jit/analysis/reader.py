@@ -81,6 +81,8 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
             continue
         try:
             _read_record(path, line, record, runs, skip_spans, digest)
+        except OverflowError:  # a number no integer holds ("rank": 1e400): a bad line, counted
+            _count_bad(damage, line, "a number out of range")
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             if isinstance(error, TelemetryFileError):
                 raise
@@ -156,10 +158,14 @@ def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far:
         return None
     if not runs_so_far:
         raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}: {reason}).")
+    _count_bad(damage, number, reason)
+    return None
+
+
+def _count_bad(damage: FileDamage, number: int, reason: str) -> None:
     damage.bad_lines += 1
     if damage.bad_lines == 1:
         damage.first_bad_line, damage.first_reason = number, reason
-    return None
 
 
 def _read_record(

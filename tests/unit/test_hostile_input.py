@@ -1,0 +1,47 @@
+"""The CLI never crashes on hostile input: numbers out of range are bad lines, counted; a ``trace --with`` input
+is read within bounds (its size, its nesting, a device that never ends)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from telemetry_jit import cli
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+RECORDED = DATA / "answers.jsonl"
+
+
+def test_a_number_out_of_range_is_a_bad_line_counted_not_a_crash(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = RECORDED.read_text().splitlines()
+    lines[3] = lines[3].replace('"rank":0', '"rank":1e400')
+    path = tmp_path / "overflow.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.warns(UserWarning, match="1 line.s. could not be read .*line 4, a number out of range"):
+        assert cli.main(["summary", str(path)]) == 0
+        assert cli.main(["check", str(path), "--max-recompiles", "100"]) == 2  # a record missing: not seen whole
+    assert "INCOMPLETE" in capsys.readouterr().out
+
+
+def _trace_with(tmp_path: Path, merged: str) -> int:
+    return cli.main(["trace", str(RECORDED), "--with", merged, "-o", str(tmp_path / "out.trace.json")])
+
+
+def test_trace_with_deeply_nested_json_is_refused_clearly(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nested = tmp_path / "nested.json"
+    nested.write_text("[" * 200_000 + "]" * 200_000)
+    assert _trace_with(tmp_path, str(nested)) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+
+
+def test_trace_with_a_device_that_never_ends_is_refused_without_reading_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    started = time.monotonic()
+    assert _trace_with(tmp_path, "/dev/zero") == 2
+    assert time.monotonic() - started < 5
+    assert "not a regular file" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.lightning import compilers  # noqa: F401 - registers the built-in backends
 from telemetry_jit.notices import Notices
 from telemetry_jit.probes.backends import compiler_backend
+from telemetry_jit.terminal import clean
 
 _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
@@ -398,5 +399,5 @@ class JitTransform(Callback):
                 ran = backend.compile(module, label, config)
                 self.compiled.append(name or "<root>")
                 self._unchecked.append((name, module, ran))
-                rank_zero_info(f"telemetry-jit: {backend.title}({label})")
+                rank_zero_info(clean(f"telemetry-jit: {backend.title}({label})"))  # a class name is code: any text
         setattr(pl_module, "_compiled", bool(self.compiled))  # noqa: B010 - NeMo's marker, not a declared attribute

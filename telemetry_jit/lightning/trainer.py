@@ -13,6 +13,7 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit import identity
 from telemetry_jit.boundary import OWN_CODE, guarded, own_code_failed
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
@@ -23,6 +24,7 @@ from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.payoff import PayoffSettings
 from telemetry_jit.session import Session, resolve
+from telemetry_jit.terminal import clean
 
 
 def _as_callback_list(callbacks: Any) -> list[Callback]:
@@ -361,8 +363,10 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterato
 def _say_where_to_read(trainer: pl.Trainer, telemetry: _Telemetry) -> None:
     """After a trainer call: where the telemetry is and the command that reads it (once per session)."""
     session = resolve(telemetry.ranks.session)
+    if identity.forked_from() is not None or not session.recording:
+        return  # a forked child (its parent's session, not its own) or an ended session: no file of this call's
     if trainer.is_global_zero and session.configuration is not None and (hint := session.reading_hint()):
-        rank_zero_info(hint)
+        rank_zero_info(clean(hint))
 
 
 def _rebuild_hooked_trainer(

@@ -3,12 +3,15 @@ is read within bounds (its size, its nesting, a device that never ends)."""
 
 from __future__ import annotations
 
+import json
+import re
 import time
 from pathlib import Path
 
 import pytest
 
 from telemetry_jit import cli
+from tests.words import flat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RECORDED = DATA / "answers.jsonl"
@@ -45,3 +48,25 @@ def test_trace_with_a_device_that_never_ends_is_refused_without_reading_it(
     assert _trace_with(tmp_path, "/dev/zero") == 2
     assert time.monotonic() - started < 5
     assert "not a regular file" in capsys.readouterr().err
+
+
+def test_a_storm_of_999_recompiles_says_how_many_steps_it_did_not_list(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = RECORDED.read_text().splitlines()
+    at, recompile = next(
+        (i, json.loads(line))
+        for i, line in enumerate(lines)
+        if '"name":"compilation"' in line and '"compile.is_recompile":true' in line
+    )
+    storm = []
+    for k in range(1, 1000):  # the same frame recompiling at 999 steps more, as a storm writes it
+        record = json.loads(json.dumps(recompile))
+        record["span_id"] = f"storm-{k}"
+        record["attributes"].update({"compile.id": f"1/{k + 1}", "train.global_step": 1000 + k})
+        storm.append(json.dumps(record, separators=(",", ":")))
+    path = tmp_path / "storm.jsonl"
+    path.write_text("\n".join(lines[: at + 1] + storm + lines[at + 1 :]) + "\n")
+    assert cli.main(["summary", str(path)]) == 0
+    said = re.search(r"at steps 1, 1001, 1002 and (\d+) more", flat(capsys.readouterr().out))
+    assert said is not None and int(said.group(1)) == 997  # 1000 steps, 3 listed

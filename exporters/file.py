@@ -9,7 +9,13 @@ Whatever a write does, the file stays whole lines: a short or failed write (disk
 limit) is cut back off the file, the record is counted as lost, the first loss is warned about and
 the count is written (``records_lost``) once writing works again. A file deleted or moved away
 while the run writes it (its folder too) is noticed at the next record, said once, and created
-again at the same path, so what follows is kept.
+again at the same path, so what follows is kept; the new file's first record says it continues a
+run (``continues``), and a moved file's last says where the rest went, so neither is read as a
+whole run. The exporter owns its descriptor or holds none: a file it cannot open again costs the
+records meanwhile (counted, said), never a descriptor number it gave up.
+
+The path is made absolute once, when the exporter is built (a later ``os.chdir``, as Hydra does,
+changes nothing), and a path that is no regular file (a FIFO, a device) is refused without opening it.
 
 File policy: never clobber. A file that exists is appended to; every record carries the run id,
 so runs sharing a file stay apart. In a job of several processes each rank writes its own file
@@ -24,7 +30,9 @@ import errno
 import functools
 import json
 import os
+import stat
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -43,6 +51,10 @@ from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, rank_file
 from .finished import FinishedSpan
 
 _RUN_START = {"kind": "run_start", "format": FILE_FORMAT, "format_version": FILE_FORMAT_VERSION}
+# the first record of a file created again at the path while the run wrote it: the records before are elsewhere
+_CONTINUES = "the run's file was deleted or moved away while it wrote it; its earlier records are not in this file"
+_MOVED_ON = "this file was deleted or moved away while the run wrote it; the run's later records went to a new file"
+_REOPEN_EVERY_S = 1.0  # a path that cannot be opened again is tried at most this often (not at every record)
 
 
 def _compact_json_encoder() -> Callable[[Any], str]:
@@ -96,12 +108,15 @@ class FileExporter(BaseExporter):
         self, path: str | os.PathLike[str], run_id: str | None = None, identity: IdentityTracker | None = None
     ) -> None:
         super().__init__()
-        self.base_path = Path(path).expanduser()
+        # absolute now: a later os.chdir (Hydra's) must not move the file mid-run
+        self.base_path = Path(path).expanduser().absolute()
         self.identity = identity or IdentityTracker()
         me = self.identity.current()
         self.path = rank_file(self.base_path, me.rank, me.world_size)
         self.run_id = run_id or job_run_id()
-        self._fd: int | None = None
+        self._fd: int | None = None  # None while open: the file was lost and could not be opened again yet
+        self._open = False  # between initialize and close
+        self._next_reopen = 0.0  # monotonic time of the next try to open a lost file again
         self._fd_file: tuple[int, int] = (-1, -1)  # the open file's (device, inode): is the path still it?
         self._created = False
         self._identity_version = -1  # the identity fields go on every record; refreshed when it changes
@@ -115,6 +130,14 @@ class FileExporter(BaseExporter):
         self.health: Callable[[], dict[str, Any]] | None = None
         _check_writable(self.path)
 
+    @property
+    def shown_path(self) -> Path:
+        """``base_path`` as a user would type it now: relative to the working folder when inside it."""
+        try:
+            return self.base_path.relative_to(Path.cwd())
+        except (ValueError, OSError):
+            return self.base_path
+
     @override
     def initialize(self) -> None:
         super().initialize()
@@ -122,6 +145,7 @@ class FileExporter(BaseExporter):
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._open_file(self.path)
+            self._open = True
         except OSError as error:  # what access() could not foresee: a read-only or virtual file system, root's access
             raise type(error)(
                 f"FileExporter cannot create {str(self.path)!r}: {error.strerror or error}. Choose a path in a folder "
@@ -189,21 +213,29 @@ class FileExporter(BaseExporter):
     @override
     def close(self) -> None:
         health = self._health_record()
-        if health is not None and self._fd is not None:
+        if health is not None and self._open:
             self._write(health)
         with self._lock:
-            if self._fd is not None and self._unreported_losses:
-                if self._append(self._loss_record()):
+            if self._open and self._fd is None:
+                self._next_reopen = 0.0
+                self._reopen_if_gone()  # a last try, so that the count of losses reaches the file
+            if self._open and self._unreported_losses:
+                if self._fd is not None and self._append(self._loss_record()):
                     self._unreported_losses = 0
                 else:
                     self._warn(
                         "lost at close",
                         f"telemetry-jit: {self.lost_records} telemetry record(s) could not be written to {self.path}.",
                     )
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
+            self._open = False
+            self._give_up_fd()
         super().close()
+
+    def _give_up_fd(self) -> None:
+        """Close the descriptor and forget its number first: a number given up is never closed twice."""
+        fd, self._fd, self._fd_file = self._fd, None, (-1, -1)
+        if fd is not None:
+            os.close(fd)
 
     def _health_record(self) -> dict[str, Any] | None:
         if self.health is None:
@@ -219,12 +251,12 @@ class FileExporter(BaseExporter):
             self._follow_identity()
         lines = b"".join(self._line(record) for record in records)
         with self._lock:
-            if self._fd is None:
+            if not self._open:
                 raise ExportError(f"FileExporter({self.path}) is not open")
             self._reopen_if_gone()
-            if self._unreported_losses and self._append(self._loss_record()):
+            if self._fd is not None and self._unreported_losses and self._append(self._loss_record()):
                 self._unreported_losses = 0
-            if not self._append(lines):
+            if self._fd is None or not self._append(lines):
                 self.lost_records += len(records)
                 self._unreported_losses += len(records)
 
@@ -258,29 +290,46 @@ class FileExporter(BaseExporter):
         return self._line({"kind": "records_lost", "count": self._unreported_losses})
 
     def _reopen_if_gone(self) -> None:
+        """Open the file again where the path no longer leads to it (deleted, moved, its folder gone); where
+        that fails, hold no descriptor and lose (and count) records until it works."""
         fd = self._fd
-        assert fd is not None, "checked only while open"
-        try:
-            now_at_path = os.stat(self.path)
-            same = (now_at_path.st_dev, now_at_path.st_ino) == self._fd_file
-        except OSError as error:
-            same = error.errno not in (errno.ENOENT, errno.ENOTDIR)
-        if same:
+        if fd is not None:
+            try:
+                now_at_path = os.stat(self.path)
+                same = (now_at_path.st_dev, now_at_path.st_ino) == self._fd_file
+            except OSError as error:
+                same = error.errno not in (errno.ENOENT, errno.ENOTDIR)
+            if same:
+                return
+            self._warn(
+                "gone",
+                f"telemetry-jit: {self.path} was deleted or moved while this run was writing it; "
+                "the records that follow go to a new file at the same path.",
+            )
+            self._append(self._line({"kind": "moved_on", "detail": _MOVED_ON}))  # the moved file's last word
+            self._give_up_fd()
+            self._next_reopen = 0.0
+        if time.monotonic() < self._next_reopen:
             return
-        self._warn(
-            "gone",
-            f"telemetry-jit: {self.path} was deleted or moved while this run was writing it; "
-            "the records that follow go to a new file at the same path.",
-        )
-        os.close(fd)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._open_file(self.path)
-        self._append(self._line(_RUN_START))
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._open_file(self.path)
+        except (OSError, ValueError) as error:
+            self._next_reopen = time.monotonic() + _REOPEN_EVERY_S
+            self._warn(
+                "cannot reopen",
+                f"telemetry-jit: cannot create {self.path} again ({getattr(error, 'strerror', None) or error}); "
+                "telemetry records are being lost and counted, training goes on. The count is written to the file "
+                "once it can be.",
+            )
+            return
+        self._append(self._line({**_RUN_START, "continues": _CONTINUES}))
 
     def _open_file(self, path: Path) -> None:
-        self._fd = _open(path)
-        opened = os.fstat(self._fd)
-        self._fd_file = (opened.st_dev, opened.st_ino)
+        assert self._fd is None, "one descriptor at a time"
+        fd = _open(path)
+        opened = os.fstat(fd)
+        self._fd, self._fd_file = fd, (opened.st_dev, opened.st_ino)
 
     def _warn(self, kind: str, message: str) -> None:
         self._notices.warn(kind, message, every_rank=True)
@@ -292,22 +341,47 @@ class FileExporter(BaseExporter):
         self._stamp = "," + _encode({"run": self.run_id, **me.as_attributes(), "pid": os.getpid()})[1:] + "\n"
         target = rank_file(self.base_path, me.rank, me.world_size)
         with self._lock:
-            if target == self.path or self._fd is None:
+            if target == self.path or not self._open:
                 return
-            os.close(self._fd)
-            if self._created and not target.exists():
-                os.replace(self.path, target)
-            else:
-                marker = f'"run":"{self.run_id}"'.encode()
-                with open(self.path, "rb") as old, open(target, "ab") as new:
-                    new.writelines(line for line in old if marker in line)
-            self.path = target
-            self._open_file(target)
+            self._give_up_fd()
+            source, self.path = self.path, target
+            try:
+                if self._created and not target.exists():
+                    os.replace(source, target)
+                else:
+                    marker = _run_marker(self.run_id)
+                    with open(source, "rb") as old, open(target, "ab") as new:
+                        new.writelines(line for line in old if marker in line)
+            except OSError as error:
+                self._warn(
+                    "cannot move",
+                    f"telemetry-jit: could not move this run's records from {source} to {target} ({error}); "
+                    "what follows goes to the rank file.",
+                )
+            try:
+                self._open_file(target)
+            except (OSError, ValueError):
+                self._next_reopen = 0.0  # the next record tries again, and counts what it loses meanwhile
+
+
+def _run_marker(run_id: str) -> bytes:
+    """The bytes of ``"run":"<id>"`` as the records write them (JSON escapes, ``\\u00e9`` for a non-ASCII id)."""
+    return _encode({"run": run_id})[1:-1].encode()
 
 
 def _open(path: Path) -> int:
-    # never through a link planted at the path while the run writes (the last part only)
-    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    # never through a link planted at the path while the run writes (the last part only); never blocking on
+    # a FIFO planted there (O_NONBLOCK), and only a regular file is kept
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    fd = os.open(path, flags, 0o666)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError(f"{str(path)!r} is not a regular file")
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _holds_telemetry(path: Path) -> bool:
@@ -367,6 +441,11 @@ def _check_writable(path: Path) -> None:
             f"FileExporter path {str(path)!r} is a directory; "
             f"pass a file path such as {str(path / 'telemetry.jsonl')!r}."
         )
+    if path.exists() and not path.is_file():  # a FIFO would block the open, a device is no file to append to
+        raise ValueError(
+            f"FileExporter path {str(path)!r} is a {_file_type(path)}, not a regular file: telemetry-jit appends "
+            "only to a regular file (it does not open this one). Pass a file path such as 'runs/telemetry.jsonl'."
+        )
     if path.exists():
         if not os.access(path, os.W_OK):
             raise PermissionError(
@@ -386,3 +465,11 @@ def _check_writable(path: Path) -> None:
             f"FileExporter cannot create {str(path)!r}: {str(parent)!r} is not a writable directory. "
             "Choose a writable path."
         )
+
+
+def _file_type(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "device")):
+        if test(mode):
+            return name
+    return "device" if stat.S_ISBLK(mode) else "special file"

@@ -8,7 +8,6 @@ error or, for ``check``, an answer it cannot give, 3 (``check``) the run did not
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.report import render_fleet_report, render_report
 from telemetry_jit.analysis.summary import compiled_before, summarize, summary_json
 from telemetry_jit.analysis.text import format_cold_start, format_diff, format_fleet, format_summary
-from telemetry_jit.analysis.trace import foreign_trace_events, to_trace_events
+from telemetry_jit.analysis.trace import read_foreign_trace, to_trace_events
 from telemetry_jit.terminal import clean
 
 PATHS_HELP = "telemetry files written by telemetry-jit, folders of them (one file per rank), or - for standard input"
@@ -243,8 +242,7 @@ def _trace(args: argparse.Namespace) -> int:
     others = []
     for path in args.merge:
         try:
-            document = json.loads(Path(path).read_text(encoding="utf-8"))
-            foreign_trace_events(document)
+            document = read_foreign_trace(path)
         except (OSError, ValueError) as error:
             _complain(f"trace: cannot merge {path}: {error}")
             return 2
@@ -285,6 +283,9 @@ def _check(args: argparse.Namespace) -> int:
         return 2
     if loaded.doubtful_ranks:
         _complain("check: cannot tell: the files' ranks contradict each other (see above)")
+        return 2
+    if loaded.concurrent:
+        _complain("check: cannot tell which run to judge: several processes wrote one file at once (see above)")
         return 2
     budget = Budget(
         max_graph_breaks=args.max_graph_breaks,

@@ -39,6 +39,7 @@ class JitEventName(str, Enum):
     RANKS_OUT_OF_STEP = "ranks_out_of_step"
     MODULE_NOT_COMPILED = "module_not_compiled"
     COMPILED_BEFORE_RUN = "compiled_before_run"
+    TRAINED_NOTHING = "trained_nothing"  # a fit that returned without a training step (on the application span)
 
     def __str__(self) -> str:
         return self.value

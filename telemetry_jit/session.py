@@ -191,7 +191,7 @@ class Session:
         if file is None:
             return ""
         world_size = self.identity.current().world_size
-        where = rank_file(file.base_path, "*", world_size)
+        where = rank_file(file.shown_path, "*", world_size)
         files = " (one file per rank)" if world_size > 1 else ""
         return f"telemetry-jit: compile telemetry is in {where}{files}; read it with: telemetry-jit summary {where}"
 

@@ -78,6 +78,8 @@ def check(
     for name, checked in (("the run", runs), ("the baseline", baselines)):
         for run in checked:
             status = judged[id(run)].status
+            if status.state == "empty":  # nothing to judge, whatever --allow-incomplete says
+                raise Unfinished(f"{name} (rank {run.rank}) trained nothing: {status.detail}.")
             if status.finished or allow_incomplete:
                 continue
             problem = Unfinished if status.state != "incomplete" else CannotTell  # records are missing: unseen
@@ -115,9 +117,14 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
             f"{counted(new.unexpected_recompiles, 'recompilation')} beyond the expected price ({causes}), more than "
             f"the {allowed} allowed"
         )
-    if budget.max_compile_share is not None and new.share is not None and new.share > budget.max_compile_share:
+    share = new.share
+    if budget.max_compile_share is not None and share is None:
+        raise CannotTell(
+            "--max-compile-share: the run recorded no loop, so there is no wall time to share compiling against"
+        )
+    if budget.max_compile_share is not None and share is not None and share > budget.max_compile_share:
         broken.append(
-            f"compiling took {100 * new.share:.1f}% of {possessive(loop)} wall time, more than the "
+            f"compiling took {100 * share:.1f}% of {possessive(loop)} wall time, more than the "
             f"{100 * budget.max_compile_share:g}% allowed"
         )
     if budget.no_eager_fallback:

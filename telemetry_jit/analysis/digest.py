@@ -75,7 +75,9 @@ class CauseRow:
     expected: int = 0  # of which the expected one-time price
     compile_ms: float = 0.0  # the recompiles and their backward graphs
     frames: list[str] = field(default_factory=list)  # "frame (file:line)", in order seen
-    steps: list[int] = field(default_factory=list)  # global steps they happened at
+    steps: list[int] = field(default_factory=list)  # global steps they happened at (the first MAX_NAMES)
+    step_count: int = 0  # distinct steps they happened at, all of them (steps only grow within a loop)
+    _last_step: int | None = field(default=None, repr=False)
     stages: list[str] = field(default_factory=list)  # Lightning's stages they happened in
     loaders: list[int] = field(default_factory=list)  # the dataloaders, where a loop had several
     loops: list[str] = field(default_factory=list)  # span ids of the outermost loops they happened under (a fit's)
@@ -375,6 +377,9 @@ class RunDigest:
         owner = recompile_owner(frame, location)
         row.owner = owner if row.owner in ("", owner) else "user"
         step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
+        if step != row._last_step and step not in row.steps:  # counted in bounded memory: steps only grow
+            row.step_count += 1
+        row._last_step = step
         loader = _whole(attributes.get(TrainAttr.LOADER))
         for values, value in ((row.frames, label), (row.steps, step), (row.stages, stage or "unknown")):
             if value not in values and len(values) < MAX_NAMES:

@@ -1,8 +1,10 @@
 """What the commands read: files and folders of telemetry files, and which run of each to show.
 
 A folder stands for the telemetry files in it (``*.jsonl``, rank files included). A file the exporter
-appended to several times holds several runs: the last is shown, and a note says so and how to pick
-another (``--all-runs``, ``--run ID``).
+appended to several times holds several runs: the last started is shown (never an older one in its
+place, whatever each holds), and a note says so and how to pick another (``--all-runs``, ``--run ID``).
+Runs of several processes written into one file at once are said (``concurrent``): which one the user
+means, no reader can tell.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from pathlib import Path
 
 from telemetry_jit.analysis.reader import ITERATION_SPANS, TelemetryFileError, TelemetryRun, read_telemetry
 from telemetry_jit.identity import short_run_id
-from telemetry_jit.schema import RANK_FILE, JitSpanName, TrainingSpanName
+from telemetry_jit.schema import RANK_FILE
 
 
 @dataclass
@@ -23,6 +25,7 @@ class Loaded:
     notes: list[str] = field(default_factory=list)  # what the user should know about the choice of runs
     errors: list[str] = field(default_factory=list)  # files that could not be read, each said
     doubtful_ranks: list[str] = field(default_factory=list)  # ranks that cannot be what they claim, each said
+    concurrent: list[str] = field(default_factory=list)  # files written by several processes at once, each said
 
 
 def expand(arguments: Sequence[str | Path]) -> list[Path]:
@@ -55,9 +58,10 @@ def load(
     loaded = Loaded(paths=expand(arguments))
     if not loaded.paths:
         loaded.errors.append(f"no telemetry file in {', '.join(map(str, arguments))}")
+    held: dict[Path, list[TelemetryRun]] = {}
     for path in loaded.paths:
         try:
-            runs = read_telemetry(path, skip_spans=skip_spans, digest=digest)
+            runs = held[path] = read_telemetry(path, skip_spans=skip_spans, digest=digest)
         except (FileNotFoundError, TelemetryFileError, OSError) as error:
             loaded.errors.append(str(error))
             continue
@@ -70,32 +74,68 @@ def load(
         elif all_runs or len(runs) == 1:
             loaded.runs.extend(runs)
         else:
-            # the last run that trained: a process that recorded nothing of a loop is never shown over one that did
-            shown = ([run for run in runs if trained(run)] or runs)[-1]
-            loaded.runs.append(shown)
+            # the last started (its first record is the file's last first record): the run the user just ran,
+            # finished or not, never an older one that looks better
+            loaded.runs.append(runs[-1])
             ids = ", ".join(short_run_id(run.run_id) for run in runs)
-            which = "the last" if shown is runs[-1] else f"the last that trained ({short_run_id(shown.run_id)})"
             loaded.notes.append(
-                f"{path} holds {len(runs)} runs ({ids}); showing {which} (--all-runs for all, --run ID for one)"
+                f"{path} holds {len(runs)} runs ({ids}); showing the last started (--all-runs for all, --run ID for "
+                "one)"
             )
+        if run_id is None and (at_once := written_at_once(runs)):
+            which = ", ".join(f"run {short_run_id(run.run_id)} (pid {run.pid})" for run in at_once)
+            loaded.concurrent.append(
+                f"{path} holds runs of {len(at_once)} processes written at the same time ({which}): two processes "
+                "wrote one file, so which run is yours cannot be told; give each process its own file, or pick one "
+                "with --run ID"
+            )
+    if run_id is None and not all_runs:
+        _one_job_per_rank_set(loaded, held)
     loaded.doubtful_ranks = rank_problems(loaded.runs)
-    loaded.notes += loaded.doubtful_ranks
+    loaded.notes += loaded.doubtful_ranks + loaded.concurrent
     return loaded
 
 
-def trained(run: TelemetryRun) -> bool:
-    """Whether the run recorded a loop (training, validation, test) or a compilation."""
-    return bool(run.digest and run.digest.compilations) or any(span.name in _LOOPS for span in run.spans.values())
+def _one_job_per_rank_set(loaded: Loaded, held: dict[Path, list[TelemetryRun]]) -> None:
+    """Of the rank files of one name (``t.rank0.jsonl``, ``t.rank1.jsonl``, ...), show the ranks of one job: the
+    newest begun in them. A rank file holding no run of it is an earlier job's (that job had more ranks, or this
+    one's rank never wrote): said and left out, never read as a rank of this job."""
+    sets: dict[tuple[Path, str], list[Path]] = {}
+    for path in held:
+        if RANK_FILE.search(path.name):
+            sets.setdefault((path.parent, _rank_order(path)[0]), []).append(path)
+    for paths in sets.values():
+        every = [run for path in paths for run in held[path]]
+        if len(paths) < 2 or len({run.run_id for run in every}) < 2:
+            continue
+        job = max(every, key=lambda run: run.first_unix_ns).run_id
+        for path in paths:
+            of_job = [run for run in held[path] if run.run_id == job]
+            mine = {id(run) for run in held[path]}
+            kept = []
+            for run in loaded.runs:  # the file's shown run, of this job or in place by this job's
+                if id(run) not in mine or run.run_id == job:
+                    kept.append(run)
+                elif of_job:
+                    kept.append(of_job[-1])
+                else:
+                    loaded.notes.append(
+                        f"{path} holds no run of job {short_run_id(job)}, the newest in its rank files: an earlier "
+                        "job's rank file, left out (--run ID picks a job)"
+                    )
+            loaded.runs = kept
 
 
-_LOOPS = frozenset(
-    (
-        TrainingSpanName.TRAINING_LOOP,
-        TrainingSpanName.VALIDATION_LOOP,
-        TrainingSpanName.TESTING_LOOP,
-        JitSpanName.COMPILATION.value,
-    )
-)
+def written_at_once(runs: Sequence[TelemetryRun]) -> list[TelemetryRun]:
+    """The runs of ``runs`` (one file's) whose lines interleave with another's: processes that wrote at once."""
+    at_once: dict[int, TelemetryRun] = {}
+    reaching: TelemetryRun | None = None  # of the runs begun so far, the one whose lines reach furthest
+    for run in sorted(runs, key=lambda run: run.first_line):
+        if reaching is not None and run.first_line < reaching.last_line:
+            at_once[id(reaching)], at_once[id(run)] = reaching, run
+        if reaching is None or run.last_line > reaching.last_line:
+            reaching = run
+    return sorted(at_once.values(), key=lambda run: run.first_line)
 
 
 def rank_problems(runs: Sequence[TelemetryRun]) -> list[str]:

@@ -81,6 +81,8 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
             continue
         try:
             _read_record(path, line, record, runs, skip_spans, digest)
+        except OverflowError:  # a number no integer holds ("rank": 1e400): a bad line, counted
+            _count_bad(damage, line, "a number out of range")
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             if isinstance(error, TelemetryFileError):
                 raise
@@ -156,10 +158,14 @@ def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far:
         return None
     if not runs_so_far:
         raise TelemetryFileError(f"{str(path)!r} is not a telemetry-jit JSON Lines file (line {number}: {reason}).")
+    _count_bad(damage, number, reason)
+    return None
+
+
+def _count_bad(damage: FileDamage, number: int, reason: str) -> None:
     damage.bad_lines += 1
     if damage.bad_lines == 1:
         damage.first_bad_line, damage.first_reason = number, reason
-    return None
 
 
 def _read_record(
@@ -176,6 +182,8 @@ def _read_record(
         run = runs.get(key)
         if run is None:
             run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")), pid=key[2])
+            run.first_line = number
+        run.last_line = number
         world_size = record.get("world_size")
         if isinstance(world_size, int) and world_size > run.world_size:
             run.world_size = world_size
@@ -352,10 +360,16 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
             else:
                 run.spans[span.span_id] = span
         run.last_unix_ns = max(run.last_unix_ns, span.start_unix_ns)
+        if not run.first_unix_ns or span.start_unix_ns < run.first_unix_ns:
+            run.first_unix_ns = span.start_unix_ns
         if kind == "span":
             span.end_unix_ns = _ns(record["end_unix_ns"])
             span.attributes = _attributes(record.get("attributes", {}))
             run.last_unix_ns = max(run.last_unix_ns, span.end_unix_ns)
+    elif kind == "run_start" and record.get("continues"):
+        run.fragment = str(record["continues"])
+    elif kind == "moved_on":
+        run.fragment = str(record.get("detail", "its file was moved away while it wrote it"))
     elif kind == "records_lost":
         run.lost_records += int(record["count"])
     elif kind == "health":

@@ -69,12 +69,17 @@ class TelemetryRun:
     pid: int = 0
     world_size: int = 1  # ranks in its job, as its records say
     last_unix_ns: int = 0  # the latest time any of its records holds: where a run cut short is known to
+    first_unix_ns: int = 0  # the earliest start its spans hold: when it began (0: none)
     spans: dict[str, SpanRecord] = field(default_factory=dict)
     data_errors: list[dict[str, Any]] = field(default_factory=list)
     lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
     # what telemetry could not do, as the writer's last record says (None: it never wrote one: killed, or older)
     health: dict[str, Any] | None = None
     damage: FileDamage | None = None  # lines of its file that could not be read
+    # why its file holds only part of it (its file was deleted or moved away mid-run, and created again); "" whole
+    fragment: str = ""
+    first_line: int = 0  # its first and last line in its file: runs whose lines interleave were written at once
+    last_line: int = 0
     file_format: str = FILE_FORMAT  # or "nv-one-logger"
     lacks: list[str] = field(default_factory=list)  # what this file's format cannot tell
     # its compilations as aggregates, when read to be answered (then its compilation spans are not kept)

@@ -8,9 +8,9 @@ from typing import Any, Literal
 
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.breaks import gist
-from telemetry_jit.schema import TrainingSpanName
+from telemetry_jit.schema import JitEventName, JitSpanName, TrainingSpanName
 
-State = Literal["finished", "failed", "interrupted", "killed", "incomplete"]
+State = Literal["finished", "failed", "interrupted", "killed", "incomplete", "empty"]
 _LOOPS = (
     TrainingSpanName.TRAINING_LOOP,
     TrainingSpanName.VALIDATION_LOOP,
@@ -18,13 +18,15 @@ _LOOPS = (
     TrainingSpanName.APPLICATION,
 )
 _INTERRUPTIONS = ("KeyboardInterrupt", "SIGTERM", "SignalException", "SystemExit")
+_WORK = (TrainingSpanName.TRAINING_LOOP, TrainingSpanName.VALIDATION_LOOP, TrainingSpanName.TESTING_LOOP)
 
 
 @dataclass(frozen=True)
 class RunStatus:
     """How a run ended: ``finished``; ``failed`` (the training raised) or ``interrupted`` (Ctrl-C, SIGTERM);
-    ``killed`` (its loops never ended and it never closed its file: killed, or still running); or
-    ``incomplete`` (it ended, but records are missing from its file)."""
+    ``killed`` (its loops never ended and it never closed its file: killed, or still running);
+    ``incomplete`` (it ended, but records are missing from its file); or ``empty`` (it trained nothing: no
+    loop ran and nothing compiled, or a fit returned before its first training step)."""
 
     state: State
     detail: str  # what happened, in words
@@ -37,6 +39,8 @@ class RunStatus:
         """The first line every surface shows for a run that did not finish (``""`` for one that did)."""
         if self.finished:
             return ""
+        if self.state == "empty":
+            return f"this run TRAINED NOTHING: {self.detail}; there are no figures to judge"
         return f"this run {self.state.upper()}: {self.detail}; the figures below cover what was recorded before"
 
     def as_json(self) -> dict[str, Any]:
@@ -53,6 +57,8 @@ def run_status(run: TelemetryRun) -> RunStatus:
             message = str(errors[0].attributes.get("error_message") or errors[0].name)
             state: State = "interrupted" if message.startswith(_INTERRUPTIONS) else "failed"
             return RunStatus(state, f"{gist(message)} (in its {span.name})")
+    if run.fragment:
+        return RunStatus("incomplete", f"this file holds part of the run: {run.fragment}")
     unended = sorted({span.name for span in run.spans.values() if span.name in _LOOPS and span.end_unix_ns is None})
     if unended and run.health is None and run.file_format != "nv-one-logger":
         return RunStatus(
@@ -66,4 +72,27 @@ def run_status(run: TelemetryRun) -> RunStatus:
         return RunStatus("incomplete", run.damage.words())
     if run.lost_records:
         return RunStatus("incomplete", f"{run.lost_records} record(s) could not be written to its file")
-    return RunStatus("finished", "")
+    return _trained_nothing(run) or RunStatus("finished", "")
+
+
+def _trained_nothing(run: TelemetryRun) -> RunStatus | None:
+    """``empty`` where the run ran no loop: a fit said it trained nothing (and no training loop followed), or no
+    loop and no compilation is in the file at all (no fit ran)."""
+    names = {span.name for span in run.spans.values()}
+    said = [
+        event
+        for span in run.spans.values()
+        if span.name == TrainingSpanName.APPLICATION
+        for event in span.events
+        if event.name == JitEventName.TRAINED_NOTHING
+    ]
+    if said and TrainingSpanName.TRAINING_LOOP not in names:
+        return RunStatus("empty", f"fit ran no training step ({said[-1].attributes.get('reason', 'no reason given')})")
+    compiled = bool(run.digest and run.digest.compilations) or JitSpanName.COMPILATION in names
+    if names.isdisjoint(_WORK) and not compiled:
+        return RunStatus(
+            "empty",
+            "it recorded no training, validation or test loop and no compilation (no fit ran, or it stopped before "
+            "its first step: an empty dataset, max_steps=0, limit_train_batches=0, max_epochs=0)",
+        )
+    return None

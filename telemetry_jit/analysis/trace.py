@@ -3,6 +3,9 @@ compile spans nested under the loops that were running, other tools' traces of t
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 from collections.abc import Sequence
 from typing import Any
 
@@ -108,6 +111,36 @@ def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
                 }
             )
     return events
+
+
+MAX_MERGED_BYTES = 2**30  # another tool's trace: torch.profiler exports of long runs reach hundreds of MB
+
+
+def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
+    """Another tool's trace (``trace --with``), read within bounds: a regular file of at most
+    :data:`MAX_MERGED_BYTES`, JSON nested no deeper than Python parses.
+
+    Raises:
+        ValueError: it is no regular file (a device such as /dev/zero, a FIFO), too large, too deeply nested,
+            not JSON, or not a Trace Event document.
+        OSError: it cannot be read.
+    """
+    with open(path, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+            raise ValueError("not a regular file (a device or a pipe): pass the trace's file")
+        data = handle.read(MAX_MERGED_BYTES + 1)
+    if len(data) > MAX_MERGED_BYTES:
+        raise ValueError(f"larger than {MAX_MERGED_BYTES // 2**20} MiB, more than telemetry-jit merges")
+    try:
+        document = json.loads(data)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to be a trace") from None
+    except MemoryError:
+        raise ValueError("too large to read") from None
+    except UnicodeDecodeError:
+        raise ValueError("not text (binary data)") from None
+    foreign_trace_events(document)
+    return document
 
 
 def foreign_trace_events(document: Any) -> list[dict[str, Any]]:

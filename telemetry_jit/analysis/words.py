@@ -39,10 +39,12 @@ class Item:
     details: tuple[str, ...]
 
 
-def listed(names: Iterable[object], shown: int = 3) -> str:
+def listed(names: Iterable[object], shown: int = 3, total: int | None = None) -> str:
+    """The first ``shown`` of ``names`` and how many more (of ``total``, where ``names`` holds only the first)."""
     texts = [str(name) for name in names]
     text = ", ".join(texts[:shown])
-    return text + (f" and {len(texts) - shown} more" if len(texts) > shown else "")
+    count = max(total or 0, len(texts))
+    return text + (f" and {count - shown} more" if count > shown else "")
 
 
 def where_words(stages: list[str], loaders: list[int]) -> str:
@@ -68,7 +70,7 @@ def fix_first(summary: RunSummary) -> list[Item]:
     for row in summary.causes:
         if not row.unexpected:
             continue
-        steps = f"step {row.steps[0]}" if len(row.steps) == 1 else f"steps {listed(row.steps)}"
+        steps = f"step {row.steps[0]}" if row.step_count <= 1 else f"steps {listed(row.steps, total=row.step_count)}"
         title = row.title if row.cause != "stage_switch" else "a frame recompiled when its grad mode came back"
         reason = f" ({row.reasons[0]})" if row.reasons and row.cause != "stage_switch" else ""
         loops = which_loops(summary, row.loops)

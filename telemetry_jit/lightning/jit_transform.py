@@ -18,6 +18,7 @@ from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.lightning import compilers  # noqa: F401 - registers the built-in backends
 from telemetry_jit.notices import Notices
 from telemetry_jit.probes.backends import compiler_backend
+from telemetry_jit.terminal import clean
 
 _GLOB_CHARS = frozenset("*?[")
 _TORCH_COMPILE_KWARGS = frozenset(inspect.signature(torch.compile).parameters) - {"model"}
@@ -272,10 +273,11 @@ class JitTransform(Callback):
     """Compile the modules that ``JitConfig`` selects, once, at the start of the first training epoch.
 
     Compiling at ``on_train_epoch_start`` (as NeMo does) includes adapters added earlier, e.g. by
-    PEFT. In ``validate``/``test``/``predict`` runs the modules are compiled at the start of that
-    loop instead. The compiler's arguments are checked at ``setup``, the selectors once the model is
-    whole (``on_fit_start``: after ``configure_model``, which may build the modules they select), so a
-    typo fails before the first step.
+    PEFT. A fit resumed from a checkpoint compiles at ``on_train_start`` (Lightning calls no epoch
+    start for an epoch it resumes in the middle). In ``validate``/``test``/``predict`` runs the
+    modules are compiled at the start of that loop instead. The compiler's arguments are checked at
+    ``setup``, the selectors once the model is whole (``on_fit_start``: after ``configure_model``,
+    which may build the modules they select), so a typo fails before the first step.
 
     Example::
 
@@ -307,6 +309,12 @@ class JitTransform(Callback):
         for config in self.configs:
             if config.compiler:
                 select(root, config)
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # a fit resumed from a checkpoint may start mid-epoch (or at an epoch's end): Lightning then calls no
+        # on_train_epoch_start before the next step, and the rest of the job would run eagerly
+        if getattr(trainer.fit_loop, "restarting", False):
+            self._compile(pl_module)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._compile(pl_module)
@@ -391,5 +399,5 @@ class JitTransform(Callback):
                 ran = backend.compile(module, label, config)
                 self.compiled.append(name or "<root>")
                 self._unchecked.append((name, module, ran))
-                rank_zero_info(f"telemetry-jit: {backend.title}({label})")
+                rank_zero_info(clean(f"telemetry-jit: {backend.title}({label})"))  # a class name is code: any text
         setattr(pl_module, "_compiled", bool(self.compiled))  # noqa: B010 - NeMo's marker, not a declared attribute

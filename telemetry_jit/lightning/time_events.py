@@ -8,6 +8,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+from nv_one_logger.core.attributes import Attributes
+from nv_one_logger.core.event import Event
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
@@ -17,7 +19,7 @@ from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import ITERATION_FAST_PATH_VERIFIED, IterationBookkeeping
 from telemetry_jit.notices import Notices, user_line, warn_once
 from telemetry_jit.recording.recorder import active_span
-from telemetry_jit.schema import TrainingSpanName
+from telemetry_jit.schema import JitEventName, TrainingSpanName
 from telemetry_jit.session import Session, resolve
 from telemetry_jit.terminal import error_text
 
@@ -62,6 +64,7 @@ class TimeEventCallback(Callback):
         self._training_start: Callable[[], None] | None = None
         self._training_end: Callable[[], None] | None = None
         self._validation_iterations: IterationBookkeeping | None = None
+        self.failures_recorded = 0  # Lightning's on_exception and HookedTrainer's call both may say one failure
         if not call_on_app_start:
             return
         if self._session.recording:
@@ -229,9 +232,11 @@ class TimeEventCallback(Callback):
             _CALLBACKS.call(self._end_failed, exception, f"{stage} step {trainer.global_step}")
 
     def _end_failed(self, exception: BaseException, where: str) -> None:
+        self.failures_recorded += 1
         message = f"{error_text(exception)} (at {where})"
         typed = exception if isinstance(exception, Exception) else None  # nv-one-logger takes no KeyboardInterrupt
         iterations = self._bookkeeping()
+        ended_loop = False
         for name, end in (
             (TrainingSpanName.VALIDATION_ITERATION, iterations.validation_end),
             (TrainingSpanName.TRAINING_ITERATION, iterations.training_end),
@@ -248,6 +253,22 @@ class TimeEventCallback(Callback):
             if span is not None:
                 self._provider.recorder.error(span, message, typed)
                 end_loop()
+                ended_loop = True
+        application = active_span(self._session, TrainingSpanName.APPLICATION)
+        if not ended_loop and application is not None:
+            # it failed before or between its loops (setup, configure_optimizers, a warning made an error): the
+            # run failed all the same, so the application span carries the error
+            self._provider.recorder.error(application, message, typed)
+
+    @guarded
+    def on_fit_ended(self, trainer: pl.Trainer, batches_before: int | None) -> None:
+        """After a fit that returned: say so on the application span where it ran no training step."""
+        if not self._session.recording or batches_before is None or batches_done(trainer) != batches_before:
+            return
+        application = active_span(self._session, TrainingSpanName.APPLICATION)
+        if application is not None:
+            event = Event.create(JitEventName.TRAINED_NOTHING, Attributes({"reason": _why_nothing(trainer)}))
+            _CALLBACKS.call(self._provider.recorder.event, application, event)
 
     # -- checkpoint saves, called by HookedTrainer.save_checkpoint (guarded, as every hook: never the run's end) --
     @guarded
@@ -319,3 +340,26 @@ class TimeEventCallback(Callback):
     @guarded
     def on_testing_end(self) -> None:
         self._explicit(one_logger.on_testing_end)
+
+
+def batches_done(trainer: pl.Trainer) -> int | None:
+    """Training batches the trainer has run in all (None where this Lightning keeps no such count)."""
+    try:
+        return int(trainer.fit_loop.epoch_loop.batch_progress.total.completed)
+    except (AttributeError, TypeError, ValueError):
+        return None
+
+
+def _why_nothing(trainer: pl.Trainer) -> str:
+    """Lightning's reason for a fit without a training step, as the trainer's settings tell it."""
+    if trainer.max_steps == 0:
+        return "max_steps=0"
+    if trainer.max_epochs == 0:
+        return "max_epochs=0"
+    if trainer.limit_train_batches == 0:
+        return "limit_train_batches=0"
+    if not trainer.num_training_batches:
+        return "no training batches: the training dataloader is empty"
+    if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
+        return f"it had reached max_steps={trainer.max_steps} already (resumed from a finished checkpoint)"
+    return "Lightning stopped the fit before its first training step"

@@ -13,16 +13,18 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 
+from telemetry_jit import identity
 from telemetry_jit.boundary import OWN_CODE, guarded, own_code_failed
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
 from telemetry_jit.lightning.payoff import CompilePayoffCallback
 from telemetry_jit.lightning.ranks import RankTelemetry
-from telemetry_jit.lightning.time_events import TimeEventCallback
+from telemetry_jit.lightning.time_events import TimeEventCallback, batches_done
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.payoff import PayoffSettings
 from telemetry_jit.session import Session, resolve
+from telemetry_jit.terminal import clean
 
 
 def _as_callback_list(callbacks: Any) -> list[Callback]:
@@ -251,19 +253,19 @@ def _hooked_class(
             return self._compile_telemetry
 
         def fit(self, *args: Any, **kwargs: Any) -> None:
-            with _recording(self, telemetry):
+            with _recording(self, telemetry, "fit"):
                 return super().fit(*args, **kwargs)
 
         def validate(self, *args: Any, **kwargs: Any) -> Any:
-            with _recording(self, telemetry):
+            with _recording(self, telemetry, "validate"):
                 return super().validate(*args, **kwargs)
 
         def test(self, *args: Any, **kwargs: Any) -> Any:
-            with _recording(self, telemetry):
+            with _recording(self, telemetry, "test"):
                 return super().test(*args, **kwargs)
 
         def predict(self, *args: Any, **kwargs: Any) -> Any:
-            with _recording(self, telemetry):
+            with _recording(self, telemetry, "predict"):
                 return super().predict(*args, **kwargs)
 
         @property
@@ -314,12 +316,26 @@ _ONE_RECORDER = _OneRecorder()
 
 
 @contextlib.contextmanager
-def _recording(trainer: pl.Trainer, telemetry: _Telemetry) -> Iterator[None]:
-    """Run one trainer call with telemetry, or without it (said once) while another thread's records."""
+def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterator[None]:
+    """Run one trainer call with telemetry, or without it (said once) while another thread's records. Its end
+    is a fact of the run: an error anywhere inside it is recorded (Lightning's ``on_exception`` misses what
+    raises outside its loops' handling), and a fit that ran no training step says so."""
     nested = _ONE_RECORDER.owner == threading.get_ident()
     if _ONE_RECORDER.take():
+        time_events = telemetry.time_events if isinstance(telemetry.time_events, TimeEventCallback) else None
+        before = batches_done(trainer) if call == "fit" else None
+        failures = time_events.failures_recorded if time_events is not None else 0
         try:
             yield
+        except BaseException as error:
+            # what Lightning's on_exception did not record (it raised outside Lightning's handling); once: Lightning
+            # turns a KeyboardInterrupt it recorded into a SystemExit of its own
+            if time_events is not None and time_events.failures_recorded == failures:
+                guarded(time_events.on_exception)(trainer, trainer.lightning_module, error)
+            raise
+        else:
+            if time_events is not None and call == "fit" and not nested:
+                time_events.on_fit_ended(trainer, before)
         finally:
             if not nested:
                 _ONE_RECORDER.give_back()
@@ -347,8 +363,10 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry) -> Iterator[None]:
 def _say_where_to_read(trainer: pl.Trainer, telemetry: _Telemetry) -> None:
     """After a trainer call: where the telemetry is and the command that reads it (once per session)."""
     session = resolve(telemetry.ranks.session)
+    if identity.forked_from() is not None or not session.recording:
+        return  # a forked child (its parent's session, not its own) or an ended session: no file of this call's
     if trainer.is_global_zero and session.configuration is not None and (hint := session.reading_hint()):
-        rank_zero_info(hint)
+        rank_zero_info(clean(hint))
 
 
 def _rebuild_hooked_trainer(

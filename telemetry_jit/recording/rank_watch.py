@@ -91,10 +91,23 @@ class RankWatchSettings:
             settings = replace(settings, **{field_name: value})  # type: ignore[arg-type]  # a seconds field
         rank = environ.get("TELEMETRY_JIT_WATCHER_RANK", "").strip()
         if rank:
-            if not rank.isdigit():
-                raise SettingError(f"TELEMETRY_JIT_WATCHER_RANK={rank!r}: give a rank number (0 is the default).")
+            if not (rank.isascii() and rank.isdigit()):  # "²".isdigit() is true, and int() refuses it
+                raise SettingError(
+                    f"TELEMETRY_JIT_WATCHER_RANK={rank!r}: give a rank number in ASCII digits (0 is the default)."
+                )
             settings = replace(settings, watcher_rank=int(rank))
+            world = environ.get("WORLD_SIZE", "").strip()
+            if world.isascii() and world.isdigit():
+                settings.check_watcher(int(world))
         return settings
+
+    def check_watcher(self, world_size: int) -> None:
+        """Refuse a watcher rank that is no rank of a job of ``world_size`` (nobody would watch)."""
+        if self.watcher_rank >= world_size > 0:
+            raise SettingError(
+                f"TELEMETRY_JIT_WATCHER_RANK={self.watcher_rank}: no such rank in a job of {world_size} ranks (0 to "
+                f"{world_size - 1}), so no rank would watch the others. Give one of them (0 is the default)."
+            )
 
     def silent_after(self) -> float:
         return self.silent_after_s if self.silent_after_s is not None else max(15.0, 5 * self.interval_s)
@@ -272,6 +285,7 @@ class RankWatch:
         if found is FAILED or isinstance(found, str):
             return None
         store, rank, world_size = found
+        settings.check_watcher(world_size)
         publisher = HeartbeatPublisher(store, rank, position, settings.interval_s)
         watcher = None
         if rank == settings.watcher_rank:

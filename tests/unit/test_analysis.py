@@ -297,7 +297,7 @@ def test_two_processes_claiming_one_rank_and_a_rank_beyond_the_job_are_said(
     assert "rank 5 is no rank of a job of 2 ranks" in capsys.readouterr().err
 
 
-def test_a_file_that_holds_an_empty_run_after_a_real_one_shows_the_real_one(
+def test_a_file_that_holds_an_empty_run_after_a_real_one_shows_the_last_started_and_the_gate_refuses_it(
     tmp_path: Path, capsys: pytest.CaptureFixture
 ) -> None:
     path = tmp_path / "two.jsonl"
@@ -306,8 +306,9 @@ def test_a_file_that_holds_an_empty_run_after_a_real_one_shows_the_real_one(
     path.write_text(NEW.read_text() + empty + "\n")
     assert cli.main(["summary", str(path)]) == 0
     out, err = capsys.readouterr()
-    assert "showing the last that trained" in err and "no compilation happened" not in out
-    assert cli.main(["check", str(path), "--max-recompiles", "0"]) == 1
+    assert "showing the last started" in err and "TRAINED NOTHING" in out
+    # the run the user means is the one just started: never an older, complete one in its place
+    assert cli.main(["check", str(path), "--max-recompiles", "100"]) == 3
 
 
 def test_a_fix_measured_against_a_cold_run_says_the_caches_took_part(capsys: pytest.CaptureFixture) -> None:

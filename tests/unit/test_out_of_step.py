@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from telemetry_jit.boundary import SettingError
 from telemetry_jit.recording.heartbeat import Graph, Heartbeat
 from telemetry_jit.recording.out_of_step import STALL_MARGIN_S, STALL_MIN_S, OutOfStep
 from telemetry_jit.recording.rank_watch import RankWatchSettings
@@ -159,6 +160,7 @@ def test_a_heartbeat_survives_its_encoding_and_garbage_reads_as_none() -> None:
         ("TELEMETRY_JIT_SILENT_AFTER_S", "-1", "give a number of seconds above zero"),
         ("TELEMETRY_JIT_RANK_WATCH", "maybe", "set it to 1"),
         ("TELEMETRY_JIT_WATCHER_RANK", "first", "give a rank number"),
+        ("TELEMETRY_JIT_WATCHER_RANK", "\u00b2", "give a rank number in ASCII digits"),  # "²".isdigit() is true
     ],
 )
 def test_settings_that_cannot_mean_anything_are_named_with_what_they_take(
@@ -166,6 +168,14 @@ def test_settings_that_cannot_mean_anything_are_named_with_what_they_take(
 ) -> None:
     with pytest.raises(ValueError, match=f"{variable}={value!r}: {message}"):
         RankWatchSettings.from_environment({variable: value})
+
+
+def test_a_watcher_rank_beyond_the_job_is_refused() -> None:
+    with pytest.raises(SettingError, match="TELEMETRY_JIT_WATCHER_RANK=99: no such rank in a job of 2 ranks"):
+        RankWatchSettings.from_environment({"TELEMETRY_JIT_WATCHER_RANK": "99", "WORLD_SIZE": "2"})
+    with pytest.raises(SettingError, match="no such rank in a job of 4 ranks"):
+        RankWatchSettings(watcher_rank=4).check_watcher(4)  # the world size the process group gives, at start
+    RankWatchSettings(watcher_rank=3).check_watcher(4)
 
 
 def test_settings_from_the_environment() -> None:

@@ -1,0 +1,132 @@
+"""The run file's safety: the exporter owns its descriptor or holds none, says what it could not write, keeps
+one path for the whole run, and refuses a path that is no regular file without opening it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+
+import telemetry_jit
+from telemetry_jit.cli import main as cli
+from telemetry_jit.exporters import FileExporter
+from telemetry_jit.exporters.finished import FinishedSpan
+from tests.e2e.conftest import fresh_provider_state
+
+pytestmark = pytest.mark.any_torch
+
+
+def _span(name: str = "compilation") -> FinishedSpan:
+    return FinishedSpan(name, None, 1_000, 2_000, {"a": 1})
+
+
+def test_a_file_that_cannot_be_opened_again_costs_counted_records_never_a_descriptor_it_gave_up(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "t.jsonl"
+    exporter = FileExporter(path)
+    exporter.initialize()
+    exporter.export_finished_span(_span())
+    path.unlink()
+    path.mkdir()  # the path is now a folder: the file cannot be created again there
+    with pytest.warns(RuntimeWarning, match=f"cannot create {path} again") as said:
+        exporter.export_finished_span(_span())
+        exporter.export_finished_span(_span())
+    assert exporter.lost_records == 2
+    assert len([w for w in said if "cannot create" in str(w.message)]) == 1  # said once, counted after
+    user_fd = os.open(tmp_path / "mine.txt", os.O_WRONLY | os.O_CREAT)  # takes the lowest free number
+    try:
+        path.rmdir()  # the folder goes: the file can be created again
+        exporter._next_reopen = 0.0  # noqa: SLF001 - the retry's pause, not waited for here
+        exporter.export_finished_span(_span())
+        exporter.close()
+        os.write(user_fd, b"still mine")  # the exporter never closed the number it gave up
+    finally:
+        os.close(user_fd)
+    assert (tmp_path / "mine.txt").read_bytes() == b"still mine"
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records[0]["kind"] == "run_start" and "continues" in records[0]
+    assert [r["count"] for r in records if r["kind"] == "records_lost"] == [2]
+
+
+def test_losses_never_written_to_the_file_are_said_at_close(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    exporter = FileExporter(path)
+    exporter.initialize()
+    path.unlink()
+    path.mkdir()
+    with pytest.warns(RuntimeWarning) as said:
+        exporter.export_finished_span(_span())
+        user_fd = os.open(tmp_path / "mine.txt", os.O_WRONLY | os.O_CREAT)
+        exporter.close()
+    try:
+        os.write(user_fd, b"x")
+    finally:
+        os.close(user_fd)
+    assert any("1 telemetry record(s) could not be written" in str(w.message) for w in said)
+
+
+def test_a_fifo_as_the_file_is_refused_at_configure_without_opening_it(tmp_path: Path) -> None:
+    fifo = tmp_path / "pipe.jsonl"
+    os.mkfifo(fifo)
+    outcome: list[BaseException | None] = []
+
+    def build() -> None:
+        try:
+            FileExporter(fifo)
+            outcome.append(None)
+        except BaseException as error:  # noqa: BLE001 - handed to the test
+            outcome.append(error)
+
+    thread = threading.Thread(target=build, daemon=True)
+    thread.start()
+    thread.join(10)
+    if thread.is_alive():  # it opened the FIFO, which waits for a reader forever: free it
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        thread.join(5)
+        pytest.fail("FileExporter opened the FIFO and blocked")
+    assert isinstance(outcome[0], ValueError) and "FIFO (named pipe), not a regular file" in str(outcome[0])
+
+
+def test_the_path_is_resolved_once_so_a_chdir_after_configure_keeps_one_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    exporter = FileExporter("t.jsonl")
+    exporter.initialize()
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")  # as Hydra does, after configure
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no false "deleted or moved"
+        exporter.export_finished_span(_span())
+        exporter.close()
+    assert not (tmp_path / "elsewhere" / "t.jsonl").exists()
+    (run,) = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")
+    assert len(run.find("compilation")) == 1
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved"])
+def test_a_file_recreated_mid_run_is_never_judged_as_a_whole_run(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "t.jsonl"
+    fresh_provider_state()
+    session = telemetry_jit.configure("recreated", file=path)
+    exporter = next(e for e in session.exporters if isinstance(e, FileExporter))
+    exporter.export_finished_span(_span())
+    if how == "deleted":
+        path.unlink()
+    else:
+        shutil.move(path, tmp_path / "moved.jsonl")
+    with pytest.warns(RuntimeWarning, match="was deleted or moved"):
+        exporter.export_finished_span(_span())
+        telemetry_jit.shutdown()
+    fresh_provider_state()
+    (run,) = telemetry_jit.read_telemetry(path)
+    assert "earlier records are not in this file" in run.fragment
+    assert cli(["check", str(path), "--max-recompiles", "100"]) != 0
+    if how == "moved":
+        assert cli(["check", str(tmp_path / "moved.jsonl"), "--max-recompiles", "100"]) != 0

@@ -1,0 +1,105 @@
+"""The run's status is a fact the gate reads first: a crash anywhere inside ``fit`` is ``failed``, a fit that
+trained nothing is ``empty``, and ``check`` passes neither."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from lightning.pytorch.utilities.warnings import PossibleUserWarning
+from torch.utils.data import DataLoader, TensorDataset
+
+import telemetry_jit
+from telemetry_jit.analysis.status import run_status
+from telemetry_jit.cli import main as cli
+from tests.e2e.conftest import Telemetry
+from tests.models import TRAINER_DEFAULTS, Net, loader
+
+pytestmark = pytest.mark.any_torch
+
+BUDGET = ["--max-graph-breaks", "0", "--max-recompiles", "2", "--max-compile-share", "30"]
+
+
+class Crashing(Net):
+    def __init__(self, where: str) -> None:
+        super().__init__()
+        self.where = where
+
+    def setup(self, stage: str) -> None:
+        if self.where == "setup":
+            raise RuntimeError("boom in setup")
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        if self.where == "configure_optimizers":
+            raise RuntimeError("boom in configure_optimizers")
+        return super().configure_optimizers()
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if self.where == "sanity check":
+            raise RuntimeError("boom in the sanity check")
+        super().validation_step(batch, batch_idx)
+
+
+@pytest.mark.parametrize("where", ["setup", "configure_optimizers", "sanity check", "warning as error"])
+def test_a_crash_anywhere_inside_fit_is_a_failed_run_the_gate_refuses(telemetry: Telemetry, where: str) -> None:
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    with warnings.catch_warnings(), pytest.raises((RuntimeError, PossibleUserWarning)):
+        if where == "warning as error":  # python -W error: Lightning's own warning ends the fit
+            warnings.simplefilter("error", PossibleUserWarning)
+        val = loader(8, 4) if where == "sanity check" else None
+        trainer.fit(Crashing(where), loader(16, 4), val)
+    status = run_status(telemetry.end())
+    assert status.state == "failed", status
+    assert ("boom" in status.detail) or ("val_dataloader" in status.detail)
+    assert cli(["check", str(telemetry.path), *BUDGET]) == 3
+
+
+def _empty_loader() -> DataLoader:
+    return DataLoader(TensorDataset(torch.zeros(0, 8), torch.zeros(0, 1)), batch_size=4)
+
+
+@pytest.mark.parametrize(
+    ("how", "options", "reason"),
+    [
+        ("empty dataset", {}, "training dataloader is empty"),
+        ("max_steps=0", {"max_steps": 0}, "max_steps=0"),
+        ("limit_train_batches=0", {"limit_train_batches": 0}, "limit_train_batches=0"),
+        ("max_epochs=0", {"max_epochs": 0}, "max_epochs=0"),
+        ("no fit", None, "no training, validation or test loop"),
+    ],
+)
+def test_a_fit_that_trained_nothing_is_said_so_and_never_passes(
+    telemetry: Telemetry, how: str, options: dict[str, Any] | None, reason: str
+) -> None:
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(
+        pl.Trainer, telemetry.provider, live=False, jit_config=telemetry_jit.JitConfig(use_torch=True)
+    )
+    if options is not None:
+        settings = {"max_epochs": 1, **TRAINER_DEFAULTS, **options}
+        HookedTrainer(**settings).fit(Net(), _empty_loader() if how == "empty dataset" else loader(16, 4))
+    status = run_status(telemetry.end())
+    assert status.state == "empty" and reason in status.detail, status
+    assert "TRAINED NOTHING" in status.headline()
+    assert cli(["check", str(telemetry.path), *BUDGET]) == 3
+    assert cli(["check", str(telemetry.path), *BUDGET, "--allow-incomplete"]) == 3
+
+
+def test_a_run_with_no_loop_is_not_judged_on_a_compile_share_it_cannot_compute(tmp_path: Path) -> None:
+    # a run that compiled (so not empty) in no loop of any wall time: its share of a loop is no number
+    path = tmp_path / "noloop.jsonl"
+    ids = ',"run":"r1","rank":0,"pid":1}'
+    path.write_text(
+        '{"kind":"run_start","format":"telemetry-jit","format_version":1' + ids + "\n"
+        '{"kind":"span","span_id":"a","parent_id":null,"name":"application","start_unix_ns":1000,"end_unix_ns":1000,'
+        '"attributes":{}' + ids + "\n"
+        '{"kind":"span","span_id":"c","parent_id":"a","name":"compilation","start_unix_ns":1000,"end_unix_ns":1000,'
+        '"attributes":{"compile.id":"0/0"}' + ids + "\n"
+        '{"kind":"health","failed_calls":{},"exporters":{}' + ids + "\n"
+    )
+    assert cli(["check", str(path), "--max-recompiles", "2"]) == 0  # it compiled: there is something to judge
+    assert cli(["check", str(path), "--max-compile-share", "30"]) == 2

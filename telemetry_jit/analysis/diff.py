@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain, without_line
-from telemetry_jit.analysis.digest import Fallback
+from telemetry_jit.analysis.digest import ONE_KIND, Fallback
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
@@ -97,6 +97,15 @@ class RunFigures:
             "compiled_before_run": self.compiled_before.as_json() if self.compiled_before is not None else None,
             "recompile_causes": dict(self.causes),
         }
+
+
+def cause_words(cause: str) -> str:
+    """A cause as diff and check key it, with the kind of stage beside it where the key leaves it out:
+    ``last_batch`` (training's) is said ``last_batch in train``, beside ``last_batch in eval``."""
+    name = cause.removesuffix(EXPECTED)
+    if " in " in name or name in ONE_KIND:
+        return cause
+    return f"{name} in train{EXPECTED if cause.endswith(EXPECTED) else ''}"
 
 
 def _only_in(fallbacks: list[Fallback], others: list[Fallback]) -> list[Fallback]:

@@ -526,13 +526,13 @@ class RunDigest:
         (``stage_switch (expected)``), evaluation's apart (``last_batch in eval``)."""
         counts: Counter[str] = Counter()
         for row in self.causes.values():
-            name = row.cause + ("" if row.kind == "train" or row.cause in _ONE_KIND else f" in {row.kind}")
+            name = row.cause + ("" if row.kind == "train" or row.cause in ONE_KIND else f" in {row.kind}")
             counts[name + (" (expected)" if row.expected and not row.unexpected else "")] += row.count
         return +counts
 
 
 # causes met in one kind of stage only (or named for it): their name says where
-_ONE_KIND = frozenset(("eval_shape", "stage_switch", "inference_mode", "tuner", "shared_code"))
+ONE_KIND = frozenset(("eval_shape", "stage_switch", "inference_mode", "tuner", "shared_code"))
 
 
 def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classified | None:

@@ -131,6 +131,8 @@ class CompileRecord:
     unavailable: tuple[str, ...] = ()
     context: CompileContext | None = None  # where training was when the compile started
     callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
+    # the options it compiled with, as torch applied them (dynamic "true"/"false"/"auto", fullgraph, inductor's mode)
+    options: dict[str, str | bool] = field(default_factory=dict)
     cause: Classified | None = None  # why it recompiled (set when the recorder takes it)
 
     @property

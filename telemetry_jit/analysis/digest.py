@@ -360,6 +360,8 @@ class RunDigest:
             batches=_whole(attributes.get(TrainAttr.BATCHES)),
             limit_hit=any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events),
             step=_whole(attributes.get(TrainAttr.GLOBAL_STEP)),
+            dynamic=str(attributes.get(CompileAttr.DYNAMIC) or ""),
+            reasons=[str(reason) for reason in attributes.get(CompileAttr.RECOMPILE_REASONS) or ()],
         )
         if cause is None:
             return None

@@ -291,6 +291,38 @@ def current_compile() -> tuple[str, tuple[str, str] | None]:
     return str(name or type(backend).__name__), where
 
 
+def compile_options() -> dict[str, str | bool]:
+    """The options the compile in progress runs with, as torch applies them: ``dynamic`` (``"true"``: every
+    dimension compiled dynamic, torch.compile(dynamic=True); ``"false"``: none, dynamic=False; ``"auto"``:
+    static first, dynamic after a size changed, torch's default), ``fullgraph`` and, for inductor, ``mode``
+    (what its options amount to). Read while dynamo compiles: torch.compile's ``dynamic`` is patched into
+    dynamo's config around the compiled call, ``fullgraph`` is ``_compile``'s ``one_graph``."""
+    config = torch._dynamo.config
+    dynamic = "true" if not config.assume_static_by_default else "auto" if config.automatic_dynamic_shapes else "false"
+    options: dict[str, str | bool] = {"dynamic": dynamic}
+    frame = _compile_frame(sys._getframe(1))
+    if frame is None:
+        return options
+    options["fullgraph"] = bool(frame.f_locals.get("one_graph"))
+    backend = _innermost_backend(frame.f_locals.get("compiler_fn"))
+    settings = getattr(backend, "config", None)
+    if getattr(backend, "compiler_name", None) == "inductor" and isinstance(settings, dict):
+        options["mode"] = _inductor_mode(settings)
+    return options
+
+
+def _inductor_mode(settings: dict[str, Any]) -> str:
+    """The ``mode`` whose options ``settings`` (an inductor backend's) hold: the most specific that matches."""
+    try:
+        from torch._inductor import list_mode_options
+
+        modes = ("max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
+        found = [mode for mode in modes if list_mode_options(mode).items() <= settings.items()]
+    except Exception:  # noqa: BLE001 - a torch without the helper: the mode is not said
+        return ""
+    return max(found, key=lambda mode: len(list_mode_options(mode)), default="default")
+
+
 def _compile_frame(frame: FrameType | None, depth: int = 48) -> FrameType | None:
     """dynamo's ``_compile`` frame above ``frame``, if it is within ``depth`` frames."""
     for _ in range(depth):

@@ -49,6 +49,7 @@ class _Window:
     callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
     where: tuple[str, str] | None = None  # the frame's name and location, as the user knows them
     reasons: tuple[str, ...] = ()  # a recompile's: why each cache entry refused the call, most recent first
+    options: dict[str, str | bool] = field(default_factory=dict)  # dynamic, fullgraph, mode: as torch applies them
     end_ns: int = 0
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     ddp_buckets: list[int] = field(default_factory=list)
@@ -171,8 +172,10 @@ class DynamoProbe:
             callers: tuple[str, ...] = ()
             reasons: tuple[str, ...] = ()
             where = None
+            options: dict[str, str | bool] = {}
             if trigger == "dynamo":
                 backend, where = torch_compat.current_compile()
+                options = torch_compat.compile_options()
                 callers = torch_compat.compile_callers()
                 if torch_compat.compile_attempt(args.compile_id) > 0:
                     reasons = torch_compat.recompile_reasons_in_progress()
@@ -197,6 +200,7 @@ class DynamoProbe:
                 callers=callers,
                 where=where,
                 reasons=reasons,
+                options=options,
             )
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
             _warn(error)
@@ -401,6 +405,7 @@ class DynamoProbe:
                     "cache_lookups": window.cache_lookups,
                     "context": window.context,
                     "callers": window.callers,
+                    "options": window.options,
                 }
             )
             if window.reasons:  # torch's metrics name the most recent entry's reason; one entry may say more
@@ -424,6 +429,7 @@ class _SeenByCallbacks(TypedDict, total=False):
     cache_lookups: list[CacheLookup]
     context: CompileContext | None
     callers: tuple[str, ...]
+    options: dict[str, str | bool]
     recompile_reason: str
     recompile_reasons: tuple[str, ...]
 

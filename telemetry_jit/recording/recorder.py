@@ -408,6 +408,8 @@ class CompileRecorder:
             batches=context.batches,
             limit_hit=record.recompile_limit_hit,
             step=context.global_step,
+            dynamic=str(record.options.get("dynamic", "")),
+            reasons=record.recompile_reasons,
         )
         if cause is not None:
             if len(self._causes) > 10_000:  # a backward graph follows its forward within a step or two

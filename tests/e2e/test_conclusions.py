@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 
 import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 from telemetry_jit.analysis.summary import summarize, summary_json
 from tests.e2e.conftest import Telemetry
@@ -31,3 +32,39 @@ def test_a_fallback_at_the_training_epochs_last_batch_is_in_training_not_the_val
     assert summary_json(run)["fell_back_to_eager"][0]["stage"] == "train"
     status, out = said("check", str(telemetry.path), "--no-eager-fallback")
     assert status == 1 and "it hit the recompile limit, in training)" in out, out
+
+
+# -- the advice knows the options already on, and a guard on a dynamic size is named ---------------------------
+class ConvClassifier(torch.nn.Module):
+    """The user's kind of model: Conv1d and BatchNorm over (batch, channels, length)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = torch.nn.Conv1d(4, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm1d(8)
+        self.head = torch.nn.Linear(8, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.bn(self.conv(x))).mean(dim=2))
+
+
+def sequences(samples: int, batch: int) -> DataLoader:
+    x = torch.randn(samples, 4, 10, generator=torch.Generator().manual_seed(0))
+    return DataLoader(TensorDataset(x, x.sum(dim=(1, 2)).unsqueeze(1)), batch_size=batch)
+
+
+def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never_advised(telemetry: Telemetry) -> None:
+    """dynamic=True, the fix the first summary names for a smaller last batch, is on: torch's Conv1d still guards
+    the batch size (16 <= x.size()[0]), and the last batch of 12 recompiles. The span says the options it compiled
+    with; the cause is the guard on a dynamic size, not "another guard failed", and its fix is not dynamic=True."""
+    hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(
+        Regressor(ConvClassifier()), sequences(44, 16)
+    )
+    run = telemetry.end()
+    frames = [span.attributes for span in run.find("compilation") if span.attributes["compile.trigger"] == "dynamo"]
+    assert {(span["compile.dynamic"], span["compile.fullgraph"]) for span in frames} == {("true", False)}
+    (row,) = [row for row in summarize(run).causes if not row.expected]
+    assert row.cause == "specialized" and "16 <= x.size()[0]" in row.reasons[0], row
+    status, out = said("summary", str(telemetry.path))
+    assert "another guard failed" not in out and "compile with dynamic=True" not in out
+    assert "dynamic=True does not help here" in out

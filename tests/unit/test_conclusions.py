@@ -13,6 +13,7 @@ from telemetry_jit.analysis.diff import cause_words
 from telemetry_jit.analysis.reader import read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
+from telemetry_jit.causes import CAUSES, RecompileClassifier
 from tests.words import flat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -74,3 +75,64 @@ def test_a_recompile_cause_the_baseline_did_not_have_fails_the_gate_and_diff_say
         cause_words("last_batch") == "last_batch in train" and cause_words("last_batch in eval") == "last_batch in eval"
     )
     assert cause_words("stage_switch (expected)") == "stage_switch (expected)"
+
+
+def test_a_size_that_changed_under_dynamic_true_is_torchs_specialization_never_advised_dynamic() -> None:
+    """With dynamic=True on (compile.dynamic), torch fixed the length (set_replacement s53 = 47
+    (range_refined_to_singleton)) and its guard fails: the fix is not the option already on."""
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=10, step=0, dynamic="true")
+    reason = "0/0: tensor 'x' size mismatch at index 2. expected 47, actual 39"
+    found = classifier.observe(
+        "0", "train", reason=reason, is_recompile=True, batch_index=3, batches=10, step=3, dynamic="true"
+    )
+    assert found is not None and found.cause == "specialized"
+    assert "dynamic=True" not in CAUSES[found.cause].fix.replace("dynamic=True does not help", "")
+    # the same reason without the option: torch's automatic dynamic shapes make it dynamic next time
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=10, step=0, dynamic="auto")
+    found = classifier.observe(
+        "0", "train", reason=reason, is_recompile=True, batch_index=3, batches=10, step=3, dynamic="auto"
+    )
+    assert found is not None and found.cause == "changing_dim"
+
+
+def test_a_property_that_alternates_between_callers_is_classified_by_the_size_its_other_entries_name() -> None:
+    """bf16-mixed: entries made for float32 and bfloat16 inputs alternate; at the last batch torch's telling reason
+    is a dtype mismatch already seen, and the other entries name the size that changed."""
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=10, step=0)
+    dtype = "0/0: tensor 'x' dtype mismatch. expected BFloat16, actual Float"
+    assert (
+        classifier.observe("0", "train", reason=dtype, is_recompile=True, batch_index=2, batches=10, step=2).cause
+        == "tensor_property"
+    )
+    found = classifier.observe(
+        "0",
+        "train",
+        reason="0/1: tensor 'x' dtype mismatch. expected Float, actual BFloat16",
+        is_recompile=True,
+        batch_index=9,
+        batches=10,
+        step=9,
+        reasons=[
+            "0/1: tensor 'x' dtype mismatch. expected Float, actual BFloat16",
+            "0/0: tensor 'x' size mismatch at index 0. expected 32, actual 12",
+        ],
+    )
+    assert found is not None and (found.cause, found.subject) == (
+        "last_batch",
+        "tensor 'x' size mismatch at index 0. expected 32, actual 12",
+    )
+
+
+def test_a_guard_on_a_dynamic_size_is_named_not_other() -> None:
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=3, step=0)
+    for guard in (
+        "0/0: 16 <= L['x'].size()[0]  # return F.conv1d(",
+        "0/1: L['x'].size()[1] <= 64",
+        "0/2: Eq(L['x'].size()[2], 47)",
+    ):
+        found = classifier.observe("0", "train", reason=guard, is_recompile=True, batch_index=2, batches=3, step=2)
+        assert found is not None and found.cause == "specialized", guard

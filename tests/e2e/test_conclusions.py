@@ -4,8 +4,12 @@ line, the gate's budgets (issue 54)."""
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
+from pathlib import Path
+from typing import Any
 
+import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -68,3 +72,50 @@ def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never
     status, out = said("summary", str(telemetry.path))
     assert "another guard failed" not in out and "compile with dynamic=True" not in out
     assert "dynamic=True does not help here" in out
+
+
+# -- whose code a graph break is in ------------------------------------------------------------------------
+EXECUTED = """
+def forward(self, x):
+    h = self.linear(x)
+    print("", end="")  # a graph break, in code the user ran through exec
+    return h
+"""
+
+
+def from_a_file_under(folder: Path) -> Any:
+    """``mylib/backends/torch/utils.py`` under ``folder``: the user's own package that happens to be named torch."""
+    source = folder / "mylib" / "backends" / "torch" / "utils.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("def shift(h):\n    print('', end='')  # a graph break\n    return h + 1\n")
+    spec = importlib.util.spec_from_file_location("mylib_backends_torch_utils", source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("where", ["exec", "mylib/backends/torch"])
+def test_a_break_in_the_users_exec_d_code_or_their_package_named_torch_is_theirs(
+    where: str, telemetry: Telemetry, tmp_path: Path
+) -> None:
+    namespace: dict[str, Any] = {}
+    if where == "exec":
+        exec(compile(EXECUTED, "<string>", "exec"), namespace)  # noqa: S102 - the user's way of building code
+    else:
+        utils = from_a_file_under(tmp_path)
+        namespace["forward"] = lambda self, x: utils.shift(self.linear(x))
+
+    class Built(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(8, 1)
+
+        forward = namespace["forward"]
+
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(Built()), data(16, 8))
+    run = telemetry.end()
+    (group,) = summarize(run).digest.break_groups()
+    assert group.owner == "user", group
+    status, out = said("check", str(telemetry.path), "--max-graph-breaks", "0", "--user-code-only")
+    assert status == 1 and "in your code, more than the 0 allowed" in out, out

@@ -44,7 +44,9 @@ class Cause:
                 "optimizer's step): compile the network it holds instead, e.g. JitConfig(module_selector='net', "
                 "use_torch=True) or self.net.compile() in configure_model"
             )
-        return self.eval_fix if self.eval_fix and stage in EVAL_STAGES else self.fix
+        # a training fix that drops data (drop_last) only where the stage is known to train: evaluation's fix, which
+        # keeps every sample, holds in training too, for a loop named otherwise ("inference") or not named at all
+        return self.fix if stage in TRAIN_STAGES or not self.eval_fix else self.eval_fix
 
 
 # where a mark_dynamic fix goes: the compiled frame's own argument, which is not the batch when only a submodule
@@ -175,6 +177,7 @@ CAUSES: dict[str, Cause] = {
 }
 # a stage that runs by itself when its Trainer method is called (not within fit): named by that call
 BY_ITSELF = {"validate": "validate()"}
+TRAIN_STAGES = frozenset(("train", "training", "tuner"))  # stages that fit the model (the tuner's trials do)
 EVAL_STAGES = frozenset(
     ("validate", "validating", "sanity_check", "test", "testing", "predict", "predicting", *BY_ITSELF.values())
 )

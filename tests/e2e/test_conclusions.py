@@ -9,10 +9,12 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
 import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+import telemetry_jit
 from telemetry_jit.analysis.summary import summarize, summary_json
 from tests.e2e.conftest import Telemetry
 from tests.e2e.test_truth import Regressor, data, hooked, said
@@ -119,3 +121,55 @@ def test_a_break_in_the_users_exec_d_code_or_their_package_named_torch_is_theirs
     assert group.owner == "user", group
     status, out = said("check", str(telemetry.path), "--max-graph-breaks", "0", "--user-code-only")
     assert status == 1 and "in your code, more than the 0 allowed" in out, out
+
+
+# -- evaluation's smaller last batch is never advised drop_last ----------------------------------------------
+@torch._dynamo.config.patch(recompile_limit=3, automatic_dynamic_shapes=False)
+def test_the_limit_hit_at_predicts_last_batch_after_trainings_last_batch_never_advises_drop_last(
+    telemetry: Telemetry,
+) -> None:
+    """Training's last batch recompiled (last_batch), predict() recompiled for inference mode, and predict's own
+    last batch hits the limit: the fix named for it, in the warning and the summary, must keep every prediction."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS)
+        trainer.fit(Regressor(), data(20, 8))
+        predictions = trainer.predict(trainer.lightning_module, data(20, 8))
+    assert sum(len(batch) for batch in predictions) == 20
+    (warning,) = [str(w.message) for w in caught if "recompile_limit" in str(w.message)]
+    assert "DataLoader(..., drop_last" not in warning, warning
+    run = telemetry.end()
+    (fallback,) = summarize(run).digest.fallbacks
+    assert fallback.stage == "predict", fallback
+    status, out = said("summary", str(telemetry.path))
+    limit = out.split("the frame hit torch's recompile limit", 1)[1].split("expected:", 1)[0]
+    assert "in predict" in limit and "DataLoader(..., drop_last=True)" not in limit, limit
+
+
+# -- a storm of several causes names each, with the fix for its own stage ---------------------------------------
+def padded_per_batch(samples: int, batch: int) -> DataLoader:
+    """Sequences padded per batch in a collate_fn, as users write it: batch k is 10 + 2k long."""
+    x = torch.randn(samples, 4, 32, generator=torch.Generator().manual_seed(0))
+
+    def collate(items: list[tuple[int, torch.Tensor]]) -> tuple[torch.Tensor, torch.Tensor]:
+        length = 10 + 2 * (items[0][0] // batch)
+        inputs = torch.stack([sample[:, :length] for _, sample in items])
+        return inputs, inputs.sum(dim=(1, 2)).unsqueeze(1)
+
+    return DataLoader(list(enumerate(x)), batch_size=batch, collate_fn=collate)
+
+
+@torch._dynamo.config.patch(automatic_dynamic_shapes=False, recompile_limit=64)
+def test_a_recompile_storm_of_several_causes_names_each_with_its_own_fix(telemetry: Telemetry) -> None:
+    """Three batches with new lengths (changing_dim), then the smaller last batch (last_batch): four recompiles in
+    four steps, a storm of two causes; the warning names both, each with its count and fix."""
+    model = Regressor(ConvClassifier())
+    model.model.compile(backend="eager")
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, padded_per_batch(36, 8))
+    (storm,) = [str(w.message) for w in caught if "recompile storm" in str(w.message)]
+    assert "recompiled 4 times within 3 steps: 3 of them: a dimension keeps changing between calls" in storm, storm
+    assert "; 1 of them: the last batch of an epoch is smaller than the others" in storm, storm
+    assert storm.count("Fix: ") == 2 and "drop_last=True" in storm.split("1 of them: ")[1]

@@ -3,6 +3,7 @@ that mean something, the gate for a cause the baseline did not have, the owner o
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -136,3 +137,20 @@ def test_a_guard_on_a_dynamic_size_is_named_not_other() -> None:
     ):
         found = classifier.observe("0", "train", reason=guard, is_recompile=True, batch_index=2, batches=3, step=2)
         assert found is not None and found.cause == "specialized", guard
+
+
+def test_a_smaller_last_batch_of_a_loop_not_known_to_train_is_never_advised_drop_last(tmp_path: Path) -> None:
+    """drop_last=True drops predictions (and evaluation's samples): it is advised only where the stage is known to
+    train. A loop whose stage the file does not name (quickstart-cold-before-fix.jsonl with train.stage taken out:
+    a plain loop that named none) gets the fix that keeps every sample."""
+    assert "drop_last=True)" in CAUSES["last_batch"].fix_for("train")
+    for stage in ("", "unknown", "inference", "predict", "validate()"):
+        assert "DataLoader(..., drop_last=True)" not in CAUSES["last_batch"].fix_for(stage), stage
+    records = [json.loads(line) for line in (DATA / "quickstart-cold-before-fix.jsonl").read_text().splitlines()]
+    for record in records:
+        record.get("attributes", {}).pop("train.stage", None)
+    path = tmp_path / "no-stage.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    (run,) = read_telemetry(path)
+    (row,) = [row for row in summarize(run).causes if row.cause == "last_batch"]
+    assert "DataLoader(..., drop_last=True)" not in row.fix and "dynamic" in row.fix, row.fix

@@ -61,6 +61,7 @@ class CompileAttr:
     DYNAMIC: Final = "compile.dynamic"  # "true", "false" or "auto" (static first, dynamic after a size changed)
     FULLGRAPH: Final = "compile.fullgraph"
     MODE: Final = "compile.mode"  # inductor's mode, as its options amount to
+    INPUT_SHAPES: Final = "compile.input_shapes"  # "x: [s77, 4, 47]": torch's dynamic-shape decisions per input
     FAILED: Final = "compile.failed"
     FAILURE: Final = "compile.failure"
     FELL_BACK_TO_EAGER: Final = "compile.fell_back_to_eager"

@@ -10,6 +10,7 @@ span (``compile.unavailable``) instead of recorded as an empty value that looks 
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -533,6 +534,38 @@ def phase_times(metric: Any) -> dict[str, float]:
 
 def counts(metric: Any) -> dict[str, int]:
     return {name: int(value) for name in _COUNTS if (value := getattr(metric, name, None)) is not None}
+
+
+_MAX_INPUT_SHAPES = 16
+
+
+def input_shapes(metric: Any) -> list[str]:
+    """The shapes the compiled graph takes its inputs in, as torch decided them (``x: [s77, 4, s53]``: a symbol is a
+    dimension compiled dynamic, a number one compiled for that size alone; ``s53`` where torch specialized it reads
+    ``47``), from ``CompilationMetrics.graph_node_shapes`` (the graph's placeholders; parameters and buffers
+    left out). Empty where this torch does not record them."""
+    shapes = getattr(metric, "graph_node_shapes", None)
+    if isinstance(shapes, str):  # torch writes the dict's repr
+        try:
+            shapes = ast.literal_eval(shapes)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return []
+    if not isinstance(shapes, dict):
+        return []
+    said = []
+    for name, shape in shapes.items():
+        if not str(name).startswith("l_") or "_parameters_" in name or "_buffers_" in name:
+            continue  # an intermediate node, or a module's own tensor (static by default)
+        if isinstance(shape, list) and len(said) < _MAX_INPUT_SHAPES:
+            said.append(f"{_input_name(str(name))}: [{', '.join(str(dim) for dim in shape)}]")
+    return said
+
+
+def _input_name(node: str) -> str:
+    """A placeholder's name as the user wrote the argument: ``l_x_`` is ``x``, ``l_args_0_`` ``args[0]``."""
+    name = node.removeprefix("l_").removesuffix("_")
+    found = re.fullmatch(r"(args|kwargs)_(\w+)", name)
+    return f"{found[1]}[{found[2]}]" if found else name
 
 
 def cache_outcome(metric: Any) -> dict[str, float]:

@@ -370,6 +370,7 @@ class DynamoProbe:
             recompile_limit_hit=limit_hit,
             cache=torch_compat.cache_outcome(metric),
             extra=torch_compat.counts(metric),
+            input_shapes=tuple(torch_compat.input_shapes(metric)),
         )
 
     def _record_without_metrics(self, window: _Window) -> CompileRecord:

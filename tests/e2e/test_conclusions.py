@@ -5,6 +5,7 @@ line, the gate's budgets (issue 54)."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import warnings
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,8 @@ def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never
     run = telemetry.end()
     frames = [span.attributes for span in run.find("compilation") if span.attributes["compile.trigger"] == "dynamo"]
     assert {(span["compile.dynamic"], span["compile.fullgraph"]) for span in frames} == {("true", False)}
+    # torch's own decisions: the batch and the length dynamic (symbols), the channels fixed by Conv1d's weight
+    assert re.fullmatch(r"x: \[s\d+, 4, s\d+\]", frames[0]["compile.input_shapes"][0]), frames[0]
     (row,) = [row for row in summarize(run).causes if not row.expected]
     assert row.cause == "specialized" and "16 <= x.size()[0]" in row.reasons[0], row
     status, out = said("summary", str(telemetry.path))

@@ -552,7 +552,7 @@ def input_shapes(metric: Any) -> list[str]:
             return []
     if not isinstance(shapes, dict):
         return []
-    said = []
+    said: list[str] = []
     for name, shape in shapes.items():
         if not str(name).startswith("l_") or "_parameters_" in name or "_buffers_" in name:
             continue  # an intermediate node, or a module's own tensor (static by default)

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.cold_start import CacheLedger
+from telemetry_jit.analysis.cold_start import CacheLedger, without_line
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
 from telemetry_jit.breaks import BreakText, break_fix, gist, owner_of, parse_break, recompile_owner, user_location
 from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
@@ -65,6 +65,9 @@ class FrameRow:
         return frame_label(self.frame, self.location)
 
 
+Occasion = tuple[str, str, int, "int | None"]  # a recompile's frame (without its line), stage, global step, batch
+
+
 @dataclass
 class CauseRow:
     """The recompiles of one cause, in one kind of stage (training, evaluation, the tuner), in one run."""
@@ -81,6 +84,8 @@ class CauseRow:
     loops: list[str] = field(default_factory=list)  # span ids of the outermost loops they happened under (a fit's)
     reasons: list[str] = field(default_factory=list)  # torch's reasons, normalized, distinct
     behind: Counter[str] = field(default_factory=Counter)  # recompile_limit: the causes that led there
+    # (frame, stage, global step, batch) of each recompile, bounded: the same recompile met in another run
+    occasions: set[Occasion] = field(default_factory=set)
     owner: str = ""  # whose code its fix would change (breaks.recompile_owner); "user" unless all one package's
 
     @property
@@ -90,6 +95,13 @@ class CauseRow:
     @property
     def unexpected(self) -> int:
         return self.count - self.expected
+
+    @property
+    def name(self) -> str:
+        """How diff and check key it: with its kind of stage where it has two (``last_batch in eval``), the
+        expected price apart (``stage_switch (expected)``)."""
+        name = self.cause + ("" if self.kind == "train" or self.cause in ONE_KIND else f" in {self.kind}")
+        return name + (" (expected)" if self.expected and not self.unexpected else "")
 
     @property
     def fix(self) -> str:
@@ -389,6 +401,8 @@ class RunDigest:
             row.reasons.append(cause.subject)
         if cause.behind:
             row.behind[cause.behind] += 1
+        if len(row.occasions) < 1000:
+            row.occasions.add((without_line(label), stage, step, _whole(attributes.get(TrainAttr.BATCH_INDEX))))
         if len(self._rows_by_id) > 10_000:  # a backward graph follows its forward within a step or two
             self._rows_by_id.clear()
         self._rows_by_id[compile_id] = row
@@ -528,9 +542,15 @@ class RunDigest:
         (``stage_switch (expected)``), evaluation's apart (``last_batch in eval``)."""
         counts: Counter[str] = Counter()
         for row in self.causes.values():
-            name = row.cause + ("" if row.kind == "train" or row.cause in ONE_KIND else f" in {row.kind}")
-            counts[name + (" (expected)" if row.expected and not row.unexpected else "")] += row.count
+            counts[row.name] += row.count
         return +counts
+
+    def occasions_by_name(self) -> dict[str, set[Occasion]]:
+        """Where the recompiles of each cause happened, keyed as :meth:`causes_by_name` keys them."""
+        occasions: dict[str, set[Occasion]] = {}
+        for row in self.causes.values():
+            occasions.setdefault(row.name, set()).update(row.occasions)
+        return occasions
 
 
 # causes met in one kind of stage only (or named for it): their name says where

@@ -270,6 +270,11 @@ def format_diff(result: RunDiff) -> str:
     for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
         if causes:
             lines += ["", f"  {title}:", *[f"    {cause_words(cause)}: {n}" for cause, n in causes.items()]]
+    if result.renamed_causes:
+        lines += ["", "  recompiles that remain under another cause (the same frame, stage, step and batch):"]
+        lines += [
+            f"    {cause_words(b)} -> {cause_words(n)}: {count}" for (b, n), count in result.renamed_causes.items()
+        ]
     if result.changed_causes:
         lines += ["", "  recompiles that remain, in other numbers:"]
         lines += [f"    {cause_words(cause)}: {b} -> {n}" for cause, (b, n) in result.changed_causes.items()]

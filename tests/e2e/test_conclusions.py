@@ -5,6 +5,7 @@ line, the gate's budgets (issue 54)."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 import warnings
 from pathlib import Path
@@ -18,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import telemetry_jit
 from telemetry_jit.analysis.summary import summarize, summary_json
 from tests.e2e.conftest import Telemetry
-from tests.e2e.test_truth import Regressor, data, hooked, said
+from tests.e2e.test_truth import Regressor, data, hooked, run_after_the_fix, said
 from tests.models import TRAINER_DEFAULTS
 
 
@@ -176,3 +177,26 @@ def test_a_recompile_storm_of_several_causes_names_each_with_its_own_fix(telemet
     assert "recompiled 4 times within 3 steps: 3 of them: a dimension keeps changing between calls" in storm, storm
     assert "; 1 of them: the last batch of an epoch is smaller than the others" in storm, storm
     assert storm.count("Fix: ") == 2 and "drop_last=True" in storm.split("1 of them: ")[1]
+
+
+# -- diff never calls a recompile fixed that still happens under another cause's name ----------------------------
+def test_a_last_batch_that_still_recompiles_under_dynamic_true_is_not_called_fixed(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """The first summary names dynamic=True for the smaller last batch; with it on, Conv1d's guard on the batch size
+    (16 <= x.size()[0]) recompiles the same batch: diff says the recompile remains, under the cause it has now."""
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(ConvClassifier()), sequences(44, 16))
+    telemetry.end()
+    assert [row.cause for row in summarize(telemetry.run()).causes] == ["last_batch"]
+    fixed = run_after_the_fix(tmp_path)
+    hooked(fixed, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(ConvClassifier()), sequences(44, 16))
+    fixed.end()
+    status, out = said("diff", str(telemetry.path), str(fixed.path))
+    assert "fixed recompiles" not in out and "new recompiles" not in out, out
+    assert "recompiles that remain under another cause (the same frame, stage, step and batch): " in out
+    assert "last_batch in train -> specialized in train: 1" in out, out
+    status, out = said("diff", str(telemetry.path), str(fixed.path), "--json")
+    facts = json.loads(out)
+    assert facts["fixed_recompile_causes"] == {} and facts["renamed_recompile_causes"] == [
+        {"base": "last_batch", "new": "specialized", "count": 1}
+    ]

@@ -29,6 +29,7 @@ from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
 from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, FrameSkipLog, GraphBreakLog, LogTap
 from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, GraphBreak, Source, Trigger
+from telemetry_jit.terminal import short
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
@@ -207,7 +208,7 @@ class DynamoProbe:
 
     def _describe(self, compile_id: str, trigger: str, reasons: tuple[str, ...]) -> str:
         name, location = self._frames.get(torch_compat.compile_frame_id(compile_id), ("a frame", ""))
-        what = f"{name} ({location.rsplit('/', 1)[-1]})" if location else name
+        what = f"{name} ({short(location)})" if location else name  # as the summary and the warnings write it
         if trigger == "lazy_backward":
             return f"the backward graph of {what} [{compile_id}]"
         if torch_compat.compile_attempt(compile_id) == 0:

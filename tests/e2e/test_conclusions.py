@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import re
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit.analysis.summary import summarize, summary_json
+from telemetry_jit.recording.console import CompileConsole
 from tests.e2e.conftest import Telemetry
 from tests.e2e.test_truth import Regressor, data, hooked, run_after_the_fix, said
 from tests.models import TRAINER_DEFAULTS
@@ -200,3 +202,41 @@ def test_a_last_batch_that_still_recompiles_under_dynamic_true_is_not_called_fix
     assert facts["fixed_recompile_causes"] == {} and facts["renamed_recompile_causes"] == [
         {"base": "last_batch", "new": "specialized", "count": 1}
     ]
+
+
+class Tested(Regressor):  # noqa: D101 - validates as its test
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.validation_step(batch, batch_idx)
+
+
+def slow_backend(graph: torch.fx.GraphModule, inputs: Any) -> Any:
+    time.sleep(0.2)  # long enough for the console to announce it
+    return graph.forward
+
+
+# -- one way to write a location, and the reading hint once ------------------------------------------------------
+@torch._dynamo.config.patch(recompile_limit=1)
+def test_fit_validate_test_predict_say_where_to_read_once_and_write_each_location_one_way(
+    telemetry: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The user's sequence: fit, then validate, test and predict. The file and its command are said once; the frame
+    that hit the limit is written the same way on the console, in the warning and in the summary."""
+    console: list[str] = []
+    live = CompileConsole(threshold_s=0.05, print_fn=console.append)  # announces a compile still running
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=live)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+        model = Tested(ConvClassifier())
+        model.model.compile(backend=slow_backend)
+        trainer.fit(model, sequences(20, 8))
+        trainer.validate(model, sequences(16, 8))
+        trainer.test(model, sequences(16, 8))
+        trainer.predict(model, sequences(16, 8))
+    hints = [record.getMessage() for record in caplog.records if "read it with" in record.getMessage()]
+    assert len(hints) == 1, hints
+    (limit,) = [str(w.message) for w in caught if "recompile_limit" in str(w.message)]
+    written = {found for line in [*console, limit] for found in re.findall(r"forward \(([^()]*\.py:\d+)\)", line)}
+    status, out = said("summary", str(telemetry.path))
+    written |= set(re.findall(r"forward \(([^()]*\.py:\d+)\)", out))
+    assert len(written) == 1 and console and limit, (written, console)

@@ -154,3 +154,25 @@ def test_a_smaller_last_batch_of_a_loop_not_known_to_train_is_never_advised_drop
     (run,) = read_telemetry(path)
     (row,) = [row for row in summarize(run).causes if row.cause == "last_batch"]
     assert "DataLoader(..., drop_last=True)" not in row.fix and "dynamic" in row.fix, row.fix
+
+
+def test_the_ci_gate_docs_show_what_diff_and_check_print_now(capsys: pytest.CaptureFixture) -> None:
+    """docs/ci-gate.md's samples, run on the recorded files they name (runs/*.jsonl there): the same lines."""
+    docs = (DATA.parents[1] / "docs" / "ci-gate.md").read_text()
+    samples = re.findall(r"```text\n\$ (telemetry-jit [^\n]+)\n(.*?)```", docs, re.S)
+    files = {
+        "diff": {
+            "runs/before.jsonl": "quickstart-cold-before-fix.jsonl",
+            "runs/after.jsonl": "quickstart-warm-after-fix.jsonl",
+        },
+        "check": {"runs/pr.jsonl": "entry-points.jsonl", "ci/compile-baseline.jsonl": "entry-points-dynamic.jsonl"},
+    }
+    assert {command.split()[1] for command, _ in samples} >= {"diff", "check"}
+    for command, printed in samples:
+        renamed = files[command.split()[1]]
+        argv = [str(DATA / renamed[word]) if word in renamed else word for word in command.split()[1:]]
+        cli.main(argv)
+        out = capsys.readouterr().out
+        for path, name in renamed.items():
+            out = out.replace(str(DATA / name), path)
+        assert out == printed, (command, out)

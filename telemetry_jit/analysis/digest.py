@@ -10,6 +10,7 @@ that runs while training.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -65,6 +66,7 @@ class FrameRow:
         return frame_label(self.frame, self.location)
 
 
+_DYNAMIC_DIM = re.compile(r"\bs\d+\b")  # a symbol in an input's shape (compile.input_shapes): a dynamic dimension
 Occasion = tuple[str, str, int, "int | None"]  # a recompile's frame (without its line), stage, global step, batch
 
 
@@ -292,6 +294,9 @@ class RunDigest:
     _classifier: RecompileClassifier = field(default_factory=RecompileClassifier, repr=False)
     _rows_by_id: dict[str, CauseRow] = field(default_factory=dict, repr=False)  # a recompile's row, for its backward
     _seen: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
+    # frame compiles while training whose inputs torch compiled with a dynamic dimension; compile ids of backward graphs
+    _dynamic_train: set[str] = field(default_factory=set, repr=False)
+    _backward_ids: set[str] = field(default_factory=set, repr=False)
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
@@ -306,6 +311,14 @@ class RunDigest:
         self.compilations += 1
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
         self.backward_graphs += trigger == "lazy_backward"
+        if trigger == "lazy_backward":
+            self._backward_ids.add(compile_id)
+        elif (
+            trigger == "dynamo"
+            and stage == "train"
+            and _DYNAMIC_DIM.search(str(attributes.get(CompileAttr.INPUT_SHAPES)))
+        ):
+            self._dynamic_train.add(compile_id)
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
@@ -536,6 +549,12 @@ class RunDigest:
     @property
     def unexpected_recompiles(self) -> int:
         return sum(row.unexpected for row in self.causes.values())
+
+    @property
+    def backward_within(self) -> int:
+        """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
+        compiles such a backward within the frame's compile (where it needs a size), not at the first backward."""
+        return len(self._dynamic_train - self._backward_ids)
 
     def causes_by_name(self) -> Counter[str]:
         """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart

@@ -15,6 +15,7 @@ from typing import Any
 import lightning.pytorch as pl
 import pytest
 import torch
+from torch._dynamo.backends.common import aot_autograd
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
@@ -240,3 +241,26 @@ def test_fit_validate_test_predict_say_where_to_read_once_and_write_each_locatio
     status, out = said("summary", str(telemetry.path))
     written |= set(re.findall(r"forward \(([^()]*\.py:\d+)\)", out))
     assert len(written) == 1 and console and limit, (written, console)
+
+
+# -- backward graphs: those compiled at a first backward, and those compiled within their frame's compile ---------
+def test_the_backward_graphs_torch_compiled_within_a_frame_compile_are_said(telemetry: Telemetry) -> None:
+    """Lengths that change per batch (automatic dynamic shapes) and a smaller last batch: the dynamic recompiles
+    compile their backward within the frame compile, not at the first backward. torch's backward compiler, counted,
+    is the truth: the summary's backward graphs add up to it."""
+    backward_compiles: list[int] = []
+
+    def counted_backward(graph: torch.fx.GraphModule, inputs: Any) -> Any:
+        backward_compiles.append(1)
+        return graph.forward
+
+    backend = aot_autograd(fw_compiler=lambda graph, inputs: graph.forward, bw_compiler=counted_backward)
+    model = Regressor(ConvClassifier())
+    hooked(telemetry, backend=backend)(max_epochs=1, **TRAINER_DEFAULTS).fit(model, padded_per_batch(36, 8))
+    run = telemetry.end()
+    digest = summarize(run).digest
+    assert digest.backward_within > 0 and digest.backward_graphs + digest.backward_within == len(backward_compiles)
+    status, out = said("summary", str(telemetry.path))
+    said_graphs = re.search(r"and (\d+) backward graphs? \(and (\d+) more backward graphs? compiled within their", out)
+    assert said_graphs is not None, out
+    assert sum(int(n) for n in said_graphs.groups()) == len(backward_compiles), (out, len(backward_compiles))

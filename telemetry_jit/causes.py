@@ -106,8 +106,9 @@ CAUSES: dict[str, Cause] = {
             "eval_shape",
             "validation/test batches are shaped unlike training batches",
             "give validation and test batches the training shapes (same batch size and sequence length, e.g. pad "
-            "to the training length), or compile for changing shapes with JitConfig(torch_kwargs={'dynamic': True}) "
-            "(torch.compile(dynamic=True))",
+            "to the training length), or, where the tensor whose size changes is an input of the compiled call (not "
+            "a module's own tensor, which torch keeps static), compile for changing shapes with "
+            "JitConfig(torch_kwargs={'dynamic': True}) (torch.compile(dynamic=True))",
         ),
         Cause(
             "changing_dim",

@@ -18,6 +18,7 @@ from telemetry_jit.causes import CAUSES, RecompileClassifier
 from tests.words import flat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
+pytestmark = pytest.mark.any_torch  # recorded files and the rules applied to them
 
 
 def test_the_share_of_compiling_outside_the_loop_is_that_compiling_over_the_application() -> None:

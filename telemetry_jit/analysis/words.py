@@ -154,10 +154,9 @@ def figures(summary: RunSummary) -> list[str]:
         compiled += f" and {counted(d.backward_graphs, 'backward graph')}"
     if d.backward_within:  # torch compiled these backward graphs within their frame's compile: no span of their own
         more = " more" if d.backward_graphs else ""
-        compiled += (
-            f" (and {d.backward_within}{more} {'backward graph' if d.backward_within == 1 else 'backward graphs'} "
-            "compiled within their frame compiles, with dynamic shapes)"
-        )
+        within = "its frame compile" if d.backward_within == 1 else "their frame compiles"
+        graphs = counted(d.backward_within, "backward graph").replace(" ", f"{more} ", 1)  # "2 more backward graphs"
+        compiled += f" (and {graphs} compiled within {within}, with dynamic shapes)"
     if d.thunder_compiles:
         compiled += f", {counted(d.thunder_compiles, 'thunder compile')}"
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {counted(d.break_count, 'graph break')}")

@@ -19,20 +19,24 @@ _TORCH = frozenset(("torch", "functorch", "torchgen"))
 
 
 _OWN = re.compile(r"[/\\]telemetry_jit[/\\]")
+# a torch run in place from its source tree: its packages and modules, each a whole path component (a user's
+# mylib/backends/torch/utils.py is theirs)
 _TORCH_SOURCE = re.compile(
-    r"[/\\]torch[/\\](?:_dynamo|_inductor|_functorch|nn|distributed|utils|autograd|fx|_tensor|_ops)"
+    r"[/\\]torch[/\\](?:(?:_dynamo|_inductor|_functorch|nn|distributed|utils|autograd|fx)[/\\]|(?:_tensor|_ops)\.py$)"
 )
+# code with no file: exec'd or typed (<string>, <stdin>, a notebook's cell) is the user's; these are not
+_NOT_USERS_CODE = (("<frozen", "python"), ("<eval_with_key", "torch"))  # the import system; torch.fx's generated code
 
 
 def owner_of(location: str) -> Owner:
     """Whose code ``location`` (``file:line``) is, by where the file lives: ``"user"`` unless it lies in
     an installed package (``torch``, ``lightning``, or that package's name) or Python's standard
-    library (``"python"``)."""
+    library (``"python"``). Code of no file is the user's where they ran it (``exec``, a notebook's cell)."""
     path = location.rpartition(":")[0] if location.rpartition(":")[2].isdigit() else location
     if not path:
         return "unknown"
     if path.startswith("<"):
-        return "python"
+        return next((owner for prefix, owner in _NOT_USERS_CODE if path.startswith(prefix)), "user")
     package = _PACKAGE_DIRS.search(path)
     if package is not None:
         name = package.group(1).removesuffix(".py")

@@ -44,7 +44,9 @@ class Cause:
                 "optimizer's step): compile the network it holds instead, e.g. JitConfig(module_selector='net', "
                 "use_torch=True) or self.net.compile() in configure_model"
             )
-        return self.eval_fix if self.eval_fix and stage in EVAL_STAGES else self.fix
+        # a training fix that drops data (drop_last) only where the stage is known to train: evaluation's fix, which
+        # keeps every sample, holds in training too, for a loop named otherwise ("inference") or not named at all
+        return self.fix if stage in TRAIN_STAGES or not self.eval_fix else self.eval_fix
 
 
 # where a mark_dynamic fix goes: the compiled frame's own argument, which is not the batch when only a submodule
@@ -54,6 +56,14 @@ _AT_THE_CALL = (
     "before that call (a tensor it is computed from does not pass the mark on)"
 )
 
+
+# what a guard on a dynamic size asks of the code, whatever the stage
+_SPECIALIZED = (
+    "compiling with dynamic=True does not help here: the dimension is dynamic already, and the code torch traced "
+    "needs that size or range. torch's reason names the guard; TORCH_LOGS=dynamic names the line that added it "
+    "(set_replacement ... range_refined_to_singleton, or [guard added]). Make that code independent of the size (a "
+    "Python number read from the shape, a view or slice to a fixed size)"
+)
 
 CAUSES: dict[str, Cause] = {
     cause.id: cause
@@ -96,8 +106,9 @@ CAUSES: dict[str, Cause] = {
             "eval_shape",
             "validation/test batches are shaped unlike training batches",
             "give validation and test batches the training shapes (same batch size and sequence length, e.g. pad "
-            "to the training length), or compile for changing shapes with JitConfig(torch_kwargs={'dynamic': True}) "
-            "(torch.compile(dynamic=True))",
+            "to the training length), or, where the tensor whose size changes is an input of the compiled call (not "
+            "a module's own tensor, which torch keeps static), compile for changing shapes with "
+            "JitConfig(torch_kwargs={'dynamic': True}) (torch.compile(dynamic=True))",
         ),
         Cause(
             "changing_dim",
@@ -105,6 +116,15 @@ CAUSES: dict[str, Cause] = {
             f"mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim) {_AT_THE_CALL}; or compile "
             "with dynamic=True (JitConfig(torch_kwargs={'dynamic': True}), or torch.compile(..., dynamic=True)); "
             "or, where shapes must stay static, pad inputs to a few fixed sizes (one compile each)",
+        ),
+        Cause(
+            "specialized",
+            "torch compiled a dynamic dimension for one size or a range of sizes (the traced code depends on it: a "
+            "guard on its size), and a call fell outside it",
+            f"{_SPECIALIZED}, or keep the calls within the range: pad the batch, or drop an epoch's smaller last batch "
+            "with DataLoader(..., drop_last=True)",
+            f"{_SPECIALIZED}, or pad the batch to a size within it (and leave the padding out of the metrics); "
+            "drop_last=True would leave samples unevaluated",
         ),
         Cause(
             "python_value",
@@ -158,6 +178,7 @@ CAUSES: dict[str, Cause] = {
 }
 # a stage that runs by itself when its Trainer method is called (not within fit): named by that call
 BY_ITSELF = {"validate": "validate()"}
+TRAIN_STAGES = frozenset(("train", "training", "tuner"))  # stages that fit the model (the tuner's trials do)
 EVAL_STAGES = frozenset(
     ("validate", "validating", "sanity_check", "test", "testing", "predict", "predicting", *BY_ITSELF.values())
 )
@@ -166,11 +187,17 @@ EXPECTED_CAUSES = frozenset(
     ("stage_switch", "module_mode", "shared_code", "inference_mode", "tuner", "trainable_params")
 )
 
+# causes read from a size mismatch: with every dimension compiled dynamic (dynamic=True), torch fixed that one
+_SIZE_CAUSES = frozenset(("last_batch", "eval_shape", "changing_dim"))
 _COMPILE_ID = re.compile(r"^\s*\[?!?\d+(?:/\d+)+\]?:\s*")
 _SOURCE_COMMENT = re.compile(r"\s+#.*$")
 _SIZE = re.compile(
     r"tensor '(?P<name>.+?)' (?:size|stride) mismatch at index (?P<dim>\d+)\. "
     r"expected (?P<expected>\d+), actual (?P<actual>\d+)"
+)
+# a guard on a dynamic dimension's size: "16 <= x.size()[0]", "x.size()[2] <= 64", "Eq(x.size()[1], 47)"
+_SIZE_GUARD = re.compile(
+    r"(?:<|>|==|!=|\bEq\(|\bNe\().*\.(?:size|stride)\(\)\[\d+\]|\.(?:size|stride)\(\)\[\d+\].*(?:<|>|==|!=)"
 )
 _TENSOR_PROPERTY = re.compile(r"tensor '(.+?)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
 _MODULE_MODE = re.compile(r"\.training == (?:True|False)\b")  # a module's train()/eval() flag
@@ -267,8 +294,12 @@ class RecompileClassifier:
         batches: int | None = None,
         limit_hit: bool = False,
         step: int | None = None,
+        dynamic: str = "",
+        reasons: Sequence[str] = (),
     ) -> Classified | None:
-        """Note a frame compile (forward graphs only); for a recompile, return its cause."""
+        """Note a frame compile (forward graphs only); for a recompile, return its cause. ``dynamic`` is the
+        option it compiled with (``"true"``, ``"false"``, ``"auto"``, ``""`` unknown), ``reasons`` every cache
+        entry's reason where torch gave several (``reason`` is the telling one)."""
         history = self._frames.setdefault(frame, _FrameHistory())
         mode = "eval" if stage in EVAL_STAGES else "train"
         first_in_mode = mode not in history.stages
@@ -282,6 +313,8 @@ class RecompileClassifier:
         classified = self._classify(
             history, normalize_reason(reason), stage, mode, limit_hit, batch, in_first_batch, batch_index, batches
         )
+        if classified.cause == "other" or (classified.cause in _SIZE_CAUSES and dynamic == "true"):
+            classified = self._reclassify(history, classified, reasons, dynamic, mode, batch, batch_index, batches)
         history.causes[classified.cause] += 1
         return classified
 
@@ -328,11 +361,40 @@ class RecompileClassifier:
                 return Classified("other", subject)
             history.changed_properties.add((changed[1], changed[2]))
             return Classified("tensor_property", subject)
+        if _SIZE_GUARD.search(subject):  # a dynamic dimension's size outside what the compiled code allows
+            return Classified("specialized", subject)
         if subject.startswith(_BREAK_VALUE) and _NUMBER.search(subject):
             return Classified("break_value", subject)
         if _NUMBER.search(subject) or _STRING.search(subject) or _ATTRIBUTE.search(subject):
             return Classified("python_value", subject)
         return Classified("other", subject)
+
+    def _reclassify(
+        self,
+        history: _FrameHistory,
+        classified: Classified,
+        reasons: Sequence[str],
+        dynamic: str,
+        mode: str,
+        batch: _Batch | None,
+        batch_index: int | None,
+        batches: int | None,
+    ) -> Classified:
+        """What a size guard means where the first reading could not tell: a dimension compiled dynamic (the
+        option on, or a guard on its range) that torch fixed or bounded; a property alternating between callers
+        whose other entries name the size that changed."""
+        if classified.cause in _SIZE_CAUSES:
+            return Classified("specialized", classified.subject)
+        for other in reasons:
+            subject = normalize_reason(other)
+            size = _SIZE.search(subject)
+            if size is not None:
+                if dynamic == "true":
+                    return Classified("specialized", subject)
+                return Classified(self._size_cause(history, size, mode, batch, batch_index, batches), subject)
+            if _SIZE_GUARD.search(subject):
+                return Classified("specialized", subject)
+        return classified
 
     @staticmethod
     def _size_cause(

@@ -77,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument(
         "--baseline",
         metavar="PATH",
-        help="a run to compare with (for --no-new-graph-breaks; its compile-cache misses are explained against it)",
+        help="a run to compare with (for --no-new-graph-breaks and --no-new-recompile-causes; its compile-cache "
+        "misses are explained against it)",
     )
     gate.add_argument("--max-graph-breaks", type=int, metavar="N")
     gate.add_argument("--max-recompiles", type=int, metavar="N")
@@ -93,6 +94,11 @@ def _parser() -> argparse.ArgumentParser:
         help="percent of the loop's wall time, with its unit: 25%% (a number of 1 or less needs the %% sign)",
     )
     gate.add_argument("--no-new-graph-breaks", action="store_true", help="fail on a graph break the baseline lacks")
+    gate.add_argument(
+        "--no-new-recompile-causes",
+        action="store_true",
+        help="fail on a recompile cause (in its kind of stage) the baseline did not have; the expected price aside",
+    )
     gate.add_argument("--user-code-only", action="store_true", help="graph-break budgets count only your own code")
     gate.add_argument(
         "--no-eager-fallback",
@@ -274,7 +280,19 @@ def _check(args: argparse.Namespace) -> int:
     """0: within budget; 1: a budget broken (each said); 2: cannot tell; 3: the run did not finish."""
     try:
         share = None if args.max_compile_share is None else _percentage(args.max_compile_share)
-    except ValueError as error:
+        budget = Budget(
+            max_graph_breaks=args.max_graph_breaks,
+            max_recompiles=args.max_recompiles,
+            max_unexpected_recompiles=args.max_unexpected_recompiles,
+            max_compile_share=share,
+            no_new_graph_breaks=args.no_new_graph_breaks,
+            no_new_recompile_causes=args.no_new_recompile_causes,
+            user_code_only=args.user_code_only,
+            max_skew_s=args.max_skew,
+            ranks_compile_alike=args.ranks_compile_alike,
+            no_eager_fallback=args.no_eager_fallback,
+        )
+    except ValueError as error:  # a budget that means nothing: before any file is read
         _complain(f"check: {error}")
         return 2
     loaded = _load(args.paths, args)
@@ -287,17 +305,6 @@ def _check(args: argparse.Namespace) -> int:
     if loaded.concurrent:
         _complain("check: cannot tell which run to judge: several processes wrote one file at once (see above)")
         return 2
-    budget = Budget(
-        max_graph_breaks=args.max_graph_breaks,
-        max_recompiles=args.max_recompiles,
-        max_unexpected_recompiles=args.max_unexpected_recompiles,
-        max_compile_share=share,
-        no_new_graph_breaks=args.no_new_graph_breaks,
-        user_code_only=args.user_code_only,
-        max_skew_s=args.max_skew,
-        ranks_compile_alike=args.ranks_compile_alike,
-        no_eager_fallback=args.no_eager_fallback,
-    )
     try:
         broken = check(
             loaded.runs,

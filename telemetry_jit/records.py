@@ -131,6 +131,10 @@ class CompileRecord:
     unavailable: tuple[str, ...] = ()
     context: CompileContext | None = None  # where training was when the compile started
     callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
+    # the options it compiled with, as torch applied them (dynamic "true"/"false"/"auto", fullgraph, inductor's mode)
+    options: dict[str, str | bool] = field(default_factory=dict)
+    # the graph's input shapes as torch decided them ("x: [s77, 4, 47]": a symbol is dynamic, a number fixed)
+    input_shapes: tuple[str, ...] = ()
     cause: Classified | None = None  # why it recompiled (set when the recorder takes it)
 
     @property

@@ -59,6 +59,10 @@ class CompileAttr:
     DDP_BUCKET_CAP_BYTES: Final = "compile.ddp_bucket_cap_bytes"
     DDP_GRAPH_SPLITS: Final = "compile.ddp_graph_splits"
     DURATION_MS: Final = "compile.duration_ms"
+    DYNAMIC: Final = "compile.dynamic"  # "true", "false" or "auto" (static first, dynamic after a size changed)
+    FULLGRAPH: Final = "compile.fullgraph"
+    MODE: Final = "compile.mode"  # inductor's mode, as its options amount to
+    INPUT_SHAPES: Final = "compile.input_shapes"  # "x: [s77, 4, 47]": torch's dynamic-shape decisions per input
     FAILED: Final = "compile.failed"
     FAILURE: Final = "compile.failure"
     FELL_BACK_TO_EAGER: Final = "compile.fell_back_to_eager"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from telemetry_jit.analysis.diff import EXPECTED, RunFigures, figures
+from telemetry_jit.analysis.diff import EXPECTED, RunFigures, cause_words, figures
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.words import fallback_line
+from telemetry_jit.causes import CAUSES
 from telemetry_jit.terminal import counted, possessive
 
 
@@ -30,6 +32,7 @@ class Budget:
     max_unexpected_recompiles: int | None = None  # the expected price (stage switches, ...) not counted
     max_compile_share: float | None = None  # 0 - 1 of the loop's wall time
     no_new_graph_breaks: bool = False  # against a baseline run
+    no_new_recompile_causes: bool = False  # against a baseline run: a cause (and kind of stage) it did not have
     user_code_only: bool = False  # graph-break budgets count only breaks in the user's own code
     max_skew_s: float | None = None  # ranks: seconds waited for the slowest rank, over every shared compile
     ranks_compile_alike: bool = False  # ranks: one compile sequence for every rank
@@ -44,8 +47,27 @@ class Budget:
             self.max_compile_share,
             self.max_skew_s,
         )
-        switches = (self.no_new_graph_breaks, self.ranks_compile_alike, self.no_eager_fallback)
+        switches = (
+            self.no_new_graph_breaks,
+            self.no_new_recompile_causes,
+            self.ranks_compile_alike,
+            self.no_eager_fallback,
+        )
         return all(f is None for f in figures) and not any(switches)
+
+    def __post_init__(self) -> None:
+        """A budget below zero (or not a number) would be judged and mean nothing: refused, naming the option."""
+        for option, value in (
+            ("--max-graph-breaks", self.max_graph_breaks),
+            ("--max-recompiles", self.max_recompiles),
+            ("--max-unexpected-recompiles", self.max_unexpected_recompiles),
+            ("--max-skew", self.max_skew_s),
+        ):
+            if value is not None and not (isinstance(value, (int, float)) and 0 <= value < math.inf):
+                raise ValueError(f"{option} takes a number of 0 or more, got {value!r}.")
+        share = self.max_compile_share
+        if share is not None and not (isinstance(share, (int, float)) and 0 <= share <= 1):
+            raise ValueError(f"--max-compile-share takes a percentage from 0 to 100 (e.g. 25%), got {share!r}.")
 
 
 def check(
@@ -70,10 +92,14 @@ def check(
         raise CannotTell(
             "no budget given, so nothing would be checked: pass at least one of --max-graph-breaks, "
             "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks, "
-            "--no-eager-fallback, --max-skew, --ranks-compile-alike."
+            "--no-new-recompile-causes, --no-eager-fallback, --max-skew, --ranks-compile-alike."
         )
-    if budget.no_new_graph_breaks and not baselines:
-        raise CannotTell("--no-new-graph-breaks compares with a baseline run: pass --baseline FILE.")
+    for option, asked in (
+        ("--no-new-graph-breaks", budget.no_new_graph_breaks),
+        ("--no-new-recompile-causes", budget.no_new_recompile_causes),
+    ):
+        if asked and not baselines:
+            raise CannotTell(f"{option} compares with a baseline run: pass --baseline FILE.")
     judged = {id(run): figures(summarize(run)) for run in [*runs, *baselines]}
     for name, checked in (("the run", runs), ("the baseline", baselines)):
         for run in checked:
@@ -130,6 +156,13 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
     if budget.no_eager_fallback:
         broken += [fallback_line(fallback, new.last_step) for fallback in new.fallbacks]
         broken += [found.words() for found in new.not_compiled]
+    if budget.no_new_recompile_causes and baseline is not None:
+        for cause, count in sorted(new.causes.items()):
+            if cause not in baseline.causes and not cause.endswith(EXPECTED):
+                broken.append(
+                    f"new recompile cause {cause_words(cause)} ({counted(count, 'recompile')}, not in the baseline): "
+                    f"{CAUSES[cause.split(' ', 1)[0]].title}"
+                )
     if budget.no_new_graph_breaks and baseline is not None:
         for (location, reason), count in sorted(breaks_of(new).items()):
             if (location, reason) not in breaks_of(baseline):

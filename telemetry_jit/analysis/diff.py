@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain, without_line
-from telemetry_jit.analysis.digest import Fallback
+from telemetry_jit.analysis.digest import ONE_KIND, Fallback, Occasion
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
@@ -58,6 +58,8 @@ class RunFigures:
     cache_misses: int
     frames: dict[str, FrameFigures]  # "frame (file:line)" -> figures
     causes: Counter[str]  # recompiles by cause and kind of stage; "<cause> (expected)" apart
+    # (frame, step) of each cause's recompiles: the same recompile said under another cause in another run
+    cause_occasions: dict[str, set[Occasion]] = field(default_factory=dict)
     payoff: Payoff | None = None
     fallbacks: list[Fallback] = field(default_factory=list)  # frames that run eagerly from a step on
     not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
@@ -99,6 +101,15 @@ class RunFigures:
         }
 
 
+def cause_words(cause: str) -> str:
+    """A cause as diff and check key it, with the kind of stage beside it where the key leaves it out:
+    ``last_batch`` (training's) is said ``last_batch in train``, beside ``last_batch in eval``."""
+    name = cause.removesuffix(EXPECTED)
+    if " in " in name or name in ONE_KIND:
+        return cause
+    return f"{name} in train{EXPECTED if cause.endswith(EXPECTED) else ''}"
+
+
 def _only_in(fallbacks: list[Fallback], others: list[Fallback]) -> list[Fallback]:
     elsewhere = {without_line(other.frame) for other in others}
     return [fallback for fallback in fallbacks if without_line(fallback.frame) not in elsewhere]
@@ -124,6 +135,7 @@ def figures(summary: RunSummary) -> RunFigures:
         cache_misses=d.warm_start.misses,
         frames=frames,
         causes=d.causes_by_name(),
+        cause_occasions=d.occasions_by_name(),
         payoff=summary.payoff,
         fallbacks=list(summary.fallbacks),
         not_compiled=list(summary.not_compiled),
@@ -177,14 +189,38 @@ class RunDiff:
         return [found for found in self.base.not_compiled if found not in self.new.not_compiled]
 
     @property
+    def renamed_causes(self) -> dict[tuple[str, str], int]:
+        """``(base cause, new cause) -> recompiles``: a cause only the base run had whose recompiles the new run
+        still meets (the same frame in the same stage, step and batch) under another cause's name (a fix that
+        turned the smaller last batch's size mismatch into a guard on a dynamic size): not fixed."""
+        renamed = {}
+        for cause, occasions in sorted(self.base.cause_occasions.items()):
+            if cause in self.new.causes:
+                continue
+            for other, met in sorted(self.new.cause_occasions.items()):
+                # a recompile left only as the expected price (the first switch to evaluation's grad mode, which the
+                # base run's recompile at that batch paid as well) is no recompile that remains to be fixed
+                if other != cause and not other.endswith(EXPECTED) and occasions & met:
+                    renamed[(cause, other)] = len(occasions & met)
+        return renamed
+
+    @property
     def new_causes(self) -> dict[str, int]:
-        """Recompile causes only the new run has."""
-        return {cause: n for cause, n in sorted(self.new.causes.items()) if cause not in self.base.causes}
+        """Recompile causes only the new run has, less the recompiles the base run met under another cause."""
+        renamed = Counter[str]()
+        for (_, other), count in self.renamed_causes.items():
+            renamed[other] += count
+        new = ((cause, n - renamed[cause]) for cause, n in sorted(self.new.causes.items()))
+        return {cause: n for cause, n in new if cause not in self.base.causes and n > 0}
 
     @property
     def fixed_causes(self) -> dict[str, int]:
-        """Recompile causes only the base run had."""
-        return {cause: n for cause, n in sorted(self.base.causes.items()) if cause not in self.new.causes}
+        """Recompile causes only the base run had, less the recompiles the new run still meets under another."""
+        renamed = Counter[str]()
+        for (cause, _), count in self.renamed_causes.items():
+            renamed[cause] += count
+        fixed = ((cause, n - renamed[cause]) for cause, n in sorted(self.base.causes.items()))
+        return {cause: n for cause, n in fixed if cause not in self.new.causes and n > 0}
 
     @property
     def changed_causes(self) -> dict[str, tuple[int, int]]:
@@ -241,6 +277,9 @@ class RunDiff:
             "fixed_not_compiled": [found.module for found in self.fixed_not_compiled],
             "new_recompile_causes": self.new_causes,
             "fixed_recompile_causes": self.fixed_causes,
+            "renamed_recompile_causes": [
+                {"base": cause, "new": other, "count": count} for (cause, other), count in self.renamed_causes.items()
+            ],
             "changed_recompile_causes": {cause: {"base": b, "new": n} for cause, (b, n) in self.changed_causes.items()},
             "frames": [
                 {

@@ -10,12 +10,13 @@ that runs while training.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.cold_start import CacheLedger
+from telemetry_jit.analysis.cold_start import CacheLedger, without_line
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
 from telemetry_jit.breaks import BreakText, break_fix, gist, owner_of, parse_break, recompile_owner, user_location
 from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
@@ -65,6 +66,10 @@ class FrameRow:
         return frame_label(self.frame, self.location)
 
 
+_DYNAMIC_DIM = re.compile(r"\bs\d+\b")  # a symbol in an input's shape (compile.input_shapes): a dynamic dimension
+Occasion = tuple[str, str, int, "int | None"]  # a recompile's frame (without its line), stage, global step, batch
+
+
 @dataclass
 class CauseRow:
     """The recompiles of one cause, in one kind of stage (training, evaluation, the tuner), in one run."""
@@ -83,6 +88,8 @@ class CauseRow:
     loops: list[str] = field(default_factory=list)  # span ids of the outermost loops they happened under (a fit's)
     reasons: list[str] = field(default_factory=list)  # torch's reasons, normalized, distinct
     behind: Counter[str] = field(default_factory=Counter)  # recompile_limit: the causes that led there
+    # (frame, stage, global step, batch) of each recompile, bounded: the same recompile met in another run
+    occasions: set[Occasion] = field(default_factory=set)
     owner: str = ""  # whose code its fix would change (breaks.recompile_owner); "user" unless all one package's
 
     @property
@@ -92,6 +99,13 @@ class CauseRow:
     @property
     def unexpected(self) -> int:
         return self.count - self.expected
+
+    @property
+    def name(self) -> str:
+        """How diff and check key it: with its kind of stage where it has two (``last_batch in eval``), the
+        expected price apart (``stage_switch (expected)``)."""
+        name = self.cause + ("" if self.kind == "train" or self.cause in ONE_KIND else f" in {self.kind}")
+        return name + (" (expected)" if self.expected and not self.unexpected else "")
 
     @property
     def fix(self) -> str:
@@ -282,6 +296,9 @@ class RunDigest:
     _classifier: RecompileClassifier = field(default_factory=RecompileClassifier, repr=False)
     _rows_by_id: dict[str, CauseRow] = field(default_factory=dict, repr=False)  # a recompile's row, for its backward
     _seen: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
+    # frame compiles while training whose inputs torch compiled with a dynamic dimension; compile ids of backward graphs
+    _dynamic_train: set[str] = field(default_factory=set, repr=False)
+    _backward_ids: set[str] = field(default_factory=set, repr=False)
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
@@ -296,6 +313,14 @@ class RunDigest:
         self.compilations += 1
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
         self.backward_graphs += trigger == "lazy_backward"
+        if trigger == "lazy_backward":
+            self._backward_ids.add(compile_id)
+        elif (
+            trigger == "dynamo"
+            and stage == "train"
+            and _DYNAMIC_DIM.search(str(attributes.get(CompileAttr.INPUT_SHAPES)))
+        ):
+            self._dynamic_train.add(compile_id)
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
@@ -362,6 +387,8 @@ class RunDigest:
             batches=_whole(attributes.get(TrainAttr.BATCHES)),
             limit_hit=any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events),
             step=_whole(attributes.get(TrainAttr.GLOBAL_STEP)),
+            dynamic=str(attributes.get(CompileAttr.DYNAMIC) or ""),
+            reasons=[str(reason) for reason in attributes.get(CompileAttr.RECOMPILE_REASONS) or ()],
         )
         if cause is None:
             return None
@@ -392,6 +419,8 @@ class RunDigest:
             row.reasons.append(cause.subject)
         if cause.behind:
             row.behind[cause.behind] += 1
+        if len(row.occasions) < 1000:
+            row.occasions.add((without_line(label), stage, step, _whole(attributes.get(TrainAttr.BATCH_INDEX))))
         if len(self._rows_by_id) > 10_000:  # a backward graph follows its forward within a step or two
             self._rows_by_id.clear()
         self._rows_by_id[compile_id] = row
@@ -526,18 +555,30 @@ class RunDigest:
     def unexpected_recompiles(self) -> int:
         return sum(row.unexpected for row in self.causes.values())
 
+    @property
+    def backward_within(self) -> int:
+        """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
+        compiles such a backward within the frame's compile (where it needs a size), not at the first backward."""
+        return len(self._dynamic_train - self._backward_ids)
+
     def causes_by_name(self) -> Counter[str]:
         """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart
         (``stage_switch (expected)``), evaluation's apart (``last_batch in eval``)."""
         counts: Counter[str] = Counter()
         for row in self.causes.values():
-            name = row.cause + ("" if row.kind == "train" or row.cause in _ONE_KIND else f" in {row.kind}")
-            counts[name + (" (expected)" if row.expected and not row.unexpected else "")] += row.count
+            counts[row.name] += row.count
         return +counts
+
+    def occasions_by_name(self) -> dict[str, set[Occasion]]:
+        """Where the recompiles of each cause happened, keyed as :meth:`causes_by_name` keys them."""
+        occasions: dict[str, set[Occasion]] = {}
+        for row in self.causes.values():
+            occasions.setdefault(row.name, set()).update(row.occasions)
+        return occasions
 
 
 # causes met in one kind of stage only (or named for it): their name says where
-_ONE_KIND = frozenset(("eval_shape", "stage_switch", "inference_mode", "tuner", "shared_code"))
+ONE_KIND = frozenset(("eval_shape", "stage_switch", "inference_mode", "tuner", "shared_code"))
 
 
 def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classified | None:

@@ -64,7 +64,8 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], table_id: s
 
 
 def _timeline(summary: RunSummary) -> str:
-    """Loops as bars, compilations over them (recompiles darker), recompiles marked on a step axis."""
+    """Loops as bars on a wall-time axis (seconds from the first), compilations over them (recompiles darker), each
+    recompile marked with its global step."""
     loops = [span for span in summary.run.spans.values() if span.name in _COLOURS]
     windows = summary.digest.windows
     if not loops and not windows:
@@ -102,7 +103,7 @@ def _timeline(summary: RunSummary) -> str:
                 f'<text x="{left + 2:.1f}" y="{3 * _ROW + 15}">{escape(window.step)}</text>'
             )
     height = 4 * _ROW + 24
-    parts.append(f'<text x="{_LEFT}" y="{height - 4}">0 s</text>')
+    parts.append(f'<text x="{_LEFT}" y="{height - 4}">0 s (wall time)</text>')
     parts.append(f'<text x="{_WIDTH - 60}" y="{height - 4}">{(end - start) / 1e9:.2f} s</text>')
     shown = (
         ""

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from telemetry_jit.analysis import words
 from telemetry_jit.analysis.cold_start import ColdStart
-from telemetry_jit.analysis.diff import RunDiff
+from telemetry_jit.analysis.diff import RunDiff, cause_words
 from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.ranks_said import OutOfStep, out_of_step_said
 from telemetry_jit.analysis.spans import TelemetryRun
@@ -350,10 +350,15 @@ def format_diff(result: RunDiff) -> str:
             lines += [text for fallback in fallbacks for text in wrapped(words.fallback_line(fallback), "    ")]
     for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
         if causes:
-            lines += ["", f"  {title}:", *[f"    {cause}: {n}" for cause, n in causes.items()]]
+            lines += ["", f"  {title}:", *[f"    {cause_words(cause)}: {n}" for cause, n in causes.items()]]
+    if result.renamed_causes:
+        lines += ["", "  recompiles that remain under another cause (the same frame, stage, step and batch):"]
+        lines += [
+            f"    {cause_words(b)} -> {cause_words(n)}: {count}" for (b, n), count in result.renamed_causes.items()
+        ]
     if result.changed_causes:
         lines += ["", "  recompiles that remain, in other numbers:"]
-        lines += [f"    {cause}: {b} -> {n}" for cause, (b, n) in result.changed_causes.items()]
+        lines += [f"    {cause_words(cause)}: {b} -> {n}" for cause, (b, n) in result.changed_causes.items()]
     for title, breaks in (
         ("new graph breaks", result.new_graph_breaks),
         ("fixed graph breaks", result.fixed_graph_breaks),

@@ -144,8 +144,8 @@ def figures(summary: RunSummary) -> list[str]:
     outside = summary.outside_ms
     if outside:
         parts = ", ".join(f"{STAGE_WORDS.get(stage, stage)} {ms / 1000:.2f} s" for stage, ms in outside.items())
-        whole = (
-            f"; {100 * d.compile_ms / summary.application_ms:.1f}% of the application's "
+        whole = (  # the share of what the line says: the compiling outside the loop, over the application
+            f"; {100 * sum(outside.values()) / summary.application_ms:.1f}% of the application's "
             f"{summary.application_ms / 1000:.2f} s"
             if summary.application_ms > 0
             else ""
@@ -154,6 +154,11 @@ def figures(summary: RunSummary) -> list[str]:
     compiled = f"{counted(d.frame_compiles, 'frame compile')} ({d.recompiles} of them recompiles)"
     if d.backward_graphs:
         compiled += f" and {counted(d.backward_graphs, 'backward graph')}"
+    if d.backward_within:  # torch compiled these backward graphs within their frame's compile: no span of their own
+        more = " more" if d.backward_graphs else ""
+        within = "its frame compile" if d.backward_within == 1 else "their frame compiles"
+        graphs = counted(d.backward_within, "backward graph").replace(" ", f"{more} ", 1)  # "2 more backward graphs"
+        compiled += f" (and {graphs} compiled within {within}, with dynamic shapes)"
     if d.thunder_compiles:
         compiled += f", {counted(d.thunder_compiles, 'thunder compile')}"
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {counted(d.break_count, 'graph break')}")

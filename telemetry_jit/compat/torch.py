@@ -10,6 +10,7 @@ span (``compile.unavailable``) instead of recorded as an empty value that looks 
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import functools
@@ -291,6 +292,38 @@ def current_compile() -> tuple[str, tuple[str, str] | None]:
     return str(name or type(backend).__name__), where
 
 
+def compile_options() -> dict[str, str | bool]:
+    """The options the compile in progress runs with, as torch applies them: ``dynamic`` (``"true"``: every
+    dimension compiled dynamic, torch.compile(dynamic=True); ``"false"``: none, dynamic=False; ``"auto"``:
+    static first, dynamic after a size changed, torch's default), ``fullgraph`` and, for inductor, ``mode``
+    (what its options amount to). Read while dynamo compiles: torch.compile's ``dynamic`` is patched into
+    dynamo's config around the compiled call, ``fullgraph`` is ``_compile``'s ``one_graph``."""
+    config = torch._dynamo.config
+    dynamic = "true" if not config.assume_static_by_default else "auto" if config.automatic_dynamic_shapes else "false"
+    options: dict[str, str | bool] = {"dynamic": dynamic}
+    frame = _compile_frame(sys._getframe(1))
+    if frame is None:
+        return options
+    options["fullgraph"] = bool(frame.f_locals.get("one_graph"))
+    backend = _innermost_backend(frame.f_locals.get("compiler_fn"))
+    settings = getattr(backend, "config", None)
+    if getattr(backend, "compiler_name", None) == "inductor" and isinstance(settings, dict):
+        options["mode"] = _inductor_mode(settings)
+    return options
+
+
+def _inductor_mode(settings: dict[str, Any]) -> str:
+    """The ``mode`` whose options ``settings`` (an inductor backend's) hold: the most specific that matches."""
+    try:
+        from torch._inductor import list_mode_options
+
+        modes = ("max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
+        found = [mode for mode in modes if list_mode_options(mode).items() <= settings.items()]
+    except Exception:  # noqa: BLE001 - a torch without the helper: the mode is not said
+        return ""
+    return max(found, key=lambda mode: len(list_mode_options(mode)), default="default")
+
+
 def _compile_frame(frame: FrameType | None, depth: int = 48) -> FrameType | None:
     """dynamo's ``_compile`` frame above ``frame``, if it is within ``depth`` frames."""
     for _ in range(depth):
@@ -501,6 +534,38 @@ def phase_times(metric: Any) -> dict[str, float]:
 
 def counts(metric: Any) -> dict[str, int]:
     return {name: int(value) for name in _COUNTS if (value := getattr(metric, name, None)) is not None}
+
+
+_MAX_INPUT_SHAPES = 16
+
+
+def input_shapes(metric: Any) -> list[str]:
+    """The shapes the compiled graph takes its inputs in, as torch decided them (``x: [s77, 4, s53]``: a symbol is a
+    dimension compiled dynamic, a number one compiled for that size alone; ``s53`` where torch specialized it reads
+    ``47``), from ``CompilationMetrics.graph_node_shapes`` (the graph's placeholders; parameters and buffers
+    left out). Empty where this torch does not record them."""
+    shapes = getattr(metric, "graph_node_shapes", None)
+    if isinstance(shapes, str):  # torch writes the dict's repr
+        try:
+            shapes = ast.literal_eval(shapes)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            return []
+    if not isinstance(shapes, dict):
+        return []
+    said: list[str] = []
+    for name, shape in shapes.items():
+        if not str(name).startswith("l_") or "_parameters_" in name or "_buffers_" in name:
+            continue  # an intermediate node, or a module's own tensor (static by default)
+        if isinstance(shape, list) and len(said) < _MAX_INPUT_SHAPES:
+            said.append(f"{_input_name(str(name))}: [{', '.join(str(dim) for dim in shape)}]")
+    return said
+
+
+def _input_name(node: str) -> str:
+    """A placeholder's name as the user wrote the argument: ``l_x_`` is ``x``, ``l_args_0_`` ``args[0]``."""
+    name = node.removeprefix("l_").removesuffix("_")
+    found = re.fullmatch(r"(args|kwargs)_(\w+)", name)
+    return f"{found[1]}[{found[2]}]" if found else name
 
 
 def cache_outcome(metric: Any) -> dict[str, float]:

@@ -29,6 +29,7 @@ from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
 from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, FrameSkipLog, GraphBreakLog, LogTap
 from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, GraphBreak, Source, Trigger
+from telemetry_jit.terminal import short
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
@@ -49,6 +50,7 @@ class _Window:
     callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
     where: tuple[str, str] | None = None  # the frame's name and location, as the user knows them
     reasons: tuple[str, ...] = ()  # a recompile's: why each cache entry refused the call, most recent first
+    options: dict[str, str | bool] = field(default_factory=dict)  # dynamic, fullgraph, mode: as torch applies them
     end_ns: int = 0
     graph_breaks: list[GraphBreak] = field(default_factory=list)
     ddp_buckets: list[int] = field(default_factory=list)
@@ -171,8 +173,10 @@ class DynamoProbe:
             callers: tuple[str, ...] = ()
             reasons: tuple[str, ...] = ()
             where = None
+            options: dict[str, str | bool] = {}
             if trigger == "dynamo":
                 backend, where = torch_compat.current_compile()
+                options = torch_compat.compile_options()
                 callers = torch_compat.compile_callers()
                 if torch_compat.compile_attempt(args.compile_id) > 0:
                     reasons = torch_compat.recompile_reasons_in_progress()
@@ -197,13 +201,14 @@ class DynamoProbe:
                 callers=callers,
                 where=where,
                 reasons=reasons,
+                options=options,
             )
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
             _warn(error)
 
     def _describe(self, compile_id: str, trigger: str, reasons: tuple[str, ...]) -> str:
         name, location = self._frames.get(torch_compat.compile_frame_id(compile_id), ("a frame", ""))
-        what = f"{name} ({location.rsplit('/', 1)[-1]})" if location else name
+        what = f"{name} ({short(location)})" if location else name  # as the summary and the warnings write it
         if trigger == "lazy_backward":
             return f"the backward graph of {what} [{compile_id}]"
         if torch_compat.compile_attempt(compile_id) == 0:
@@ -366,6 +371,7 @@ class DynamoProbe:
             recompile_limit_hit=limit_hit,
             cache=torch_compat.cache_outcome(metric),
             extra=torch_compat.counts(metric),
+            input_shapes=tuple(torch_compat.input_shapes(metric)),
         )
 
     def _record_without_metrics(self, window: _Window) -> CompileRecord:
@@ -401,6 +407,7 @@ class DynamoProbe:
                     "cache_lookups": window.cache_lookups,
                     "context": window.context,
                     "callers": window.callers,
+                    "options": window.options,
                 }
             )
             if window.reasons:  # torch's metrics name the most recent entry's reason; one entry may say more
@@ -424,6 +431,7 @@ class _SeenByCallbacks(TypedDict, total=False):
     cache_lookups: list[CacheLookup]
     context: CompileContext | None
     callers: tuple[str, ...]
+    options: dict[str, str | bool]
     recompile_reason: str
     recompile_reasons: tuple[str, ...]
 

@@ -10,6 +10,7 @@ from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
+from telemetry_jit.terminal import short
 
 
 class EagerFallbackAlert(CompileListener):
@@ -22,10 +23,11 @@ class EagerFallbackAlert(CompileListener):
 
     def recorded(self, record: CompileRecord) -> None:
         step = record.context.global_step if record.context is not None else 0
+        where = short(record.location) if record.location else "unknown location"  # as the summary writes it
         if record.fell_back_to_eager and not record.recompile_limit_hit:
             self._notices.warn(
                 record.frame_id,
-                f"telemetry-jit: compiling {record.frame or 'a frame'} ({record.location or 'unknown location'}) "
+                f"telemetry-jit: compiling {record.frame or 'a frame'} ({where}) "
                 f"failed at step {step} and it runs eagerly from now on, without compilation: "
                 f"{gist(record.failure, 300) or 'torch gave no reason'}. `telemetry-jit check "
                 "--no-eager-fallback` fails such a run.",
@@ -43,7 +45,7 @@ class EagerFallbackAlert(CompileListener):
         limit, value = torch_compat.recompile_limit(record.failure)
         self._notices.warn(
             record.frame_id,
-            f"telemetry-jit: {record.frame or 'a frame'} ({record.location or 'unknown location'}) hit "
+            f"telemetry-jit: {record.frame or 'a frame'} ({where}) hit "
             f"torch._dynamo.config.{limit} ({value}) at step {step} and runs "
             f"eagerly from now on, without compilation; {why} ({CAUSES['recompile_limit'].doc}). Raising the limit "
             "only postpones it.",

@@ -67,8 +67,8 @@ class CompileConsole(CompileListener):
         self._announced = False
         self._started = 0.0
         self._what = ""
-        # frame id -> (step, cause) of its last recompiles
-        self._recent: dict[str, deque[tuple[int, Classified | None]]] = defaultdict(
+        # frame id -> (step, cause, stage) of its last recompiles
+        self._recent: dict[str, deque[tuple[int, Classified | None, str]]] = defaultdict(
             lambda: deque(maxlen=self.storm_recompiles)
         )
         self._notices = Notices()
@@ -109,22 +109,27 @@ class CompileConsole(CompileListener):
             return  # the expected one-time price (a first stage switch, callers of shared code) is no storm
         global_step = record.context.global_step if record.context is not None else 0
         recent = self._recent[record.frame_id]
-        recent.append((global_step, record.cause))
+        recent.append((global_step, record.cause, record.context.stage if record.context is not None else ""))
         if len(recent) < self.storm_recompiles or recent[-1][0] - recent[0][0] > self.storm_steps:
             return
-        causes = Counter(cause.cause for _, cause in recent if cause is not None)
+        causes = Counter(cause.cause for _, cause, _ in recent if cause is not None)
         if not causes or causes.most_common(1)[0][0] == "stage_switch":
             return  # switching stages: the expected price, not a storm
-        cause = CAUSES[causes.most_common(1)[0][0]]
-        subject = next(c.subject for _, c in reversed(recent) if c is not None and c.cause == cause.id)
+        owner = recompile_owner(record.frame, record.location)
+        said = []  # each cause apart, with the fix for the stage its recompiles happened in
+        for name, count in causes.most_common():
+            cause = CAUSES[name]
+            subject, stage = next(
+                (c.subject, stage) for _, c, stage in reversed(recent) if c is not None and c.cause == name
+            )
+            fix = f"{cause.title} ({subject}). Fix: {cause.fix_for(stage, owner)} ({cause.doc})"
+            said.append(fix if len(causes) == 1 else f"{count} of them: {fix}")
         frame = (
             f"{record.frame or record.frame_id} ({short(record.location) if record.location else 'unknown location'})"
         )
-        stage = record.context.stage if record.context is not None else ""
-        fix = cause.fix_for(stage, recompile_owner(record.frame, record.location))
         self._notices.warn(
             record.frame_id,
             f"telemetry-jit: recompile storm: {frame} recompiled {len(recent)} times within "
-            f"{recent[-1][0] - recent[0][0]} steps: {cause.title} ({subject}). Fix: {fix} ({cause.doc})",
+            f"{recent[-1][0] - recent[0][0]} steps: " + "; ".join(said),
             origin=user_location((*record.callers, record.location)),
         )

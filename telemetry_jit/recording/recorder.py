@@ -127,6 +127,7 @@ class CompileRecorder:
         self._batch_index: int | None = None
         self._batch_loader: int | None = None
         self._batch_stage = ""
+        self._stage_batches: dict[str, int | None] = {}  # stage -> its loop's batches, as the driver last said
         self._rank_watch: RankWatch | None = None
         self._watch_span: Span | None = None
         self._observers: list[Observer] = []  # the registered backends' own (the built-ins have none)
@@ -245,6 +246,8 @@ class CompileRecorder:
         self._batch_step, self._batch_index, self._batch_loader = global_step, batch_index, loader
         if stage:
             self._batch_stage = stage
+            if batch_index == 0:  # once a loop: what a compile seen only after its loop ended is judged by
+                self._stage_batches[stage] = self._where().batches
         finished = self._first_steps.batch_started(stage, global_step, batch_index)
         if finished is not None:
             self._first_step_measured(finished)
@@ -319,6 +322,7 @@ class CompileRecorder:
         batches = where.batches
         if batches is None and where.last_batch and self._batch_index is not None:
             batches = self._batch_index + 1  # a loader of no length: its epoch ends with this batch
+        self._stage_batches[where.stage] = batches
         return CompileContext(
             global_step=global_step,
             stage=where.stage,
@@ -343,6 +347,16 @@ class CompileRecorder:
         """nv-one-logger's recorder while the session records; ``None`` otherwise (then compiles are only counted)."""
         return self.session.provider.recorder if self.session.recording else None
 
+    def _context_of_batch_that_ran(self) -> CompileContext:
+        """Where training was for a compile seen only after it ended (no callback bracketed it: a frame that hit
+        the recompile limit, thunder's, a plug-in backend's): in the batch that ran before this poll, whose loop
+        may have ended since (the training epoch's last batch, polled as validation starts)."""
+        context = self._context(self._batch_step)
+        if not self._batch_stage or context.stage == self._batch_stage:
+            return context
+        batches = self._stage_batches.get(self._batch_stage)
+        return replace(context, stage=self._batch_stage, batches=batches, log_step=None)
+
     def _current_parent(self) -> Span | None:
         recorder = self._recorder()
         if recorder is None:
@@ -359,7 +373,7 @@ class CompileRecorder:
         if record.trigger == "dynamo" and self._thunder.watching:
             record.graph_breaks.extend(self._thunder.take_splits(record.compile_id))
         try:
-            context = record.context or self._context(self._batch_step)
+            context = record.context or self._context_of_batch_that_ran()
             if context.parent is not None and not nv_one_logger_compat.is_running(context.parent):
                 context = replace(context, parent=self._current_parent())
             record.context = context
@@ -394,6 +408,8 @@ class CompileRecorder:
             batches=context.batches,
             limit_hit=record.recompile_limit_hit,
             step=context.global_step,
+            dynamic=str(record.options.get("dynamic", "")),
+            reasons=record.recompile_reasons,
         )
         if cause is not None:
             if len(self._causes) > 10_000:  # a backward graph follows its forward within a step or two

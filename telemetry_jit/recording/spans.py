@@ -84,6 +84,10 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
         attributes[TrainAttr.BATCHES] = context.batches
     if context.loader is not None:
         attributes[TrainAttr.LOADER] = context.loader
+    options = {"dynamic": CompileAttr.DYNAMIC, "fullgraph": CompileAttr.FULLGRAPH, "mode": CompileAttr.MODE}
+    attributes.update({options[name]: value for name, value in record.options.items() if name in options})
+    if record.input_shapes:
+        attributes[CompileAttr.INPUT_SHAPES] = list(record.input_shapes)
     if len(record.recompile_reasons) > 1:  # their first lines (a reason may go on with the user's stack)
         reasons = record.recompile_reasons[:_MAX_REASONS]
         attributes[CompileAttr.RECOMPILE_REASONS] = [reason.strip().split("\n", 1)[0] for reason in reasons]

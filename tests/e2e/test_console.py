@@ -30,8 +30,8 @@ def test_a_slow_compile_is_announced_while_it_runs_and_timed(telemetry: Telemetr
     HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
     HookedTrainer(max_epochs=1, limit_train_batches=2, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
     lines = [r.getMessage() for r in caplog.records if r.name == "telemetry_jit"]
-    started = [line for line in lines if line.startswith("telemetry-jit: compiling forward (models.py:")]
-    finished = [line for line in lines if line.startswith("telemetry-jit: compiled forward (models.py:")]
+    started = [line for line in lines if line.startswith("telemetry-jit: compiling forward (tests/models.py:")]
+    finished = [line for line in lines if line.startswith("telemetry-jit: compiled forward (tests/models.py:")]
     assert started and finished
     assert float(finished[0].rsplit(" in ", 1)[1].removesuffix(" s")) >= 1.3
 

@@ -331,7 +331,9 @@ def test_drop_last_on_the_training_loader_leaves_validations_last_batch_named_wi
     assert "drop_last=True would leave samples unevaluated" in item  # the evaluation fix, not drop_last again
     status, out = said("diff", str(telemetry.path), str(fixed.path))
     # what the fix did, and what it left: training's remainder fixed, validation's now met
-    assert "new recompiles, by cause: last_batch in eval: 1" in out and "fixed recompiles: last_batch: 1" in out
+    assert (
+        "new recompiles, by cause: last_batch in eval: 1" in out and "fixed recompiles: last_batch in train: 1" in out
+    )
     assert "gone recompile reason: tensor 'args[0]' size mismatch at index 0. expected 8, actual 4" in out
     assert "new recompile reason: tensor 'args[0]' size mismatch at index 0. expected 8, actual 6" in out
     assert "GLOBAL_STATE" not in out.split("per frame")[1]  # a reason both runs have is neither new nor gone
@@ -360,7 +362,7 @@ def test_validations_last_batch_met_first_leaves_trainings_its_own_last_batch_an
     )
     fixed.end()
     status, out = said("diff", str(telemetry.path), str(fixed.path))
-    assert "fixed recompiles: last_batch: 1" in out and "new recompiles" not in out, out
+    assert "fixed recompiles: last_batch in train: 1" in out and "new recompiles" not in out, out
     status, out = said("check", str(fixed.path), "--baseline", str(telemetry.path), "--max-unexpected-recompiles", "1")
     assert status == 0, out
 
@@ -395,7 +397,7 @@ def test_a_stream_of_no_length_ends_its_epoch_in_its_last_batch_and_drop_last_re
     hooked(fixed)(**fit).fit(Regressor(), *loaders)
     fixed.end()
     status, out = said("diff", str(telemetry.path), str(fixed.path))
-    assert "fixed recompiles: last_batch: 1" in out and "new recompiles" not in out, out
+    assert "fixed recompiles: last_batch in train: 1" in out and "new recompiles" not in out, out
 
 
 def test_fit_again_after_the_fix_in_one_application_says_the_last_loop_no_longer_has_it(telemetry: Telemetry) -> None:
@@ -933,7 +935,7 @@ def test_a_number_left_by_a_graph_break_is_named_with_the_break_and_the_breaks_f
         fixed_run = item_gate_loop(fixed)
     assert not [row for row in summarize(fixed_run).causes if row.cause == "break_value"]
     status, out = said("diff", str(telemetry.path), str(fixed.path))
-    assert "fixed recompiles: break_value: 1" in out
+    assert "fixed recompiles: break_value in train: 1" in out
     assert said("check", str(fixed.path), "--max-unexpected-recompiles", "0")[0] == 0
     assert said("check", str(telemetry.path), "--max-unexpected-recompiles", "0")[0] == 1
 
@@ -1177,7 +1179,7 @@ def test_a_length_that_grows_for_training_and_validation_alike_is_a_changing_dim
     hooked(fixed, dynamic=True)(**options).fit(Curriculum())
     assert [row.cause for row in summarize(fixed.end()).causes] == ["stage_switch"]
     assert (
-        "fixed recompiles: changing_dim: 1 changing_dim in eval: 1"
+        "fixed recompiles: changing_dim in train: 1 changing_dim in eval: 1"
         in said("diff", str(telemetry.path), str(fixed.path))[1]
     )
     assert said("check", str(fixed.path), "--max-unexpected-recompiles", "0")[0] == 0
@@ -1212,7 +1214,7 @@ def test_the_last_batch_met_by_two_callers_of_one_forward_is_the_last_batch_and_
     fixed = run_after_the_fix(tmp_path)
     hooked(fixed, "blocks.*")(max_epochs=1, **TRAINER_DEFAULTS).fit(Blocks(), data(28, 8, drop_last=True))
     assert [row.cause for row in summarize(fixed.end()).causes] == ["shared_code"]
-    assert "fixed recompiles: last_batch: 2" in said("diff", str(telemetry.path), str(fixed.path))[1]
+    assert "fixed recompiles: last_batch in train: 2" in said("diff", str(telemetry.path), str(fixed.path))[1]
 
 
 def test_evaluating_in_eval_mode_without_no_grad_is_the_expected_price_of_the_module_mode(telemetry: Telemetry) -> None:

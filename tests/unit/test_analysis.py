@@ -318,7 +318,7 @@ def test_a_fix_measured_against_a_cold_run_says_the_caches_took_part(capsys: pyt
     assert cli.main(["diff", cold, fixed]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "the compile caches were not in the same state (hit rate 0% -> 100%)" in out
-    assert "Recompiles and graph breaks are the change's" in out and "last_batch: 2" in out
+    assert "Recompiles and graph breaks are the change's" in out and "last_batch in train: 2" in out
     assert "this is the caches' doing" not in out  # the code changed too
     assert cli.main(["diff", cold, fixed, "--json"]) == 0
     said = json.loads(capsys.readouterr().out)

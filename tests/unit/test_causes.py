@@ -258,6 +258,12 @@ def test_every_cause_has_a_title_a_fix_and_a_section_in_the_docs() -> None:
         ("/venv/lib/python3.11/site-packages/transformers/models/gpt2/modeling_gpt2.py:300", "transformers"),
         ("/home/me/pytorch/torch/_dynamo/polyfills/__init__.py:5", "torch"),  # torch built from source
         ("<frozen importlib._bootstrap>:241", "python"),
+        ("/home/me/mylib/backends/torch/utils.py:7", "user"),  # a user's package named torch: not torch's tree
+        ("/home/me/mylib/backends/torch/fx_passes.py:7", "user"),
+        ("/home/me/pytorch/torch/_tensor.py:5", "torch"),
+        ("<string>:3", "user"),  # exec'd code
+        ("<ipython-input-4-1a2b>:2", "user"),
+        ("<eval_with_key>.3:12", "torch"),  # torch.fx's generated code
         ("", "unknown"),
     ],
 )

@@ -42,7 +42,7 @@ def forward(x: Any) -> Any:  # the user's frame dynamo compiles
     return x
 
 
-WHERE = f"forward (test_dynamo_probe.py:{forward.__code__.co_firstlineno})"  # as a compile's start is said
+WHERE = f"forward (unit/test_dynamo_probe.py:{forward.__code__.co_firstlineno})"  # as the summary writes it
 
 
 def inductor(gm: Any, inputs: Any) -> Any:  # the user's backend

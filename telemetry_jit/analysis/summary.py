@@ -312,6 +312,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
             "misses": d.warm_start.misses,
             "saved_s": round(d.warm_start.saved_s, 3),
         },
+        "compile_resources": d.resources.as_json(),
         "loop_count": s.loop_count,
         "recompile_causes": [{**row.as_json(), "loops": s.loop_numbers(row.loops)} for row in s.causes],
         "graph_breaks": [{**group.as_json(), "loops": s.loop_numbers(group.loops)} for group in s.breaks],

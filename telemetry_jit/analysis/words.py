@@ -165,6 +165,7 @@ def figures(summary: RunSummary) -> list[str]:
     lines += [f"compile cache bypassed: {reason}" for reason in d.warm_start.bypasses[:5]]
     if d.warm_start.unavailable:
         lines.append(f"(the torch of this run did not record compile.{', compile.'.join(d.warm_start.unavailable)})")
+    lines += d.resources.lines()
     if summary.run.lost_records:
         lines.append(f"incomplete: {summary.run.lost_records} telemetry record(s) could not be written")
     lines += [f"telemetry lost: {loss}" for loss in health_losses(summary.run)]

@@ -34,6 +34,7 @@ from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
 from telemetry_jit.recording.out_of_step import Finding
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
+from telemetry_jit.recording.resources import ResourceMeter
 from telemetry_jit.recording.spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import AttributeValue, CompileContext, CompiledBefore, CompileRecord, NotCompiled
@@ -117,8 +118,12 @@ class CompileRecorder:
         self._causes: dict[str, Classified] = {}  # compile id -> its cause, for its backward graph
         self._first_steps = FirstSteps()
         self._fallback_cost = FallbackCostMeter()
+        self._meter = ResourceMeter()
         self._probe = DynamoProbe(
-            context=self._context, on_compile_start=self._compile_started, on_compile_end=self._compile_finished
+            context=self._context,
+            on_compile_start=self._compile_started,
+            on_compile_end=self._compile_finished,
+            meter=self._meter,
         )
         self._thunder = ThunderWatch()
         self._run_listeners: list[CompileListener] = []
@@ -155,6 +160,7 @@ class CompileRecorder:
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
         self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), self._fallback_cost, *self.listeners]
         self._start_rank_watch(where().stage)
+        self._meter.start()
         if self.session not in _LOOKED_BEFORE:
             _LOOKED_BEFORE.add(self.session)
             self._note_compiled_before()
@@ -335,7 +341,10 @@ class CompileRecorder:
             _LISTENER.call(listener.compile_started, description)
 
     def _compile_finished(self) -> None:
+        resources = self._meter.take_last()
         for listener in self._run_listeners:
+            if resources is not None:
+                _LISTENER.call(listener.compile_measured, resources)
             _LISTENER.call(listener.compile_finished)
 
     # -- recording ---------------------------------------------------------------------------

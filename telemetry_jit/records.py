@@ -158,8 +158,8 @@ def near_limit_words(peak_bytes: int, limit_bytes: int, limit_source: str, threa
     now = f" (now {threads})" if threads else ""
     return (
         f"compiling took this process and its compile workers to {mb(peak_bytes)} of resident memory, "
-        f"{peak_bytes / limit_bytes:.0%} of the {mb(limit_bytes)} it may use ({limit_source}): the next compile may "
-        f"exhaust it and the process be killed. Fewer compile workers lower the peak: TORCHINDUCTOR_COMPILE_THREADS=1"
+        f"{peak_bytes / limit_bytes:.0%} of the {mb(limit_bytes)} it may use ({limit_source}): compiling may exhaust "
+        f"it, and the process be killed. Fewer compile workers lower the peak: TORCHINDUCTOR_COMPILE_THREADS=1"
         f"{now}; or fewer ranks per host, or more memory"
     )
 

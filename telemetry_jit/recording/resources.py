@@ -157,9 +157,10 @@ class ResourceMeter:
             self._thread.start()
 
     def _sample(self) -> None:
-        tick = 0
+        tick, last = 0, None
         while True:
             self._wake.wait()
+            time.sleep(TICK_S)  # a compile shorter than a tick costs only its start and end readings
             with self._lock:
                 window = self._open
             if window is None:
@@ -167,8 +168,9 @@ class ResourceMeter:
                 with self._lock:  # a compile may have begun between the look and the clear
                     if self._open is not None:
                         self._wake.set()
-                tick = 0
                 continue
+            if window is not last:
+                tick, last = 0, window
             try:
                 if tick % SCAN_EVERY == 0:
                     self._scan(window)
@@ -176,7 +178,6 @@ class ResourceMeter:
             except Exception:  # noqa: BLE001 - the sampler must never die of a reading
                 pass
             tick += 1
-            time.sleep(TICK_S)
 
     def _scan(self, window: _Window) -> None:
         """Count the children that compile for this window: inductor's workers (and what they start), and every

@@ -252,6 +252,14 @@ class ResourceAttr:
     NEAR_LIMIT: Final = "compile.resources.near_memory_limit"  # its peak reached 80 % of that limit
 
 
+class WarmStartAttr:
+    """What a warm start's residual compile time is made of (``compile.time.<phase>_s`` on ``compilation`` spans,
+    torch's own timers) and what the recording torch offers against it (on ``compile_summary``)."""
+
+    PHASES: Final = ("dynamo_tracing", "guards", "cache_load", "kernel_load")
+    TORCH_FEATURES: Final = "compile.torch_features"  # set_stance, cache_artifacts, aot_compile: those it has
+
+
 class MetricName:
     """The OpenTelemetry metrics recorded next to the spans (Prometheus: dots become underscores,
     counters get ``_total``)."""

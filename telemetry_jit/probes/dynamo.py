@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypedDict
 
 from telemetry_jit.boundary import call_site
 from telemetry_jit.causes import normalize_reason, telling_reason
-from telemetry_jit.compat import compile_cache
+from telemetry_jit.compat import compile_cache, compile_timers
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
 from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, FrameSkipLog, GraphBreakLog, LogTap
@@ -73,6 +73,8 @@ class _Window:
     cache_lookups: list[CacheLookup] = field(default_factory=list)
     measuring: Any = None  # the meter's readings at the start
     resources: CompileResources | None = None
+    timers: dict[str, int] = field(default_factory=dict)  # torch's timers at the start (compile_timers)
+    phases_s: dict[str, float] = field(default_factory=dict)  # what they timed within it
 
 
 class DynamoProbe:
@@ -219,6 +221,7 @@ class DynamoProbe:
                 where=where,
                 reasons=reasons,
                 measuring=self._meter.begin() if self._meter is not None else None,
+                timers=compile_timers.snapshot(),
             )
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
             _warn(error)
@@ -245,6 +248,7 @@ class DynamoProbe:
             if window is None or window.compile_id != args.compile_id:
                 return
             window.end_ns = time.time_ns()
+            window.phases_s = compile_timers.since(window.timers)
             window.graph_breaks = self._graph_breaks_since(window.breaks_before, window.callers)
             window.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
             window.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
@@ -384,7 +388,7 @@ class DynamoProbe:
             trigger=trigger,
             start_ns=metric.start_time_us * 1000 if metric.start_time_us else start_ns,
             end_ns=metric.end_time_us * 1000 if metric.end_time_us else end_ns,
-            phase_times_s=torch_compat.phase_times(metric),
+            phase_times_s={**torch_compat.phase_times(metric), **(window.phases_s if window is not None else {})},
             failure=failure,
             fell_back_to_eager=fell_back,
             recompile_limit_hit=limit_hit,

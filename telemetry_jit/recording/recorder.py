@@ -18,6 +18,7 @@ from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecor
 
 from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.causes import Classified, RecompileClassifier
+from telemetry_jit.compat import compile_timers
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.exporters.finished import export_finished
@@ -38,7 +39,14 @@ from telemetry_jit.recording.resources import ResourceMeter
 from telemetry_jit.recording.spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import AttributeValue, CompileContext, CompiledBefore, CompileRecord, NotCompiled
-from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr, TrainingSpanName
+from telemetry_jit.schema import (
+    LOOP_SPAN_NAMES,
+    CompileAttr,
+    JitEventName,
+    TrainAttr,
+    TrainingSpanName,
+    WarmStartAttr,
+)
 from telemetry_jit.session import Session
 from telemetry_jit.terminal import error_text
 
@@ -301,6 +309,7 @@ class CompileRecorder:
         stats.thunder = self._thunder.cache_counts()
         attributes = stats.attributes(time.perf_counter() - self._started_at)
         attributes[TrainAttr.GLOBAL_STEP] = self._where().global_step  # the loop's last: "N steps since"
+        attributes[WarmStartAttr.TORCH_FEATURES] = compile_timers.features()
         if by_rank is not None:
             attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
             attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]

@@ -55,7 +55,7 @@ def since(before: dict[str, int]) -> dict[str, float]:
     timers = _timers()
     seconds: dict[str, float] = {}
     for phase, names in PHASES.items():
-        spent = [float(t) for name in names for t in list(timers.get(name) or ())[before.get(name, 0) :]]
+        spent = [float(t) for name in names for t in (timers.get(name) or [])[before.get(name, 0) :]]
         if spent:
             seconds[phase] = sum(spent)
     outer, inner = _NESTED

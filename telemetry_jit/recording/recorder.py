@@ -147,6 +147,7 @@ class CompileRecorder:
     # -- lifecycle, driven by the trainer callback or a loop ---------------------------------
     def start(self, where: Where, rank: int = 0) -> None:
         """Begin a run: ``where()`` says where the loop is (asked when a compile begins)."""
+        self._meter.start()  # first: a TELEMETRY_JIT_MEMORY_LIMIT that is no size raises before anything starts
         self._where, self._rank = where, rank
         parent = forked_from()
         if parent is not None:
@@ -168,7 +169,6 @@ class CompileRecorder:
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
         self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), self._fallback_cost, *self.listeners]
         self._start_rank_watch(where().stage)
-        self._meter.start()
         if self.session not in _LOOKED_BEFORE:
             _LOOKED_BEFORE.add(self.session)
             self._note_compiled_before()
@@ -293,6 +293,7 @@ class CompileRecorder:
                 record.failure = said if record.failure[:200] in said else f"{said} (torch: {record.failure})"
             self.record(record)
         self._probe.detach()
+        self._meter.stop()
         for observer in self._observers:
             _OBSERVER.call(observer.detach)
         self._observers = []

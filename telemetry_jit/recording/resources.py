@@ -61,6 +61,7 @@ class ResourceMeter:
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()  # the running sampler's: set, it ends
         self._last: CompileResources | None = None
 
     def start(self) -> None:
@@ -119,6 +120,12 @@ class ResourceMeter:
             self._say_near_limit(resources.host_rss_bytes)
         return resources
 
+    def stop(self) -> None:
+        """The run ends: the sampler thread ends too (the next :meth:`begin` starts another)."""
+        self._stop.set()
+        self._wake.set()
+        self._thread = None
+
     def take_last(self) -> CompileResources | None:
         """What :meth:`end` measured last (once)."""
         last, self._last = self._last, None
@@ -153,12 +160,15 @@ class ResourceMeter:
     # -- the sampler, awake only while a compile runs --------------------------------------------
     def _ensure_sampler(self) -> None:
         if self._thread is None or not self._thread.is_alive():
-            self._thread = threading.Thread(target=self._sample, name="telemetry-jit-compile-resources", daemon=True)
+            self._stop = threading.Event()
+            self._thread = threading.Thread(
+                target=self._sample, args=(self._stop,), name="telemetry-jit-compile-resources", daemon=True
+            )
             self._thread.start()
 
-    def _sample(self) -> None:
+    def _sample(self, stop: threading.Event) -> None:
         tick, last = 0, None
-        while True:
+        while not stop.is_set():  # stop() sets it before waking the thread: seen whichever way the wake went
             self._wake.wait()
             time.sleep(TICK_S)  # a compile shorter than a tick costs only its start and end readings
             with self._lock:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -56,6 +57,7 @@ def test_a_compile_counts_the_processes_it_starts_and_inductors_workers_not_othe
         compiler = busy_child(30)  # a compiler the compile starts and leaves running past its end
         time.sleep(1.5)
         resources = meter.end(window)
+        meter.stop()
         spent = {
             process.pid: _process_cpu(process.pid) - before.get(process.pid, 0.0)
             for process in (bystander, worker, compiler)
@@ -153,6 +155,10 @@ def test_a_large_compile_is_said_on_the_console_with_what_it_cost(telemetry: Tel
     run = telemetry.end()
     (span,) = [s for s in run.find("compilation") if s.attributes["compile.trigger"] == "dynamo"]
     assert span.attributes["compile.resources.host_peak_bytes"] >= 380 * 2**20
+    samplers = [t for t in threading.enumerate() if t.name == "telemetry-jit-compile-resources"]
+    for thread in samplers:
+        thread.join(timeout=2)
+    assert not any(thread.is_alive() for thread in samplers)  # the fit's sampler ended with it
 
 
 @pytest.mark.any_torch
@@ -191,6 +197,9 @@ def test_nothing_is_measured_or_sampled_between_compiles() -> None:
     before = _thread_cpu(thread.native_id)
     time.sleep(1.0)
     assert _thread_cpu(thread.native_id) - before < 0.005
+    meter.stop()
+    thread.join(timeout=2)
+    assert not thread.is_alive()
 
 
 def _process_cpu(pid: int) -> float:

@@ -1,6 +1,6 @@
 """Where a compile's time went by torch's own timers: every ``dynamo_timed`` region appends its seconds to
 ``torch._dynamo.utils.compilation_time_metrics`` (name -> list), so the entries a compile added are its own.
-The regions read (torch 2.13; a release without one gives no figure for it):
+The regions read (named alike in torch 2.8, 2.13 and 2.15; a release without one gives no figure for it):
 
 - ``bytecode_tracing``: dynamo tracing the frame's bytecode;
 - ``build_guards``: building its guards;

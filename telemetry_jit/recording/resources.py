@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 
 from telemetry_jit.compat import host
-from telemetry_jit.notices import NOWHERE, Notices
+from telemetry_jit.notices import NOWHERE, Notices, warn_once
 from telemetry_jit.records import NEAR_LIMIT_SHARE, CompileResources, near_limit_words
 
 TICK_S = 0.05  # resident memory read this often while a compile runs
@@ -95,7 +95,8 @@ class ResourceMeter:
             )
             window.peak_tree, window.peak_own = window.base, rss
             window.counted = {c.pid: c for c in children}
-        except Exception:  # noqa: BLE001 - a reading that fails costs the figure, never the compile
+        except Exception as error:  # noqa: BLE001 - a reading that fails costs the figure, never the compile
+            _failed(error)
             return None
         with self._lock:
             self._open = window
@@ -113,7 +114,8 @@ class ResourceMeter:
             return None
         try:
             resources = self._measure(window)
-        except Exception:  # noqa: BLE001
+        except Exception as error:  # noqa: BLE001
+            _failed(error)
             return None
         self._last = resources
         if resources.near_limit:
@@ -185,8 +187,8 @@ class ResourceMeter:
                 if tick % SCAN_EVERY == 0:
                     self._scan(window)
                 self._read(window)
-            except Exception:  # noqa: BLE001 - the sampler must never die of a reading
-                pass
+            except Exception as error:  # noqa: BLE001 - the sampler must never die of a reading
+                _failed(error)
             tick += 1
 
     def _scan(self, window: _Window) -> None:
@@ -231,3 +233,12 @@ class ResourceMeter:
     def _say_near_limit(self, peak: int) -> None:
         message = "telemetry-jit: " + near_limit_words(peak, self._limit, self._limit_source, host.compile_threads())
         self._notices.warn("near memory limit", message, every_rank=True, origin=NOWHERE)
+
+
+def _failed(error: Exception) -> None:
+    warn_once(
+        "compile resources failed",
+        f"telemetry-jit: measuring a compile's CPU and memory failed ({error!r}); compiles are recorded without "
+        "them, training goes on.",
+        every_rank=True,
+    )

@@ -210,3 +210,23 @@ def _process_cpu(pid: int) -> float:
 def _thread_cpu(tid: int | None) -> float:
     fields = Path(f"/proc/{os.getpid()}/task/{tid}/stat").read_bytes().rsplit(b")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.any_torch
+def test_a_meter_that_fails_costs_one_warning_and_the_figures_not_the_compile(telemetry: Telemetry) -> None:
+    model = Net()
+    model.model.compile(backend="aot_eager")
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+
+    def broken() -> tuple[float, float, int]:
+        raise RuntimeError("injected: /proc unreadable")
+
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patch.setattr(host, "own_cpu", broken)
+        HookedTrainer(max_epochs=1, limit_train_batches=2, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+    said = [str(w.message) for w in caught if "measuring a compile's CPU and memory failed" in str(w.message)]
+    assert len(said) == 1 and "injected" in said[0]
+    assert len(model.losses) == 2
+    compiles = telemetry.end().find("compilation")
+    assert compiles and not any("compile.resources.cpu_time_s" in s.attributes for s in compiles)

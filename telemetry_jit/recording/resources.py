@@ -81,7 +81,8 @@ class ResourceMeter:
         try:
             cpu, reaped, largest = host.own_cpu()
             rss, hwm = host.own_memory()
-            children = [c for pid, worker in self._workers.items() if worker and (c := host.child(pid)) is not None]
+            workers = [pid for pid, worker in list(self._workers.items()) if worker]  # the sampler may be adding
+            children = [c for pid in workers if (c := host.child(pid)) is not None]
             window = _Window(
                 cpu=cpu,
                 reaped_cpu=reaped,

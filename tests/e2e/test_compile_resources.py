@@ -120,7 +120,8 @@ def test_an_inductor_compile_costs_its_compilers_cpu_and_a_compile_near_the_limi
     assert figures["cpu_s"] == pytest.approx(
         sum(s.attributes["compile.resources.cpu_time_s"] for s in run.find("compilation")), abs=0.01
     )
-    assert figures["peak_host_mb"] == round(a["compile.resources.host_peak_bytes"] / 2**20, 1)
+    largest = max(s.attributes["compile.resources.host_peak_bytes"] for s in run.find("compilation"))
+    assert figures["peak_host_mb"] == round(largest / 2**20, 1)  # the largest growth of one compile
     assert [c["compile_id"] for c in figures["compiles"]] == ["0/0", "0/0"]
     assert figures["near_memory_limit"] and figures["memory_limit_source"] == "TELEMETRY_JIT_MEMORY_LIMIT"
     summary = flat(format_summary(run))

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
-from telemetry_jit.schema import CompiledBeforeAttr, FallbackAttr, NotCompiledAttr, PayoffAttr
+from telemetry_jit.schema import CompiledBeforeAttr, FallbackAttr, NotCompiledAttr, PayoffAttr, ResourceAttr
 from telemetry_jit.terminal import counted, short
 
 if TYPE_CHECKING:
@@ -85,6 +85,85 @@ class CacheLookup:
     loaded: bool = False  # served by artifacts loaded with torch.compiler.load_cache_artifacts
 
 
+NEAR_LIMIT_SHARE = 0.8  # a compile whose host peak reaches this share of the memory the process may use is warned of
+
+
+@dataclass(frozen=True)
+class CompileResources:
+    """What one compilation cost the host: CPU seconds (this process and the child processes that compiled for
+    it: inductor's workers, C++ compilers) and resident memory (the peak, and how far above its start level)."""
+
+    cpu_s: float = 0.0
+    worker_cpu_s: float = 0.0  # of cpu_s, the child processes'
+    host_peak_bytes: int = 0  # peak resident memory above the level when it started
+    host_rss_bytes: int = 0  # that peak itself
+    device_peak_bytes: int | None = None  # CUDA: above the allocation at its start, where it set the process's peak
+    limit_bytes: int = 0  # the memory the process may use (0: unknown)
+    limit_source: str = ""
+
+    @property
+    def near_limit(self) -> bool:
+        return self.limit_bytes > 0 and self.host_rss_bytes >= NEAR_LIMIT_SHARE * self.limit_bytes
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        attributes: dict[str, AttributeValue] = {
+            ResourceAttr.CPU_S: round(self.cpu_s, 3),
+            ResourceAttr.WORKER_CPU_S: round(self.worker_cpu_s, 3),
+            ResourceAttr.HOST_PEAK_BYTES: self.host_peak_bytes,
+            ResourceAttr.HOST_RSS_BYTES: self.host_rss_bytes,
+        }
+        if self.device_peak_bytes is not None:
+            attributes[ResourceAttr.DEVICE_PEAK_BYTES] = self.device_peak_bytes
+        if self.limit_bytes:
+            attributes[ResourceAttr.LIMIT_BYTES] = self.limit_bytes
+            attributes[ResourceAttr.LIMIT_SOURCE] = self.limit_source
+            attributes[ResourceAttr.NEAR_LIMIT] = self.near_limit
+        return attributes
+
+    @classmethod
+    def from_attributes(cls, attributes: Mapping[str, object]) -> CompileResources | None:
+        """What a ``compilation`` span's attributes hold; ``None`` where they hold no resources."""
+        if ResourceAttr.CPU_S not in attributes:
+            return None
+        figure = _figures(attributes)
+        return cls(
+            cpu_s=figure(ResourceAttr.CPU_S),
+            worker_cpu_s=figure(ResourceAttr.WORKER_CPU_S),
+            host_peak_bytes=int(figure(ResourceAttr.HOST_PEAK_BYTES)),
+            host_rss_bytes=int(figure(ResourceAttr.HOST_RSS_BYTES)),
+            device_peak_bytes=(
+                int(figure(ResourceAttr.DEVICE_PEAK_BYTES)) if ResourceAttr.DEVICE_PEAK_BYTES in attributes else None
+            ),
+            limit_bytes=int(figure(ResourceAttr.LIMIT_BYTES)),
+            limit_source=str(attributes.get(ResourceAttr.LIMIT_SOURCE) or ""),
+        )
+
+    def words(self) -> str:
+        """``CPU 31.2 s (24.0 s in compile workers and compilers), host memory +1.2 GB (peak 3.4 GB)``."""
+        workers = f" ({self.worker_cpu_s:.1f} s in compile workers and compilers)" if self.worker_cpu_s >= 0.05 else ""
+        device = f", device memory +{mb(self.device_peak_bytes)}" if self.device_peak_bytes else ""
+        return (
+            f"CPU {self.cpu_s:.1f} s{workers}, host memory +{mb(self.host_peak_bytes)} "
+            f"(peak {mb(self.host_rss_bytes)}){device}"
+        )
+
+
+def mb(size: float) -> str:
+    """``1.2 GB``, ``350 MB`` (powers of 1024, as top and free count)."""
+    return f"{size / 2**30:.1f} GB" if size >= 2**30 else f"{size / 2**20:.0f} MB"
+
+
+def near_limit_words(peak_bytes: int, limit_bytes: int, limit_source: str, threads: int | None) -> str:
+    """The warning for a compile whose host peak approaches the memory the process may use, with what lowers it."""
+    now = f" (now {threads})" if threads else ""
+    return (
+        f"compiling took this process and its compile workers to {mb(peak_bytes)} of resident memory, "
+        f"{peak_bytes / limit_bytes:.0%} of the {mb(limit_bytes)} it may use ({limit_source}): compiling may exhaust "
+        f"it, and the process be killed. Fewer compile workers lower the peak: TORCHINDUCTOR_COMPILE_THREADS=1"
+        f"{now}; or fewer ranks per host, or more memory"
+    )
+
+
 @dataclass(frozen=True)
 class CompileContext:
     """Where training was when a compile started."""
@@ -136,6 +215,7 @@ class CompileRecord:
     # the graph's input shapes as torch decided them ("x: [s77, 4, 47]": a symbol is dynamic, a number fixed)
     input_shapes: tuple[str, ...] = ()
     cause: Classified | None = None  # why it recompiled (set when the recorder takes it)
+    resources: CompileResources | None = None  # what it cost the host, where measured
 
     @property
     def duration_ms(self) -> float:

@@ -243,6 +243,28 @@ class RanksAttr:
     LINE: Final = "ranks.line"  # the sentence said on the console
 
 
+class ResourceAttr:
+    """What one compilation cost the host (on ``compilation`` spans): CPU seconds, inductor's compile workers and
+    compilers included, and resident memory, in seconds and bytes (docs/telemetry.md, "Resources")."""
+
+    CPU_S: Final = "compile.resources.cpu_time_s"  # this process's and its compile children's
+    WORKER_CPU_S: Final = "compile.resources.worker_cpu_time_s"  # of that, child processes' (workers, compilers)
+    HOST_PEAK_BYTES: Final = "compile.resources.host_peak_bytes"  # peak resident memory above the level at its start
+    HOST_RSS_BYTES: Final = "compile.resources.host_rss_bytes"  # the peak itself: this process and its children
+    DEVICE_PEAK_BYTES: Final = "compile.resources.device_peak_bytes"  # CUDA, where the compile set a new peak
+    LIMIT_BYTES: Final = "compile.resources.memory_limit_bytes"  # the memory the process may use
+    LIMIT_SOURCE: Final = "compile.resources.memory_limit_source"  # what says so (a cgroup file, the machine)
+    NEAR_LIMIT: Final = "compile.resources.near_memory_limit"  # its peak reached 80 % of that limit
+
+
+class WarmStartAttr:
+    """What a warm start's residual compile time is made of (``compile.time.<phase>_s`` on ``compilation`` spans,
+    torch's own timers) and what the recording torch offers against it (on ``compile_summary``)."""
+
+    PHASES: Final = ("dynamo_tracing", "guards", "cache_load", "kernel_load")
+    TORCH_FEATURES: Final = "compile.torch_features"  # set_stance, cache_artifacts, aot_compile: those it has
+
+
 class MetricName:
     """The OpenTelemetry metrics recorded next to the spans (Prometheus: dots become underscores,
     counters get ``_total``)."""

@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, without_line
+from telemetry_jit.analysis.resources import RunResources
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
+from telemetry_jit.analysis.warm_residual import Residual
 from telemetry_jit.breaks import BreakText, break_fix, gist, owner_of, parse_break, recompile_owner, user_location
 from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
@@ -276,6 +278,8 @@ class RunDigest:
     break_details: list[BreakDetail] = field(default_factory=list)
     warm_start: WarmStart = field(default_factory=WarmStart)
     cache_ledger: CacheLedger = field(default_factory=CacheLedger)  # each look-up, for explaining a cold start
+    resources: RunResources = field(default_factory=RunResources)  # what each compile cost the host
+    residual: Residual = field(default_factory=Residual)  # compile time by phase, for a warm start's residual
     ddp: list[tuple[str, str, int, float]] = field(default_factory=list)  # frame, compile id, splits, cap MB
     ddp_splits: int = 0
     fallbacks: list[Fallback] = field(default_factory=list)
@@ -350,6 +354,8 @@ class RunDigest:
         self._failure(span, label, stage)
         self._ddp(span, label, compile_id)
         self._sequence(span, label, compile_id, trigger, cause, recompile)
+        self.resources.add(span)
+        self.residual.add(span)
 
     def _frame_row(self, attributes: Mapping[str, Any]) -> FrameRow:
         key = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))

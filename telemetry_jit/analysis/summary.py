@@ -13,6 +13,7 @@ from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
+from telemetry_jit.analysis.warm_residual import warm_start_json
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 from telemetry_jit.terminal import counted
@@ -313,6 +314,8 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
             "misses": d.warm_start.misses,
             "saved_s": round(d.warm_start.saved_s, 3),
         },
+        "compile_resources": d.resources.as_json(),
+        "warm_start": warm_start_json(run, d.residual, d.warm_start.hits, d.warm_start.misses, d.warm_start.saved_s),
         "loop_count": s.loop_count,
         "recompile_causes": [{**row.as_json(), "loops": s.loop_numbers(row.loops)} for row in s.causes],
         "graph_breaks": [{**group.as_json(), "loops": s.loop_numbers(group.loops)} for group in s.breaks],

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from telemetry_jit.analysis.digest import Fallback
 from telemetry_jit.analysis.spans import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
+from telemetry_jit.analysis.warm_residual import warm_start_line
 from telemetry_jit.breaks import gist
 from telemetry_jit.records import Payoff, first_step_line
 from telemetry_jit.terminal import counted, possessive, short
@@ -172,6 +173,10 @@ def figures(summary: RunSummary) -> list[str]:
     lines += [f"compile cache bypassed: {reason}" for reason in d.warm_start.bypasses[:5]]
     if d.warm_start.unavailable:
         lines.append(f"(the torch of this run did not record compile.{', compile.'.join(d.warm_start.unavailable)})")
+    lines += d.resources.lines()
+    residual = warm_start_line(d.residual, d.warm_start.hits, d.warm_start.misses)
+    if residual:
+        lines.append(residual)
     if summary.run.lost_records:
         lines.append(f"incomplete: {summary.run.lost_records} telemetry record(s) could not be written")
     lines += [f"telemetry lost: {loss}" for loss in health_losses(summary.run)]

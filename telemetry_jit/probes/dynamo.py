@@ -20,21 +20,37 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from telemetry_jit.boundary import call_site
 from telemetry_jit.causes import normalize_reason, telling_reason
-from telemetry_jit.compat import compile_cache
+from telemetry_jit.compat import compile_cache, compile_timers
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
 from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, FrameSkipLog, GraphBreakLog, LogTap
-from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, GraphBreak, Source, Trigger
+from telemetry_jit.records import (
+    CacheLookup,
+    CompileContext,
+    CompileRecord,
+    CompileResources,
+    GraphBreak,
+    Source,
+    Trigger,
+)
 from telemetry_jit.terminal import short
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
 StartListener = Callable[[str], None]  # told a compile began: what compiles, in words
 EndListener = Callable[[], None]
+
+
+class WindowMeter(Protocol):
+    """Measures what a compile costs the host between its start and end callbacks (recording.resources)."""
+
+    def begin(self) -> Any: ...
+
+    def end(self, window: Any) -> CompileResources | None: ...
 
 
 @dataclass
@@ -57,6 +73,10 @@ class _Window:
     ddp_bucket_cap_bytes: int = 0
     cache_bypasses: list[str] = field(default_factory=list)
     cache_lookups: list[CacheLookup] = field(default_factory=list)
+    measuring: Any = None  # the meter's readings at the start
+    resources: CompileResources | None = None
+    timers: dict[str, int] = field(default_factory=dict)  # torch's timers at the start (compile_timers)
+    phases_s: dict[str, float] = field(default_factory=dict)  # what they timed within it
 
 
 class DynamoProbe:
@@ -69,6 +89,7 @@ class DynamoProbe:
             recompile, torch's reason).
         on_compile_end: told when it ends. Exceptions in any of them are caught: telemetry must
             never break a compile.
+        meter: measures what each compile costs the host (its ``end`` runs before ``on_compile_end``).
 
     Example::
 
@@ -84,8 +105,10 @@ class DynamoProbe:
         context: ContextFn | None = None,
         on_compile_start: StartListener | None = None,
         on_compile_end: EndListener | None = None,
+        meter: WindowMeter | None = None,
     ) -> None:
         self._context = context
+        self._meter = meter
         # made once: torch's callback list is checked for them every step, by identity
         self._start_callback = torch_compat.never_traced(self._on_start)
         self._end_callback = torch_compat.never_traced(self._on_end)
@@ -202,6 +225,8 @@ class DynamoProbe:
                 where=where,
                 reasons=reasons,
                 options=options,
+                measuring=self._meter.begin() if self._meter is not None else None,
+                timers=compile_timers.snapshot(),
             )
         except Exception as error:  # noqa: BLE001 - a telemetry bug must not fail the compile
             _warn(error)
@@ -220,12 +245,15 @@ class DynamoProbe:
         try:
             if torch_compat.callback_trigger(args) is None:
                 return
+            if self._open is not None and self._meter is not None:
+                self._open.resources = self._meter.end(self._open.measuring)
             if self._on_compile_end is not None:
                 self._on_compile_end()
             window, self._open = self._open, None
             if window is None or window.compile_id != args.compile_id:
                 return
             window.end_ns = time.time_ns()
+            window.phases_s = compile_timers.since(window.timers)
             window.graph_breaks = self._graph_breaks_since(window.breaks_before, window.callers)
             window.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
             window.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
@@ -365,7 +393,7 @@ class DynamoProbe:
             trigger=trigger,
             start_ns=metric.start_time_us * 1000 if metric.start_time_us else start_ns,
             end_ns=metric.end_time_us * 1000 if metric.end_time_us else end_ns,
-            phase_times_s=torch_compat.phase_times(metric),
+            phase_times_s={**torch_compat.phase_times(metric), **(window.phases_s if window is not None else {})},
             failure=failure,
             fell_back_to_eager=fell_back,
             recompile_limit_hit=limit_hit,
@@ -408,6 +436,7 @@ class DynamoProbe:
                     "context": window.context,
                     "callers": window.callers,
                     "options": window.options,
+                    "resources": window.resources,
                 }
             )
             if window.reasons:  # torch's metrics name the most recent entry's reason; one entry may say more
@@ -425,6 +454,7 @@ class _SeenByCallbacks(TypedDict, total=False):
     unavailable: tuple[str, ...]
     backend: str
     graph_breaks: list[GraphBreak]
+    resources: CompileResources | None
     ddp_buckets: list[int]
     ddp_bucket_cap_bytes: int
     cache_bypasses: list[str]

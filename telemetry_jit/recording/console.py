@@ -14,10 +14,11 @@ from telemetry_jit.causes import CAUSES, Classified
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.first_steps import FirstStep
 from telemetry_jit.recording.listener import CompileListener
-from telemetry_jit.records import CompileRecord
+from telemetry_jit.records import CompileRecord, CompileResources
 from telemetry_jit.terminal import clean, short
 
 _log = logging.getLogger("telemetry_jit")
+LARGE_COMPILE_BYTES = 2**30  # a compile whose host memory grows this much is said, however fast
 _PRINT = call_site("console.print", "printing a live console line (the progress bar's print, or your print_fn)")
 
 
@@ -67,6 +68,7 @@ class CompileConsole(CompileListener):
         self._announced = False
         self._started = 0.0
         self._what = ""
+        self._resources: CompileResources | None = None
         # frame id -> (step, cause, stage) of its last recompiles
         self._recent: dict[str, deque[tuple[int, Classified | None, str]]] = defaultdict(
             lambda: deque(maxlen=self.storm_recompiles)
@@ -83,6 +85,7 @@ class CompileConsole(CompileListener):
     def compile_started(self, description: str) -> None:
         self.compile_finished()
         self._what, self._started, self._announced = description, time.perf_counter(), False
+        self._resources = None
         self._timer = threading.Timer(self.threshold_s, self._announce)
         self._timer.daemon = True
         self._timer.start()
@@ -91,13 +94,19 @@ class CompileConsole(CompileListener):
         self._announced = True
         self._say(f"telemetry-jit: compiling {self._what} ...")
 
+    def compile_measured(self, resources: CompileResources) -> None:
+        self._resources = resources
+
     def compile_finished(self) -> None:
         timer, self._timer = self._timer, None
         if timer is None:
             return
         timer.cancel()
-        if self._announced:
-            self._say(f"telemetry-jit: compiled {self._what} in {time.perf_counter() - self._started:.1f} s")
+        resources, self._resources = self._resources, None
+        large = resources is not None and resources.host_peak_bytes >= LARGE_COMPILE_BYTES
+        if self._announced or large:
+            cost = f": {resources.words()}" if resources is not None else ""
+            self._say(f"telemetry-jit: compiled {self._what} in {time.perf_counter() - self._started:.1f} s{cost}")
 
     def first_step(self, step: FirstStep) -> None:
         if step.wall_ms >= self.threshold_s * 1000 and step.compilations:

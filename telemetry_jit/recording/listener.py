@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from telemetry_jit.records import CompileRecord
+from telemetry_jit.records import CompileRecord, CompileResources
 
 if TYPE_CHECKING:
     from telemetry_jit.recording.first_steps import FirstStep
@@ -31,6 +31,9 @@ class CompileListener:
 
     def compile_started(self, description: str) -> None:
         """A compilation began; ``description`` names the code (and a recompile's reason) in words."""
+
+    def compile_measured(self, resources: CompileResources) -> None:
+        """What the compilation that is ending cost the host (told just before ``compile_finished``)."""
 
     def compile_finished(self) -> None:
         """The compilation that began last ended."""

@@ -18,6 +18,7 @@ from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecor
 
 from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.causes import Classified, RecompileClassifier
+from telemetry_jit.compat import compile_timers
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.exporters.finished import export_finished
@@ -34,10 +35,18 @@ from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
 from telemetry_jit.recording.out_of_step import Finding
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
+from telemetry_jit.recording.resources import ResourceMeter
 from telemetry_jit.recording.spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import AttributeValue, CompileContext, CompiledBefore, CompileRecord, NotCompiled
-from telemetry_jit.schema import LOOP_SPAN_NAMES, CompileAttr, JitEventName, TrainAttr, TrainingSpanName
+from telemetry_jit.schema import (
+    LOOP_SPAN_NAMES,
+    CompileAttr,
+    JitEventName,
+    TrainAttr,
+    TrainingSpanName,
+    WarmStartAttr,
+)
 from telemetry_jit.session import Session
 from telemetry_jit.terminal import error_text
 
@@ -117,8 +126,12 @@ class CompileRecorder:
         self._causes: dict[str, Classified] = {}  # compile id -> its cause, for its backward graph
         self._first_steps = FirstSteps()
         self._fallback_cost = FallbackCostMeter()
+        self._meter = ResourceMeter()
         self._probe = DynamoProbe(
-            context=self._context, on_compile_start=self._compile_started, on_compile_end=self._compile_finished
+            context=self._context,
+            on_compile_start=self._compile_started,
+            on_compile_end=self._compile_finished,
+            meter=self._meter,
         )
         self._thunder = ThunderWatch()
         self._run_listeners: list[CompileListener] = []
@@ -135,6 +148,7 @@ class CompileRecorder:
     # -- lifecycle, driven by the trainer callback or a loop ---------------------------------
     def start(self, where: Where, rank: int = 0) -> None:
         """Begin a run: ``where()`` says where the loop is (asked when a compile begins)."""
+        self._meter.start()  # first: a TELEMETRY_JIT_MEMORY_LIMIT that is no size raises before anything starts
         self._where, self._rank = where, rank
         parent = forked_from()
         if parent is not None:
@@ -282,6 +296,7 @@ class CompileRecorder:
                 record.failure = said if record.failure[:200] in said else f"{said} (torch: {record.failure})"
             self.record(record)
         self._probe.detach()
+        self._meter.stop()
         for observer in self._observers:
             _OBSERVER.call(observer.detach)
         self._observers = []
@@ -298,6 +313,7 @@ class CompileRecorder:
         stats.thunder = self._thunder.cache_counts()
         attributes = stats.attributes(time.perf_counter() - self._started_at)
         attributes[TrainAttr.GLOBAL_STEP] = self._where().global_step  # the loop's last: "N steps since"
+        attributes[WarmStartAttr.TORCH_FEATURES] = compile_timers.features()
         if by_rank is not None:
             attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
             attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]
@@ -339,7 +355,10 @@ class CompileRecorder:
             _LISTENER.call(listener.compile_started, description)
 
     def _compile_finished(self) -> None:
+        resources = self._meter.take_last()
         for listener in self._run_listeners:
+            if resources is not None:
+                _LISTENER.call(listener.compile_measured, resources)
             _LISTENER.call(listener.compile_finished)
 
     # -- recording ---------------------------------------------------------------------------

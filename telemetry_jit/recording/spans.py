@@ -104,6 +104,8 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
     if record.cache_bypasses:
         attributes[CompileAttr.CACHE_BYPASSES] = record.cache_bypasses
     attributes.update({CompileAttr.PREFIX + name: value for name, value in record.extra.items()})
+    if record.resources is not None:
+        attributes.update(record.resources.attributes())
     if record.unavailable:
         attributes[CompileAttr.UNAVAILABLE] = list(record.unavailable)
     return attributes

@@ -18,7 +18,7 @@ import torch
 import telemetry_jit
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.report import render_report
-from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.compat import torch as torch_compat
 from tests.words import flat
@@ -64,6 +64,22 @@ def torch_cache(metric: dict) -> dict[str, float]:
     return {ours: metric[name] for ours, name in torch_compat._CACHE if metric.get(name) is not None}
 
 
+def assert_warm_residual(run: TelemetryRun) -> None:
+    """A warm start's residual (docs/cold-starts.md): its compile time in phases that add up to it, by torch's own
+    timers (torch 2.8, 2.13 and 2.15 name them alike: read in their sources), and what would remove which."""
+    residual = summary_json(run)["warm_start"]
+    phases = residual["phases"]
+    assert sum(phases.values()) == pytest.approx(residual["compile_s"], abs=0.01)
+    assert residual["compile_s"] == pytest.approx(summary_json(run)["compile_s"], abs=0.01)
+    assert phases["kernel_load"] > 0 and phases["dynamo_tracing"] > 0 and phases["guards"] > 0
+    aot, stance, mega, none = residual["removable_by"]
+    removed = phases["dynamo_tracing"] + phases["guards"] + phases["cache_load"]
+    assert aot["available"] == hasattr(torch.compiler, "load_compiled_function")  # what the recording torch has
+    assert aot["saves_s"] == pytest.approx(removed, abs=0.01)
+    assert mega["saves_s"] == 0 and none["removes"] == ["kernel_load", "rest"]
+    assert "warm start: every graph came from the compile cache" in flat(format_summary(run))
+
+
 def test_a_second_run_against_the_same_cache_shows_torchs_hits(tmp_path: Path) -> None:
     cache_dir = tmp_path / "inductor-cache"
     for name in ("cold", "warm"):
@@ -89,6 +105,7 @@ def test_a_second_run_against_the_same_cache_shows_torchs_hits(tmp_path: Path) -
         if name == "cold":
             assert hits == 0 and misses > 0
             assert "cold start" in flat(format_summary(run)) and warm_start.missed_frames
+            assert summary_json(run)["warm_start"] is None  # a residual only where every graph came from the cache
         else:
             assert hits > 0 and misses == 0
             assert "(warm start)" in flat(format_summary(run))
@@ -96,6 +113,7 @@ def test_a_second_run_against_the_same_cache_shows_torchs_hits(tmp_path: Path) -
             assert warm_start.saved_s == pytest.approx(
                 sum(torch_cache(m).get("time_saved_s", 0.0) for m in metrics), abs=1e-3
             )
+            assert_warm_residual(run)
 
 
 def test_why_torch_bypassed_a_cache_is_on_the_span_and_in_the_summary(telemetry) -> None:

@@ -1,0 +1,64 @@
+"""Where a compile's time went by torch's own timers: every ``dynamo_timed`` region appends its seconds to
+``torch._dynamo.utils.compilation_time_metrics`` (name -> list), so the entries a compile added are its own.
+The regions read (named alike in torch 2.8, 2.13 and 2.15; a release without one gives no figure for it):
+
+- ``bytecode_tracing``: dynamo tracing the frame's bytecode;
+- ``build_guards``: building its guards;
+- ``AOTAutogradCache.inductor_load`` and ``inductor_codecache_torch_key``: loading a graph from the compile cache,
+  and hashing torch's own files for the cache keys (once a process);
+- ``PyCodeCache.load_by_key_path``: loading compiled kernels (inside a cache load on a warm start, counted here
+  and not there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._dynamo import utils as _dynamo_utils
+
+PHASES: dict[str, tuple[str, ...]] = {
+    "dynamo_tracing": ("bytecode_tracing",),
+    "guards": ("build_guards",),
+    "cache_load": ("AOTAutogradCache.inductor_load", "inductor_codecache_torch_key"),
+    "kernel_load": ("PyCodeCache.load_by_key_path",),
+}
+_NESTED = ("cache_load", "kernel_load")  # kernels loaded within a cache load: subtracted from the load
+
+
+def features() -> list[str]:
+    """What this torch offers against a warm start's residual: ``set_stance`` (``torch.compiler.set_stance``),
+    ``cache_artifacts`` (``save_cache_artifacts`` / ``load_cache_artifacts``), ``aot_compile``
+    (``torch.compile(...).aot_compile`` with ``torch.compiler.load_compiled_function``)."""
+    compiler = torch.compiler
+    offered = {
+        "set_stance": hasattr(compiler, "set_stance"),
+        "cache_artifacts": hasattr(compiler, "save_cache_artifacts") and hasattr(compiler, "load_cache_artifacts"),
+        "aot_compile": hasattr(compiler, "load_compiled_function"),
+    }
+    return [name for name, present in offered.items() if present]
+
+
+def _timers() -> dict[str, Any]:
+    timers = getattr(_dynamo_utils, "compilation_time_metrics", None)
+    return timers if isinstance(timers, dict) else {}
+
+
+def snapshot() -> dict[str, int]:
+    """How many entries each timer read holds now (cheap: a few dictionary look-ups)."""
+    timers = _timers()
+    return {name: len(timers.get(name) or ()) for names in PHASES.values() for name in names}
+
+
+def since(before: dict[str, int]) -> dict[str, float]:
+    """Seconds per phase the timers recorded since ``before``; a phase torch did not time is absent."""
+    timers = _timers()
+    seconds: dict[str, float] = {}
+    for phase, names in PHASES.items():
+        spent = [float(t) for name in names for t in (timers.get(name) or [])[before.get(name, 0) :]]
+        if spent:
+            seconds[phase] = sum(spent)
+    outer, inner = _NESTED
+    if outer in seconds and inner in seconds:
+        seconds[outer] = max(seconds[outer] - seconds[inner], 0.0)
+    return seconds

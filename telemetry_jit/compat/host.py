@@ -1,0 +1,197 @@
+"""What the host says about this process and its children: CPU time, resident memory, the memory it may use
+(Linux ``/proc`` and cgroups; elsewhere every reading is ``None`` or empty, and nothing is measured).
+
+Nothing here resets a counter: ``/proc/self/clear_refs`` (5) would reset the process's ``VmHWM``, but
+``getrusage(RUSAGE_SELF).ru_maxrss`` reads the same counter, so a user's own peak-memory figure would shrink;
+torch's CUDA peak (``max_memory_allocated``) is read and never reset, for the same reason.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import resource
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MEMORY_LIMIT_VARIABLE = "TELEMETRY_JIT_MEMORY_LIMIT"  # bytes, or 512M, 8G, 2GiB: overrides what the host says
+COMPILE_WORKER = b"compile_worker"  # in the command line of inductor's worker pool (torch._inductor.compile_worker)
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_UNLIMITED = 1 << 60  # cgroup v1 says "no limit" as a number near 2**63
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(i?b?)\s*", re.IGNORECASE)
+ON_LINUX = sys.platform.startswith("linux") and Path("/proc/self/stat").exists()
+
+
+@dataclass(frozen=True)
+class Child:
+    """A process below this one, as ``/proc/<pid>/stat`` says: CPU seconds (its own and its reaped children's),
+    resident bytes, and when it started (clock ticks since boot)."""
+
+    pid: int
+    parent: int
+    cpu_s: float
+    rss_bytes: int
+    started: int
+
+
+_statm: tuple[int, int] | None = None  # (pid, descriptor): /proc/self/statm kept open, read with pread
+
+
+def own_memory() -> tuple[int, int]:
+    """This process's resident bytes now and at its peak so far (``statm``; ``ru_maxrss``, which is ``VmHWM``)."""
+    return own_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def own_rss() -> int:
+    """This process's resident bytes: ``/proc/self/statm``, kept open (a read costs about a microsecond where
+    opening it costs tens); 0 where unknown."""
+    global _statm
+    try:
+        pid = os.getpid()
+        if _statm is None or _statm[0] != pid:  # a forked child reads its own
+            _statm = (pid, os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC))
+        return int(os.pread(_statm[1], 128, 0).split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def own_cpu() -> tuple[float, float, int]:
+    """CPU seconds of this process, of its reaped children, and the largest reaped child's peak resident bytes
+    (Linux counts a child reaped by a child of ours in that child's figures)."""
+    times = os.times()
+    largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
+    return times.user + times.system, times.children_user + times.children_system, largest
+
+
+def child(pid: int) -> Child | None:
+    """``pid``'s figures, or ``None`` when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            text = stat.read()
+        fields = text[text.rindex(b")") + 2 :].split()
+        cpu = sum(int(fields[index]) for index in (11, 12, 13, 14)) / _TICKS
+        return Child(pid, int(fields[1]), cpu, int(fields[21]) * _PAGE, int(fields[19]))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ChildWatch:
+    """The processes below this one, kept up to date cheaply: each :meth:`update` lists ``/proc`` and reads only
+    the processes that appeared since the last (the kernel here keeps no ``children`` lists to read instead)."""
+
+    def __init__(self) -> None:
+        self.root = os.getpid()
+        self.below: dict[int, Child] = {}
+        self._seen: set[int] = set()
+
+    def update(self) -> dict[int, Child]:
+        if os.getpid() != self.root:  # forked: another tree
+            self.root, self.below, self._seen = os.getpid(), {}, set()
+        try:
+            now = {int(name) for name in os.listdir("/proc") if name.isdigit()}
+        except OSError:
+            return self.below
+        new = [c for pid in sorted(now - self._seen) if (c := child(pid)) is not None]
+        self._seen = now
+        self.below = {pid: c for pid, c in self.below.items() if pid in now}
+        while True:  # a new process below a new process: until nothing more joins
+            joined = {c.pid: c for c in new if c.pid not in self.below and c.parent in (self.root, *self.below)}
+            if not joined:
+                return self.below
+            self.below.update(joined)
+
+
+def is_compile_worker(pid: int) -> bool:
+    """Whether ``pid`` is one of inductor's long-lived compile worker processes (by its command line)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
+            return COMPILE_WORKER in cmdline.read(4096)
+    except OSError:
+        return False
+
+
+def clock_ticks() -> int:
+    """Now, in the clock ticks since boot that a process's start time is counted in."""
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS)
+
+
+def parse_size(text: str) -> int:
+    """``"8G"``, ``"512MiB"``, ``"1000000"`` -> bytes (K, M, G, T are powers of 1024)."""
+    match = _SIZE.fullmatch(text)
+    if match is None:
+        raise ValueError(f"{text!r} is not a size: give bytes or a number with K, M, G or T (e.g. 8G)")
+    number, unit = float(match.group(1)), match.group(2).lower()
+    return int(number * 1024 ** ("kmgt".index(unit) + 1 if unit else 0))
+
+
+def memory_limit() -> tuple[int, str]:
+    """The memory this process may use and what says so: ``TELEMETRY_JIT_MEMORY_LIMIT``, else the tightest
+    cgroup limit on its way to the root (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), else the
+    machine's memory; ``(0, "")`` where none can be read. A malformed variable raises ``ValueError``."""
+    given = os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip()
+    if given:
+        try:
+            return parse_size(given), MEMORY_LIMIT_VARIABLE
+        except ValueError as error:
+            raise ValueError(f"{MEMORY_LIMIT_VARIABLE}={given!r}: {error}; or unset it") from None
+    limits = [(limit, where) for limit, where in _cgroup_limits() if 0 < limit < _UNLIMITED]
+    if limits:
+        return min(limits)
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), "the machine's memory"
+    except (ValueError, OSError, AttributeError):
+        return 0, ""
+
+
+def _cgroup_limits() -> list[tuple[int, str]]:
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        roots: tuple[str, ...]
+        if controllers == "":
+            roots, name = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"), "memory.max"
+        elif "memory" in controllers.split(","):
+            roots, name = ("/sys/fs/cgroup/memory",), "memory.limit_in_bytes"
+        else:
+            continue
+        for root in roots:
+            folder = Path(root + path)
+            while folder.is_relative_to(root):
+                try:
+                    text = (folder / name).read_text().strip()
+                except OSError:
+                    text = ""
+                if text.isdigit():
+                    found.append((int(text), f"the cgroup's {name} ({folder / name})"))
+                if str(folder) == root:
+                    break
+                folder = folder.parent
+    return found
+
+
+def cuda_memory() -> tuple[int, int] | None:
+    """torch's CUDA allocator: bytes allocated now and the process's peak (never reset here), where CUDA is in
+    use; ``None`` otherwise (CUDA is never initialised for this)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        if not torch.cuda.is_initialized():
+            return None
+        return int(torch.cuda.memory_allocated()), int(torch.cuda.max_memory_allocated())
+    except Exception:  # noqa: BLE001 - a device that cannot say costs the figure, not the compile
+        return None
+
+
+def compile_threads() -> int | None:
+    """inductor's compile workers (``TORCHINDUCTOR_COMPILE_THREADS``), where inductor is loaded."""
+    config = sys.modules.get("torch._inductor.config")
+    threads = getattr(config, "compile_threads", None)
+    return threads if isinstance(threads, int) else None

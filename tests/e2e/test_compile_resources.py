@@ -1,0 +1,233 @@
+"""What each compile costs the host (docs/telemetry.md, "Resources"): CPU seconds with the compilers and worker
+processes inductor starts, resident memory, and a warning while a compile nears the memory the process may use,
+on every surface: the file, OTLP, the console, the summary and ``--json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import lightning.pytorch as pl
+import pytest
+import torch
+
+import telemetry_jit
+from telemetry_jit import hook_trainer_cls
+from telemetry_jit.analysis.report import render_report
+from telemetry_jit.analysis.summary import summarize, summary_json
+from telemetry_jit.analysis.text import format_summary
+from telemetry_jit.compat import host
+from telemetry_jit.exporters import OTLPExporter
+from telemetry_jit.recording.resources import ResourceMeter
+from telemetry_jit.records import NEAR_LIMIT_SHARE
+from tests.e2e.conftest import Telemetry, fresh_provider_state
+from tests.e2e.otlp_receivers import GrpcReceiver
+from tests.models import TRAINER_DEFAULTS, Net, loader
+from tests.words import flat
+
+pytestmark = pytest.mark.skipif(not host.ON_LINUX, reason="read from /proc")
+
+BUSY = "import sys, time\nend = time.time() + float(sys.argv[1])\nwhile time.time() < end: pass\n"
+
+
+def busy_child(seconds: float, *names: str) -> subprocess.Popen:
+    """A real process burning CPU for ``seconds``; ``names`` go on its command line."""
+    return subprocess.Popen([sys.executable, "-c", BUSY, str(seconds), *names])
+
+
+@pytest.mark.any_torch
+def test_a_compile_counts_the_processes_it_starts_and_inductors_workers_not_other_children() -> None:
+    """The rule for child processes, on real processes: one born during the compile and one of inductor's compile
+    workers (by its command line) count; a child that was already running (a DataLoader's worker) does not."""
+    bystander = busy_child(30)
+    worker = busy_child(30, "torch/_inductor/compile_worker/__main__.py")
+    compiler = None
+    try:
+        time.sleep(0.3)
+        meter = ResourceMeter()
+        meter.start()
+        before = {process.pid: _process_cpu(process.pid) for process in (bystander, worker)}
+        window = meter.begin()
+        compiler = busy_child(30)  # a compiler the compile starts and leaves running past its end
+        time.sleep(1.5)
+        resources = meter.end(window)
+        meter.stop()
+        spent = {
+            process.pid: _process_cpu(process.pid) - before.get(process.pid, 0.0)
+            for process in (bystander, worker, compiler)
+        }
+    finally:
+        for process in (bystander, worker, compiler):
+            if process is not None:
+                process.kill()
+                process.wait()
+    assert resources is not None
+    counted = spent[worker.pid] + spent[compiler.pid]
+    assert spent[bystander.pid] > 0.1  # it ran, and is not counted:
+    assert resources.worker_cpu_s == pytest.approx(counted, abs=0.05)
+    assert resources.cpu_s >= resources.worker_cpu_s
+    assert resources.host_rss_bytes >= resources.host_peak_bytes >= 0
+
+
+@pytest.mark.any_torch
+def test_a_malformed_memory_limit_is_refused_before_training(telemetry: Telemetry, monkeypatch) -> None:
+    monkeypatch.setenv(host.MEMORY_LIMIT_VARIABLE, "lots")
+    model = Net()
+    model.model.compile(backend="eager")
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    with pytest.raises(ValueError, match="TELEMETRY_JIT_MEMORY_LIMIT='lots'.*8G"):
+        HookedTrainer(max_epochs=1, limit_train_batches=1, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+    assert model.losses == []
+
+
+def test_an_inductor_compile_costs_its_compilers_cpu_and_a_compile_near_the_limit_is_warned_while_it_runs(
+    telemetry: Telemetry, tmp_path: Path, monkeypatch
+) -> None:
+    """A real cold inductor compile of a wide model, with the memory the process may use set just above where
+    it stands: the C++ compilers inductor starts are counted, and the warning comes while it compiles."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))  # cold: inductor runs its compilers
+    rss, _ = host.own_memory() or (0, 0)
+    monkeypatch.setenv(host.MEMORY_LIMIT_VARIABLE, str(int((rss + 120 * 2**20) / NEAR_LIMIT_SHARE)))
+    model = Net(width=512, layers=3)
+    model.model.compile()
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    said: list[tuple[str, int]] = []
+    with warnings.catch_warnings(), torch._inductor.config.patch(fx_graph_cache=False):
+        warnings.simplefilter("always")
+        warnings.showwarning = lambda message, *args, **kwargs: said.append((str(message), time.time_ns()))
+        HookedTrainer(max_epochs=1, limit_train_batches=2, **TRAINER_DEFAULTS).fit(model, loader(8, 4, features=512))
+    run = telemetry.end()
+    (forward,) = [s for s in run.find("compilation") if s.attributes["compile.trigger"] == "dynamo"]
+    a = forward.attributes
+    assert a["compile.resources.worker_cpu_time_s"] > 0.5  # the C++ compilers: seconds of CPU outside this process
+    assert a["compile.resources.cpu_time_s"] > a["compile.resources.worker_cpu_time_s"]
+    assert a["compile.resources.host_peak_bytes"] > 100 * 2**20  # a C++ compiler holds hundreds of MB
+    assert a["compile.resources.memory_limit_source"] == "TELEMETRY_JIT_MEMORY_LIMIT"
+    assert a["compile.resources.near_memory_limit"] is True
+    warned = [(text, at) for text, at in said if "of resident memory" in text]
+    assert len(warned) == 1  # once a run
+    text, at = warned[0]
+    assert "TORCHINDUCTOR_COMPILE_THREADS=1" in text and "TELEMETRY_JIT_MEMORY_LIMIT" in text
+    assert forward.start_unix_ns < at < forward.end_unix_ns  # said while it compiled, not after
+
+    figures = summary_json(run)["compile_resources"]
+    assert figures["cpu_s"] == pytest.approx(
+        sum(s.attributes["compile.resources.cpu_time_s"] for s in run.find("compilation")), abs=0.01
+    )
+    largest = max(s.attributes["compile.resources.host_peak_bytes"] for s in run.find("compilation"))
+    assert figures["peak_host_mb"] == round(largest / 2**20, 1)  # the largest growth of one compile
+    assert [c["compile_id"] for c in figures["compiles"]] == ["0/0", "0/0"]
+    assert figures["near_memory_limit"] and figures["memory_limit_source"] == "TELEMETRY_JIT_MEMORY_LIMIT"
+    summary = flat(format_summary(run))
+    assert "in compile workers and compilers" in summary
+    assert "neared the memory limit" in summary and "TORCHINDUCTOR_COMPILE_THREADS=1" in summary
+    assert "compile resources:" in render_report(summarize(run))
+
+
+def hungry_backend(graph, inputs):
+    """A backend that holds 400 MB for a moment while it compiles (what a big graph does to a compiler)."""
+    held = bytearray(400 * 2**20)
+    for index in range(0, len(held), 4096):
+        held[index] = 1
+    time.sleep(0.2)
+    del held
+    return graph.forward
+
+
+@pytest.mark.any_torch
+def test_a_large_compile_is_said_on_the_console_with_what_it_cost(telemetry: Telemetry, caplog) -> None:
+    caplog.set_level("WARNING", logger="telemetry_jit")
+    model = Net()
+    model.model.compile(backend=hungry_backend)
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("telemetry_jit.recording.console.LARGE_COMPILE_BYTES", 300 * 2**20)
+        HookedTrainer(max_epochs=1, limit_train_batches=1, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+    lines = [r.getMessage() for r in caplog.records if r.name == "telemetry_jit" and "host memory +" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].startswith("telemetry-jit: compiled forward (models.py:")
+    grown = float(lines[0].split("host memory +", 1)[1].split(" MB", 1)[0])
+    assert 380 <= grown <= 600  # what the backend held, as the sampler or the peak counter saw it
+    run = telemetry.end()
+    (span,) = [s for s in run.find("compilation") if s.attributes["compile.trigger"] == "dynamo"]
+    assert span.attributes["compile.resources.host_peak_bytes"] >= 380 * 2**20
+    samplers = [t for t in threading.enumerate() if t.name == "telemetry-jit-compile-resources"]
+    for thread in samplers:
+        thread.join(timeout=2)
+    assert not any(thread.is_alive() for thread in samplers)  # the fit's sampler ended with it
+
+
+@pytest.mark.any_torch
+def test_otlp_gets_each_compiles_resources_in_seconds_and_bytes(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
+    receiver = GrpcReceiver()
+    fresh_provider_state()
+    try:
+        exporter = OTLPExporter(receiver.endpoint, protocol="grpc", timeout=5)
+        provider = telemetry_jit.configure("otlp-app", file=tmp_path / "t.jsonl", otlp=exporter, global_batch_size=4)
+        model = Net()
+        model.model.compile(backend="aot_eager")
+        HookedTrainer, _ = hook_trainer_cls(pl.Trainer, provider)
+        HookedTrainer(max_epochs=1, limit_train_batches=2, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+        telemetry_jit.shutdown()
+    finally:
+        receiver.stop()
+        fresh_provider_state()
+    compiles = [s for s in receiver.received.spans() if s.name == "compilation"]
+    assert compiles
+    for span in compiles:
+        a = span.attributes
+        assert isinstance(a["telemetry_jit.compile.resources.cpu_time"], float)  # seconds
+        assert a["telemetry_jit.compile.resources.host_rss_bytes"] > 50 * 2**20  # bytes: a process with torch
+        assert a["telemetry_jit.compile.resources.host_peak_bytes"] >= 0
+    assert json.loads(json.dumps(compiles[0].attributes))  # plain values
+
+
+def test_nothing_is_measured_or_sampled_between_compiles() -> None:
+    """The sampler sleeps while no compile runs: no CPU of its own between compiles."""
+    meter = ResourceMeter()
+    meter.start()
+    meter.end(meter.begin())
+    thread = meter._thread
+    assert thread is not None and thread.is_alive()
+    before = _thread_cpu(thread.native_id)
+    time.sleep(1.0)
+    assert _thread_cpu(thread.native_id) - before < 0.005
+    meter.stop()
+    thread.join(timeout=2)
+    assert not thread.is_alive()
+
+
+def _process_cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu(tid: int | None) -> float:
+    fields = Path(f"/proc/{os.getpid()}/task/{tid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@pytest.mark.any_torch
+def test_a_meter_that_fails_costs_one_warning_and_the_figures_not_the_compile(telemetry: Telemetry) -> None:
+    model = Net()
+    model.model.compile(backend="aot_eager")
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+
+    def broken() -> tuple[float, float, int]:
+        raise RuntimeError("injected: /proc unreadable")
+
+    with pytest.MonkeyPatch.context() as patch, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        patch.setattr(host, "own_cpu", broken)
+        HookedTrainer(max_epochs=1, limit_train_batches=2, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+    said = [str(w.message) for w in caught if "measuring a compile's CPU and memory failed" in str(w.message)]
+    assert len(said) == 1 and "injected" in said[0]
+    assert len(model.losses) == 2
+    compiles = telemetry.end().find("compilation")
+    assert compiles and not any("compile.resources.cpu_time_s" in s.attributes for s in compiles)

@@ -1,0 +1,76 @@
+"""The oracle's table: model by fact, agree or not, and each disagreement in words; known disagreements (what
+issue 54 lists and the product does not fix yet) are marked xfail with their reason, never hidden."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from oracle.judge import Fact
+
+# (fact, a pattern of the product's words or the detail) -> why it is known; only the full zoo's table uses these
+KNOWN: list[tuple[str, str, str]] = [
+    (
+        "backward graphs",
+        "",
+        "issue 54 item 10: a dynamic graph's backward is compiled within its frame's compile and not counted",
+    ),
+    (
+        "compile span length",
+        "",
+        "issue 54: a compile span runs past torch's duration_us (it is torch's "
+        "start_time_us to end_time_us, which torch's own duration_us falls short of)",
+    ),
+    ("compile.duration_ms", "", "issue 54: a compile span runs past torch's duration_us"),
+    ("compile time in all", "", "issue 54: the sum of compile spans, each longer than torch's duration_us"),
+    ("compiling in the loop", "", "issue 54: the sum of compile spans, each longer than torch's duration_us"),
+    ("recompile causes", r": other\b", "issue 54 item 3: 'other' where the guard names the cause"),
+    (
+        "shares in the text",
+        "application",
+        "issue 54 item 4: all compiling over the application, said as the part outside the loop",
+    ),
+    ("check --max-recompiles -1", "", "issue 54 item 5: a negative budget is judged, not refused"),
+    ("stage of a fallback", "", "issue 54 item 1: a fallback stamped with the loop that started next"),
+    ("fixes", "dynamic=True", "issue 54 item 2: dynamic=True advised where the run compiled with it"),
+    ("fixes", "drop_last", "issue 54 item 8: drop_last=True advised for predict's last batch"),
+]
+
+
+def known(fact: Fact) -> str:
+    """Why this disagreement is known (issue 54's items), or '' for a new one."""
+    if fact.agree is not False:
+        return ""
+    words = f"{fact.product} {fact.detail}"
+    for name, pattern, reason in KNOWN:
+        if name == fact.fact and re.search(pattern, words):
+            return reason
+    return ""
+
+
+def mark(fact: Fact, use_known: bool) -> str:
+    if fact.agree is None:
+        return "–"
+    if fact.agree:
+        return "✓"
+    return "xfail" if use_known and known(fact) else "✗"
+
+
+def table(facts: Sequence[Fact], use_known: bool = True) -> str:
+    """A Markdown table, one row per model, one column per fact, then every disagreement."""
+    models = list(dict.fromkeys(fact.model for fact in facts))
+    names = list(dict.fromkeys(fact.fact for fact in facts))
+    cells = {(fact.model, fact.fact): mark(fact, use_known) for fact in facts}
+    lines = ["| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+    lines += [f"| {model} | " + " | ".join(cells.get((model, name), "") for name in names) + " |" for model in models]
+    wrong = [fact for fact in facts if fact.agree is False]
+    if wrong:
+        lines += ["", "Disagreements (telemetry-jit's statement, then torch's record):", ""]
+        for fact in wrong:
+            why = known(fact) if use_known else ""
+            tail = f" {fact.detail}" if fact.detail else ""
+            lines.append(
+                f"- **{fact.model}**, {fact.fact}{' (xfail: ' + why + ')' if why else ''}: says "
+                f"`{fact.product}`; torch: `{fact.torch}`.{tail}"
+            )
+    return "\n".join(lines)

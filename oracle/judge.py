@@ -111,7 +111,7 @@ def counts(model: str, product: Product, truth: Truth) -> list[Fact]:
             "graph breaks",
             counted == truth.graph_breaks and said["graph_break_count"] >= counted,
             f"{said['graph_break_count']} ({counted} counted by torch)",
-            str(truth.graph_breaks),
+            f"{truth.graph_breaks} in counters['graph_break'] ({truth.restarts} compiles restarted)",
         )
     )
     span_ids = sorted(
@@ -349,27 +349,46 @@ def _cause_stage(batch: dict[str, Any] | None) -> set[str]:
 
 
 def cause_stages(model: str, product: Product, truth: Truth) -> list[Fact]:
-    """Each recompile cause's stages (the summary's 'in validation', 'predict()') against the loops running."""
+    """Each recompile cause's stages (the summary's 'in validation', 'predict()') and steps against the loops
+    running when torch started those compiles."""
     by_cause: dict[str, set[str]] = {}
+    steps: dict[str, set[int]] = {}
     for span, metric in _pairs(product, truth):
         cause = span["attributes"].get("compile.recompile_cause")
+        batch = truth.batch_at(metric["start_time_us"])
         if cause and metric["is_forward"] is not False:
-            by_cause.setdefault(cause, set()).update(_cause_stage(truth.batch_at(metric["start_time_us"])))
-    wrong = []
+            by_cause.setdefault(cause, set()).update(_cause_stage(batch))
+            if batch is not None:
+                steps.setdefault(cause, set()).add(int(batch["global_step"]))
+    wrong, wrong_steps = [], []
     for item in product.summary["recompile_causes"]:
         said = set(item["stages"])
         right = by_cause.get(item["cause"], set())
         if not said <= right or not right:
             wrong.append(f"{item['cause']}: {sorted(said)} vs {sorted(right)}")
+        said_steps = set(item.get("steps", [])) | (
+            {item["first_step"]} if item.get("first_step") is not None else set()
+        )
+        if item["cause"] in steps and not said_steps <= steps[item["cause"]]:
+            wrong_steps.append(f"{item['cause']}: steps {sorted(said_steps)} vs {sorted(steps[item['cause']])}")
+    count = len(product.summary["recompile_causes"])
     return [
         Fact(
             model,
             "stage of each cause",
             not wrong,
-            wrong[0].split(" vs ")[0] if wrong else f"{len(product.summary['recompile_causes'])} causes",
+            wrong[0].split(" vs ")[0] if wrong else f"{count} causes",
             wrong[0].split(" vs ")[1] if wrong else "loops running",
             "; ".join(wrong),
-        )
+        ),
+        Fact(
+            model,
+            "steps of each cause",
+            not wrong_steps,
+            wrong_steps[0].split(" vs ")[0] if wrong_steps else f"{count} causes",
+            wrong_steps[0].split(" vs ")[1] if wrong_steps else "global steps of the batches running",
+            "; ".join(wrong_steps),
+        ),
     ]
 
 
@@ -482,12 +501,16 @@ def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
             continue
         seen.add((first["start_us"], first["stage"]))
         judged += 1
-        compiled = (
-            sum(m["duration_us"] for m in truth.metrics if first["start_us"] <= m["start_time_us"] <= first["end_us"])
-            / 1e6
-        )
+        inside = [m for m in truth.metrics if first["start_us"] <= m["start_time_us"] <= first["end_us"]]
+        compiled = sum(m["duration_us"] for m in inside) / 1e6
         if abs(item["compile_s"] - compiled) > 0.0015:
             wrong.append(f"{item['stage']} at step {item['global_step']}: {item['compile_s']} s vs {compiled:.6f} s")
+        phases = item.get("compile_phases_s", {})
+        for phase, forward in (("forward", True), ("backward", False)):
+            spent = sum(m["duration_us"] for m in inside if (m["is_forward"] is not False) == forward) / 1e6
+            if abs(phases.get(phase, 0.0) - spent) > 0.0015:
+                said_phase = phases.get(phase, 0.0)
+                wrong.append(f"{item['stage']} at step {item['global_step']}, {phase}: {said_phase} s vs {spent:.6f} s")
     return [
         Fact(
             model,
@@ -593,8 +616,8 @@ def checks(model: str, truth: Truth, out: Path) -> list[Fact]:
                 done.returncode == expected,
                 f"exit {done.returncode}",
                 f"exit {expected}",
-                f"`check {' '.join(args)}` (torch: {recompiles} recompiles, {breaks} graph breaks): "
-                + (said[-1][:200] if said else ""),
+                f"`check {' '.join(args)}` (torch: {recompiles} recompiles, {breaks} graph breaks, "
+                f"{truth.restarts} compiles restarted): " + (said[-1][:200] if said else ""),
             )
         )
     return facts

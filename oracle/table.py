@@ -9,21 +9,22 @@ from collections.abc import Sequence
 from oracle.judge import Fact
 
 # (fact, a pattern of the product's words or the detail) -> why it is known; only the full zoo's table uses these
+SPAN = (
+    "issue 54: a compile span runs past torch's duration_us (the span is torch's start_time_us to end_time_us, "
+    "which torch's own duration_us falls short of)"
+)
+SUM = "issue 54: a sum of compile spans, each longer than torch's duration_us"
 KNOWN: list[tuple[str, str, str]] = [
     (
         "backward graphs",
         "",
-        "issue 54 item 10: a dynamic graph's backward is compiled within its frame's compile and not counted",
+        "issue 54 item 10: a dynamic graph's backward, compiled within its frame's compile, is not counted",
     ),
-    (
-        "compile span length",
-        "",
-        "issue 54: a compile span runs past torch's duration_us (it is torch's "
-        "start_time_us to end_time_us, which torch's own duration_us falls short of)",
-    ),
-    ("compile.duration_ms", "", "issue 54: a compile span runs past torch's duration_us"),
-    ("compile time in all", "", "issue 54: the sum of compile spans, each longer than torch's duration_us"),
-    ("compiling in the loop", "", "issue 54: the sum of compile spans, each longer than torch's duration_us"),
+    ("compile span length", "", SPAN),
+    ("compile.duration_ms", "", SPAN),
+    ("compile time in all", "", SUM),
+    ("first steps' compile time", "", SUM),
+    ("compiling in the loop", "", SUM),
     ("recompile causes", r": other\b", "issue 54 item 3: 'other' where the guard names the cause"),
     (
         "shares in the text",
@@ -63,14 +64,28 @@ def table(facts: Sequence[Fact], use_known: bool = True) -> str:
     cells = {(fact.model, fact.fact): mark(fact, use_known) for fact in facts}
     lines = ["| model | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
     lines += [f"| {model} | " + " | ".join(cells.get((model, name), "") for name in names) + " |" for model in models]
-    wrong = [fact for fact in facts if fact.agree is False]
-    if wrong:
+    new = [fact for fact in facts if fact.agree is False and not (use_known and known(fact))]
+    if new:
         lines += ["", "Disagreements (telemetry-jit's statement, then torch's record):", ""]
-        for fact in wrong:
-            why = known(fact) if use_known else ""
-            tail = f" {fact.detail}" if fact.detail else ""
+        lines += [
+            f"- **{fact.model}**, {fact.fact}: says `{fact.product}`; torch: `{fact.torch}`. {fact.detail}".rstrip()
+            for fact in new
+        ]
+    by_reason: dict[str, list[Fact]] = {}
+    for fact in facts:
+        if use_known and fact.agree is False and known(fact):
+            by_reason.setdefault(known(fact), []).append(fact)
+    if by_reason:
+        lines += [
+            "",
+            "Known disagreements (xfail), by the item of issue 54 that names them, with one example each:",
+            "",
+        ]
+        for reason, found in by_reason.items():
+            example = found[0]
+            models = ", ".join(dict.fromkeys(f.model for f in found))
             lines.append(
-                f"- **{fact.model}**, {fact.fact}{' (xfail: ' + why + ')' if why else ''}: says "
-                f"`{fact.product}`; torch: `{fact.torch}`.{tail}"
+                f"- {reason}: {len(found)} facts ({models}). E.g. **{example.model}**, {example.fact}: says "
+                f"`{example.product}`; torch: `{example.torch}`. {example.detail}".rstrip()
             )
     return "\n".join(lines)

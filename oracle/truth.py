@@ -113,6 +113,11 @@ class Truth:
         return sum(self.raw["counters"]["graph_break"].values())
 
     @property
+    def restarts(self) -> int:
+        """Compiles torch restarted (a graph break, or a break it could not resume from), by its own metrics."""
+        return sum(bool(metric["restart_reasons"]) for metric in self.frames)
+
+    @property
     def fell_back(self) -> bool:
         return bool(self.raw["recompile_limit_warnings"]) or any(metric["fail_type"] for metric in self.frames)
 

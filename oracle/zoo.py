@@ -30,6 +30,7 @@ class Case:
     build: Callable[[], nn.Module]
     hf: bool = False  # forward(**batch) returns an output with .loss and .logits
     resume: bool = False  # fit again from the last checkpoint, one epoch more
+    predict_bug: bool = False  # predict_step raises, after a fit that went well: the run fails in predict()
     torch_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
@@ -297,6 +298,7 @@ USER = [
     Case("conv1d_bn", "user", "signals", Conv1dClassifier, resume=True),
     Case("conv1d_bn_dynamic", "user", "signals", Conv1dClassifier, torch_kwargs={"dynamic": True}),
     Case("threshold_item", "user", "signals", ThresholdClassifier, resume=True),
+    Case("conv1d_bn_predict_bug", "user", "signals", Conv1dClassifier, predict_bug=True),
 ]
 
 ZOO: dict[str, Case] = {case.name: case for case in [*TRANSFORMERS, *TORCH_LAYERS, *USER]}

@@ -42,9 +42,10 @@ def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
-def read_product(out: Path) -> Product:
-    summary = json.loads(cli("summary", "run.jsonl", "--json", cwd=out).stdout)["runs"][-1]
-    text = cli("summary", "run.jsonl", cwd=out).stdout
+def read_product(out: Path, cwd: Path) -> Product:
+    """The product's statements, its commands run where the training ran (``cwd``), as a user runs them."""
+    summary = json.loads(cli("summary", str(out / "run.jsonl"), "--json", cwd=cwd).stdout)["runs"][-1]
+    text = cli("summary", str(out / "run.jsonl"), cwd=cwd).stdout
     records = [json.loads(line) for line in (out / "run.jsonl").read_text().splitlines() if line.strip()]
     spans = [r for r in records if r["kind"] == "span" and r.get("name") == "compilation"]
     ids = {span["span_id"] for span in spans}
@@ -566,6 +567,35 @@ def owners(model: str, product: Product, truth: Truth, cwd: Path) -> list[Fact]:
     ]
 
 
+_IN_PARENS = re.compile(r"\(([^()]+:\d+)\)$")
+
+
+def locations(model: str, product: Product, cwd: Path) -> list[Fact]:
+    """Every ``file:line`` the summary names opens from the directory the command ran in (or is absolute), as
+    compilers print locations."""
+    said = product.summary
+    found = [item["location"] for item in said["graph_breaks"]]
+    found += [line for item in said["graph_breaks"] for line in item.get("user_locations", [])]
+    found += [
+        m.group(1) for item in said["recompile_causes"] for frame in item["frames"] if (m := _IN_PARENS.search(frame))
+    ]
+    missing = []
+    for location in dict.fromkeys(found):
+        file = Path(location.rsplit(":", 1)[0])
+        if not location.startswith("<") and not (file if file.is_absolute() else cwd / file).is_file():
+            missing.append(location)
+    return [
+        Fact(
+            model,
+            "locations open",
+            (not missing) if found else None,
+            missing[0] if missing else f"{len(set(found))} locations",
+            f"no such file from {cwd}" if missing else "files that exist",
+            "; ".join(missing[1:]),
+        )
+    ]
+
+
 def fixes(model: str, product: Product, truth: Truth) -> list[Fact]:
     """No fix names what is already on: dynamic=True where the run compiled with it, drop_last for predict's
     last batch (it would drop predictions)."""
@@ -592,7 +622,7 @@ def fixes(model: str, product: Product, truth: Truth) -> list[Fact]:
     ]
 
 
-def checks(model: str, truth: Truth, out: Path) -> list[Fact]:
+def checks(model: str, truth: Truth, out: Path, cwd: Path) -> list[Fact]:
     recompiles, breaks = len(truth.recompiles), truth.graph_breaks
     finished = truth.raw["status"] == "finished"
     within = 0 if finished else 3  # docs/ci-gate.md: 3 for a run that did not finish, whatever its budgets
@@ -607,7 +637,7 @@ def checks(model: str, truth: Truth, out: Path) -> list[Fact]:
     cases.append(("check --max-recompiles -1", ["--max-recompiles", "-1"], 2))
     facts = []
     for name, args, expected in cases:
-        done = cli("check", "run.jsonl", *args, cwd=out)
+        done = cli("check", str(out / "run.jsonl"), *args, cwd=cwd)
         said = (done.stdout + done.stderr).strip().splitlines()
         facts.append(
             Fact(
@@ -632,7 +662,7 @@ def judge(out: Path, cwd: Path) -> list[Fact]:
     """Every fact of the run in ``out`` (written by ``oracle.run`` with ``cwd`` as its working directory)."""
     truth = read_truth(out)
     model = f"{truth.raw['model']} ({truth.raw['backend']})"
-    product = read_product(out)
+    product = read_product(out, cwd)
     facts = [*status(model, product, truth), *counts(model, product, truth), *durations(model, product, truth)]
     facts += [*reasons(model, product, truth), *causes(model, product, truth), *stages(model, product, truth)]
     facts += [
@@ -641,7 +671,7 @@ def judge(out: Path, cwd: Path) -> list[Fact]:
         *shares(model, product, truth),
         *owners(model, product, truth, cwd),
     ]
-    facts += [*fixes(model, product, truth), *checks(model, truth, out)]
+    facts += [*fixes(model, product, truth), *locations(model, product, cwd), *checks(model, truth, out, cwd)]
     if truth.tlparse.error:
         facts.append(Fact(model, "tlparse", None, "", truth.tlparse.error))
     return facts

@@ -31,6 +31,12 @@ KNOWN: list[tuple[str, str, str]] = [
         "application",
         "issue 54 item 4: all compiling over the application, said as the part outside the loop",
     ),
+    (
+        "locations open",
+        "",
+        "issue 54 item 10: the same location written three ways, not relative to where the command runs",
+    ),
+    ("graph-break owners", "torch", "issue 54 item 9: the owner rule /torch/(nn|utils|fx|...) has no word boundary"),
     ("check --max-recompiles -1", "", "issue 54 item 5: a negative budget is judged, not refused"),
     ("stage of a fallback", "", "issue 54 item 1: a fallback stamped with the loop that started next"),
     ("fixes", "dynamic=True", "issue 54 item 2: dynamic=True advised where the run compiled with it"),

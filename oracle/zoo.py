@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from oracle.data import CLASSES, VOCAB
+from oracle.userlib.backends.torch.nn import PrintingClassifier
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ USER = [
     Case("conv1d_bn_dynamic", "user", "signals", Conv1dClassifier, torch_kwargs={"dynamic": True}),
     Case("threshold_item", "user", "signals", ThresholdClassifier, resume=True),
     Case("conv1d_bn_predict_bug", "user", "signals", Conv1dClassifier, predict_bug=True),
+    Case("userlib_print", "user", "signals", lambda: PrintingClassifier(CLASSES)),
 ]
 
 ZOO: dict[str, Case] = {case.name: case for case in [*TRANSFORMERS, *TORCH_LAYERS, *USER]}

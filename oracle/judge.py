@@ -553,6 +553,7 @@ def owners(model: str, product: Product, truth: Truth, cwd: Path) -> list[Fact]:
         right = true_owner(location, cwd)
         if attributes.get("graph_break.owner") != right:
             wrong.append(f"{location}: {attributes.get('graph_break.owner')} vs {right}")
+    wrong = list(dict.fromkeys(wrong))
     if not wrong:
         return [Fact(model, "graph-break owners", True if judged else None, f"{judged} breaks", "where the file lies")]
     return [
@@ -638,7 +639,7 @@ def checks(model: str, truth: Truth, out: Path, cwd: Path) -> list[Fact]:
     facts = []
     for name, args, expected in cases:
         done = cli("check", str(out / "run.jsonl"), *args, cwd=cwd)
-        said = (done.stdout + done.stderr).strip().splitlines()
+        said = (done.stdout + done.stderr).replace(str(out / "run.jsonl"), "run.jsonl").strip().splitlines()
         facts.append(
             Fact(
                 model,
@@ -655,7 +656,8 @@ def checks(model: str, truth: Truth, out: Path, cwd: Path) -> list[Fact]:
 
 def status(model: str, product: Product, truth: Truth) -> list[Fact]:
     said = product.summary["status"]["state"]
-    return [Fact(model, "status", said == truth.raw["status"], said, truth.raw["status"], truth.raw["error"][-300:])]
+    error = [line for line in truth.raw["error"].splitlines() if line.strip()]
+    return [Fact(model, "status", said == truth.raw["status"], said, truth.raw["status"], error[-1] if error else "")]
 
 
 def judge(out: Path, cwd: Path) -> list[Fact]:

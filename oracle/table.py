@@ -4,7 +4,9 @@ issue 54 lists and the product does not fix yet) are marked xfail with their rea
 from __future__ import annotations
 
 import re
+import sysconfig
 from collections.abc import Sequence
+from pathlib import Path
 
 from oracle.judge import Fact
 
@@ -55,6 +57,16 @@ def known(fact: Fact) -> str:
     return ""
 
 
+_PLACES = [(str(Path(__file__).resolve().parent.parent) + "/", ""), (sysconfig.get_paths()["purelib"] + "/", "")]
+
+
+def _plain(text: str) -> str:
+    """Paths of this machine said as a reader's: relative to the repository, or to site-packages."""
+    for place, said in _PLACES:
+        text = text.replace(place, said)
+    return text.replace("\n", " ")
+
+
 def mark(fact: Fact, use_known: bool) -> str:
     if fact.agree is None:
         return "–"
@@ -94,4 +106,4 @@ def table(facts: Sequence[Fact], use_known: bool = True) -> str:
                 f"- {reason}: {len(found)} facts ({models}). E.g. **{example.model}**, {example.fact}: says "
                 f"`{example.product}`; torch: `{example.torch}`. {example.detail}".rstrip()
             )
-    return "\n".join(lines)
+    return "\n".join(_plain(line) for line in lines)

@@ -1,0 +1,679 @@
+"""Every statement telemetry-jit makes about a run, read back from its own outputs (``summary --json``, the summary's
+text, the run file, ``check``'s exit codes) and judged against torch's record (``oracle.truth``): one ``Fact`` per
+kind of statement, agree or not, with both sides' words."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import sysconfig
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from oracle.truth import Truth, frame_attempt, read_truth
+
+CLI = [sys.executable, "-m", "telemetry_jit"]
+
+
+@dataclass
+class Fact:
+    model: str
+    fact: str
+    agree: bool | None  # None: nothing stated to judge
+    product: str
+    torch: str
+    detail: str = ""
+
+
+@dataclass
+class Product:
+    """What telemetry-jit says about one run."""
+
+    summary: dict[str, Any]
+    text: str
+    spans: list[dict[str, Any]]  # the run file's compilation spans
+    breaks: list[dict[str, Any]]  # the run file's graph_break events
+
+
+def cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+
+
+def read_product(out: Path, cwd: Path) -> Product:
+    """The product's statements, its commands run where the training ran (``cwd``), as a user runs them."""
+    summary = json.loads(cli("summary", str(out / "run.jsonl"), "--json", cwd=cwd).stdout)["runs"][-1]
+    text = cli("summary", str(out / "run.jsonl"), cwd=cwd).stdout
+    records = [json.loads(line) for line in (out / "run.jsonl").read_text().splitlines() if line.strip()]
+    spans = [r for r in records if r["kind"] == "span" and r.get("name") == "compilation"]
+    ids = {span["span_id"] for span in spans}
+    breaks = [r for r in records if r["kind"] == "event" and r.get("name") == "graph_break" and r["span_id"] in ids]
+    return Product(summary, text, spans, breaks)
+
+
+def _span_key(span: dict[str, Any]) -> tuple[str, bool]:
+    attributes = span["attributes"]
+    return attributes.get("compile.id", ""), attributes.get("compile.trigger") != "lazy_backward"
+
+
+def _metric_key(metric: dict[str, Any]) -> tuple[str, bool]:
+    return metric["compile_id"], metric["is_forward"] is not False
+
+
+def _pairs(product: Product, truth: Truth) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Each compilation span with torch's metric of the same compile (id and direction), in torch's order."""
+    spans: dict[tuple[str, bool], dict[str, Any]] = {}
+    for span in product.spans:
+        if span["attributes"].get("compile.source", "dynamo") == "dynamo":
+            spans.setdefault(_span_key(span), span)
+    return [(spans[_metric_key(m)], m) for m in truth.metrics if _metric_key(m) in spans]
+
+
+def counts(model: str, product: Product, truth: Truth) -> list[Fact]:
+    said = product.summary
+    tl_frames = len(truth.frames) if truth.tlparse.error else len(truth.tlparse.metrics)
+    facts = [
+        Fact(
+            model,
+            "frame compiles",
+            said["frame_compiles"] == len(truth.frames) == tl_frames,
+            str(said["frame_compiles"]),
+            f"{len(truth.frames)} (tlparse {tl_frames})",
+        ),
+        Fact(
+            model,
+            "recompiles",
+            said["recompilations"] == len(truth.recompiles),
+            str(said["recompilations"]),
+            str(len(truth.recompiles)),
+        ),
+        Fact(
+            model,
+            "lazy backward compiles",
+            said["backward_graphs"] == len(truth.backwards),
+            str(said["backward_graphs"]),
+            f"{len(truth.backwards)} (tlparse {len(truth.tlparse.backward_metrics)})",
+        ),
+        Fact(
+            model,
+            "backward graphs",
+            None if truth.tlparse.error else said["backward_graphs"] == len(truth.tlparse.backward_graphs),
+            str(said["backward_graphs"]),
+            f"{len(truth.tlparse.backward_graphs)} (aot_backward_graph in {_listed(truth.tlparse.backward_graphs)})",
+            "the summary says 'N backward graphs'; torch built an aot_backward_graph in each compile listed",
+        ),
+    ]
+    counted = sum(item["count"] for item in said["graph_breaks"] if item.get("counted_by_torch", True))
+    facts.append(
+        Fact(
+            model,
+            "graph breaks",
+            counted == truth.graph_breaks and said["graph_break_count"] >= counted,
+            f"{said['graph_break_count']} ({counted} counted by torch)",
+            f"{truth.graph_breaks} in counters['graph_break'] ({truth.restarts} compiles restarted)",
+        )
+    )
+    span_ids = sorted(
+        _span_key(span) for span in product.spans if span["attributes"].get("compile.source", "dynamo") == "dynamo"
+    )
+    metric_ids = sorted(_metric_key(metric) for metric in truth.metrics)
+    facts.append(Fact(model, "compile ids", span_ids == metric_ids, _ids(span_ids), _ids(metric_ids)))
+    return facts
+
+
+def _listed(items: list[str]) -> str:
+    return ", ".join(items) or "none"
+
+
+def _ids(keys: list[tuple[str, bool]]) -> str:
+    return " ".join(f"{i}{'' if forward else '(bw)'}" for i, forward in keys)
+
+
+def durations(model: str, product: Product, truth: Truth) -> list[Fact]:
+    pairs = _pairs(product, truth)
+    if not pairs:
+        return [Fact(model, "compile span start", None, "no spans", f"{len(truth.metrics)} compiles")]
+    starts = [span["start_unix_ns"] // 1000 - metric["start_time_us"] for span, metric in pairs]
+    ends = [span["end_unix_ns"] // 1000 - metric["end_time_us"] for span, metric in pairs if metric.get("end_time_us")]
+    lengths = [(span["end_unix_ns"] - span["start_unix_ns"]) / 1000 - metric["duration_us"] for span, metric in pairs]
+    torch_gap = [
+        metric["end_time_us"] - metric["start_time_us"] - metric["duration_us"]
+        for _, metric in pairs
+        if metric.get("end_time_us")
+    ]
+    said_ms = [
+        span["attributes"].get("compile.duration_ms", 0.0) * 1000 - metric["duration_us"] for span, metric in pairs
+    ]
+    worst = max(range(len(pairs)), key=lambda i: abs(lengths[i]))
+    span, metric = pairs[worst]
+    total = sum(metric["duration_us"] for metric in truth.metrics) / 1e6
+    gap = (
+        f"; torch's own end_time_us - start_time_us - duration_us: {min(torch_gap)}..{max(torch_gap)} µs"
+        if torch_gap
+        else ""
+    )
+    return [
+        Fact(
+            model,
+            "compile span start",
+            all(diff == 0 for diff in starts),
+            f"start - torch's start_time_us: {min(starts)}..{max(starts)} µs",
+            "start_time_us",
+        ),
+        Fact(
+            model,
+            "compile span end",
+            all(diff == 0 for diff in ends) if ends else None,
+            f"end - torch's end_time_us: {min(ends)}..{max(ends)} µs" if ends else "",
+            "end_time_us",
+        ),
+        Fact(
+            model,
+            "compile span length",
+            all(abs(diff) < 1 for diff in lengths),
+            f"{(span['end_unix_ns'] - span['start_unix_ns']) / 1000:.0f} µs ({metric['compile_id']})",
+            f"duration_us {metric['duration_us']}",
+            f"span minus duration_us over {len(pairs)} compiles: {min(lengths):+.0f}..{max(lengths):+.0f} µs{gap}",
+        ),
+        Fact(
+            model,
+            "compile.duration_ms",
+            all(abs(diff) < 1 for diff in said_ms),
+            f"minus duration_us: {min(said_ms):+.0f}..{max(said_ms):+.0f} µs",
+            "duration_us",
+        ),
+        Fact(
+            model,
+            "compile time in all",
+            abs(product.summary["compile_s"] - total) <= 0.0015,
+            f"{product.summary['compile_s']:.3f} s",
+            f"{total:.6f} s (sum of duration_us)",
+        ),
+    ]
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def reasons(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Each recompile's reason is torch's text (whitespace aside): one of the failed guards torch names."""
+    wrong, judged = [], 0
+    for span, metric in _pairs(product, truth):
+        if not (metric["is_forward"] is not False and frame_attempt(metric["compile_id"])[1] > 0):
+            continue
+        judged += 1
+        torch_text = _flat(
+            " ".join([metric["recompile_reason"] or "", *truth.tlparse.reasons.get(metric["compile_id"], [])])
+        )
+        attributes = span["attributes"]
+        said = [attributes.get("compile.recompile_reason", ""), *attributes.get("compile.recompile_reasons", [])]
+        if any(_flat(text) not in torch_text for text in said):
+            wrong.append((metric["compile_id"], _flat(said[0])[:200], torch_text[:300]))
+    if not wrong:
+        return [Fact(model, "recompile reasons", True if judged else None, f"{judged} reasons", "the same text")]
+    compile_id, said_text, torch_text = wrong[0]
+    return [
+        Fact(
+            model,
+            "recompile reasons",
+            False,
+            f"{compile_id}: {said_text!r}",
+            torch_text,
+            f"{len(wrong)} of {judged} differ",
+        )
+    ]
+
+
+SIZE = re.compile(r"size mismatch|stride mismatch|\.size\(\)\[\d+\]|\bNe\(|\bEq\(|size\(\)")
+
+
+def acceptable_causes(lines: list[str], batch: dict[str, Any] | None) -> set[str] | None:
+    """The causes torch's reason text allows, by the oracle's own reading (None: not judged)."""
+    changed = [line for line in lines if "grad_mode" not in line]
+    if not changed:
+        return {"stage_switch"} if lines else None
+    text = " ".join(changed)
+    last = bool(
+        batch and batch.get("batches") and batch["batch_idx"] == batch["batches"] - 1 and batch["batch_idx"] > 0
+    )
+    sizes = {"changing_dim", "eval_shape"} | ({"last_batch"} if last else set())
+    first = changed[0]
+    if SIZE.search(first):
+        return sizes
+    if "dispatch key set mismatch" in first or "inference" in first:
+        return {"inference_mode", "stage_switch"}
+    if "dtype mismatch" in first:
+        return {"tensor_property"} | (sizes if SIZE.search(text) else set())
+    if "requires_grad mismatch" in first:
+        return {"tensor_property", "trainable_params", "stage_switch"}
+    if re.search(r"\.training\b", first):
+        return {"module_mode", "stage_switch"}
+    return None
+
+
+def causes(model: str, product: Product, truth: Truth) -> list[Fact]:
+    wrong, judged = [], 0
+    for span, metric in _pairs(product, truth):
+        attributes = span["attributes"]
+        if attributes.get("compile.trigger") == "lazy_backward" or not attributes.get("compile.is_recompile"):
+            continue
+        cause = attributes.get("compile.recompile_cause", "")
+        if cause == "recompile_limit":
+            allowed: set[str] | None = {"recompile_limit"} if truth.fell_back else set()
+        else:
+            allowed = acceptable_causes(truth.reason_lines(metric), truth.batch_at(metric["start_time_us"]))
+        if allowed is None:
+            continue
+        judged += 1
+        if cause not in allowed:
+            wrong.append((metric["compile_id"], cause, allowed, truth.reason_lines(metric)))
+    if not wrong:
+        return [Fact(model, "recompile causes", True if judged else None, f"{judged} judged", "reason text")]
+    compile_id, cause, allowed, lines = wrong[0]
+    return [
+        Fact(
+            model,
+            "recompile causes",
+            False,
+            f"{compile_id}: {cause}",
+            f"{' or '.join(sorted(allowed))}: {lines[0][:160]}",
+            f"{len(wrong)} of {judged}: " + "; ".join(f"{w[0]} {w[1]}" for w in wrong),
+        )
+    ]
+
+
+def stages(model: str, product: Product, truth: Truth) -> list[Fact]:
+    wrong, steps = [], []
+    for span, metric in _pairs(product, truth):
+        attributes = span["attributes"]
+        batch = truth.batch_at(metric["start_time_us"])
+        stage = truth.stage_at(metric["start_time_us"])
+        if attributes.get("train.stage") != stage:
+            wrong.append(
+                f"{metric['compile_id']}{'' if metric['is_forward'] is not False else '(bw)'}: "
+                f"{attributes.get('train.stage')} vs {stage}"
+            )
+        if batch and (attributes.get("train.batch_index"), attributes.get("train.global_step")) != (
+            batch["batch_idx"],
+            batch["global_step"],
+        ):
+            steps.append(
+                f"{metric['compile_id']}: batch {attributes.get('train.batch_index')} "
+                f"step {attributes.get('train.global_step')} vs batch {batch['batch_idx']} step {batch['global_step']}"
+            )
+    facts = [
+        Fact(
+            model,
+            "stage of each compile",
+            not wrong,
+            wrong[0].split(": ")[1].split(" vs ")[0] if wrong else "all",
+            wrong[0].split(" vs ")[1] if wrong else "the loop running",
+            "; ".join(wrong),
+        ),
+        Fact(
+            model,
+            "batch and step of each compile",
+            not steps,
+            steps[0] if steps else "all",
+            "the batch running",
+            "; ".join(steps[1:]),
+        ),
+    ]
+    fell = product.summary.get("fell_back_to_eager") or []
+    if fell or truth.fell_back:
+        limit = [m for s, m in _pairs(product, truth) if s["attributes"].get("compile.fell_back_to_eager")]
+        truth_stages = sorted({truth.stage_at(m["start_time_us"]) for m in limit})
+        said = sorted({str(item.get("stage")) for item in fell})
+        facts.append(
+            Fact(
+                model,
+                "stage of a fallback",
+                said == truth_stages,
+                ", ".join(said) or "none",
+                ", ".join(truth_stages) or "a fallback torch logged",
+            )
+        )
+    return facts
+
+
+def _cause_stage(batch: dict[str, Any] | None) -> set[str]:
+    if batch is None:
+        return set()
+    stage = str(batch["stage"])
+    if batch["fn"] == "fit" or stage == "sanity_check":
+        return {stage}
+    # test and predict always run by themselves: the summary's text says predict(), its JSON predict
+    return {f"{stage}()", stage} if stage in ("test", "predict") else {f"{stage}()"}
+
+
+def cause_stages(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Each recompile cause's stages (the summary's 'in validation', 'predict()') and steps against the loops
+    running when torch started those compiles."""
+    by_cause: dict[str, set[str]] = {}
+    steps: dict[str, set[int]] = {}
+    for span, metric in _pairs(product, truth):
+        cause = span["attributes"].get("compile.recompile_cause")
+        batch = truth.batch_at(metric["start_time_us"])
+        if cause and metric["is_forward"] is not False:
+            by_cause.setdefault(cause, set()).update(_cause_stage(batch))
+            if batch is not None:
+                steps.setdefault(cause, set()).add(int(batch["global_step"]))
+    wrong, wrong_steps = [], []
+    for item in product.summary["recompile_causes"]:
+        said = set(item["stages"])
+        right = by_cause.get(item["cause"], set())
+        if not said <= right or not right:
+            wrong.append(f"{item['cause']}: {sorted(said)} vs {sorted(right)}")
+        said_steps = set(item.get("steps", [])) | (
+            {item["first_step"]} if item.get("first_step") is not None else set()
+        )
+        if item["cause"] in steps and not said_steps <= steps[item["cause"]]:
+            wrong_steps.append(f"{item['cause']}: steps {sorted(said_steps)} vs {sorted(steps[item['cause']])}")
+    count = len(product.summary["recompile_causes"])
+    return [
+        Fact(
+            model,
+            "stage of each cause",
+            not wrong,
+            wrong[0].split(" vs ")[0] if wrong else f"{count} causes",
+            wrong[0].split(" vs ")[1] if wrong else "loops running",
+            "; ".join(wrong),
+        ),
+        Fact(
+            model,
+            "steps of each cause",
+            not wrong_steps,
+            wrong_steps[0].split(" vs ")[0] if wrong_steps else f"{count} causes",
+            wrong_steps[0].split(" vs ")[1] if wrong_steps else "global steps of the batches running",
+            "; ".join(wrong_steps),
+        ),
+    ]
+
+
+def _joined(text: str) -> list[str]:
+    """The summary's statements, each on one line (continuations folded)."""
+    lines: list[str] = []
+    for line in text.splitlines():
+        if lines and line.startswith("    ") and not line.strip().startswith(("frame", "-", "cause")):
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line.strip())
+    return lines
+
+
+SHARE_OF_IT = re.compile(r"([\d.]+) s of the [^;]*?([\d.]+) s \(([\d.]+)% of it\)")
+SHARE_OF = re.compile(r"^[^:]*: ([\d.]+) s [^;]*; ([\d.]+)% of the ([^']+)'s ([\d.]+) s")
+
+
+def _half_unit(number: str) -> float:
+    """Half the last printed digit: how far the printed figure may lie from the exact one."""
+    return 0.5 * 10 ** -len(number.partition(".")[2])
+
+
+def _share_fits(part: str, whole: str, share: str, scale: float = 100.0) -> bool:
+    """``share`` is ``part`` over ``whole`` within the rounding of all three as printed."""
+    p, w, s = float(part), float(whole), float(share)
+    low = scale * max(p - _half_unit(part), 0) / (w + _half_unit(whole))
+    high = scale * (p + _half_unit(part)) / max(w - _half_unit(whole), 1e-9)
+    return low - _half_unit(share) <= s <= high + _half_unit(share)
+
+
+def shares(model: str, product: Product, truth: Truth) -> list[Fact]:
+    said = product.summary
+    facts = []
+    if said.get("wall_s"):
+        part, whole, share = (repr(said[key]) for key in ("compile_in_loop_s", "wall_s", "compile_share_of_loop"))
+        facts.append(
+            Fact(model, "share of the loop (json)", _share_fits(part, whole, share, 1.0), share, f"{part} / {whole}")
+        )
+    wrong, found = [], 0
+    for line in _joined(product.text):
+        for part, whole, percent in SHARE_OF_IT.findall(line):
+            found += 1
+            if not _share_fits(part, whole, percent):
+                wrong.append(f"{percent}% for {part} s of {whole} s")
+        match = SHARE_OF.search(line)
+        if match:
+            found += 1
+            part, percent, whole = match.group(1), match.group(2), match.group(4)
+            if not _share_fits(part, whole, percent):
+                wrong.append(
+                    f"{percent}% for {part} s of the {match.group(3)}'s {whole} s "
+                    f"({100 * float(part) / float(whole):.1f}%)"
+                )
+    facts.append(
+        Fact(
+            model,
+            "shares in the text",
+            not wrong if found else None,
+            wrong[0] if wrong else f"{found} shares",
+            "part over whole",
+            "; ".join(wrong),
+        )
+    )
+    in_loop = (
+        sum(
+            m["duration_us"]
+            for m in truth.metrics
+            if (b := truth.batch_at(m["start_time_us"])) and b["fn"] == "fit" and b["stage"] in ("train", "validate")
+        )
+        / 1e6
+    )
+    facts.append(
+        Fact(
+            model,
+            "compiling in the loop",
+            abs(said["compile_in_loop_s"] - in_loop) <= 0.0015,
+            f"{said['compile_in_loop_s']} s",
+            f"{in_loop:.6f} s (torch's compiles in fit's batches)",
+        )
+    )
+    return facts
+
+
+def _first_step_stage(batch: dict[str, Any]) -> str:
+    """How the summary names a batch's stage: ``validate()`` for ``Trainer.validate`` run by itself."""
+    return "validate()" if batch["stage"] == "validate" and batch["fn"] != "fit" else str(batch["stage"])
+
+
+def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Each loop's first step: its compile time is torch's compiles started in that batch."""
+    wrong, judged = [], 0
+    seen: set[tuple[str, int]] = set()
+    for item in product.summary.get("first_steps", []):
+        stage = item["stage"].removesuffix("()")
+        first = next(
+            (
+                b
+                for b in truth.raw["batches"]
+                if b["stage"] == stage
+                and b["global_step"] == item["global_step"]
+                and b["batch_idx"] == 0
+                and (b["start_us"], b["stage"]) not in seen
+                and _first_step_stage(b) in (item["stage"], stage)
+            ),
+            None,
+        )
+        if first is None:
+            wrong.append(f"{item['stage']} at step {item['global_step']}: no such first batch")
+            continue
+        seen.add((first["start_us"], first["stage"]))
+        judged += 1
+        inside = [m for m in truth.metrics if first["start_us"] <= m["start_time_us"] <= first["end_us"]]
+        compiled = sum(m["duration_us"] for m in inside) / 1e6
+        if abs(item["compile_s"] - compiled) > 0.0015:
+            wrong.append(f"{item['stage']} at step {item['global_step']}: {item['compile_s']} s vs {compiled:.6f} s")
+        phases = item.get("compile_phases_s", {})
+        for phase, forward in (("forward", True), ("backward", False)):
+            spent = sum(m["duration_us"] for m in inside if (m["is_forward"] is not False) == forward) / 1e6
+            if abs(phases.get(phase, 0.0) - spent) > 0.0015:
+                said_phase = phases.get(phase, 0.0)
+                wrong.append(f"{item['stage']} at step {item['global_step']}, {phase}: {said_phase} s vs {spent:.6f} s")
+    return [
+        Fact(
+            model,
+            "first steps' compile time",
+            (not wrong) if judged or wrong else None,
+            wrong[0].split(" vs ")[0] if wrong else f"{judged} first steps",
+            wrong[0].split(" vs ")[-1] if wrong else "torch's compiles in that batch",
+            "; ".join(wrong[1:]),
+        )
+    ]
+
+
+_SITE = [Path(p).resolve() for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}]
+_STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
+
+
+def true_owner(location: str, cwd: Path) -> str:
+    """Whose code a ``file:line`` is, by where the file lies: an installed package's top-level name, ``python``
+    for the standard library, else ``user``."""
+    file = Path(location.rsplit(":", 1)[0])
+    path = (file if file.is_absolute() else cwd / file).resolve()
+    for site in _SITE:
+        if path.is_relative_to(site):
+            top = path.relative_to(site).parts[0]
+            return top.removesuffix(".py")
+    if path.is_relative_to(_STDLIB):
+        return "python"
+    return "user"
+
+
+def owners(model: str, product: Product, truth: Truth, cwd: Path) -> list[Fact]:
+    wrong, judged = [], 0
+    for event in product.breaks:
+        attributes = event["attributes"]
+        location = attributes.get("graph_break.location")
+        if not location:
+            continue
+        judged += 1
+        right = true_owner(location, cwd)
+        if attributes.get("graph_break.owner") != right:
+            wrong.append(f"{location}: {attributes.get('graph_break.owner')} vs {right}")
+    wrong = list(dict.fromkeys(wrong))
+    if not wrong:
+        return [Fact(model, "graph-break owners", True if judged else None, f"{judged} breaks", "where the file lies")]
+    return [
+        Fact(
+            model,
+            "graph-break owners",
+            False,
+            wrong[0].split(" vs ")[0],
+            wrong[0].split(" vs ")[1],
+            "; ".join(wrong[1:]),
+        )
+    ]
+
+
+_IN_PARENS = re.compile(r"\(([^()]+:\d+)\)$")
+
+
+def locations(model: str, product: Product, cwd: Path) -> list[Fact]:
+    """Every ``file:line`` the summary names opens from the directory the command ran in (or is absolute), as
+    compilers print locations."""
+    said = product.summary
+    found = [item["location"] for item in said["graph_breaks"]]
+    found += [line for item in said["graph_breaks"] for line in item.get("user_locations", [])]
+    found += [
+        m.group(1) for item in said["recompile_causes"] for frame in item["frames"] if (m := _IN_PARENS.search(frame))
+    ]
+    missing = []
+    for location in dict.fromkeys(found):
+        file = Path(location.rsplit(":", 1)[0])
+        if not location.startswith("<") and not (file if file.is_absolute() else cwd / file).is_file():
+            missing.append(location)
+    return [
+        Fact(
+            model,
+            "locations open",
+            (not missing) if found else None,
+            missing[0] if missing else f"{len(set(found))} locations",
+            f"no such file from {cwd}" if missing else "files that exist",
+            "; ".join(missing[1:]),
+        )
+    ]
+
+
+def fixes(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """No fix names what is already on: dynamic=True where the run compiled with it, drop_last for predict's
+    last batch (it would drop predictions)."""
+    dynamic = truth.raw["torch_kwargs"].get("dynamic") is True
+    wrong, judged = [], 0
+    for item in product.summary["recompile_causes"]:
+        fix = item.get("fix", "")
+        if not fix or item.get("expected") == item.get("count"):
+            continue
+        judged += 1
+        if dynamic and "dynamic': True" in fix:
+            wrong.append(f"{item['cause']}: advises dynamic=True, which the run compiled with")
+        if "drop_last=True" in fix and any(stage.startswith("predict") for stage in item["stages"]):
+            wrong.append(f"{item['cause']} in {item['stages']}: advises drop_last=True, which drops predictions")
+    return [
+        Fact(
+            model,
+            "fixes",
+            (not wrong) if judged else None,
+            wrong[0] if wrong else f"{judged} fixes",
+            "not already applied, not dropping predictions" if wrong else "",
+            "; ".join(wrong[1:]),
+        )
+    ]
+
+
+def checks(model: str, truth: Truth, out: Path, cwd: Path) -> list[Fact]:
+    recompiles, breaks = len(truth.recompiles), truth.graph_breaks
+    finished = truth.raw["status"] == "finished"
+    within = 0 if finished else 3  # docs/ci-gate.md: 3 for a run that did not finish, whatever its budgets
+    cases: list[tuple[str, list[str], int]] = []
+    cases.append(("check --max-recompiles R", ["--max-recompiles", str(recompiles)], within))
+    if recompiles:
+        cases.append(("check --max-recompiles R-1", ["--max-recompiles", str(recompiles - 1)], 1 if finished else 3))
+    cases.append(("check --max-graph-breaks G", ["--max-graph-breaks", str(breaks)], within))
+    if breaks:
+        cases.append(("check --max-graph-breaks G-1", ["--max-graph-breaks", str(breaks - 1)], 1 if finished else 3))
+    cases.append(("check --no-eager-fallback", ["--no-eager-fallback"], 3 if not finished else int(truth.fell_back)))
+    cases.append(("check --max-recompiles -1", ["--max-recompiles", "-1"], 2))
+    facts = []
+    for name, args, expected in cases:
+        done = cli("check", str(out / "run.jsonl"), *args, cwd=cwd)
+        said = (done.stdout + done.stderr).replace(str(out / "run.jsonl"), "run.jsonl").strip().splitlines()
+        facts.append(
+            Fact(
+                model,
+                name,
+                done.returncode == expected,
+                f"exit {done.returncode}",
+                f"exit {expected}",
+                f"`check {' '.join(args)}` (torch: {recompiles} recompiles, {breaks} graph breaks, "
+                f"{truth.restarts} compiles restarted): " + (said[-1][:200] if said else ""),
+            )
+        )
+    return facts
+
+
+def status(model: str, product: Product, truth: Truth) -> list[Fact]:
+    said = product.summary["status"]["state"]
+    error = [line for line in truth.raw["error"].splitlines() if line.strip()]
+    return [Fact(model, "status", said == truth.raw["status"], said, truth.raw["status"], error[-1] if error else "")]
+
+
+def judge(out: Path, cwd: Path) -> list[Fact]:
+    """Every fact of the run in ``out`` (written by ``oracle.run`` with ``cwd`` as its working directory)."""
+    truth = read_truth(out)
+    model = f"{truth.raw['model']} ({truth.raw['backend']})"
+    product = read_product(out, cwd)
+    facts = [*status(model, product, truth), *counts(model, product, truth), *durations(model, product, truth)]
+    facts += [*reasons(model, product, truth), *causes(model, product, truth), *stages(model, product, truth)]
+    facts += [
+        *cause_stages(model, product, truth),
+        *first_steps(model, product, truth),
+        *shares(model, product, truth),
+        *owners(model, product, truth, cwd),
+    ]
+    facts += [*fixes(model, product, truth), *locations(model, product, cwd), *checks(model, truth, out, cwd)]
+    if truth.tlparse.error:
+        facts.append(Fact(model, "tlparse", None, "", truth.tlparse.error))
+    return facts

@@ -1,0 +1,273 @@
+"""One run of one model, in a process of its own: trained under ``HookedTrainer`` with the Trainer flags users
+set, while torch's own record of it is kept beside telemetry-jit's file (``truth.json``): every
+``CompilationMetrics``, dynamo's counters, torch's recompile-limit warnings, and the Lightning batch that was
+running at each moment (a callback of the oracle's own, timed on the clock torch stamps compiles with).
+
+    python -m oracle.run MODEL BACKEND OUT_DIR     (with TORCH_TRACE=OUT_DIR/trace set before Python starts)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, ModelCheckpoint
+from lightning.pytorch.loggers import CSVLogger
+
+import telemetry_jit
+from oracle.data import SIZES, loaders
+from oracle.zoo import ZOO, Case
+
+# the Trainer flags users set (issue 54): mixed precision, accumulation, clipping, validation every epoch
+FLAGS: dict[str, Any] = {
+    "accelerator": "cpu",
+    "precision": "bf16-mixed",
+    "accumulate_grad_batches": 2,
+    "gradient_clip_val": 1.0,
+    "check_val_every_n_epoch": 1,
+    "max_epochs": 2,
+    "enable_progress_bar": False,
+    "enable_model_summary": False,
+}
+
+METRIC_FIELDS = (
+    "compile_id",
+    "co_name",
+    "co_filename",
+    "co_firstlineno",
+    "start_time_us",
+    "end_time_us",
+    "duration_us",
+    "recompile_reason",
+    "is_forward",
+    "num_graph_breaks",
+    "fail_type",
+    "fail_reason",
+    "restart_reasons",
+    "entire_frame_compile_time_s",
+    "backend_compile_time_s",
+    "inductor_compile_time_s",
+)
+
+
+class ZooModule(pl.LightningModule):
+    """What a user writes around a library model: the loss from the model's output, AdamW, StepLR."""
+
+    def __init__(self, case: Case) -> None:
+        super().__init__()
+        self.case = case
+        self.model = case.build()
+
+    def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        if self.case.hf:
+            return self.model(**batch).loss
+        inputs = {key: value for key, value in batch.items() if key != "labels"}
+        return torch.nn.functional.cross_entropy(self.model(**inputs), batch["labels"])
+
+    def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch)
+        self.log("train_loss", loss, batch_size=len(batch["labels"]))
+        return loss
+
+    def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.log("val_loss", self._loss(batch), batch_size=len(batch["labels"]))
+
+    def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
+        self.log("test_loss", self._loss(batch), batch_size=len(batch["labels"]))
+
+    def predict_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        if self.case.predict_bug:
+            raise ValueError("a bug in predict_step")
+        if self.case.hf:  # labels too: an encoder-decoder builds its decoder's inputs from them
+            return self.model(**batch).logits
+        return self.model(**{key: value for key, value in batch.items() if key != "labels"})
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR(optimizer, step_size=2)}
+
+
+class BatchClock(Callback):
+    """Each batch Lightning ran: its stage, index, loader, global step, the loop's batch count, and when it ran on
+    torch's clock (``time.time_ns``, as ``CompilationMetrics.start_time_us``)."""
+
+    def __init__(self) -> None:
+        self.batches: list[dict[str, Any]] = []
+        self._open: dict[str, Any] | None = None
+
+    def _start(self, trainer: pl.Trainer, batch_idx: int, dataloader_idx: int, batches: Any) -> None:
+        count = batches[dataloader_idx] if isinstance(batches, list) else batches
+        self._open = {
+            "fn": trainer.state.fn.value if trainer.state.fn else None,
+            "stage": trainer.state.stage.value if trainer.state.stage else None,
+            "batch_idx": batch_idx,
+            "dataloader_idx": dataloader_idx,
+            "global_step": trainer.global_step,
+            "batches": count if isinstance(count, int) else None,
+            "start_us": time.time_ns() // 1000,
+        }
+
+    def _end(self) -> None:
+        if self._open is not None:
+            self._open["end_us"] = time.time_ns() // 1000
+            self.batches.append(self._open)
+            self._open = None
+
+    def close(self) -> None:
+        self._end()
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self._start(trainer, batch_idx, 0, trainer.num_training_batches)
+
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._end()
+
+    def on_validation_batch_start(
+        self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        batches = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
+        self._start(trainer, batch_idx, dataloader_idx, batches)
+
+    def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._end()
+
+    def on_test_batch_start(
+        self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._start(trainer, batch_idx, dataloader_idx, trainer.num_test_batches)
+
+    def on_test_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._end()
+
+    def on_predict_batch_start(
+        self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        self._start(trainer, batch_idx, dataloader_idx, trainer.num_predict_batches)
+
+    def on_predict_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        self._end()
+
+
+class LimitWarnings(logging.Handler):
+    """torch's own words when a frame hits the recompile limit (a log warning of ``torch._dynamo``)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.said: list[dict[str, Any]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        text = record.getMessage()
+        if "recompile_limit" in text or "cache_size_limit" in text:
+            self.said.append({"time_us": int(record.created * 1e6), "text": text[:2000]})
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str, list)):
+        return value
+    return str(value)
+
+
+def compilation_metrics() -> list[dict[str, Any]]:
+    found = []
+    for metric in torch._dynamo.utils.get_compilation_metrics():
+        fields = dataclasses.asdict(metric) if dataclasses.is_dataclass(metric) else vars(metric)
+        found.append({name: _plain(fields.get(name)) for name in METRIC_FIELDS})
+    return found
+
+
+def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: BatchClock) -> None:
+    session = telemetry_jit.configure("oracle", file=out / "run.jsonl", global_batch_size=SIZES["train"][1])
+    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": backend, **case.torch_kwargs})
+    trainer_cls, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, session, jit_config=config, live=False)
+    calls = truth["calls"]
+
+    def call(name: str, trainer: pl.Trainer, *args: Any, **kwargs: Any) -> Any:
+        calls.append({"call": name, "start_us": time.time_ns() // 1000})
+        result = getattr(trainer, name)(*args, **kwargs)
+        calls[-1]["end_us"] = time.time_ns() // 1000
+        return result
+
+    def make_trainer(epochs: int) -> pl.Trainer:
+        checkpoint = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True)
+        return trainer_cls(
+            **{**FLAGS, "max_epochs": epochs},
+            default_root_dir=out,
+            logger=CSVLogger(out, name="logs"),
+            callbacks=[clock, checkpoint],
+        )
+
+    pl.seed_everything(0, verbose=False)
+    loops = loaders(case.data)
+    callback.on_model_init_start()
+    model = ZooModule(case)
+    callback.on_model_init_end()
+    trainer = make_trainer(FLAGS["max_epochs"])
+    call("fit", trainer, model, loops["train"], loops["val"])
+    call("validate", trainer, model, loops["val"])
+    call("test", trainer, model, loops["test"])
+    call("predict", trainer, model, loops["predict"])
+    if case.resume:  # a fresh model and trainer, one epoch more, from the checkpoint the fit left
+        resumed = make_trainer(FLAGS["max_epochs"] + 1)
+        call(
+            "fit",
+            resumed,
+            ZooModule(case),
+            loops["train"],
+            loops["val"],
+            ckpt_path=str(out / "checkpoints" / "last.ckpt"),
+        )
+    callback.on_app_end()
+
+
+def main(name: str, backend: str, out: Path) -> int:
+    out.mkdir(parents=True, exist_ok=True)
+    case = ZOO[name]
+    torch.set_num_threads(1)
+    limits = LimitWarnings()
+    clock = BatchClock()
+    logging.getLogger("torch._dynamo").addHandler(limits)
+    truth: dict[str, Any] = {
+        "model": name,
+        "family": case.family,
+        "backend": backend,
+        "torch_kwargs": {"backend": backend, **case.torch_kwargs},
+        "drop_last": False,
+        "versions": {"torch": torch.__version__, "lightning": pl.__version__, "python": sys.version.split()[0]},
+        "calls": [],
+        "status": "finished",
+        "error": "",
+    }
+    try:
+        train(case, backend, out, truth, clock)
+    except Exception as error:  # the run's failure is a fact the product must state; it is kept, not raised
+        truth["status"] = "failed"
+        truth["error"] = "".join(traceback.format_exception(error))[-4000:]
+        clock.close()  # the batch the failure ended
+    truth["batches"] = clock.batches
+    truth["metrics"] = compilation_metrics()
+    counters = torch._dynamo.utils.counters
+    truth["counters"] = {
+        key: {str(k): v for k, v in counters[key].items()}
+        for key in ("graph_break", "unimplemented", "frames", "stats")
+    }
+    truth["recompile_limit_warnings"] = limits.said
+    (out / "truth.json").write_text(json.dumps(truth, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    sys.exit(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))

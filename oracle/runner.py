@@ -1,0 +1,42 @@
+"""Each model of the zoo trained in a child process of its own (``oracle.run``), with torch's structured trace on,
+then judged."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from oracle.judge import Fact, judge
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_one(name: str, backend: str, out: Path, timeout: float) -> list[Fact]:
+    """Train ``name`` in a child process and judge what telemetry-jit said about it."""
+    model = f"{name} ({backend})"
+    env = {
+        **os.environ,
+        "TORCH_TRACE": str(out / "trace"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "run.log", "w") as log:
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "oracle.run", name, backend, str(out)],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            return [Fact(model, "run", None, "", f"did not finish within {timeout:.0f} s")]
+    if done.returncode or not (out / "truth.json").exists():
+        return [Fact(model, "run", None, "", f"exit {done.returncode}: see {out / 'run.log'}")]
+    return judge(out, ROOT)

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from telemetry_jit.recording.heartbeat import Graph, Heartbeat
+from telemetry_jit.recording.heartbeat import Graph, Heartbeat, Looked, Parts, compile_hash
 from telemetry_jit.recording.out_of_step import STALL_MARGIN_S, STALL_MIN_S, OutOfStep
-from telemetry_jit.recording.rank_watch import RankWatchSettings
+from telemetry_jit.recording.rank_watch import HeartbeatPublisher, RankWatcher, RankWatchSettings
 from telemetry_jit.schema import RanksAttr
 
 FORWARD = "forward (model.py) [0/1, recompile: tensor 'x' size mismatch at index 0. expected 8, actual 5]"
@@ -149,6 +149,104 @@ def test_a_heartbeat_survives_its_encoding_and_garbage_reads_as_none() -> None:
     for raw in (b"", b"{", b'{"rank": "x"}', b"\xff\xfe", b"[]"):
         assert Heartbeat.decode(raw) is None
     assert len(original.encode()) < 600
+
+
+COLD = "forward (model.py:12) [0/0]"
+STUCK = f"rank 1 has been compiling {COLD} for 5 s (train step 0) while 1 rank waits at step 0"
+
+
+def cold_rank_stall(rank0: list[Looked], rank1: list[Looked], parts: dict[tuple[int, str], Parts] | None = None) -> str:
+    """The stall line the watcher says when rank 1 compiles ``COLD`` for 5 s while rank 0, done with its own
+    compile of it, waits: each rank's look-ups as their heartbeats carry them."""
+    judge = OutOfStep(world_size=2)
+    asked: list[int] = []
+
+    def parts_of(rank: int, looked: Looked) -> Parts | None:
+        asked.append(rank)
+        return (parts or {}).get((rank, looked.graph))
+
+    waiting = beat(0, 1, 0, compiles=1, last_compile_s=1.5, lookups=rank0)
+    compiling = beat(1, 1, 0, compiling=COLD, compiles=1, lookups=rank1)
+    assert judge.scan(100.0, {0: waiting, 1: compiling}, parts_of) == []
+    [said] = judge.scan(100.0 + STALL_MIN_S, {0: waiting, 1: compiling}, parts_of)
+    assert said.kind == "stall" and said.line.startswith(f"{STUCK}: ") and said.why == said.line[len(STUCK) + 2 :]
+    assert bool(asked) == (parts is not None)  # the parts are read only to tell keys that differ apart
+    return said.why
+
+
+def looked(layer: str, state: str, key: str, saved_s: float = 0.0, compile_: str = COLD) -> Looked:
+    return Looked(compile_hash(compile_), layer, 0, state, key, saved_s)
+
+
+def test_a_cold_rank_with_the_same_key_as_a_rank_that_hit_is_told_its_cache_directory_lacks_it() -> None:
+    why = cold_rank_stall(
+        [looked("aot_autograd", "hit", "a1b2c3d4e5f6", saved_s=18.94)], [looked("aot_autograd", "miss", "a1b2c3d4e5f6")]
+    )
+    assert why == (
+        "it missed AOTAutograd's cache where rank 0 hit; the same key, and rank 1's cache directory does not hold it "
+        "(share TORCHINDUCTOR_CACHE_DIR, or load the mega-cache: torch.compiler.save_cache_artifacts, "
+        "load_cache_artifacts); the cold compile of that graph took 18.9 s (forward and backward)"
+    )
+
+
+def test_a_cold_rank_whose_key_differs_is_told_the_part_that_differs_read_from_the_store_only_then() -> None:
+    hit, miss = looked("fx_graph", "hit", "fkey0", saved_s=4.0), looked("fx_graph", "miss", "fkey1")
+    same = {"gm": ("g1", ""), "torch_version": ("t1", "2.13.0")}
+    parts = {
+        (0, hit.graph): {**same, "inductor_config[max_autotune]": ("c0", "False")},
+        (1, miss.graph): {**same, "inductor_config[max_autotune]": ("c1", "True")},
+    }
+    why = cold_rank_stall([hit], [miss], parts)
+    assert why == (
+        "it missed inductor's FX graph cache where rank 0 hit; its key differs from rank 0's in "
+        "inductor_config[max_autotune] (False -> True); the cold compile of that graph took 4.0 s"
+    )
+    assert "the parts were not published" in cold_rank_stall([hit], [miss], {})
+
+
+def test_a_miss_no_other_rank_hit_says_the_cache_and_a_rank_that_missed_nothing_says_nothing_more() -> None:
+    other = looked("aot_autograd", "hit", "a1", compile_="forward (model.py:12) [1/0]")  # another graph
+    assert cold_rank_stall([other], [looked("aot_autograd", "miss", "a1")]) == (
+        "it missed AOTAutograd's cache (no other rank has looked this graph up)"
+    )
+    judge = OutOfStep(world_size=2)
+    beats = {0: beat(0, 1, 0, compiles=1), 1: beat(1, 1, 0, compiling=COLD, compiles=1)}
+    judge.scan(0.0, beats)
+    [said] = judge.scan(STALL_MIN_S, beats)
+    assert said.line == STUCK and said.why == ""
+
+
+def test_a_hit_seen_earlier_still_explains_a_miss_after_it_left_the_heartbeat() -> None:
+    judge = OutOfStep(world_size=2)
+    hit = looked("aot_autograd", "hit", "a1", saved_s=3.0)
+    judge.scan(0.0, {0: beat(0, 1, 0, lookups=[hit]), 1: beat(1, 1, 0)})
+    later = {
+        0: beat(0, 2, 0, compiles=1),
+        1: beat(1, 2, 0, compiling=COLD, compiles=1, lookups=[looked("aot_autograd", "miss", "a1")]),
+    }
+    judge.scan(1.0, later)
+    [said] = judge.scan(1.0 + STALL_MIN_S, later)
+    assert "where rank 0 hit; the same key" in said.why
+
+
+def test_a_ranks_cache_look_ups_reach_the_watcher_through_a_real_store() -> None:
+    """Two publishers and a watcher on torch's own in-process c10d store: the look-ups ride on the heartbeat,
+    their parts and settings table on keys of their own, read back when asked."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    settings = {"inductor_config[max_autotune]": ("c1", "True")}
+    for rank, state in ((0, "hit"), (1, "miss")):
+        publisher = HeartbeatPublisher(store, rank, lambda: (0, "train"), interval_s=60.0)
+        publisher.compile_started(COLD)
+        publisher.looked_up("aot_autograd", state, f"akey{rank}", {"gm": ("g", "")}, ("d1", settings), 2.0)
+        publisher._publish()
+    watcher = RankWatcher(store, 2, RankWatchSettings(), print)
+    beats = watcher.read()
+    assert [(b.lookups[0].state, b.lookups[0].key) for b in beats.values()] == [("hit", "akey0"), ("miss", "akey1")]
+    assert beats[0].lookups[0].graph == beats[1].lookups[0].graph
+    assert watcher.parts(1, beats[1].lookups[0]) == {"gm": ("g", ""), **settings}
+    assert len(beats[1].encode()) < 800
 
 
 @pytest.mark.parametrize(

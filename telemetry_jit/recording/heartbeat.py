@@ -15,7 +15,8 @@ from telemetry_jit.records import CompileRecord
 
 KEY_PREFIX = "telemetry_jit/heartbeat/"
 PARTS_PREFIX = "telemetry_jit/cache_parts/"  # a rank's newest look-ups' key parts, read only when a miss is judged
-SETTINGS_PREFIX = "telemetry_jit/cache_settings/"  # a rank's table of settings parts, written once per table
+# a table of settings parts (~600 parts, ~40 KB) by its digest: written by the first rank that has it, once a job
+SETTINGS_PREFIX = "telemetry_jit/cache_settings/"
 GRAPHS_KEPT = 16  # the newest graphs a heartbeat carries; the watcher keeps what it has seen of the rest
 SETTINGS_PART = "@settings"  # the part naming a look-up's settings table by digest
 LOOKUPS_KEPT = 4  # the newest compile-cache look-ups a heartbeat carries (a compile makes one to three)
@@ -31,8 +32,8 @@ def parts_key(rank: int) -> str:
     return f"{PARTS_PREFIX}{rank}"
 
 
-def settings_key(rank: int, digest: str) -> str:
-    return f"{SETTINGS_PREFIX}{rank}/{digest}"
+def settings_key(digest: str) -> str:
+    return f"{SETTINGS_PREFIX}{digest}"
 
 
 def compile_hash(description: str) -> str:

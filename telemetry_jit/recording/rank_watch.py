@@ -230,8 +230,9 @@ class HeartbeatPublisher(CompileListener):
             parts = encode_parts(self._parts) if self._parts_changed else None
             self._parts_changed = False
         # the parts before the heartbeat that names their look-ups: only when a look-up was added, never per step
-        for digest, table in tables.items():
-            self._store.set(settings_key(beat.rank, digest), encode_parts({"table": table}))
+        for digest, table in tables.items():  # the ranks of a job share their tables: one write for all
+            if not self._store.check([settings_key(digest)]):
+                self._store.set(settings_key(digest), encode_parts({"table": table}))
         if parts is not None:
             self._store.set(parts_key(beat.rank), parts)
         self._store.set(heartbeat_key(beat.rank), raw)
@@ -247,7 +248,7 @@ class RankWatcher:
         self.judge = OutOfStep(world_size, settings.stall_delay_s, settings.silent_after())
         self._known: list[int] = []
         self._unknown = list(range(world_size))
-        self._tables: dict[tuple[int, str], Parts] = {}  # settings tables read, by rank and digest
+        self._tables: dict[str, Parts] = {}  # settings tables read, by digest
         self._stop = threading.Event()
         self._looking = threading.Lock()  # a look from the training thread at a loop's end, or the watcher's
         self._thread = threading.Thread(target=self._run, name="telemetry-jit rank watcher", daemon=True)
@@ -302,11 +303,11 @@ class RankWatcher:
         if found is None:
             return None
         digest = found.pop(SETTINGS_PART, ("", ""))[0]
-        if digest and (rank, digest) not in self._tables:
-            key = settings_key(rank, digest)
+        if digest and digest not in self._tables:
+            key = settings_key(digest)
             raw = self._store.multi_get([key])[0] if self._store.check([key]) else b"{}"
-            self._tables[(rank, digest)] = decode_parts(raw).get("table", {})
-        return {**self._tables.get((rank, digest), {}), **found}
+            self._tables[digest] = decode_parts(raw).get("table", {})
+        return {**self._tables.get(digest, {}), **found}
 
     def _run(self) -> None:
         while not self._stop.wait(self.settings.interval_s):

@@ -231,22 +231,38 @@ def test_a_hit_seen_earlier_still_explains_a_miss_after_it_left_the_heartbeat() 
 
 def test_a_ranks_cache_look_ups_reach_the_watcher_through_a_real_store() -> None:
     """Two publishers and a watcher on torch's own in-process c10d store: the look-ups ride on the heartbeat,
-    their parts and settings table on keys of their own, read back when asked."""
+    their parts on a key per rank, each settings table once for the job; the watcher reads them back to name
+    the setting that differs."""
     import torch.distributed as dist
 
     store = dist.HashStore()
-    settings = {"inductor_config[max_autotune]": ("c1", "True")}
-    for rank, state in ((0, "hit"), (1, "miss")):
+    tables = [{"inductor_config[max_autotune]": ("c0", "False")}, {"inductor_config[max_autotune]": ("c1", "True")}]
+    for rank, state, digest in ((0, "hit", "d0"), (1, "miss", "d1"), (2, "hit", "d0")):
         publisher = HeartbeatPublisher(store, rank, lambda: (0, "train"), interval_s=60.0)
         publisher.compile_started(COLD)
-        publisher.looked_up("aot_autograd", state, f"akey{rank}", {"gm": ("g", "")}, ("d1", settings), 2.0)
+        table = tables[digest == "d1"]
+        publisher.looked_up("aot_autograd", state, f"akey{digest}", {"gm": ("g", "")}, (digest, table), 2.0)
+        if rank != 1:
+            publisher.compile_finished()
         publisher._publish()
-    watcher = RankWatcher(store, 2, RankWatchSettings(), print)
+    assert store.num_keys() == 3 + 3 + 2  # heartbeats, parts, and one table per digest: rank 2 shares rank 0's
+    watcher = RankWatcher(store, 3, RankWatchSettings(), print)
     beats = watcher.read()
-    assert [(b.lookups[0].state, b.lookups[0].key) for b in beats.values()] == [("hit", "akey0"), ("miss", "akey1")]
+    assert [(b.lookups[0].state, b.lookups[0].key) for b in beats.values()] == [
+        ("hit", "akeyd0"),
+        ("miss", "akeyd1"),
+        ("hit", "akeyd0"),
+    ]
     assert beats[0].lookups[0].graph == beats[1].lookups[0].graph
-    assert watcher.parts(1, beats[1].lookups[0]) == {"gm": ("g", ""), **settings}
-    assert len(beats[1].encode()) < 800
+    assert watcher.parts(1, beats[1].lookups[0]) == {"gm": ("g", ""), **tables[1]}
+    assert len(beats[1].encode()) < 700
+    watcher.judge.scan(0.0, beats, watcher.parts)
+    [said] = watcher.judge.scan(STALL_MIN_S, beats, watcher.parts)
+    assert said.why == (
+        "it missed AOTAutograd's cache where rank 0 hit; its key differs from rank 0's in "
+        "inductor_config[max_autotune] (False -> True); the cold compile of that graph took 2.0 s "
+        "(forward and backward)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -25,6 +25,7 @@ STALL_MARGIN_S = 3.0  # a stall is said this long beyond the longest compile see
 STALL_MIN_S = 5.0  # ... and never before this
 RANKS_KEPT = 64  # ranks named in an event; the count says the rest
 HITS_KEPT = 256  # per rank, the newest cache hits remembered beyond what its heartbeat carries
+BACKWARD = "the backward graph of "  # how a backward graph's compile is described (probes.dynamo)
 CACHE_NAMES = {"aot_autograd": "AOTAutograd's cache", "fx_graph": "inductor's FX graph cache"}
 PartsOf = Callable[[int, Looked], "Parts | None"]  # a rank's look-up's key parts, read from the store when asked
 
@@ -245,8 +246,9 @@ class OutOfStep:
         """Why a compiling rank compiles where others did not: the compile cache it missed, for the same graph
         another rank hit, and the part of the key that differs (or that none does); "" when it missed nothing."""
         beat = self._ranks[rank].beat
-        current = compile_hash(beat.compiling)
-        misses = [looked for looked in beat.lookups if looked.compile == current and looked.state == "miss"]
+        # a backward graph compiles because its forward's look-up in AOTAutograd's cache (which holds both) missed
+        current = {compile_hash(beat.compiling), compile_hash(beat.compiling.removeprefix(BACKWARD))}
+        misses = [looked for looked in beat.lookups if looked.compile in current and looked.state == "miss"]
         for miss in misses:
             for other, seen in sorted(self._ranks.items()):
                 hit = seen.hits.get(miss.graph) if other != rank else None

@@ -132,6 +132,7 @@ class HeartbeatPublisher(CompileListener):
         self._tables_said: set[str] = set()
         self._parts_changed = False
         self._last_compile = ""  # what compiled last: a look-up after its end still belongs to it
+        self._looked_in: dict[str, int] = {}  # look-ups of that compile so far, by cache
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._published = threading.Event()
@@ -161,7 +162,7 @@ class HeartbeatPublisher(CompileListener):
     def compile_started(self, description: str) -> None:
         with self._lock:
             self._beat.compiling, self._since = description, time.monotonic()
-            self._last_compile = description
+            self._last_compile, self._looked_in = description, {}
             self._beat.compiles += 1
         self._wake.set()
 
@@ -190,7 +191,7 @@ class HeartbeatPublisher(CompileListener):
         digest, table = settings
         with self._lock:
             compile_ = compile_hash(self._beat.compiling or self._last_compile)
-            n = sum(1 for seen in self._lookups if seen.compile == compile_ and seen.layer == layer)
+            n = self._looked_in[layer] = self._looked_in.get(layer, -1) + 1
             looked = Looked(compile_, layer, n, state, key[:12], round(saved_s, 3))
             self._lookups.append(looked)
             self._parts[looked.graph] = {**parts, SETTINGS_PART: (digest, "")} if digest else dict(parts)
@@ -296,7 +297,11 @@ class RankWatcher:
 
     def parts(self, rank: int, looked: Looked) -> Parts | None:
         """The key parts of one of ``rank``'s look-ups (its settings table merged in), read from the store: asked
-        only to explain a miss; ``None`` when the rank no longer publishes them."""
+        only to explain a miss; ``None`` when the rank no longer publishes them or the store fails (said once)."""
+        found = _READ.call(self._read_parts, rank, looked)
+        return None if found is FAILED else found
+
+    def _read_parts(self, rank: int, looked: Looked) -> Parts | None:
         if not self._store.check([parts_key(rank)]):
             return None
         found = decode_parts(self._store.multi_get([parts_key(rank)])[0]).get(looked.graph)

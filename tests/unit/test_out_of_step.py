@@ -3,8 +3,11 @@ compiling (the real jobs are in tests/e2e/test_out_of_step.py)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
+from telemetry_jit import boundary
 from telemetry_jit.recording.heartbeat import Graph, Heartbeat, Looked, Parts, compile_hash
 from telemetry_jit.recording.out_of_step import STALL_MARGIN_S, STALL_MIN_S, OutOfStep
 from telemetry_jit.recording.rank_watch import HeartbeatPublisher, RankWatcher, RankWatchSettings
@@ -216,6 +219,20 @@ def test_a_miss_no_other_rank_hit_says_the_cache_and_a_rank_that_missed_nothing_
     assert said.line == STUCK and said.why == ""
 
 
+def test_a_backward_graph_compiled_after_its_forward_missed_where_another_rank_hit_says_that_miss() -> None:
+    """The rank that hit AOTAutograd's cache took the backward graph from it too; the one that missed compiles the
+    backward graph at the first backward, while the other waits: the forward's miss says why."""
+    judge = OutOfStep(world_size=2, stall_delay_s=0.0)
+    hit, miss = looked("aot_autograd", "hit", "a1", saved_s=3.0), looked("aot_autograd", "miss", "a1")
+    beats = {
+        0: beat(0, 1, 0, compiles=1, lookups=[hit]),
+        1: beat(1, 1, 0, compiling=f"the backward graph of {COLD}", compiles=2, lookups=[miss]),
+    }
+    judge.scan(0.0, beats)
+    [said] = judge.scan(1.0, beats)
+    assert said.why.startswith("it missed AOTAutograd's cache where rank 0 hit; the same key")
+
+
 def test_a_hit_seen_earlier_still_explains_a_miss_after_it_left_the_heartbeat() -> None:
     judge = OutOfStep(world_size=2)
     hit = looked("aot_autograd", "hit", "a1", saved_s=3.0)
@@ -227,6 +244,21 @@ def test_a_hit_seen_earlier_still_explains_a_miss_after_it_left_the_heartbeat() 
     judge.scan(1.0, later)
     [said] = judge.scan(1.0 + STALL_MIN_S, later)
     assert "where rank 0 hit; the same key" in said.why
+
+
+def test_look_ups_are_numbered_per_compile_and_cache_however_many_it_makes() -> None:
+    """A compile DDP's optimizer splits makes one inductor look-up per subgraph: more than a heartbeat keeps."""
+    import torch.distributed as dist
+
+    publisher = HeartbeatPublisher(dist.HashStore(), 0, lambda: (0, "train"), interval_s=60.0)
+    for description in (COLD, "forward (model.py:12) [1/0]"):
+        publisher.compile_started(description)
+        for _ in range(6):
+            publisher.looked_up("fx_graph", "miss", "f", {}, ("", {}), 0.0)
+    publisher._publish()
+    assert [(looked.compile, looked.n) for looked in publisher._beat.lookups] == [
+        (compile_hash("forward (model.py:12) [1/0]"), n) for n in range(2, 6)
+    ]
 
 
 def test_a_ranks_cache_look_ups_reach_the_watcher_through_a_real_store() -> None:
@@ -255,6 +287,11 @@ def test_a_ranks_cache_look_ups_reach_the_watcher_through_a_real_store() -> None
     ]
     assert beats[0].lookups[0].graph == beats[1].lookups[0].graph
     assert watcher.parts(1, beats[1].lookups[0]) == {"gm": ("g", ""), **tables[1]}
+    with warnings.catch_warnings(), boundary.injected("ranks.read", "raise") as site:
+        warnings.simplefilter("ignore")
+        assert watcher.parts(0, beats[0].lookups[0]) is None  # a store that fails costs the explanation only
+    assert site.fault_hits == 1
+    boundary.forget()
     assert len(beats[1].encode()) < 700
     watcher.judge.scan(0.0, beats, watcher.parts)
     [said] = watcher.judge.scan(STALL_MIN_S, beats, watcher.parts)

@@ -7,19 +7,59 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from collections.abc import Mapping
+from dataclasses import asdict, astuple, dataclass, field
 
 from telemetry_jit.causes import normalize_reason
 from telemetry_jit.records import CompileRecord
 
 KEY_PREFIX = "telemetry_jit/heartbeat/"
+PARTS_PREFIX = "telemetry_jit/cache_parts/"  # a rank's newest look-ups' key parts, read only when a miss is judged
+# a table of settings parts (~600 parts, ~40 KB) by its digest: written by the first rank that has it, once a job
+SETTINGS_PREFIX = "telemetry_jit/cache_settings/"
 GRAPHS_KEPT = 16  # the newest graphs a heartbeat carries; the watcher keeps what it has seen of the rest
+SETTINGS_PART = "@settings"  # the part naming a look-up's settings table by digest
+LOOKUPS_KEPT = 4  # the newest compile-cache look-ups a heartbeat carries (a compile makes one to three)
 _TEXT_LIMIT = 240
 _ADDRESS = re.compile(r"\d{8,}|0x[0-9a-f]+")  # object ids in a guard's text: each process has its own
 
 
 def heartbeat_key(rank: int) -> str:
     return f"{KEY_PREFIX}{rank}"
+
+
+def parts_key(rank: int) -> str:
+    return f"{PARTS_PREFIX}{rank}"
+
+
+def settings_key(digest: str) -> str:
+    return f"{SETTINGS_PREFIX}{digest}"
+
+
+def compile_hash(description: str) -> str:
+    """The compile a description names (``forward (model.py:36) [0/0]``), as a hash equal on every rank that
+    compiles the same frame at the same compile id (object addresses in a reason's text left out)."""
+    return hashlib.blake2b(_ADDRESS.sub("#", description).encode(), digest_size=6).hexdigest()
+
+
+@dataclass(frozen=True)
+class Looked:
+    """One compile-cache look-up of a rank's compile: ``compile`` is :func:`compile_hash` of what compiled,
+    ``n`` the look-up's place among that compile's look-ups in ``layer`` (``aot_autograd``, ``fx_graph``),
+    ``key`` the start of torch's key, ``saved_s`` what a hit saved (the entry's cold compile, as torch timed
+    it). The key's parts are published apart (:func:`parts_key`): a heartbeat stays small."""
+
+    compile: str
+    layer: str
+    n: int
+    state: str
+    key: str
+    saved_s: float = 0.0
+
+    @property
+    def graph(self) -> str:
+        """The graph looked up: the same on every rank that looks up the same graph."""
+        return f"{self.compile}|{self.layer}|{self.n}"
 
 
 @dataclass(frozen=True)
@@ -69,10 +109,13 @@ class Heartbeat:
     longest_compile_s: float = 0.0
     graph_count: int = 0  # graphs recorded so far; ``graphs`` holds the newest of them
     graphs: list[Graph] = field(default_factory=list)
+    lookups: list[Looked] = field(default_factory=list)  # the newest compile-cache look-ups
     ended: str = ""  # "" while running; "finished", or "failed: <error>" at the end
 
     def encode(self) -> bytes:
-        return json.dumps(asdict(self), separators=(",", ":")).encode()
+        data = asdict(self)
+        data["lookups"] = [astuple(looked) for looked in self.lookups]  # lists, not objects: half the bytes
+        return json.dumps(data, separators=(",", ":")).encode()
 
     @classmethod
     def decode(cls, raw: bytes) -> Heartbeat | None:
@@ -80,6 +123,10 @@ class Heartbeat:
         try:
             data = json.loads(raw)
             graphs = [Graph(str(g["hash"]), int(g["step"]), str(g["frame"]), str(g["why"])) for g in data["graphs"]]
+            lookups = [
+                Looked(str(compile_), str(layer), int(n), str(state), str(key), float(saved_s))
+                for compile_, layer, n, state, key, saved_s in data.get("lookups", ())
+            ]
             return cls(
                 rank=int(data["rank"]),
                 seq=int(data["seq"]),
@@ -92,10 +139,32 @@ class Heartbeat:
                 longest_compile_s=float(data["longest_compile_s"]),
                 graph_count=int(data["graph_count"]),
                 graphs=graphs,
+                lookups=lookups,
                 ended=str(data["ended"]),
             )
         except (ValueError, TypeError, KeyError):
             return None
+
+
+Parts = dict[str, tuple[str, str]]  # a key's parts: name -> (torch's hash of it, its value where short, else "")
+
+
+def encode_parts(parts: Mapping[str, Parts | str]) -> bytes:
+    """``graph -> parts`` (or a settings table: ``name -> (hash, value)``) as published."""
+    return json.dumps(parts, separators=(",", ":")).encode()
+
+
+def decode_parts(raw: bytes) -> dict[str, Parts]:
+    """What :func:`encode_parts` wrote: graph (or name) -> parts; ``{}`` for anything else."""
+    try:
+        data = json.loads(raw)
+        return {
+            str(graph): {str(name): (str(part[0]), str(part[1])) for name, part in parts.items()}
+            for graph, parts in data.items()
+            if isinstance(parts, dict)
+        }
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return {}
 
 
 def _short(text: str) -> str:

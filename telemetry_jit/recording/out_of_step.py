@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from telemetry_jit.recording.heartbeat import Graph, Heartbeat
+from telemetry_jit.recording.heartbeat import Graph, Heartbeat, Looked, Parts, compile_hash
 from telemetry_jit.records import AttributeValue
 from telemetry_jit.schema import RanksAttr
 from telemetry_jit.terminal import counted, error_text, rank_list
@@ -24,6 +24,10 @@ from telemetry_jit.terminal import counted, error_text, rank_list
 STALL_MARGIN_S = 3.0  # a stall is said this long beyond the longest compile seen so far ...
 STALL_MIN_S = 5.0  # ... and never before this
 RANKS_KEPT = 64  # ranks named in an event; the count says the rest
+HITS_KEPT = 256  # per rank, the newest cache hits remembered beyond what its heartbeat carries
+BACKWARD = "the backward graph of "  # how a backward graph's compile is described (probes.dynamo)
+CACHE_NAMES = {"aot_autograd": "AOTAutograd's cache", "fx_graph": "inductor's FX graph cache"}
+PartsOf = Callable[[int, Looked], "Parts | None"]  # a rank's look-up's key parts, read from the store when asked
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class _Rank:
     heard_at: float  # the watcher's clock when ``beat.seq`` was first seen
     graphs: dict[str, Graph] = field(default_factory=dict)  # every graph seen of it, by hash
     graphs_lost: bool = False  # it compiled more between two scans than a heartbeat carries
+    hits: dict[str, Looked] = field(default_factory=dict)  # its cache hits seen, by graph looked up
     silent_said: bool = False
     # the watcher's clock when it was first seen done with its latest compile: a rank that compiled the same
     # graph a little faster waits only since then, not since the slower rank began
@@ -117,10 +122,12 @@ class OutOfStep:
             return self.stall_delay_s
         return max(STALL_MIN_S, self._longest_s + STALL_MARGIN_S)
 
-    def scan(self, now: float, beats: Mapping[int, Heartbeat]) -> list[Finding]:
-        """What the heartbeats read at ``now`` (the watcher's monotonic clock) say that was not said yet."""
+    def scan(self, now: float, beats: Mapping[int, Heartbeat], parts: PartsOf | None = None) -> list[Finding]:
+        """What the heartbeats read at ``now`` (the watcher's monotonic clock) say that was not said yet;
+        ``parts`` reads a look-up's key parts, asked only when a stalling rank missed a graph another rank hit
+        with another key."""
         findings = self._heard(now, beats)
-        findings += self._stalls_now(now)
+        findings += self._stalls_now(now, parts)
         findings += self._divergent()
         findings += self._silent(now)
         return findings
@@ -175,10 +182,15 @@ class OutOfStep:
                 seen.heard(beat, now)
             for graph in beat.graphs:
                 seen.graphs.setdefault(graph.hash, graph)
+            for looked in beat.lookups:
+                if looked.state == "hit" and looked.graph not in seen.hits:
+                    seen.hits[looked.graph] = looked
+                    if len(seen.hits) > HITS_KEPT:
+                        del seen.hits[next(iter(seen.hits))]
             self._longest_s = max(self._longest_s, beat.longest_compile_s)
         return findings
 
-    def _stalls_now(self, now: float) -> list[Finding]:
+    def _stalls_now(self, now: float, parts: PartsOf | None = None) -> list[Finding]:
         compiling = {r: seen for r, seen in self._ranks.items() if seen.beat.compiling and not seen.beat.ended}
         findings = self._ended_stalls(compiling)
         for rank, seen in compiling.items():
@@ -211,21 +223,43 @@ class OutOfStep:
             stall = self._stalls[(ranks[0], self._ranks[ranks[0]].beat.compiles)]
             elapsed, waited = now - stall.began_at, waited_s[ranks[0]]
             so_far = f" ({waited:.0f} s so far)" if f"{waited:.0f}" != f"{elapsed:.0f}" else ""
+            why = self._cold(ranks[0], parts)
             findings.append(
                 Finding(
                     "stall",
                     tuple(ranks),
                     f"{rank_list(ranks)} {'has' if len(ranks) == 1 else 'have'} been compiling {what} for "
                     f"{elapsed:.0f} s ({stall.stage} step {stall.step}) while {counted(len(waiting), 'rank')} "
-                    f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}{so_far}",
+                    f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}{so_far}"
+                    + (f": {why}" if why else ""),
                     step=stall.step,
                     stage=stall.stage,
                     what=what,
+                    why=why,
                     seconds=elapsed,
                     waiting=tuple(sorted(waiting)),
                 )
             )
         return findings
+
+    def _cold(self, rank: int, parts: PartsOf | None) -> str:
+        """Why a compiling rank compiles where others did not: the compile cache it missed, for the same graph
+        another rank hit, and the part of the key that differs (or that none does); "" when it missed nothing."""
+        beat = self._ranks[rank].beat
+        # a backward graph compiles because its forward's look-up in AOTAutograd's cache (which holds both) missed
+        current = {compile_hash(beat.compiling), compile_hash(beat.compiling.removeprefix(BACKWARD))}
+        misses = [looked for looked in beat.lookups if looked.compile in current and looked.state == "miss"]
+        for miss in misses:
+            for other, seen in sorted(self._ranks.items()):
+                hit = seen.hits.get(miss.graph) if other != rank else None
+                if hit is not None:
+                    return f"it missed {CACHE_NAMES.get(miss.layer, miss.layer)} where rank {other} hit; " + _differs(
+                        rank, miss, other, hit, parts
+                    )
+        if misses:
+            missed = CACHE_NAMES.get(misses[0].layer, misses[0].layer)
+            return f"it missed {missed} (no other rank has looked this graph up)"
+        return ""
 
     def _ended_stalls(self, compiling: Mapping[int, _Rank]) -> list[Finding]:
         findings = []
@@ -309,3 +343,30 @@ class OutOfStep:
                 )
             )
         return findings
+
+
+def _differs(rank: int, miss: Looked, other: int, hit: Looked, parts: PartsOf | None) -> str:
+    """The part of the key that differs between a miss and another rank's hit of the same graph, and how long
+    the hit's entry took to compile cold (how long the others will wait)."""
+    both = " (forward and backward)" if hit.layer == "aot_autograd" else ""  # an entry of AOTAutograd's holds both
+    cold = f"; the cold compile of that graph took {hit.saved_s:.1f} s{both}" if hit.saved_s else ""
+    if miss.key == hit.key:
+        return (
+            f"the same key, and rank {rank}'s cache directory does not hold it (share TORCHINDUCTOR_CACHE_DIR, or "
+            f"load the mega-cache: torch.compiler.save_cache_artifacts, load_cache_artifacts){cold}"
+        )
+    mine = parts(rank, miss) if parts is not None else None
+    theirs = parts(other, hit) if parts is not None else None
+    if not mine or not theirs:
+        return f"its key differs from rank {other}'s (the parts were not published){cold}"
+    changed = [
+        name for name in sorted(mine.keys() | theirs.keys()) if mine.get(name, ("",))[0] != theirs.get(name, ("",))[0]
+    ]
+    if not changed:
+        return f"its key differs from rank {other}'s in a part torch does not name{cold}"
+    words = []
+    for name in changed[:2]:
+        base, new = theirs.get(name, ("", ""))[1], mine.get(name, ("", ""))[1]
+        words.append(f"{name} ({base or '?'} -> {new or '?'})" if base or new else name)
+    more = f" and {counted(len(changed) - 2, 'more part')}" if len(changed) > 2 else ""
+    return f"its key differs from rank {other}'s in {', '.join(words)}{more}{cold}"

@@ -17,9 +17,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from telemetry_jit.boundary import FAILED, SettingError, call_site
+from telemetry_jit.compat import compile_cache
 from telemetry_jit.compat.distributed import Store, job_store
 from telemetry_jit.notices import Notices
-from telemetry_jit.recording.heartbeat import GRAPHS_KEPT, Graph, Heartbeat, graph_of, heartbeat_key
+from telemetry_jit.probes.dynamo import TORCH
+from telemetry_jit.recording.heartbeat import (
+    GRAPHS_KEPT,
+    LOOKUPS_KEPT,
+    SETTINGS_PART,
+    Graph,
+    Heartbeat,
+    Looked,
+    Parts,
+    compile_hash,
+    decode_parts,
+    encode_parts,
+    graph_of,
+    heartbeat_key,
+    parts_key,
+    settings_key,
+)
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.out_of_step import Finding, OutOfStep
 from telemetry_jit.records import CompileRecord
@@ -122,6 +139,13 @@ class HeartbeatPublisher(CompileListener):
         self._beat = Heartbeat(rank)
         self._graphs: deque[Graph] = deque(maxlen=GRAPHS_KEPT)
         self._since = 0.0
+        self._lookups: deque[Looked] = deque(maxlen=LOOKUPS_KEPT)
+        self._parts: dict[str, Parts] = {}  # the kept look-ups' key parts, by graph
+        self._tables: dict[str, Parts] = {}  # settings tables not yet published, by digest
+        self._tables_said: set[str] = set()
+        self._parts_changed = False
+        self._last_compile = ""  # what compiled last: a look-up after its end still belongs to it
+        self._looked_in: dict[str, int] = {}  # look-ups of that compile so far, by cache
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._published = threading.Event()
@@ -151,6 +175,7 @@ class HeartbeatPublisher(CompileListener):
     def compile_started(self, description: str) -> None:
         with self._lock:
             self._beat.compiling, self._since = description, time.monotonic()
+            self._last_compile, self._looked_in = description, {}
             self._beat.compiles += 1
         self._wake.set()
 
@@ -170,6 +195,31 @@ class HeartbeatPublisher(CompileListener):
             self._beat.graph_count += 1
         self._wake.set()
 
+    def looked_up(
+        self, layer: str, state: str, key: str, parts: Parts, settings: tuple[str, Parts], saved_s: float
+    ) -> None:
+        """A compile-cache look-up of the compile under way (called inside torch's compile: cheap, never raises):
+        published with the next heartbeat, its key's parts apart; ``settings`` is the digest and the table of
+        the settings parts, published once per table."""
+        digest, table = settings
+        with self._lock:
+            compile_ = compile_hash(self._beat.compiling or self._last_compile)
+            n = self._looked_in[layer] = self._looked_in.get(layer, -1) + 1
+            looked = Looked(compile_, layer, n, state, key[:12], round(saved_s, 3))
+            self._lookups.append(looked)
+            self._parts[looked.graph] = {**parts, SETTINGS_PART: (digest, "")} if digest else dict(parts)
+            self._parts = {seen.graph: self._parts[seen.graph] for seen in self._lookups if seen.graph in self._parts}
+            if digest and digest not in self._tables_said:
+                self._tables_said.add(digest)
+                self._tables[digest] = table
+            self._parts_changed = True
+        self._wake.set()
+
+    def cache_listener(self, lookup: compile_cache.Lookup) -> None:
+        """:meth:`looked_up`, told by torch's caches (``compile_cache.watch``)."""
+        digest = compile_cache.settings_digest(lookup.settings)
+        self.looked_up(lookup.layer, lookup.state, lookup.key, lookup.parts, (digest, lookup.settings), lookup.saved_s)
+
     def _run(self) -> None:
         while True:
             self._wake.wait(self.interval_s)
@@ -188,7 +238,17 @@ class HeartbeatPublisher(CompileListener):
             beat.step, beat.stage = step, stage
             beat.compiling_s = time.monotonic() - self._since if beat.compiling else 0.0
             beat.graphs = list(self._graphs)
+            beat.lookups = list(self._lookups)
             raw = beat.encode()
+            tables, self._tables = self._tables, {}
+            parts = encode_parts(self._parts) if self._parts_changed else None
+            self._parts_changed = False
+        # the parts before the heartbeat that names their look-ups: only when a look-up was added, never per step
+        for digest, table in tables.items():  # the ranks of a job share their tables: one write for all
+            if not self._store.check([settings_key(digest)]):
+                self._store.set(settings_key(digest), encode_parts({"table": table}))
+        if parts is not None:
+            self._store.set(parts_key(beat.rank), parts)
         self._store.set(heartbeat_key(beat.rank), raw)
 
 
@@ -202,6 +262,7 @@ class RankWatcher:
         self.judge = OutOfStep(world_size, settings.stall_delay_s, settings.silent_after())
         self._known: list[int] = []
         self._unknown = list(range(world_size))
+        self._tables: dict[str, Parts] = {}  # settings tables read, by digest
         self._stop = threading.Event()
         self._looking = threading.Lock()  # a look from the training thread at a loop's end, or the watcher's
         self._thread = threading.Thread(target=self._run, name="telemetry-jit rank watcher", daemon=True)
@@ -224,7 +285,7 @@ class RankWatcher:
             if beats is FAILED:
                 return False
             now = time.monotonic()
-            findings = self.judge.scan(now, beats)
+            findings = self.judge.scan(now, beats, self.parts)
             if error is not None:
                 findings += self.judge.at_end(now, beats, error)
         self._tell(findings)
@@ -246,6 +307,25 @@ class RankWatcher:
             if beat is not None:
                 beats[rank] = beat
         return beats
+
+    def parts(self, rank: int, looked: Looked) -> Parts | None:
+        """The key parts of one of ``rank``'s look-ups (its settings table merged in), read from the store: asked
+        only to explain a miss; ``None`` when the rank no longer publishes them or the store fails (said once)."""
+        found = _READ.call(self._read_parts, rank, looked)
+        return None if found is FAILED else found
+
+    def _read_parts(self, rank: int, looked: Looked) -> Parts | None:
+        if not self._store.check([parts_key(rank)]):
+            return None
+        found = decode_parts(self._store.multi_get([parts_key(rank)])[0]).get(looked.graph)
+        if found is None:
+            return None
+        digest = found.pop(SETTINGS_PART, ("", ""))[0]
+        if digest and digest not in self._tables:
+            key = settings_key(digest)
+            raw = self._store.multi_get([key])[0] if self._store.check([key]) else b"{}"
+            self._tables[digest] = decode_parts(raw).get("table", {})
+        return {**self._tables.get(digest, {}), **found}
 
     def _run(self) -> None:
         while not self._stop.wait(self.settings.interval_s):
@@ -287,6 +367,7 @@ class RankWatch:
         store, rank, world_size = found
         settings.check_watcher(world_size)
         publisher = HeartbeatPublisher(store, rank, position, settings.interval_s)
+        TORCH.call(compile_cache.watch, publisher.cache_listener)
         watcher = None
         if rank == settings.watcher_rank:
             reader = _STORE.call(job_store, settings.store_timeout_s)  # its own connection: never queues behind
@@ -305,6 +386,7 @@ class RankWatch:
             self.watcher.look()
 
     def stop(self, error: BaseException | None) -> None:
+        TORCH.call(compile_cache.unwatch, self.publisher.cache_listener)
         ended = "finished" if error is None else f"failed: {error_text(error)}"[:240]
         self.publisher.stop(ended, self.settings.store_timeout_s + 1.0)
         if self.watcher is not None:

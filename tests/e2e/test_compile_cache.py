@@ -21,6 +21,7 @@ from telemetry_jit.analysis.report import render_report
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.schema import JitEventName, RanksAttr
 from tests.words import flat
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -295,11 +296,32 @@ def test_the_fleet_view_names_the_rank_whose_cache_was_empty_and_why(tmp_path: P
         out = tmp_path / job / "t.jsonl"
         out.parent.mkdir()
         command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", str(loop), str(out)]
+        # any wait is a stall here: a cold compile of this tiny model outlasts a warm one by only a few seconds
+        watch = {"TELEMETRY_JIT_STALL_DELAY_S": "0", "TELEMETRY_JIT_HEARTBEAT_S": "0.5"} if job == "job" else {}
         result = subprocess.run(
-            [*command, str(shared), str(rank1_cache)], capture_output=True, text=True, timeout=600, env=env
+            [*command, str(shared), str(rank1_cache)], capture_output=True, text=True, timeout=600, env={**env, **watch}
         )
         assert result.returncode == 0, result.stderr[-4000:]
     runs = [telemetry_jit.read_telemetry(tmp_path / "job" / f"t.rank{rank}.jsonl")[-1] for rank in range(2)]
+    # said live on rank 0 while rank 1 still compiled: the rank, the graph, the cache it missed and why
+    compiled = next(s for s in runs[1].find("compilation") if s.attributes.get("compile.trigger") == "dynamo")
+    said = [e for s in runs[0].spans.values() for e in s.events if e.name == JitEventName.RANKS_OUT_OF_STEP]
+    stall = next(  # the first that knew why: said once rank 0 waited, which may be before rank 1's look-up
+        e
+        for e in said
+        if e.attributes[RanksAttr.KIND] == "stall"
+        and str(e.attributes[RanksAttr.WHAT]).startswith("Sequential.forward")
+        and e.attributes.get(RanksAttr.WHY)
+    )
+    line = stall.attributes[RanksAttr.LINE]
+    assert (
+        stall.attributes[RanksAttr.RANKS] == [1] and compiled.start_unix_ns < stall.time_unix_ns < compiled.end_unix_ns
+    )
+    assert line.startswith("rank 1 has been compiling Sequential.forward (container.py:"), line
+    assert "[0/0] for " in line and "(train step 0) while 1 rank waits at step 0" in line, line
+    assert "it missed AOTAutograd's cache where rank 0 hit; the same key, and rank 1's cache directory" in line, line
+    assert re.search(r"the cold compile of that graph took \d+\.\d s \(forward and backward\)$", line), line
+    assert line in result.stderr
     (fleet,) = fleets(runs)
     warm, cold = fleet.caches
     assert (warm.ranks, warm.what) == ([0], "warm: every graph from the compile cache")

@@ -3,12 +3,15 @@ compiling (the real jobs are in tests/e2e/test_out_of_step.py)."""
 
 from __future__ import annotations
 
+import warnings
+
 import pytest
 
+from telemetry_jit import boundary
 from telemetry_jit.boundary import SettingError
-from telemetry_jit.recording.heartbeat import Graph, Heartbeat
+from telemetry_jit.recording.heartbeat import Graph, Heartbeat, Looked, Parts, compile_hash
 from telemetry_jit.recording.out_of_step import STALL_MARGIN_S, STALL_MIN_S, OutOfStep
-from telemetry_jit.recording.rank_watch import RankWatchSettings
+from telemetry_jit.recording.rank_watch import HeartbeatPublisher, RankWatcher, RankWatchSettings
 from telemetry_jit.schema import RanksAttr
 
 FORWARD = "forward (model.py) [0/1, recompile: tensor 'x' size mismatch at index 0. expected 8, actual 5]"
@@ -150,6 +153,154 @@ def test_a_heartbeat_survives_its_encoding_and_garbage_reads_as_none() -> None:
     for raw in (b"", b"{", b'{"rank": "x"}', b"\xff\xfe", b"[]"):
         assert Heartbeat.decode(raw) is None
     assert len(original.encode()) < 600
+
+
+COLD = "forward (model.py:12) [0/0]"
+STUCK = f"rank 1 has been compiling {COLD} for 5 s (train step 0) while 1 rank waits at step 0"
+
+
+def cold_rank_stall(rank0: list[Looked], rank1: list[Looked], parts: dict[tuple[int, str], Parts] | None = None) -> str:
+    """The stall line the watcher says when rank 1 compiles ``COLD`` for 5 s while rank 0, done with its own
+    compile of it, waits: each rank's look-ups as their heartbeats carry them."""
+    judge = OutOfStep(world_size=2)
+    asked: list[int] = []
+
+    def parts_of(rank: int, looked: Looked) -> Parts | None:
+        asked.append(rank)
+        return (parts or {}).get((rank, looked.graph))
+
+    waiting = beat(0, 1, 0, compiles=1, last_compile_s=1.5, lookups=rank0)
+    compiling = beat(1, 1, 0, compiling=COLD, compiles=1, lookups=rank1)
+    assert judge.scan(100.0, {0: waiting, 1: compiling}, parts_of) == []
+    [said] = judge.scan(100.0 + STALL_MIN_S, {0: waiting, 1: compiling}, parts_of)
+    assert said.kind == "stall" and said.line.startswith(f"{STUCK}: ") and said.why == said.line[len(STUCK) + 2 :]
+    assert bool(asked) == (parts is not None)  # the parts are read only to tell keys that differ apart
+    return said.why
+
+
+def looked(layer: str, state: str, key: str, saved_s: float = 0.0, compile_: str = COLD) -> Looked:
+    return Looked(compile_hash(compile_), layer, 0, state, key, saved_s)
+
+
+def test_a_cold_rank_with_the_same_key_as_a_rank_that_hit_is_told_its_cache_directory_lacks_it() -> None:
+    why = cold_rank_stall(
+        [looked("aot_autograd", "hit", "a1b2c3d4e5f6", saved_s=18.94)], [looked("aot_autograd", "miss", "a1b2c3d4e5f6")]
+    )
+    assert why == (
+        "it missed AOTAutograd's cache where rank 0 hit; the same key, and rank 1's cache directory does not hold it "
+        "(share TORCHINDUCTOR_CACHE_DIR, or load the mega-cache: torch.compiler.save_cache_artifacts, "
+        "load_cache_artifacts); the cold compile of that graph took 18.9 s (forward and backward)"
+    )
+
+
+def test_a_cold_rank_whose_key_differs_is_told_the_part_that_differs_read_from_the_store_only_then() -> None:
+    hit, miss = looked("fx_graph", "hit", "fkey0", saved_s=4.0), looked("fx_graph", "miss", "fkey1")
+    same = {"gm": ("g1", ""), "torch_version": ("t1", "2.13.0")}
+    parts = {
+        (0, hit.graph): {**same, "inductor_config[max_autotune]": ("c0", "False")},
+        (1, miss.graph): {**same, "inductor_config[max_autotune]": ("c1", "True")},
+    }
+    why = cold_rank_stall([hit], [miss], parts)
+    assert why == (
+        "it missed inductor's FX graph cache where rank 0 hit; its key differs from rank 0's in "
+        "inductor_config[max_autotune] (False -> True); the cold compile of that graph took 4.0 s"
+    )
+    assert "the parts were not published" in cold_rank_stall([hit], [miss], {})
+
+
+def test_a_miss_no_other_rank_hit_says_the_cache_and_a_rank_that_missed_nothing_says_nothing_more() -> None:
+    other = looked("aot_autograd", "hit", "a1", compile_="forward (model.py:12) [1/0]")  # another graph
+    assert cold_rank_stall([other], [looked("aot_autograd", "miss", "a1")]) == (
+        "it missed AOTAutograd's cache (no other rank has looked this graph up)"
+    )
+    judge = OutOfStep(world_size=2)
+    beats = {0: beat(0, 1, 0, compiles=1), 1: beat(1, 1, 0, compiling=COLD, compiles=1)}
+    judge.scan(0.0, beats)
+    [said] = judge.scan(STALL_MIN_S, beats)
+    assert said.line == STUCK and said.why == ""
+
+
+def test_a_backward_graph_compiled_after_its_forward_missed_where_another_rank_hit_says_that_miss() -> None:
+    """The rank that hit AOTAutograd's cache took the backward graph from it too; the one that missed compiles the
+    backward graph at the first backward, while the other waits: the forward's miss says why."""
+    judge = OutOfStep(world_size=2, stall_delay_s=0.0)
+    hit, miss = looked("aot_autograd", "hit", "a1", saved_s=3.0), looked("aot_autograd", "miss", "a1")
+    beats = {
+        0: beat(0, 1, 0, compiles=1, lookups=[hit]),
+        1: beat(1, 1, 0, compiling=f"the backward graph of {COLD}", compiles=2, lookups=[miss]),
+    }
+    judge.scan(0.0, beats)
+    [said] = judge.scan(1.0, beats)
+    assert said.why.startswith("it missed AOTAutograd's cache where rank 0 hit; the same key")
+
+
+def test_a_hit_seen_earlier_still_explains_a_miss_after_it_left_the_heartbeat() -> None:
+    judge = OutOfStep(world_size=2)
+    hit = looked("aot_autograd", "hit", "a1", saved_s=3.0)
+    judge.scan(0.0, {0: beat(0, 1, 0, lookups=[hit]), 1: beat(1, 1, 0)})
+    later = {
+        0: beat(0, 2, 0, compiles=1),
+        1: beat(1, 2, 0, compiling=COLD, compiles=1, lookups=[looked("aot_autograd", "miss", "a1")]),
+    }
+    judge.scan(1.0, later)
+    [said] = judge.scan(1.0 + STALL_MIN_S, later)
+    assert "where rank 0 hit; the same key" in said.why
+
+
+def test_look_ups_are_numbered_per_compile_and_cache_however_many_it_makes() -> None:
+    """A compile DDP's optimizer splits makes one inductor look-up per subgraph: more than a heartbeat keeps."""
+    import torch.distributed as dist
+
+    publisher = HeartbeatPublisher(dist.HashStore(), 0, lambda: (0, "train"), interval_s=60.0)
+    for description in (COLD, "forward (model.py:12) [1/0]"):
+        publisher.compile_started(description)
+        for _ in range(6):
+            publisher.looked_up("fx_graph", "miss", "f", {}, ("", {}), 0.0)
+    publisher._publish()
+    assert [(looked.compile, looked.n) for looked in publisher._beat.lookups] == [
+        (compile_hash("forward (model.py:12) [1/0]"), n) for n in range(2, 6)
+    ]
+
+
+def test_a_ranks_cache_look_ups_reach_the_watcher_through_a_real_store() -> None:
+    """Two publishers and a watcher on torch's own in-process c10d store: the look-ups ride on the heartbeat,
+    their parts on a key per rank, each settings table once for the job; the watcher reads them back to name
+    the setting that differs."""
+    import torch.distributed as dist
+
+    store = dist.HashStore()
+    tables = [{"inductor_config[max_autotune]": ("c0", "False")}, {"inductor_config[max_autotune]": ("c1", "True")}]
+    for rank, state, digest in ((0, "hit", "d0"), (1, "miss", "d1"), (2, "hit", "d0")):
+        publisher = HeartbeatPublisher(store, rank, lambda: (0, "train"), interval_s=60.0)
+        publisher.compile_started(COLD)
+        table = tables[digest == "d1"]
+        publisher.looked_up("aot_autograd", state, f"akey{digest}", {"gm": ("g", "")}, (digest, table), 2.0)
+        if rank != 1:
+            publisher.compile_finished()
+        publisher._publish()
+    assert store.num_keys() == 3 + 3 + 2  # heartbeats, parts, and one table per digest: rank 2 shares rank 0's
+    watcher = RankWatcher(store, 3, RankWatchSettings(), print)
+    beats = watcher.read()
+    assert [(b.lookups[0].state, b.lookups[0].key) for b in beats.values()] == [
+        ("hit", "akeyd0"),
+        ("miss", "akeyd1"),
+        ("hit", "akeyd0"),
+    ]
+    assert beats[0].lookups[0].graph == beats[1].lookups[0].graph
+    assert watcher.parts(1, beats[1].lookups[0]) == {"gm": ("g", ""), **tables[1]}
+    with warnings.catch_warnings(), boundary.injected("ranks.read", "raise") as site:
+        warnings.simplefilter("ignore")
+        assert watcher.parts(0, beats[0].lookups[0]) is None  # a store that fails costs the explanation only
+    assert site.fault_hits == 1
+    boundary.forget()
+    assert len(beats[1].encode()) < 700
+    watcher.judge.scan(0.0, beats, watcher.parts)
+    [said] = watcher.judge.scan(STALL_MIN_S, beats, watcher.parts)
+    assert said.why == (
+        "it missed AOTAutograd's cache where rank 0 hit; its key differs from rank 0's in "
+        "inductor_config[max_autotune] (False -> True); the cold compile of that graph took 2.0 s "
+        "(forward and backward)"
+    )
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -221,6 +222,11 @@ def _session_trusting_the_given_certificate() -> Any:
     return Session()
 
 
+# OpenTelemetry's gRPC exporter logs both signals under one logger, naming the signal ("Failed to export metrics to
+# <endpoint>"): matched by those words, not by "metric" anywhere, which an endpoint's host may hold for spans too
+_ABOUT_METRICS = re.compile(r"\bexport(?:ing)? metrics\b", re.IGNORECASE)
+
+
 class FailureTap(logging.Filter):
     """Keeps OpenTelemetry's own failure lines off the console (the exporter says once, in its own words,
     what failed and what it does about it) and remembers the first, for that message, and the last, to
@@ -236,7 +242,7 @@ class FailureTap(logging.Filter):
         if record.levelno < logging.WARNING:
             return True
         reason = record.getMessage().strip().split("\n", 1)[0][:300]
-        if "metric" in record.name or "metric" in reason.lower():
+        if "metric" in record.name or _ABOUT_METRICS.search(reason):
             self.metrics_reason = reason
             return False
         self.first_reason = self.first_reason or reason

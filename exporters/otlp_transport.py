@@ -222,6 +222,19 @@ def _session_trusting_the_given_certificate() -> Any:
     return Session()
 
 
+def tap_sdk_loggers(tap: logging.Filter) -> None:
+    """``tap`` first among the filters of OpenTelemetry's loggers: gRPC's exporter puts the SDK's DuplicateFilter on
+    its logger when first imported (at ``configure``, building the exporters to check the settings), and it drops a
+    line whose format it saw in the last 20 s, whatever it says: the metrics failure after the spans', say."""
+    for name in OTEL_LOGGERS:
+        logging.getLogger(name).filters.insert(0, tap)
+
+
+def untap_sdk_loggers(tap: logging.Filter) -> None:
+    for name in OTEL_LOGGERS:
+        logging.getLogger(name).removeFilter(tap)
+
+
 # OpenTelemetry's gRPC exporter logs both signals under one logger, naming the signal ("Failed to export metrics to
 # <endpoint>"): matched by those words, not by "metric" anywhere, which an endpoint's host may hold for spans too
 _ABOUT_METRICS = re.compile(r"\bexport(?:ing)? metrics\b", re.IGNORECASE)

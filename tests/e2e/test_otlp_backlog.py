@@ -21,6 +21,8 @@ from telemetry_jit.exporters.otlp_transport import (
     RetryingSpanExporter,
     request_bytes,
     span_exporter,
+    tap_sdk_loggers,
+    untap_sdk_loggers,
 )
 from tests.e2e.otlp_receivers import GrpcReceiver, HttpReceiver
 
@@ -61,11 +63,9 @@ def heap_of_this_test_only() -> Iterator[None]:
 @pytest.fixture
 def tap() -> Iterator[FailureTap]:
     tap = FailureTap()
-    for name in OTEL_LOGGERS:
-        logging.getLogger(name).addFilter(tap)
+    tap_sdk_loggers(tap)  # as the exporter taps them: first, before OpenTelemetry's DuplicateFilter
     yield tap
-    for name in OTEL_LOGGERS:
-        logging.getLogger(name).removeFilter(tap)
+    untap_sdk_loggers(tap)
 
 
 def exporter(protocol: str, port: int, tap: FailureTap, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES):

@@ -264,7 +264,7 @@ class OTLPSettings:
         metrics_protocol = _protocol(
             options.protocol, (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
         )
-        _check_sdk_variables(metrics)
+        _check_sdk_variables()
         sampler = traces_sampler()
         return cls(
             protocol=protocol,
@@ -355,7 +355,7 @@ _FILES = tuple(
 )
 
 
-def _check_sdk_variables(metrics: bool) -> None:
+def _check_sdk_variables() -> None:
     """Every variable OpenTelemetry's SDK reads by itself while the exporter builds and runs, checked now:
     the SDK would raise only when the first span is sent (during training), or quietly use its default."""
     try:

@@ -212,6 +212,8 @@ class FileExporter(BaseExporter):
 
     @override
     def close(self) -> None:
+        with self._lock:
+            self._next_reopen = 0.0  # a lost file is tried at once: the health record is the run's last word
         health = self._health_record()
         if health is not None and self._open:
             self._write(health)

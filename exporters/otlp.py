@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
-import logging
 import os
 import platform
 import random
@@ -52,7 +51,6 @@ from telemetry_jit.schema import JitSpanName, otel_dropped, otel_name
 from .finished import FinishedSpan
 from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, environment_service_name, redact_url
 from .otlp_transport import (
-    OTEL_LOGGERS,
     CountingMetricExporter,
     FailureTap,
     RetryingSpanExporter,
@@ -61,6 +59,8 @@ from .otlp_transport import (
     metric_exporter,
     require_transports,
     span_exporter,
+    tap_sdk_loggers,
+    untap_sdk_loggers,
 )
 
 _SDK = call_site("opentelemetry.trace", "OpenTelemetry's tracer (OTLP export of a span)")
@@ -279,8 +279,7 @@ class OTLPExporter(BaseExporter):
         """Build what sends (errors name the setting OpenTelemetry refused); with the service named
         (``telemetry_jit.configure`` names it), the providers too, so nothing is left to fail mid-run."""
         super().initialize()
-        for name in OTEL_LOGGERS:
-            logging.getLogger(name).addFilter(self._log_filter)
+        tap_sdk_loggers(self._log_filter)
         with _refused_settings(self.settings):
             spans = self._span_exporter or span_exporter(self.settings)
             self._retrying = RetryingSpanExporter(
@@ -507,8 +506,7 @@ class OTLPExporter(BaseExporter):
         finished = bounded(shutdowns, self.settings.flush_timeout_s)
         if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
-        for name in OTEL_LOGGERS:
-            logging.getLogger(name).removeFilter(self._log_filter)
+        untap_sdk_loggers(self._log_filter)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
             self._notices.warn(

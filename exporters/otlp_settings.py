@@ -112,7 +112,12 @@ def _url_secrets(url: str) -> list[str]:
     parts += [parsed.query, parsed.fragment] if parsed.query or parsed.fragment else []
     parts += [value for _, value in parse_qsl(parsed.query, keep_blank_values=True)]
     parts += [parsed.username or "", parsed.password or ""]
-    return [part for part in {*parts, *(unquote(part) for part in parts)} if len(part) >= 3]
+    return [part for part in {*parts, *(unquote(part) for part in parts)} if len(part) >= _SHORTEST_SECRET]
+
+
+# texts shorter than this are no credential (a tenant id "1", a flag "on"); replaced everywhere they would make an
+# error unreadable ("127.0.0.1" as "***27.0.0.***") and hide nothing
+_SHORTEST_SECRET = 3
 
 
 @contextlib.contextmanager
@@ -210,7 +215,8 @@ class OTLPSettings:
         """``text`` (an error OpenTelemetry or a transport wrote) with the secrets of these settings replaced by
         ``***``: the endpoints' user info, query values and fragments, and the header values."""
         secrets = {*_url_secrets(self.endpoint), *_url_secrets(self.metrics_endpoint)}
-        secrets.update(value for value in (*self.headers.values(), *self.metrics_headers.values()) if value)
+        headers = (*self.headers.values(), *self.metrics_headers.values())
+        secrets.update(value for value in headers if len(value) >= _SHORTEST_SECRET)
         for secret in sorted(secrets, key=len, reverse=True):
             text = text.replace(secret, "***")
         return text
@@ -258,7 +264,7 @@ class OTLPSettings:
         metrics_protocol = _protocol(
             options.protocol, (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
         )
-        _check_sdk_variables(metrics)
+        _check_sdk_variables()
         sampler = traces_sampler()
         return cls(
             protocol=protocol,
@@ -349,7 +355,7 @@ _FILES = tuple(
 )
 
 
-def _check_sdk_variables(metrics: bool) -> None:
+def _check_sdk_variables() -> None:
     """Every variable OpenTelemetry's SDK reads by itself while the exporter builds and runs, checked now:
     the SDK would raise only when the first span is sent (during training), or quietly use its default."""
     try:

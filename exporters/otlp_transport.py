@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import re
 import threading
 import time
 from collections import deque
@@ -221,6 +222,24 @@ def _session_trusting_the_given_certificate() -> Any:
     return Session()
 
 
+def tap_sdk_loggers(tap: logging.Filter) -> None:
+    """``tap`` first among the filters of OpenTelemetry's loggers: gRPC's exporter puts the SDK's DuplicateFilter on
+    its logger when first imported (at ``configure``, building the exporters to check the settings), and it drops a
+    line whose format it saw in the last 20 s, whatever it says: the metrics failure after the spans', say."""
+    for name in OTEL_LOGGERS:
+        logging.getLogger(name).filters.insert(0, tap)
+
+
+def untap_sdk_loggers(tap: logging.Filter) -> None:
+    for name in OTEL_LOGGERS:
+        logging.getLogger(name).removeFilter(tap)
+
+
+# OpenTelemetry's gRPC exporter logs both signals under one logger, naming the signal ("Failed to export metrics to
+# <endpoint>"): matched by those words, not by "metric" anywhere, which an endpoint's host may hold for spans too
+_ABOUT_METRICS = re.compile(r"\bexport(?:ing)? metrics\b", re.IGNORECASE)
+
+
 class FailureTap(logging.Filter):
     """Keeps OpenTelemetry's own failure lines off the console (the exporter says once, in its own words,
     what failed and what it does about it) and remembers the first, for that message, and the last, to
@@ -236,7 +255,7 @@ class FailureTap(logging.Filter):
         if record.levelno < logging.WARNING:
             return True
         reason = record.getMessage().strip().split("\n", 1)[0][:300]
-        if "metric" in record.name or "metric" in reason.lower():
+        if "metric" in record.name or _ABOUT_METRICS.search(reason):
             self.metrics_reason = reason
             return False
         self.first_reason = self.first_reason or reason

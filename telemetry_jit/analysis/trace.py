@@ -125,7 +125,8 @@ def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
             not JSON, or not a Trace Event document.
         OSError: it cannot be read.
     """
-    with open(path, "rb") as handle:
+    # opened without waiting: a FIFO's open would block until some process writes to it
+    with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
             raise ValueError("not a regular file (a device or a pipe): pass the trace's file")
         data = handle.read(MAX_MERGED_BYTES + 1)

@@ -65,6 +65,8 @@ class TimeEventCallback(Callback):
         self._training_end: Callable[[], None] | None = None
         self._validation_iterations: IterationBookkeeping | None = None
         self.failures_recorded = 0  # Lightning's on_exception and HookedTrainer's call both may say one failure
+        # training loops begun: Lightning starts none in a fit that has nothing to train (its loop is skipped)
+        self.training_starts = 0
         if not call_on_app_start:
             return
         if self._session.recording:
@@ -134,6 +136,7 @@ class TimeEventCallback(Callback):
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.training_starts += 1
         self._training_start = self._training_end = None
         if not self._session.recording:
             return
@@ -261,9 +264,10 @@ class TimeEventCallback(Callback):
             self._provider.recorder.error(application, message, typed)
 
     @guarded
-    def on_fit_ended(self, trainer: pl.Trainer, batches_before: int | None) -> None:
-        """After a fit that returned: say so on the application span where it ran no training step."""
-        if not self._session.recording or batches_before is None or batches_done(trainer) != batches_before:
+    def on_fit_ended(self, trainer: pl.Trainer, training_starts_before: int) -> None:
+        """After a fit that returned: say so on the application span where it began no training loop (a count of
+        batches would not tell: a resumed fit restores the count its checkpoint holds)."""
+        if not self._session.recording or self.training_starts != training_starts_before:
             return
         application = active_span(self._session, TrainingSpanName.APPLICATION)
         if application is not None:
@@ -342,14 +346,6 @@ class TimeEventCallback(Callback):
         self._explicit(one_logger.on_testing_end)
 
 
-def batches_done(trainer: pl.Trainer) -> int | None:
-    """Training batches the trainer has run in all (None where this Lightning keeps no such count)."""
-    try:
-        return int(trainer.fit_loop.epoch_loop.batch_progress.total.completed)
-    except (AttributeError, TypeError, ValueError):
-        return None
-
-
 def _why_nothing(trainer: pl.Trainer) -> str:
     """Lightning's reason for a fit without a training step, as the trainer's settings tell it."""
     if trainer.max_steps == 0:
@@ -362,4 +358,6 @@ def _why_nothing(trainer: pl.Trainer) -> str:
         return "no training batches: the training dataloader is empty"
     if trainer.max_steps > 0 and trainer.global_step >= trainer.max_steps:
         return f"it had reached max_steps={trainer.max_steps} already (resumed from a finished checkpoint)"
+    if trainer.max_epochs is not None and 0 < trainer.max_epochs <= trainer.current_epoch:
+        return f"it had reached max_epochs={trainer.max_epochs} already (resumed from a finished checkpoint)"
     return "Lightning stopped the fit before its first training step"

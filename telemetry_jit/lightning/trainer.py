@@ -19,7 +19,7 @@ from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
 from telemetry_jit.lightning.payoff import CompilePayoffCallback
 from telemetry_jit.lightning.ranks import RankTelemetry
-from telemetry_jit.lightning.time_events import TimeEventCallback, batches_done
+from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.payoff import PayoffSettings
@@ -323,7 +323,7 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterato
     nested = _ONE_RECORDER.owner == threading.get_ident()
     if _ONE_RECORDER.take():
         time_events = telemetry.time_events if isinstance(telemetry.time_events, TimeEventCallback) else None
-        before = batches_done(trainer) if call == "fit" else None
+        training_starts = time_events.training_starts if time_events is not None else 0
         failures = time_events.failures_recorded if time_events is not None else 0
         try:
             yield
@@ -335,7 +335,7 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterato
             raise
         else:
             if time_events is not None and call == "fit" and not nested:
-                time_events.on_fit_ended(trainer, before)
+                time_events.on_fit_ended(trainer, training_starts)
         finally:
             if not nested:
                 _ONE_RECORDER.give_back()

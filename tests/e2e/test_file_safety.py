@@ -130,3 +130,22 @@ def test_a_file_recreated_mid_run_is_never_judged_as_a_whole_run(tmp_path: Path,
     assert cli(["check", str(path), "--max-recompiles", "100"]) != 0
     if how == "moved":
         assert cli(["check", str(tmp_path / "moved.jsonl"), "--max-recompiles", "100"]) != 0
+
+
+def test_a_file_that_can_be_opened_again_at_close_gets_the_runs_last_word(tmp_path: Path) -> None:
+    """The file came back less than a second before the run ends (the pause between tries to open it again): the
+    health record is the record that says the run ended, and it reaches the file, with the count of losses."""
+    path = tmp_path / "t.jsonl"
+    fresh_provider_state()
+    session = telemetry_jit.configure("came back", file=path)
+    exporter = next(e for e in session.exporters if isinstance(e, FileExporter))
+    path.unlink()
+    path.mkdir()
+    with pytest.warns(RuntimeWarning, match="cannot create"):
+        exporter.export_finished_span(_span())
+    path.rmdir()
+    telemetry_jit.shutdown()
+    fresh_provider_state()
+    (run,) = telemetry_jit.read_telemetry(path)
+    assert run.health is not None  # the run closed: not read as killed
+    assert run.lost_records == 1

@@ -8,6 +8,7 @@ import csv
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import pytest
@@ -28,13 +29,14 @@ FIGURES = ("time_s", "total_time_s", "frame_compiles", "backward_graphs", "recom
 NO_CACHE = ("cache_hits", "cache_time_saved_s")  # the eager backend has no compile cache: no such series
 
 
+def _hooked(telemetry: Telemetry, **options: Any) -> Any:
+    """Lightning's Trainer hooked to ``telemetry``, compiling the model with the eager backend: (class, callback)."""
+    jit = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
+    return telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=jit, **options)
+
+
 def _fit(telemetry: Telemetry, logger: object, log_figures: bool = True) -> telemetry_jit.analysis.reader.TelemetryRun:
-    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
-        pl.Trainer,
-        telemetry.provider,
-        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}),
-        log_figures=log_figures,
-    )
+    HookedTrainer, callback = _hooked(telemetry, log_figures=log_figures)
     defaults = {**TRAINER_DEFAULTS, "logger": logger, "log_every_n_steps": 1}
     HookedTrainer(max_epochs=2, **defaults).fit(Net("print"), loader(18, 4), loader(8, 4))  # last batch of 2
     callback.on_app_end()
@@ -170,12 +172,7 @@ def test_a_validation_compile_is_logged_at_the_step_of_that_validations_own_metr
     from lightning.pytorch.loggers import CSVLogger
 
     logger = CSVLogger(tmp_path / "csv", name="run")
-    HookedTrainer = telemetry_jit.hook_trainer_cls(
-        pl.Trainer,
-        telemetry.provider,
-        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}),
-        live=False,
-    )[0]
+    HookedTrainer = _hooked(telemetry, live=False)[0]
     defaults = {**TRAINER_DEFAULTS, "logger": logger, "log_every_n_steps": 1}
     HookedTrainer(max_epochs=2, **defaults).fit(Net(), loader(20, 4), loader(10, 4))  # validation's last: 2
     run = telemetry.end()
@@ -286,11 +283,7 @@ def test_a_mid_epoch_recompiles_figures_reach_the_logger_before_any_later_step(t
     x = torch.randn(18, 8)
     batches = [list(range(0, 4)), list(range(4, 8)), [8, 9], list(range(10, 14)), list(range(14, 18))]
     data = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_sampler=batches)  # step 2 recompiles
-    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(
-        pl.Trainer,
-        telemetry.provider,
-        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}),
-    )
+    HookedTrainer, _ = _hooked(telemetry)
     defaults = {**TRAINER_DEFAULTS, "logger": Recording(), "log_every_n_steps": 1}
     HookedTrainer(max_epochs=1, **defaults).fit(LoggedLoss(), data)
     figures_at = [index for index, (_, figures) in enumerate(calls) if figures]
@@ -312,12 +305,7 @@ def test_a_failed_fit_still_logs_the_compiles_of_the_step_it_failed_in(telemetry
     from lightning.pytorch.loggers import CSVLogger
 
     logger = CSVLogger(tmp_path / "csv", name="run")
-    HookedTrainer = telemetry_jit.hook_trainer_cls(
-        pl.Trainer,
-        telemetry.provider,
-        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"}),
-        live=False,
-    )[0]
+    HookedTrainer = _hooked(telemetry, live=False)[0]
     with pytest.raises(RuntimeError, match="a bug after the recompile"):
         HookedTrainer(max_epochs=1, **{**TRAINER_DEFAULTS, "logger": logger}).fit(
             FailsAfterTheRecompile(), loader(10, 4)

@@ -21,6 +21,8 @@ from telemetry_jit.exporters.otlp_transport import (
     RetryingSpanExporter,
     request_bytes,
     span_exporter,
+    tap_sdk_loggers,
+    untap_sdk_loggers,
 )
 from tests.e2e.otlp_receivers import GrpcReceiver, HttpReceiver
 
@@ -61,11 +63,9 @@ def heap_of_this_test_only() -> Iterator[None]:
 @pytest.fixture
 def tap() -> Iterator[FailureTap]:
     tap = FailureTap()
-    for name in OTEL_LOGGERS:
-        logging.getLogger(name).addFilter(tap)
+    tap_sdk_loggers(tap)  # as the exporter taps them: first, before OpenTelemetry's DuplicateFilter
     yield tap
-    for name in OTEL_LOGGERS:
-        logging.getLogger(name).removeFilter(tap)
+    untap_sdk_loggers(tap)
 
 
 def exporter(protocol: str, port: int, tap: FailureTap, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
@@ -176,3 +176,14 @@ def test_a_backlog_span_over_the_request_bound_is_dropped_before_it_is_sent(tap)
 def test_requests_are_measured_as_the_receiver_counts_them() -> None:
     batch = spans(100)
     assert 100 * SPAN_BYTES * 0.9 < request_bytes(batch) < 100 * SPAN_BYTES * 1.2
+
+
+def test_a_span_failure_is_never_taken_for_a_metrics_one_whatever_the_endpoint_is_called(tap: FailureTap) -> None:
+    """gRPC's exporter logs both signals under one logger; a collector whose host says "metrics" still gets its
+    span failures reported as span failures (the metrics warning would have said the wrong signal failed)."""
+    settings = OTLPSettings.resolve(
+        OTLPOptions(endpoint="http://metrics-gateway.invalid:4317", protocol="grpc", timeout=0.5, metrics=False)
+    )
+    assert RetryingSpanExporter(span_exporter(settings), 16, tap=tap).export(spans(1)) is SpanExportResult.FAILURE
+    assert "Failed to export traces to metrics-gateway.invalid" in tap.first_reason
+    assert tap.metrics_reason == ""

@@ -204,3 +204,17 @@ def _health(tmp_path: Path) -> dict[str, int]:
     (health,) = [r for r in records if r.get("kind") == "health"]
     (delivery,) = [d for name, d in health["exporters"].items() if name.startswith("OTLPExporter")]
     return delivery
+
+
+def test_a_collector_that_is_down_is_said_with_each_signals_own_reason(tmp_path: Path) -> None:
+    """Spans and metrics fail alike over gRPC, logged in one format by one logger, which OpenTelemetry's own
+    DuplicateFilter (it drops a line whose format it saw in the last 20 s) sits on: each warning still has the
+    reason OpenTelemetry gave, not a guess."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        fit(f"http://127.0.0.1:{free_port()}", tmp_path, timeout=0.5)  # below gRPC's first backoff: no retry
+    warned = [str(w.message) for w in said]
+    spans = [text for text in warned if "could not deliver spans" in text]
+    metrics = [text for text in warned if "could not deliver metrics" in text]
+    assert spans and "Failed to export traces to 127.0.0.1" in spans[0], warned
+    assert len(metrics) == 1 and "Failed to export metrics to 127.0.0.1" in metrics[0], warned

@@ -103,3 +103,21 @@ def test_a_run_with_no_loop_is_not_judged_on_a_compile_share_it_cannot_compute(t
     )
     assert cli(["check", str(path), "--max-recompiles", "2"]) == 0  # it compiled: there is something to judge
     assert cli(["check", str(path), "--max-compile-share", "30"]) == 2
+
+
+def test_a_fit_resumed_from_a_finished_checkpoint_says_it_trained_nothing_and_why(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """The job's last resume, after its last step: the loop states restored say it is done, Lightning trains
+    nothing, and the status names that, not the causes of a fresh fit that trains nothing."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    saving = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=-1)
+    pl.Trainer(callbacks=[saving], **{**TRAINER_DEFAULTS, "enable_checkpointing": True, "max_steps": 2}).fit(
+        Net(), loader(16, 4)
+    )
+    (checkpoint,) = (tmp_path / "ckpt").glob("*.ckpt")
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
+    HookedTrainer(max_steps=2, **TRAINER_DEFAULTS).fit(Net(), loader(16, 4), ckpt_path=str(checkpoint))
+    status = run_status(telemetry.end())
+    assert status.state == "empty" and "reached max_steps=2 already" in status.detail, status

@@ -6,7 +6,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -18,10 +17,9 @@ pytestmark = pytest.mark.any_torch
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FIT = textwrap.dedent(
+KILLED_AS_ITS_FIT_STARTS = textwrap.dedent(
     """
-    import os, signal, sys, time
-    from pathlib import Path
+    import os, signal, sys
     sys.path.insert(0, {root!r})
     import lightning.pytorch as pl
     import telemetry_jit
@@ -29,31 +27,67 @@ FIT = textwrap.dedent(
 
     class Die(pl.Callback):
         def on_fit_start(self, trainer, pl_module):
-            if {how!r} == "killed as its fit starts":
-                os.kill(os.getpid(), signal.SIGKILL)
+            os.kill(os.getpid(), signal.SIGKILL)
 
     session = telemetry_jit.configure("which", file={path!r}, global_batch_size=4)
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, session, live=False)
+    HookedTrainer(max_epochs=1, callbacks=[Die()], **TRAINER_DEFAULTS).fit(Net(), loader(16, 4))
+    """
+)
+
+# a process that compiles a function (no Lightning to import: the fact is two writers of one file, not what they ran)
+COMPILES = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    import torch
+    import telemetry_jit
+
+    telemetry_jit.configure("which", file={path!r})
     barrier = Path({barrier!r})
     (barrier / {name!r}).touch()
     deadline = time.monotonic() + 120
-    while {wait} and len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)  # both processes have begun writing the file before either trains
-    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, session, live=False)
-    model = Net(graph_break={graph_break!r})
-    model.model.compile(backend="eager")
-    HookedTrainer(max_epochs=1, callbacks=[Die()], **TRAINER_DEFAULTS).fit(model, loader(16, 4))
-    callback.on_app_end()
+    while len(list(barrier.iterdir())) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)  # both processes have begun writing the file before either compiles
+    linear = torch.nn.Linear(4, 4)
+
+    def layer(x):
+        if {breaks!r}:
+            print("", end="")
+        return linear(x)
+
+    with telemetry_jit.CompileTelemetry():
+        torch.compile(layer, backend="eager")(torch.randn(2, 4))
+    telemetry_jit.shutdown()
     """
 )
 
 
-def _start(tmp_path: Path, path: Path, name: str, how: str = "", graph_break: str | None = None, wait: bool = False):
-    barrier = tmp_path / "barrier"
-    barrier.mkdir(exist_ok=True)
-    script = FIT.format(
-        root=str(ROOT), path=str(path), barrier=str(barrier), name=name, how=how, graph_break=graph_break, wait=wait
+def _start(script: str, **values: object) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-c", script.format(root=str(ROOT), **values)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _good_fit(path: Path) -> None:
+    """A run that trains and finishes, in this process (only the killed one needs a process of its own)."""
+    import lightning.pytorch as pl
+    import torch
+
+    import telemetry_jit
+    from tests.e2e.conftest import fresh_provider_state
+    from tests.models import TRAINER_DEFAULTS, Net, loader
+
+    fresh_provider_state()
+    torch._dynamo.reset()
+    session = telemetry_jit.configure("which", file=path, global_batch_size=4)
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, session, live=False)
+    model = Net()
+    model.model.compile(backend="eager")
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(model, loader(16, 4))
+    callback.on_app_end()
+    telemetry_jit.shutdown()
+    fresh_provider_state()
 
 
 BUDGET = ["--max-graph-breaks", "0", "--max-recompiles", "100"]
@@ -61,20 +95,22 @@ BUDGET = ["--max-graph-breaks", "0", "--max-recompiles", "100"]
 
 def test_a_run_killed_as_its_fit_starts_is_judged_not_the_good_run_before_it(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
-    assert _start(tmp_path, path, "good").wait(timeout=300) == 0
+    _good_fit(path)
     assert cli(["check", str(path), *BUDGET]) == 0  # the good run alone passes
-    _start(tmp_path, path, "killed", how="killed as its fit starts").wait(timeout=300)
+    _start(KILLED_AS_ITS_FIT_STARTS, path=str(path)).wait(timeout=300)
     assert cli(["check", str(path), *BUDGET]) == 3  # the run just started was killed: not within budget
 
 
 def test_two_processes_writing_one_file_at_once_are_said_and_never_guessed_between(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = tmp_path / "t.jsonl"
-    breaking = _start(tmp_path, path, "breaks", graph_break="print", wait=True)
-    time.sleep(0.5)
-    clean = _start(tmp_path, path, "clean", wait=True)
-    assert breaking.wait(timeout=300) == 0 and clean.wait(timeout=300) == 0
+    path, barrier = tmp_path / "t.jsonl", tmp_path / "barrier"
+    barrier.mkdir()
+    writers = [
+        _start(COMPILES, path=str(path), barrier=str(barrier), name=name, breaks=breaks)
+        for name, breaks in (("breaks", True), ("clean", False))
+    ]
+    assert [writer.wait(timeout=300) for writer in writers] == [0, 0]
     capsys.readouterr()
     assert cli(["check", str(path), *BUDGET]) == 2
     assert "processes written at the same time" in capsys.readouterr().err

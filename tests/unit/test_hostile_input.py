@@ -4,7 +4,9 @@ is read within bounds (its size, its nesting, a device that never ends)."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +14,8 @@ import pytest
 
 from telemetry_jit import cli
 from tests.words import flat
+
+pytestmark = pytest.mark.any_torch  # the CLI on recorded files: no torch version changes it
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 RECORDED = DATA / "answers.jsonl"
@@ -47,6 +51,25 @@ def test_trace_with_a_device_that_never_ends_is_refused_without_reading_it(
     started = time.monotonic()
     assert _trace_with(tmp_path, "/dev/zero") == 2
     assert time.monotonic() - started < 5
+    assert "not a regular file" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs named pipes")
+def test_trace_with_a_named_pipe_is_refused_without_waiting_for_a_writer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fifo = tmp_path / "trace.json"
+    os.mkfifo(fifo)
+    outcome: list[int] = []
+    merging = threading.Thread(target=lambda: outcome.append(_trace_with(tmp_path, str(fifo))), daemon=True)
+    merging.start()
+    merging.join(10)
+    if merging.is_alive():  # opening it for reading waits for a writer: be one, so the thread ends
+        with open(fifo, "wb"):
+            pass
+        merging.join(5)
+        pytest.fail("trace --with a FIFO blocked until a writer came")
+    assert outcome == [2]
     assert "not a regular file" in capsys.readouterr().err
 
 

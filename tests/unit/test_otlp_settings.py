@@ -208,6 +208,18 @@ def test_every_part_of_an_endpoint_that_may_hold_a_token_is_redacted(url: str, r
     assert "TOKEN" not in settings.scrub(f"HTTPConnectionPool: Max retries exceeded with url: {url}")
 
 
+def test_scrubbing_hides_header_values_and_leaves_the_rest_of_an_error_readable() -> None:
+    """A short header that is no credential (Tempo's tenant id ``X-Scope-OrgID: 1``) is not replaced wherever its
+    text occurs: the reason for a failed export keeps its address."""
+    settings = resolve(
+        endpoint="http://127.0.0.1:4318/v1/traces",
+        protocol="http/protobuf",
+        headers={"x-scope-orgid": "1", "authorization": "Bearer s3cr3t"},
+    )
+    scrubbed = settings.scrub("Failed to export to http://127.0.0.1:4318 (Bearer s3cr3t refused): 401")
+    assert scrubbed == "Failed to export to http://127.0.0.1:4318 (*** refused): 401"
+
+
 def test_a_malformed_headers_variable_is_refused_without_the_sdk_printing_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:

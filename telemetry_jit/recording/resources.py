@@ -57,8 +57,9 @@ class ResourceMeter:
         self._limit, self._limit_source = (0, "")
         self._watch = host.ChildWatch()
         self._workers: dict[int, bool] = {}  # child pid -> whether it is one of inductor's compile workers
-        # a worker forked from a worker (inductor's pool forks its workers from one process): its resident bytes
-        # when first seen, pages it shares with that process (counted there), not counted again
+        self._lines: dict[int, bytes] = {}  # command lines, by pid
+        # a child forked from its parent and not exec'd (inductor's pool forks its workers from one process, or
+        # from this one): its resident bytes when first seen, pages it shares with its parent (counted there)
         self._shared: dict[int, int] = {}
         self._open: _Window | None = None
         self._lock = threading.Lock()
@@ -75,6 +76,7 @@ class ResourceMeter:
         self._limit, self._limit_source = host.memory_limit()
         self._notices.forget()
         self._watch = host.ChildWatch()
+        self._lines[self._watch.root] = host.command_line(self._watch.root)
         self._note_children(self._watch.update())
 
     def begin(self) -> _Window | None:
@@ -215,15 +217,17 @@ class ResourceMeter:
     def _note_children(self, below: dict[int, host.Child]) -> None:
         for pid, found in below.items():  # a parent before its children
             if pid not in self._workers:
-                self._workers[pid] = worker = host.is_compile_worker(pid)
-                if worker and self._workers.get(found.parent):
+                self._lines[pid] = line = host.command_line(pid)
+                self._workers[pid] = host.COMPILE_WORKER in line
+                if line and line == self._lines.get(found.parent):  # forked, not exec'd
                     self._shared[pid] = found.rss_bytes
         for pid in [pid for pid in self._workers if pid not in below]:
             del self._workers[pid]
             self._shared.pop(pid, None)
+            self._lines.pop(pid, None)
 
     def _held(self, found: host.Child) -> int:
-        """The resident bytes a child holds of its own: a forked worker's above what it shared when first seen
+        """The resident bytes a child holds of its own: a forked child's above what it had when first seen
         (summing forked workers' resident memory counts their parent's pages once per worker)."""
         return max(found.rss_bytes - self._shared.get(found.pid, 0), 0)
 

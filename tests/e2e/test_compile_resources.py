@@ -126,6 +126,34 @@ def test_workers_forked_from_one_pool_process_count_the_memory_they_share_once(t
 
 
 @pytest.mark.any_torch
+def test_workers_forked_from_the_training_process_while_it_compiles_count_only_what_they_hold() -> None:
+    """TORCHINDUCTOR_WORKER_START=fork: inductor forks its workers from the training process during a compile;
+    each one's resident memory includes the whole process's, held once."""
+    meter = ResourceMeter()
+    meter.start()
+    forked = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fork() of a process with threads: the children only sleep
+        window = meter.begin()
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            forked.append(pid)
+    try:
+        time.sleep(1.0)
+        resources = meter.end(window)
+    finally:
+        meter.stop()
+        for pid in forked:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    assert resources is not None
+    assert resources.host_rss_bytes == pytest.approx(host.own_rss(), rel=0.15)  # summed: 4 times the process
+
+
+@pytest.mark.any_torch
 def test_a_malformed_memory_limit_is_refused_before_training(telemetry: Telemetry, monkeypatch) -> None:
     monkeypatch.setenv(host.MEMORY_LIMIT_VARIABLE, "lots")
     model = Net()

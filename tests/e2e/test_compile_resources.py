@@ -228,7 +228,7 @@ def test_a_large_compile_is_said_on_the_console_with_what_it_cost(telemetry: Tel
         patch.setattr("telemetry_jit.recording.console.LARGE_COMPILE_BYTES", 300 * 2**20)
         HookedTrainer(max_epochs=1, limit_train_batches=1, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
     lines = [r.getMessage() for r in caplog.records if r.name == "telemetry_jit" and "host memory +" in r.getMessage()]
-    assert len(lines) == 1 and lines[0].startswith("telemetry-jit: compiled forward (models.py:")
+    assert len(lines) == 1 and lines[0].startswith("telemetry-jit: compiled forward (tests/models.py:")
     grown = float(lines[0].split("host memory +", 1)[1].split(" MB", 1)[0])
     assert 380 <= grown <= 600  # what the backend held, as the sampler or the peak counter saw it
     run = telemetry.end()

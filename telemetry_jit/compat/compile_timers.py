@@ -23,7 +23,7 @@ PHASES: dict[str, tuple[str, ...]] = {
     "cache_load": ("AOTAutogradCache.inductor_load", "inductor_codecache_torch_key"),
     "kernel_load": ("PyCodeCache.load_by_key_path",),
 }
-_NESTED = ("cache_load", "kernel_load")  # kernels loaded within a cache load: subtracted from the load
+_CACHE_LOAD = "AOTAutogradCache.inductor_load"  # holds the kernel loads of a warm start: counted apart
 
 
 def features() -> list[str]:
@@ -53,12 +53,13 @@ def snapshot() -> dict[str, int]:
 def since(before: dict[str, int]) -> dict[str, float]:
     """Seconds per phase the timers recorded since ``before``; a phase torch did not time is absent."""
     timers = _timers()
-    seconds: dict[str, float] = {}
-    for phase, names in PHASES.items():
-        spent = [float(t) for name in names for t in (timers.get(name) or [])[before.get(name, 0) :]]
-        if spent:
-            seconds[phase] = sum(spent)
-    outer, inner = _NESTED
-    if outer in seconds and inner in seconds:
-        seconds[outer] = max(seconds[outer] - seconds[inner], 0.0)
+    tails = {name: (timers.get(name) or [])[before.get(name, 0) :] for names in PHASES.values() for name in names}
+    seconds = {
+        phase: sum(float(t) for name in names for t in tails[name])
+        for phase, names in PHASES.items()
+        if any(tails[name] for name in names)
+    }
+    if "cache_load" in seconds and "kernel_load" in seconds:  # only a cache load holds kernel loads (a cold
+        # compile loads its kernels apart, and hashing torch's files holds none)
+        seconds["cache_load"] -= min(seconds["kernel_load"], sum(float(t) for t in tails[_CACHE_LOAD]))
     return seconds

@@ -104,13 +104,15 @@ class ChildWatch:
             self.below.update(joined)
 
 
-def is_compile_worker(pid: int) -> bool:
-    """Whether ``pid`` is one of inductor's long-lived compile worker processes (by its command line)."""
+def command_line(pid: int) -> bytes:
+    """``pid``'s command line (its first 4 KB; ``b""`` when gone). A process forked and not exec'd keeps its
+    parent's, as inductor's compile workers do (``torch/_inductor/compile_worker`` in it, or the training script's
+    under ``TORCHINDUCTOR_WORKER_START=fork``)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
-            return COMPILE_WORKER in cmdline.read(4096)
+            return cmdline.read(4096)
     except OSError:
-        return False
+        return b""
 
 
 def clock_ticks() -> int:

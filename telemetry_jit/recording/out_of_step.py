@@ -258,7 +258,7 @@ class OutOfStep:
                     )
         if misses:
             missed = CACHE_NAMES.get(misses[0].layer, misses[0].layer)
-            return f"it missed {missed} (no other rank has looked this graph up)"
+            return f"it missed {missed} (no other rank was heard hitting this graph)"
         return ""
 
     def _ended_stalls(self, compiling: Mapping[int, _Rank]) -> list[Finding]:

@@ -57,6 +57,10 @@ class ResourceMeter:
         self._limit, self._limit_source = (0, "")
         self._watch = host.ChildWatch()
         self._workers: dict[int, bool] = {}  # child pid -> whether it is one of inductor's compile workers
+        self._lines: dict[int, bytes] = {}  # command lines, by pid
+        # a child forked from its parent and not exec'd (inductor's pool forks its workers from one process, or
+        # from this one): its resident bytes when first seen, pages it shares with its parent (counted there)
+        self._shared: dict[int, int] = {}
         self._open: _Window | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -72,6 +76,7 @@ class ResourceMeter:
         self._limit, self._limit_source = host.memory_limit()
         self._notices.forget()
         self._watch = host.ChildWatch()
+        self._lines[self._watch.root] = host.command_line(self._watch.root)
         self._note_children(self._watch.update())
 
     def begin(self) -> _Window | None:
@@ -91,7 +96,7 @@ class ResourceMeter:
                 hwm=hwm,
                 started=host.clock_ticks(),
                 children_cpu={c.pid: c.cpu_s for c in children},
-                base=rss + sum(c.rss_bytes for c in children),
+                base=rss + sum(self._held(c) for c in children),
                 cuda=host.cuda_memory(),
             )
             window.peak_tree, window.peak_own = window.base, rss
@@ -142,7 +147,7 @@ class ResourceMeter:
         worker_cpu = max(reaped - window.reaped_cpu, 0.0) + children_cpu
         # this process's own peak: exact where it set a new high (VmHWM rose), else the highest reading
         own_peak = hwm if hwm > window.hwm else max(window.peak_own, rss)
-        children_now = sum(c.rss_bytes for c in children.values())
+        children_now = sum(self._held(c) for c in children.values())
         # a compiler reaped within the window peaked at the largest reaped child's figure, if that grew
         reaped_peak = largest if largest > window.largest_reaped else 0
         peak = max(window.peak_tree, own_peak + children_now, max(window.rss, rss) + reaped_peak)
@@ -210,11 +215,21 @@ class ResourceMeter:
         return False
 
     def _note_children(self, below: dict[int, host.Child]) -> None:
-        for pid in below:
+        for pid, found in below.items():  # a parent before its children
             if pid not in self._workers:
-                self._workers[pid] = host.is_compile_worker(pid)
+                self._lines[pid] = line = host.command_line(pid)
+                self._workers[pid] = host.COMPILE_WORKER in line
+                if line and line == self._lines.get(found.parent):  # forked, not exec'd
+                    self._shared[pid] = found.rss_bytes
         for pid in [pid for pid in self._workers if pid not in below]:
             del self._workers[pid]
+            self._shared.pop(pid, None)
+            self._lines.pop(pid, None)
+
+    def _held(self, found: host.Child) -> int:
+        """The resident bytes a child holds of its own: a forked child's above what it had when first seen
+        (summing forked workers' resident memory counts their parent's pages once per worker)."""
+        return max(found.rss_bytes - self._shared.get(found.pid, 0), 0)
 
     def _read(self, window: _Window) -> None:
         own = host.own_rss()
@@ -225,7 +240,7 @@ class ResourceMeter:
                 del window.counted[pid]
                 continue
             window.counted[pid] = found
-            tree += found.rss_bytes
+            tree += self._held(found)
         window.peak_own = max(window.peak_own, own)
         window.peak_tree = max(window.peak_tree, tree)
         if self._limit and tree >= NEAR_LIMIT_SHARE * self._limit:

@@ -76,6 +76,84 @@ def test_a_compile_counts_the_processes_it_starts_and_inductors_workers_not_othe
     assert resources.host_rss_bytes >= resources.host_peak_bytes >= 0
 
 
+POOL = """import os, sys, time
+from pathlib import Path
+held = b"\\1" * (int(sys.argv[1]) << 20)  # resident, then shared with the workers forked below
+for _ in range(4):
+    if os.fork() == 0:
+        while not Path(sys.argv[2]).exists():
+            time.sleep(0.01)
+        grown = b"\\2" * (int(sys.argv[3]) << 20)  # a worker's own memory, once the compile runs
+        time.sleep(30)
+        os._exit(0)
+time.sleep(30)
+"""
+
+
+@pytest.mark.any_torch
+def test_workers_forked_from_one_pool_process_count_the_memory_they_share_once(tmp_path: Path, monkeypatch) -> None:
+    """inductor's pool forks its compile workers from one process: each worker's resident memory includes what
+    it shares with that process. Counted once, what they hold of their own counted too; no false warning."""
+    shared, own = 96, 24  # MB: the pool process's, each worker's own once the compile runs
+    grow = tmp_path / "grow"
+    pool = subprocess.Popen(
+        [sys.executable, "-c", POOL, str(shared), str(grow), str(own), "torch/_inductor/compile_worker/__main__.py"]
+    )
+    try:
+        deadline = time.time() + 20
+        while len(host.ChildWatch().update()) < 5 and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # the shared memory written before the forks
+        rss = host.own_rss()
+        truth = rss + (shared + 4 * own) * 2**20  # what the process, the pool and its workers hold
+        monkeypatch.setenv(host.MEMORY_LIMIT_VARIABLE, str(int(truth / NEAR_LIMIT_SHARE * 1.5)))
+        meter = ResourceMeter()
+        meter.start()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            window = meter.begin()
+            grow.touch()
+            time.sleep(1.0)
+            resources = meter.end(window)
+        meter.stop()
+    finally:
+        pool.kill()
+        pool.wait()
+    assert resources is not None
+    assert resources.host_rss_bytes == pytest.approx(truth, rel=0.15)  # summed resident memory says 5 x 96 MB more
+    assert resources.host_peak_bytes == pytest.approx(4 * own * 2**20, rel=0.3)  # the workers' own growth
+    assert not resources.near_limit
+    assert not [w for w in caught if "of resident memory" in str(w.message)]
+
+
+@pytest.mark.any_torch
+def test_workers_forked_from_the_training_process_while_it_compiles_count_only_what_they_hold() -> None:
+    """TORCHINDUCTOR_WORKER_START=fork: inductor forks its workers from the training process during a compile;
+    each one's resident memory includes the whole process's, held once."""
+    meter = ResourceMeter()
+    meter.start()
+    forked = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fork() of a process with threads: the children only sleep
+        window = meter.begin()
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                time.sleep(30)
+                os._exit(0)
+            forked.append(pid)
+    try:
+        time.sleep(1.0)
+        resources = meter.end(window)
+    finally:
+        meter.stop()
+        for pid in forked:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+    assert resources is not None
+    assert resources.host_rss_bytes == pytest.approx(host.own_rss(), rel=0.15)  # summed: 4 times the process
+
+
 @pytest.mark.any_torch
 def test_a_malformed_memory_limit_is_refused_before_training(telemetry: Telemetry, monkeypatch) -> None:
     monkeypatch.setenv(host.MEMORY_LIMIT_VARIABLE, "lots")

@@ -211,7 +211,7 @@ def test_a_cold_rank_whose_key_differs_is_told_the_part_that_differs_read_from_t
 def test_a_miss_no_other_rank_hit_says_the_cache_and_a_rank_that_missed_nothing_says_nothing_more() -> None:
     other = looked("aot_autograd", "hit", "a1", compile_="forward (model.py:12) [1/0]")  # another graph
     assert cold_rank_stall([other], [looked("aot_autograd", "miss", "a1")]) == (
-        "it missed AOTAutograd's cache (no other rank has looked this graph up)"
+        "it missed AOTAutograd's cache (no other rank was heard hitting this graph)"
     )
     judge = OutOfStep(world_size=2)
     beats = {0: beat(0, 1, 0, compiles=1), 1: beat(1, 1, 0, compiling=COLD, compiles=1)}

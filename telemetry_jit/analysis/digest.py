@@ -302,6 +302,8 @@ class RunDigest:
     _seen: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
     # frame compiles while training whose inputs torch compiled with a dynamic dimension; compile ids of backward graphs
     _dynamic_train: set[str] = field(default_factory=set, repr=False)
+    # frame compiles while training whose torch did not record the input shapes (torch 2.8): dynamic or not, unknown
+    _unknown_train: set[str] = field(default_factory=set, repr=False)
     _backward_ids: set[str] = field(default_factory=set, repr=False)
 
     def add(self, span: SpanRecord, others: Loops) -> None:
@@ -319,12 +321,11 @@ class RunDigest:
         self.backward_graphs += trigger == "lazy_backward"
         if trigger == "lazy_backward":
             self._backward_ids.add(compile_id)
-        elif (
-            trigger == "dynamo"
-            and stage == "train"
-            and _DYNAMIC_DIM.search(str(attributes.get(CompileAttr.INPUT_SHAPES)))
-        ):
-            self._dynamic_train.add(compile_id)
+        elif trigger == "dynamo" and stage == "train":
+            if _DYNAMIC_DIM.search(str(attributes.get(CompileAttr.INPUT_SHAPES))):
+                self._dynamic_train.add(compile_id)
+            elif "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ()):
+                self._unknown_train.add(compile_id)
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
@@ -566,6 +567,12 @@ class RunDigest:
         """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
         compiles such a backward within the frame's compile (where it needs a size), not at the first backward."""
         return len(self._dynamic_train - self._backward_ids)
+
+    @property
+    def backward_within_unknown(self) -> int:
+        """Frame compiles while training with no backward graph of their own whose input shapes the recording torch
+        did not record (torch 2.8): whether torch compiled their backward within them cannot be told, nor counted."""
+        return len(self._unknown_train - self._backward_ids)
 
     def causes_by_name(self) -> Counter[str]:
         """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart

@@ -300,6 +300,8 @@ class RunDigest:
     _classifier: RecompileClassifier = field(default_factory=RecompileClassifier, repr=False)
     _rows_by_id: dict[str, CauseRow] = field(default_factory=dict, repr=False)  # a recompile's row, for its backward
     _seen: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
+    # frame compiles while training whose torch did not record the input shapes (torch 2.8): dynamic or not, unknown
+    _unknown_train: set[str] = field(default_factory=set, repr=False)
     # frame compiles while training whose inputs torch compiled with a dynamic dimension; compile ids of backward graphs
     _dynamic_train: set[str] = field(default_factory=set, repr=False)
     _backward_ids: set[str] = field(default_factory=set, repr=False)
@@ -328,6 +330,8 @@ class RunDigest:
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
+        if trigger == "dynamo" and stage == "train" and _without_shapes(attributes):
+            self._unknown_train.add(compile_id)
         key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), _outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
@@ -562,6 +566,12 @@ class RunDigest:
         return sum(row.unexpected for row in self.causes.values())
 
     @property
+    def backward_within_unknown(self) -> int:
+        """Frame compiles while training with no backward graph of their own whose input shapes the recording torch
+        did not record (torch 2.8): whether torch compiled their backward within them cannot be told, nor counted."""
+        return len(self._unknown_train - self._backward_ids)
+
+    @property
     def backward_within(self) -> int:
         """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
         compiles such a backward within the frame's compile (where it needs a size), not at the first backward."""
@@ -585,6 +595,13 @@ class RunDigest:
 
 # causes met in one kind of stage only (or named for it): their name says where
 ONE_KIND = frozenset(("eval_shape", "stage_switch", "inference_mode", "tuner", "shared_code"))
+
+
+def _without_shapes(attributes: Mapping[str, Any]) -> bool:
+    """A frame compile whose torch did not record its input shapes (torch 2.8), and whose graph may hold an op (one
+    with none compiled no backward)."""
+    unrecorded = "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ())
+    return unrecorded and attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
 
 
 def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classified | None:

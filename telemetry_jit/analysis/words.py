@@ -160,6 +160,12 @@ def figures(summary: RunSummary) -> list[str]:
         within = "its frame compile" if d.backward_within == 1 else "their frame compiles"
         graphs = counted(d.backward_within, "backward graph").replace(" ", f"{more} ", 1)  # "2 more backward graphs"
         compiled += f" (and {graphs} compiled within {within}, with dynamic shapes)"
+    if d.backward_within_unknown:  # torch 2.8 records no input shapes: a count of those would be a guess
+        frames = counted(d.backward_within_unknown, "frame compile")
+        compiled += (
+            f" (not counted: backward graphs compiled within any of {frames} while training, as torch does with "
+            "dynamic shapes; the torch of this run did not record compile.input_shapes)"
+        )
     if d.thunder_compiles:
         compiled += f", {counted(d.thunder_compiles, 'thunder compile')}"
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {counted(d.break_count, 'graph break')}")

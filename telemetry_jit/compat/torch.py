@@ -599,6 +599,8 @@ def _unavailable() -> dict[str, str]:
     for ours, name in _CACHE:
         if name not in fields:
             missing[f"cache.{ours}"] = f"CompilationMetrics.{name}"
+    if "graph_node_shapes" not in fields:  # torch 2.8: which frames compiled dynamic, so which backward compiled within
+        missing["input_shapes"] = "CompilationMetrics.graph_node_shapes"
     return missing
 
 

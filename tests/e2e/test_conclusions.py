@@ -24,6 +24,7 @@ from telemetry_jit.recording.console import CompileConsole
 from tests.e2e.conftest import Telemetry
 from tests.e2e.test_truth import Regressor, data, hooked, run_after_the_fix, said
 from tests.models import TRAINER_DEFAULTS
+from tests.words import flat
 
 
 # -- the stage of a compile is the loop that ran when torch began it ----------------------------------
@@ -74,14 +75,19 @@ def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never
     run = telemetry.end()
     frames = [span.attributes for span in run.find("compilation") if span.attributes["compile.trigger"] == "dynamo"]
     assert {(span["compile.dynamic"], span["compile.fullgraph"]) for span in frames} == {("true", False)}
-    # torch's own decisions: the batch and the length dynamic (symbols), the channels fixed by Conv1d's weight
-    assert re.fullmatch(r"x: \[s\d+, 4, s\d+\]", frames[0]["compile.input_shapes"][0]), frames[0]
+    # torch's own decisions: the batch and the length dynamic (symbols), the channels fixed by Conv1d's weight; torch
+    # 2.8 records no shapes (no CompilationMetrics.graph_node_shapes), and the span says so rather than an empty list
+    if "compile.input_shapes" in frames[0] or not torch.__version__.startswith("2.8"):
+        assert re.fullmatch(r"x: \[s\d+, 4, s\d+\]", frames[0]["compile.input_shapes"][0]), frames[0]
+    else:
+        assert "input_shapes" in frames[0]["compile.unavailable"], frames[0]
     rows = [row for row in summarize(run).causes if not row.expected]
     assert all(row.cause == "specialized" and "x.size()[0]" in row.reasons[0] for row in rows), rows
     assert rows or not torch.__version__.startswith("2.13"), "torch 2.13's Conv1d guards the batch size (16 <= ...)"
     status, out = said("summary", str(telemetry.path))
     assert "another guard failed" not in out and "compile with dynamic=True" not in out
-    assert "dynamic=True does not help here" in out
+    # torch 2.8's Conv1d does not guard the batch size: the last batch recompiles nothing, and nothing is advised
+    assert ("dynamic=True does not help here" in out) == bool(rows), (rows, out)
 
 
 # -- whose code a graph break is in ------------------------------------------------------------------------
@@ -240,8 +246,16 @@ def test_the_backward_graphs_torch_compiled_within_a_frame_compile_are_said(tele
     hooked(telemetry, backend=backend)(max_epochs=1, **TRAINER_DEFAULTS).fit(model, padded_per_batch(36, 8))
     run = telemetry.end()
     digest = summarize(run).digest
-    assert digest.backward_within > 0 and digest.backward_graphs + digest.backward_within == len(backward_compiles)
     status, out = said("summary", str(telemetry.path))
+    if torch.__version__.startswith("2.8"):  # no record of a dynamic frame, nor of a backward compiled within it
+        assert digest.backward_within == 0 and 0 < digest.backward_graphs < len(backward_compiles)
+        assert digest.backward_within_unknown >= len(backward_compiles) - digest.backward_graphs, digest
+        unknown = f"not counted: backward graphs compiled within any of {digest.backward_within_unknown} frame compiles"
+        assert unknown in flat(out) and "did not record compile.input_shapes" in flat(out), out
+        assert summary_json(run)["backward_graphs_within_frame_compiles"] is None
+        return
+    assert digest.backward_within > 0 and digest.backward_graphs + digest.backward_within == len(backward_compiles)
     said_graphs = re.search(r"and (\d+) backward graphs? \(and (\d+) more backward graphs? compiled within their", out)
     assert said_graphs is not None, out
     assert sum(int(n) for n in said_graphs.groups()) == len(backward_compiles), (out, len(backward_compiles))
+    assert "not counted: backward graphs" not in flat(out)

@@ -16,7 +16,7 @@ import pytest
 
 from telemetry_jit import cli
 from telemetry_jit.analysis.reader import read_telemetry
-from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.breaks import gist
 from telemetry_jit.terminal import clean, error_text
@@ -400,3 +400,23 @@ def test_fits_of_one_application_are_said_as_the_loops_they_are(capsys: pytest.C
     assert "the training loop" not in text
     assert cli.main(["check", path, "--max-compile-share", "1%"]) == 1
     assert "% of the 3 training loops' wall time, more than the 1% allowed" in flat(capsys.readouterr().out)
+
+
+def test_backward_graphs_a_torch_without_input_shapes_compiled_within_frame_compiles_are_not_counted(
+    capsys: pytest.CaptureFixture,
+) -> None:
+    """The run of test_the_backward_graphs_torch_compiled_within_a_frame_compile_are_said recorded on torch 2.8:
+    torch's backward compiler ran 3 times, once at a first backward (a span) and twice within the dynamic
+    recompiles, which torch 2.8 records nothing of (no CompilationMetrics.graph_node_shapes): the summary says it
+    cannot count those rather than a total of 1."""
+    recorded = str(DATA / "dynamic-lengths-torch28.jsonl")
+    run = read_telemetry(recorded)[-1]
+    digest = summarize(run).digest
+    assert (digest.backward_graphs, digest.backward_within, digest.backward_within_unknown) == (1, 0, 2)
+    assert cli.main(["summary", recorded]) == 0
+    out = flat(capsys.readouterr().out)
+    assert (
+        "and 1 backward graph (not counted: backward graphs compiled within any of 2 frame compiles while training, "
+        "as torch does with dynamic shapes; the torch of this run did not record compile.input_shapes)" in out
+    ), out
+    assert summary_json(run)["backward_graphs_within_frame_compiles"] is None

@@ -307,7 +307,7 @@ class RunDigest:
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
         attributes = span.attributes
-        ms = span.duration_ms or 0.0
+        ms = span.compile_ms or 0.0
         trigger = str(attributes.get(CompileAttr.TRIGGER) or "")
         compile_id = str(attributes.get(CompileAttr.ID) or "")
         around = _loops_around(span, others)
@@ -526,7 +526,7 @@ class RunDigest:
             self.ends[key] = end
             self.end_frames[key] = label
             title = (
-                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.duration_ms or 0:.1f} ms at "
+                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.compile_ms or 0:.1f} ms at "
                 f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
             )
             step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))

@@ -71,7 +71,7 @@ class RunResources:
             compile_id=str(attributes.get(CompileAttr.ID) or ""),
             frame=f"{attributes.get(CompileAttr.FRAME) or '?'} ({location})",
             trigger=str(attributes.get(CompileAttr.TRIGGER) or ""),
-            duration_s=(span.duration_ms or 0.0) / 1000,
+            duration_s=(span.compile_ms or 0.0) / 1000,
             resources=resources,
         )
         self.measured += 1

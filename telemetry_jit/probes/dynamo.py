@@ -400,6 +400,7 @@ class DynamoProbe:
             cache=torch_compat.cache_outcome(metric),
             extra=torch_compat.counts(metric),
             input_shapes=tuple(torch_compat.input_shapes(metric)),
+            own_duration_ns=torch_compat.duration_ns(metric),
         )
 
     def _record_without_metrics(self, window: _Window) -> CompileRecord:

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import telemetry_jit
-from telemetry_jit import JitConfig, hook_trainer_cls
+from telemetry_jit import JitConfig, cli, hook_trainer_cls
 from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun, read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.causes import normalize_reason
@@ -66,6 +66,8 @@ def assert_matches_torch(run: TelemetryRun, breaks_before: int = 0) -> list[Span
         # torch's own start and end (float seconds in nv-one-logger timestamps: sub-microsecond error)
         assert abs(span.start_unix_ns / 1000 - metric.start_time_us) <= 1
         assert abs(span.end_unix_ns / 1000 - metric.end_time_us) <= 1
+        # how long it compiled is torch's duration_us (shorter than the window: torch's bookkeeping of the metrics)
+        assert round(span.attributes["compile.duration_ms"] * 1000) == metric.duration_us
         parent = run.parent(span)
         assert parent is not None and parent.name in ("training_loop", "validation_loop", "testing_loop", "application")
     events = [e for s in spans for e in s.events if e.name == "graph_break"]

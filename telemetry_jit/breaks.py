@@ -10,6 +10,17 @@ from dataclasses import dataclass
 
 from telemetry_jit.terminal import short
 
+# torch's note that it restarts a trace at a graph break it cannot resume from (symbolic_convert's "Encountered
+# graph break that we cannot resume from ... Graph break encountered: <the break>"): a compile restarted, not a
+# break of its own; torch counts the break it wraps once in counters["graph_break"] and never this note
+RESTART_NOTE = "Encountered graph break that we cannot resume from"
+
+
+def is_restart_note(reason: str) -> bool:
+    """Whether a logged graph break is torch's note of a restarted trace, not a break (see ``RESTART_NOTE``)."""
+    return reason.lstrip().startswith(RESTART_NOTE)
+
+
 Owner = str  # "user", "torch", "lightning", "python", or another installed package's name
 
 _PACKAGE_DIRS = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")

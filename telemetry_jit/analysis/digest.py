@@ -20,7 +20,16 @@ from telemetry_jit.analysis.cold_start import CacheLedger, without_line
 from telemetry_jit.analysis.resources import RunResources
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
 from telemetry_jit.analysis.warm_residual import Residual
-from telemetry_jit.breaks import BreakText, break_fix, gist, owner_of, parse_break, recompile_owner, user_location
+from telemetry_jit.breaks import (
+    BreakText,
+    break_fix,
+    gist,
+    is_restart_note,
+    owner_of,
+    parse_break,
+    recompile_owner,
+    user_location,
+)
 from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
@@ -436,6 +445,8 @@ class RunDigest:
         attributes = event.attributes
         location = str(attributes.get(GraphBreakAttr.LOCATION) or "")
         reason = str(attributes.get(GraphBreakAttr.REASON_FULL) or attributes.get(GraphBreakAttr.REASON) or "")
+        if is_restart_note(reason):  # a file from before recorded torch's restart note as a break: it is none
+            return
         owner = str(attributes.get(GraphBreakAttr.OWNER) or owner_of(location))
         if GraphBreakAttr.OWNER in attributes:
             self.lacks_stacks = False

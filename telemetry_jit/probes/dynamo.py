@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
 from telemetry_jit.boundary import call_site
+from telemetry_jit.breaks import is_restart_note
 from telemetry_jit.causes import normalize_reason, telling_reason
 from telemetry_jit.compat import compile_cache, compile_timers
 from telemetry_jit.compat import torch as torch_compat
@@ -299,7 +300,7 @@ class DynamoProbe:
             breaks.extend(
                 GraphBreak(reason, location, counted_by_torch=False, stack=_stack(callers, traced, location))
                 for location, reason, traced in self._break_log.entries
-                if torch_compat.GRACEFUL_SKIP not in reason
+                if torch_compat.GRACEFUL_SKIP not in reason and not is_restart_note(reason)
             )
         self._break_log.entries.clear()
         self._skip_log.entries.clear()

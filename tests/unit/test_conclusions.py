@@ -140,6 +140,26 @@ def test_a_guard_on_a_dynamic_size_is_named_not_other() -> None:
         assert found is not None and found.cause == "specialized", guard
 
 
+def test_a_batch_of_one_is_torchs_size_one_specialization_and_predict_keeps_every_sample() -> None:
+    """torch assumes a dynamic size is at least 2 (its 0/1 specialization): predict's last batch of one fails the
+    guard '2 <= x.size()[0]' (the oracle's conv1d_bn, gpt2, bert). It is named so, with a fix that never drops
+    predictions."""
+    classifier = RecompileClassifier()
+    classifier.observe("0", "predict", batch_index=0, batches=2, step=6)
+    found = classifier.observe(
+        "0",
+        "predict",
+        reason="0/4: 2 <= L['features'].size()[0]  # hidden = self.conv(features)",
+        is_recompile=True,
+        batch_index=1,
+        batches=2,
+        step=6,
+    )
+    assert found is not None and found.cause == "size_one"
+    assert "drop_last" not in CAUSES["size_one"].fix_for("predict")
+    assert "pad such a batch to two" in CAUSES["size_one"].fix_for("predict")
+
+
 def test_a_smaller_last_batch_of_a_loop_not_known_to_train_is_never_advised_drop_last(tmp_path: Path) -> None:
     """drop_last=True drops predictions (and evaluation's samples): it is advised only where the stage is known to
     train. A loop whose stage the file does not name (quickstart-cold-before-fix.jsonl with train.stage taken out:

@@ -332,6 +332,8 @@ class RunDigest:
             trigger == "dynamo"
             and stage == "train"
             and _DYNAMIC_DIM.search(str(attributes.get(CompileAttr.INPUT_SHAPES)))
+            # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
+            and attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
         ):
             self._dynamic_train.add(compile_id)
         self.thunder_compiles += trigger == "thunder"

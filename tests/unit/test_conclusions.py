@@ -197,3 +197,13 @@ def test_the_ci_gate_docs_show_what_diff_and_check_print_now(capsys: pytest.Capt
         for path, name in renamed.items():
             out = out.replace(str(DATA / name), path)
         assert out == printed, (command, out)
+
+
+def test_a_frame_that_compiled_no_op_compiled_no_backward_graph() -> None:
+    """The oracle's GPT-2 (compilation spans of its recording, pared to the attributes read here): transformers'
+    wrappers break at a logging call before any op, so their dynamic recompiles hold an empty graph and torch built no
+    backward for them. tlparse found aot_backward_graph in 6 compiles: 2 lazy ones and 4 within frame compiles (the
+    network's and the loss's recompiles); counting the empty graphs said 12."""
+    (run,) = read_telemetry(DATA / "gpt2-backward-graphs.jsonl")
+    digest = summarize(run).digest
+    assert (digest.backward_graphs, digest.backward_within) == (2, 4)

@@ -312,6 +312,7 @@ class RunDigest:
     # frame compiles while training whose inputs torch compiled with a dynamic dimension; compile ids of backward graphs
     _dynamic_train: set[str] = field(default_factory=set, repr=False)
     _backward_ids: set[str] = field(default_factory=set, repr=False)
+    _static_train_frames: set[str] = field(default_factory=set, repr=False)  # frames compiled static in training
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
@@ -336,6 +337,8 @@ class RunDigest:
             and attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
         ):
             self._dynamic_train.add(compile_id)
+        elif trigger == "dynamo" and stage == "train" and attributes.get(CompileAttr.INPUT_SHAPES):
+            self._static_train_frames.add(compile_id.rsplit("/", 1)[0])
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
@@ -577,8 +580,13 @@ class RunDigest:
     @property
     def backward_within(self) -> int:
         """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
-        compiles such a backward within the frame's compile (where it needs a size), not at the first backward."""
-        return len(self._dynamic_train - self._backward_ids)
+        compiles such a backward within the frame's compile (where it needs a size), not at the first backward.
+        Not those whose graph holds no op, nor those of a frame whose static compile needed no backward."""
+        with_backward = {compile_id.rsplit("/", 1)[0] for compile_id in self._backward_ids}
+        # a frame compiled static in training whose graph needed no backward (no input needs gradients: an LSTM's
+        # lengths) needs none when compiled dynamic either
+        without = self._static_train_frames - with_backward
+        return len({i for i in self._dynamic_train - self._backward_ids if i.rsplit("/", 1)[0] not in without})
 
     def causes_by_name(self) -> Counter[str]:
         """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart

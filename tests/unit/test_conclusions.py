@@ -199,11 +199,17 @@ def test_the_ci_gate_docs_show_what_diff_and_check_print_now(capsys: pytest.Capt
         assert out == printed, (command, out)
 
 
-def test_a_frame_that_compiled_no_op_compiled_no_backward_graph() -> None:
-    """The oracle's GPT-2 (compilation spans of its recording, pared to the attributes read here): transformers'
-    wrappers break at a logging call before any op, so their dynamic recompiles hold an empty graph and torch built no
-    backward for them. tlparse found aot_backward_graph in 6 compiles: 2 lazy ones and 4 within frame compiles (the
-    network's and the loss's recompiles); counting the empty graphs said 12."""
-    (run,) = read_telemetry(DATA / "gpt2-backward-graphs.jsonl")
+@pytest.mark.parametrize(
+    ("recording", "backward_graphs"),
+    [("gpt2-backward-graphs.jsonl", (2, 4)), ("lstm-packed-backward-graphs.jsonl", (0, 0))],
+    ids=["gpt2", "lstm_packed"],
+)
+def test_only_frames_that_need_a_backward_compile_one_within(recording: str, backward_graphs: tuple[int, int]) -> None:
+    """The oracle's recordings (compilation spans, pared to the attributes read here), tlparse's aot_backward_graph
+    artifacts the truth. GPT-2: transformers' wrappers break at a logging call before any op, so their dynamic
+    recompiles hold an empty graph and no backward; tlparse found 6 (2 lazy, 4 within the network's and the loss's
+    recompiles) where the summary said 12. The LSTM over packed sequences: its compiled frame reads only the lengths
+    (no gradients), compiled static with no backward, then dynamic: none either, where the summary said 1."""
+    (run,) = read_telemetry(DATA / recording)
     digest = summarize(run).digest
-    assert (digest.backward_graphs, digest.backward_within) == (2, 4)
+    assert (digest.backward_graphs, digest.backward_within) == backward_graphs

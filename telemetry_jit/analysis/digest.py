@@ -40,7 +40,7 @@ from telemetry_jit.schema import (
     TrainAttr,
     TrainingSpanName,
 )
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import short, shown
 
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
@@ -52,6 +52,11 @@ def frame_label(frame: object, location: object) -> str:
     """``frame (file:line)``, the path cut to its last two parts: how tables and comparisons name a frame
     (a baseline recorded in another checkout has other absolute paths)."""
     return f"{frame or '?'} ({short(str(location or ''))})"
+
+
+def frame_shown(frame: object, location: object) -> str:
+    """``frame (file:line)`` as the user reads it: the location opens where the command runs (``shown``)."""
+    return f"{frame or '?'} ({shown(str(location or ''))})"
 
 
 def stage_kind(stage: str) -> str:
@@ -218,6 +223,7 @@ class Fallback:
     limit_hit: bool
     reason: str  # torch's failure text, or the recompile that hit the limit
     cost: FallbackCost | None = None  # what running eagerly cost, where the run measured it (summarize)
+    shown: str = ""  # the frame as the user reads it (``frame_shown``); ``frame`` is the key runs compare by
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -428,7 +434,8 @@ class RunDigest:
             row.step_count += 1
         row._last_step = step
         loader = _whole(attributes.get(TrainAttr.LOADER))
-        for values, value in ((row.frames, label), (row.steps, step), (row.stages, stage or "unknown")):
+        shown_label = frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
+        for values, value in ((row.frames, shown_label), (row.steps, step), (row.stages, stage or "unknown")):
             if value not in values and len(values) < MAX_NAMES:
                 values.append(value)  # type: ignore[arg-type]
         if loader is not None and loader not in row.loaders:
@@ -515,7 +522,8 @@ class RunDigest:
                 reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
                 step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
                 said = normalize_reason(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
-                self.fallbacks.append(Fallback(label, step, stage, limit, said))
+                where = frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
+                self.fallbacks.append(Fallback(label, step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")

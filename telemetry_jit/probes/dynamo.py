@@ -38,7 +38,7 @@ from telemetry_jit.records import (
     Source,
     Trigger,
 )
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import shown
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
@@ -234,7 +234,7 @@ class DynamoProbe:
 
     def _describe(self, compile_id: str, trigger: str, reasons: tuple[str, ...]) -> str:
         name, location = self._frames.get(torch_compat.compile_frame_id(compile_id), ("a frame", ""))
-        what = f"{name} ({short(location)})" if location else name  # as the summary and the warnings write it
+        what = f"{name} ({shown(location)})" if location else name  # as the summary and the warnings write it
         if trigger == "lazy_backward":
             return f"the backward graph of {what} [{compile_id}]"
         if torch_compat.compile_attempt(compile_id) == 0:

@@ -74,7 +74,9 @@ def _pairs(product: Product, truth: Truth) -> list[tuple[dict[str, Any], dict[st
 def counts(model: str, product: Product, truth: Truth) -> list[Fact]:
     said = product.summary
     tl_frames = len(truth.frames) if truth.tlparse.error else len(truth.tlparse.metrics)
-    within = said.get("backward_graphs_within_frame_compiles", 0)
+    within = said.get("backward_graphs_within_frame_compiles", 0) + said.get(
+        "backward_graphs_loaded_within_frame_compiles", 0
+    )
     all_backward = said["backward_graphs"] + within
     facts = [
         Fact(

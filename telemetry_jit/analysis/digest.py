@@ -59,6 +59,19 @@ def frame_shown(frame: object, location: object) -> str:
     return f"{frame or '?'} ({shown(str(location or ''))})"
 
 
+def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
+    """A frame compile that loaded its forward and backward graphs from the compile cache (AOTAutograd's entry
+    hit, two FX graphs hit): torch built its backward within it, as tlparse's aot_backward_graph shows."""
+
+    def hits(kind: str) -> float:
+        return sum(number(attributes.get(f"{CompileAttr.PREFIX}cache.{kind}_{where}_hits")) for where in _WHERE)
+
+    return hits("aot_autograd") > 0 and hits("fx_graph") >= 2
+
+
+_WHERE = ("local", "remote")
+
+
 def stage_kind(stage: str) -> str:
     """``train``, ``eval`` (sanity check, validate, test, predict) or ``tuner``: where a cause's fix differs."""
     return "eval" if stage in EVAL_STAGES else "tuner" if stage == "tuner" else "train"
@@ -319,6 +332,7 @@ class RunDigest:
     _dynamic_train: set[str] = field(default_factory=set, repr=False)
     _backward_ids: set[str] = field(default_factory=set, repr=False)
     _static_train_frames: set[str] = field(default_factory=set, repr=False)  # frames compiled static in training
+    _cached_backward: set[str] = field(default_factory=set, repr=False)  # training compiles that loaded a backward
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
@@ -335,6 +349,8 @@ class RunDigest:
         self.backward_graphs += trigger == "lazy_backward"
         if trigger == "lazy_backward":
             self._backward_ids.add(compile_id)
+        elif trigger == "dynamo" and stage == "train" and _backward_from_cache(attributes):
+            self._cached_backward.add(compile_id)
         elif (
             trigger == "dynamo"
             and stage == "train"
@@ -590,11 +606,17 @@ class RunDigest:
         """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
         compiles such a backward within the frame's compile (where it needs a size), not at the first backward.
         Not those whose graph holds no op, nor those of a frame whose static compile needed no backward."""
-        with_backward = {compile_id.rsplit("/", 1)[0] for compile_id in self._backward_ids}
+        with_backward = {compile_id.rsplit("/", 1)[0] for compile_id in self._backward_ids | self._cached_backward}
         # a frame compiled static in training whose graph needed no backward (no input needs gradients: an LSTM's
         # lengths) needs none when compiled dynamic either
         without = self._static_train_frames - with_backward
         return len({i for i in self._dynamic_train - self._backward_ids if i.rsplit("/", 1)[0] not in without})
+
+    @property
+    def backward_loaded(self) -> int:
+        """Training frame compiles that loaded their backward graph from the compile cache with the forward (the
+        AOTAutograd entry and two FX graphs hit): no backward is compiled at the first backward then."""
+        return len(self._cached_backward - self._backward_ids)
 
     def causes_by_name(self) -> Counter[str]:
         """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart

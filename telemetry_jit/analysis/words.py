@@ -160,6 +160,10 @@ def figures(summary: RunSummary) -> list[str]:
         within = "its frame compile" if d.backward_within == 1 else "their frame compiles"
         graphs = counted(d.backward_within, "backward graph").replace(" ", f"{more} ", 1)  # "2 more backward graphs"
         compiled += f" (and {graphs} compiled within {within}, with dynamic shapes)"
+    if d.backward_loaded:  # loaded from the compile cache with their forward graphs: no span of their own either
+        graphs = counted(d.backward_loaded, "backward graph")
+        within = "its frame compile" if d.backward_loaded == 1 else "their frame compiles"
+        compiled += f" (and {graphs} loaded from the compile cache within {within})"
     if d.thunder_compiles:
         compiled += f", {counted(d.thunder_compiles, 'thunder compile')}"
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {counted(d.break_count, 'graph break')}")

@@ -8,7 +8,18 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import shown
+
+# torch's note that it restarts a trace at a graph break it cannot resume from (symbolic_convert's "Encountered
+# graph break that we cannot resume from ... Graph break encountered: <the break>"): a compile restarted, not a
+# break of its own; torch counts the break it wraps once in counters["graph_break"] and never this note
+RESTART_NOTE = "Encountered graph break that we cannot resume from"
+
+
+def is_restart_note(reason: str) -> bool:
+    """Whether a logged graph break is torch's note of a restarted trace, not a break (see ``RESTART_NOTE``)."""
+    return reason.lstrip().startswith(RESTART_NOTE)
+
 
 Owner = str  # "user", "torch", "lightning", "python", or another installed package's name
 
@@ -96,7 +107,7 @@ def break_fix(owner: Owner, text: BreakText, user_lines: Sequence[str] = ()) -> 
     hint = next((hint for hint in text.hints if hint not in _GENERIC_HINTS), "")
     if owner == "user":
         return hint or "change this line so that torch.compile can trace it (see torch's explanation)"
-    named = ", ".join(short(line) for line in user_lines)
+    named = ", ".join(shown(line) for line in user_lines)
     line = (
         f"how your lines {named} call it"
         if len(user_lines) > 1
@@ -147,5 +158,5 @@ def _frame_words(frame: re.Match[str]) -> tuple[str, str]:
     """``(file:line, "file:line in function: `code`")`` of one frame torch lists."""
     location = f"{frame['path']}:{frame['line']}"
     code = " ".join(frame["code"].split())
-    words = f"{short(location)} in {frame['function']}"
+    words = f"{shown(location)} in {frame['function']}"
     return location, f"{words}: `{code}`" if code else words

@@ -127,6 +127,17 @@ CAUSES: dict[str, Cause] = {
             "drop_last=True would leave samples unevaluated",
         ),
         Cause(
+            "size_one",
+            "a dimension compiled dynamic met a size of 0 or 1 (a batch of one): torch compiles those sizes apart from "
+            "every other (its dynamic sizes are at least 2: the guard '2 <= x.size()[0]')",
+            "a batch of one compiles a graph of its own, once per frame and stage, not again; to avoid it, keep "
+            "batches of one out: pad such a batch to two (and leave the padding out of the metrics), or drop an "
+            "epoch's last batch where it holds one sample, DataLoader(..., drop_last=True)",
+            "a batch of one compiles a graph of its own, once per frame and stage, not again; to avoid it, pad such a "
+            "batch to two and leave the padded row out of the outputs and metrics (or accept the one compile): every "
+            "sample keeps its prediction",
+        ),
+        Cause(
             "python_value",
             "a Python number or attribute is burned into the graph",
             "keep what the compiled code reads the same from call to call: hold numbers that change in tensors (a "
@@ -199,6 +210,15 @@ _SIZE = re.compile(
 _SIZE_GUARD = re.compile(
     r"(?:<|>|==|!=|\bEq\(|\bNe\().*\.(?:size|stride)\(\)\[\d+\]|\.(?:size|stride)\(\)\[\d+\].*(?:<|>|==|!=)"
 )
+# torch's 0/1 specialization: a dynamic size is assumed at least 2, so a call of size 0 or 1 fails this guard
+_SIZE_ONE = re.compile(r"(?:^|[\s(])2 <= [^\s]*\.size\(\)\[\d+\]|\.size\(\)\[\d+\] >= 2\b")
+
+
+def _guard_cause(guard: str) -> str:
+    """A guard on a dynamic size: torch's 0/1 specialization (a batch of one), or a size or range the code needs."""
+    return "size_one" if _SIZE_ONE.search(guard) else "specialized"
+
+
 _TENSOR_PROPERTY = re.compile(r"tensor '(.+?)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
 _MODULE_MODE = re.compile(r"\.training == (?:True|False)\b")  # a module's train()/eval() flag
 _GRAD_MODE = re.compile(r"GLOBAL_STATE changed: .*?(?:grad_mode|inference_mode)|is_inference|torch\.is_grad_enabled")
@@ -362,7 +382,7 @@ class RecompileClassifier:
             history.changed_properties.add((changed[1], changed[2]))
             return Classified("tensor_property", subject)
         if _SIZE_GUARD.search(subject):  # a dynamic dimension's size outside what the compiled code allows
-            return Classified("specialized", subject)
+            return Classified(_guard_cause(subject), subject)
         if subject.startswith(_BREAK_VALUE) and _NUMBER.search(subject):
             return Classified("break_value", subject)
         if _NUMBER.search(subject) or _STRING.search(subject) or _ATTRIBUTE.search(subject):
@@ -393,7 +413,7 @@ class RecompileClassifier:
                     return Classified("specialized", subject)
                 return Classified(self._size_cause(history, size, mode, batch, batch_index, batches), subject)
             if _SIZE_GUARD.search(subject):
-                return Classified("specialized", subject)
+                return Classified(_guard_cause(subject), subject)
         return classified
 
     @staticmethod

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
 from telemetry_jit.schema import CompiledBeforeAttr, FallbackAttr, NotCompiledAttr, PayoffAttr, ResourceAttr
-from telemetry_jit.terminal import counted, short
+from telemetry_jit.terminal import counted, shown
 
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
@@ -216,9 +216,16 @@ class CompileRecord:
     input_shapes: tuple[str, ...] = ()
     cause: Classified | None = None  # why it recompiled (set when the recorder takes it)
     resources: CompileResources | None = None  # what it cost the host, where measured
+    # the compile's own time as torch measures it (CompilationMetrics.duration_us, the outermost timed region);
+    # start_ns..end_ns is torch's window around it (start_time_us..end_time_us), which also holds torch's
+    # bookkeeping of the metrics themselves, tens of microseconds to milliseconds more
+    own_duration_ns: int | None = None
 
     @property
     def duration_ms(self) -> float:
+        """How long it compiled: torch's own duration where torch gave one, else the span's length."""
+        if self.own_duration_ns is not None:
+            return self.own_duration_ns / 1e6
         return (self.end_ns - self.start_ns) / 1e6
 
     @property
@@ -367,7 +374,7 @@ class CompiledBefore:
     locations: tuple[str, ...] = ()  # where each is defined, "file:line"
 
     def words(self) -> str:
-        listed = ", ".join(f"{name} ({short(where)})" for name, where in zip(self.names, self.locations, strict=False))
+        listed = ", ".join(f"{name} ({shown(where)})" for name, where in zip(self.names, self.locations, strict=False))
         more = f" and {self.frames - len(self.names)} more" if self.frames > len(self.names) else ""
         return (
             f"this run began in a process that had already compiled {counted(self.frames, 'frame')} "

@@ -3,6 +3,7 @@ sequences that recolour, move the cursor or reorder text, so every line printed 
 
 from __future__ import annotations
 
+import os
 import re
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -19,6 +20,20 @@ def short(location: str, keep: int = 2) -> str:
     path, _, line = location.rpartition(":")
     parts = path.replace("\\", "/").split("/")
     return ("/".join(parts[-keep:]) + f":{line}") if path else location
+
+
+def shown(location: str) -> str:
+    """``file:line`` as compilers print it, so that it opens where the command runs: relative to the working
+    directory where the file lies under it, else absolute as recorded (another package's file, a file of another
+    machine); ``<string>`` and the like as given. Tables and comparisons key on :func:`short` instead."""
+    path, _, line = location.rpartition(":")
+    if not path or not line.isdigit() or not os.path.isabs(path):
+        return location
+    try:
+        relative = os.path.relpath(path, os.getcwd())
+    except (ValueError, OSError):  # another drive (Windows), or no working directory any more
+        return location
+    return location if relative.startswith(os.pardir) else f"{relative}:{line}"
 
 
 def error_text(error: BaseException) -> str:

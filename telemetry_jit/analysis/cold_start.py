@@ -52,7 +52,7 @@ class CacheLedger:
     _seen: Counter[tuple[str, str, str]] = field(default_factory=Counter, repr=False)
 
     def add(self, span: SpanRecord, frame: str, trigger: str, compile_id: str, step: str) -> None:
-        self.seconds[compile_id] = self.seconds.get(compile_id, 0.0) + (span.duration_ms or 0.0) / 1000
+        self.seconds[compile_id] = self.seconds.get(compile_id, 0.0) + (span.compile_ms or 0.0) / 1000
         events = [event for event in span.events if event.name == JitEventName.CACHE_LOOKUP]
         for event in events:
             attributes = event.attributes

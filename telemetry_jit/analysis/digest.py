@@ -20,7 +20,16 @@ from telemetry_jit.analysis.cold_start import CacheLedger, without_line
 from telemetry_jit.analysis.resources import RunResources
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
 from telemetry_jit.analysis.warm_residual import Residual
-from telemetry_jit.breaks import BreakText, break_fix, gist, owner_of, parse_break, recompile_owner, user_location
+from telemetry_jit.breaks import (
+    BreakText,
+    break_fix,
+    gist,
+    is_restart_note,
+    owner_of,
+    parse_break,
+    recompile_owner,
+    user_location,
+)
 from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
@@ -31,7 +40,7 @@ from telemetry_jit.schema import (
     TrainAttr,
     TrainingSpanName,
 )
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import short, shown
 
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
@@ -43,6 +52,24 @@ def frame_label(frame: object, location: object) -> str:
     """``frame (file:line)``, the path cut to its last two parts: how tables and comparisons name a frame
     (a baseline recorded in another checkout has other absolute paths)."""
     return f"{frame or '?'} ({short(str(location or ''))})"
+
+
+def frame_shown(frame: object, location: object) -> str:
+    """``frame (file:line)`` as the user reads it: the location opens where the command runs (``shown``)."""
+    return f"{frame or '?'} ({shown(str(location or ''))})"
+
+
+def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
+    """A frame compile that loaded its forward and backward graphs from the compile cache (AOTAutograd's entry
+    hit, two FX graphs hit): torch built its backward within it, as tlparse's aot_backward_graph shows."""
+
+    def hits(kind: str) -> float:
+        return sum(number(attributes.get(f"{CompileAttr.PREFIX}cache.{kind}_{where}_hits")) for where in _WHERE)
+
+    return hits("aot_autograd") > 0 and hits("fx_graph") >= 2
+
+
+_WHERE = ("local", "remote")
 
 
 def stage_kind(stage: str) -> str:
@@ -209,6 +236,7 @@ class Fallback:
     limit_hit: bool
     reason: str  # torch's failure text, or the recompile that hit the limit
     cost: FallbackCost | None = None  # what running eagerly cost, where the run measured it (summarize)
+    shown: str = ""  # the frame as the user reads it (``frame_shown``); ``frame`` is the key runs compare by
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -305,11 +333,13 @@ class RunDigest:
     # frame compiles while training whose inputs torch compiled with a dynamic dimension; compile ids of backward graphs
     _dynamic_train: set[str] = field(default_factory=set, repr=False)
     _backward_ids: set[str] = field(default_factory=set, repr=False)
+    _static_train_frames: set[str] = field(default_factory=set, repr=False)  # frames compiled static in training
+    _cached_backward: set[str] = field(default_factory=set, repr=False)  # training compiles that loaded a backward
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
         attributes = span.attributes
-        ms = span.duration_ms or 0.0
+        ms = span.compile_ms or 0.0
         trigger = str(attributes.get(CompileAttr.TRIGGER) or "")
         compile_id = str(attributes.get(CompileAttr.ID) or "")
         around = _loops_around(span, others)
@@ -321,12 +351,18 @@ class RunDigest:
         self.backward_graphs += trigger == "lazy_backward"
         if trigger == "lazy_backward":
             self._backward_ids.add(compile_id)
+        elif trigger == "dynamo" and stage == "train" and _backward_from_cache(attributes):
+            self._cached_backward.add(compile_id)
         elif (
             trigger == "dynamo"
             and stage == "train"
             and _DYNAMIC_DIM.search(str(attributes.get(CompileAttr.INPUT_SHAPES)))
+            # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
+            and attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
         ):
             self._dynamic_train.add(compile_id)
+        elif trigger == "dynamo" and stage == "train" and attributes.get(CompileAttr.INPUT_SHAPES):
+            self._static_train_frames.add(compile_id.rsplit("/", 1)[0])
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
@@ -418,7 +454,8 @@ class RunDigest:
             row.step_count += 1
         row._last_step = step
         loader = _whole(attributes.get(TrainAttr.LOADER))
-        for values, value in ((row.frames, label), (row.steps, step), (row.stages, stage or "unknown")):
+        shown_label = frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
+        for values, value in ((row.frames, shown_label), (row.steps, step), (row.stages, stage or "unknown")):
             if value not in values and len(values) < MAX_NAMES:
                 values.append(value)  # type: ignore[arg-type]
         if loader is not None and loader not in row.loaders:
@@ -440,6 +477,8 @@ class RunDigest:
         attributes = event.attributes
         location = str(attributes.get(GraphBreakAttr.LOCATION) or "")
         reason = str(attributes.get(GraphBreakAttr.REASON_FULL) or attributes.get(GraphBreakAttr.REASON) or "")
+        if is_restart_note(reason):  # a file from before recorded torch's restart note as a break: it is none
+            return
         owner = str(attributes.get(GraphBreakAttr.OWNER) or owner_of(location))
         if GraphBreakAttr.OWNER in attributes:
             self.lacks_stacks = False
@@ -503,7 +542,8 @@ class RunDigest:
                 reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
                 step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
                 said = normalize_reason(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
-                self.fallbacks.append(Fallback(label, step, stage, limit, said))
+                where = frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
+                self.fallbacks.append(Fallback(label, step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
@@ -530,7 +570,7 @@ class RunDigest:
             self.ends[key] = end
             self.end_frames[key] = label
             title = (
-                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.duration_ms or 0:.1f} ms at "
+                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.compile_ms or 0:.1f} ms at "
                 f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
             )
             step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))
@@ -574,8 +614,19 @@ class RunDigest:
     @property
     def backward_within(self) -> int:
         """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
-        compiles such a backward within the frame's compile (where it needs a size), not at the first backward."""
-        return len(self._dynamic_train - self._backward_ids)
+        compiles such a backward within the frame's compile (where it needs a size), not at the first backward.
+        Not those whose graph holds no op, nor those of a frame whose static compile needed no backward."""
+        with_backward = {compile_id.rsplit("/", 1)[0] for compile_id in self._backward_ids | self._cached_backward}
+        # a frame compiled static in training whose graph needed no backward (no input needs gradients: an LSTM's
+        # lengths) needs none when compiled dynamic either
+        without = self._static_train_frames - with_backward
+        return len({i for i in self._dynamic_train - self._backward_ids if i.rsplit("/", 1)[0] not in without})
+
+    @property
+    def backward_loaded(self) -> int:
+        """Training frame compiles that loaded their backward graph from the compile cache with the forward (the
+        AOTAutograd entry and two FX graphs hit): no backward is compiled at the first backward then."""
+        return len(self._cached_backward - self._backward_ids)
 
     def causes_by_name(self) -> Counter[str]:
         """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart

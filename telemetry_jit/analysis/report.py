@@ -11,7 +11,7 @@ from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.summary import RunSummary
 from telemetry_jit.analysis.text import format_fleet
 from telemetry_jit.schema import TrainingSpanName
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import shown
 
 _WIDTH, _ROW, _LEFT = 1100, 22, 150
 _COLOURS = {
@@ -119,9 +119,9 @@ def _break_details(summary: RunSummary) -> str:
         path = escape("\n".join(detail.stack))
         whose = f" in {escape(detail.owner)}'s code" if detail.owner and detail.owner != "user" else ""
         user = detail.user_location
-        reached = f", reached from {escape(short(user))}" if user and detail.owner != "user" else ""
+        reached = f", reached from {escape(shown(user))}" if user and detail.owner != "user" else ""
         items.append(
-            f"<li><b>{escape(short(detail.location or 'unknown location'))}</b>{whose}{reached} "
+            f"<li><b>{escape(shown(detail.location or 'unknown location'))}</b>{whose}{reached} "
             f"({escape(detail.frame)}, compile {escape(detail.compile_id)}): {escape(detail.reason)}"
             f"<details><summary>torch's full reason{' and the call stack' if path else ''}</summary>"
             f"<pre>{escape(detail.reason_full)}</pre>{f'<pre>{path}</pre>' if path else ''}</details></li>"

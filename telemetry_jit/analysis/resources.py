@@ -9,7 +9,7 @@ from typing import Any
 from telemetry_jit.analysis.spans import SpanRecord
 from telemetry_jit.records import CompileResources, mb, near_limit_words
 from telemetry_jit.schema import CompileAttr
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import shown
 
 
 @dataclass(frozen=True)
@@ -66,12 +66,12 @@ class RunResources:
         if resources is None:
             return
         attributes = span.attributes
-        location = short(str(attributes.get(CompileAttr.LOCATION) or ""))
+        location = shown(str(attributes.get(CompileAttr.LOCATION) or ""))
         cost = CompileCost(
             compile_id=str(attributes.get(CompileAttr.ID) or ""),
             frame=f"{attributes.get(CompileAttr.FRAME) or '?'} ({location})",
             trigger=str(attributes.get(CompileAttr.TRIGGER) or ""),
-            duration_s=(span.duration_ms or 0.0) / 1000,
+            duration_s=(span.compile_ms or 0.0) / 1000,
             resources=resources,
         )
         self.measured += 1

@@ -6,7 +6,9 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from telemetry_jit.schema import FILE_FORMAT
+from telemetry_jit.schema import FILE_FORMAT, CompileAttr
+
+DURATION_MS = CompileAttr.DURATION_MS
 
 if TYPE_CHECKING:
     from telemetry_jit.analysis.digest import RunDigest
@@ -33,6 +35,15 @@ class SpanRecord:
     @property
     def duration_ms(self) -> float | None:
         return None if self.end_unix_ns is None else (self.end_unix_ns - self.start_unix_ns) / 1e6
+
+    @property
+    def compile_ms(self) -> float | None:
+        """A compilation span's compile time: its ``compile.duration_ms`` (torch's own ``duration_us``, shorter than
+        the span, whose ends are torch's window around the compile), else the span's length (a file from before)."""
+        said = self.attributes.get(DURATION_MS)
+        if isinstance(said, (int, float)) and not isinstance(said, bool) and math.isfinite(said) and said >= 0:
+            return float(said)
+        return self.duration_ms
 
 
 @dataclass

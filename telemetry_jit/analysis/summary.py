@@ -295,6 +295,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "frame_compiles": d.frame_compiles,
         "backward_graphs": d.backward_graphs,
         "backward_graphs_within_frame_compiles": None if d.backward_within_unknown else d.backward_within,
+        "backward_graphs_loaded_within_frame_compiles": d.backward_loaded,
         "thunder_compiles": d.thunder_compiles,
         "recompilations": d.recompiles,
         "graph_break_count": d.break_count,

@@ -32,7 +32,7 @@ class Residual:
 
     def add(self, span: SpanRecord) -> None:
         attributes = span.attributes
-        seconds = (span.duration_ms or 0.0) / 1000
+        seconds = (span.compile_ms or 0.0) / 1000
         self.total_s += seconds
         if attributes.get(CompileAttr.IS_RECOMPILE):
             self.recompiles_s += seconds

@@ -12,7 +12,7 @@ from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
 from telemetry_jit.analysis.warm_residual import warm_start_line
 from telemetry_jit.breaks import gist
 from telemetry_jit.records import Payoff, first_step_line
-from telemetry_jit.terminal import counted, possessive, short
+from telemetry_jit.terminal import counted, possessive, shown
 
 FRAME_HEADERS = ("frame", "location", "frame compiles", "recompiles", "backward graphs", "breaks", "compile s")
 CAUSE_HEADERS = ("cause", "where", "recompiles", "compile s", "first step", "torch's reason")
@@ -90,11 +90,11 @@ def fix_first(summary: RunSummary) -> list[Item]:
     for group in summary.breaks:
         times = counted(group.count, "graph break")
         if group.owner == "user":
-            head = f"{times} in your code at {short(group.location)}: {group.type}"
+            head = f"{times} in your code at {shown(group.location)}: {group.type}"
         else:
-            lines = listed(short(line) for line in group.user_locations)
+            lines = listed(shown(line) for line in group.user_locations)
             reached = f", reached from your line{'s' if len(group.user_locations) > 1 else ''} {lines}" if lines else ""
-            head = f"{times} inside {group.owner} ({short(group.location)}){reached}: {group.type}"
+            head = f"{times} inside {group.owner} ({shown(group.location)}){reached}: {group.type}"
         loops = which_loops(summary, group.loops)  # where compiling found them: code compiled once runs in later loops
         details = [f"found compiling {loops}"] if loops else []
         details.append(f"fix: {group.fix}")
@@ -166,6 +166,10 @@ def figures(summary: RunSummary) -> list[str]:
             f" (not counted: backward graphs compiled within any of {frames} while training, as torch does with "
             "dynamic shapes; the torch of this run did not record compile.input_shapes)"
         )
+    if d.backward_loaded:  # loaded from the compile cache with their forward graphs: no span of their own either
+        graphs = counted(d.backward_loaded, "backward graph")
+        within = "its frame compile" if d.backward_loaded == 1 else "their frame compiles"
+        compiled += f" (and {graphs} loaded from the compile cache within {within})"
     if d.thunder_compiles:
         compiled += f", {counted(d.thunder_compiles, 'thunder compile')}"
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {counted(d.break_count, 'graph break')}")
@@ -201,7 +205,8 @@ def fallback_line(fallback: Fallback, last_step: int | None = None) -> str:
     why = "it hit the recompile limit" if fallback.limit_hit else "compiling it failed"
     stage = STAGE_WORDS.get(fallback.stage, fallback.stage)
     since = f"{last_step - fallback.step} steps since; " if last_step is not None and last_step >= fallback.step else ""
-    line = f"{fallback.frame} runs eagerly from step {fallback.step} on ({since}{why}, in {stage}): {fallback.reason}"
+    frame = fallback.shown or fallback.frame
+    line = f"{frame} runs eagerly from step {fallback.step} on ({since}{why}, in {stage}): {fallback.reason}"
     return line + (f"; {fallback.cost.words()}" if fallback.cost is not None else "")
 
 
@@ -246,7 +251,7 @@ def frame_rows(summary: RunSummary) -> list[tuple[object, ...]]:
     return [
         (
             row.frame,
-            short(row.location),
+            shown(row.location),
             row.compiles,
             row.recompiles,
             row.backward_graphs,
@@ -274,10 +279,10 @@ def cause_rows(summary: RunSummary) -> list[tuple[object, ...]]:
 def break_rows(summary: RunSummary) -> list[tuple[object, ...]]:
     return [
         (
-            short(group.location),
+            shown(group.location),
             group.owner,
             group.count,
-            listed(short(line) for line in group.user_locations),
+            listed(shown(line) for line in group.user_locations),
             group.type,
         )
         for group in summary.breaks

@@ -532,6 +532,13 @@ def phase_times(metric: Any) -> dict[str, float]:
     return times
 
 
+def duration_ns(metric: Any) -> int | None:
+    """The compile's own duration as torch reports it (``duration_us``, what tlparse shows): its outermost timed
+    region, shorter than ``end_time_us - start_time_us`` by torch's bookkeeping of the metrics. None where absent."""
+    value = getattr(metric, "duration_us", None)
+    return int(value) * 1000 if isinstance(value, int) and value >= 0 else None
+
+
 def counts(metric: Any) -> dict[str, int]:
     return {name: int(value) for name in _COUNTS if (value := getattr(metric, name, None)) is not None}
 

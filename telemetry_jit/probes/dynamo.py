@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypedDict
 
 from telemetry_jit.boundary import call_site
+from telemetry_jit.breaks import is_restart_note
 from telemetry_jit.causes import normalize_reason, telling_reason
 from telemetry_jit.compat import compile_cache, compile_timers
 from telemetry_jit.compat import torch as torch_compat
@@ -37,7 +38,7 @@ from telemetry_jit.records import (
     Source,
     Trigger,
 )
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import shown
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
@@ -233,7 +234,7 @@ class DynamoProbe:
 
     def _describe(self, compile_id: str, trigger: str, reasons: tuple[str, ...]) -> str:
         name, location = self._frames.get(torch_compat.compile_frame_id(compile_id), ("a frame", ""))
-        what = f"{name} ({short(location)})" if location else name  # as the summary and the warnings write it
+        what = f"{name} ({shown(location)})" if location else name  # as the summary and the warnings write it
         if trigger == "lazy_backward":
             return f"the backward graph of {what} [{compile_id}]"
         if torch_compat.compile_attempt(compile_id) == 0:
@@ -299,7 +300,7 @@ class DynamoProbe:
             breaks.extend(
                 GraphBreak(reason, location, counted_by_torch=False, stack=_stack(callers, traced, location))
                 for location, reason, traced in self._break_log.entries
-                if torch_compat.GRACEFUL_SKIP not in reason
+                if torch_compat.GRACEFUL_SKIP not in reason and not is_restart_note(reason)
             )
         self._break_log.entries.clear()
         self._skip_log.entries.clear()
@@ -400,6 +401,7 @@ class DynamoProbe:
             cache=torch_compat.cache_outcome(metric),
             extra=torch_compat.counts(metric),
             input_shapes=tuple(torch_compat.input_shapes(metric)),
+            own_duration_ns=torch_compat.duration_ns(metric),
         )
 
     def _record_without_metrics(self, window: _Window) -> CompileRecord:

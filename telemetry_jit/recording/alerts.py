@@ -10,7 +10,7 @@ from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord
-from telemetry_jit.terminal import short
+from telemetry_jit.terminal import shown
 
 
 class EagerFallbackAlert(CompileListener):
@@ -23,7 +23,7 @@ class EagerFallbackAlert(CompileListener):
 
     def recorded(self, record: CompileRecord) -> None:
         step = record.context.global_step if record.context is not None else 0
-        where = short(record.location) if record.location else "unknown location"  # as the summary writes it
+        where = shown(record.location) if record.location else "unknown location"  # as the summary writes it
         if record.fell_back_to_eager and not record.recompile_limit_hit:
             self._notices.warn(
                 record.frame_id,

@@ -15,7 +15,7 @@ from telemetry_jit.notices import Notices
 from telemetry_jit.recording.first_steps import FirstStep
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.records import CompileRecord, CompileResources
-from telemetry_jit.terminal import clean, short
+from telemetry_jit.terminal import clean, shown
 
 _log = logging.getLogger("telemetry_jit")
 LARGE_COMPILE_BYTES = 2**30  # a compile whose host memory grows this much is said, however fast
@@ -134,7 +134,7 @@ class CompileConsole(CompileListener):
             fix = f"{cause.title} ({subject}). Fix: {cause.fix_for(stage, owner)} ({cause.doc})"
             said.append(fix if len(causes) == 1 else f"{count} of them: {fix}")
         frame = (
-            f"{record.frame or record.frame_id} ({short(record.location) if record.location else 'unknown location'})"
+            f"{record.frame or record.frame_id} ({shown(record.location) if record.location else 'unknown location'})"
         )
         self._notices.warn(
             record.frame_id,

@@ -13,6 +13,7 @@ import torch
 
 from telemetry_jit import CompileConsole, hook_trainer_cls
 from telemetry_jit.analysis.text import format_summary
+from tests import models
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
 from tests.words import flat
@@ -30,8 +31,8 @@ def test_a_slow_compile_is_announced_while_it_runs_and_timed(telemetry: Telemetr
     HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
     HookedTrainer(max_epochs=1, limit_train_batches=2, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
     lines = [r.getMessage() for r in caplog.records if r.name == "telemetry_jit"]
-    started = [line for line in lines if line.startswith("telemetry-jit: compiling forward (tests/models.py:")]
-    finished = [line for line in lines if line.startswith("telemetry-jit: compiled forward (tests/models.py:")]
+    started = [line for line in lines if line.startswith(f"telemetry-jit: compiling forward ({models.__file__}:")]
+    finished = [line for line in lines if line.startswith(f"telemetry-jit: compiled forward ({models.__file__}:")]
     assert started and finished
     assert float(finished[0].split("] in ", 1)[1].split(" s", 1)[0]) >= 1.3
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import telemetry_jit
-from telemetry_jit import JitConfig, hook_trainer_cls
+from telemetry_jit import JitConfig, cli, hook_trainer_cls
 from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun, read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.causes import normalize_reason
@@ -66,6 +67,8 @@ def assert_matches_torch(run: TelemetryRun, breaks_before: int = 0) -> list[Span
         # torch's own start and end (float seconds in nv-one-logger timestamps: sub-microsecond error)
         assert abs(span.start_unix_ns / 1000 - metric.start_time_us) <= 1
         assert abs(span.end_unix_ns / 1000 - metric.end_time_us) <= 1
+        # how long it compiled is torch's duration_us (shorter than the window: torch's bookkeeping of the metrics)
+        assert round(span.attributes["compile.duration_ms"] * 1000) == metric.duration_us
         parent = run.parent(span)
         assert parent is not None and parent.name in ("training_loop", "validation_loop", "testing_loop", "application")
     events = [e for s in spans for e in s.events if e.name == "graph_break"]
@@ -123,6 +126,42 @@ def test_graph_breaks_in_forward(telemetry: Telemetry, graph_break: str, reason:
     assert forward["compile.location"].startswith(__import__("tests.models").models.__file__)
     assert forward["train.stage"] == "train" and forward["train.global_step"] == 0
     assert forward["compile.time.dynamo_s"] > 0
+
+
+class _LogsInAProperty(torch.nn.Module):
+    """transformers' shape (GPT-2's loss_function warns once in a property): torch breaks the graph at the logging
+    call, and logs a second "graph break" for the trace it restarts, which it does not count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 1)
+
+    @property
+    def loss_kind(self) -> str:
+        logging.getLogger("a_users_library").warning("loss kind unset: mse")
+        return "mse"
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            self.lin(x)
+        _ = self.loss_kind
+        return self.lin(x) * 2
+
+
+def test_graph_breaks_are_the_ones_torch_counts_not_its_restarted_traces(
+    telemetry: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """torch's counters['graph_break'] (tlparse's too) is what 'graph breaks' means: the note torch logs for a trace
+    it restarts ("Encountered graph break that we cannot resume from") is no break of its own (the oracle's GPT-2:
+    20 said, 14 counted)."""
+    model = Net()
+    model.model = _LogsInAProperty()
+    with caplog.at_level(logging.CRITICAL, logger="a_users_library"):
+        run = fit(telemetry, model, loader(16, 4), jit=eager_jit(), epochs=1)
+    assert_matches_torch(run)
+    summary = summarize(run)
+    assert summary.digest.break_count == total_graph_breaks() > 0
+    assert cli.main(["check", str(telemetry.path), "--max-graph-breaks", str(total_graph_breaks())]) == 0
 
 
 @torch._dynamo.config.patch(automatic_dynamic_shapes=False)  # a static recompile compiles its own backward

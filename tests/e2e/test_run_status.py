@@ -59,6 +59,36 @@ def test_a_crash_anywhere_inside_fit_is_a_failed_run_the_gate_refuses(telemetry:
     assert cli(["check", str(telemetry.path), *BUDGET]) == 3
 
 
+class FailsAfterFit(Net):
+    """Trains well, then its validate/test/predict step raises (the oracle's conv1d_bn_predict_bug)."""
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        if not self.trainer.training:  # validate() after fit
+            raise ValueError("a bug in validation_step")
+        super().validation_step(batch, batch_idx)
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        raise ValueError("a bug in test_step")
+
+    def predict_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> Any:
+        raise ValueError("a bug in predict_step")
+
+
+@pytest.mark.parametrize("call", ["validate", "test", "predict"])
+def test_an_entry_point_that_raises_after_a_good_fit_fails_the_run(telemetry: Telemetry, call: str) -> None:
+    """Every Trainer entry point, not fit alone: a run whose predict() raised is failed, and check says exit 3."""
+    jit = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=jit, live=False)
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    model = FailsAfterFit()
+    trainer.fit(model, loader(16, 4))
+    with pytest.raises(ValueError, match=f"a bug in {call.replace('validate', 'validation')}"):
+        getattr(trainer, call)(model, loader(8, 4))
+    status = run_status(telemetry.end())
+    assert status.state == "failed" and "a bug in" in status.detail, status
+    assert cli(["check", str(telemetry.path), "--max-recompiles", "100"]) == 3
+
+
 def _empty_loader() -> DataLoader:
     return DataLoader(TensorDataset(torch.zeros(0, 8), torch.zeros(0, 1)), batch_size=4)
 

@@ -140,6 +140,26 @@ def test_a_guard_on_a_dynamic_size_is_named_not_other() -> None:
         assert found is not None and found.cause == "specialized", guard
 
 
+def test_a_batch_of_one_is_torchs_size_one_specialization_and_predict_keeps_every_sample() -> None:
+    """torch assumes a dynamic size is at least 2 (its 0/1 specialization): predict's last batch of one fails the
+    guard '2 <= x.size()[0]' (the oracle's conv1d_bn, gpt2, bert). It is named so, with a fix that never drops
+    predictions."""
+    classifier = RecompileClassifier()
+    classifier.observe("0", "predict", batch_index=0, batches=2, step=6)
+    found = classifier.observe(
+        "0",
+        "predict",
+        reason="0/4: 2 <= L['features'].size()[0]  # hidden = self.conv(features)",
+        is_recompile=True,
+        batch_index=1,
+        batches=2,
+        step=6,
+    )
+    assert found is not None and found.cause == "size_one"
+    assert "drop_last" not in CAUSES["size_one"].fix_for("predict")
+    assert "pad such a batch to two" in CAUSES["size_one"].fix_for("predict")
+
+
 def test_a_smaller_last_batch_of_a_loop_not_known_to_train_is_never_advised_drop_last(tmp_path: Path) -> None:
     """drop_last=True drops predictions (and evaluation's samples): it is advised only where the stage is known to
     train. A loop whose stage the file does not name (quickstart-cold-before-fix.jsonl with train.stage taken out:
@@ -177,3 +197,27 @@ def test_the_ci_gate_docs_show_what_diff_and_check_print_now(capsys: pytest.Capt
         for path, name in renamed.items():
             out = out.replace(str(DATA / name), path)
         assert out == printed, (command, out)
+
+
+@pytest.mark.parametrize(
+    ("recording", "backward_graphs"),
+    [
+        ("gpt2-backward-graphs.jsonl", (2, 4, 0)),
+        ("lstm-packed-backward-graphs.jsonl", (0, 0, 0)),
+        ("conv1d-bn-inductor-warm-backward-graphs.jsonl", (0, 0, 6)),
+    ],
+    ids=["gpt2", "lstm_packed", "conv1d_bn-inductor-warm-cache"],
+)
+def test_only_frames_that_need_a_backward_compile_one_within(
+    recording: str, backward_graphs: tuple[int, int, int]
+) -> None:
+    """The oracle's recordings (compilation spans, pared to the attributes read here), tlparse's aot_backward_graph
+    artifacts the truth. GPT-2: transformers' wrappers break at a logging call before any op, so their dynamic
+    recompiles hold an empty graph and no backward; tlparse found 6 (2 lazy, 4 within the network's and the loss's
+    recompiles) where the summary said 12. The LSTM over packed sequences: its compiled frame reads only the lengths
+    (no gradients), compiled static with no backward, then dynamic: none either, where the summary said 1. Issue
+    54's Conv1d model on inductor with a warm compile cache: each training compile loaded its backward graph with its
+    forward (two FX graphs hit), so none compiled at a first backward; tlparse found 6 where the summary said 0."""
+    (run,) = read_telemetry(DATA / recording)
+    digest = summarize(run).digest
+    assert (digest.backward_graphs, digest.backward_within, digest.backward_loaded) == backward_graphs

@@ -42,7 +42,8 @@ def forward(x: Any) -> Any:  # the user's frame dynamo compiles
     return x
 
 
-WHERE = f"forward (unit/test_dynamo_probe.py:{forward.__code__.co_firstlineno})"  # as the summary writes it
+# as the summary writes it: absolute, since tests run in a temporary folder (tests/conftest.py) it does not lie under
+WHERE = f"forward ({forward.__code__.co_filename}:{forward.__code__.co_firstlineno})"
 
 
 def inductor(gm: Any, inputs: Any) -> Any:  # the user's backend

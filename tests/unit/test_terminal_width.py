@@ -69,3 +69,21 @@ def test_a_real_terminal_is_read_for_its_width(tmp_path: Path) -> None:
     assert process.wait(timeout=60) == 0
     lines = output.decode().replace("\r\n", "\n").splitlines()
     assert len(lines) > 20 and max(len(line) for line in lines) <= 70, max(lines, key=len)
+
+
+@pytest.mark.any_torch
+def test_a_location_is_written_so_that_it_opens_where_the_command_runs(tmp_path: Path) -> None:
+    """Issue 54 item 10: as compilers print them, relative to the working directory where the file lies under it,
+    else absolute (another package's file): each opens from there, where 'folder/file.py:N' did not."""
+    from telemetry_jit.terminal import shown
+
+    mine = tmp_path / "project" / "models" / "net.py"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("x = 1\n")
+    elsewhere = Path(os.__file__).resolve()  # the standard library's: not under the working directory
+    os.chdir(tmp_path / "project")  # tests/conftest.py gives each test a working directory of its own
+    assert shown(f"{mine}:1") == "models/net.py:1"
+    assert shown(f"{elsewhere}:3") == f"{elsewhere}:3"
+    for location in (shown(f"{mine}:1"), shown(f"{elsewhere}:3")):
+        assert Path(location.rsplit(":", 1)[0]).is_file()
+    assert shown("<string>:4") == "<string>:4" and shown("models/net.py:1") == "models/net.py:1"

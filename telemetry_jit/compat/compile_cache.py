@@ -7,7 +7,9 @@ passes it to ``ChromiumEventLogger.log_instant_event`` under the name ``autograd
 ``fx_graph_cache_<state>``: the one call every release makes with the whole look-up. A part is a line
 ``[<hash>] <name>: <value>``. torch 2.13 and later compute AOTAutograd's parts only while its logger
 (``torch._functorch._aot_autograd.autograd_cache``) is open to DEBUG, as the dynamo probe's cache log tap
-opens it; inductor's are always computed.
+opens it; inductor's are always computed. torch 2.8 - 2.12 make AOTAutograd's event after compiling the graph
+it missed, so a miss is also read from torch's log (:func:`read_log`, fed by that log tap), where it is said before
+compiling: the key and its parts (the DEBUG record of the key's parts, then ``AOTAutograd cache miss for key``).
 
 The mega-cache: ``torch.compiler.load_cache_artifacts`` writes saved entries into these caches through
 ``CacheArtifactManager.populate_caches``, which returns their keys by kind; a later hit with one of those keys
@@ -19,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import importlib
+import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -60,6 +63,12 @@ class Lookup:
 Listener = Callable[[Lookup], None]
 _listeners: list[Listener] = []
 _installed: tuple[Any, Any] | None = None  # (our wrapper, what it wraps)
+AOT_LOGGER = "torch._functorch._aot_autograd.autograd_cache"
+_AOT_PARTS = "Autograd graph cache hash details for key"
+_AOT_MISS = "AOTAutograd cache miss for key"
+_PART_START = re.compile(r"\n(?=\[\w+\] [^:\n]+: )")  # a part's value may hold newlines (the graph's code)
+_aot_parts: tuple[str, str] = ("", "")  # the last key whose parts torch logged, and their text
+_told_from_log = ""  # the key of an AOTAutograd miss told from the log: its later event is not told again
 
 
 def watch(listener: Listener) -> bool:
@@ -129,9 +138,39 @@ def unwatch(listener: Listener) -> None:
             _installed = None
 
 
+def read_log(record: logging.LogRecord) -> None:
+    """Tell an AOTAutograd cache miss from torch's log records, as it is said, before the graph compiles (called
+    by a log tap for each record of :data:`AOT_LOGGER`; never raises)."""
+    global _aot_parts, _told_from_log
+    try:
+        if record.name != AOT_LOGGER or not _listeners or not isinstance(record.args, tuple) or not record.args:
+            return
+        message = str(record.msg)
+        if message.startswith(_AOT_PARTS) and len(record.args) == 2:
+            _aot_parts = (str(record.args[0]), str(record.args[1]))  # a LazyString: the parts' lines
+        elif message.startswith(_AOT_MISS):
+            key = str(record.args[0])
+            text = _aot_parts[1] if _aot_parts[0] == key else ""
+            _told_from_log = key
+            _tell_lookup(_lookup("aot_autograd", "miss", {"key": key, "components": _PART_START.split(text)}))
+    except Exception:  # noqa: BLE001, S110 - telemetry loses one look-up, the compile goes on
+        pass
+
+
 def _tell(event_name: str, metadata: Any) -> None:
+    global _told_from_log
     try:  # a reworded look-up must never fail the compile it describes
         lookup = parse_lookup(event_name, metadata)
+        if lookup is not None and (lookup.layer, lookup.state, lookup.key) == ("aot_autograd", "miss", _told_from_log):
+            _told_from_log = ""
+            return  # told already, from torch's log, before it compiled
+        _tell_lookup(lookup)
+    except Exception:  # noqa: BLE001, S110 - telemetry loses one look-up, the compile goes on
+        pass
+
+
+def _tell_lookup(lookup: Lookup | None) -> None:
+    try:
         if lookup is not None:
             for listener in list(_listeners):
                 listener(lookup)
@@ -145,14 +184,17 @@ def parse_lookup(event_name: str, metadata: Any) -> Lookup | None:
     if found is None or event_name[len(found[0]) :] not in _STATES:
         return None
     prefix, layer = found
-    info = metadata if isinstance(metadata, dict) else {}
+    return _lookup(layer, event_name[len(prefix) :], metadata if isinstance(metadata, dict) else {})
+
+
+def _lookup(layer: str, state: str, info: dict[str, Any]) -> Lookup:
     saved_ns = info.get("time_saved_ns")
     saved_ms = info.get("time_saved_ms")
     parts = parse_parts(info.get("components") or ())
     settings = {name: part for name, part in parts.items() if settings_group(name)}
     return Lookup(
         layer=layer,
-        state=event_name[len(prefix) :],
+        state=state,
         key=str(info.get("key") or ""),
         parts={name: part for name, part in parts.items() if name not in settings},
         settings=settings,

@@ -9,6 +9,7 @@ import contextlib
 import logging
 from typing import Any
 
+from telemetry_jit.compat import compile_cache
 from telemetry_jit.compat import torch as torch_compat
 
 
@@ -112,12 +113,14 @@ class DDPBucketLog(LogTap):
 
 class CacheBypassLog(LogTap):
     """Why the FX graph or AOTAutograd cache was bypassed, from torch's INFO lines. Open down to DEBUG: there
-    torch 2.13 and later compute the parts of AOTAutograd's cache keys (8-10 ms a graph)."""
+    torch 2.13 and later compute the parts of AOTAutograd's cache keys (8-10 ms a graph). Its records also tell
+    an AOTAutograd miss before the graph compiles (:func:`~telemetry_jit.compat.compile_cache.read_log`)."""
 
     def loggers(self) -> list[logging.Logger]:
         return [logging.getLogger(name) for name in torch_compat.CACHE_BYPASS_LOGGERS]
 
     def read(self, record: logging.LogRecord) -> None:
+        compile_cache.read_log(record)
         reason = torch_compat.parse_cache_bypass(record)
         if reason is not None:
             self.entries.append(reason)

@@ -310,3 +310,28 @@ def test_a_meter_that_fails_costs_one_warning_and_the_figures_not_the_compile(te
     assert len(model.losses) == 2
     compiles = telemetry.end().find("compilation")
     assert compiles and not any("compile.resources.cpu_time_s" in s.attributes for s in compiles)
+
+
+def test_a_compile_killed_by_the_oom_killer_in_a_memory_limited_cgroup_was_warned_about_before_the_kill() -> None:
+    """Staged for real (scripts/compile_oom_in_cgroup.py): a child cgroup of this process's own, limited to the
+    memory a fit's process uses plus 256 MB; its compile allocates until the kernel's OOM killer ends it. The
+    warning reads the cgroup's own limit (from /proc/self/cgroup, not TELEMETRY_JIT_MEMORY_LIMIT), names
+    TORCHINDUCTOR_COMPILE_THREADS, and is said after the fit starts and before the kill. Not ``any_torch``: the
+    compile window opens in torch's compile callbacks."""
+    script = Path(__file__).resolve().parents[2] / "scripts" / "compile_oom_in_cgroup.py"
+    env = {k: v for k, v in os.environ.items() if k != host.MEMORY_LIMIT_VARIABLE}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=180, env=env)
+    if done.returncode == 2:
+        pytest.skip(done.stdout.strip())  # no memory cgroup can be made here (not root, or no controller)
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr[-3000:]
+    assert "killed by SIGKILL" in out and "oom_kill 1" in out  # the kernel's OOM killer, not a timeout
+    (warned,) = [line for line in out.splitlines() if "of resident memory" in line]
+    assert "TORCHINDUCTOR_COMPILE_THREADS=1 (now 2)" in warned
+    assert re.search(
+        r"it may use \(the cgroup's memory\.(limit_in_bytes|max) \(/sys/fs/cgroup/.*telemetry-jit-oom-", warned
+    )
+    said = float(re.search(r"\[(\d+\.\d+)\]", warned).group(1))
+    started = float(re.search(r"fit starts (\d+\.\d+)", out).group(1))
+    killed = float(re.search(r"process ended at (\d+\.\d+)", out).group(1))
+    assert started < said < killed

@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from telemetry_jit.compat import compile_cache
+from telemetry_jit.probes.log_taps import CacheBypassLog
 
 GM = """GraphModule()
 
@@ -49,15 +50,25 @@ def test_other_events_and_unknown_states_are_not_look_ups() -> None:
     assert hit is not None and (hit.layer, hit.saved_s, hit.parts) == ("fx_graph", 2.5, {})
 
 
-def test_a_real_compile_hands_its_look_ups_to_the_watcher() -> None:
+def compile_watched(*taps: CacheBypassLog) -> list[compile_cache.Lookup]:
+    """The look-ups a real inductor compile hands the watcher (with ``taps`` installed meanwhile)."""
     seen: list[compile_cache.Lookup] = []
+    for tap in taps:
+        tap.install()
     compile_cache.watch(seen.append)
     try:
         torch._dynamo.reset()
         torch.compile(torch.nn.Linear(4, 4), backend="inductor")(torch.randn(2, 4))
     finally:
         compile_cache.unwatch(seen.append)
+        for tap in taps:
+            tap.uninstall()
         torch._dynamo.reset()
+    return seen
+
+
+def test_a_real_compile_hands_its_look_ups_to_the_watcher() -> None:
+    seen = compile_watched()
     assert seen and all(lookup.state in ("hit", "miss", "bypass") for lookup in seen)
     assert all(lookup.key for lookup in seen if lookup.state != "bypass")
     from torch._dynamo.utils import ChromiumEventLogger
@@ -76,3 +87,17 @@ def test_the_process_groups_a_graphs_collectives_name_are_a_part_of_their_own() 
     parts = compile_cache.parse_parts([f"[4sfbocuwcptxczysz2cypsqgoyupimm4kooiss7nycgo6wwjnc6] gm: {code}"])
     assert parts[compile_cache.PROCESS_GROUPS] == ("'1', '3'", "'1', '3'")
     assert compile_cache.PROCESS_GROUPS not in compile_cache.parse_parts(COMPONENTS)  # no collective, no part
+
+
+def test_an_aot_autograd_miss_is_told_once_with_its_parts_before_the_graph_compiles(tmp_path, monkeypatch) -> None:
+    """torch 2.8 - 2.12 hand AOTAutograd's look-up over only after compiling the graph it missed; its log says the
+    miss before (read by the cache log tap): told then, with the key's parts, before inductor's own look-ups made
+    while compiling that graph, and not told again when torch's event comes."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # an empty cache: every look-up misses
+    seen = compile_watched(CacheBypassLog())
+    layers = [(lookup.layer, lookup.state) for lookup in seen]
+    assert layers[0] == ("aot_autograd", "miss"), layers  # before the FX graph cache's look-ups inside its compile
+    assert "fx_graph" in {layer for layer, _ in layers}
+    aot = [lookup for lookup in seen if lookup.layer == "aot_autograd"]
+    assert len({lookup.key for lookup in aot}) == len(aot)  # each look-up told once
+    assert "gm" in aot[0].parts and aot[0].settings  # the key's parts, the settings apart

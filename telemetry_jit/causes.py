@@ -211,7 +211,8 @@ _SIZE_GUARD = re.compile(
     r"(?:<|>|==|!=|\bEq\(|\bNe\().*\.(?:size|stride)\(\)\[\d+\]|\.(?:size|stride)\(\)\[\d+\].*(?:<|>|==|!=)"
 )
 # torch's 0/1 specialization: a dynamic size is assumed at least 2, so a call of size 0 or 1 fails this guard
-_SIZE_ONE = re.compile(r"(?:^|[\s(])2 <= [^\s]*\.size\(\)\[\d+\]|\.size\(\)\[\d+\] >= 2\b")
+# (the sized value may be a resume function's, normalized with spaces: "2 <= an intermediate value[2].size()[0]")
+_SIZE_ONE = re.compile(r"(?:^|[\s(])2 <= [^<>=!]*\.size\(\)\[\d+\]|\.size\(\)\[\d+\] >= 2\b")
 
 
 def _guard_cause(guard: str) -> str:

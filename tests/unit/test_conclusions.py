@@ -156,6 +156,21 @@ def test_a_batch_of_one_is_torchs_size_one_specialization_and_predict_keeps_ever
         step=6,
     )
     assert found is not None and found.cause == "size_one"
+    # after a graph break the sized value is the resume function's (torch 2.15's text, from the oracle's lstm_packed)
+    classifier.observe("1", "predict", batch_index=0, batches=2, step=6)
+    found = classifier.observe(
+        "1",
+        "predict",
+        reason="1/4: 2 <= ___stack0[2].size()[0]  # _, (hidden, _) = self.rnn(packed)  # zoo.py:255 in "
+        "torch_dynamo_resume_in_forward_at_254 (user code shown is first use of this value--the guard itself is not "
+        "due user code but due to 0/1 specialization in the framework; to avoid specialization try "
+        "torch._dynamo.decorators.mark_unbacked(tensor, dim))",
+        is_recompile=True,
+        batch_index=1,
+        batches=2,
+        step=6,
+    )
+    assert found is not None and found.cause == "size_one", found
     assert "drop_last" not in CAUSES["size_one"].fix_for("predict")
     assert "pad such a batch to two" in CAUSES["size_one"].fix_for("predict")
 

@@ -464,6 +464,13 @@ def test_reader_rejects_binary_garbage_clearly(tmp_path: Path) -> None:
 
 
 @pytest.mark.any_torch
+def own_forward() -> Any:
+    """A Block's forward as a code object of its own."""
+    namespace: dict[str, Any] = {}
+    exec("def forward(self, x):\n    return torch.tanh(self.linear(x))\n", {"torch": torch}, namespace)
+    return namespace["forward"]
+
+
 def test_two_fits_in_two_threads_both_train_one_records_and_the_other_says_why(telemetry: Telemetry) -> None:
     HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
         pl.Trainer,
@@ -476,8 +483,12 @@ def test_two_fits_in_two_threads_both_train_one_records_and_the_other_says_why(t
 
     def fit(trainer: pl.Trainer) -> None:
         try:
+            model = Net()
+            # its own forward: dynamo keeps compiled code per code object, so with one shared forward whichever
+            # thread called first would compile it for both, and the recording fit might compile nothing
+            model.model.layer0.__class__ = type("OwnBlock", (type(model.model.layer0),), {"forward": own_forward()})
             started.wait()
-            trainer.fit(Net(), loader(32, 4))
+            trainer.fit(model, loader(32, 4))
         except BaseException as error:  # noqa: BLE001 - the test reports it
             errors.append(error)
 

@@ -219,14 +219,11 @@ class FileExporter(BaseExporter):
             if self.ready and self._fd is None:
                 self._next_reopen = 0.0
                 self._reopen_if_gone()  # a last try, so that the count of losses reaches the file
-            if self.ready and self._unreported_losses:
-                if self._fd is not None and self._append(self._loss_record()):
-                    self._unreported_losses = 0
-                else:
-                    self._warn(
-                        "lost at close",
-                        f"telemetry-jit: {self.lost_records} telemetry record(s) could not be written to {self.path}.",
-                    )
+            if self.ready and not self._report_losses():
+                self._warn(
+                    "lost at close",
+                    f"telemetry-jit: {self.lost_records} telemetry record(s) could not be written to {self.path}.",
+                )
             self._give_up_fd()
             super().close()  # under the lock: a record waiting for it finds the exporter closed
 
@@ -253,8 +250,7 @@ class FileExporter(BaseExporter):
             if not self.ready:
                 raise ExportError(f"FileExporter({self.path}) is not open")
             self._reopen_if_gone()
-            if self._fd is not None and self._unreported_losses and self._append(self._loss_record()):
-                self._unreported_losses = 0
+            self._report_losses()
             if self._fd is None or not self._append(lines):
                 self.lost_records += len(records)
                 self._unreported_losses += len(records)
@@ -284,6 +280,13 @@ class FileExporter(BaseExporter):
 
     def _line(self, record: dict[str, Any]) -> bytes:
         return (_encode(record)[:-1] + self._stamp).encode()
+
+    def _report_losses(self) -> bool:
+        """Write the count of records lost since it was last written, where the file is open; whether none is
+        left unwritten."""
+        if self._unreported_losses and self._fd is not None and self._append(self._loss_record()):
+            self._unreported_losses = 0
+        return not self._unreported_losses
 
     def _loss_record(self) -> bytes:
         return self._line({"kind": "records_lost", "count": self._unreported_losses})

@@ -114,8 +114,7 @@ class FileExporter(BaseExporter):
         me = self.identity.current()
         self.path = rank_file(self.base_path, me.rank, me.world_size)
         self.run_id = run_id or job_run_id()
-        self._fd: int | None = None  # None while open: the file was lost and could not be opened again yet
-        self._open = False  # between initialize and close
+        self._fd: int | None = None  # None while ready: the file was lost and could not be opened again yet
         self._next_reopen = 0.0  # monotonic time of the next try to open a lost file again
         self._fd_file: tuple[int, int] = (-1, -1)  # the open file's (device, inode): is the path still it?
         self._created = False
@@ -140,17 +139,16 @@ class FileExporter(BaseExporter):
 
     @override
     def initialize(self) -> None:
-        super().initialize()
         self._created = not self.path.exists()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._open_file(self.path)
-            self._open = True
         except OSError as error:  # what access() could not foresee: a read-only or virtual file system, root's access
             raise type(error)(
                 f"FileExporter cannot create {str(self.path)!r}: {error.strerror or error}. Choose a path in a folder "
                 "you can write to, e.g. file='runs/telemetry.jsonl'."
             ) from error
+        super().initialize()  # ready: from here until close, records are written or counted as lost
         self._write(_RUN_START)
 
     @override
@@ -215,23 +213,19 @@ class FileExporter(BaseExporter):
         with self._lock:
             self._next_reopen = 0.0  # a lost file is tried at once: the health record is the run's last word
         health = self._health_record()
-        if health is not None and self._open:
+        if health is not None and self.ready:
             self._write(health)
         with self._lock:
-            if self._open and self._fd is None:
+            if self.ready and self._fd is None:
                 self._next_reopen = 0.0
                 self._reopen_if_gone()  # a last try, so that the count of losses reaches the file
-            if self._open and self._unreported_losses:
-                if self._fd is not None and self._append(self._loss_record()):
-                    self._unreported_losses = 0
-                else:
-                    self._warn(
-                        "lost at close",
-                        f"telemetry-jit: {self.lost_records} telemetry record(s) could not be written to {self.path}.",
-                    )
-            self._open = False
+            if self.ready and not self._report_losses():
+                self._warn(
+                    "lost at close",
+                    f"telemetry-jit: {self.lost_records} telemetry record(s) could not be written to {self.path}.",
+                )
             self._give_up_fd()
-        super().close()
+            super().close()  # under the lock: a record waiting for it finds the exporter closed
 
     def _give_up_fd(self) -> None:
         """Close the descriptor and forget its number first: a number given up is never closed twice."""
@@ -253,11 +247,10 @@ class FileExporter(BaseExporter):
             self._follow_identity()
         lines = b"".join(self._line(record) for record in records)
         with self._lock:
-            if not self._open:
+            if not self.ready:
                 raise ExportError(f"FileExporter({self.path}) is not open")
             self._reopen_if_gone()
-            if self._fd is not None and self._unreported_losses and self._append(self._loss_record()):
-                self._unreported_losses = 0
+            self._report_losses()
             if self._fd is None or not self._append(lines):
                 self.lost_records += len(records)
                 self._unreported_losses += len(records)
@@ -287,6 +280,13 @@ class FileExporter(BaseExporter):
 
     def _line(self, record: dict[str, Any]) -> bytes:
         return (_encode(record)[:-1] + self._stamp).encode()
+
+    def _report_losses(self) -> bool:
+        """Write the count of records lost since it was last written, where the file is open; whether none is
+        left unwritten."""
+        if self._unreported_losses and self._fd is not None and self._append(self._loss_record()):
+            self._unreported_losses = 0
+        return not self._unreported_losses
 
     def _loss_record(self) -> bytes:
         return self._line({"kind": "records_lost", "count": self._unreported_losses})
@@ -343,7 +343,7 @@ class FileExporter(BaseExporter):
         self._stamp = "," + _encode({"run": self.run_id, **me.as_attributes(), "pid": os.getpid()})[1:] + "\n"
         target = rank_file(self.base_path, me.rank, me.world_size)
         with self._lock:
-            if target == self.path or not self._open:
+            if target == self.path or not self.ready:
                 return
             self._give_up_fd()
             source, self.path = self.path, target

@@ -325,36 +325,35 @@ class OTLPExporter(BaseExporter):
             )
         return self._meter_provider
 
+    def _warn(self, kind: str, message: str) -> None:
+        """Said once per ``kind``, on every rank (each has its own exporter), with no source line under it: the
+        warning is about telemetry itself."""
+        self._notices.warn(kind, message, every_rank=True, origin=NOWHERE)
+
     def _undelivered(self) -> None:
         """An export failed: said once, in words, with OpenTelemetry's own reason (its lines stay off the console)."""
         reason = self.settings.scrub(self._log_filter.first_reason) or "the collector refused them or did not answer"
-        self._notices.warn(
+        self._warn(
             "unreachable",
             f"telemetry-jit: {self!r} could not deliver spans ({reason}); they are kept (up to "
             f"{self.capacity}) and sent again after the next batch, training goes on. What was not "
             "delivered is counted at the end of the run.",
-            every_rank=True,
-            origin=NOWHERE,
         )
 
     def _metrics_undelivered(self, reason: str) -> None:
         """A metrics export failed: said once (a backend that takes traces only answers 405 every time)."""
-        self._notices.warn(
+        self._warn(
             "metrics undelivered",
             f"telemetry-jit: {self!r} could not deliver metrics to {redact_url(self.settings.metrics_endpoint)!r} "
             f"({self.settings.scrub(reason or self._log_filter.metrics_reason) or 'no answer'}); "
             "training goes on, and the run file's health record counts the failed exports. metrics=False or "
             "OTEL_METRICS_EXPORTER=none stops sending them.",
-            every_rank=True,
-            origin=NOWHERE,
         )
 
     def _refused(self, what: str) -> None:
-        self._notices.warn(
+        self._warn(
             "refused",
             f"telemetry-jit: {self!r}: {self.settings.scrub(what)}; it is dropped and counted, the other spans go on.",
-            every_rank=True,
-            origin=NOWHERE,
         )
 
     def delivery(self) -> dict[str, int]:
@@ -509,11 +508,9 @@ class OTLPExporter(BaseExporter):
         untap_sdk_loggers(self._log_filter)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
-            self._notices.warn(
+            self._warn(
                 "undelivered" if self.dropped else "recovered",
                 f"telemetry-jit: {self!r}: {self.account()}",
-                every_rank=True,
-                origin=NOWHERE,
             )
         super().close()
 

@@ -4,9 +4,11 @@ local store), at the steps the compiles happened."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,28 @@ def _expected(run: telemetry_jit.analysis.reader.TelemetryRun) -> dict[int, floa
             step -= 1
         by_step[step] += span.attributes["compile.duration_ms"] / 1000
     return dict(by_step)
+
+
+@contextlib.contextmanager
+def _torchs_own_account() -> Iterator[dict[str, Any]]:
+    """What torch itself records while the block runs, independent of telemetry-jit: the id of every frame Dynamo
+    compiles (its start callbacks) and the graph breaks it counts."""
+    from torch._dynamo.callback import CallbackTrigger, callback_handler
+    from torch._dynamo.utils import counters
+
+    said: dict[str, Any] = {"compile_ids": []}
+
+    def started(args: Any) -> None:
+        if args.callback_trigger == CallbackTrigger.DYNAMO:
+            said["compile_ids"].append(str(args.compile_id))
+
+    breaks = sum(counters["graph_break"].values())
+    callback_handler.register_start_callback(started)
+    try:
+        yield said
+    finally:
+        callback_handler.remove_start_callback(started)
+        said["graph_breaks"] = sum(counters["graph_break"].values()) - breaks
 
 
 Logged = dict[str, dict[int, list[float]]]  # figure -> step -> every value logged at that step
@@ -113,10 +137,20 @@ def test_csv_logger_holds_the_compile_figures_at_their_steps(telemetry: Telemetr
     from lightning.pytorch.loggers import CSVLogger
 
     logger = CSVLogger(tmp_path / "csv", name="run")
-    run = _fit(telemetry, logger)
+    with _torchs_own_account() as torch_said:
+        run = _fit(telemetry, logger)
     logged, columns = _csv_figures(Path(logger.log_dir) / "metrics.csv")
     assert "val_loss" in columns  # the user's own metrics are still there
     _check(logged, run)
+    # the run's totals as torch itself counted them: its frame compiles (compile ids), recompiles (an id's
+    # attempt above 0) and graph breaks (counters["graph_break"])
+    last = {key: by_step[max(by_step)][0] for key, by_step in logged.items()}
+    assert (last["compile/frame_compiles"], last["compile/recompiles"], last["compile/graph_breaks"]) == (
+        len(torch_said["compile_ids"]),
+        len([i for i in torch_said["compile_ids"] if not i.endswith("/0")]),
+        torch_said["graph_breaks"],
+    )
+    assert last["compile/frame_compiles"] > last["compile/recompiles"] > 0 and last["compile/graph_breaks"] > 0
 
 
 def test_mlflow_holds_the_compile_figures_at_their_steps(

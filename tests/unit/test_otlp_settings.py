@@ -8,6 +8,7 @@ import sys
 import warnings
 
 import pytest
+from opentelemetry.util.re import parse_env_headers
 
 from telemetry_jit.exporters.otlp_settings import (
     OTLPOptions,
@@ -179,6 +180,13 @@ def test_arguments_win_and_are_checked_alike(monkeypatch: pytest.MonkeyPatch) ->
 def test_headers_are_read_as_opentelemetry_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20SECRET, x-team = jit")
     assert dict(resolve().headers) == {"authorization": "Bearer SECRET", "x-team": "jit"}
+
+
+def test_a_headers_variable_is_malformed_where_opentelemetrys_parser_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's parser decides (a name given twice is no error to it: the last value wins), not a count of commas."""
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=a, X-Team=b,,")
+    assert dict(resolve().headers) == {"x-team": "b"}
+    assert dict(parse_env_headers("x-team=a, X-Team=b,,", liberal=True)) == {"x-team": "b"}
 
 
 def test_secrets_stay_out_of_every_representation(monkeypatch: pytest.MonkeyPatch) -> None:

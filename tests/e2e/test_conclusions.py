@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit.analysis.summary import summarize, summary_json
+from telemetry_jit.causes import CAUSES
 from telemetry_jit.recording.console import CompileConsole
 from tests.e2e.conftest import Telemetry
 from tests.e2e.test_truth import Regressor, data, hooked, run_after_the_fix, said
@@ -88,6 +89,25 @@ def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never
     assert "another guard failed" not in out and "compile with dynamic=True" not in out
     # torch 2.8's Conv1d does not guard the batch size: the last batch recompiles nothing, and nothing is advised
     assert ("dynamic=True does not help here" in out) == bool(rows), (rows, out)
+
+
+def test_a_batch_of_one_under_dynamic_true_is_size_one_as_torchs_own_guard_failure_says(telemetry: Telemetry) -> None:
+    """13 samples in batches of 4 with dynamic=True: the last batch holds one sample, and torch's 0/1 specialization
+    (a dynamic size is at least 2) recompiles it. torch's own record of each guard that failed
+    (torch._dynamo.utils.guard_failures) is the truth: the summary's size_one recompiles are those it records, and
+    no other cause is said for them. (A batch of 8 for the 8 features would fail another guard: duck sizing gives
+    both dimensions one symbol, which the first Linear's weight fixes at 8.)"""
+    failures = torch._dynamo.utils.guard_failures
+    before = {code: len(reasons) for code, reasons in failures.items()}
+    hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(13, 4))
+    run = telemetry.end()
+    torchs = [reason for code, reasons in failures.items() for reason in reasons[before.get(code, 0) :]]
+    size_one = [reason for reason in torchs if re.search(r"2 <= .*\.size\(\)\[0\]|\.size\(\)\[0\] >= 2", reason)]
+    assert size_one and len(size_one) == len(torchs), torchs
+    rows = [row for row in summarize(run).causes if not row.expected]
+    assert [(row.cause, row.count) for row in rows] == [("size_one", len(size_one))], (rows, torchs)
+    status, out = said("summary", str(telemetry.path))
+    assert CAUSES["size_one"].title.split(":")[0] in out and "dynamic=True does not help here" not in out, out
 
 
 # -- whose code a graph break is in ------------------------------------------------------------------------

@@ -4,11 +4,13 @@ line, the gate's budgets (issue 54)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,13 +68,25 @@ def sequences(samples: int, batch: int) -> DataLoader:
     return DataLoader(TensorDataset(x, x.sum(dim=(1, 2)).unsqueeze(1)), batch_size=batch)
 
 
+@contextlib.contextmanager
+def guard_failures() -> Iterator[list[str]]:
+    """torch's own record of the guards that failed while the block ran (torch._dynamo.utils.guard_failures: one
+    reason per recompile), filled in when the block ends."""
+    failures = torch._dynamo.utils.guard_failures
+    before = {code: len(reasons) for code, reasons in failures.items()}
+    found: list[str] = []
+    yield found
+    found += [reason for code, reasons in failures.items() for reason in reasons[before.get(code, 0) :]]
+
+
 def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never_advised(telemetry: Telemetry) -> None:
     """dynamic=True, the fix the first summary names for a smaller last batch, is on: torch's Conv1d still guards
     the batch size (16 <= x.size()[0]), and the last batch of 12 recompiles. The span says the options it compiled
     with; the cause is the guard on a dynamic size, not "another guard failed", and its fix is not dynamic=True."""
-    hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(
-        Regressor(ConvClassifier()), sequences(44, 16)
-    )
+    with guard_failures() as torchs:
+        hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(
+            Regressor(ConvClassifier()), sequences(44, 16)
+        )
     run = telemetry.end()
     frames = [span.attributes for span in run.find("compilation") if span.attributes["compile.trigger"] == "dynamo"]
     assert {(span["compile.dynamic"], span["compile.fullgraph"]) for span in frames} == {("true", False)}
@@ -84,6 +98,9 @@ def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never
         assert "input_shapes" in frames[0]["compile.unavailable"], frames[0]
     rows = [row for row in summarize(run).causes if not row.expected]
     assert all(row.cause == "specialized" and "x.size()[0]" in row.reasons[0] for row in rows), rows
+    # torch's record: each recompile a guard on the dynamic batch size that failed, as many as the summary counts
+    assert sum(row.count for row in rows) == len(torchs), (rows, torchs)
+    assert all(re.search(r"(<|>|Eq\(|Ne\().*\bx'?\]?\.size\(\)\[0\]", reason) for reason in torchs), torchs
     assert rows or not torch.__version__.startswith("2.13"), "torch 2.13's Conv1d guards the batch size (16 <= ...)"
     status, out = said("summary", str(telemetry.path))
     assert "another guard failed" not in out and "compile with dynamic=True" not in out
@@ -97,11 +114,9 @@ def test_a_batch_of_one_under_dynamic_true_is_size_one_as_torchs_own_guard_failu
     (torch._dynamo.utils.guard_failures) is the truth: the summary's size_one recompiles are those it records, and
     no other cause is said for them. (A batch of 8 for the 8 features would fail another guard: duck sizing gives
     both dimensions one symbol, which the first Linear's weight fixes at 8.)"""
-    failures = torch._dynamo.utils.guard_failures
-    before = {code: len(reasons) for code, reasons in failures.items()}
-    hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(13, 4))
+    with guard_failures() as torchs:
+        hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(13, 4))
     run = telemetry.end()
-    torchs = [reason for code, reasons in failures.items() for reason in reasons[before.get(code, 0) :]]
     size_one = [reason for reason in torchs if re.search(r"2 <= .*\.size\(\)\[0\]|\.size\(\)\[0\] >= 2", reason)]
     assert size_one and len(size_one) == len(torchs), torchs
     rows = [row for row in summarize(run).causes if not row.expected]

@@ -351,23 +351,11 @@ class RunDigest:
         self.backward_graphs += trigger == "lazy_backward"
         if trigger == "lazy_backward":
             self._backward_ids.add(compile_id)
-        elif trigger == "dynamo" and stage == "train" and _backward_from_cache(attributes):
-            self._cached_backward.add(compile_id)
-        elif (
-            trigger == "dynamo"
-            and stage == "train"
-            and _DYNAMIC_DIM.search(str(attributes.get(CompileAttr.INPUT_SHAPES)))
-            # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
-            and attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
-        ):
-            self._dynamic_train.add(compile_id)
-        elif trigger == "dynamo" and stage == "train" and attributes.get(CompileAttr.INPUT_SHAPES):
-            self._static_train_frames.add(compile_id.rsplit("/", 1)[0])
+        elif trigger == "dynamo" and stage == "train":
+            self._training_frame_compile(compile_id, attributes)
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
-        if trigger == "dynamo" and stage == "train" and _without_shapes(attributes):
-            self._unknown_train.add(compile_id)
         key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), _outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
@@ -396,6 +384,21 @@ class RunDigest:
         self._sequence(span, label, compile_id, trigger, cause, recompile)
         self.resources.add(span)
         self.residual.add(span)
+
+    def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
+        """Note what a frame compile while training tells of its backward graph: loaded from the cache with it,
+        compiled within it (a dynamic input dimension), compiled at the first backward (static), or unknown."""
+        shapes = attributes.get(CompileAttr.INPUT_SHAPES)
+        # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
+        has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
+        if _backward_from_cache(attributes):
+            self._cached_backward.add(compile_id)
+        elif _DYNAMIC_DIM.search(str(shapes)) and has_ops:
+            self._dynamic_train.add(compile_id)
+        elif shapes:
+            self._static_train_frames.add(compile_id.rsplit("/", 1)[0])
+        if has_ops and "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ()):  # torch 2.8 records none
+            self._unknown_train.add(compile_id)
 
     def _frame_row(self, attributes: Mapping[str, Any]) -> FrameRow:
         key = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
@@ -646,13 +649,6 @@ class RunDigest:
 
 # causes met in one kind of stage only (or named for it): their name says where
 ONE_KIND = frozenset(("eval_shape", "stage_switch", "inference_mode", "tuner", "shared_code"))
-
-
-def _without_shapes(attributes: Mapping[str, Any]) -> bool:
-    """A frame compile whose torch did not record its input shapes (torch 2.8), and whose graph may hold an op (one
-    with none compiled no backward)."""
-    unrecorded = "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ())
-    return unrecorded and attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
 
 
 def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classified | None:

@@ -33,6 +33,7 @@ from telemetry_jit.breaks import (
 from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
+    LOOP_SPAN_NAMES,
     CompileAttr,
     DdpAttr,
     GraphBreakAttr,
@@ -667,7 +668,7 @@ def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
     for _ in range(64):  # a cycle in a damaged file must not hang the reader
         if parent is None:
             break
-        if parent.name in _LOOPS:
+        if parent.name in LOOP_SPAN_NAMES:
             loops.append(parent)
         parent = others.get(parent.parent_id or "")
     return loops
@@ -687,16 +688,6 @@ def _outermost_loop(loops: list[SpanRecord]) -> str:
     validation), ``""`` for none."""
     inside = [loop for loop in loops if loop.name != TrainingSpanName.APPLICATION]
     return inside[-1].span_id if inside else ""
-
-
-_LOOPS = frozenset(
-    (
-        TrainingSpanName.TRAINING_LOOP,
-        TrainingSpanName.VALIDATION_LOOP,
-        TrainingSpanName.TESTING_LOOP,
-        TrainingSpanName.APPLICATION,
-    )
-)
 
 
 def _whole(value: object) -> int | None:

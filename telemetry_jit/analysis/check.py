@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from telemetry_jit.analysis.diff import EXPECTED, RunFigures, cause_words, figures
+from telemetry_jit.analysis.diff import EXPECTED, RunDiff, RunFigures, cause_words, figures
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.summary import summarize
@@ -157,8 +157,10 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
         broken += [fallback_line(fallback, new.last_step) for fallback in new.fallbacks]
         broken += [found.words() for found in new.not_compiled]
     if budget.no_new_recompile_causes and baseline is not None:
-        for cause, count in sorted(new.causes.items()):
-            if cause not in baseline.causes and not cause.endswith(EXPECTED):
+        # as diff says them: a recompile the baseline met too (the same frame, stage, step and batch) under
+        # another cause's name is no new one
+        for cause, count in RunDiff(baseline, new).new_causes.items():
+            if not cause.endswith(EXPECTED):
                 broken.append(
                     f"new recompile cause {cause_words(cause)} ({counted(count, 'recompile')}, not in the baseline): "
                     f"{CAUSES[cause.split(' ', 1)[0]].title}"

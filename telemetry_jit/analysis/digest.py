@@ -41,23 +41,12 @@ from telemetry_jit.schema import (
     TrainAttr,
     TrainingSpanName,
 )
-from telemetry_jit.terminal import short, shown
+from telemetry_jit.terminal import frame_label, frame_shown, short
 
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
 MAX_NAMES = 50  # frames that missed the caches, reasons kept per row
 Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by id
-
-
-def frame_label(frame: object, location: object) -> str:
-    """``frame (file:line)``, the path cut to its last two parts: how tables and comparisons name a frame
-    (a baseline recorded in another checkout has other absolute paths)."""
-    return f"{frame or '?'} ({short(str(location or ''))})"
-
-
-def frame_shown(frame: object, location: object) -> str:
-    """``frame (file:line)`` as the user reads it: the location opens where the command runs (``shown``)."""
-    return f"{frame or '?'} ({shown(str(location or ''))})"
 
 
 def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:

@@ -100,7 +100,8 @@ def check(
     ):
         if asked and not baselines:
             raise CannotTell(f"{option} compares with a baseline run: pass --baseline FILE.")
-    judged = {id(run): figures(summarize(run)) for run in [*runs, *baselines]}
+    summaries = {id(run): summarize(run) for run in [*runs, *baselines]}
+    judged = {key: figures(summary) for key, summary in summaries.items()}
     for name, checked in (("the run", runs), ("the baseline", baselines)):
         for run in checked:
             status = judged[id(run)].status
@@ -118,7 +119,7 @@ def check(
     for run in runs:
         prefix = f"rank {run.rank}: " if len(runs) > 1 else ""
         reference = by_rank.get(run.rank, judged[id(baselines[0])] if baselines else None)
-        loop = summarize(run).loop_words
+        loop = summaries[id(run)].loop_words
         broken += [prefix + reason for reason in _check_one(judged[id(run)], budget, reference, loop)]
     if len({run.rank for run in runs}) > 1:
         broken += _check_fleet(runs, budget)

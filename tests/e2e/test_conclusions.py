@@ -24,7 +24,7 @@ import telemetry_jit
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.recording.console import CompileConsole
-from tests.e2e.conftest import Telemetry
+from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.e2e.test_truth import Regressor, data, hooked, run_after_the_fix, said
 from tests.models import TRAINER_DEFAULTS
 from tests.words import flat
@@ -266,6 +266,22 @@ def test_fit_validate_test_predict_say_where_to_read_once_and_write_each_locatio
     status, out = said("summary", str(telemetry.path))
     written |= set(re.findall(r"forward \(([^()]*\.py:\d+)\)", out))
     assert len(written) == 1 and console and limit, (written, console)
+
+
+def test_a_new_session_writing_the_same_file_says_where_to_read_it_again(
+    telemetry: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A notebook's second attempt (shutdown, configure with the same file, fit again) is a new run: its session
+    says where to read it, once, as the first did; what was said belongs to the session, not the process."""
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(16, 8))
+    telemetry.end()
+    fresh_provider_state()
+    again = Telemetry(telemetry_jit.configure("again", file=telemetry.path), telemetry.path)
+    for _ in range(2):
+        hooked(again)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(16, 8))
+    again.end()
+    hints = [record.getMessage() for record in caplog.records if "read it with" in record.getMessage()]
+    assert len(hints) == 2 and len(telemetry_jit.read_telemetry(telemetry.path)) == 2, hints
 
 
 # -- backward graphs: those compiled at a first backward, and those compiled within their frame's compile ---------

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain, without_line
-from telemetry_jit.analysis.digest import ONE_KIND, Fallback, Occasion
+from telemetry_jit.analysis.digest import EXPECTED, ONE_KIND, Fallback, Occasion
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
 from telemetry_jit.records import CompiledBefore, NotCompiled, Payoff
 
 BreakKey = tuple[str, str]  # (file:line as tables show it, the first line of torch's reason)
-EXPECTED = " (expected)"  # how a cause's expected price is keyed apart: "stage_switch (expected)"
 
 
 @dataclass

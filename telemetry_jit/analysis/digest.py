@@ -85,6 +85,7 @@ class FrameRow:
         return frame_label(self.frame, self.location)
 
 
+EXPECTED = " (expected)"  # how a cause's expected price is keyed apart: "stage_switch (expected)"
 _DYNAMIC_DIM = re.compile(r"\bs\d+\b")  # a symbol in an input's shape (compile.input_shapes): a dynamic dimension
 Occasion = tuple[str, str, int, "int | None"]  # a recompile's frame (without its line), stage, global step, batch
 
@@ -124,7 +125,7 @@ class CauseRow:
         """How diff and check key it: with its kind of stage where it has two (``last_batch in eval``), the
         expected price apart (``stage_switch (expected)``)."""
         name = self.cause + ("" if self.kind == "train" or self.cause in ONE_KIND else f" in {self.kind}")
-        return name + (" (expected)" if self.expected and not self.unexpected else "")
+        return name + (EXPECTED if self.expected and not self.unexpected else "")
 
     @property
     def fix(self) -> str:

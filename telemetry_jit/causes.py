@@ -198,8 +198,6 @@ EXPECTED_CAUSES = frozenset(
     ("stage_switch", "module_mode", "shared_code", "inference_mode", "tuner", "trainable_params")
 )
 
-# causes read from a size mismatch: with every dimension compiled dynamic (dynamic=True), torch fixed that one
-_SIZE_CAUSES = frozenset(("last_batch", "eval_shape", "changing_dim"))
 _COMPILE_ID = re.compile(r"^\s*\[?!?\d+(?:/\d+)+\]?:\s*")
 _SOURCE_COMMENT = re.compile(r"\s+#.*$")
 _SIZE = re.compile(
@@ -213,11 +211,6 @@ _SIZE_GUARD = re.compile(
 # torch's 0/1 specialization: a dynamic size is assumed at least 2, so a call of size 0 or 1 fails this guard
 # (the sized value may be a resume function's, normalized with spaces: "2 <= an intermediate value[2].size()[0]")
 _SIZE_ONE = re.compile(r"(?:^|[\s(])2 <= [^<>=!]*\.size\(\)\[\d+\]|\.size\(\)\[\d+\] >= 2\b")
-
-
-def _guard_cause(guard: str) -> str:
-    """A guard on a dynamic size: torch's 0/1 specialization (a batch of one), or a size or range the code needs."""
-    return "size_one" if _SIZE_ONE.search(guard) else "specialized"
 
 
 _TENSOR_PROPERTY = re.compile(r"tensor '(.+?)' (dtype|device|requires_grad|dispatch key set|rank) mismatch")
@@ -290,6 +283,55 @@ class _FrameHistory:
     causes: Counter[str] = field(default_factory=Counter)  # its recompiles' causes so far
 
 
+@dataclass(frozen=True)
+class _Sizes:
+    """Reads a recompile's size guard in the light of its frame's history and the batch it happened in."""
+
+    history: _FrameHistory
+    dynamic: str  # the option the frame compiled with: "true", "false", "auto", "" unknown
+    mode: str  # "train" / "eval"
+    batch: _Batch | None
+    batch_index: int | None
+    batches: int | None
+
+    def cause(self, subject: str) -> str:
+        """The cause of a failed guard on a size (``""`` for a guard on none): a static size that changed (the
+        last batch, evaluation's shapes, a changing dimension); with the dimension compiled dynamic (dynamic=True,
+        or a guard on its range), a size or range the compiled code needs (``specialized``; ``size_one`` for
+        torch's 0/1 specialization)."""
+        size = _SIZE.search(subject)
+        if size is not None:
+            static = self._static(size)  # noted in the frame's history whatever the option
+            return "specialized" if self.dynamic == "true" else static
+        if _SIZE_GUARD.search(subject):
+            return "size_one" if _SIZE_ONE.search(subject) else "specialized"
+        return ""
+
+    def _static(self, size: re.Match[str]) -> str:
+        dim = (size["name"], size["dim"])
+        seen = (*dim, self.mode) in self.history.changed_dims
+        first = self.history.changed_dims.setdefault((*dim, self.mode), self.batch)
+        # changed in an earlier batch of this mode (the same batch met again by another caller of the code is the
+        # same change; the other mode's loop has a last batch of its own)
+        changed_before = seen and (self.batch is None or first != self.batch)
+        smaller = int(size["actual"]) < int(size["expected"])
+        last = self.batches is not None and self.batches > 1 and self.batch_index == self.batches - 1
+        if smaller and last and not changed_before:
+            return "last_batch"
+        actual = (*dim, size["actual"])
+        if self.mode == "eval":
+            if actual in self.history.train_sizes:  # a size training has had: the dimension changed for both
+                return "changing_dim"
+            if "train" in self.history.stages:
+                self.history.eval_sizes.add(actual)
+                return "eval_shape"
+            return "changing_dim"
+        if actual in self.history.eval_sizes:  # training meets a size evaluation left (a cached mask)
+            return "eval_shape"
+        self.history.train_sizes.update({(*dim, size["expected"]), actual})
+        return "changing_dim"
+
+
 class RecompileClassifier:
     """Assigns each recompile one cause; feed it every compile of a run in the order they started.
 
@@ -331,11 +373,13 @@ class RecompileClassifier:
         if not is_recompile:
             return None
         in_first_batch = batch is not None and not first_in_mode and history.first_batches.get(mode) == batch
-        classified = self._classify(
-            history, normalize_reason(reason), stage, mode, limit_hit, batch, in_first_batch, batch_index, batches
-        )
-        if classified.cause == "other" or (classified.cause in _SIZE_CAUSES and dynamic == "true"):
-            classified = self._reclassify(history, classified, reasons, dynamic, mode, batch, batch_index, batches)
+        sizes = _Sizes(history, dynamic, mode, batch, batch_index, batches)
+        classified = self._classify(history, normalize_reason(reason), stage, mode, limit_hit, in_first_batch, sizes)
+        if classified.cause == "other":  # another cache entry's reason may name the size that changed
+            for subject in map(normalize_reason, reasons):
+                if sized := sizes.cause(subject):
+                    classified = Classified(sized, subject)
+                    break
         history.causes[classified.cause] += 1
         return classified
 
@@ -346,10 +390,8 @@ class RecompileClassifier:
         stage: str,
         mode: str,
         limit_hit: bool,
-        batch: _Batch | None,
         in_first_batch: bool,
-        batch_index: int | None,
-        batches: int | None,
+        sizes: _Sizes,
     ) -> Classified:
         if limit_hit:
             behind = [cause for cause, _ in history.causes.most_common() if cause not in EXPECTED_CAUSES]
@@ -373,8 +415,8 @@ class RecompileClassifier:
             if changed is not None:
                 history.changed_properties.add((changed[1], changed[2]))
             return Classified("shared_code", subject, expected=True)
-        if size is not None:
-            return Classified(self._size_cause(history, size, mode, batch, batch_index, batches), subject)
+        if sized := sizes.cause(subject):
+            return Classified(sized, subject)
         if changed is not None:
             if (changed[1], changed[2]) in history.changed_properties:
                 # it alternates between callers: torch named the first guard of one cache entry, and
@@ -382,68 +424,8 @@ class RecompileClassifier:
                 return Classified("other", subject)
             history.changed_properties.add((changed[1], changed[2]))
             return Classified("tensor_property", subject)
-        if _SIZE_GUARD.search(subject):  # a dynamic dimension's size outside what the compiled code allows
-            return Classified(_guard_cause(subject), subject)
         if subject.startswith(_BREAK_VALUE) and _NUMBER.search(subject):
             return Classified("break_value", subject)
         if _NUMBER.search(subject) or _STRING.search(subject) or _ATTRIBUTE.search(subject):
             return Classified("python_value", subject)
         return Classified("other", subject)
-
-    def _reclassify(
-        self,
-        history: _FrameHistory,
-        classified: Classified,
-        reasons: Sequence[str],
-        dynamic: str,
-        mode: str,
-        batch: _Batch | None,
-        batch_index: int | None,
-        batches: int | None,
-    ) -> Classified:
-        """What a size guard means where the first reading could not tell: a dimension compiled dynamic (the
-        option on, or a guard on its range) that torch fixed or bounded; a property alternating between callers
-        whose other entries name the size that changed."""
-        if classified.cause in _SIZE_CAUSES:
-            return Classified("specialized", classified.subject)
-        for other in reasons:
-            subject = normalize_reason(other)
-            size = _SIZE.search(subject)
-            if size is not None:
-                if dynamic == "true":
-                    return Classified("specialized", subject)
-                return Classified(self._size_cause(history, size, mode, batch, batch_index, batches), subject)
-            if _SIZE_GUARD.search(subject):
-                return Classified(_guard_cause(subject), subject)
-        return classified
-
-    @staticmethod
-    def _size_cause(
-        history: _FrameHistory,
-        size: re.Match[str],
-        mode: str,
-        batch: _Batch | None,
-        batch_index: int | None,
-        batches: int | None,
-    ) -> str:
-        dim = (size["name"], size["dim"])
-        seen = (*dim, mode) in history.changed_dims
-        first = history.changed_dims.setdefault((*dim, mode), batch)
-        # changed in an earlier batch of this mode (the same batch met again by another caller of the code is the
-        # same change; the other mode's loop has a last batch of its own)
-        changed_before = seen and (batch is None or first != batch)
-        smaller = int(size["actual"]) < int(size["expected"])
-        if smaller and batches is not None and batches > 1 and batch_index == batches - 1 and not changed_before:
-            return "last_batch"
-        actual = (*dim, size["actual"])
-        if mode == "eval":
-            if actual in history.train_sizes:  # a size training has had: the dimension changed for both
-                return "changing_dim"
-            if "train" in history.stages:
-                history.eval_sizes.add(actual)
-                return "eval_shape"
-            return "changing_dim"
-        if actual in history.eval_sizes:  # training meets a size evaluation left (a cached mask)
-            return "eval_shape"
-        history.train_sizes.update({(*dim, size["expected"]), actual})
-        return "changing_dim"

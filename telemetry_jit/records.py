@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Literal
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
 from telemetry_jit.schema import CompiledBeforeAttr, FallbackAttr, NotCompiledAttr, PayoffAttr, ResourceAttr
-from telemetry_jit.terminal import counted, shown
+from telemetry_jit.terminal import counted, frame_shown
 
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
@@ -374,7 +374,7 @@ class CompiledBefore:
     locations: tuple[str, ...] = ()  # where each is defined, "file:line"
 
     def words(self) -> str:
-        listed = ", ".join(f"{name} ({shown(where)})" for name, where in zip(self.names, self.locations, strict=False))
+        listed = ", ".join(frame_shown(name, where) for name, where in zip(self.names, self.locations, strict=False))
         more = f" and {self.frames - len(self.names)} more" if self.frames > len(self.names) else ""
         return (
             f"this run began in a process that had already compiled {counted(self.frames, 'frame')} "

@@ -107,6 +107,7 @@ class Session:
         self.configuration = configuration
         self.inert = inert  # why this session records nothing, or ""
         self._ended = bool(inert)
+        self.said_where = False  # its reading hint said (once: fit, then validate, test and predict share its file)
 
     def __repr__(self) -> str:
         state = f"inert: {self.inert}" if self.inert else "ended" if self._ended else "recording"

@@ -36,6 +36,17 @@ def shown(location: str) -> str:
     return location if relative.startswith(os.pardir) else f"{relative}:{line}"
 
 
+def frame_label(frame: object, location: object) -> str:
+    """``frame (file:line)``, the path cut to its last two parts (:func:`short`): how tables and comparisons name
+    a frame (a baseline recorded in another checkout has other absolute paths)."""
+    return f"{frame or '?'} ({short(str(location or ''))})"
+
+
+def frame_shown(frame: object, location: object) -> str:
+    """``frame (file:line)`` as the user reads it: the location opens where the command runs (:func:`shown`)."""
+    return f"{frame or '?'} ({shown(str(location or ''))})"
+
+
 def error_text(error: BaseException) -> str:
     """``Type: message``, or the type alone for an exception that says nothing (Ctrl-C, SIGTERM, a bare
     ``assert``): what messages and records show of an error."""

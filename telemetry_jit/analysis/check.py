@@ -6,7 +6,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from telemetry_jit.analysis.diff import EXPECTED, RunFigures, cause_words, figures
+from telemetry_jit.analysis.diff import EXPECTED, RunDiff, RunFigures, cause_words, figures
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.summary import summarize
@@ -100,7 +100,8 @@ def check(
     ):
         if asked and not baselines:
             raise CannotTell(f"{option} compares with a baseline run: pass --baseline FILE.")
-    judged = {id(run): figures(summarize(run)) for run in [*runs, *baselines]}
+    summaries = {id(run): summarize(run) for run in [*runs, *baselines]}
+    judged = {key: figures(summary) for key, summary in summaries.items()}
     for name, checked in (("the run", runs), ("the baseline", baselines)):
         for run in checked:
             status = judged[id(run)].status
@@ -118,7 +119,7 @@ def check(
     for run in runs:
         prefix = f"rank {run.rank}: " if len(runs) > 1 else ""
         reference = by_rank.get(run.rank, judged[id(baselines[0])] if baselines else None)
-        loop = summarize(run).loop_words
+        loop = summaries[id(run)].loop_words
         broken += [prefix + reason for reason in _check_one(judged[id(run)], budget, reference, loop)]
     if len({run.rank for run in runs}) > 1:
         broken += _check_fleet(runs, budget)
@@ -157,8 +158,10 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
         broken += [fallback_line(fallback, new.last_step) for fallback in new.fallbacks]
         broken += [found.words() for found in new.not_compiled]
     if budget.no_new_recompile_causes and baseline is not None:
-        for cause, count in sorted(new.causes.items()):
-            if cause not in baseline.causes and not cause.endswith(EXPECTED):
+        # as diff says them: a recompile the baseline met too (the same frame, stage, step and batch) under
+        # another cause's name is no new one
+        for cause, count in RunDiff(baseline, new).new_causes.items():
+            if not cause.endswith(EXPECTED):
                 broken.append(
                     f"new recompile cause {cause_words(cause)} ({counted(count, 'recompile')}, not in the baseline): "
                     f"{CAUSES[cause.split(' ', 1)[0]].title}"

@@ -13,14 +13,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain, without_line
-from telemetry_jit.analysis.digest import ONE_KIND, Fallback, Occasion
+from telemetry_jit.analysis.digest import EXPECTED, ONE_KIND, Fallback, Occasion
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
 from telemetry_jit.records import CompiledBefore, NotCompiled, Payoff
 
 BreakKey = tuple[str, str]  # (file:line as tables show it, the first line of torch's reason)
-EXPECTED = " (expected)"  # how a cause's expected price is keyed apart: "stage_switch (expected)"
 
 
 @dataclass
@@ -207,20 +206,21 @@ class RunDiff:
     @property
     def new_causes(self) -> dict[str, int]:
         """Recompile causes only the new run has, less the recompiles the base run met under another cause."""
-        renamed = Counter[str]()
-        for (_, other), count in self.renamed_causes.items():
-            renamed[other] += count
-        new = ((cause, n - renamed[cause]) for cause, n in sorted(self.new.causes.items()))
-        return {cause: n for cause, n in new if cause not in self.base.causes and n > 0}
+        return self._causes_only_in(self.new, self.base, side=1)
 
     @property
     def fixed_causes(self) -> dict[str, int]:
         """Recompile causes only the base run had, less the recompiles the new run still meets under another."""
+        return self._causes_only_in(self.base, self.new, side=0)
+
+    def _causes_only_in(self, run: RunFigures, other: RunFigures, side: int) -> dict[str, int]:
+        """``run``'s causes that ``other`` lacks, each less its recompiles that ``other`` met under another name
+        (``side``: ``run``'s place in the pairs of :attr:`renamed_causes`)."""
         renamed = Counter[str]()
-        for (cause, _), count in self.renamed_causes.items():
-            renamed[cause] += count
-        fixed = ((cause, n - renamed[cause]) for cause, n in sorted(self.base.causes.items()))
-        return {cause: n for cause, n in fixed if cause not in self.new.causes and n > 0}
+        for pair, count in self.renamed_causes.items():
+            renamed[pair[side]] += count
+        counts = ((cause, n - renamed[cause]) for cause, n in sorted(run.causes.items()))
+        return {cause: n for cause, n in counts if cause not in other.causes and n > 0}
 
     @property
     def changed_causes(self) -> dict[str, tuple[int, int]]:

@@ -33,6 +33,7 @@ from telemetry_jit.breaks import (
 from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
+    LOOP_SPAN_NAMES,
     CompileAttr,
     DdpAttr,
     GraphBreakAttr,
@@ -40,23 +41,12 @@ from telemetry_jit.schema import (
     TrainAttr,
     TrainingSpanName,
 )
-from telemetry_jit.terminal import short, shown
+from telemetry_jit.terminal import frame_label, frame_shown, short
 
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
 MAX_NAMES = 50  # frames that missed the caches, reasons kept per row
 Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by id
-
-
-def frame_label(frame: object, location: object) -> str:
-    """``frame (file:line)``, the path cut to its last two parts: how tables and comparisons name a frame
-    (a baseline recorded in another checkout has other absolute paths)."""
-    return f"{frame or '?'} ({short(str(location or ''))})"
-
-
-def frame_shown(frame: object, location: object) -> str:
-    """``frame (file:line)`` as the user reads it: the location opens where the command runs (``shown``)."""
-    return f"{frame or '?'} ({shown(str(location or ''))})"
 
 
 def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
@@ -95,6 +85,7 @@ class FrameRow:
         return frame_label(self.frame, self.location)
 
 
+EXPECTED = " (expected)"  # how a cause's expected price is keyed apart: "stage_switch (expected)"
 _DYNAMIC_DIM = re.compile(r"\bs\d+\b")  # a symbol in an input's shape (compile.input_shapes): a dynamic dimension
 Occasion = tuple[str, str, int, "int | None"]  # a recompile's frame (without its line), stage, global step, batch
 
@@ -134,7 +125,7 @@ class CauseRow:
         """How diff and check key it: with its kind of stage where it has two (``last_batch in eval``), the
         expected price apart (``stage_switch (expected)``)."""
         name = self.cause + ("" if self.kind == "train" or self.cause in ONE_KIND else f" in {self.kind}")
-        return name + (" (expected)" if self.expected and not self.unexpected else "")
+        return name + (EXPECTED if self.expected and not self.unexpected else "")
 
     @property
     def fix(self) -> str:
@@ -351,23 +342,11 @@ class RunDigest:
         self.backward_graphs += trigger == "lazy_backward"
         if trigger == "lazy_backward":
             self._backward_ids.add(compile_id)
-        elif trigger == "dynamo" and stage == "train" and _backward_from_cache(attributes):
-            self._cached_backward.add(compile_id)
-        elif (
-            trigger == "dynamo"
-            and stage == "train"
-            and _DYNAMIC_DIM.search(str(attributes.get(CompileAttr.INPUT_SHAPES)))
-            # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
-            and attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
-        ):
-            self._dynamic_train.add(compile_id)
-        elif trigger == "dynamo" and stage == "train" and attributes.get(CompileAttr.INPUT_SHAPES):
-            self._static_train_frames.add(compile_id.rsplit("/", 1)[0])
+        elif trigger == "dynamo" and stage == "train":
+            self._training_frame_compile(compile_id, attributes)
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
-        if trigger == "dynamo" and stage == "train" and _without_shapes(attributes):
-            self._unknown_train.add(compile_id)
         key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), _outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
@@ -396,6 +375,21 @@ class RunDigest:
         self._sequence(span, label, compile_id, trigger, cause, recompile)
         self.resources.add(span)
         self.residual.add(span)
+
+    def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
+        """Note what a frame compile while training tells of its backward graph: loaded from the cache with it,
+        compiled within it (a dynamic input dimension), compiled at the first backward (static), or unknown."""
+        shapes = attributes.get(CompileAttr.INPUT_SHAPES)
+        # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
+        has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
+        if _backward_from_cache(attributes):
+            self._cached_backward.add(compile_id)
+        elif _DYNAMIC_DIM.search(str(shapes)) and has_ops:
+            self._dynamic_train.add(compile_id)
+        elif shapes:
+            self._static_train_frames.add(compile_id.rsplit("/", 1)[0])
+        if has_ops and "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ()):  # torch 2.8 records none
+            self._unknown_train.add(compile_id)
 
     def _frame_row(self, attributes: Mapping[str, Any]) -> FrameRow:
         key = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
@@ -648,13 +642,6 @@ class RunDigest:
 ONE_KIND = frozenset(("eval_shape", "stage_switch", "inference_mode", "tuner", "shared_code"))
 
 
-def _without_shapes(attributes: Mapping[str, Any]) -> bool:
-    """A frame compile whose torch did not record its input shapes (torch 2.8), and whose graph may hold an op (one
-    with none compiled no backward)."""
-    unrecorded = "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ())
-    return unrecorded and attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
-
-
 def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classified | None:
     cause = attributes.get(CompileAttr.RECOMPILE_CAUSE)
     if not recompile or cause not in CAUSES:
@@ -671,7 +658,7 @@ def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
     for _ in range(64):  # a cycle in a damaged file must not hang the reader
         if parent is None:
             break
-        if parent.name in _LOOPS:
+        if parent.name in LOOP_SPAN_NAMES:
             loops.append(parent)
         parent = others.get(parent.parent_id or "")
     return loops
@@ -691,16 +678,6 @@ def _outermost_loop(loops: list[SpanRecord]) -> str:
     validation), ``""`` for none."""
     inside = [loop for loop in loops if loop.name != TrainingSpanName.APPLICATION]
     return inside[-1].span_id if inside else ""
-
-
-_LOOPS = frozenset(
-    (
-        TrainingSpanName.TRAINING_LOOP,
-        TrainingSpanName.VALIDATION_LOOP,
-        TrainingSpanName.TESTING_LOOP,
-        TrainingSpanName.APPLICATION,
-    )
-)
 
 
 def _whole(value: object) -> int | None:

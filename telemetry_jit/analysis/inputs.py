@@ -101,6 +101,7 @@ def _one_job_per_rank_set(loaded: Loaded, held: dict[Path, list[TelemetryRun]]) 
     newest begun in them. A rank file holding no run of it is an earlier job's (that job had more ranks, or this
     one's rank never wrote): said and left out, never read as a rank of this job."""
     sets: dict[tuple[Path, str], list[Path]] = {}
+    instead: dict[int, TelemetryRun | None] = {}  # id of a run of another job -> its file's run of the job
     for path in held:
         if RANK_FILE.search(path.name):
             sets.setdefault((path.parent, _rank_order(path)[0]), []).append(path)
@@ -111,19 +112,15 @@ def _one_job_per_rank_set(loaded: Loaded, held: dict[Path, list[TelemetryRun]]) 
         job = max(every, key=lambda run: run.first_unix_ns).run_id
         for path in paths:
             of_job = [run for run in held[path] if run.run_id == job]
-            mine = {id(run) for run in held[path]}
-            kept = []
-            for run in loaded.runs:  # the file's shown run, of this job or in place by this job's
-                if id(run) not in mine or run.run_id == job:
-                    kept.append(run)
-                elif of_job:
-                    kept.append(of_job[-1])
-                else:
-                    loaded.notes.append(
-                        f"{path} holds no run of job {short_run_id(job)}, the newest in its rank files: an earlier "
-                        "job's rank file, left out (--run ID picks a job)"
-                    )
-            loaded.runs = kept
+            if not of_job and held[path]:
+                loaded.notes.append(
+                    f"{path} holds no run of job {short_run_id(job)}, the newest in its rank files: an earlier "
+                    "job's rank file, left out (--run ID picks a job)"
+                )
+            # the file's shown run, where another job's: in place by this job's run of the file, or left out
+            instead.update({id(run): of_job[-1] if of_job else None for run in held[path] if run.run_id != job})
+    shown = (instead.get(id(run), run) for run in loaded.runs)
+    loaded.runs = [run for run in shown if run is not None]
 
 
 def written_at_once(runs: Sequence[TelemetryRun]) -> list[TelemetryRun]:

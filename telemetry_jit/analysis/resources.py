@@ -9,7 +9,7 @@ from typing import Any
 from telemetry_jit.analysis.spans import SpanRecord
 from telemetry_jit.records import CompileResources, mb, near_limit_words
 from telemetry_jit.schema import CompileAttr
-from telemetry_jit.terminal import shown
+from telemetry_jit.terminal import frame_shown
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,9 @@ class RunResources:
         if resources is None:
             return
         attributes = span.attributes
-        location = shown(str(attributes.get(CompileAttr.LOCATION) or ""))
         cost = CompileCost(
             compile_id=str(attributes.get(CompileAttr.ID) or ""),
-            frame=f"{attributes.get(CompileAttr.FRAME) or '?'} ({location})",
+            frame=frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION)),
             trigger=str(attributes.get(CompileAttr.TRIGGER) or ""),
             duration_s=(span.compile_ms or 0.0) / 1000,
             resources=resources,

@@ -8,17 +8,11 @@ from typing import Any, Literal
 
 from telemetry_jit.analysis.spans import TelemetryRun
 from telemetry_jit.breaks import gist
-from telemetry_jit.schema import JitEventName, JitSpanName, TrainingSpanName
+from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName, TrainingSpanName
 
 State = Literal["finished", "failed", "interrupted", "killed", "incomplete", "empty"]
-_LOOPS = (
-    TrainingSpanName.TRAINING_LOOP,
-    TrainingSpanName.VALIDATION_LOOP,
-    TrainingSpanName.TESTING_LOOP,
-    TrainingSpanName.APPLICATION,
-)
 _INTERRUPTIONS = ("KeyboardInterrupt", "SIGTERM", "SignalException", "SystemExit")
-_WORK = (TrainingSpanName.TRAINING_LOOP, TrainingSpanName.VALIDATION_LOOP, TrainingSpanName.TESTING_LOOP)
+_WORK = frozenset(LOOP_SPAN_NAMES) - {TrainingSpanName.APPLICATION}  # the loops that train or evaluate
 
 
 @dataclass(frozen=True)
@@ -50,7 +44,7 @@ class RunStatus:
 def run_status(run: TelemetryRun) -> RunStatus:
     """How ``run`` ended, from what its file holds."""
     for span in sorted(run.spans.values(), key=lambda s: s.start_unix_ns):
-        if span.name not in _LOOPS:
+        if span.name not in LOOP_SPAN_NAMES:
             continue
         errors = [event for event in span.events if event.is_error]
         if errors:
@@ -59,7 +53,8 @@ def run_status(run: TelemetryRun) -> RunStatus:
             return RunStatus(state, f"{gist(message)} (in its {span.name})")
     if run.fragment:
         return RunStatus("incomplete", f"this file holds part of the run: {run.fragment}")
-    unended = sorted({span.name for span in run.spans.values() if span.name in _LOOPS and span.end_unix_ns is None})
+    loops = [span for span in run.spans.values() if span.name in LOOP_SPAN_NAMES]
+    unended = sorted({span.name for span in loops if span.end_unix_ns is None})
     if unended and run.health is None and run.file_format != "nv-one-logger":
         return RunStatus(
             "killed",

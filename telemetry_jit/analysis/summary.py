@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from telemetry_jit.analysis.digest import BreakGroup, CauseRow, Fallback, RunDigest, frame_label, stage_named
+from telemetry_jit.analysis.digest import BreakGroup, CauseRow, Fallback, RunDigest, stage_named
 from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
@@ -16,7 +16,7 @@ from telemetry_jit.analysis.status import RunStatus, run_status
 from telemetry_jit.analysis.warm_residual import warm_start_json
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
-from telemetry_jit.terminal import counted
+from telemetry_jit.terminal import counted, frame_label
 
 # the loop a run is measured by: the first kind it has
 LOOP_ORDER = (

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from telemetry_jit.analysis.digest import Fallback
+from telemetry_jit.analysis.digest import EXPECTED, Fallback
 from telemetry_jit.analysis.spans import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
 from telemetry_jit.analysis.warm_residual import warm_start_line
@@ -265,7 +265,7 @@ def frame_rows(summary: RunSummary) -> list[tuple[object, ...]]:
 def cause_rows(summary: RunSummary) -> list[tuple[object, ...]]:
     return [
         (
-            f"{row.cause} (expected)" if not row.unexpected else row.cause,
+            row.cause + EXPECTED if not row.unexpected else row.cause,
             where_words(row.stages, row.loaders),
             row.count,
             f"{row.compile_ms / 1000:.2f}",

@@ -359,19 +359,16 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterato
         holder.callbacks = callbacks
 
 
-_SAID_WHERE: set[str] = set()  # the reading hints this process has said: each once (a new run's file is new)
-
-
 @guarded
 def _say_where_to_read(trainer: pl.Trainer, telemetry: _Telemetry) -> None:
-    """After a trainer call: where the telemetry is and the command that reads it, once per process and file (fit,
-    then validate, test and predict write to one file: said after the first)."""
+    """After a trainer call: where the telemetry is and the command that reads it, once per session (fit, then
+    validate, test and predict write to one file: said after the first; a new session's run is new)."""
     session = resolve(telemetry.ranks.session)
     if identity.forked_from() is not None or not session.recording:
         return  # a forked child (its parent's session, not its own) or an ended session: no file of this call's
     hint = session.reading_hint() if trainer.is_global_zero and session.configuration is not None else ""
-    if hint and hint not in _SAID_WHERE:
-        _SAID_WHERE.add(hint)
+    if hint and not session.said_where:
+        session.said_where = True
         rank_zero_info(clean(hint))
 
 

@@ -4,11 +4,13 @@ line, the gate's budgets (issue 54)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import re
 import time
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +22,9 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit.analysis.summary import summarize, summary_json
+from telemetry_jit.causes import CAUSES
 from telemetry_jit.recording.console import CompileConsole
-from tests.e2e.conftest import Telemetry
+from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.e2e.test_truth import Regressor, data, hooked, run_after_the_fix, said
 from tests.models import TRAINER_DEFAULTS
 from tests.words import flat
@@ -65,13 +68,25 @@ def sequences(samples: int, batch: int) -> DataLoader:
     return DataLoader(TensorDataset(x, x.sum(dim=(1, 2)).unsqueeze(1)), batch_size=batch)
 
 
+@contextlib.contextmanager
+def guard_failures() -> Iterator[list[str]]:
+    """torch's own record of the guards that failed while the block ran (torch._dynamo.utils.guard_failures: one
+    reason per recompile), filled in when the block ends."""
+    failures = torch._dynamo.utils.guard_failures
+    before = {code: len(reasons) for code, reasons in failures.items()}
+    found: list[str] = []
+    yield found
+    found += [reason for code, reasons in failures.items() for reason in reasons[before.get(code, 0) :]]
+
+
 def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never_advised(telemetry: Telemetry) -> None:
     """dynamic=True, the fix the first summary names for a smaller last batch, is on: torch's Conv1d still guards
     the batch size (16 <= x.size()[0]), and the last batch of 12 recompiles. The span says the options it compiled
     with; the cause is the guard on a dynamic size, not "another guard failed", and its fix is not dynamic=True."""
-    hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(
-        Regressor(ConvClassifier()), sequences(44, 16)
-    )
+    with guard_failures() as torchs:
+        hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(
+            Regressor(ConvClassifier()), sequences(44, 16)
+        )
     run = telemetry.end()
     frames = [span.attributes for span in run.find("compilation") if span.attributes["compile.trigger"] == "dynamo"]
     assert {(span["compile.dynamic"], span["compile.fullgraph"]) for span in frames} == {("true", False)}
@@ -83,11 +98,31 @@ def test_with_dynamic_on_a_guard_on_the_batch_size_is_named_and_dynamic_is_never
         assert "input_shapes" in frames[0]["compile.unavailable"], frames[0]
     rows = [row for row in summarize(run).causes if not row.expected]
     assert all(row.cause == "specialized" and "x.size()[0]" in row.reasons[0] for row in rows), rows
+    # torch's record: each recompile a guard on the dynamic batch size that failed, as many as the summary counts
+    assert sum(row.count for row in rows) == len(torchs), (rows, torchs)
+    assert all(re.search(r"(<|>|Eq\(|Ne\().*\bx'?\]?\.size\(\)\[0\]", reason) for reason in torchs), torchs
     assert rows or not torch.__version__.startswith("2.13"), "torch 2.13's Conv1d guards the batch size (16 <= ...)"
     status, out = said("summary", str(telemetry.path))
     assert "another guard failed" not in out and "compile with dynamic=True" not in out
     # torch 2.8's Conv1d does not guard the batch size: the last batch recompiles nothing, and nothing is advised
     assert ("dynamic=True does not help here" in out) == bool(rows), (rows, out)
+
+
+def test_a_batch_of_one_under_dynamic_true_is_size_one_as_torchs_own_guard_failure_says(telemetry: Telemetry) -> None:
+    """13 samples in batches of 4 with dynamic=True: the last batch holds one sample, and torch's 0/1 specialization
+    (a dynamic size is at least 2) recompiles it. torch's own record of each guard that failed
+    (torch._dynamo.utils.guard_failures) is the truth: the summary's size_one recompiles are those it records, and
+    no other cause is said for them. (A batch of 8 for the 8 features would fail another guard: duck sizing gives
+    both dimensions one symbol, which the first Linear's weight fixes at 8.)"""
+    with guard_failures() as torchs:
+        hooked(telemetry, dynamic=True)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(13, 4))
+    run = telemetry.end()
+    size_one = [reason for reason in torchs if re.search(r"2 <= .*\.size\(\)\[0\]|\.size\(\)\[0\] >= 2", reason)]
+    assert size_one and len(size_one) == len(torchs), torchs
+    rows = [row for row in summarize(run).causes if not row.expected]
+    assert [(row.cause, row.count) for row in rows] == [("size_one", len(size_one))], (rows, torchs)
+    status, out = said("summary", str(telemetry.path))
+    assert CAUSES["size_one"].title.split(":")[0] in out and "dynamic=True does not help here" not in out, out
 
 
 # -- whose code a graph break is in ------------------------------------------------------------------------
@@ -190,6 +225,9 @@ def test_a_last_batch_that_still_recompiles_under_dynamic_true_is_not_called_fix
     assert facts["fixed_recompile_causes"] == {} and facts["renamed_recompile_causes"] == [
         {"base": "last_batch", "new": "specialized", "count": 1}
     ]
+    # the gate says what diff says: the recompile the baseline had, under another name, is no new recompile cause
+    status, out = said("check", str(fixed.path), "--baseline", str(telemetry.path), "--no-new-recompile-causes")
+    assert status == 0 and "within budget" in out, out
 
 
 class Tested(Regressor):  # noqa: D101 - validates as its test
@@ -228,6 +266,22 @@ def test_fit_validate_test_predict_say_where_to_read_once_and_write_each_locatio
     status, out = said("summary", str(telemetry.path))
     written |= set(re.findall(r"forward \(([^()]*\.py:\d+)\)", out))
     assert len(written) == 1 and console and limit, (written, console)
+
+
+def test_a_new_session_writing_the_same_file_says_where_to_read_it_again(
+    telemetry: Telemetry, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A notebook's second attempt (shutdown, configure with the same file, fit again) is a new run: its session
+    says where to read it, once, as the first did; what was said belongs to the session, not the process."""
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(16, 8))
+    telemetry.end()
+    fresh_provider_state()
+    again = Telemetry(telemetry_jit.configure("again", file=telemetry.path), telemetry.path)
+    for _ in range(2):
+        hooked(again)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(), data(16, 8))
+    again.end()
+    hints = [record.getMessage() for record in caplog.records if "read it with" in record.getMessage()]
+    assert len(hints) == 2 and len(telemetry_jit.read_telemetry(telemetry.path)) == 2, hints
 
 
 # -- backward graphs: those compiled at a first backward, and those compiled within their frame's compile ---------

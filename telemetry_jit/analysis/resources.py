@@ -9,7 +9,7 @@ from typing import Any
 from telemetry_jit.analysis.spans import SpanRecord
 from telemetry_jit.records import CompileResources, mb, near_limit_words
 from telemetry_jit.schema import CompileAttr
-from telemetry_jit.terminal import frame_shown
+from telemetry_jit.terminal import counted, frame_shown
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,8 @@ class RunResources:
         largest, highest = self.largest, self.highest.resources
         of_limit = f" of the {mb(highest.limit_bytes)} it may use" if highest.limit_bytes else ""
         lines = [
-            f"compile resources: {self.cpu_s:.1f} s of CPU over {self.measured} compile(s){workers}; host memory "
+            f"compile resources: {self.cpu_s:.1f} s of CPU over {counted(self.measured, 'compile')}{workers}; "
+            f"host memory "
             f"+{mb(largest.resources.host_peak_bytes)} at most, in {largest.label} (the process and its compile "
             f"workers at {mb(highest.host_rss_bytes)}{of_limit})"
         ]
@@ -129,7 +130,7 @@ class RunResources:
         if near:
             worst = max(near, key=lambda c: c.resources.host_rss_bytes).resources
             lines.append(
-                f"compile memory: {len(near)} compile(s) neared the memory limit: "
+                f"compile memory: {counted(len(near), 'compile')} neared the memory limit: "
                 + near_limit_words(worst.host_rss_bytes, worst.limit_bytes, worst.limit_source, None)
             )
         return lines

@@ -159,7 +159,8 @@ def figures(summary: RunSummary) -> list[str]:
         more = " more" if d.backward_graphs else ""
         within = "its frame compile" if d.backward_within == 1 else "their frame compiles"
         graphs = counted(d.backward_within, "backward graph").replace(" ", f"{more} ", 1)  # "2 more backward graphs"
-        compiled += f" (and {graphs} compiled within {within}, with dynamic shapes)"
+        within = f"{graphs} compiled within {within}, with dynamic shapes"
+        compiled += f" (and {within})" if d.backward_graphs else f" and {within}"  # one aside, never two in a row
     if d.backward_within_unknown:  # torch 2.8 records no input shapes: a count of those would be a guess
         frames = counted(d.backward_within_unknown, "frame compile")
         compiled += (

@@ -268,7 +268,7 @@ class DynamoProbe:
 
     def _on_cache_lookup(self, lookup: compile_cache.Lookup) -> None:
         try:
-            digest = compile_cache.settings_digest(lookup.settings)
+            digest = lookup.settings_digest
             first = digest not in self._settings_said
             self._settings_said.add(digest)
             self._lookups.append(

@@ -43,7 +43,7 @@ from telemetry_jit.terminal import shown
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
 StartListener = Callable[[str], None]  # told a compile began: what compiles, in words
-EndListener = Callable[[], None]
+EndListener = Callable[[CompileResources | None], None]  # told a compile ended, with what it cost the host
 
 
 class WindowMeter(Protocol):
@@ -249,7 +249,7 @@ class DynamoProbe:
             if self._open is not None and self._meter is not None:
                 self._open.resources = self._meter.end(self._open.measuring)
             if self._on_compile_end is not None:
-                self._on_compile_end()
+                self._on_compile_end(self._open.resources if self._open is not None else None)
             window, self._open = self._open, None
             if window is None or window.compile_id != args.compile_id:
                 return

@@ -199,8 +199,7 @@ class DynamoProbe:
             where = None
             options: dict[str, str | bool] = {}
             if trigger == "dynamo":
-                backend, where = torch_compat.current_compile()
-                options = torch_compat.compile_options()
+                backend, where, options = torch_compat.current_compile()
                 callers = torch_compat.compile_callers()
                 if torch_compat.compile_attempt(args.compile_id) > 0:
                     reasons = torch_compat.recompile_reasons_in_progress()

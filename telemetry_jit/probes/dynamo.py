@@ -88,8 +88,8 @@ class DynamoProbe:
             ``context``.
         on_compile_start: told when a compile begins, with a description (the code and, for a
             recompile, torch's reason).
-        on_compile_end: told when it ends. Exceptions in any of them are caught: telemetry must
-            never break a compile.
+        on_compile_end: told when it ends, with what ``meter`` measured of it (``None``: nothing). Exceptions
+            in any of them are caught: telemetry must never break a compile.
         meter: measures what each compile costs the host (its ``end`` runs before ``on_compile_end``).
 
     Example::

@@ -19,6 +19,7 @@ was served by the loaded artifacts (:attr:`Lookup.loaded`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import importlib
 import logging
@@ -58,6 +59,11 @@ class Lookup:
     bypass_reason: str = ""
     saved_s: float = 0.0  # what a hit saved, as torch measured the original compile
     loaded: bool = False  # its key came with artifacts loaded by torch.compiler.load_cache_artifacts
+
+    @functools.cached_property
+    def settings_digest(self) -> str:
+        """:func:`settings_digest` of ``settings``: computed once, for every listener told this look-up."""
+        return settings_digest(self.settings)
 
 
 Listener = Callable[[Lookup], None]

@@ -274,13 +274,13 @@ def reset_compile_state() -> None:
 
 
 # -- the compile in progress ---------------------------------------------------------------------
-def current_compile() -> tuple[str, tuple[str, str] | None]:
-    """The backend name and the frame (``(name, "file:line")``, see :func:`frame_where`) of the compile in
-    progress, from dynamo's ``_compile`` frame (its arguments ``compiler_fn``, ``code`` and ``closure``, the
-    same from 2.8 to 2.15)."""
+def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool]]:
+    """The backend name, the frame (``(name, "file:line")``, see :func:`frame_where`) and the options (see
+    :func:`_options`) of the compile in progress, from dynamo's ``_compile`` frame (its arguments ``compiler_fn``,
+    ``code``, ``closure`` and ``one_graph``, the same from 2.8 to 2.15), found once for all three."""
     frame = _compile_frame(sys._getframe(1))
     if frame is None:
-        return "", None
+        return "", None, _options(None, None)
     backend = _innermost_backend(frame.f_locals["compiler_fn"])
     name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
     code = frame.f_locals.get("code")
@@ -289,23 +289,21 @@ def current_compile() -> tuple[str, tuple[str, str] | None]:
         if isinstance(code, CodeType)
         else None
     )
-    return str(name or type(backend).__name__), where
+    return str(name or type(backend).__name__), where, _options(frame, backend)
 
 
-def compile_options() -> dict[str, str | bool]:
-    """The options the compile in progress runs with, as torch applies them: ``dynamic`` (``"true"``: every
-    dimension compiled dynamic, torch.compile(dynamic=True); ``"false"``: none, dynamic=False; ``"auto"``:
-    static first, dynamic after a size changed, torch's default), ``fullgraph`` and, for inductor, ``mode``
-    (what its options amount to). Read while dynamo compiles: torch.compile's ``dynamic`` is patched into
-    dynamo's config around the compiled call, ``fullgraph`` is ``_compile``'s ``one_graph``."""
+def _options(frame: FrameType | None, backend: Any) -> dict[str, str | bool]:
+    """The options a compile runs with, as torch applies them: ``dynamic`` (``"true"``: every dimension compiled
+    dynamic, torch.compile(dynamic=True); ``"false"``: none, dynamic=False; ``"auto"``: static first, dynamic
+    after a size changed, torch's default), ``fullgraph`` and, for inductor, ``mode`` (what its options amount
+    to). Read while dynamo compiles: torch.compile's ``dynamic`` is patched into dynamo's config around the
+    compiled call, ``fullgraph`` is ``_compile``'s ``one_graph`` (``frame``), ``backend`` the innermost one."""
     config = torch._dynamo.config
     dynamic = "true" if not config.assume_static_by_default else "auto" if config.automatic_dynamic_shapes else "false"
     options: dict[str, str | bool] = {"dynamic": dynamic}
-    frame = _compile_frame(sys._getframe(1))
     if frame is None:
         return options
     options["fullgraph"] = bool(frame.f_locals.get("one_graph"))
-    backend = _innermost_backend(frame.f_locals.get("compiler_fn"))
     settings = getattr(backend, "config", None)
     if getattr(backend, "compiler_name", None) == "inductor" and isinstance(settings, dict):
         options["mode"] = _inductor_mode(settings)

@@ -166,8 +166,9 @@ class CompileTelemetryCallback(Callback):
                 self.recorder.check_compiled_modules(_with_selectors(pl_module))
         self.recorder.batch_started(self._steps.completed, batch_idx, stage, self.loader)
         if self._figures is not None and self._figures.pending:
-            position = _position(trainer, self)  # the step this batch logs at: the steps before it are over
-            self._log_figures(position.global_step if position.log_step is None else position.log_step)
+            # the step this batch logs at, as _position says it (the steps before it are over); only that step:
+            # a figure of this loop's own step stays pending through the rest of its batches
+            self._log_figures(trainer.global_step if stage == "train" else lightning_compat.logging_step(trainer))
 
     def _log_figures(self, current_step: int | None = None) -> None:
         """Each step's compile figures to the trainer's loggers, at that step, once it is over (``None``: the

@@ -43,7 +43,7 @@ from telemetry_jit.terminal import shown
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
 StartListener = Callable[[str], None]  # told a compile began: what compiles, in words
-EndListener = Callable[[], None]
+EndListener = Callable[[CompileResources | None], None]  # told a compile ended, with what it cost the host
 
 
 class WindowMeter(Protocol):
@@ -88,8 +88,8 @@ class DynamoProbe:
             ``context``.
         on_compile_start: told when a compile begins, with a description (the code and, for a
             recompile, torch's reason).
-        on_compile_end: told when it ends. Exceptions in any of them are caught: telemetry must
-            never break a compile.
+        on_compile_end: told when it ends, with what ``meter`` measured of it (``None``: nothing). Exceptions
+            in any of them are caught: telemetry must never break a compile.
         meter: measures what each compile costs the host (its ``end`` runs before ``on_compile_end``).
 
     Example::
@@ -199,8 +199,7 @@ class DynamoProbe:
             where = None
             options: dict[str, str | bool] = {}
             if trigger == "dynamo":
-                backend, where = torch_compat.current_compile()
-                options = torch_compat.compile_options()
+                backend, where, options = torch_compat.current_compile()
                 callers = torch_compat.compile_callers()
                 if torch_compat.compile_attempt(args.compile_id) > 0:
                     reasons = torch_compat.recompile_reasons_in_progress()
@@ -249,7 +248,7 @@ class DynamoProbe:
             if self._open is not None and self._meter is not None:
                 self._open.resources = self._meter.end(self._open.measuring)
             if self._on_compile_end is not None:
-                self._on_compile_end()
+                self._on_compile_end(self._open.resources if self._open is not None else None)
             window, self._open = self._open, None
             if window is None or window.compile_id != args.compile_id:
                 return
@@ -268,7 +267,7 @@ class DynamoProbe:
 
     def _on_cache_lookup(self, lookup: compile_cache.Lookup) -> None:
         try:
-            digest = compile_cache.settings_digest(lookup.settings)
+            digest = lookup.settings_digest
             first = digest not in self._settings_said
             self._settings_said.add(digest)
             self._lookups.append(

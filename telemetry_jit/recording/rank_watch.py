@@ -144,7 +144,7 @@ class HeartbeatPublisher(CompileListener):
         self._tables: dict[str, Parts] = {}  # settings tables not yet published, by digest
         self._tables_said: set[str] = set()
         self._parts_changed = False
-        self._last_compile = ""  # what compiled last: a look-up after its end still belongs to it
+        self._compile = compile_hash("")  # what compiled last, hashed: a look-up after its end still belongs to it
         self._looked_in: dict[str, int] = {}  # look-ups of that compile so far, by cache
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -175,7 +175,7 @@ class HeartbeatPublisher(CompileListener):
     def compile_started(self, description: str) -> None:
         with self._lock:
             self._beat.compiling, self._since = description, time.monotonic()
-            self._last_compile, self._looked_in = description, {}
+            self._compile, self._looked_in = compile_hash(description), {}
             self._beat.compiles += 1
         self._wake.set()
 
@@ -203,9 +203,8 @@ class HeartbeatPublisher(CompileListener):
         the settings parts, published once per table."""
         digest, table = settings
         with self._lock:
-            compile_ = compile_hash(self._beat.compiling or self._last_compile)
             n = self._looked_in[layer] = self._looked_in.get(layer, -1) + 1
-            looked = Looked(compile_, layer, n, state, key[:12], round(saved_s, 3))
+            looked = Looked(self._compile, layer, n, state, key[:12], round(saved_s, 3))
             self._lookups.append(looked)
             self._parts[looked.graph] = {**parts, SETTINGS_PART: (digest, "")} if digest else dict(parts)
             self._parts = {seen.graph: self._parts[seen.graph] for seen in self._lookups if seen.graph in self._parts}
@@ -217,8 +216,8 @@ class HeartbeatPublisher(CompileListener):
 
     def cache_listener(self, lookup: compile_cache.Lookup) -> None:
         """:meth:`looked_up`, told by torch's caches (``compile_cache.watch``)."""
-        digest = compile_cache.settings_digest(lookup.settings)
-        self.looked_up(lookup.layer, lookup.state, lookup.key, lookup.parts, (digest, lookup.settings), lookup.saved_s)
+        settings = (lookup.settings_digest, lookup.settings)
+        self.looked_up(lookup.layer, lookup.state, lookup.key, lookup.parts, settings, lookup.saved_s)
 
     def _run(self) -> None:
         while True:

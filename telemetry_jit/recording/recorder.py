@@ -38,7 +38,14 @@ from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
 from telemetry_jit.recording.resources import ResourceMeter
 from telemetry_jit.recording.spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.records import AttributeValue, CompileContext, CompiledBefore, CompileRecord, NotCompiled
+from telemetry_jit.records import (
+    AttributeValue,
+    CompileContext,
+    CompiledBefore,
+    CompileRecord,
+    CompileResources,
+    NotCompiled,
+)
 from telemetry_jit.schema import (
     LOOP_SPAN_NAMES,
     CompileAttr,
@@ -300,7 +307,7 @@ class CompileRecorder:
         for observer in self._observers:
             _OBSERVER.call(observer.detach)
         self._observers = []
-        self._compile_finished()
+        self._compile_finished(None)  # one still open (it raised): ended, unmeasured
         watch, self._rank_watch = self._rank_watch, None
         if watch is not None:
             watch.stop(exception)
@@ -354,8 +361,7 @@ class CompileRecorder:
         for listener in self._run_listeners:
             _LISTENER.call(listener.compile_started, description)
 
-    def _compile_finished(self) -> None:
-        resources = self._meter.take_last()
+    def _compile_finished(self, resources: CompileResources | None) -> None:
         for listener in self._run_listeners:
             if resources is not None:
                 _LISTENER.call(listener.compile_measured, resources)

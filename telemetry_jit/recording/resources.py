@@ -66,7 +66,6 @@ class ResourceMeter:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()  # the running sampler's: set, it ends
-        self._last: CompileResources | None = None
 
     def start(self) -> None:
         """A run begins: the memory limit is read (a malformed ``TELEMETRY_JIT_MEMORY_LIMIT`` raises here,
@@ -115,7 +114,6 @@ class ResourceMeter:
         with self._lock:
             if self._open is window:
                 self._open = None
-        self._last = None
         if window is None:
             return None
         try:
@@ -123,7 +121,6 @@ class ResourceMeter:
         except Exception as error:  # noqa: BLE001
             _failed(error)
             return None
-        self._last = resources
         if resources.near_limit:
             self._say_near_limit(resources.host_rss_bytes)
         return resources
@@ -133,11 +130,6 @@ class ResourceMeter:
         self._stop.set()
         self._wake.set()
         self._thread = None
-
-    def take_last(self) -> CompileResources | None:
-        """What :meth:`end` measured last (once)."""
-        last, self._last = self._last, None
-        return last
 
     def _measure(self, window: _Window) -> CompileResources:
         cpu, reaped, largest = host.own_cpu()

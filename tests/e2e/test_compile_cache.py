@@ -43,13 +43,16 @@ telemetry_jit.shutdown()
 fields = {fields!r}
 metrics = [{{name: getattr(m, name, None) for name in fields}} for m in get_compilation_metrics()]
 json.dump(metrics, open({metrics!r}, "w"))
+timers = torch._dynamo.utils.compilation_time_metrics  # torch's own timers, the run's every compile in them
+json.dump({{name: sum(timers.get(name, [])) for name in ("bytecode_tracing", "build_guards")}}, open({timers!r}, "w"))
 """
 
 
 def run_once(tmp_path: Path, name: str, cache_dir: Path) -> tuple[TelemetryRun, list[dict]]:
     path, metrics = tmp_path / f"{name}.jsonl", tmp_path / f"{name}.metrics.json"
     fields = [torch_name for _, torch_name in torch_compat._CACHE]
-    script = SCRIPT.format(root=str(ROOT), path=str(path), metrics=str(metrics), fields=fields)
+    timers = tmp_path / f"{name}.timers.json"
+    script = SCRIPT.format(root=str(ROOT), path=str(path), metrics=str(metrics), fields=fields, timers=str(timers))
     env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(cache_dir), "TORCHINDUCTOR_FX_GRAPH_CACHE": "1"}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-4000:]
@@ -90,6 +93,10 @@ def test_a_second_run_against_the_same_cache_shows_torchs_hits(tmp_path: Path) -
             key=lambda s: s.start_unix_ns,
         )
         assert [span_cache(s) for s in spans] == [torch_cache(m) for m in metrics], name  # exact, span by span
+        timers = json.loads((tmp_path / f"{name}.timers.json").read_text())
+        for phase, timer in (("dynamo_tracing", "bytecode_tracing"), ("guards", "build_guards")):  # torch's own
+            ours = sum(s.attributes.get(f"compile.time.{phase}_s", 0.0) for s in run.find("compilation"))
+            assert ours == pytest.approx(timers[timer], abs=1e-3) and ours > 0, (name, phase, timers)
         warm_start = summarize(run).digest.warm_start
         hits = sum(v for m in metrics for k, v in torch_cache(m).items() if k.endswith("_hits"))
         misses = sum(v for m in metrics for k, v in torch_cache(m).items() if k.endswith("_misses"))

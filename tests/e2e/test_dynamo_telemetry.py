@@ -21,6 +21,7 @@ from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun, read_telemet
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.causes import normalize_reason
 from telemetry_jit.compat.torch import (
+    UNAVAILABLE,
     compile_start_callbacks,
     compiles_recorded_by_torch,
     reset_compile_state,
@@ -168,6 +169,7 @@ def test_graph_breaks_are_the_ones_torch_counts_not_its_restarted_traces(
 def test_last_batch_of_another_size_is_a_recompile_with_torchs_reason(telemetry: Telemetry) -> None:
     run = fit(telemetry, Net(), loader(18, 4), jit=eager_jit(), epochs=1)  # 4 batches of 4, then 2
     spans = assert_matches_torch(run)
+    assert_compiled_dynamic(spans, "false")
     recompiles = [s for s in spans if s.attributes["compile.is_recompile"]]
     assert recompiles
     assert "size mismatch at index 0. expected 4, actual 2" in recompiles[0].attributes["compile.recompile_reason"]
@@ -235,12 +237,24 @@ def test_dtype_change_recompiles(telemetry: Telemetry) -> None:
 def test_dynamic_true_does_not_recompile_for_sizes(telemetry: Telemetry) -> None:
     run = fit(telemetry, Net(), loader(18, 4), jit=eager_jit(dynamic=True), epochs=1)
     spans = assert_matches_torch(run)
+    assert_compiled_dynamic(spans, "true")
     assert not any("size mismatch" in s.attributes["compile.recompile_reason"] for s in spans)
+
+
+def assert_compiled_dynamic(spans: list[SpanRecord], dynamic: str) -> None:
+    """compile.dynamic on every frame's span, and torch's own record of the graph's inputs agreeing: a batch
+    dimension compiled as a symbol under dynamic=True, as a number under "false"."""
+    frames = [s for s in spans if s.attributes["compile.trigger"] == "dynamo"]
+    assert frames and {s.attributes["compile.dynamic"] for s in frames} == {dynamic}
+    if "input_shapes" not in UNAVAILABLE:  # torch 2.8 records no graph_node_shapes
+        batch_dims = {s.attributes["compile.input_shapes"][0].split("[", 1)[1].split(",")[0] for s in frames}
+        assert all(dim.startswith("s") == (dynamic == "true") for dim in batch_dims), batch_dims
 
 
 def test_fullgraph_true_has_spans_and_no_breaks(telemetry: Telemetry) -> None:
     run = fit(telemetry, Net(), loader(16, 4), jit=eager_jit(fullgraph=True), epochs=1)
     spans = assert_matches_torch(run)
+    assert {s.attributes["compile.fullgraph"] for s in spans if s.attributes["compile.trigger"] == "dynamo"} == {True}
     assert all(not s.events for s in spans)
     assert summary_of(run.find("training_loop")[0])["compile.graph_break_count"] == 0
     # fullgraph reached torch.compile: the same config on a model with a graph break fails as torch does

@@ -43,6 +43,12 @@ def test_parts_are_hashes_with_readable_values_and_settings_apart() -> None:
     assert digest != compile_cache.settings_digest({"inductor_config[max_autotune]": ("other", "True")})
 
 
+def test_a_look_up_carries_its_settings_digest_for_every_listener() -> None:
+    lookup = compile_cache.parse_lookup("fx_graph_cache_miss", {"key": "fkey", "components": COMPONENTS})
+    assert lookup is not None and lookup.settings_digest == compile_cache.settings_digest(lookup.settings)
+    assert "settings_digest" in vars(lookup)  # computed once: the probe and the heartbeat read the same value
+
+
 def test_other_events_and_unknown_states_are_not_look_ups() -> None:
     assert compile_cache.parse_lookup("fx_graph_cache_disabled", {}) is None
     assert compile_cache.parse_lookup("dynamo", {"key": "x"}) is None

@@ -192,3 +192,12 @@ def test_each_recompiles_reasons_are_read_from_torchs_list_of_guard_failures() -
     assert torch_compat.last_recompiles_reasons(TEMPERATURE_FAILURES[:3]) == tuple(TEMPERATURE_FAILURES[1:3])
     assert torch_compat.last_recompiles_reasons(TEMPERATURE_FAILURES) == tuple(TEMPERATURE_FAILURES[3:])
     assert torch_compat.last_recompiles_reasons([]) == ()
+
+
+@pytest.mark.parametrize("mode", ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"])
+def test_the_inductor_mode_is_read_back_from_the_options_torch_compile_gives_it(mode: str) -> None:
+    """compile.mode: what torch.compile(mode=...) builds for inductor (its own wrapper, the backend dynamo's
+    ``_compile`` holds) reads back as that mode."""
+    backend = torch._TorchCompileInductorWrapper(mode, None, False)
+    assert backend.compiler_name == "inductor"
+    assert torch_compat._inductor_mode(backend.config) == mode

@@ -104,19 +104,18 @@ class BatchClock(Callback):
         self.batches: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
 
-    def _start(self, trainer: pl.Trainer, batch_idx: int, dataloader_idx: int, batches: Any) -> None:
-        count = batches[dataloader_idx] if isinstance(batches, list) else batches
+    def _start(self, trainer: pl.Trainer, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._open = {
             "fn": trainer.state.fn.value if trainer.state.fn else None,
             "stage": trainer.state.stage.value if trainer.state.stage else None,
             "batch_idx": batch_idx,
             "dataloader_idx": dataloader_idx,
             "global_step": trainer.global_step,
-            "batches": count if isinstance(count, int) else None,
+            "batches": _loop_batches(trainer, dataloader_idx),
             "start_us": time.time_ns() // 1000,
         }
 
-    def _end(self) -> None:
+    def _end(self, *args: Any) -> None:
         if self._open is not None:
             self._open["end_us"] = time.time_ns() // 1000
             self.batches.append(self._open)
@@ -126,35 +125,32 @@ class BatchClock(Callback):
         self._end()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        self._start(trainer, batch_idx, 0, trainer.num_training_batches)
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._end()
+        self._start(trainer, batch_idx)
 
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        batches = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
-        self._start(trainer, batch_idx, dataloader_idx, batches)
+        self._start(trainer, batch_idx, dataloader_idx)
 
-    def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._end()
+    # every loop's batch is timed alike; the loop's batch count comes from the stage running (_loop_batches)
+    on_test_batch_start = on_predict_batch_start = on_validation_batch_start
+    on_train_batch_end = on_validation_batch_end = on_test_batch_end = on_predict_batch_end = _end
 
-    def on_test_batch_start(
-        self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._start(trainer, batch_idx, dataloader_idx, trainer.num_test_batches)
 
-    def on_test_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._end()
-
-    def on_predict_batch_start(
-        self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._start(trainer, batch_idx, dataloader_idx, trainer.num_predict_batches)
-
-    def on_predict_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._end()
+def _loop_batches(trainer: pl.Trainer, dataloader_idx: int) -> int | None:
+    """How many batches the running loop has (of its ``dataloader_idx``-th loader), as Lightning counts them."""
+    if trainer.training:
+        batches: Any = trainer.num_training_batches
+    elif trainer.sanity_checking:
+        batches = trainer.num_sanity_val_batches
+    else:
+        batches = {
+            "validate": trainer.num_val_batches,
+            "test": trainer.num_test_batches,
+            "predict": trainer.num_predict_batches,
+        }.get(trainer.state.stage.value if trainer.state.stage else "")
+    count = batches[dataloader_idx] if isinstance(batches, list) else batches
+    return count if isinstance(count, int) else None
 
 
 class LimitWarnings(logging.Handler):

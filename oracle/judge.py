@@ -145,6 +145,15 @@ def _ids(keys: list[tuple[str, bool]]) -> str:
     return " ".join(f"{i}{'' if forward else '(bw)'}" for i, forward in keys)
 
 
+def _verdict(model: str, fact: str, wrong: list[str], judged: bool, agreed: tuple[str, str]) -> Fact:
+    """A fact judged item by item, each difference written "what the product said vs torch's record": ``agreed``'s
+    words when none differs (``None``: nothing was judged), else the first difference and the rest as detail."""
+    if not wrong:
+        return Fact(model, fact, True if judged else None, *agreed)
+    said, _, torch_said = wrong[0].partition(" vs ")
+    return Fact(model, fact, False, said, torch_said, "; ".join(wrong[1:]))
+
+
 def durations(model: str, product: Product, truth: Truth) -> list[Fact]:
     pairs = _pairs(product, truth)
     if not pairs:
@@ -336,22 +345,8 @@ def stages(model: str, product: Product, truth: Truth) -> list[Fact]:
                 f"step {attributes.get('train.global_step')} vs batch {batch['batch_idx']} step {batch['global_step']}"
             )
     facts = [
-        Fact(
-            model,
-            "stage of each compile",
-            not wrong,
-            wrong[0].split(": ")[1].split(" vs ")[0] if wrong else "all",
-            wrong[0].split(" vs ")[1] if wrong else "the loop running",
-            "; ".join(wrong),
-        ),
-        Fact(
-            model,
-            "batch and step of each compile",
-            not steps,
-            steps[0] if steps else "all",
-            "the batch running",
-            "; ".join(steps[1:]),
-        ),
+        _verdict(model, "stage of each compile", wrong, True, ("all", "the loop running")),
+        _verdict(model, "batch and step of each compile", steps, True, ("all", "the batch running")),
     ]
     fell = product.summary.get("fell_back_to_eager") or []
     if fell or truth.fell_back:
@@ -405,21 +400,9 @@ def cause_stages(model: str, product: Product, truth: Truth) -> list[Fact]:
             wrong_steps.append(f"{item['cause']}: steps {sorted(said_steps)} vs {sorted(steps[item['cause']])}")
     count = len(product.summary["recompile_causes"])
     return [
-        Fact(
-            model,
-            "stage of each cause",
-            not wrong,
-            wrong[0].split(" vs ")[0] if wrong else f"{count} causes",
-            wrong[0].split(" vs ")[1] if wrong else "loops running",
-            "; ".join(wrong),
-        ),
-        Fact(
-            model,
-            "steps of each cause",
-            not wrong_steps,
-            wrong_steps[0].split(" vs ")[0] if wrong_steps else f"{count} causes",
-            wrong_steps[0].split(" vs ")[1] if wrong_steps else "global steps of the batches running",
-            "; ".join(wrong_steps),
+        _verdict(model, "stage of each cause", wrong, True, (f"{count} causes", "loops running")),
+        _verdict(
+            model, "steps of each cause", wrong_steps, True, (f"{count} causes", "global steps of the batches running")
         ),
     ]
 
@@ -544,13 +527,12 @@ def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
                 said_phase = phases.get(phase, 0.0)
                 wrong.append(f"{item['stage']} at step {item['global_step']}, {phase}: {said_phase} s vs {spent:.6f} s")
     return [
-        Fact(
+        _verdict(
             model,
             "first steps' compile time",
-            (not wrong) if judged or wrong else None,
-            wrong[0].split(" vs ")[0] if wrong else f"{judged} first steps",
-            wrong[0].split(" vs ")[-1] if wrong else "torch's compiles in that batch",
-            "; ".join(wrong[1:]),
+            wrong,
+            bool(judged),
+            (f"{judged} first steps", "torch's compiles in that batch"),
         )
     ]
 
@@ -585,18 +567,7 @@ def owners(model: str, product: Product, truth: Truth, cwd: Path) -> list[Fact]:
         if attributes.get("graph_break.owner") != right:
             wrong.append(f"{location}: {attributes.get('graph_break.owner')} vs {right}")
     wrong = list(dict.fromkeys(wrong))
-    if not wrong:
-        return [Fact(model, "graph-break owners", True if judged else None, f"{judged} breaks", "where the file lies")]
-    return [
-        Fact(
-            model,
-            "graph-break owners",
-            False,
-            wrong[0].split(" vs ")[0],
-            wrong[0].split(" vs ")[1],
-            "; ".join(wrong[1:]),
-        )
-    ]
+    return [_verdict(model, "graph-break owners", wrong, bool(judged), (f"{judged} breaks", "where the file lies"))]
 
 
 _IN_PARENS = re.compile(r"\(([^()]+:\d+)\)$")
@@ -615,16 +586,9 @@ def locations(model: str, product: Product, cwd: Path) -> list[Fact]:
     for location in dict.fromkeys(found):
         file = Path(location.rsplit(":", 1)[0])
         if not location.startswith("<") and not (file if file.is_absolute() else cwd / file).is_file():
-            missing.append(location)
+            missing.append(f"{location} vs no such file from {cwd}")
     return [
-        Fact(
-            model,
-            "locations open",
-            (not missing) if found else None,
-            missing[0] if missing else f"{len(set(found))} locations",
-            f"no such file from {cwd}" if missing else "files that exist",
-            "; ".join(missing[1:]),
-        )
+        _verdict(model, "locations open", missing, bool(found), (f"{len(set(found))} locations", "files that exist"))
     ]
 
 
@@ -639,20 +603,11 @@ def fixes(model: str, product: Product, truth: Truth) -> list[Fact]:
             continue
         judged += 1
         if dynamic and "dynamic': True" in fix:
-            wrong.append(f"{item['cause']}: advises dynamic=True, which the run compiled with")
+            wrong.append(f"{item['cause']}: advises dynamic=True vs the run compiled with it")
         # a warning against drop_last ("drop_last=True would leave samples unevaluated") is not advice to set it
         if re.search(r"drop_last=True(?! would)", fix) and any(stage.startswith("predict") for stage in item["stages"]):
-            wrong.append(f"{item['cause']} in {item['stages']}: advises drop_last=True, which drops predictions")
-    return [
-        Fact(
-            model,
-            "fixes",
-            (not wrong) if judged else None,
-            wrong[0] if wrong else f"{judged} fixes",
-            "not already applied, not dropping predictions" if wrong else "",
-            "; ".join(wrong[1:]),
-        )
-    ]
+            wrong.append(f"{item['cause']} in {item['stages']}: advises drop_last=True vs it drops predictions")
+    return [_verdict(model, "fixes", wrong, bool(judged), (f"{judged} fixes", ""))]
 
 
 def checks(model: str, truth: Truth, out: Path, cwd: Path) -> list[Fact]:

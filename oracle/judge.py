@@ -71,6 +71,11 @@ def _pairs(product: Product, truth: Truth) -> list[tuple[dict[str, Any], dict[st
     return [(spans[_metric_key(m)], m) for m in truth.metrics if _metric_key(m) in spans]
 
 
+def _count(model: str, fact: str, said: int, true: int, words: str) -> Fact:
+    """A count the product states against torch's (``words`` follow torch's number)."""
+    return Fact(model, fact, said == true, str(said), f"{true}{words}")
+
+
 def counts(model: str, product: Product, truth: Truth) -> list[Fact]:
     said = product.summary
     tl_frames = len(truth.frames) if truth.tlparse.error else len(truth.tlparse.metrics)
@@ -89,20 +94,15 @@ def counts(model: str, product: Product, truth: Truth) -> list[Fact]:
             str(said["frame_compiles"]),
             f"{len(truth.frames)} (tlparse {tl_frames})",
         ),
-        Fact(
-            model,
-            "recompiles",
-            said["recompilations"] == len(truth.recompiles),
-            str(said["recompilations"]),
-            str(len(truth.recompiles)),
-        ),
-        Fact(
+        _count(model, "recompiles", said["recompilations"], len(truth.recompiles), ""),
+        _count(
             model,
             "lazy backward compiles",
-            said["backward_graphs"] == len(truth.backwards),
-            str(said["backward_graphs"]),
-            f"{len(truth.backwards)} (tlparse {len(truth.tlparse.backward_metrics)})",
+            said["backward_graphs"],
+            len(truth.backwards),
+            f" (tlparse {len(truth.tlparse.backward_metrics)})",
         ),
+        _count(model, "compilations", said["compilations"], len(truth.metrics), " CompilationMetrics"),
         Fact(
             model,
             "backward graphs",
@@ -610,6 +610,161 @@ def fixes(model: str, product: Product, truth: Truth) -> list[Fact]:
     return [_verdict(model, "fixes", wrong, bool(judged), (f"{judged} fixes", ""))]
 
 
+_FRAME = re.compile(r"^(\S+) \((.+):(\d+)\)$")
+
+
+def _frame(name: str, file: str, line: int, cwd: Path) -> tuple[str, Path, int]:
+    path = Path(file)
+    return name, (path if path.is_absolute() else cwd / path).resolve(), line
+
+
+def cause_figures(model: str, product: Product, truth: Truth, cwd: Path) -> list[Fact]:
+    """Each recompile cause's count, compile time and frames against torch's compiles the run's spans give that
+    cause: how many, the sum of their ``duration_us``, their ``co_name``, ``co_filename`` and ``co_firstlineno``."""
+    given: dict[str, list[dict[str, Any]]] = {}
+    for span, metric in _pairs(product, truth):
+        cause = span["attributes"].get("compile.recompile_cause")
+        if cause and metric["is_forward"] is not False:
+            given.setdefault(cause, []).append(metric)
+    wrong, frames = [], []
+    for item in product.summary["recompile_causes"]:
+        metrics = given.get(item["cause"], [])
+        spent = sum(metric["duration_us"] for metric in metrics) / 1e6
+        if item["count"] != len(metrics) or abs(item["compile_s"] - spent) > 0.0015:
+            wrong.append(
+                f"{item['cause']}: {item['count']} in {item['compile_s']} s vs {len(metrics)} in {spent:.6f} s"
+            )
+        known = {_frame(m["co_name"], m["co_filename"], m["co_firstlineno"], cwd) for m in metrics}
+        for frame in item["frames"]:
+            found = _FRAME.match(frame)
+            if found and _frame(found[1], found[2], int(found[3]), cwd) not in known:
+                frames.append(
+                    f"{item['cause']}: {frame} vs {_listed(sorted(f'{n} ({f}:{line})' for n, f, line in known))}"
+                )
+    causes = len(product.summary["recompile_causes"])
+    return [
+        _verdict(model, "count and time of each cause", wrong, True, (f"{causes} causes", "torch's compiles of it")),
+        _verdict(
+            model,
+            "frames of each cause",
+            frames,
+            bool(causes),
+            (f"{causes} causes", "co_name (co_filename:co_firstlineno)"),
+        ),
+    ]
+
+
+def failures(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Failed compiles as torch counted them: a compile torch gave a ``fail_type`` is one the summary says failed,
+    or a frame it says fell back to eager for a reason other than the recompile limit (torch skips the frame:
+    ``Unsupported``)."""
+    said = product.summary
+    failed = [metric for metric in truth.metrics if metric["fail_type"]]
+    fell_back = sum(not item.get("recompile_limit") for item in said["fell_back_to_eager"])
+    return [
+        Fact(
+            model,
+            "failed compiles",
+            said["failed_compilations"] + fell_back == len(failed),
+            f"{said['failed_compilations']} failed, {fell_back} fell back to eager as their compile failed",
+            f"{len(failed)} with a fail_type ({_listed(sorted({str(metric['fail_type']) for metric in failed}))})",
+        ),
+    ]
+
+
+def outside_loop(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """The compile time the summary puts outside the training loop, by stage, against torch's compiles started in
+    the batches of each loop other than fit's training and validation."""
+    spent: dict[str, float] = {}
+    for metric in truth.metrics:
+        batch = truth.batch_at(metric["start_time_us"])
+        if batch and not (batch["fn"] == "fit" and batch["stage"] in ("train", "validate")):
+            stage = _first_step_stage(batch)
+            spent[stage] = spent.get(stage, 0.0) + metric["duration_us"] / 1e6
+    said = product.summary["compile_outside_loop_s"]
+    wrong = [
+        f"{stage} {said.get(stage, 0.0)} s vs {spent.get(stage, 0.0):.6f} s"
+        for stage in sorted({*said, *spent})
+        if abs(said.get(stage, 0.0) - spent.get(stage, 0.0)) > 0.0015
+    ]
+    return [
+        _verdict(model, "compiling outside the loop", wrong, True, (f"{len(said)} stages", "torch's compiles there"))
+    ]
+
+
+def run_times(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """The loop's and the application's wall time against Lightning's own: the loop holds every batch fit trained
+    and validated and lies within fit's calls; the application holds every Trainer call."""
+    said = product.summary
+    ended = [call for call in truth.raw["calls"] if "end_us" in call]
+    fits = sum(call["end_us"] - call["start_us"] for call in ended if call["call"] == "fit") / 1e6
+    batches = [
+        batch for batch in truth.raw["batches"] if batch["fn"] == "fit" and batch["stage"] in ("train", "validate")
+    ]
+    inside = sum(batch["end_us"] - batch["start_us"] for batch in batches if "end_us" in batch) / 1e6
+    calls = sum(call["end_us"] - call["start_us"] for call in ended) / 1e6
+    facts = [
+        Fact(
+            model,
+            "application time",
+            said["application_s"] + 0.0015 >= calls,
+            f"{said['application_s']} s",
+            f"{calls:.6f} s in the Trainer's calls",
+        )
+    ]
+    if said.get("wall_s") and truth.raw["status"] == "finished":
+        facts.append(
+            Fact(
+                model,
+                "loop time",
+                inside - 0.0015 <= said["wall_s"] <= fits + 0.0015,
+                f"{said['wall_s']} s",
+                f"{inside:.6f} s in fit's batches, {fits:.6f} s in its calls",
+            )
+        )
+    return facts
+
+
+def compile_resources(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Each compile's resources are torch's compiles (id, direction, duration); their CPU time and memory lie
+    within what the kernel counted for the process (``getrusage``)."""
+    said, process = product.summary.get("compile_resources"), truth.raw.get("process")
+    if not said or not process:
+        return [Fact(model, "compile resources", None, "none measured" if not said else str(said), "no getrusage")]
+    measured = {(c["compile_id"], c["trigger"] != "lazy_backward"): c["duration_s"] for c in said["compiles"]}
+    torch_ids = {_metric_key(metric): metric["duration_us"] / 1e6 for metric in truth.metrics}
+    slip = max((abs(measured[key] - torch_ids[key]) for key in measured.keys() & torch_ids.keys()), default=0.0)
+    own_cpu = said["cpu_s"] - said["worker_cpu_s"]
+    facts = [
+        Fact(
+            model,
+            "compiles measured",
+            measured.keys() == torch_ids.keys() and said["compiles_measured"] == len(torch_ids) and slip <= 6e-4,
+            f"{said['compiles_measured']}: {_ids(sorted(measured))}",
+            _ids(sorted(torch_ids)),
+            f"duration_s minus duration_us: up to {slip * 1e6:.0f} µs",
+        ),
+        Fact(
+            model,
+            "compile CPU time",
+            0 < own_cpu <= process["cpu_s"] + 0.01,
+            f"{said['cpu_s']} s ({said['worker_cpu_s']} s in workers)",
+            f"the process's own {process['cpu_s']:.2f} s, its reaped children's {process['children_cpu_s']:.2f} s",
+        ),
+    ]
+    if not said["worker_cpu_s"]:  # the process alone: its resident memory never passed its own high-water mark
+        facts.append(
+            Fact(
+                model,
+                "compile memory",
+                said["peak_host_mb"] <= said["peak_host_rss_mb"] <= process["max_rss_mb"] + 0.05,
+                f"grew {said['peak_host_mb']} MB, to {said['peak_host_rss_mb']} MB",
+                f"ru_maxrss {process['max_rss_mb']:.1f} MB",
+            )
+        )
+    return facts
+
+
 def checks(model: str, truth: Truth, out: Path, cwd: Path) -> list[Fact]:
     recompiles, breaks = len(truth.recompiles), truth.graph_breaks
     finished = truth.raw["status"] == "finished"
@@ -661,6 +816,9 @@ def judge(out: Path, cwd: Path) -> list[Fact]:
         *owners(model, product, truth, cwd),
     ]
     facts += [*fixes(model, product, truth), *locations(model, product, cwd), *checks(model, truth, out, cwd)]
+    facts += [*cause_figures(model, product, truth, cwd), *failures(model, product, truth)]
+    facts += [*outside_loop(model, product, truth), *run_times(model, product, truth)]
+    facts += compile_resources(model, product, truth)
     if truth.tlparse.error:
         facts.append(Fact(model, "tlparse", None, "", truth.tlparse.error))
     return facts

@@ -1,7 +1,8 @@
 """One run of one model, in a process of its own: trained under ``HookedTrainer`` with the Trainer flags users
 set, while torch's own record of it is kept beside telemetry-jit's file (``truth.json``): every
-``CompilationMetrics``, dynamo's counters, torch's recompile-limit warnings, and the Lightning batch that was
-running at each moment (a callback of the oracle's own, timed on the clock torch stamps compiles with).
+``CompilationMetrics``, dynamo's counters, torch's recompile-limit warnings, the process's CPU time and memory as
+the kernel counted them, and the Lightning batch that was running at each moment (a callback of the oracle's own,
+timed on the clock torch stamps compiles with).
 
     python -m oracle.run MODEL BACKEND OUT_DIR     (with TORCH_TRACE=OUT_DIR/trace set before Python starts)
 """
@@ -12,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import resource
 import sys
 import time
 import traceback
@@ -184,6 +186,18 @@ def compilation_metrics() -> list[dict[str, Any]]:
     return found
 
 
+def process_resources() -> dict[str, float]:
+    """What the kernel counted for this process so far: CPU seconds of its own threads and of the children it
+    reaped, and the largest resident memory of each (``getrusage``; kB on Linux)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "cpu_s": own.ru_utime + own.ru_stime,
+        "children_cpu_s": children.ru_utime + children.ru_stime,
+        "max_rss_mb": own.ru_maxrss / 1024,
+        "children_max_rss_mb": children.ru_maxrss / 1024,
+    }
+
+
 def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: BatchClock) -> None:
     session = telemetry_jit.configure("oracle", file=out / "run.jsonl", global_batch_size=SIZES["train"][1])
     config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": backend, **case.torch_kwargs})
@@ -260,6 +274,7 @@ def main(name: str, backend: str, out: Path) -> int:
         for key in ("graph_break", "unimplemented", "frames", "stats")
     }
     truth["recompile_limit_warnings"] = limits.said
+    truth["process"] = process_resources()
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return 0
 

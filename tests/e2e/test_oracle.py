@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -57,3 +58,72 @@ def test_a_wrong_statement_is_caught(runs: dict[str, Path], tmp_path: Path) -> N
     (copy / "run.jsonl").write_text("\n".join(lines) + "\n")
     wrong = {fact.fact for fact in judge(copy, ROOT) if fact.agree is False}
     assert {"stage of each compile", "batch and step of each compile", "recompile reasons"} <= wrong
+
+
+def _recompile(stage: str) -> Callable[[dict], bool]:
+    """The first recompile torch started in ``stage``, as the run file's span has it."""
+    return lambda a: a.get("compile.is_recompile") is True and a.get("train.stage") == stage
+
+
+# each kind of statement the judge reads, said wrong in a copy of a real run: what changes, and the facts that
+# must then disagree (none of them can pass whatever the product writes)
+TAMPERED = {
+    "a recompile's time": (
+        _recompile("train"),
+        {"compile.duration_ms": lambda ms: ms + 500},
+        {"count and time of each cause", "compile.duration_ms", "compiles measured", "compiling in the loop"},
+    ),
+    "a recompile's frame": (
+        _recompile("train"),
+        {"compile.location": lambda where: where.rsplit(":", 1)[0] + ":1"},
+        {"frames of each cause"},
+    ),
+    "a compile that failed": (
+        _recompile("train"),
+        {"compile.failed": True, "compile.failure": "RuntimeError: made up"},
+        {"failed compiles"},
+    ),
+    "a compile's resources": (
+        _recompile("train"),
+        {"compile.resources.cpu_time_s": 1e4, "compile.resources.host_rss_bytes": 1e13},
+        {"compile CPU time", "compile memory"},
+    ),
+    "predict's compile time": (
+        _recompile("predict"),
+        {"compile.duration_ms": lambda ms: ms + 500},
+        {"compiling outside the loop"},
+    ),
+    "the loop's length": (lambda a: False, {}, {"loop time"}),
+    "the application's length": (lambda a: False, {}, {"application time"}),
+}
+
+
+@pytest.mark.parametrize("case", TAMPERED)
+def test_each_kind_of_wrong_statement_is_caught(case: str, runs: dict[str, Path], tmp_path: Path) -> None:
+    """Each of the judge's checks can fail: the product's file, changed where that statement comes from."""
+    chosen, changes, expected = TAMPERED[case]
+    copy = tmp_path / "tampered"
+    shutil.copytree(runs["conv1d_bn"], copy)
+    lines, changed = [], 0
+    for line in (copy / "run.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        attributes = record.get("attributes", {})
+        if record.get("name") == "compilation" and not changed and chosen(attributes):
+            changed += 1
+            attributes.update(
+                {key: change(attributes[key]) if callable(change) else change for key, change in changes.items()}
+            )
+        if (
+            case == "the loop's length"
+            and record.get("kind") == "span"
+            and record.get("name") == "training_loop"
+            and not changed
+        ):
+            changed, record["end_unix_ns"] = 1, record["end_unix_ns"] + 100 * 10**9  # 100 s longer than fit ran
+        if case == "the application's length" and record.get("kind") == "span" and record.get("name") == "application":
+            changed, record["end_unix_ns"] = 1, record["start_unix_ns"] + 10**9  # shorter than the Trainer's calls
+        lines.append(json.dumps(record))
+    assert changed == 1
+    (copy / "run.jsonl").write_text("\n".join(lines) + "\n")
+    wrong = {fact.fact for fact in judge(copy, ROOT) if fact.agree is False}
+    assert expected <= wrong, wrong

@@ -772,6 +772,63 @@ def compile_resources(model: str, product: Product, truth: Truth) -> list[Fact]:
     return facts
 
 
+def options(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """The compile options each frame compile records (what the advice depends on) are those the run passed to
+    ``torch.compile`` through ``JitConfig(torch_kwargs=...)``."""
+    kwargs = truth.raw["torch_kwargs"]
+    dynamic = {True: "true", False: "false"}.get(kwargs.get("dynamic"), "auto")
+    given = (kwargs["backend"], dynamic, bool(kwargs.get("fullgraph")))
+    said = {
+        (a.get("compile.backend"), a.get("compile.dynamic"), bool(a.get("compile.fullgraph")))
+        for span in product.spans
+        if (a := span["attributes"]).get("compile.trigger") == "dynamo" and not a.get("compile.fell_back_to_eager")
+    }  # a frame refused (the recompile limit) compiled with no options
+    return [Fact(model, "compile options", said == {given}, str(sorted(map(str, said))), f"torch_kwargs {kwargs}")]
+
+
+def cache(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """The compile cache's look-ups and the start's verdict against torch's cache counts of each compile: a warm
+    start (``warm_start`` stated) only where every look-up hit."""
+    counted = [(name, metric.get(name) or 0) for metric in truth.metrics for name in metric if "cache_" in name]
+    hits = sum(value for name, value in counted if name.endswith("_hit_count"))
+    misses = sum(value for name, value in counted if name.endswith("_miss_count"))
+    saved = sum(value for name, value in counted if name == "remote_cache_time_saved_s")
+    said = product.summary["compile_cache"]
+    residual = product.summary.get("warm_start")
+    warm = residual is not None
+    facts = [
+        Fact(
+            model,
+            "cache look-ups",
+            (said["hits"], said["misses"]) == (hits, misses) and abs(said["saved_s"] - saved) <= 0.0015,
+            f"{said['hits']} hits, {said['misses']} misses, {said['saved_s']} s saved",
+            f"{hits} hits, {misses} misses, {saved:.6f} s saved (the metrics' cache counts)",
+        ),
+        Fact(
+            model,
+            "warm start",
+            warm == (hits > 0 and misses == 0),
+            "a warm start" if warm else "no warm start",
+            f"{hits} hits, {misses} misses",
+        ),
+    ]
+    if residual:  # a warm start's phases add up to its compile time, torch's; its recompiles are torch's
+        phases, total = residual["phases"], sum(metric["duration_us"] for metric in truth.metrics) / 1e6
+        again = sum(m["duration_us"] for m in truth.metrics if frame_attempt(m["compile_id"])[1] > 0) / 1e6
+        facts.append(
+            Fact(
+                model,
+                "warm start phases",
+                abs(sum(phases.values()) - residual["compile_s"]) <= 0.0005 * (len(phases) + 1)
+                and abs(residual["compile_s"] - total) <= 0.0015
+                and abs(phases.get("recompiles", 0.0) - again) <= 0.0015,
+                f"{' + '.join(f'{name} {value}' for name, value in phases.items())} of {residual['compile_s']} s",
+                f"{total:.6f} s of duration_us, {again:.6f} s of it recompiling",
+            )
+        )
+    return facts
+
+
 def checks(model: str, truth: Truth, out: Path, cwd: Path) -> list[Fact]:
     recompiles, breaks = len(truth.recompiles), truth.graph_breaks
     finished = truth.raw["status"] == "finished"
@@ -825,7 +882,7 @@ def judge(out: Path, cwd: Path) -> list[Fact]:
     facts += [*fixes(model, product, truth), *locations(model, product, cwd), *checks(model, truth, out, cwd)]
     facts += [*cause_figures(model, product, truth, cwd), *failures(model, product, truth)]
     facts += [*outside_loop(model, product, truth), *run_times(model, product, truth)]
-    facts += compile_resources(model, product, truth)
+    facts += [*compile_resources(model, product, truth), *cache(model, product, truth), *options(model, product, truth)]
     if truth.tlparse.error:
         facts.append(Fact(model, "tlparse", None, "", truth.tlparse.error))
     return facts

@@ -58,6 +58,16 @@ METRIC_FIELDS = (
     "entire_frame_compile_time_s",
     "backend_compile_time_s",
     "inductor_compile_time_s",
+    # the compile caches: inductor's FX graph cache and AOTAutograd's, local and remote, and the time they saved
+    "inductor_fx_local_cache_hit_count",
+    "inductor_fx_local_cache_miss_count",
+    "inductor_fx_remote_cache_hit_count",
+    "inductor_fx_remote_cache_miss_count",
+    "aotautograd_local_cache_hit_count",
+    "aotautograd_local_cache_miss_count",
+    "aotautograd_remote_cache_hit_count",
+    "aotautograd_remote_cache_miss_count",
+    "remote_cache_time_saved_s",
 )
 
 

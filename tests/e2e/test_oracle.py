@@ -88,6 +88,12 @@ TAMPERED = {
         {"compile.resources.cpu_time_s": 1e4, "compile.resources.host_rss_bytes": 1e13},
         {"compile CPU time", "compile memory"},
     ),
+    "a compile's cache look-ups": (
+        _recompile("train"),
+        {"compile.cache.fx_graph_local_hits": 3},
+        {"cache look-ups", "warm start"},
+    ),
+    "a compile's options": (_recompile("train"), {"compile.dynamic": "true"}, {"compile options"}),
     "predict's compile time": (
         _recompile("predict"),
         {"compile.duration_ms": lambda ms: ms + 500},

@@ -35,8 +35,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 @pytest.mark.parametrize("name", MODELS)
 def test_every_statement_agrees_with_torch(name: str, runs: dict[str, Path]) -> None:
     facts = judge(runs[name], ROOT)
-    assert len({fact.fact for fact in facts}) >= 30  # every kind of statement was read, none left out
-    assert sum(fact.agree is True for fact in facts) >= 25
+    names = {fact.fact for fact in facts}
+    assert len(names) >= 40  # every kind of statement was read, none left out
+    assert {name for *_, caught in TAMPERED.values() for name in caught} <= names  # each check below was made
+    assert sum(fact.agree is True for fact in facts) >= 38  # judged, not only stated
     wrong = [fact for fact in facts if fact.agree is False]
     assert not wrong, table(wrong, use_known=False)
 

@@ -494,8 +494,9 @@ def _first_step_stage(batch: dict[str, Any]) -> str:
 
 
 def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
-    """Each loop's first step: its compile time is torch's compiles started in that batch."""
-    wrong, judged = [], 0
+    """Each loop's first step: its compile time is torch's compiles started in that batch; its wall time holds the
+    batch as Lightning's hooks timed it (the oracle's callback runs beside the product's: a few ms apart)."""
+    wrong, walls, judged = [], [], 0
     seen: set[tuple[str, int]] = set()
     for item in product.summary.get("first_steps", []):
         stage = item["stage"].removesuffix("()")
@@ -516,6 +517,10 @@ def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
             continue
         seen.add((first["start_us"], first["stage"]))
         judged += 1
+        window = (first["end_us"] - first["start_us"]) / 1e6
+        failed = truth.raw["status"] == "failed" and first is truth.raw["batches"][-1]  # ended by the raise, not a hook
+        if not failed and not window - 0.0015 <= item["wall_s"] <= window + 0.05:
+            walls.append(f"{item['stage']} at step {item['global_step']}: {item['wall_s']} s vs {window:.6f} s")
         inside = [m for m in truth.metrics if first["start_us"] <= m["start_time_us"] <= first["end_us"]]
         compiled = sum(m["duration_us"] for m in inside) / 1e6
         if abs(item["compile_s"] - compiled) > 0.0015:
@@ -533,7 +538,14 @@ def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
             wrong,
             bool(judged),
             (f"{judged} first steps", "torch's compiles in that batch"),
-        )
+        ),
+        _verdict(
+            model,
+            "first steps' wall time",
+            walls,
+            bool(judged),
+            (f"{judged} first steps", "the batch, start to end (at most 50 ms apart)"),
+        ),
     ]
 
 

@@ -135,3 +135,16 @@ def test_each_kind_of_wrong_statement_is_caught(case: str, runs: dict[str, Path]
     (copy / "run.jsonl").write_text("\n".join(lines) + "\n")
     wrong = {fact.fact for fact in judge(copy, ROOT) if fact.agree is False}
     assert expected <= wrong, wrong
+
+
+def test_a_first_step_that_does_not_hold_its_batch_is_caught(runs: dict[str, Path], tmp_path: Path) -> None:
+    """The first steps' wall time against Lightning's batches: the training's first batch said to have run a second
+    longer than the product timed it."""
+    copy = tmp_path / "tampered"
+    shutil.copytree(runs["conv1d_bn"], copy)
+    truth = json.loads((copy / "truth.json").read_text())
+    first = next(batch for batch in truth["batches"] if batch["stage"] == "train")
+    first["start_us"] -= 10**6
+    (copy / "truth.json").write_text(json.dumps(truth))
+    wrong = {fact.fact: fact for fact in judge(copy, ROOT) if fact.agree is False}
+    assert "first steps' wall time" in wrong and wrong["first steps' wall time"].product.startswith("train at step 0")

@@ -784,6 +784,30 @@ def compile_resources(model: str, product: Product, truth: Truth) -> list[Fact]:
     return facts
 
 
+def fallback_costs(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Each fallback's cost counts the training batches from the one its compile failed in to the run's end, as
+    Lightning ran them (the frame ran eagerly in each)."""
+    failed = [metric for metric in truth.metrics if metric["fail_type"]]
+    trained = [batch for batch in truth.raw["batches"] if batch["stage"] == "train"]
+    wrong, judged = [], 0
+    for item in product.summary["fell_back_to_eager"]:
+        if not (item.get("cost") or {}).get("batches_since"):
+            continue
+        at = [
+            m["start_time_us"]
+            for m in failed
+            if (batch := truth.batch_at(m["start_time_us"])) and batch["global_step"] == item["step"]
+        ]
+        if not at:
+            continue
+        judged += 1
+        batch = truth.batch_at(at[0]) or {}
+        since = sum(b["start_us"] >= batch.get("start_us", at[0]) for b in trained)
+        if item["cost"]["batches_since"] != since:
+            wrong.append(f"{item['frame']}: {item['cost']['batches_since']} batches since vs {since}")
+    return [_verdict(model, "fallback cost", wrong, bool(judged), (f"{judged} fallbacks", "training batches since"))]
+
+
 def options(model: str, product: Product, truth: Truth) -> list[Fact]:
     """The compile options each frame compile records (what the advice depends on) are those the run passed to
     ``torch.compile`` through ``JitConfig(torch_kwargs=...)``."""
@@ -895,6 +919,7 @@ def judge(out: Path, cwd: Path) -> list[Fact]:
     facts += [*cause_figures(model, product, truth, cwd), *failures(model, product, truth)]
     facts += [*outside_loop(model, product, truth), *run_times(model, product, truth)]
     facts += [*compile_resources(model, product, truth), *cache(model, product, truth), *options(model, product, truth)]
+    facts += fallback_costs(model, product, truth)
     if truth.tlparse.error:
         facts.append(Fact(model, "tlparse", None, "", truth.tlparse.error))
     return facts

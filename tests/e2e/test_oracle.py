@@ -148,3 +148,19 @@ def test_a_first_step_that_does_not_hold_its_batch_is_caught(runs: dict[str, Pat
     (copy / "truth.json").write_text(json.dumps(truth))
     wrong = {fact.fact: fact for fact in judge(copy, ROOT) if fact.agree is False}
     assert "first steps' wall time" in wrong and wrong["first steps' wall time"].product.startswith("train at step 0")
+
+
+def test_a_fallback_cost_over_batches_that_never_ran_is_caught(runs: dict[str, Path], tmp_path: Path) -> None:
+    """torch's LSTM on packed sequences falls back to eager (dynamo does not trace RNNs): its cost counts the
+    training batches it then ran eagerly in, and a count Lightning never ran is caught."""
+    assert next(f for f in judge(runs["lstm_packed"], ROOT) if f.fact == "fallback cost").agree is True
+    copy = tmp_path / "tampered"
+    shutil.copytree(runs["lstm_packed"], copy)
+    lines = []
+    for line in (copy / "run.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        if record.get("name") == "eager_fallback_cost":
+            record["attributes"]["fallback.batches_since"] += 5
+        lines.append(json.dumps(record))
+    (copy / "run.jsonl").write_text("\n".join(lines) + "\n")
+    assert next(f for f in judge(copy, ROOT) if f.fact == "fallback cost").agree is False

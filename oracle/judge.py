@@ -71,6 +71,11 @@ def _pairs(product: Product, truth: Truth) -> list[tuple[dict[str, Any], dict[st
     return [(spans[_metric_key(m)], m) for m in truth.metrics if _metric_key(m) in spans]
 
 
+def _count(model: str, fact: str, said: int, true: int, words: str) -> Fact:
+    """A count the product states against torch's (``words`` follow torch's number)."""
+    return Fact(model, fact, said == true, str(said), f"{true}{words}")
+
+
 def counts(model: str, product: Product, truth: Truth) -> list[Fact]:
     said = product.summary
     tl_frames = len(truth.frames) if truth.tlparse.error else len(truth.tlparse.metrics)
@@ -89,20 +94,15 @@ def counts(model: str, product: Product, truth: Truth) -> list[Fact]:
             str(said["frame_compiles"]),
             f"{len(truth.frames)} (tlparse {tl_frames})",
         ),
-        Fact(
-            model,
-            "recompiles",
-            said["recompilations"] == len(truth.recompiles),
-            str(said["recompilations"]),
-            str(len(truth.recompiles)),
-        ),
-        Fact(
+        _count(model, "recompiles", said["recompilations"], len(truth.recompiles), ""),
+        _count(
             model,
             "lazy backward compiles",
-            said["backward_graphs"] == len(truth.backwards),
-            str(said["backward_graphs"]),
-            f"{len(truth.backwards)} (tlparse {len(truth.tlparse.backward_metrics)})",
+            said["backward_graphs"],
+            len(truth.backwards),
+            f" (tlparse {len(truth.tlparse.backward_metrics)})",
         ),
+        _count(model, "compilations", said["compilations"], len(truth.metrics), " CompilationMetrics"),
         Fact(
             model,
             "backward graphs",
@@ -143,6 +143,15 @@ def _listed(items: list[str]) -> str:
 
 def _ids(keys: list[tuple[str, bool]]) -> str:
     return " ".join(f"{i}{'' if forward else '(bw)'}" for i, forward in keys)
+
+
+def _verdict(model: str, fact: str, wrong: list[str], judged: bool, agreed: tuple[str, str]) -> Fact:
+    """A fact judged item by item, each difference written "what the product said vs torch's record": ``agreed``'s
+    words when none differs (``None``: nothing was judged), else the first difference and the rest as detail."""
+    if not wrong:
+        return Fact(model, fact, True if judged else None, *agreed)
+    said, _, torch_said = wrong[0].partition(" vs ")
+    return Fact(model, fact, False, said, torch_said, "; ".join(wrong[1:]))
 
 
 def durations(model: str, product: Product, truth: Truth) -> list[Fact]:
@@ -336,22 +345,8 @@ def stages(model: str, product: Product, truth: Truth) -> list[Fact]:
                 f"step {attributes.get('train.global_step')} vs batch {batch['batch_idx']} step {batch['global_step']}"
             )
     facts = [
-        Fact(
-            model,
-            "stage of each compile",
-            not wrong,
-            wrong[0].split(": ")[1].split(" vs ")[0] if wrong else "all",
-            wrong[0].split(" vs ")[1] if wrong else "the loop running",
-            "; ".join(wrong),
-        ),
-        Fact(
-            model,
-            "batch and step of each compile",
-            not steps,
-            steps[0] if steps else "all",
-            "the batch running",
-            "; ".join(steps[1:]),
-        ),
+        _verdict(model, "stage of each compile", wrong, True, ("all", "the loop running")),
+        _verdict(model, "batch and step of each compile", steps, True, ("all", "the batch running")),
     ]
     fell = product.summary.get("fell_back_to_eager") or []
     if fell or truth.fell_back:
@@ -405,21 +400,9 @@ def cause_stages(model: str, product: Product, truth: Truth) -> list[Fact]:
             wrong_steps.append(f"{item['cause']}: steps {sorted(said_steps)} vs {sorted(steps[item['cause']])}")
     count = len(product.summary["recompile_causes"])
     return [
-        Fact(
-            model,
-            "stage of each cause",
-            not wrong,
-            wrong[0].split(" vs ")[0] if wrong else f"{count} causes",
-            wrong[0].split(" vs ")[1] if wrong else "loops running",
-            "; ".join(wrong),
-        ),
-        Fact(
-            model,
-            "steps of each cause",
-            not wrong_steps,
-            wrong_steps[0].split(" vs ")[0] if wrong_steps else f"{count} causes",
-            wrong_steps[0].split(" vs ")[1] if wrong_steps else "global steps of the batches running",
-            "; ".join(wrong_steps),
+        _verdict(model, "stage of each cause", wrong, True, (f"{count} causes", "loops running")),
+        _verdict(
+            model, "steps of each cause", wrong_steps, True, (f"{count} causes", "global steps of the batches running")
         ),
     ]
 
@@ -511,8 +494,9 @@ def _first_step_stage(batch: dict[str, Any]) -> str:
 
 
 def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
-    """Each loop's first step: its compile time is torch's compiles started in that batch."""
-    wrong, judged = [], 0
+    """Each loop's first step: its compile time is torch's compiles started in that batch; its wall time holds the
+    batch as Lightning's hooks timed it (the oracle's callback runs beside the product's: a few ms apart)."""
+    wrong, walls, judged = [], [], 0
     seen: set[tuple[str, int]] = set()
     for item in product.summary.get("first_steps", []):
         stage = item["stage"].removesuffix("()")
@@ -533,6 +517,10 @@ def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
             continue
         seen.add((first["start_us"], first["stage"]))
         judged += 1
+        window = (first["end_us"] - first["start_us"]) / 1e6
+        failed = truth.raw["status"] == "failed" and first is truth.raw["batches"][-1]  # ended by the raise, not a hook
+        if not failed and not window - 0.0015 <= item["wall_s"] <= window + 0.05:
+            walls.append(f"{item['stage']} at step {item['global_step']}: {item['wall_s']} s vs {window:.6f} s")
         inside = [m for m in truth.metrics if first["start_us"] <= m["start_time_us"] <= first["end_us"]]
         compiled = sum(m["duration_us"] for m in inside) / 1e6
         if abs(item["compile_s"] - compiled) > 0.0015:
@@ -544,14 +532,20 @@ def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
                 said_phase = phases.get(phase, 0.0)
                 wrong.append(f"{item['stage']} at step {item['global_step']}, {phase}: {said_phase} s vs {spent:.6f} s")
     return [
-        Fact(
+        _verdict(
             model,
             "first steps' compile time",
-            (not wrong) if judged or wrong else None,
-            wrong[0].split(" vs ")[0] if wrong else f"{judged} first steps",
-            wrong[0].split(" vs ")[-1] if wrong else "torch's compiles in that batch",
-            "; ".join(wrong[1:]),
-        )
+            wrong,
+            bool(judged),
+            (f"{judged} first steps", "torch's compiles in that batch"),
+        ),
+        _verdict(
+            model,
+            "first steps' wall time",
+            walls,
+            bool(judged),
+            (f"{judged} first steps", "the batch, start to end (at most 50 ms apart)"),
+        ),
     ]
 
 
@@ -585,18 +579,7 @@ def owners(model: str, product: Product, truth: Truth, cwd: Path) -> list[Fact]:
         if attributes.get("graph_break.owner") != right:
             wrong.append(f"{location}: {attributes.get('graph_break.owner')} vs {right}")
     wrong = list(dict.fromkeys(wrong))
-    if not wrong:
-        return [Fact(model, "graph-break owners", True if judged else None, f"{judged} breaks", "where the file lies")]
-    return [
-        Fact(
-            model,
-            "graph-break owners",
-            False,
-            wrong[0].split(" vs ")[0],
-            wrong[0].split(" vs ")[1],
-            "; ".join(wrong[1:]),
-        )
-    ]
+    return [_verdict(model, "graph-break owners", wrong, bool(judged), (f"{judged} breaks", "where the file lies"))]
 
 
 _IN_PARENS = re.compile(r"\(([^()]+:\d+)\)$")
@@ -615,16 +598,9 @@ def locations(model: str, product: Product, cwd: Path) -> list[Fact]:
     for location in dict.fromkeys(found):
         file = Path(location.rsplit(":", 1)[0])
         if not location.startswith("<") and not (file if file.is_absolute() else cwd / file).is_file():
-            missing.append(location)
+            missing.append(f"{location} vs no such file from {cwd}")
     return [
-        Fact(
-            model,
-            "locations open",
-            (not missing) if found else None,
-            missing[0] if missing else f"{len(set(found))} locations",
-            f"no such file from {cwd}" if missing else "files that exist",
-            "; ".join(missing[1:]),
-        )
+        _verdict(model, "locations open", missing, bool(found), (f"{len(set(found))} locations", "files that exist"))
     ]
 
 
@@ -639,20 +615,254 @@ def fixes(model: str, product: Product, truth: Truth) -> list[Fact]:
             continue
         judged += 1
         if dynamic and "dynamic': True" in fix:
-            wrong.append(f"{item['cause']}: advises dynamic=True, which the run compiled with")
+            wrong.append(f"{item['cause']}: advises dynamic=True vs the run compiled with it")
         # a warning against drop_last ("drop_last=True would leave samples unevaluated") is not advice to set it
         if re.search(r"drop_last=True(?! would)", fix) and any(stage.startswith("predict") for stage in item["stages"]):
-            wrong.append(f"{item['cause']} in {item['stages']}: advises drop_last=True, which drops predictions")
+            wrong.append(f"{item['cause']} in {item['stages']}: advises drop_last=True vs it drops predictions")
+    return [_verdict(model, "fixes", wrong, bool(judged), (f"{judged} fixes", ""))]
+
+
+_FRAME = re.compile(r"^(\S+) \((.+):(\d+)\)$")
+
+
+def _frame(name: str, file: str, line: int, cwd: Path) -> tuple[str, Path, int]:
+    path = Path(file)
+    return name, (path if path.is_absolute() else cwd / path).resolve(), line
+
+
+def cause_figures(model: str, product: Product, truth: Truth, cwd: Path) -> list[Fact]:
+    """Each recompile cause's count, compile time and frames against torch's compiles the run's spans give that
+    cause: how many frame compiles, the sum of their ``duration_us`` and their backward graphs' (a recompile's cost),
+    their ``co_name``, ``co_filename`` and ``co_firstlineno``."""
+    given: dict[str, list[dict[str, Any]]] = {}
+    for span, metric in _pairs(product, truth):
+        cause = span["attributes"].get("compile.recompile_cause")
+        if cause:
+            given.setdefault(cause, []).append(metric)
+    wrong, frames = [], []
+    for item in product.summary["recompile_causes"]:
+        spent = sum(metric["duration_us"] for metric in given.get(item["cause"], [])) / 1e6
+        metrics = [metric for metric in given.get(item["cause"], []) if metric["is_forward"] is not False]
+        if item["count"] != len(metrics) or abs(item["compile_s"] - spent) > 0.0015:
+            wrong.append(
+                f"{item['cause']}: {item['count']} in {item['compile_s']} s vs {len(metrics)} in {spent:.6f} s"
+            )
+        # a frame past the recompile limit: torch's metric of it names no code (nothing was traced)
+        known = {_frame(m["co_name"], m["co_filename"], m["co_firstlineno"], cwd) for m in metrics if m["co_filename"]}
+        for frame in item["frames"] if known else []:
+            found = _FRAME.match(frame)
+            if found and _frame(found[1], found[2], int(found[3]), cwd) not in known:
+                frames.append(
+                    f"{item['cause']}: {frame} vs {_listed(sorted(f'{n} ({f}:{line})' for n, f, line in known))}"
+                )
+    causes = len(product.summary["recompile_causes"])
+    return [
+        _verdict(model, "count and time of each cause", wrong, True, (f"{causes} causes", "torch's compiles of it")),
+        _verdict(
+            model,
+            "frames of each cause",
+            frames,
+            bool(causes),
+            (f"{causes} causes", "co_name (co_filename:co_firstlineno)"),
+        ),
+    ]
+
+
+def failures(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Failed compiles as torch counted them: a compile torch gave a ``fail_type`` is one the summary says failed,
+    or a frame it says fell back to eager (torch skips the frame, ``Unsupported``: its compile failed, or, in some
+    releases, the frame hit the recompile limit)."""
+    said = product.summary
+    failed = [metric for metric in truth.metrics if metric["fail_type"]]
+    fell_back = sum(not item.get("recompile_limit") for item in said["fell_back_to_eager"])
+    at_limit = len(said["fell_back_to_eager"]) - fell_back
+    least = said["failed_compilations"] + fell_back
     return [
         Fact(
             model,
-            "fixes",
-            (not wrong) if judged else None,
-            wrong[0] if wrong else f"{judged} fixes",
-            "not already applied, not dropping predictions" if wrong else "",
-            "; ".join(wrong[1:]),
+            "failed compiles",
+            least <= len(failed) <= least + at_limit,
+            f"{said['failed_compilations']} failed, {fell_back} fell back to eager as their compile failed, "
+            f"{at_limit} at the recompile limit",
+            f"{len(failed)} with a fail_type ({_listed(sorted({str(metric['fail_type']) for metric in failed}))})",
+        ),
+    ]
+
+
+def outside_loop(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """The compile time the summary puts outside the training loop, by stage, against torch's compiles started in
+    the batches of each loop other than fit's training and validation."""
+    spent: dict[str, float] = {}
+    for metric in truth.metrics:
+        batch = truth.batch_at(metric["start_time_us"])
+        if batch and not (batch["fn"] == "fit" and batch["stage"] in ("train", "validate")):
+            stage = _first_step_stage(batch)
+            spent[stage] = spent.get(stage, 0.0) + metric["duration_us"] / 1e6
+    said = product.summary["compile_outside_loop_s"]
+    wrong = [
+        f"{stage} {said.get(stage, 0.0)} s vs {spent.get(stage, 0.0):.6f} s"
+        for stage in sorted({*said, *spent})
+        if abs(said.get(stage, 0.0) - spent.get(stage, 0.0)) > 0.0015
+    ]
+    return [
+        _verdict(model, "compiling outside the loop", wrong, True, (f"{len(said)} stages", "torch's compiles there"))
+    ]
+
+
+def run_times(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """The loop's and the application's wall time against Lightning's own: the loop holds every batch fit trained
+    and validated and lies within fit's calls; the application holds every Trainer call."""
+    said = product.summary
+    ended = [call for call in truth.raw["calls"] if "end_us" in call]
+    fits = sum(call["end_us"] - call["start_us"] for call in ended if call["call"] == "fit") / 1e6
+    batches = [
+        batch for batch in truth.raw["batches"] if batch["fn"] == "fit" and batch["stage"] in ("train", "validate")
+    ]
+    inside = sum(batch["end_us"] - batch["start_us"] for batch in batches if "end_us" in batch) / 1e6
+    calls = sum(call["end_us"] - call["start_us"] for call in ended) / 1e6
+    facts = [
+        Fact(
+            model,
+            "application time",
+            said["application_s"] + 0.0015 >= calls,
+            f"{said['application_s']} s",
+            f"{calls:.6f} s in the Trainer's calls",
         )
     ]
+    if said.get("wall_s") and truth.raw["status"] == "finished":
+        facts.append(
+            Fact(
+                model,
+                "loop time",
+                inside - 0.0015 <= said["wall_s"] <= fits + 0.0015,
+                f"{said['wall_s']} s",
+                f"{inside:.6f} s in fit's batches, {fits:.6f} s in its calls",
+            )
+        )
+    return facts
+
+
+def compile_resources(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Each compile's resources are torch's compiles (id, direction, duration); their CPU time and memory lie
+    within what the kernel counted for the process (``getrusage``)."""
+    said, process = product.summary.get("compile_resources"), truth.raw.get("process")
+    if not said or not process:
+        return [Fact(model, "compile resources", None, "none measured" if not said else str(said), "no getrusage")]
+    measured = {(c["compile_id"], c["trigger"] != "lazy_backward"): c["duration_s"] for c in said["compiles"]}
+    # a metric naming no code is a frame torch refused at the recompile limit: nothing compiled, nothing to measure
+    traced = [m for m in truth.metrics if m["co_filename"] or m["is_forward"] is False]
+    torch_ids = {_metric_key(m): m["duration_us"] / 1e6 for m in traced}
+    slip = max((abs(measured[key] - torch_ids[key]) for key in measured.keys() & torch_ids.keys()), default=0.0)
+    own_cpu = said["cpu_s"] - said["worker_cpu_s"]
+    facts = [
+        Fact(
+            model,
+            "compiles measured",
+            measured.keys() == torch_ids.keys() and said["compiles_measured"] == len(torch_ids) and slip <= 6e-4,
+            f"{said['compiles_measured']}: {_ids(sorted(measured))}",
+            _ids(sorted(torch_ids)),
+            f"duration_s minus duration_us: up to {slip * 1e6:.0f} µs",
+        ),
+        Fact(
+            model,
+            "compile CPU time",
+            0 < own_cpu <= process["cpu_s"] + 0.01,
+            f"{said['cpu_s']} s ({said['worker_cpu_s']} s in workers)",
+            f"the process's own {process['cpu_s']:.2f} s, its reaped children's {process['children_cpu_s']:.2f} s",
+        ),
+    ]
+    if not said["worker_cpu_s"]:  # the process alone: its resident memory never passed its own high-water mark
+        facts.append(
+            Fact(
+                model,
+                "compile memory",
+                said["peak_host_mb"] <= said["peak_host_rss_mb"] <= process["max_rss_mb"] + 0.05,
+                f"grew {said['peak_host_mb']} MB, to {said['peak_host_rss_mb']} MB",
+                f"ru_maxrss {process['max_rss_mb']:.1f} MB",
+            )
+        )
+    return facts
+
+
+def fallback_costs(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """Each fallback's cost counts the training batches from the one its compile failed in to the run's end, as
+    Lightning ran them (the frame ran eagerly in each)."""
+    failed = [metric for metric in truth.metrics if metric["fail_type"]]
+    trained = [batch for batch in truth.raw["batches"] if batch["stage"] == "train"]
+    wrong, judged = [], 0
+    for item in product.summary["fell_back_to_eager"]:
+        if not (item.get("cost") or {}).get("batches_since"):
+            continue
+        at = [
+            m["start_time_us"]
+            for m in failed
+            if (batch := truth.batch_at(m["start_time_us"])) and batch["global_step"] == item["step"]
+        ]
+        if not at:
+            continue
+        judged += 1
+        batch = truth.batch_at(at[0]) or {}
+        since = sum(b["start_us"] >= batch.get("start_us", at[0]) for b in trained)
+        if item["cost"]["batches_since"] != since:
+            wrong.append(f"{item['frame']}: {item['cost']['batches_since']} batches since vs {since}")
+    return [_verdict(model, "fallback cost", wrong, bool(judged), (f"{judged} fallbacks", "training batches since"))]
+
+
+def options(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """The compile options each frame compile records (what the advice depends on) are those the run passed to
+    ``torch.compile`` through ``JitConfig(torch_kwargs=...)``."""
+    kwargs = truth.raw["torch_kwargs"]
+    dynamic = {True: "true", False: "false"}.get(kwargs.get("dynamic"), "auto")
+    given = (kwargs["backend"], dynamic, bool(kwargs.get("fullgraph")))
+    said = {
+        (a.get("compile.backend"), a.get("compile.dynamic"), bool(a.get("compile.fullgraph")))
+        for span in product.spans
+        if (a := span["attributes"]).get("compile.trigger") == "dynamo" and not a.get("compile.fell_back_to_eager")
+    }  # a frame refused (the recompile limit) compiled with no options
+    return [Fact(model, "compile options", said == {given}, str(sorted(map(str, said))), f"torch_kwargs {kwargs}")]
+
+
+def cache(model: str, product: Product, truth: Truth) -> list[Fact]:
+    """The compile cache's look-ups and the start's verdict against torch's cache counts of each compile: a warm
+    start (``warm_start`` stated) only where every look-up hit."""
+    counted = [(name, metric.get(name) or 0) for metric in truth.metrics for name in metric if "cache_" in name]
+    hits = sum(value for name, value in counted if name.endswith("_hit_count"))
+    misses = sum(value for name, value in counted if name.endswith("_miss_count"))
+    saved = sum(value for name, value in counted if name == "remote_cache_time_saved_s")
+    said = product.summary["compile_cache"]
+    residual = product.summary.get("warm_start")
+    warm = residual is not None
+    facts = [
+        Fact(
+            model,
+            "cache look-ups",
+            (said["hits"], said["misses"]) == (hits, misses) and abs(said["saved_s"] - saved) <= 0.0015,
+            f"{said['hits']} hits, {said['misses']} misses, {said['saved_s']} s saved",
+            f"{hits} hits, {misses} misses, {saved:.6f} s saved (the metrics' cache counts)",
+        ),
+        Fact(
+            model,
+            "warm start",
+            warm == (hits > 0 and misses == 0),
+            "a warm start" if warm else "no warm start",
+            f"{hits} hits, {misses} misses",
+        ),
+    ]
+    if residual:  # a warm start's phases add up to its compile time, torch's; its recompiles are torch's
+        phases, total = residual["phases"], sum(metric["duration_us"] for metric in truth.metrics) / 1e6
+        again = sum(m["duration_us"] for m in truth.metrics if frame_attempt(m["compile_id"])[1] > 0) / 1e6
+        facts.append(
+            Fact(
+                model,
+                "warm start phases",
+                abs(sum(phases.values()) - residual["compile_s"]) <= 0.0005 * (len(phases) + 1)
+                and abs(residual["compile_s"] - total) <= 0.0015
+                and abs(phases.get("recompiles", 0.0) - again) <= 0.0015,
+                f"{' + '.join(f'{name} {value}' for name, value in phases.items())} of {residual['compile_s']} s",
+                f"{total:.6f} s of duration_us, {again:.6f} s of it recompiling",
+            )
+        )
+    return facts
 
 
 def checks(model: str, truth: Truth, out: Path, cwd: Path) -> list[Fact]:
@@ -706,6 +916,10 @@ def judge(out: Path, cwd: Path) -> list[Fact]:
         *owners(model, product, truth, cwd),
     ]
     facts += [*fixes(model, product, truth), *locations(model, product, cwd), *checks(model, truth, out, cwd)]
+    facts += [*cause_figures(model, product, truth, cwd), *failures(model, product, truth)]
+    facts += [*outside_loop(model, product, truth), *run_times(model, product, truth)]
+    facts += [*compile_resources(model, product, truth), *cache(model, product, truth), *options(model, product, truth)]
+    facts += fallback_costs(model, product, truth)
     if truth.tlparse.error:
         facts.append(Fact(model, "tlparse", None, "", truth.tlparse.error))
     return facts

@@ -1,7 +1,8 @@
 """One run of one model, in a process of its own: trained under ``HookedTrainer`` with the Trainer flags users
 set, while torch's own record of it is kept beside telemetry-jit's file (``truth.json``): every
-``CompilationMetrics``, dynamo's counters, torch's recompile-limit warnings, and the Lightning batch that was
-running at each moment (a callback of the oracle's own, timed on the clock torch stamps compiles with).
+``CompilationMetrics``, dynamo's counters, torch's recompile-limit warnings, the process's CPU time and memory as
+the kernel counted them, and the Lightning batch that was running at each moment (a callback of the oracle's own,
+timed on the clock torch stamps compiles with).
 
     python -m oracle.run MODEL BACKEND OUT_DIR     (with TORCH_TRACE=OUT_DIR/trace set before Python starts)
 """
@@ -12,6 +13,7 @@ import dataclasses
 import json
 import logging
 import os
+import resource
 import sys
 import time
 import traceback
@@ -56,6 +58,16 @@ METRIC_FIELDS = (
     "entire_frame_compile_time_s",
     "backend_compile_time_s",
     "inductor_compile_time_s",
+    # the compile caches: inductor's FX graph cache and AOTAutograd's, local and remote, and the time they saved
+    "inductor_fx_local_cache_hit_count",
+    "inductor_fx_local_cache_miss_count",
+    "inductor_fx_remote_cache_hit_count",
+    "inductor_fx_remote_cache_miss_count",
+    "aotautograd_local_cache_hit_count",
+    "aotautograd_local_cache_miss_count",
+    "aotautograd_remote_cache_hit_count",
+    "aotautograd_remote_cache_miss_count",
+    "remote_cache_time_saved_s",
 )
 
 
@@ -104,19 +116,18 @@ class BatchClock(Callback):
         self.batches: list[dict[str, Any]] = []
         self._open: dict[str, Any] | None = None
 
-    def _start(self, trainer: pl.Trainer, batch_idx: int, dataloader_idx: int, batches: Any) -> None:
-        count = batches[dataloader_idx] if isinstance(batches, list) else batches
+    def _start(self, trainer: pl.Trainer, batch_idx: int, dataloader_idx: int = 0) -> None:
         self._open = {
             "fn": trainer.state.fn.value if trainer.state.fn else None,
             "stage": trainer.state.stage.value if trainer.state.stage else None,
             "batch_idx": batch_idx,
             "dataloader_idx": dataloader_idx,
             "global_step": trainer.global_step,
-            "batches": count if isinstance(count, int) else None,
+            "batches": _loop_batches(trainer, dataloader_idx),
             "start_us": time.time_ns() // 1000,
         }
 
-    def _end(self) -> None:
+    def _end(self, *args: Any) -> None:
         if self._open is not None:
             self._open["end_us"] = time.time_ns() // 1000
             self.batches.append(self._open)
@@ -126,35 +137,32 @@ class BatchClock(Callback):
         self._end()
 
     def on_train_batch_start(self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        self._start(trainer, batch_idx, 0, trainer.num_training_batches)
-
-    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._end()
+        self._start(trainer, batch_idx)
 
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        batches = trainer.num_sanity_val_batches if trainer.sanity_checking else trainer.num_val_batches
-        self._start(trainer, batch_idx, dataloader_idx, batches)
+        self._start(trainer, batch_idx, dataloader_idx)
 
-    def on_validation_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._end()
+    # every loop's batch is timed alike; the loop's batch count comes from the stage running (_loop_batches)
+    on_test_batch_start = on_predict_batch_start = on_validation_batch_start
+    on_train_batch_end = on_validation_batch_end = on_test_batch_end = on_predict_batch_end = _end
 
-    def on_test_batch_start(
-        self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._start(trainer, batch_idx, dataloader_idx, trainer.num_test_batches)
 
-    def on_test_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._end()
-
-    def on_predict_batch_start(
-        self, trainer: pl.Trainer, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._start(trainer, batch_idx, dataloader_idx, trainer.num_predict_batches)
-
-    def on_predict_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
-        self._end()
+def _loop_batches(trainer: pl.Trainer, dataloader_idx: int) -> int | None:
+    """How many batches the running loop has (of its ``dataloader_idx``-th loader), as Lightning counts them."""
+    if trainer.training:
+        batches: Any = trainer.num_training_batches
+    elif trainer.sanity_checking:
+        batches = trainer.num_sanity_val_batches
+    else:
+        batches = {
+            "validate": trainer.num_val_batches,
+            "test": trainer.num_test_batches,
+            "predict": trainer.num_predict_batches,
+        }.get(trainer.state.stage.value if trainer.state.stage else "")
+    count = batches[dataloader_idx] if isinstance(batches, list) else batches
+    return count if isinstance(count, int) else None
 
 
 class LimitWarnings(logging.Handler):
@@ -186,6 +194,18 @@ def compilation_metrics() -> list[dict[str, Any]]:
         fields = dataclasses.asdict(metric) if dataclasses.is_dataclass(metric) else vars(metric)
         found.append({name: _plain(fields.get(name)) for name in METRIC_FIELDS})
     return found
+
+
+def process_resources() -> dict[str, float]:
+    """What the kernel counted for this process so far: CPU seconds of its own threads and of the children it
+    reaped, and the largest resident memory of each (``getrusage``; kB on Linux)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {
+        "cpu_s": own.ru_utime + own.ru_stime,
+        "children_cpu_s": children.ru_utime + children.ru_stime,
+        "max_rss_mb": own.ru_maxrss / 1024,
+        "children_max_rss_mb": children.ru_maxrss / 1024,
+    }
 
 
 def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: BatchClock) -> None:
@@ -264,6 +284,7 @@ def main(name: str, backend: str, out: Path) -> int:
         for key in ("graph_break", "unimplemented", "frames", "stats")
     }
     truth["recompile_limit_warnings"] = limits.said
+    truth["process"] = process_resources()
     (out / "truth.json").write_text(json.dumps(truth, indent=1))
     return 0
 

@@ -40,12 +40,24 @@ def _text(**config: Any) -> dict[str, Any]:
     return {"vocab_size": VOCAB, "pad_token_id": 0, **config}
 
 
-def _transformers(name: str, config: str, model: str, data: str, **settings: Any) -> Case:
+# each loader kind's head: transformers' Auto class that builds the model the task wants from a config
+HEADS = {
+    "lm": "AutoModelForCausalLM",
+    "classes": "AutoModelForSequenceClassification",
+    "pairs": "AutoModelForSeq2SeqLM",
+    "images": "AutoModelForImageClassification",
+    "masks": "AutoModelForSemanticSegmentation",
+}
+
+
+def _transformers(name: str, data: str, settings: dict[str, Any]) -> Case:
+    """The library's own model for ``name`` (its ``model_type``) with the head ``data`` asks for."""
+
     def build() -> nn.Module:
         import transformers
 
-        cfg = getattr(transformers, config)(**settings)
-        return getattr(transformers, model)(cfg)
+        config = transformers.AutoConfig.for_model(name, **settings)
+        return getattr(transformers, HEADS[data]).from_config(config)
 
     return Case(name, "transformers", data, build, hf=True)
 
@@ -75,33 +87,23 @@ VIT_LIKE = {
     "intermediate_size": 64,
     "num_labels": CLASSES,
 }
+TWO_STAGES = {"hidden_sizes": [8, 16], "depths": [1, 1], "num_labels": CLASSES}
 
-TRANSFORMERS = [
-    _transformers(
-        "gpt2",
-        "GPT2Config",
-        "GPT2LMHeadModel",
+# model_type: (the kind of data, the config's settings)
+TRANSFORMERS_CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
+    "gpt2": ("lm", _text(n_layer=2, n_embd=32, n_head=2, n_positions=64, bos_token_id=1, eos_token_id=2)),
+    "llama": ("lm", _text(**LLAMA_LIKE)),
+    "mistral": ("lm", _text(**LLAMA_LIKE)),
+    "qwen2": ("lm", _text(**LLAMA_LIKE)),
+    "gpt_neox": (
         "lm",
-        **_text(n_layer=2, n_embd=32, n_head=2, n_positions=64, bos_token_id=1, eos_token_id=2),
-    ),
-    _transformers("llama", "LlamaConfig", "LlamaForCausalLM", "lm", **_text(**LLAMA_LIKE)),
-    _transformers("mistral", "MistralConfig", "MistralForCausalLM", "lm", **_text(**LLAMA_LIKE)),
-    _transformers("qwen2", "Qwen2Config", "Qwen2ForCausalLM", "lm", **_text(**LLAMA_LIKE)),
-    _transformers(
-        "gpt_neox",
-        "GPTNeoXConfig",
-        "GPTNeoXForCausalLM",
-        "lm",
-        **_text(
+        _text(
             hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64, max_position_embeddings=64
         ),
     ),
-    _transformers(
-        "opt",
-        "OPTConfig",
-        "OPTForCausalLM",
+    "opt": (
         "lm",
-        **_text(
+        _text(
             hidden_size=32,
             num_hidden_layers=2,
             num_attention_heads=2,
@@ -110,37 +112,14 @@ TRANSFORMERS = [
             word_embed_proj_dim=32,
         ),
     ),
-    _transformers("bert", "BertConfig", "BertForSequenceClassification", "classes", **_text(**BERT_LIKE)),
-    _transformers(
-        "roberta", "RobertaConfig", "RobertaForSequenceClassification", "classes", **_text(**BERT_LIKE, pad_token_id=1)
-    ),
-    _transformers(
-        "distilbert",
-        "DistilBertConfig",
-        "DistilBertForSequenceClassification",
-        "classes",
-        **_text(dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64),
-    ),
-    _transformers(
-        "electra",
-        "ElectraConfig",
-        "ElectraForSequenceClassification",
-        "classes",
-        **_text(**BERT_LIKE, embedding_size=32),
-    ),
-    _transformers(
-        "t5",
-        "T5Config",
-        "T5ForConditionalGeneration",
+    "bert": ("classes", _text(**BERT_LIKE)),
+    "roberta": ("classes", _text(**BERT_LIKE, pad_token_id=1)),
+    "distilbert": ("classes", _text(dim=32, n_layers=2, n_heads=2, hidden_dim=64, max_position_embeddings=64)),
+    "electra": ("classes", _text(**BERT_LIKE, embedding_size=32)),
+    "t5": ("pairs", _text(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, decoder_start_token_id=0)),
+    "bart": (
         "pairs",
-        **_text(d_model=32, d_kv=16, d_ff=64, num_layers=2, num_heads=2, decoder_start_token_id=0),
-    ),
-    _transformers(
-        "bart",
-        "BartConfig",
-        "BartForConditionalGeneration",
-        "pairs",
-        **_text(
+        _text(
             d_model=32,
             encoder_layers=2,
             decoder_layers=2,
@@ -155,59 +134,39 @@ TRANSFORMERS = [
             pad_token_id=0,
         ),
     ),
-    _transformers("vit", "ViTConfig", "ViTForImageClassification", "images", **VIT_LIKE),
-    _transformers("dinov2", "Dinov2Config", "Dinov2ForImageClassification", "images", **VIT_LIKE),
-    _transformers(
-        "convnext",
-        "ConvNextConfig",
-        "ConvNextForImageClassification",
+    "vit": ("images", VIT_LIKE),
+    "dinov2": ("images", VIT_LIKE),
+    "convnext": ("images", {**TWO_STAGES, "num_stages": 2}),
+    "resnet": ("images", {**TWO_STAGES, "embedding_size": 8, "layer_type": "basic"}),
+    "swin": (
         "images",
-        hidden_sizes=[8, 16],
-        depths=[1, 1],
-        num_stages=2,
-        num_labels=CLASSES,
+        {
+            "image_size": 32,
+            "patch_size": 4,
+            "embed_dim": 8,
+            "depths": [1, 1],
+            "num_heads": [1, 2],
+            "window_size": 4,
+            "num_labels": CLASSES,
+        },
     ),
-    _transformers(
-        "resnet",
-        "ResNetConfig",
-        "ResNetForImageClassification",
-        "images",
-        embedding_size=8,
-        hidden_sizes=[8, 16],
-        depths=[1, 1],
-        layer_type="basic",
-        num_labels=CLASSES,
-    ),
-    _transformers(
-        "swin",
-        "SwinConfig",
-        "SwinForImageClassification",
-        "images",
-        image_size=32,
-        patch_size=4,
-        embed_dim=8,
-        depths=[1, 1],
-        num_heads=[1, 2],
-        window_size=4,
-        num_labels=CLASSES,
-    ),
-    _transformers(
-        "segformer",
-        "SegformerConfig",
-        "SegformerForSemanticSegmentation",
+    "segformer": (
         "masks",
-        num_encoder_blocks=2,
-        depths=[1, 1],
-        sr_ratios=[2, 1],
-        hidden_sizes=[8, 16],
-        patch_sizes=[7, 3],
-        strides=[4, 2],
-        num_attention_heads=[1, 1],
-        mlp_ratios=[2, 2],
-        decoder_hidden_size=16,
-        num_labels=3,
+        {
+            "num_encoder_blocks": 2,
+            "depths": [1, 1],
+            "sr_ratios": [2, 1],
+            "hidden_sizes": [8, 16],
+            "patch_sizes": [7, 3],
+            "strides": [4, 2],
+            "num_attention_heads": [1, 1],
+            "mlp_ratios": [2, 2],
+            "decoder_hidden_size": 16,
+            "num_labels": 3,
+        },
     ),
-]
+}
+TRANSFORMERS = [_transformers(name, data, settings) for name, (data, settings) in TRANSFORMERS_CONFIGS.items()]
 
 
 class Conv1dClassifier(nn.Module):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -59,6 +60,14 @@ def test_report_holds_timeline_tables_and_every_graph_break_offline(report: tupl
     assert len(page.having("rect", **{"class": "compilation"})) == len(compiles)
     assert len(page.having("line", **{"class": "recompile"})) == len(recompiles) > 0
     assert len(page.having("rect", **{"class": "training_loop"})) == 1
+    # the axis is the run's wall time from its first loop (README), each recompile marked with its global step
+    timeline = html.split('<svg id="timeline"')[1].split("</svg>")[0]
+    marks = re.findall(r'<line class="recompile".*?</line><text [^>]*>([^<]*)</text>', timeline, re.S)
+    assert sorted(marks) == sorted(str(s.attributes["train.global_step"]) for s in recompiles)
+    loops = [s for s in run.spans.values() if s.name in ("training_loop", "validation_loop", "testing_loop")]
+    first = min([s.start_unix_ns for s in loops] + [s.start_unix_ns for s in compiles])
+    last = max([s.end_unix_ns for s in loops] + [s.end_unix_ns for s in compiles])
+    assert f">{(last - first) / 1e9:.2f} s</text>" in timeline and ">0 s (wall time)</text>" in timeline
     for table in ("frames", "causes", "breaks"):
         assert page.having("table", id=table)
     every_break = html.split('<ul id="graph-breaks">')[1].split("</ul>")[0]

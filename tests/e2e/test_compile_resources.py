@@ -19,7 +19,7 @@ import pytest
 import torch
 
 import telemetry_jit
-from telemetry_jit import hook_trainer_cls
+from telemetry_jit import hook_trainer_cls, read_telemetry
 from telemetry_jit.analysis.report import render_report
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.analysis.text import format_summary
@@ -27,6 +27,7 @@ from telemetry_jit.compat import host
 from telemetry_jit.exporters import OTLPExporter
 from telemetry_jit.recording.resources import ResourceMeter
 from telemetry_jit.records import NEAR_LIMIT_SHARE
+from telemetry_jit.schema import ResourceAttr
 from tests import models
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.e2e.otlp_receivers import GrpcReceiver
@@ -261,11 +262,19 @@ def test_otlp_gets_each_compiles_resources_in_seconds_and_bytes(tmp_path: Path, 
         fresh_provider_state()
     compiles = [s for s in receiver.received.spans() if s.name == "compilation"]
     assert compiles
+    (run,) = read_telemetry(tmp_path / "t.jsonl")
+    # a frame compile and its lazy backward share a compile id: the trigger tells them apart
+    in_file = {
+        (s.attributes["compile.id"], s.attributes["compile.trigger"]): s.attributes for s in run.find("compilation")
+    }
     for span in compiles:
         a = span.attributes
-        assert isinstance(a["telemetry_jit.compile.resources.cpu_time"], float)  # seconds
+        recorded = in_file[a["telemetry_jit.compile.id"], a["telemetry_jit.compile.trigger"]]
+        # the same measurement on the wire as in the file: seconds and bytes, not rescaled or rounded
+        assert a["telemetry_jit.compile.resources.cpu_time"] == recorded[ResourceAttr.CPU_S]
+        assert a["telemetry_jit.compile.resources.host_rss_bytes"] == recorded[ResourceAttr.HOST_RSS_BYTES]
+        assert a["telemetry_jit.compile.resources.host_peak_bytes"] == recorded[ResourceAttr.HOST_PEAK_BYTES]
         assert a["telemetry_jit.compile.resources.host_rss_bytes"] > 50 * 2**20  # bytes: a process with torch
-        assert a["telemetry_jit.compile.resources.host_peak_bytes"] >= 0
     assert json.loads(json.dumps(compiles[0].attributes))  # plain values
 
 

@@ -142,6 +142,11 @@ def test_compile_durations_land_in_buckets_made_for_seconds(
         assert kinds == {"exponential_histogram"}
     else:
         assert kinds == {"histogram"} and bounds == {COMPILE_DURATION_BOUNDS}
+        # made for compile times in seconds: from milliseconds to an hour, with room between (the SDK's default,
+        # 0, 5, 10, ... 10000, puts every compile under 5 s in one bucket)
+        assert COMPILE_DURATION_BOUNDS[0] <= 0.01 and COMPILE_DURATION_BOUNDS[-1] >= 3600
+        steps = zip(COMPILE_DURATION_BOUNDS, COMPILE_DURATION_BOUNDS[1:], strict=False)
+        assert all(high / low <= 3 for low, high in steps)
     scopes = {
         (s.scope.name, s.scope.version) for q in received.metric_requests for r in q.resource_metrics
         for s in r.scope_metrics

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 import telemetry_jit
+from telemetry_jit.terminal import clean
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, loader
 
@@ -48,6 +49,7 @@ def test_a_modules_class_name_reaches_the_start_up_line_escaped(
         HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(hostile(), loader(8, 4))
     started = [record.getMessage() for record in caplog.records if "torch.compile(" in record.getMessage()]
     assert started and all("\x1b" not in line and "\x07" not in line for line in started), started
+    assert all(clean(hostile.__name__) in line for line in started), started  # the name is said, made safe
 
 
 FORK = textwrap.dedent(

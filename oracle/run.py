@@ -198,13 +198,14 @@ def compilation_metrics() -> list[dict[str, Any]]:
 
 def process_resources() -> dict[str, float]:
     """What the kernel counted for this process so far: CPU seconds of its own threads and of the children it
-    reaped, and the largest resident memory of each (``getrusage``; kB on Linux)."""
+    reaped, the largest resident memory of each (``getrusage``; kB on Linux), and the machine's memory."""
     own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     return {
         "cpu_s": own.ru_utime + own.ru_stime,
         "children_cpu_s": children.ru_utime + children.ru_stime,
         "max_rss_mb": own.ru_maxrss / 1024,
         "children_max_rss_mb": children.ru_maxrss / 1024,
+        "machine_mb": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20,
     }
 
 

@@ -265,6 +265,7 @@ def main(name: str, backend: str, out: Path) -> int:
         "family": case.family,
         "backend": backend,
         "torch_kwargs": {"backend": backend, **case.torch_kwargs},
+        "dynamo_config": case.dynamo_config,
         "drop_last": False,
         "versions": {"torch": torch.__version__, "lightning": pl.__version__, "python": sys.version.split()[0]},
         "calls": [],
@@ -272,7 +273,8 @@ def main(name: str, backend: str, out: Path) -> int:
         "error": "",
     }
     try:
-        train(case, backend, out, truth, clock)
+        with torch._dynamo.config.patch(**case.dynamo_config):
+            train(case, backend, out, truth, clock)
     except Exception as error:  # the run's failure is a fact the product must state; it is kept, not raised
         truth["status"] = "failed"
         truth["error"] = "".join(traceback.format_exception(error))[-4000:]

@@ -33,6 +33,7 @@ class Case:
     resume: bool = False  # fit again from the last checkpoint, one epoch more
     predict_bug: bool = False  # predict_step raises, after a fit that went well: the run fails in predict()
     torch_kwargs: dict[str, Any] = field(default_factory=dict)
+    dynamo_config: dict[str, Any] = field(default_factory=dict)  # torch._dynamo.config the user set for the run
 
 
 def _text(**config: Any) -> dict[str, Any]:
@@ -251,6 +252,8 @@ TORCH_LAYERS = [
     Case("lstm", "torch", "signals", lambda: RecurrentClassifier(nn.LSTM)),
     Case("gru_bidirectional", "torch", "signals", lambda: RecurrentClassifier(nn.GRU, bidirectional=True)),
     Case("lstm_packed", "torch", "signals", PackedLSTM),
+    # the same with the recompile limit a user lowered: a frame falls back to eager in training on every torch
+    Case("lstm_packed_limit", "torch", "signals", PackedLSTM, dynamo_config={"recompile_limit": 2}),
     Case("transformer_encoder", "torch", "signals", EncoderClassifier),
 ]
 

@@ -100,11 +100,10 @@ class FallbackCostMeter(CompileListener):
         spans = self._spans
         if len(spans) == 1:
             return []  # no fallback
-        # a span ends with the batch the next fallback happened in (that batch counts for both)
-        ends = [span.first_batch + 1 for span in spans[2:]] + [self._batches]
+        # a frame that fell back runs eagerly to the loop's end, past any later fallback of another frame
         return [
-            _cost(before.last_timed, span, batches_since=end - span.first_batch)
-            for before, span, end in zip(spans[:-1], spans[1:], ends, strict=True)
+            _cost(before.last_timed, span, batches_since=self._batches - span.first_batch)
+            for before, span in zip(spans[:-1], spans[1:], strict=True)
         ]
 
 

@@ -18,11 +18,9 @@ import contextlib
 import functools
 import hashlib
 import os
-import platform
 import random
 import re
 import socket
-import sys
 from collections.abc import Iterator, Mapping
 from importlib import metadata
 from typing import Any
@@ -34,7 +32,7 @@ from nv_one_logger.exporter.exporter import BaseExporter
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import ProcessResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -232,31 +230,23 @@ class OTLPExporter(BaseExporter):
         return f"OTLPExporter(endpoint={redact_url(self.endpoint)!r}, protocol={self.protocol!r})"
 
     def _resource(self) -> Resource:
-        run = job_run_id()
+        run, host = job_run_id(), socket.gethostname()
         attributes: dict[str, Any] = {
             "service.name": self.service_name or _application_name() or "telemetry-jit",
             # unique per process, as the semantic conventions require: the ranks of one run differ here and
             # share telemetry_jit.run_id (and the trace)
-            "service.instance.id": f"{run}:{socket.gethostname()}:{os.getpid()}",
+            "service.instance.id": f"{run}:{host}:{os.getpid()}",
             "telemetry_jit.run_id": run,
-            "host.name": socket.gethostname(),
-            "process.pid": os.getpid(),
+            "host.name": host,
         }
-        attributes.update(
-            {
-                "process.runtime.name": sys.implementation.name,
-                "process.runtime.version": platform.python_version(),
-                "process.runtime.description": sys.version,
-            }
-        )
         for package, key in _VERSIONED.items():
             with contextlib.suppress(metadata.PackageNotFoundError):
-                version = metadata.version(package)
-                attributes[f"telemetry_jit.version.{key}"] = version
+                attributes[f"telemetry_jit.version.{key}"] = metadata.version(package)
         if "telemetry_jit.version.telemetry_jit" in attributes:
             attributes["service.version"] = attributes["telemetry_jit.version.telemetry_jit"]
         attributes.update(self.settings.resource_attributes)
-        return Resource.create(attributes)
+        # the process and its runtime (pid, Python) as OpenTelemetry's own detector describes them, beneath
+        return ProcessResourceDetector().detect().merge(Resource.create(attributes))
 
     @override
     def initialize(self) -> None:

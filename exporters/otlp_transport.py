@@ -400,16 +400,7 @@ class RetryingSpanExporter(SpanExporter):
             self.on_refused(f"a span ({spans[0].name!r}) could not be sent: {why}")
 
     def shutdown(self) -> None:
-        with self._lock:
-            left, self.pending = list(self.pending), deque()
-        rest = _Request(left, resent=True)
-        while rest.spans:
-            request, rest = self._cut(rest)
-            if request is None:
-                continue
-            if not self._send(request.spans)[0]:
-                break
-            self._count(request)
+        self.export([])  # the backlog's last chance, as after any batch
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

@@ -238,7 +238,19 @@ class OTLPSettings:
         metrics_protocol = _protocol(
             options.protocol, (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
         )
-        endpoint = _endpoint(options.endpoint, protocol)
+        given = options.endpoint
+        endpoint = _endpoint(protocol, "traces", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, given)
+        endpoint = endpoint or _default_endpoint(protocol, "traces")
+        # the metrics variable, else the address spans go to (given, or from the variables), else the default
+        metrics_endpoint = _endpoint(
+            metrics_protocol, "metrics", OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, base=given is None
+        )
+        if metrics_endpoint is None and metrics_protocol == protocol:
+            metrics_endpoint = (
+                endpoint.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics"
+                if protocol == "http/protobuf"
+                else endpoint
+            )
         timeout = options.timeout
         timeout_s = _positive("timeout", timeout, (OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT))
         batch = {
@@ -274,7 +286,7 @@ class OTLPSettings:
                 )
             ),
             metrics_protocol=metrics_protocol,
-            metrics_endpoint=_metrics_endpoint(options.endpoint, endpoint, protocol, metrics_protocol),
+            metrics_endpoint=metrics_endpoint or _default_endpoint(metrics_protocol, "metrics"),
             metrics_headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_METRICS_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
             metrics_timeout_s=_positive(
                 "timeout", timeout, (OTEL_EXPORTER_OTLP_METRICS_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
@@ -316,21 +328,6 @@ def _metrics_wanted() -> bool:
         OTEL_METRICS_EXPORTER, "otlp", ("otlp", "none", "console", "prometheus"), "Use 'otlp' or 'none'."
     )
     return "otlp" in names
-
-
-def _metrics_endpoint(given: str | None, traces: str, traces_protocol: Protocol, protocol: Protocol) -> str:
-    """The metrics endpoint: its own variable, else the traces endpoint's address (given, or from the
-    variables), else OpenTelemetry's default for the metrics protocol."""
-    explicit = _environ(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
-    if explicit is not None:
-        return _checked_endpoint(explicit, protocol, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
-    base = _environ(OTEL_EXPORTER_OTLP_ENDPOINT)
-    if given is None and base is not None:
-        endpoint = base.strip().rstrip("/") + "/v1/metrics" if protocol == "http/protobuf" else base.strip()
-        return _checked_endpoint(endpoint, protocol, OTEL_EXPORTER_OTLP_ENDPOINT)
-    if protocol == traces_protocol:
-        return traces.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics" if protocol == "http/protobuf" else traces
-    return "localhost:4317" if protocol == "grpc" else "http://localhost:4318/v1/metrics"
 
 
 _SIGNALS = ("", "TRACES_", "METRICS_")
@@ -449,17 +446,18 @@ def _protocol(given: str | None, variables: tuple[str, ...]) -> Protocol:
     raise OTLPSettingsError(f"{source}={value!r} is not an OTLP protocol; use one of {list(PROTOCOLS)}.")
 
 
-def _endpoint(given: str | None, protocol: Protocol) -> str:
-    if given is not None:
-        return _checked_endpoint(given, protocol, "OTLPExporter(endpoint=...)")
-    traces = _environ(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
-    if traces is not None:
-        return _checked_endpoint(traces, protocol, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
-    base = _environ(OTEL_EXPORTER_OTLP_ENDPOINT)
-    if base is not None:
-        endpoint = base.strip().rstrip("/") + "/v1/traces" if protocol == "http/protobuf" else base.strip()
-        return _checked_endpoint(endpoint, protocol, OTEL_EXPORTER_OTLP_ENDPOINT)
-    return "localhost:4317" if protocol == "grpc" else "http://localhost:4318/v1/traces"
+def _endpoint(protocol: Protocol, signal: str, own: str, given: str | None = None, base: bool = True) -> str | None:
+    """``given``, else the signal's own variable, else (with ``base``) ``OTEL_EXPORTER_OTLP_ENDPOINT``, with
+    ``/v1/<signal>`` for HTTP, as OpenTelemetry reads them; checked, naming where it came from. None: none set."""
+    value, source = _given_or_variable(given, "endpoint", (own,))
+    if value is None and base and (shared := _environ(OTEL_EXPORTER_OTLP_ENDPOINT)) is not None:
+        value = shared.strip().rstrip("/") + f"/v1/{signal}" if protocol == "http/protobuf" else shared.strip()
+        source = OTEL_EXPORTER_OTLP_ENDPOINT
+    return None if value is None else _checked_endpoint(value, protocol, source)
+
+
+def _default_endpoint(protocol: Protocol, signal: str) -> str:
+    return "localhost:4317" if protocol == "grpc" else f"http://localhost:4318/v1/{signal}"
 
 
 def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:

@@ -18,11 +18,9 @@ import contextlib
 import functools
 import hashlib
 import os
-import platform
 import random
 import re
 import socket
-import sys
 from collections.abc import Iterator, Mapping
 from importlib import metadata
 from typing import Any
@@ -34,7 +32,7 @@ from nv_one_logger.exporter.exporter import BaseExporter
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
-from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.resources import ProcessResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
@@ -124,42 +122,26 @@ class _RunTraceIds(IdGenerator):
 
 class OTLPExporter(BaseExporter):
     """Send spans to an OTLP endpoint, and offer producers a :attr:`meter_provider` whose metrics go
-    to the same collector. Arguments win over the standard ``OTEL_*`` variables.
+    to the same collector. Arguments win over the standard ``OTEL_*`` variables, which win over
+    OpenTelemetry's defaults; docs/exporters.md has the table (argument, variables, default) of each.
 
     Args:
-        endpoint: collector address; default ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, then
-            ``OTEL_EXPORTER_OTLP_ENDPOINT`` (for HTTP with ``/v1/traces`` appended), then the
-            OTLP default (``localhost:4317`` / ``http://localhost:4318/v1/traces``).
-        protocol: ``"grpc"`` or ``"http/protobuf"``; default ``OTEL_EXPORTER_OTLP_TRACES_PROTOCOL``,
-            then ``OTEL_EXPORTER_OTLP_PROTOCOL``, then ``grpc``.
-        headers: extra request headers (e.g. credentials), a dict or ``"k=v,k2=v2"``; default
-            ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` / ``OTEL_EXPORTER_OTLP_HEADERS``. Never logged.
-        service_name: ``service.name`` (code wins, as in OpenTelemetry); default ``OTEL_SERVICE_NAME``, then
-            ``service.name`` in ``OTEL_RESOURCE_ATTRIBUTES``, then the application name given to
-            ``telemetry_jit.configure``, then ``telemetry-jit``.
-        timeout: seconds per export attempt; default ``OTEL_EXPORTER_OTLP_TIMEOUT`` (10).
-        insecure, certificate_file: TLS settings for gRPC; defaults from ``..._INSECURE`` /
-            ``..._CERTIFICATE`` (read by the OTLP exporter itself).
+        endpoint, protocol, headers, timeout, insecure, certificate_file: where and how spans go (the
+            variables ``OTEL_EXPORTER_OTLP_[TRACES_]*``); ``headers`` are never logged.
+        service_name: ``service.name`` (code wins, as in OpenTelemetry); else ``OTEL_SERVICE_NAME``, then
+            ``OTEL_RESOURCE_ATTRIBUTES``, then the application name given to ``configure``.
         resource_attributes: merged into the Resource (as are ``OTEL_RESOURCE_ATTRIBUTES``).
         max_queue_size, schedule_delay_millis, max_export_batch_size, export_timeout_millis: the batch
-            processor's settings; default ``OTEL_BSP_MAX_QUEUE_SIZE``, ``OTEL_BSP_SCHEDULE_DELAY``,
-            ``OTEL_BSP_MAX_EXPORT_BATCH_SIZE``, ``OTEL_BSP_EXPORT_TIMEOUT``, then OTel's defaults. Spans
-            beyond the queue are dropped and counted. The export timeout bounds :meth:`force_flush` and
-            the wait at close (default: ``timeout``).
+            processor's (``OTEL_BSP_*``); the export timeout bounds :meth:`force_flush` and the wait at close.
         retry_buffer_size: spans kept from failed exports and re-sent after the next batch.
-        max_request_bytes: the largest request sent (protobuf bytes): batches and what failed exports
-            kept go out in requests within it and ``max_export_batch_size``; default
-            ``TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES``, then 3 MiB (gRPC receivers refuse more than 4 MiB
-            by default).
-        Settings that could not send anything (a queue of 0, a timeout of 0, an endpoint that is no
-        address) raise :class:`~telemetry_jit.exporters.otlp_settings.OTLPSettingsError` here, naming
-        the argument or variable.
+        max_request_bytes: the largest request sent (``TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES``, 3 MiB).
         span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
-        metrics: also send metrics (``/v1/metrics`` over HTTP; ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT``
-            when set), every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60 s) and at close; default
-            on unless ``OTEL_METRICS_EXPORTER=none``.
-        identity: where the rank, world size and node on every span come from (default: the
-            environment's; ``configure`` shares one with its exporters, which the trainer updates).
+        metrics: also send metrics (default on unless ``OTEL_METRICS_EXPORTER=none``).
+        identity: where the rank, world size and node on every span come from (``configure`` shares one).
+
+    Raises:
+        OTLPSettingsError: settings that could not send anything (a queue of 0, an endpoint that is no
+            address), naming the argument or variable.
 
     Example::
 
@@ -248,31 +230,23 @@ class OTLPExporter(BaseExporter):
         return f"OTLPExporter(endpoint={redact_url(self.endpoint)!r}, protocol={self.protocol!r})"
 
     def _resource(self) -> Resource:
-        run = job_run_id()
+        run, host = job_run_id(), socket.gethostname()
         attributes: dict[str, Any] = {
             "service.name": self.service_name or _application_name() or "telemetry-jit",
             # unique per process, as the semantic conventions require: the ranks of one run differ here and
             # share telemetry_jit.run_id (and the trace)
-            "service.instance.id": f"{run}:{socket.gethostname()}:{os.getpid()}",
+            "service.instance.id": f"{run}:{host}:{os.getpid()}",
             "telemetry_jit.run_id": run,
-            "host.name": socket.gethostname(),
-            "process.pid": os.getpid(),
+            "host.name": host,
         }
-        attributes.update(
-            {
-                "process.runtime.name": sys.implementation.name,
-                "process.runtime.version": platform.python_version(),
-                "process.runtime.description": sys.version,
-            }
-        )
         for package, key in _VERSIONED.items():
             with contextlib.suppress(metadata.PackageNotFoundError):
-                version = metadata.version(package)
-                attributes[f"telemetry_jit.version.{key}"] = version
+                attributes[f"telemetry_jit.version.{key}"] = metadata.version(package)
         if "telemetry_jit.version.telemetry_jit" in attributes:
             attributes["service.version"] = attributes["telemetry_jit.version.telemetry_jit"]
         attributes.update(self.settings.resource_attributes)
-        return Resource.create(attributes)
+        # the process and its runtime (pid, Python) as OpenTelemetry's own detector describes them, beneath
+        return ProcessResourceDetector().detect().merge(Resource.create(attributes))
 
     @override
     def initialize(self) -> None:

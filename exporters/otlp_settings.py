@@ -58,22 +58,15 @@ from telemetry_jit.notices import NOWHERE, warn_once
 
 Protocol = Literal["grpc", "http/protobuf"]
 PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
-# OTEL_TRACES_EXPORTER names: the ones that mean OTLP (and the protocol they pick), and OpenTelemetry's
-# other exporters, which telemetry-jit does not implement
-_OTLP_NAMES: dict[str, Protocol | None] = {"otlp": None, "otlp_proto_grpc": "grpc", "otlp_proto_http": "http/protobuf"}
+# OTEL_TRACES_EXPORTER names: the ones that mean OTLP, and OpenTelemetry's other exporters, which telemetry-jit
+# does not implement
+_OTLP_NAMES = ("otlp", "otlp_proto_grpc", "otlp_proto_http")
 _OTHER_OTEL_NAMES = ("console", "zipkin", "zipkin_json", "zipkin_proto", "jaeger", "prometheus", "logging")
-_DEFAULT_TIMEOUT_S = 10.0
-_BATCH_DEFAULTS = {  # OpenTelemetry's own defaults
-    "max_queue_size": 2048,
-    "schedule_delay_millis": 5000,
-    "max_export_batch_size": 512,
-    "export_timeout_millis": None,  # telemetry-jit: the export timeout bounds a flush and the close
-}
-_BATCH_VARIABLES = {  # name -> (variable, unit)
-    "max_queue_size": (OTEL_BSP_MAX_QUEUE_SIZE, "spans"),
-    "schedule_delay_millis": (OTEL_BSP_SCHEDULE_DELAY, "milliseconds"),
-    "max_export_batch_size": (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, "spans"),
-    "export_timeout_millis": (OTEL_BSP_EXPORT_TIMEOUT, "milliseconds"),
+_BATCH = {  # BatchSpanProcessor's argument -> (variable, unit, OpenTelemetry's default)
+    "max_queue_size": (OTEL_BSP_MAX_QUEUE_SIZE, "spans", 2048),
+    "schedule_delay_millis": (OTEL_BSP_SCHEDULE_DELAY, "milliseconds", 5000),
+    "max_export_batch_size": (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, "spans", 512),
+    "export_timeout_millis": (OTEL_BSP_EXPORT_TIMEOUT, "milliseconds", None),  # default: bounds flush and close
 }
 MAX_REQUEST_BYTES_VARIABLE = "TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES"
 DEFAULT_MAX_REQUEST_BYTES = 3 * 1024 * 1024  # under the 4 MiB gRPC receivers (the Collector's too) take by default
@@ -211,7 +204,7 @@ class OTLPSettings:
     metrics_protocol: Protocol = "grpc"
     metrics_endpoint: str = ""
     metrics_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    metrics_timeout_s: float = _DEFAULT_TIMEOUT_S
+    metrics_timeout_s: float = 10.0
     metrics_interval_ms: float = 60_000.0
     metrics_export_timeout_ms: float = 30_000.0
     sampler: Sampler | None = None  # OTEL_TRACES_SAMPLER's, as OpenTelemetry builds it (None: the SDK's default)
@@ -242,42 +235,46 @@ class OTLPSettings:
                 or replace by its default, naming it, its value and what is valid.
         """
         protocol = _protocol(options.protocol, (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL))
-        endpoint = _endpoint(options.endpoint, protocol)
-        timeout = _positive(
-            "timeout",
-            options.timeout,
-            (OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT),
-            _DEFAULT_TIMEOUT_S,
-            "seconds",
+        metrics_protocol = _protocol(
+            options.protocol, (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
         )
-        batch = {}
-        for name, default in _BATCH_DEFAULTS.items():
-            variable, unit = _BATCH_VARIABLES[name]
-            value = _positive(name, getattr(options, name), (variable,), default, unit)
-            if value is not None:
-                batch[name] = value
+        given = options.endpoint
+        endpoint = _endpoint(protocol, "traces", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, given)
+        endpoint = endpoint or _default_endpoint(protocol, "traces")
+        # the metrics variable, else the address spans go to (given, or from the variables), else the default
+        metrics_endpoint = _endpoint(
+            metrics_protocol, "metrics", OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, base=given is None
+        )
+        if metrics_endpoint is None and metrics_protocol == protocol:
+            metrics_endpoint = (
+                endpoint.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics"
+                if protocol == "http/protobuf"
+                else endpoint
+            )
+        timeout = options.timeout
+        timeout_s = _positive("timeout", timeout, (OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT))
+        batch = {
+            name: value
+            for name, (variable, unit, default) in _BATCH.items()
+            if (value := _positive(name, getattr(options, name), (variable,), unit, default)) is not None
+        }
         if batch["max_export_batch_size"] > batch["max_queue_size"]:
             raise OTLPSettingsError(
                 f"OTLP max_export_batch_size ({batch['max_export_batch_size']:g}, {OTEL_BSP_MAX_EXPORT_BATCH_SIZE}) "
                 f"is larger than max_queue_size ({batch['max_queue_size']:g}, {OTEL_BSP_MAX_QUEUE_SIZE}): "
                 "a batch is taken from the queue, so it must be at most as large."
             )
-        flush_timeout = batch["export_timeout_millis"] / 1000 if "export_timeout_millis" in batch else timeout
-        metrics = options.metrics
-        if metrics is None:
-            metrics = _metrics_wanted()
-        metrics_protocol = _protocol(
-            options.protocol, (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
-        )
+        metrics = _metrics_wanted() if options.metrics is None else options.metrics
         _check_sdk_variables()
         sampler = traces_sampler()
+        request_bytes = (MAX_REQUEST_BYTES_VARIABLE,)
         return cls(
             protocol=protocol,
             endpoint=endpoint,
             headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_TRACES_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
             service_name=options.service_name,
-            timeout_s=timeout,
-            flush_timeout_s=flush_timeout,
+            timeout_s=timeout_s,
+            flush_timeout_s=batch["export_timeout_millis"] / 1000 if "export_timeout_millis" in batch else timeout_s,
             insecure=options.insecure,
             certificate_file=options.certificate_file,
             resource_attributes=dict(options.resource_attributes or {}),
@@ -285,28 +282,20 @@ class OTLPSettings:
             metrics=metrics,
             max_request_bytes=int(
                 _positive(
-                    "max_request_bytes",
-                    options.max_request_bytes,
-                    (MAX_REQUEST_BYTES_VARIABLE,),
-                    DEFAULT_MAX_REQUEST_BYTES,
-                    "bytes",
+                    "max_request_bytes", options.max_request_bytes, request_bytes, "bytes", DEFAULT_MAX_REQUEST_BYTES
                 )
             ),
             metrics_protocol=metrics_protocol,
-            metrics_endpoint=_metrics_endpoint(options.endpoint, endpoint, protocol, metrics_protocol),
+            metrics_endpoint=metrics_endpoint or _default_endpoint(metrics_protocol, "metrics"),
             metrics_headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_METRICS_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
             metrics_timeout_s=_positive(
-                "timeout",
-                options.timeout,
-                (OTEL_EXPORTER_OTLP_METRICS_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT),
-                _DEFAULT_TIMEOUT_S,
-                "seconds",
+                "timeout", timeout, (OTEL_EXPORTER_OTLP_METRICS_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
             ),
             metrics_interval_ms=_positive(
-                "metrics_interval", None, (OTEL_METRIC_EXPORT_INTERVAL,), 60_000.0, "milliseconds"
+                "metrics_interval", None, (OTEL_METRIC_EXPORT_INTERVAL,), "milliseconds", 60_000.0
             ),
             metrics_export_timeout_ms=_positive(
-                "metrics_export_timeout", None, (OTEL_METRIC_EXPORT_TIMEOUT,), 30_000.0, "milliseconds"
+                "metrics_export_timeout", None, (OTEL_METRIC_EXPORT_TIMEOUT,), "milliseconds", 30_000.0
             ),
             sampler=sampler,
         )
@@ -317,31 +306,28 @@ def sdk_disabled() -> bool:
     return (_environ(OTEL_SDK_DISABLED) or "false").strip().lower() == "true"
 
 
-def _metrics_wanted() -> bool:
-    value = (_environ(OTEL_METRICS_EXPORTER) or "otlp").strip().lower()
-    names = [name.strip() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in ("otlp", "none", "console", "prometheus")]
+def _exporter_names(variable: str, default: str, known: tuple[str, ...], use: str) -> list[str]:
+    """The names ``variable`` gives (split at commas, spaces around them allowed, as OpenTelemetry reads it).
+
+    Raises:
+        OTLPSettingsError: a name OpenTelemetry does not know either, saying what to ``use``.
+    """
+    value = _environ(variable) or default
+    names = [name.strip().lower() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in known]
     if unknown:
         raise OTLPSettingsError(
-            f"{OTEL_METRICS_EXPORTER}={value!r} names {', '.join(map(repr, unknown))}, which is no metrics exporter "
-            "OpenTelemetry knows: use 'otlp' or 'none'."
+            f"{variable}={value!r} names {', '.join(map(repr, unknown))}, which is no exporter OpenTelemetry "
+            f"knows. {use}"
         )
+    return names
+
+
+def _metrics_wanted() -> bool:
+    names = _exporter_names(
+        OTEL_METRICS_EXPORTER, "otlp", ("otlp", "none", "console", "prometheus"), "Use 'otlp' or 'none'."
+    )
     return "otlp" in names
-
-
-def _metrics_endpoint(given: str | None, traces: str, traces_protocol: Protocol, protocol: Protocol) -> str:
-    """The metrics endpoint: its own variable, else the traces endpoint's address (given, or from the
-    variables), else OpenTelemetry's default for the metrics protocol."""
-    explicit = _environ(OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
-    if explicit is not None:
-        return _checked_endpoint(explicit, protocol, OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)
-    base = _environ(OTEL_EXPORTER_OTLP_ENDPOINT)
-    if given is None and base is not None:
-        endpoint = base.strip().rstrip("/") + "/v1/metrics" if protocol == "http/protobuf" else base.strip()
-        return _checked_endpoint(endpoint, protocol, OTEL_EXPORTER_OTLP_ENDPOINT)
-    if protocol == traces_protocol:
-        return traces.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics" if protocol == "http/protobuf" else traces
-    return "localhost:4317" if protocol == "grpc" else "http://localhost:4318/v1/metrics"
 
 
 _SIGNALS = ("", "TRACES_", "METRICS_")
@@ -417,26 +403,17 @@ def traces_sampler() -> Sampler | None:
 
 
 def traces_exporter_wanted() -> bool:
-    """Whether ``OTEL_TRACES_EXPORTER`` asks for OTLP (names split at commas, spaces around them
-    allowed, as OpenTelemetry reads it).
+    """Whether ``OTEL_TRACES_EXPORTER`` asks for OTLP.
 
     Raises:
         OTLPSettingsError: a name OpenTelemetry does not know either.
     """
-    value = _environ(OTEL_TRACES_EXPORTER)
-    if value is None:
-        return False
-    names = [name.strip().lower() for name in value.split(",") if name.strip()]
-    unknown = [name for name in names if name not in _OTLP_NAMES and name not in (*_OTHER_OTEL_NAMES, "none")]
-    if unknown:
-        raise OTLPSettingsError(
-            f"{OTEL_TRACES_EXPORTER}={value!r} names {', '.join(map(repr, unknown))}, which is no exporter "
-            f"OpenTelemetry knows. telemetry-jit sends spans over OTLP: use one of {sorted(_OTLP_NAMES)}, or 'none'."
-        )
+    use = f"telemetry-jit sends spans over OTLP: use one of {sorted(_OTLP_NAMES)}, or 'none'."
+    names = _exporter_names(OTEL_TRACES_EXPORTER, "none", (*_OTLP_NAMES, *_OTHER_OTEL_NAMES, "none"), use)
     others = [name for name in names if name in _OTHER_OTEL_NAMES]
     if others:
         warn_once(
-            (OTEL_TRACES_EXPORTER, value),
+            (OTEL_TRACES_EXPORTER, os.environ[OTEL_TRACES_EXPORTER]),
             f"telemetry-jit: {OTEL_TRACES_EXPORTER} names {', '.join(others)}; telemetry-jit exports only over OTLP "
             "(and to its file), so it leaves those to your own OpenTelemetry setup.",
             every_rank=True,
@@ -469,17 +446,18 @@ def _protocol(given: str | None, variables: tuple[str, ...]) -> Protocol:
     raise OTLPSettingsError(f"{source}={value!r} is not an OTLP protocol; use one of {list(PROTOCOLS)}.")
 
 
-def _endpoint(given: str | None, protocol: Protocol) -> str:
-    if given is not None:
-        return _checked_endpoint(given, protocol, "OTLPExporter(endpoint=...)")
-    traces = _environ(OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
-    if traces is not None:
-        return _checked_endpoint(traces, protocol, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT)
-    base = _environ(OTEL_EXPORTER_OTLP_ENDPOINT)
-    if base is not None:
-        endpoint = base.strip().rstrip("/") + "/v1/traces" if protocol == "http/protobuf" else base.strip()
-        return _checked_endpoint(endpoint, protocol, OTEL_EXPORTER_OTLP_ENDPOINT)
-    return "localhost:4317" if protocol == "grpc" else "http://localhost:4318/v1/traces"
+def _endpoint(protocol: Protocol, signal: str, own: str, given: str | None = None, base: bool = True) -> str | None:
+    """``given``, else the signal's own variable, else (with ``base``) ``OTEL_EXPORTER_OTLP_ENDPOINT``, with
+    ``/v1/<signal>`` for HTTP, as OpenTelemetry reads them; checked, naming where it came from. None: none set."""
+    value, source = _given_or_variable(given, "endpoint", (own,))
+    if value is None and base and (shared := _environ(OTEL_EXPORTER_OTLP_ENDPOINT)) is not None:
+        value = shared.strip().rstrip("/") + f"/v1/{signal}" if protocol == "http/protobuf" else shared.strip()
+        source = OTEL_EXPORTER_OTLP_ENDPOINT
+    return None if value is None else _checked_endpoint(value, protocol, source)
+
+
+def _default_endpoint(protocol: Protocol, signal: str) -> str:
+    return "localhost:4317" if protocol == "grpc" else f"http://localhost:4318/v1/{signal}"
 
 
 def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
@@ -528,7 +506,9 @@ def _headers(given: Mapping[str, str] | str | None, variables: tuple[str, ...]) 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
-def _positive(name: str, given: float | None, variables: tuple[str, ...], default: float | None, unit: str) -> Any:
+def _positive(
+    name: str, given: float | None, variables: tuple[str, ...], unit: str = "seconds", default: float | None = 10.0
+) -> Any:
     """An argument, else the first variable set, else ``default``; a number > 0 either way."""
     value, source = _given_or_variable(given, name, variables)
     if value is None:

@@ -51,10 +51,11 @@ OTEL_LOGGERS = (
 )
 
 
-_TRANSPORTS = {  # protocol -> (OpenTelemetry's module, the distribution that has it)
+_DISTRIBUTIONS = {  # protocol -> (OpenTelemetry's package, the distribution that has it)
     "grpc": ("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry-exporter-otlp-proto-grpc"),
     "http/protobuf": ("opentelemetry.exporter.otlp.proto.http", "opentelemetry-exporter-otlp-proto-http"),
 }
+_CLASSES = {"traces": ("trace_exporter", "OTLPSpanExporter"), "metrics": ("metric_exporter", "OTLPMetricExporter")}
 
 
 def require_transports(settings: OTLPSettings) -> None:
@@ -65,9 +66,9 @@ def require_transports(settings: OTLPSettings) -> None:
     """
     protocols = {settings.protocol, settings.metrics_protocol} if settings.metrics else {settings.protocol}
     for protocol in sorted(protocols):
-        module, distribution = _TRANSPORTS[protocol]
+        package, distribution = _DISTRIBUTIONS[protocol]
         try:
-            found = importlib.util.find_spec(module) is not None
+            found = importlib.util.find_spec(package) is not None
         except (ImportError, ValueError):
             found = False
         if not found:
@@ -112,31 +113,13 @@ def check_with_sdk(settings: OTLPSettings) -> None:
         )
 
 
-def _exporter_class(protocol: str, signal: Signal) -> type[Any]:
-    """OpenTelemetry's exporter class for ``signal`` over ``protocol``, imported when first built."""
-    if protocol == "grpc":
-        if signal == "traces":
-            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcSpans
-
-            return GrpcSpans
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcMetrics
-
-        return GrpcMetrics
-    if signal == "traces":
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpSpans
-
-        return HttpSpans
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as HttpMetrics
-
-    return HttpMetrics
-
-
 def _build(settings: OTLPSettings, signal: Signal) -> Any:
     """OpenTelemetry's OTLP exporter for ``signal``, as the settings say: one builder for both signals
     and both protocols."""
     traces = signal == "traces"
     protocol = settings.protocol if traces else settings.metrics_protocol
-    exporter_class = _exporter_class(protocol, signal)
+    module, name = _CLASSES[signal]  # imported when first built
+    exporter_class = getattr(importlib.import_module(f"{_DISTRIBUTIONS[protocol][0]}.{module}"), name)
     common = {
         "endpoint": settings.endpoint if traces else settings.metrics_endpoint,
         "headers": dict(settings.headers if traces else settings.metrics_headers) or None,
@@ -417,16 +400,7 @@ class RetryingSpanExporter(SpanExporter):
             self.on_refused(f"a span ({spans[0].name!r}) could not be sent: {why}")
 
     def shutdown(self) -> None:
-        with self._lock:
-            left, self.pending = list(self.pending), deque()
-        rest = _Request(left, resent=True)
-        while rest.spans:
-            request, rest = self._cut(rest)
-            if request is None:
-                continue
-            if not self._send(request.spans)[0]:
-                break
-            self._count(request)
+        self.export([])  # the backlog's last chance, as after any batch
         self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30_000) -> bool:

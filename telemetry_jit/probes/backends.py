@@ -50,7 +50,9 @@ class Observer(Protocol):
       ``compile_id`` into (see :func:`~telemetry_jit.compilers.dynamo_compile_id`), added to that
       compile's record as graph breaks;
     - ``cache_counts() -> dict[str, tuple[int, int]]``: cache hits and misses during the run, per function,
-      for the run's ``compile_summary``.
+      for the run's ``compile_summary``;
+    - ``watching``: ``False`` while it has nothing to poll (none of its compilations found yet): the recorder
+      then skips it at steps, and polls it as each loop ends.
     """
 
     def attach(self) -> None: ...
@@ -91,6 +93,7 @@ class CompilerBackend(Protocol):
 
 _BACKENDS: dict[str, CompilerBackend] = {}  # registered by hand
 _FOUND: dict[tuple[str, ...], dict[str, CompilerBackend]] = {}  # by sys.path: the entry points found on it
+_LOADED: dict[str, CompilerBackend] = {}  # by entry point value
 
 
 def register_backend(backend: CompilerBackend) -> None:
@@ -140,34 +143,30 @@ def backends() -> list[CompilerBackend]:
 def _discover() -> dict[str, CompilerBackend]:
     entries = {entry.name: entry for entry in metadata.entry_points(group=ENTRY_POINTS)}
     if "torch" not in entries:  # installed before the built-ins were entry points (an old editable install)
-        entries.update((entry.name, entry) for entry in _BUILT_INS)
-    found: dict[str, CompilerBackend] = {}
+        entries.update((name, metadata.EntryPoint(name, value, ENTRY_POINTS)) for name, value in _BUILT_INS.items())
+    found = {}
     for entry in entries.values():
-        try:
-            loaded = entry.load()
-            backend = loaded() if isinstance(loaded, type) else loaded
-        except Exception as error:  # noqa: BLE001 - a broken plug-in costs its backend, not the run
-            warn_once(
-                ("plug-in", entry.value), f"telemetry-jit: compiler plug-in {entry.value} failed to load: {error!r}"
-            )
-            continue
-        if isinstance(backend, CompilerBackend):
-            found[backend.name] = backend
-        else:
-            warn_once(("plug-in", entry.value), f"telemetry-jit: {entry.value} is no CompilerBackend; skipped.")
+        backend = _LOADED.get(entry.value) or _load(entry)
+        if backend is not None:  # one instance per entry point, whatever sys.path does later
+            found[backend.name] = _LOADED.setdefault(entry.value, backend)
     return found
 
 
-_BUILT_INS = [
-    metadata.EntryPoint(name, f"telemetry_jit.compilers:{cls}", ENTRY_POINTS)
-    for name, cls in (
-        ("torch", "TorchCompileBackend"),
-        ("thunder", "ThunderJitBackend"),
-        ("thunder-dynamo", "ThunderThroughDynamoBackend"),
-    )
-]
+def _load(entry: metadata.EntryPoint) -> CompilerBackend | None:
+    try:
+        loaded = entry.load()
+        backend = loaded() if isinstance(loaded, type) else loaded
+    except Exception as error:  # noqa: BLE001 - a broken plug-in costs its backend, not the run
+        warn_once(("plug-in", entry.value), f"telemetry-jit: compiler plug-in {entry.value} failed to load: {error!r}")
+        return None
+    if isinstance(backend, CompilerBackend):
+        return backend
+    warn_once(("plug-in", entry.value), f"telemetry-jit: {entry.value} is no CompilerBackend; skipped.")
+    return None
 
 
-def optimizes(backend: CompilerBackend) -> bool:
-    """Whether ``backend`` can make a step faster (its ``optimizes``, True where it does not say)."""
-    return bool(getattr(backend, "optimizes", True))
+_BUILT_INS = {
+    "torch": "telemetry_jit.compilers:TorchCompileBackend",
+    "thunder": "telemetry_jit.compilers:ThunderJitBackend",
+    "thunder-dynamo": "telemetry_jit.compilers:ThunderThroughDynamoBackend",
+}

@@ -126,6 +126,7 @@ class ThunderWatch:
         self._kind = kind
         self._sources: dict[int, ThunderSource] = {}  # by id
         self._before: dict[int, tuple[int, int]] = {}  # function id -> (hits, misses) when first seen
+        self.watching = False  # any compilation found: until then the recorder does not poll it at each step
 
     def attach(self) -> None:
         pass
@@ -140,6 +141,7 @@ class ThunderWatch:
             if not isinstance(source, self._kind) or id(source) in self._sources:
                 continue
             self._sources[id(source)] = source
+            self.watching = True
             for function in source.functions:
                 function.take_records()  # compiled before this run (a module called by hand): not this run's
                 self._before[id(function)] = (function.stats.cache_hits, function.stats.cache_misses)

@@ -24,7 +24,7 @@ from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.exporters.finished import export_finished
 from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
-from telemetry_jit.probes.backends import Observer, backends, optimizes
+from telemetry_jit.probes.backends import Observer, backends
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
 from telemetry_jit.recording.alerts import EagerFallbackAlert, RankTotals
 from telemetry_jit.recording.console import CompileConsole, say_line
@@ -180,7 +180,7 @@ class CompileRecorder:
         self._probe.attach()
         found = backends()
         self._observers = [o for b in found if (o := _OBSERVER.call(b.observer)) is not FAILED and o is not None]
-        self._plain = {backend.name for backend in found if not optimizes(backend)}
+        self._plain = {backend.name for backend in found if not getattr(backend, "optimizes", True)}
         for observer in self._observers:
             _OBSERVER.call(observer.attach)
 
@@ -248,8 +248,10 @@ class CompileRecorder:
             self.record(record)
         self._poll_observers()
 
-    def _poll_observers(self) -> None:
+    def _poll_observers(self, at_step: bool = False) -> None:
         for observer in self._observers:
+            if at_step and not getattr(observer, "watching", True):  # nothing to poll yet: a step costs nothing
+                continue
             for record in _OBSERVER.call(observer.poll) or ():
                 self.record(record)
 
@@ -267,7 +269,7 @@ class CompileRecorder:
             self.poll()
             self.ensure_registered()
         elif self._observers:
-            self._poll_observers()
+            self._poll_observers(at_step=True)
         self._batch_step, self._batch_index, self._batch_loader = global_step, batch_index, loader
         if stage:
             self._batch_stage = stage

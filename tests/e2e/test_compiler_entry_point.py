@@ -18,6 +18,7 @@ import torch
 import telemetry_jit
 from telemetry_jit import CompileRecord, GraphBreak
 from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.probes.backends import unregister_backend
 from telemetry_jit.records import why_slower
 from tests.e2e.conftest import fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
@@ -127,3 +128,41 @@ def test_a_graph_splitting_compiler_found_by_its_entry_point_is_recorded(
     assert "toy.split leaves tanh to torch" in summary and "Net/piece1" in summary, summary
     assert summarize(run).digest.plain_backends == {"splitter"}
     assert "splitter only captures graphs" in why_slower(0, 0, {"splitter"}, {"splitter"})
+
+
+class InPlace:
+    """A plug-in that compiles with dynamo through the public helper: what it returns is the library's own check."""
+
+    name, title = "in-place", "compile_in_place"
+
+    def check(self, config: Any) -> None:
+        pass
+
+    def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
+        return telemetry_jit.compile_in_place(module, backend="eager")
+
+    def observer(self) -> None:
+        return None
+
+
+class SequentialNet(Net):
+    def __init__(self) -> None:
+        super().__init__()
+        self.model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+
+def test_a_plug_in_compiling_an_nn_sequential_with_the_public_helper_is_recorded_on_every_torch(tmp_path: Path) -> None:
+    """torch < 2.15 compiles nothing of an ``nn.Sequential`` with ``module.compile()``; ``compile_in_place`` does."""
+    telemetry_jit.register_backend(InPlace())
+    try:
+        fresh_provider_state()
+        session = telemetry_jit.configure("in-place", file=tmp_path / "t.jsonl")
+        HookedTrainer, _ = telemetry_jit.hook_trainer_cls(
+            pl.Trainer, session, jit_config=telemetry_jit.JitConfig(backend="in-place")
+        )
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(SequentialNet(), loader(16, 4))
+        telemetry_jit.shutdown()
+    finally:
+        unregister_backend("in-place")
+    compiles = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1].find("compilation")
+    assert compiles and {s.attributes["compile.backend"] for s in compiles} == {"eager"}  # module.compile(): none

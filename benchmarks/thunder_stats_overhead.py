@@ -14,7 +14,7 @@ import time
 
 import torch
 
-from telemetry_jit.lightning.compilers import compile_with_thunder
+from telemetry_jit.compilers import compile_with_thunder
 
 
 def per_call_us(call, x: torch.Tensor, calls: int) -> float:

@@ -26,6 +26,7 @@ _WHERE = {
     "CompileStats": "recording.stats",
     "CompileTelemetry": "loop",
     "CompileTelemetryCallback": "lightning.compile_telemetry",
+    "CompiledCodeRan": "compilers",
     "FabricCompileTelemetry": "lightning.fabric",
     "GraphBreak": "records",
     "JitConfig": "lightning.jit_transform",
@@ -37,7 +38,9 @@ _WHERE = {
     "format_summary": "analysis.text",
     "TimeEventCallback": "lightning.time_events",
     "Session": "session",
+    "compile_in_place": "compilers",
     "configure": "session",
+    "dynamo_compile_id": "compilers",
     "flush": "session",
     "hook_trainer_cls": "lightning.trainer",
     "read_telemetry": "analysis.reader",
@@ -54,6 +57,7 @@ __all__ = [
     "CompileStats",
     "CompileTelemetry",
     "CompileTelemetryCallback",
+    "CompiledCodeRan",
     "FabricCompileTelemetry",
     "GraphBreak",
     "JitConfig",
@@ -64,7 +68,9 @@ __all__ = [
     "PayoffSettings",
     "Session",
     "TimeEventCallback",
+    "compile_in_place",
     "configure",
+    "dynamo_compile_id",
     "flush",
     "format_summary",
     "hook_trainer_cls",
@@ -91,6 +97,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:
     from telemetry_jit.analysis.reader import read_telemetry
     from telemetry_jit.analysis.text import format_summary
+    from telemetry_jit.compilers import CompiledCodeRan, compile_in_place, dynamo_compile_id
     from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
     from telemetry_jit.lightning.fabric import FabricCompileTelemetry
     from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform, resolve_root, select_modules

@@ -359,10 +359,12 @@ class RecompileClassifier:
         step: int | None = None,
         dynamic: str = "",
         reasons: Sequence[str] = (),
+        trigger: str = "dynamo",
     ) -> Classified | None:
         """Note a frame compile (forward graphs only); for a recompile, return its cause. ``dynamic`` is the
         option it compiled with (``"true"``, ``"false"``, ``"auto"``, ``""`` unknown), ``reasons`` every cache
-        entry's reason where torch gave several (``reason`` is the telling one)."""
+        entry's reason where torch gave several (``reason`` is the telling one); a plug-in's (``trigger``: its
+        name) whose reason names no known cause has none: no guard of torch's to read."""
         history = self._frames.setdefault(frame, _FrameHistory())
         mode = "eval" if stage in EVAL_STAGES else "train"
         first_in_mode = mode not in history.stages
@@ -380,6 +382,8 @@ class RecompileClassifier:
                 if sized := sizes.cause(subject):
                     classified = Classified(sized, subject)
                     break
+        if classified.cause == "other" and trigger not in ("dynamo", "thunder"):
+            return None
         history.causes[classified.cause] += 1
         return classified
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
@@ -22,7 +23,7 @@ Source = str
 # what started it: dynamo tracing a frame ("dynamo"), a backward graph compiled at its first backward
 # ("lazy_backward"), a thunder cache miss ("thunder"), or what a plug-in backend says (its name)
 Trigger = str
-Compiler = Literal["dynamo", "thunder"]
+Compiler = str  # what split the graph: "dynamo", "thunder", or a plug-in backend's name
 AttributeValue = str | bool | int | float | list[str] | list[int] | list[float] | list[bool]
 
 
@@ -188,6 +189,7 @@ class CompileRecord:
     start_ns: int
     end_ns: int
     backend: str = ""
+    optimizes: bool = True  # False: its backend runs graphs as captured (a plug-in says so)
     frame: str = ""
     location: str = ""
     is_recompile: bool = False
@@ -551,10 +553,16 @@ class FallbackCost:
 NOT_OPTIMIZING = frozenset(("eager", "aot_eager", "aot_eager_decomp_partition", "aot_eager_default_partitioner"))
 
 
-def why_slower(graph_breaks: int, recompiles: int, backends: frozenset[str] | set[str] = frozenset()) -> str:
+def why_slower(
+    graph_breaks: int,
+    recompiles: int,
+    backends: AbstractSet[str] = frozenset(),
+    plain_backends: AbstractSet[str] = frozenset(),
+) -> str:
     """The likely reason compiled training steps are slower than eager ones, from what compiled for them: the
-    graph breaks and the recompiles that are not an expected one-time price, and the backend."""
-    plain = sorted(backends & NOT_OPTIMIZING)
+    graph breaks and the recompiles that are not an expected one-time price, and the backends (``plain_backends``:
+    those that said they do not optimise)."""
+    plain = sorted(backends & NOT_OPTIMIZING | plain_backends)
     if plain:
         return (
             f"the backend {', '.join(plain)} only captures graphs and runs them as they are, so it cannot make a step "

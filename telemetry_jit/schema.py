@@ -49,6 +49,7 @@ class CompileAttr:
     """Attributes of ``compilation`` spans and ``compile_summary`` events."""
 
     BACKEND: Final = "compile.backend"
+    BACKEND_OPTIMIZES: Final = "compile.backend_optimizes"  # False only: a plug-in that runs graphs as captured
     CACHE_BYPASSES: Final = "compile.cache_bypasses"
     CACHE_HITS: Final = "compile.cache_hits"
     CACHE_MISSES: Final = "compile.cache_misses"

@@ -312,6 +312,7 @@ class RunDigest:
     ends: dict[tuple[str, str, int], int] = field(default_factory=dict)
     end_frames: dict[tuple[str, str, int], str] = field(default_factory=dict)
     backends: set[str] = field(default_factory=set)
+    plain_backends: set[str] = field(default_factory=set)  # of those, the ones that said they do not optimise
     lacks_positions: bool = True  # no span says where in its epoch it was (written before they were recorded)
     lacks_stacks: bool = True  # no break says whose code it is in
     train_breaks: int = 0  # graph breaks of frames compiled while training: what runs inside a timed step
@@ -351,6 +352,8 @@ class RunDigest:
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
             self.backends.add(str(attributes[CompileAttr.BACKEND]))
+            if attributes.get(CompileAttr.BACKEND_OPTIMIZES) is False:
+                self.plain_backends.add(str(attributes[CompileAttr.BACKEND]))
         if TrainAttr.BATCH_INDEX in attributes or CompileAttr.RECOMPILE_CAUSE in attributes:
             self.lacks_positions = False
         breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
@@ -416,8 +419,6 @@ class RunDigest:
             if row is not None and attributes.get(CompileAttr.IS_RECOMPILE):
                 row.compile_ms += ms
             return None
-        if trigger not in ("dynamo", "thunder"):
-            return None  # a plug-in backend's recompile: its reason is its own, not a guard dynamo explains
         cause = _recorded_cause(attributes, recompile) or self._classifier.observe(
             compile_id.rsplit("/", 1)[0],
             stage,
@@ -429,6 +430,7 @@ class RunDigest:
             step=_whole(attributes.get(TrainAttr.GLOBAL_STEP)),
             dynamic=str(attributes.get(CompileAttr.DYNAMIC) or ""),
             reasons=[str(reason) for reason in attributes.get(CompileAttr.RECOMPILE_REASONS) or ()],
+            trigger=trigger,
         )
         if cause is None:
             return None

@@ -146,7 +146,9 @@ class RunSummary:
         if self.payoff is None:
             return ""
         digest = self.digest
-        return self.payoff.sentence(why_slower(digest.train_breaks, digest.train_recompiles, digest.backends))
+        return self.payoff.sentence(
+            why_slower(digest.train_breaks, digest.train_recompiles, digest.backends, digest.plain_backends)
+        )
 
 
 def summarize(run: TelemetryRun) -> RunSummary:

@@ -15,7 +15,6 @@ from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.lightning import compilers  # noqa: F401 - registers the built-in backends
 from telemetry_jit.notices import Notices
 from telemetry_jit.probes.backends import compiler_backend
 from telemetry_jit.terminal import clean

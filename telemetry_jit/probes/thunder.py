@@ -5,8 +5,8 @@ After each call of a thunder-compiled function the compilation calls :meth:`Thun
 which compares thunder's cache-miss count with the last one it saw; a new miss becomes a record with
 thunder's own timestamps: from the start of tracing to the end of the host window in which
 transforms ran and the cache entry was built. Compiling (``thunder.jit``, thunder's dynamo backend)
-is :mod:`telemetry_jit.lightning.compilers`' job; each of its compilations is a
-:class:`ThunderSource` the recorder finds on the model it trains.
+is :mod:`telemetry_jit.compilers`' job; each of its compilations is a
+:class:`ThunderSource` its backend's :class:`ThunderWatch` finds on the model trained.
 """
 
 from __future__ import annotations
@@ -118,19 +118,27 @@ def sources_in(model: torch.nn.Module) -> list[ThunderSource]:
 
 
 class ThunderWatch:
-    """The thunder compilations one run watches: their new compiles, and each function's cache hits
-    and misses during the run."""
+    """The observer of a thunder backend (a plug-in's :class:`~telemetry_jit.probes.backends.Observer`): the
+    compilations of kind ``kind`` installed on the models it is shown, their new compiles, the ops thunder left
+    to torch in dynamo's graphs, and each function's cache hits and misses during the run."""
 
-    def __init__(self) -> None:
+    def __init__(self, kind: type[ThunderSource] = ThunderSource) -> None:
+        self._kind = kind
         self._sources: dict[int, ThunderSource] = {}  # by id
-        self.watching = False  # any thunder compilation is watched (read at every step: a plain attribute)
         self._before: dict[int, tuple[int, int]] = {}  # function id -> (hits, misses) when first seen
+        self.watching = False  # any compilation found: until then the recorder does not poll it at each step
+
+    def attach(self) -> None:
+        pass
+
+    def detach(self) -> None:
+        pass
 
     def watch(self, model: torch.nn.Module) -> None:
         """Watch the thunder compilations installed on ``model`` (cheap to repeat; call it after modules
         may have been compiled, e.g. at each loop's first batch)."""
         for source in sources_in(model):
-            if id(source) in self._sources:
+            if not isinstance(source, self._kind) or id(source) in self._sources:
                 continue
             self._sources[id(source)] = source
             self.watching = True
@@ -138,7 +146,7 @@ class ThunderWatch:
                 function.take_records()  # compiled before this run (a module called by hand): not this run's
                 self._before[id(function)] = (function.stats.cache_hits, function.stats.cache_misses)
 
-    def take_records(self) -> list[CompileRecord]:
+    def poll(self) -> list[CompileRecord]:
         """The compiles recorded since the last call."""
         return [record for function in self._functions() for record in function.take_records()]
 

@@ -254,7 +254,7 @@ class PayoffTracker:
     def line(self, payoff: Payoff) -> str:
         """The console's line: the answer and, when compiling loses, the likely reason."""
         stats = self._recorder.stats
-        why = why_slower(stats.train_graph_breaks, stats.train_recompiles, stats.backends)
+        why = why_slower(stats.train_graph_breaks, stats.train_recompiles, stats.backends, stats.plain_backends)
         return f"telemetry-jit: compile payoff: {payoff.sentence(why)}"
 
     def _costed(self, payoff: Payoff, steps: int) -> Payoff:

@@ -26,7 +26,6 @@ from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.backends import Observer, backends
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
-from telemetry_jit.probes.thunder import ThunderWatch
 from telemetry_jit.recording.alerts import EagerFallbackAlert, RankTotals
 from telemetry_jit.recording.console import CompileConsole, say_line
 from telemetry_jit.recording.fallback_cost import FallbackCostMeter
@@ -59,8 +58,7 @@ from telemetry_jit.terminal import error_text
 
 _log = logging.getLogger("telemetry_jit")
 _PROBE = TORCH
-_THUNDER = call_site("thunder.compile_stats", "reading thunder.compile_stats")
-_OBSERVER = call_site("compiler.observer", "a registered compiler backend's observer (its attach, poll or detach)")
+_OBSERVER = call_site("compiler.observer", "a compiler backend's observer (thunder's or a plug-in's)")
 _EVENT = call_site("nv_one_logger.event", "nv-one-logger's recorder (adding an event to a span)")
 # the runs (sessions) whose compile telemetry has looked for code the process compiled before them
 _LOOKED_BEFORE: weakref.WeakSet[Session] = weakref.WeakSet()
@@ -140,7 +138,6 @@ class CompileRecorder:
             on_compile_end=self._compile_finished,
             meter=self._meter,
         )
-        self._thunder = ThunderWatch()
         self._run_listeners: list[CompileListener] = []
         self._started_at = 0.0
         self._batch_step = 0
@@ -150,7 +147,8 @@ class CompileRecorder:
         self._stage_batches: dict[str, int | None] = {}  # stage -> its loop's batches, as the driver last said
         self._rank_watch: RankWatch | None = None
         self._watch_span: Span | None = None
-        self._observers: list[Observer] = []  # the registered backends' own (the built-ins have none)
+        self._observers: list[Observer] = []  # the backends' own, for the run (thunder's, a plug-in's)
+        self._plain: set[str] = set()  # the backends that say they do not optimise
 
     # -- lifecycle, driven by the trainer callback or a loop ---------------------------------
     def start(self, where: Where, rank: int = 0) -> None:
@@ -171,7 +169,6 @@ class CompileRecorder:
         self._batch_step, self._batch_index = where().global_step, None
         self._classifier, self._causes, self._first_steps = RecompileClassifier(), {}, FirstSteps()
         self._fallback_cost = FallbackCostMeter()
-        self._thunder = ThunderWatch()
         recorder = self._recorder()
         exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
@@ -181,7 +178,9 @@ class CompileRecorder:
             _LOOKED_BEFORE.add(self.session)
             self._note_compiled_before()
         self._probe.attach()
-        self._observers = [o for b in backends() if (o := _OBSERVER.call(b.observer)) is not FAILED and o is not None]
+        found = backends()
+        self._observers = [o for b in found if (o := _OBSERVER.call(b.observer)) is not FAILED and o is not None]
+        self._plain = {backend.name for backend in found if not getattr(backend, "optimizes", True)}
         for observer in self._observers:
             _OBSERVER.call(observer.attach)
 
@@ -222,8 +221,11 @@ class CompileRecorder:
             _EXPORT.call(nv_one_logger_compat.export_each, recorder, span, export_finished)
 
     def watch_thunder(self, model: torch.nn.Module) -> None:
-        """Record the thunder compilations installed on ``model`` (cheap to repeat)."""
-        self._thunder.watch(model)
+        """Show ``model`` to each backend's observer that watches models (thunder's: the compilations installed
+        on it; a plug-in's ``watch``). Cheap to repeat: called as each loop starts."""
+        for observer in self._observers:
+            if hasattr(observer, "watch"):
+                _OBSERVER.call(observer.watch, model)
 
     def check_compiled_modules(self, modules: Iterable[tuple[str, str, torch.nn.Module]]) -> None:
         """Say once each of ``modules`` (``(attribute path, JitConfig selector or "", module)``) that
@@ -244,10 +246,12 @@ class CompileRecorder:
         """Record the compilations that finished since the last call."""
         for record in _PROBE.call(self._probe.poll) or ():
             self.record(record)
-        if self._thunder.watching:
-            for record in _THUNDER.call(self._thunder.take_records) or ():
-                self.record(record)
+        self._poll_observers()
+
+    def _poll_observers(self, at_step: bool = False) -> None:
         for observer in self._observers:
+            if at_step and not getattr(observer, "watching", True):  # nothing to poll yet: a step costs nothing
+                continue
             for record in _OBSERVER.call(observer.poll) or ():
                 self.record(record)
 
@@ -261,9 +265,11 @@ class CompileRecorder:
         recorded (compiles the probe could not bracket because ``torch._dynamo.reset()`` cleared its callbacks
         belong to the step that just ran), the callbacks come back if they were cleared, and the first step of
         a stage is measured."""
-        if self._thunder.watching or self._observers or self._probe.has_news():
+        if self._probe.has_news():
             self.poll()
             self.ensure_registered()
+        elif self._observers:
+            self._poll_observers(at_step=True)
         self._batch_step, self._batch_index, self._batch_loader = global_step, batch_index, loader
         if stage:
             self._batch_stage = stage
@@ -293,7 +299,6 @@ class CompileRecorder:
         step that raised are marked with it (torch's own text stays in ``compile.failure``)."""
         records = [
             *(_PROBE.call(self._probe.poll, final=True) or ()),
-            *(_THUNDER.call(self._thunder.take_records) or ()),
             *(record for observer in self._observers for record in _OBSERVER.call(observer.poll) or ()),
         ]
         for record in records:
@@ -304,9 +309,8 @@ class CompileRecorder:
             self.record(record)
         self._probe.detach()
         self._meter.stop()
-        for observer in self._observers:
+        for observer in self._observers:  # kept until the next start: the summary still asks their cache counts
             _OBSERVER.call(observer.detach)
-        self._observers = []
         self._compile_finished(None)  # one still open (it raised): ended, unmeasured
         watch, self._rank_watch = self._rank_watch, None
         if watch is not None:
@@ -317,7 +321,12 @@ class CompileRecorder:
         ``by_rank``, every rank's count and compile time as well."""
         self.loop_ended()
         stats = self.stats
-        stats.thunder = self._thunder.cache_counts()
+        stats.thunder = {
+            name: counts
+            for observer in self._observers
+            if hasattr(observer, "cache_counts")
+            for name, counts in (_OBSERVER.call(observer.cache_counts) or {}).items()
+        }
         attributes = stats.attributes(time.perf_counter() - self._started_at)
         attributes[TrainAttr.GLOBAL_STEP] = self._where().global_step  # the loop's last: "N steps since"
         attributes[WarmStartAttr.TORCH_FEATURES] = compile_timers.features()
@@ -395,8 +404,11 @@ class CompileRecorder:
     def record(self, record: CompileRecord) -> None:
         """Record one finished compilation (the probes' are recorded by :meth:`poll`): tell each
         listener, then export its span. Whatever fails costs one warning, never the run."""
-        if record.trigger == "dynamo" and self._thunder.watching:
-            record.graph_breaks.extend(self._thunder.take_splits(record.compile_id))
+        if record.trigger == "dynamo":
+            for observer in self._observers:
+                if hasattr(observer, "take_splits"):
+                    record.graph_breaks.extend(_OBSERVER.call(observer.take_splits, record.compile_id) or ())
+        record.optimizes = record.backend not in self._plain
         try:
             context = record.context or self._context_of_batch_that_ran()
             if context.parent is not None and not nv_one_logger_compat.is_running(context.parent):
@@ -421,8 +433,6 @@ class CompileRecorder:
         """Why it recompiled (a backward graph: its forward's cause); ``None`` for a first compile."""
         if record.trigger == "lazy_backward":
             return self._causes.get(record.compile_id)
-        if record.source != "dynamo":
-            return None
         context = record.context or CompileContext()
         cause = self._classifier.observe(
             record.frame_id,
@@ -435,6 +445,7 @@ class CompileRecorder:
             step=context.global_step,
             dynamic=str(record.options.get("dynamic", "")),
             reasons=record.recompile_reasons,
+            trigger=record.trigger,
         )
         if cause is not None:
             if len(self._causes) > 10_000:  # a backward graph follows its forward within a step or two

@@ -106,6 +106,8 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
     attributes.update({CompileAttr.PREFIX + name: value for name, value in record.extra.items()})
     if record.resources is not None:
         attributes.update(record.resources.attributes())
+    if not record.optimizes:
+        attributes[CompileAttr.BACKEND_OPTIMIZES] = False
     if record.unavailable:
         attributes[CompileAttr.UNAVAILABLE] = list(record.unavailable)
     return attributes

@@ -42,6 +42,7 @@ class CompileStats(CompileListener):
     train_graph_breaks: int = 0
     train_recompiles: int = 0
     backends: set[str] = field(default_factory=set)
+    plain_backends: set[str] = field(default_factory=set)  # of those, the ones that said they do not optimise
     thunder: dict[str, tuple[int, int]] = field(default_factory=dict)  # module -> (cache hits, misses)
 
     def recorded(self, record: CompileRecord) -> None:
@@ -58,6 +59,8 @@ class CompileStats(CompileListener):
         self.cache_time_saved_s += record.cache.get("time_saved_s", 0.0)
         if record.backend:
             self.backends.add(record.backend)
+            if not record.optimizes:
+                self.plain_backends.add(record.backend)
         if record.context is not None and record.context.stage == "train":
             self.train_graph_breaks += len(record.graph_breaks)
             expected = record.cause is not None and record.cause.expected

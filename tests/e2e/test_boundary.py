@@ -50,7 +50,7 @@ SCENARIO = {
     "ranks.store": "ddp",  # the rank watch starts where a process group of several ranks runs
     "ranks.publish": "ddp",
     "ranks.read": "ddp",
-    "thunder.compile_stats": "thunder",
+    "compiler.observer": "thunder",  # thunder's observer: reading thunder.compile_stats
 }
 BOUND_S = 1.0  # the bounds the hanging callees must be cut off at, kept short here
 

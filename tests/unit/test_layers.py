@@ -13,6 +13,7 @@ MAY_IMPORT: dict[str, set[str]] = {
     "compat": set(),
     "exporters": {"bottom", "exporters"},
     "probes": {"bottom", "compat", "probes"},
+    "compilers": {"bottom", "compat", "probes"},  # the built-in compiler plug-ins, found by entry points
     "session": {"bottom", "compat", "exporters"},
     "recording": {"bottom", "compat", "exporters", "session", "probes", "recording"},
     "loop": {"bottom", "compat", "exporters", "probes", "recording", "session"},

@@ -1,6 +1,8 @@
-"""How ``JitTransform`` compiles a module with thunder, in place, observable by the thunder probe.
+"""The built-in compiler plug-ins (torch.compile, ``thunder.jit``, thunder through dynamo), declared as entry
+points in pyproject.toml like any other, and the helpers a plug-in compiles with: :func:`compile_in_place`
+(returns the check :class:`CompiledCodeRan`) and :func:`dynamo_compile_id`.
 
-Two ways, as ``JitConfig.thunder_backend`` picks. ``"jit"``: ``thunder.jit`` of the module. The
+Thunder compiles in two ways, as ``JitConfig.thunder_backend`` picks. ``"jit"``: ``thunder.jit`` of the module. The
 compiled module stays where it is in the model: the hook ``nn.Module.compile`` uses (see
 :func:`telemetry_jit.compat.torch.set_compiled_call`) runs the ``ThunderModule``. Replacing the
 child with the ``ThunderModule`` would change ``state_dict`` keys (``layer1.weight`` becomes
@@ -19,8 +21,7 @@ import torch
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
-from telemetry_jit.probes.backends import Observer, register_backend
-from telemetry_jit.probes.thunder import ThunderFunction, ThunderSource
+from telemetry_jit.probes.thunder import ThunderFunction, ThunderSource, ThunderWatch
 from telemetry_jit.records import GraphBreak
 from telemetry_jit.terminal import error_text
 
@@ -83,7 +84,7 @@ class ThunderDynamoBackend:
                 lambda _, args, kwargs, __, function=function: function.check(args, kwargs), with_kwargs=True
             )
         if made.splits:
-            self._splits[torch_compat.current_compile_id()] = [
+            self._splits[dynamo_compile_id()] = [
                 GraphBreak(reason, location, counted_by_torch=False, compiler="thunder")
                 for reason, location in made.splits
             ]
@@ -209,6 +210,20 @@ class CompiledCodeRan:
         return self.watch is not None and self.watch.failed_frames > 0
 
 
+def compile_in_place(module: torch.nn.Module, **compile_kwargs: Any) -> CompiledCodeRan:
+    """``module.compile(**compile_kwargs)`` (``state_dict`` unchanged) such that dynamo compiles it on every
+    supported torch (torch < 2.15 skips the ``forward`` of torch's own layers, an ``nn.Sequential`` among them,
+    and compiles nothing), and the check a plug-in's ``compile`` returns: has the compiled code run?"""
+    torch_compat.compile_in_place(module, **compile_kwargs)
+    return CompiledCodeRan(module, FirstCall.install(module))
+
+
+def dynamo_compile_id() -> str:
+    """The id of dynamo's compile in progress (``"0/1"``; ``""`` outside one): inside a ``torch.compile`` backend,
+    the key under which an observer's ``take_splits`` hands back the pieces it split that compile's graph into."""
+    return torch_compat.current_compile_id()
+
+
 # -- the built-in backends: JitConfig(use_torch=True) is "torch", use_thunder=True "thunder" or "thunder-dynamo" --
 class TorchCompileBackend:
     """``module.compile(**config.torch_kwargs)``, in place; observed by the dynamo probe."""
@@ -227,15 +242,14 @@ class TorchCompileBackend:
             ) from error
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
-        torch_compat.compile_in_place(module, **config.torch_kwargs)
-        return CompiledCodeRan(module, FirstCall.install(module))
+        return compile_in_place(module, **config.torch_kwargs)
 
-    def observer(self) -> Observer | None:
-        return None
+    def observer(self) -> None:
+        return None  # the dynamo probe sees its compiles
 
 
 class ThunderJitBackend:
-    """``thunder.jit`` of the module, in place (``state_dict`` unchanged); observed by the thunder probe."""
+    """``thunder.jit`` of the module, in place (``state_dict`` unchanged); its observer reads thunder's cache."""
 
     name, title = "thunder", "thunder.jit"
 
@@ -246,12 +260,13 @@ class ThunderJitBackend:
         compile_with_thunder(module, label, profile=config.profile_thunder)
         return CompiledCodeRan(module)
 
-    def observer(self) -> Observer | None:
-        return None
+    def observer(self) -> ThunderWatch:
+        return ThunderWatch(ThunderCompiled)
 
 
 class ThunderThroughDynamoBackend:
-    """NeMo's path: ``torch.compile`` with ``thunder.dynamo.ThunderCompiler``; observed by both probes."""
+    """NeMo's path: ``torch.compile`` with ``thunder.dynamo.ThunderCompiler``: dynamo's compiles seen by its probe,
+    the pieces thunder compiles and the graphs it splits by this backend's observer."""
 
     name, title = "thunder-dynamo", "torch.compile with thunder.dynamo.ThunderCompiler"
 
@@ -262,9 +277,5 @@ class ThunderThroughDynamoBackend:
         compile_with_thunder_dynamo(module, label, profile=config.profile_thunder)
         return CompiledCodeRan(module)
 
-    def observer(self) -> Observer | None:
-        return None
-
-
-for _builtin in (TorchCompileBackend(), ThunderJitBackend(), ThunderThroughDynamoBackend()):
-    register_backend(_builtin)
+    def observer(self) -> ThunderWatch:
+        return ThunderWatch(ThunderDynamoCompiled)

@@ -38,8 +38,8 @@ class CompileTelemetry:
             timed from one :meth:`step` call to the next. The result: ``last_payoff``, a
             ``compile_payoff`` event, a console line.
         model: the model the loop trains: the thunder compilations in it are recorded too.
-        gather: on several ranks (:meth:`set_rank`), an all_gather every rank calls at the loop's end (e.g.
-            ``fabric.all_gather``): the summary then has every rank's totals, and rank zero warns on skew.
+        gather: on several ranks (:meth:`set_rank`), an all_gather every rank calls when the loop ends without
+            an error (e.g. ``fabric.all_gather``): the summary has every rank's totals, rank zero warns on skew.
 
     Example::
 
@@ -67,7 +67,6 @@ class CompileTelemetry:
         self.global_step = 0
         self._steps = 0  # step() calls so far: the steps the loop ran
         self._driver = TelemetryDriver(provider, [CompileConsole()] if live else [])
-        self._recorder = self._driver.recorder
         self._rank, self._world_size = 0, 1
         self.model, self.gather = model, gather
         self._owns_application = False
@@ -118,9 +117,10 @@ class CompileTelemetry:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self._driver.payoff_abandoned()  # the last step has no end to time
-        self._recorder.stop(error)
+        self._driver.recorder.stop(error)
+        gather = self.gather if error is None else None  # a failing rank must not wait in a collective for the rest
         self.stats = self._driver.loop_ended(
-            None, loop=self.stage, step=self.global_step, world_size=self._world_size, gather=self.gather
+            None, loop=self.stage, step=self.global_step, world_size=self._world_size, gather=gather
         )
         speak = self._rank == 0
         payoff = self._driver.payoff_finished(

@@ -13,10 +13,11 @@ class FabricCompileTelemetry(CompileTelemetry):
 
     Fabric calls a callback's methods when your loop says ``fabric.call(name, ...)``; these are the
     names it answers to. Given the ``Fabric`` object at ``on_train_start``, every record carries this
-    process's rank, each rank writes its own file, each loop's summary has every rank's totals (rank zero
-    warns when they lie far apart), and when Fabric has loggers the compile figures (``compile/time_s``,
-    ``compile/frame_compiles``, ...) go to them with ``fabric.log_dict`` at their step. Given the model too
-    (``fabric.call("on_train_start", fabric, model)``), its thunder compilations are recorded.
+    process's rank, each rank writes its own file, each loop's summary has every rank's totals (every rank
+    calls ``on_train_end``: it gathers them; rank zero warns when they lie far apart), and when Fabric has
+    loggers the compile figures (``compile/time_s``, ...) go to them with ``fabric.log_dict`` at their step.
+    Given the model too (``fabric.call("on_train_start", fabric, model)``), its thunder compilations are
+    recorded.
 
     Example::
 

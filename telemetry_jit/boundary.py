@@ -89,11 +89,8 @@ class CallSite:
         self.name = name
         self.callee = callee
         self.bound = bound
-        self.failures = 0
-        self.first_error = ""
         self._fault: _Fault | None = None
         self.fault_hits = 0  # calls the last injected fault met
-        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"CallSite({self.name!r})"
@@ -110,21 +107,7 @@ class CallSite:
 
     def failed(self, error: BaseException, function: object = None) -> None:
         """Count a failure of the callee caught elsewhere (a worker thread, a finally block); say the first."""
-        with self._lock:
-            self.failures += 1
-            first = self.failures == 1
-            if first:
-                self.first_error = error_text(error)[:500]
-        if first:
-            name = ".".join(str(getattr(function, "__qualname__", "")).split(".")[-2:])
-            where = f" in {name}" if name and "<lambda>" not in name else ""
-            _notices.warn(
-                self.name,
-                f"telemetry-jit: {self.callee} failed{where} ({self.first_error}); telemetry goes on without it and "
-                "training is not affected. Later failures here are counted, not shown (the summary lists them).",
-                every_rank=True,
-                origin="telemetry-jit:0",
-            )
+        _account.failed(self, error, function)
 
     def wrap(self, function: Callable[..., T]) -> Callable[..., T]:
         """``function`` as a callable the fault injection can reach (for calls made by another thread's loop)."""
@@ -141,13 +124,49 @@ class CallSite:
         call more; the faulty callee instead while a test injects a fault here."""
         return self._fault.wrap(function) if self._fault is not None else function
 
-    def reset(self) -> None:
+
+class Account:
+    """What telemetry could not do in one session: each call site's failures, the first of each said once
+    (with the session's other warnings, in :attr:`notices`). A :class:`~telemetry_jit.session.Session` owns one."""
+
+    def __init__(self) -> None:
+        self.notices = Notices()  # the session's warnings: each said once per session
+        self._failed: dict[str, tuple[int, str]] = {}  # site name -> (failures, first error)
+        self._lock = threading.Lock()  # worker threads (exporters, the rank watch) fail too
+
+    def failed(self, site: CallSite, error: BaseException, function: object = None) -> None:
         with self._lock:
-            self.failures, self.first_error = 0, ""
+            count, first_error = self._failed.get(site.name, (0, error_text(error)[:500]))
+            self._failed[site.name] = (count + 1, first_error)
+        if count == 0:
+            name = ".".join(str(getattr(function, "__qualname__", "")).split(".")[-2:])
+            where = f" in {name}" if name and "<lambda>" not in name else ""
+            self.notices.warn(
+                site.name,
+                f"telemetry-jit: {site.callee} failed{where} ({first_error}); telemetry goes on without it and "
+                "training is not affected. Later failures here are counted, not shown (the summary lists them).",
+                every_rank=True,
+                origin="telemetry-jit:0",
+            )
+
+    def failures(self) -> dict[str, tuple[int, str]]:
+        """``site name -> (failures, first error)`` for every site that failed."""
+        with self._lock:
+            return dict(self._failed)
+
+    def by_site(self) -> dict[str, dict[str, object]]:
+        """Every site that failed, for the telemetry file's account:
+        ``{name: {"callee": ..., "count": ..., "first_error": ...}}``."""
+        return {
+            name: {"callee": SITES[name].callee, "count": count, "first_error": first_error}
+            for name, (count, first_error) in self.failures().items()
+        }
 
 
-_notices = Notices()
+# process-wide: sites are declared at import, and the account they count into is the running session's
+# (nv-one-logger runs one session per process; count_into switches it)
 SITES: dict[str, CallSite] = {}
+_account = Account()
 
 
 def call_site(name: str, callee: str, bound: str = "") -> CallSite:
@@ -158,27 +177,20 @@ def call_site(name: str, callee: str, bound: str = "") -> CallSite:
     return site
 
 
+def count_into(account: Account) -> None:
+    """Count failures into ``account`` from now on (a new session's)."""
+    global _account
+    _account = account
+
+
 def failures() -> dict[str, tuple[int, str]]:
-    """``site name -> (failures, first error)`` for every site that failed in this process since the
-    last :func:`forget`."""
-    return {name: (site.failures, site.first_error) for name, site in SITES.items() if site.failures}
-
-
-def account() -> dict[str, dict[str, object]]:
-    """Every site that failed since the last :func:`forget`, for the telemetry file's account:
-    ``{name: {"callee": ..., "count": ..., "first_error": ...}}``."""
-    return {
-        name: {"callee": site.callee, "count": site.failures, "first_error": site.first_error}
-        for name, site in SITES.items()
-        if site.failures
-    }
+    """``site name -> (failures, first error)`` for every site that failed in the running session."""
+    return _account.failures()
 
 
 def forget() -> None:
-    """Start counting afresh (a new session in the same process) and say each failure again."""
-    for site in SITES.values():
-        site.reset()
-    _notices.forget()
+    """Start counting afresh, into an account of no session, and say each failure again."""
+    count_into(Account())
 
 
 OWN_CODE = call_site(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Callable
 from types import TracebackType
 
 import torch
@@ -10,14 +10,13 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 
 from telemetry_jit.boundary import guarded
 from telemetry_jit.notices import warn_once
-from telemetry_jit.recording.console import CompileConsole, say_line
-from telemetry_jit.recording.payoff import PayoffSettings, PayoffTracker
-from telemetry_jit.recording.recorder import CompileRecorder, Position
+from telemetry_jit.recording.console import CompileConsole
+from telemetry_jit.recording.driver import TelemetryDriver
+from telemetry_jit.recording.payoff import PayoffSettings
+from telemetry_jit.recording.recorder import Position
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import Payoff
-from telemetry_jit.session import Session, resolve
-
-_log = logging.getLogger("telemetry_jit")
+from telemetry_jit.session import Session
 
 
 class CompileTelemetry:
@@ -38,6 +37,9 @@ class CompileTelemetry:
         payoff: measure what compiling buys (compiled against eager steps, docs/payoff.md); a step is
             timed from one :meth:`step` call to the next. The result: ``last_payoff``, a
             ``compile_payoff`` event, a console line.
+        model: the model the loop trains: the thunder compilations in it are recorded too.
+        gather: on several ranks (:meth:`set_rank`), an all_gather every rank calls when the loop ends without
+            an error (e.g. ``fabric.all_gather``): the summary has every rank's totals, rank zero warns on skew.
 
     Example::
 
@@ -58,21 +60,21 @@ class CompileTelemetry:
         stage: str = "train",
         live: bool = True,
         payoff: bool | PayoffSettings = False,
+        model: torch.nn.Module | None = None,
+        gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
-        self._given = provider
-        self._session = resolve(provider)
         self.stage = stage
         self.global_step = 0
         self._steps = 0  # step() calls so far: the steps the loop ran
-        self._recorder = CompileRecorder(self._session, listeners=[CompileConsole()] if live else [])
-        self._rank = 0
+        self._driver = TelemetryDriver(provider, [CompileConsole()] if live else [])
+        self._rank, self._world_size = 0, 1
+        self.model, self.gather = model, gather
         self._owns_application = False
         self.stats: CompileStats | None = None
         if not isinstance(payoff, (bool, PayoffSettings)):
             raise TypeError(f"CompileTelemetry(payoff=...) takes True, False or a PayoffSettings, got {payoff!r}.")
         self.payoff_settings = (payoff if isinstance(payoff, PayoffSettings) else PayoffSettings()) if payoff else None
         self.last_payoff = Payoff(not_measured="payoff was not asked for" if not payoff else "the loop has not run")
-        self._tracker: PayoffTracker | None = None
 
     @guarded
     def step(self, global_step: int) -> None:
@@ -80,17 +82,14 @@ class CompileTelemetry:
         from one call to the next, and some run eagerly."""
         self.global_step = global_step
         self._steps += 1
-        self._recorder.batch_started(global_step, stage=self.stage)
-        if self._tracker is not None:
-            measured = self._tracker.step_ended()
-            if measured is not None and self._rank == 0:
-                say_line(_log.warning, self._tracker.line(measured))
-            self._tracker.step_started(global_step)
+        self._driver.batch_started(global_step, stage=self.stage, log_step=global_step)
+        self._driver.step_ended(say=self._rank == 0)
+        self._driver.step_started(global_step)
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
         """Which process of a distributed job this is, for every record (files become per rank)."""
-        self._rank = rank
-        self._session.set_rank(rank, local_rank, world_size)
+        self._rank, self._world_size = rank, world_size
+        self._driver.session.set_rank(rank, local_rank, world_size)
 
     def __enter__(self) -> CompileTelemetry:
         self._start()
@@ -98,38 +97,39 @@ class CompileTelemetry:
 
     @guarded
     def _start(self) -> None:
-        self._session = self._recorder.session = resolve(self._given)
+        session = self._driver.resolve()
         self._steps = 0
-        if not self._session.recording:
-            if not (self._session.inert or self._session.ended):
+        if not session.recording:
+            if not (session.inert or session.ended):
                 warn_once(
                     "loop not configured",
                     "telemetry-jit: the telemetry provider is not configured, so compilations are only counted. "
                     "Call telemetry_jit.configure(app_name, file=...) first.",
                 )
         else:
-            self._owns_application = self._session.start_application()
-        self._recorder.start(self._position, rank=self._rank)
+            self._owns_application = session.start_application()
+        self._driver.start(self._position, rank=self._rank, model=self.model)
         if self.payoff_settings is not None:
-            on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-            self._tracker = PayoffTracker(self.payoff_settings, self._recorder, on_cuda=on_cuda)
+            self._driver.payoff_started(self.payoff_settings)
 
     @guarded
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
-        tracker, self._tracker = self._tracker, None
-        if tracker is not None:
-            tracker.abandon()  # the last step has no end to time
-        self._recorder.stop(error)
-        self.stats = self._recorder.emit_summary(None)
-        if tracker is not None:
-            self.last_payoff = tracker.finish(self._steps)
-            if self._rank == 0 and (self.last_payoff.measured or error is None):
-                say_line(_log.warning, tracker.line(self.last_payoff))
+        self._driver.payoff_abandoned()  # the last step has no end to time
+        self._driver.recorder.stop(error)
+        gather = self.gather if error is None else None  # a failing rank must not wait in a collective for the rest
+        self.stats = self._driver.loop_ended(
+            None, loop=self.stage, step=self.global_step, world_size=self._world_size, gather=gather
+        )
+        speak = self._rank == 0
+        payoff = self._driver.payoff_finished(
+            self._steps, self.global_step, say_measured=speak, say_not=speak and error is None
+        )
+        self.last_payoff = payoff or self.last_payoff
         if self._owns_application:  # it started the application: its end is the session's
             self._owns_application = False
-            self._session.shutdown()
+            self._driver.session.shutdown()
 
     def _position(self) -> Position:
         return Position(self.global_step, self.stage)

@@ -100,6 +100,7 @@ class Session:
         exporters: Sequence[Exporter] = (),
         configuration: Configuration | None = None,
         inert: str = "",
+        account: boundary.Account | None = None,
     ) -> None:
         self.provider = provider
         self.identity = tracker
@@ -108,6 +109,8 @@ class Session:
         self.inert = inert  # why this session records nothing, or ""
         self._ended = bool(inert)
         self.said_where = False  # its reading hint said (once: fit, then validate, test and predict share its file)
+        self.account = account or boundary.Account()  # its failed calls; its warnings (account.notices), said once
+        self.looked_before = False  # whether a recorder noted what the process compiled before this session
 
     def __repr__(self) -> str:
         state = f"inert: {self.inert}" if self.inert else "ended" if self._ended else "recording"
@@ -151,7 +154,7 @@ class Session:
         """What telemetry could not do so far: calls into others' code that failed, by call site, and what
         each exporter delivered and lost (the file exporter writes it as the file's last record)."""
         delivery = {repr(e): e.delivery() for e in self.exporters if isinstance(e, ReportsDelivery)}
-        return {"failed_calls": boundary.account(), "exporters": delivery}
+        return {"failed_calls": self.account.by_site(), "exporters": delivery}
 
     def flush(self, timeout_seconds: float | None = None) -> bool:
         """Send what exporters hold now, without ending anything (the file exporter writes as it goes).
@@ -184,7 +187,7 @@ class Session:
         for exporter in [e for e in self.exporters if e not in files and e.ready]:
             _CLOSE.call(exporter.close)
         for file in [e for e in files if e.ready]:
-            _close_file(file)
+            self._close_file(file)
 
     def reading_hint(self) -> str:
         """Where this run's file is and the command that reads it, in one line ("" without a file)."""
@@ -199,12 +202,12 @@ class Session:
     def _all_exporters(self) -> list[Exporter]:
         return nv_one_logger_compat.exporters(self.provider.recorder) if self.provider.one_logger_ready else []
 
-
-def _close_file(exporter: FileExporter) -> None:
-    try:
-        exporter.close()
-    except Exception as error:  # noqa: BLE001 - shutdown runs at interpreter exit too: nothing may escape
-        warn_once("closing the file", f"telemetry-jit: could not close {exporter.path} ({error!r}).", every_rank=True)
+    def _close_file(self, exporter: FileExporter) -> None:
+        try:
+            exporter.close()
+        except Exception as error:  # noqa: BLE001 - shutdown runs at interpreter exit too: nothing may escape
+            message = f"telemetry-jit: could not close {exporter.path} ({error!r})."
+            self.account.notices.warn("closing the file", message, every_rank=True)
 
 
 _current: Session | None = None  # the session in effect, from configure() to shutdown()
@@ -384,7 +387,8 @@ def _configure(
                 origin=user_line(),
             )
             return session_of(provider)
-    boundary.forget()
+    account = boundary.Account()
+    boundary.count_into(account)  # from here on, what fails is this session's
     otlp_exporter = _otlp_exporter(otlp, app_name, tracker)
     file_exporter = FileExporter(file, identity=tracker) if file is not None else None
     all_exporters = _safe_exporters(file_exporter, otlp_exporter, exporters)  # raises before the provider changes
@@ -428,7 +432,7 @@ def _configure(
         export_iteration_spans=export_iteration_spans,
         training_config=dict(training_config),
     )
-    session = Session(provider, tracker, exporters=all_exporters, configuration=configuration)
+    session = Session(provider, tracker, exporters=all_exporters, configuration=configuration, account=account)
     if file_exporter is not None:
         file_exporter.health = session.health  # the file's last record: what telemetry could not do
     _current = session

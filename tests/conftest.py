@@ -37,6 +37,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def fresh_notices() -> None:
+    # facts of the process (this torch, nv-one-logger) are said once per process, as in a user's; each test is one
+    # (a session's own warnings need no clearing: each session says its own)
     notices.process_notices.forget()
 
 

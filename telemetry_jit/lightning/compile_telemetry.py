@@ -12,25 +12,19 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BatchSizeFinder, Callback, LearningRateFinder
-from lightning.pytorch.loggers import Logger
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
 
-from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.causes import BY_ITSELF
 from telemetry_jit.compat import lightning as lightning_compat
 from telemetry_jit.lightning.jit_transform import selector_for
-from telemetry_jit.notices import warn_once
-from telemetry_jit.recording.alerts import RankTotals
 from telemetry_jit.recording.console import CompileConsole, say_line
-from telemetry_jit.recording.figures import LOG_METRICS, PREFIX, CompileFigures, GuardedLog, rank_figures
-from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
+from telemetry_jit.recording.driver import TelemetryDriver
+from telemetry_jit.recording.recorder import Position, active_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.schema import TrainingSpanName
-from telemetry_jit.session import Session, resolve
-
-_GATHER = call_site("lightning.all_gather", "the strategy's all_gather of every rank's compile totals")
+from telemetry_jit.session import Session
 
 
 class CompileTelemetryCallback(Callback):
@@ -70,18 +64,15 @@ class CompileTelemetryCallback(Callback):
         log_figures: bool = True,
         log_figures_per_rank: bool = False,
     ) -> None:
-        self._given = training_telemetry_provider
-        self._session = resolve(training_telemetry_provider)
         self.skew_warning_s = skew_warning_s
         self.log_figures = log_figures
         self.log_figures_per_rank = log_figures_per_rank
-        self._figures: CompileFigures | None = None
         self.console = console
         self.console_all_ranks = console_all_ranks
         self._print_fn = console.print_fn if console is not None else None
-        self.recorder = CompileRecorder(self._session)
+        self.driver = TelemetryDriver(training_telemetry_provider)
+        self.recorder = self.driver.recorder
         self.last_stats: CompileStats | None = None  # the totals of the last loop that ended
-        self._logs: list[GuardedLog] = []
         self.loader: int | None = None  # the running evaluation loop's dataloader, where it has several
         self._tuner = False  # the trainer has the Tuner's callback: its trials are a stage of their own
 
@@ -100,7 +91,7 @@ class CompileTelemetryCallback(Callback):
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self._session = self.recorder.session = resolve(self._given)  # a spawned rank's own, or configured late
+        self.driver.resolve()  # a spawned rank's own, or configured late
         console = self.console if self.console_all_ranks or trainer.is_global_zero else None
         if console is not None and self._print_fn is None:
             bar = trainer.progress_bar_callback
@@ -109,11 +100,11 @@ class CompileTelemetryCallback(Callback):
             console.stage_names = {stage: BY_ITSELF[stage]} if stage in BY_ITSELF else {}
         self.recorder.listeners = [console] if console is not None else []
         self._tuner = _has_tuner(trainer)
-        self._figures = CompileFigures() if self.log_figures and trainer.loggers else None
-        if self._figures is not None:
-            self.recorder.listeners.append(self._figures)
-            self._logs = [GuardedLog(logger.log_metrics, type(logger).__name__) for logger in trainer.loggers]
-        self.recorder.start(functools.partial(_position, trainer, self), rank=trainer.global_rank)
+        self.driver.skew_warning_s, self.driver.log_figures_per_rank = self.skew_warning_s, self.log_figures_per_rank
+        logs = [(logger.log_metrics, type(logger).__name__) for logger in trainer.loggers] if self.log_figures else []
+        self.driver.log_to(logs, trainer.loggers)
+        self.driver.say = functools.partial(self.say, trainer)
+        self.driver.start(functools.partial(_position, trainer, self), rank=trainer.global_rank)
         self._steps = lightning_compat.global_step_counter(trainer)
 
     @override
@@ -164,23 +155,10 @@ class CompileTelemetryCallback(Callback):
             self._steps = lightning_compat.global_step_counter(trainer)
             if stage != "sanity_check":  # before the first training epoch, which JitTransform compiles for
                 self.recorder.check_compiled_modules(_with_selectors(pl_module))
-        self.recorder.batch_started(self._steps.completed, batch_idx, stage, self.loader)
-        if self._figures is not None and self._figures.pending:
-            # the step this batch logs at, as _position says it (the steps before it are over); only that step:
-            # a figure of this loop's own step stays pending through the rest of its batches
-            self._log_figures(trainer.global_step if stage == "train" else lightning_compat.logging_step(trainer))
-
-    def _log_figures(self, current_step: int | None = None) -> None:
-        """Each step's compile figures to the trainer's loggers, at that step, once it is over (``None``: the
-        loop ended, all of them); Lightning's loggers log on rank zero."""
-        assert self._figures is not None
-        for step, metrics in self._figures.take(self.recorder.stats, current_step):
-            self.log(metrics, step)
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        """``metrics`` to the trainer's loggers (when ``log_figures``), each call guarded."""
-        for log in self._logs:
-            log(metrics, step=step)
+        # figures are logged up to the step this batch logs at, as _position says it (the steps before it are
+        # over); a figure of this loop's own step stays pending through the rest of its batches
+        log_step = trainer.global_step if stage == "train" else lightning_compat.logging_step(trainer)
+        self.driver.batch_started(self._steps.completed, batch_idx, stage, self.loader, log_step)
 
     def say(self, trainer: pl.Trainer, line: str) -> None:
         """A line on the console: through the progress bar when there is one (it keeps its bar whole)."""
@@ -210,36 +188,21 @@ class CompileTelemetryCallback(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Keep what compiled; mark the compile that failed with the error."""
         self.recorder.stop(exception)
-        loop = active_span(self._session, TrainingSpanName.TRAINING_LOOP) or active_span(
-            self._session, TrainingSpanName.VALIDATION_LOOP
+        session = self.driver.session
+        loop = active_span(session, TrainingSpanName.TRAINING_LOOP) or active_span(
+            session, TrainingSpanName.VALIDATION_LOOP
         )
-        self.last_stats = self.recorder.emit_summary(loop)
-        if self._figures is not None:
-            self._log_figures()  # the steps that compiled before the failure
+        self.last_stats = self.driver.loop_ended(loop)  # with the figures of the steps that compiled before it
 
     def _summarize(self, trainer: pl.Trainer, loop_name: str) -> None:
-        by_rank = None
-        if trainer.world_size > 1:
-            # every rank reaches this hook: a collective is safe here, and ranks that compile
-            # differently (more often, or for longer) are a classic cause of stalls and hangs
-            self.recorder.poll()
-            stats = self.recorder.stats
-            mine = torch.tensor([stats.count, stats.total_time_ms], dtype=torch.float64)
-            gathered = _GATHER.call(trainer.strategy.all_gather, mine)
-            if gathered is not FAILED:
-                rows = gathered.reshape(-1, 2).tolist()
-                by_rank = RankTotals([int(count) for count, _ in rows], [ms for _, ms in rows])
-                warning = by_rank.divergence(self.skew_warning_s)
-                if warning is not None:
-                    warn_once(("skew", loop_name, trainer.global_step), warning)
-                if self.log_figures_per_rank and self._figures is not None:
-                    for log in self._logs:  # Lightning's loggers log on rank zero: it logs every rank's
-                        log(rank_figures(by_rank), step=trainer.global_step)
-        self.last_stats = self.recorder.emit_summary(active_span(self._session, loop_name), by_rank)
-        if self._figures is not None:
-            self._log_figures()
-            for logger in trainer.loggers:
-                _totals_in_summary(logger, self.recorder.stats)
+        # every rank reaches this hook: a collective (the strategy's all_gather) is safe here
+        self.last_stats = self.driver.loop_ended(
+            active_span(self.driver.session, loop_name),
+            loop=loop_name,
+            step=trainer.global_step,
+            world_size=trainer.world_size,
+            gather=trainer.strategy.all_gather,
+        )
 
 
 def _with_selectors(pl_module: pl.LightningModule) -> Iterator[tuple[str, str, torch.nn.Module]]:
@@ -255,16 +218,6 @@ def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Positi
     batches = _batches(trainer, stage, callback.loader)
     last = batches is None and lightning_compat.is_last_batch(trainer)  # a loader of no length knows at its end
     return Position(trainer.global_step, stage, batches, log_step, last_batch=last)
-
-
-def _totals_in_summary(logger: Logger, stats: CompileStats) -> None:
-    """Weights & Biases keeps a metric's last value as the run's summary: there ``compile/time_s`` (one
-    step's compile seconds as logged) is set to the run's total at each loop's end, so the summary reads it
-    right (W&B has no summing summary to ask for)."""
-    experiment = getattr(logger, "experiment", None) if type(logger).__name__ == "WandbLogger" else None
-    summary = getattr(experiment, "summary", None)
-    if summary is not None:
-        LOG_METRICS.call(summary.update, {f"{PREFIX}time_s": round(stats.total_time_ms / 1000, 6)})
 
 
 def _stage(trainer: pl.Trainer, tuner: bool = False) -> str:

@@ -9,8 +9,8 @@ from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
-from telemetry_jit.recording.figures import payoff_figures
-from telemetry_jit.recording.payoff import PayoffSettings, PayoffTracker
+from telemetry_jit.recording.driver import TelemetryDriver
+from telemetry_jit.recording.payoff import PayoffSettings
 from telemetry_jit.records import Payoff
 
 
@@ -38,47 +38,39 @@ class CompilePayoffCallback(Callback):
         self.compile_telemetry = compile_telemetry
         self.settings = settings or PayoffSettings()
         self.last_payoff = Payoff(not_measured="no training loop has run yet")
-        self._tracker: PayoffTracker | None = None
         self._step = -1  # the optimizer step being timed (-1: none)
+
+    @property
+    def _driver(self) -> TelemetryDriver:
+        return self.compile_telemetry.driver
 
     @override
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        on_cuda = trainer.strategy.root_device.type == "cuda"
-        self._tracker = PayoffTracker(self.settings, self.compile_telemetry.recorder, on_cuda=on_cuda)
+        self._driver.payoff_started(self.settings, on_cuda=trainer.strategy.root_device.type == "cuda")
         self._step = -1
 
     @override
     def on_train_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
-        if self._tracker is not None and self._step < 0:  # the first batch of an optimizer step
+        if self._step < 0:  # the first batch of an optimizer step
             self._step = trainer.global_step
-            self._tracker.step_started(self._step)
+            self._driver.step_started(self._step)
 
     @override
     def on_train_batch_end(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
-        tracker = self._tracker
-        if tracker is None or trainer.global_step == self._step:
-            return  # gradients still accumulate: the step goes on over the next batch
-        self._step = -1
-        measured = tracker.step_ended()
-        if measured is not None and trainer.is_global_zero:
-            self.compile_telemetry.say(trainer, tracker.line(measured))
+        if trainer.global_step != self._step:  # else gradients still accumulate: the step goes on
+            self._step = -1
+            self._driver.step_ended(say=trainer.is_global_zero)
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        if self._tracker is not None:
-            self._tracker.abandon()
+        self._driver.payoff_abandoned()
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        tracker, self._tracker = self._tracker, None
-        if tracker is None:
-            return
-        self.last_payoff = payoff = tracker.finish(trainer.global_step)  # the training loop still runs
-        if payoff.measured:
-            self.compile_telemetry.log(payoff_figures(payoff), step=trainer.global_step)
-        elif trainer.is_global_zero:
-            self.compile_telemetry.say(trainer, tracker.line(payoff))
+        steps = trainer.global_step  # the training loop still runs
+        payoff = self._driver.payoff_finished(steps, steps, say_measured=False, say_not=trainer.is_global_zero)
+        self.last_payoff = payoff or self.last_payoff

@@ -104,8 +104,8 @@ class TimeEventCallback(Callback):
         if self._session.inert:
             return  # a spawned worker re-running the script: not the run
         if self._session.ended:
-            warn_once(
-                ("session ended", id(self._session)),
+            self._session.account.notices.warn(  # the ended session's own: said once for it
+                "session ended",
                 "telemetry-jit: this trainer was hooked to a telemetry session that has ended (telemetry_jit.shutdown "
                 "or on_app_end ran), so it trains without telemetry. To record it, hook again with the session a "
                 "new telemetry_jit.configure(...) returns.",

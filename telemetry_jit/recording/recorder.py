@@ -60,8 +60,6 @@ _log = logging.getLogger("telemetry_jit")
 _PROBE = TORCH
 _OBSERVER = call_site("compiler.observer", "a compiler backend's observer (thunder's or a plug-in's)")
 _EVENT = call_site("nv_one_logger.event", "nv-one-logger's recorder (adding an event to a span)")
-# the runs (sessions) whose compile telemetry has looked for code the process compiled before them
-_LOOKED_BEFORE: weakref.WeakSet[Session] = weakref.WeakSet()
 _MAX_NAMED = 20
 _EXPORT = call_site("nv_one_logger.export", "recording a compilation span (through nv-one-logger's exporters)")
 _METRICS = call_site("opentelemetry.metrics", "OpenTelemetry's meter (creating the compile metrics)")
@@ -174,8 +172,8 @@ class CompileRecorder:
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
         self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), self._fallback_cost, *self.listeners]
         self._start_rank_watch(where().stage)
-        if self.session not in _LOOKED_BEFORE:
-            _LOOKED_BEFORE.add(self.session)
+        if not self.session.looked_before:
+            self.session.looked_before = True
             self._note_compiled_before()
         self._probe.attach()
         found = backends()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -10,8 +11,9 @@ import torch
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 
 import telemetry_jit
+from telemetry_jit.compat.thunder import import_thunder
 from telemetry_jit.compat.torch import compiles_recorded_by_torch
-from tests.e2e.conftest import Telemetry
+from tests.e2e.conftest import Telemetry, fresh_provider_state, needs_thunder
 from tests.e2e.test_dynamo_telemetry import assert_matches_torch, attempt, summary_of
 from tests.e2e.test_quickstart import run_example
 
@@ -98,6 +100,50 @@ def test_fabric_is_exact(telemetry: Telemetry) -> None:
     fabric.call("on_train_end")
     telemetry_jit.shutdown()
     assert_exact(telemetry.run(), recorder.stats, parent="application")
+
+
+@needs_thunder
+def test_a_plain_loop_records_the_thunder_compiles_of_the_model_it_is_given(telemetry: Telemetry) -> None:
+    from telemetry_jit.compilers import compile_with_thunder
+
+    model = Model()
+    thunder_module = compile_with_thunder(model.encoder, "encoder").thunder_module  # model itself runs eagerly
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    with telemetry_jit.CompileTelemetry(telemetry.provider, model=model) as recorder:
+        train(model, optimizer, recorder.step)
+    telemetry_jit.shutdown()
+    run = telemetry.run()
+    spans = run.find("compilation")
+    misses = import_thunder().cache_misses(thunder_module)
+    assert len(spans) == misses >= 2 and {s.attributes["compile.source"] for s in spans} == {"thunder"}
+    assert summary_of(run.find("application")[0])["compile.thunder_modules"] == ["encoder"]
+
+
+def test_two_sessions_one_after_another_each_warn_of_rank_skew_in_a_plain_loop(tmp_path: Path) -> None:
+    """A plain loop given a gather function gets every rank's totals and the skew warning, as the Trainer does;
+    the warning is the session's: a second session in the same process says it again."""
+
+    def gather(mine: torch.Tensor) -> torch.Tensor:  # this process as rank 0 of 2; rank 1 compiled 2 minutes longer
+        return torch.stack([mine, mine + torch.tensor([0.0, 120_000.0], dtype=mine.dtype)])
+
+    for name in ("first", "second"):
+        fresh_provider_state()
+        session = telemetry_jit.configure(name, file=tmp_path / f"{name}.jsonl")
+        torch._dynamo.reset()  # each session compiles its model afresh
+        model = torch.compile(torch.nn.Linear(4, 1), backend="eager")
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            loop = telemetry_jit.CompileTelemetry(session, live=False, gather=gather)
+            loop.set_rank(0, 0, 2)
+            with loop:
+                loop.step(0)
+                model(torch.randn(2, 4))
+            session.shutdown()
+        assert sum("for 120.0 s longer on rank 1" in str(w.message) for w in caught) == 1, name
+        (run,) = telemetry_jit.read_telemetry(tmp_path / f"{name}.rank0.jsonl")
+        summary = summary_of(run.find("application")[0])
+        assert summary["compile.count_by_rank"] == [loop.stats.count] * 2 and loop.stats.count > 0
+    fresh_provider_state()
 
 
 def _compiled_model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:

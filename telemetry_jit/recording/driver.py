@@ -1,0 +1,172 @@
+"""The one driver every adapter maps its hooks onto (Lightning's callbacks, Fabric's callback, a plain
+loop's ``CompileTelemetry``): each per-run output (compile figures to the loggers, the payoff, every rank's
+totals and their skew, the W&B summary totals, thunder's compiles) is written here once, so every adapter has
+it. An adapter says when a loop starts, a batch starts and a loop ends, where figures go and how ranks gather;
+nothing else. It imports no training framework."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+from nv_one_logger.core.span import Span
+
+from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.recording.alerts import RankTotals
+from telemetry_jit.recording.console import say_line
+from telemetry_jit.recording.figures import (
+    LOG_METRICS,
+    PREFIX,
+    CompileFigures,
+    GuardedLog,
+    payoff_figures,
+    rank_figures,
+)
+from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.recording.payoff import PayoffSettings, PayoffTracker
+from telemetry_jit.recording.recorder import CompileRecorder, Position
+from telemetry_jit.recording.stats import CompileStats
+from telemetry_jit.records import Payoff
+from telemetry_jit.session import Session, resolve
+
+_log = logging.getLogger("telemetry_jit")
+_GATHER = call_site("lightning.all_gather", "the all_gather of every rank's compile totals (a strategy's, Fabric's)")
+
+
+class TelemetryDriver:
+    """One run's compile telemetry, driven by an adapter's hooks: ``given`` is the session to record through
+    (nv-one-logger's provider, or ``None``: the running one), ``listeners`` are told of every compile."""
+
+    def __init__(self, given: Any = None, listeners: Iterable[CompileListener] = ()) -> None:
+        self._given = given
+        self.session = resolve(given)
+        self.recorder = CompileRecorder(self.session, listeners=list(listeners))
+        self.skew_warning_s = 60.0  # on several ranks, rank zero warns when compile times lie further apart
+        self.log_figures_per_rank = False  # on several ranks, every rank's totals to the loggers at a loop's end
+        self.figures: CompileFigures | None = None
+        self._logs: list[GuardedLog] = []
+        self._loggers: list[Any] = []
+        self.tracker: PayoffTracker | None = None
+        self.say: Callable[[str], None] = lambda line: say_line(_log.warning, line)  # a console line
+
+    def resolve(self) -> Session:
+        """The session again: one configured since the adapter was made, or a spawned rank's own."""
+        self.session = self.recorder.session = resolve(self._given)
+        return self.session
+
+    def log_to(self, logs: Sequence[tuple[Callable[..., Any], str]], loggers: Iterable[Any] = ()) -> None:
+        """Compile figures go to each of ``logs`` (a ``log(metrics, step=...)`` and its name) at the step they
+        happened (none: no figures); a W&B logger among ``loggers`` gets the run's totals in its summary."""
+        if self.figures is not None and self.figures in self.recorder.listeners:
+            self.recorder.listeners.remove(self.figures)
+        self._logs = [GuardedLog(log, name) for log, name in logs]
+        self._loggers = list(loggers) if logs else []
+        self.figures = CompileFigures() if logs else None
+        if self.figures is not None:
+            self.recorder.listeners.append(self.figures)
+
+    def start(self, where: Callable[[], Position], rank: int = 0, model: torch.nn.Module | None = None) -> None:
+        """A run begins: ``where()`` says where the loop is; thunder's compiles in ``model`` are recorded."""
+        self.recorder.start(where, rank=rank)
+        if model is not None:
+            self.recorder.watch_thunder(model)
+
+    def batch_started(
+        self, step: int, batch: int | None = None, stage: str = "", loader: int | None = None, log_step: int = 0
+    ) -> None:
+        """A batch begins (see :meth:`CompileRecorder.batch_started`); the figures of the steps before
+        ``log_step`` go to the loggers."""
+        self.recorder.batch_started(step, batch, stage, loader)
+        if self.figures is not None and self.figures.pending:
+            self.log_figures(log_step)
+
+    def log_figures(self, current_step: int | None = None) -> None:
+        """Each step's figures once it is over (``None``: the loop ended, all): one value per key per step."""
+        if self.figures is not None:
+            for step, metrics in self.figures.take(self.recorder.stats, current_step):
+                self.log(metrics, step)
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        """``metrics`` to every log figures go to, each call guarded."""
+        for log in self._logs:
+            log(metrics, step=step)
+
+    def loop_ended(
+        self,
+        span: Span | None,
+        *,
+        loop: str = "",
+        step: int = 0,
+        world_size: int = 1,
+        gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> CompileStats:
+        """A loop ends: its ``compile_summary`` on ``span``, its figures logged. On several ranks, with
+        ``gather`` (an all_gather every rank reaches here), every rank's totals too, and a warning on skew."""
+        by_rank = None
+        if gather is not None and world_size > 1:
+            # ranks that compile differently (more often, or for longer) are a classic cause of stalls and hangs
+            self.recorder.poll()
+            stats = self.recorder.stats
+            gathered = _GATHER.call(gather, torch.tensor([stats.count, stats.total_time_ms], dtype=torch.float64))
+            if gathered is not FAILED:
+                rows = gathered.reshape(-1, 2).tolist()
+                by_rank = RankTotals([int(count) for count, _ in rows], [ms for _, ms in rows])
+                warning = by_rank.divergence(self.skew_warning_s)
+                if warning is not None:
+                    self.session.account.notices.warn(("skew", loop, step), warning)
+                if self.log_figures_per_rank:  # the loggers log on rank zero: it logs every rank's
+                    self.log(rank_figures(by_rank), step=step)
+        stats = self.recorder.emit_summary(span, by_rank)
+        if self.figures is not None:
+            self.log_figures()
+            for logger in self._loggers:
+                _totals_in_summary(logger, stats)
+        return stats
+
+    def payoff_started(self, settings: PayoffSettings, on_cuda: bool | None = None) -> None:
+        """Measure what compiling buys from now on; ``on_cuda``: the loop's device is a GPU (default: CUDA is
+        in use in this process), so that steps are timed to the end of their GPU work."""
+        if on_cuda is None:
+            on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+        self.tracker = PayoffTracker(settings, self.recorder, on_cuda=on_cuda)
+
+    def step_started(self, step: int) -> None:
+        """An optimizer step begins (for the payoff)."""
+        if self.tracker is not None:
+            self.tracker.step_started(step)
+
+    def step_ended(self, say: bool) -> None:
+        """An optimizer step ended; ``say``: the payoff's line when it is first measured."""
+        tracker = self.tracker
+        if tracker is not None and (measured := tracker.step_ended()) is not None and say:
+            self.say(tracker.line(measured))
+
+    def payoff_abandoned(self) -> None:
+        """The step running has no end to time (the loop failed or ended within it)."""
+        if self.tracker is not None:
+            self.tracker.abandon()
+
+    def payoff_finished(self, steps: int, log_step: int, *, say_measured: bool, say_not: bool) -> Payoff | None:
+        """The payoff of the loop that ran ``steps`` steps: its figures at ``log_step``, its line (when measured,
+        ``say_measured``; else ``say_not``); ``None`` when it was not measured for."""
+        tracker, self.tracker = self.tracker, None
+        if tracker is None:
+            return None
+        payoff = tracker.finish(steps)
+        if payoff.measured:
+            self.log(payoff_figures(payoff), step=log_step)
+        if say_measured if payoff.measured else say_not:
+            self.say(tracker.line(payoff))
+        return payoff
+
+
+def _totals_in_summary(logger: Any, stats: CompileStats) -> None:
+    """Weights & Biases keeps a metric's last value as the run's summary: there ``compile/time_s`` (one
+    step's compile seconds as logged) is set to the run's total at each loop's end, so the summary reads it
+    right (W&B has no summing summary to ask for)."""
+    experiment = getattr(logger, "experiment", None) if type(logger).__name__ == "WandbLogger" else None
+    summary = getattr(experiment, "summary", None)
+    if summary is not None:
+        LOG_METRICS.call(summary.update, {f"{PREFIX}time_s": round(stats.total_time_ms / 1000, 6)})

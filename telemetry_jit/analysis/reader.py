@@ -73,7 +73,7 @@ def read_telemetry(
 MAX_LINE_BYTES = 64 * 2**20  # one record; a compile span is a few KB, the longest torch text a few hundred KB
 MAX_SPANS = 25_000  # spans kept per run (loops, checkpoints, ...): a fit has a handful, a long run one per epoch
 MAX_EVENTS = 1_000  # events kept per run of each name (the first ones, the last of them the latest said)
-MAX_NAMES = 100  # names of events kept, and of spans and events counted by name (the rest counted as one)
+MAX_EVENT_NAMES = 100  # names of events kept, and names spans and events are counted by (the rest as one)
 
 
 def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool) -> list[TelemetryRun]:
@@ -313,7 +313,7 @@ def _hold(run: TelemetryRun, events: list[EventRecord], event: EventRecord) -> N
         del latest[at]
         kept -= 1
         _count(run.events_not_kept, event.name)
-    elif not kept and len(run._events_kept) >= MAX_NAMES:
+    elif not kept and len(run._events_kept) >= MAX_EVENT_NAMES:
         _count(run.events_not_kept, event.name)
         return
     events.append(event)
@@ -329,7 +329,7 @@ def _keep(run: TelemetryRun, span: SpanRecord, ended: bool) -> None:
 
 
 def _count(counts: Counter[str], name: str) -> None:
-    counts[name if name in counts or len(counts) < MAX_NAMES else "(other names)"] += 1
+    counts[name if name in counts or len(counts) < MAX_EVENT_NAMES else "(other names)"] += 1
 
 
 def _fold_pending(run: TelemetryRun) -> None:
@@ -380,8 +380,10 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
             # a compilation's events follow its record; kept with it only where it is kept
             if pending.span_id in run.spans:
                 _hold(run, pending.events, event)
-            else:
-                pending.events.append(event)
+                return
+            pending.events.append(event)  # for the digest only
+            if not digest:  # a compilation read to be kept, beyond the spans kept
+                _count(run.events_not_kept, event.name)
             return
         _fold_pending(run)
         _attach(run, record["span_id"], event)

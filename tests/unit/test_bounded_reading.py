@@ -89,6 +89,11 @@ def test_what_is_kept_of_many_compile_ids_spans_and_events_is_bounded(
         assert len(d.cache_ledger.seconds) <= 2 * cold_start.MAX_GRAPHS and len(d.cache_ledger._seen) <= 6
         assert all(len(row.reasons) <= 5 and len(row.loops) <= 4 for row in d.causes.values())
         assert all(len(row.reasons) <= 4 for row in d.frames.values())
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    spans = len(run.spans) + sum(run.spans_not_kept.values())  # read_telemetry's: compilations kept as spans
+    events = sum(len(span.events) for span in run.spans.values()) + sum(run.events_not_kept.values())
+    assert spans == sum(record["kind"] == "span" for record in records)  # every one kept or counted
+    assert events == sum(record["kind"] == "event" for record in records)
 
 
 @pytest.mark.parametrize("name", RUNS)

@@ -11,6 +11,7 @@ from telemetry_jit.analysis import cold_start, digest, reader
 from telemetry_jit.analysis.inputs import load
 from telemetry_jit.analysis.reader import read_telemetry
 from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.analysis.trace import to_trace_events
 
 pytestmark = pytest.mark.any_torch
 
@@ -129,3 +130,16 @@ def test_a_frames_recompiles_are_counted_past_the_reasons_it_keeps(tmp_path: Pat
     row = next(row for row in d.frames.values() if row.recompiles > 3 * digest.MAX_NAMES)
     assert len(row.reasons) == digest.MAX_NAMES
     assert sum(row.reasons.values()) + row.other_reasons == row.recompiles
+
+
+def test_trace_draws_the_spans_kept_and_counts_the_rest(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _small_bounds(monkeypatch)
+    path = tmp_path / "copies.jsonl"
+    _copies(DATA / "answers.jsonl", path, COPIES)
+    runs = read_telemetry(path)
+    document = to_trace_events(runs)
+    drawn = [event for event in document["traceEvents"] if event["ph"] == "X"]
+    said = document["otherData"]["runs"][0]
+    assert len(drawn) == reader.MAX_SPANS
+    assert len(drawn) + sum(said["spans_not_drawn"].values()) == COPIES * 19 + COPIES * 4  # compilations, loops
+    assert said["events_not_drawn"] == dict(runs[0].events_not_kept)

@@ -47,25 +47,27 @@ class CacheLedger:
 
     lookups: dict[GraphId, Lookup] = field(default_factory=dict)
     tables: dict[str, Parts] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)  # compile seconds by compile id, backward included
+    # compile seconds by compile id, backward included: the first MAX_GRAPHS ids, and every id a kept look-up names
+    seconds: dict[str, float] = field(default_factory=dict)
     loaded_hits: int = 0  # hits served by artifacts loaded with torch.compiler.load_cache_artifacts
     _seen: Counter[tuple[str, str, str]] = field(default_factory=Counter, repr=False)
 
     def add(self, span: SpanRecord, frame: str, trigger: str, compile_id: str, step: str) -> None:
-        self.seconds[compile_id] = self.seconds.get(compile_id, 0.0) + (span.compile_ms or 0.0) / 1000
         events = [event for event in span.events if event.name == JitEventName.CACHE_LOOKUP]
+        if compile_id in self.seconds or len(self.seconds) < MAX_GRAPHS or (events and len(self.lookups) < MAX_GRAPHS):
+            self.seconds[compile_id] = self.seconds.get(compile_id, 0.0) + (span.compile_ms or 0.0) / 1000
         for event in events:
             attributes = event.attributes
-            settings = str(attributes.get(CacheAttr.SETTINGS) or "")
-            if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
-                self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
             loaded = bool(attributes.get(CacheAttr.LOADED))
             self.loaded_hits += loaded and attributes.get(CacheAttr.STATE) == "hit"
-            layer = str(attributes.get(CacheAttr.LAYER) or "")
-            code = without_line(frame)
-            n = self._seen[(code, trigger, layer)]
-            self._seen[(code, trigger, layer)] += 1
-            if len(self.lookups) < MAX_GRAPHS:
+            if len(self.lookups) < MAX_GRAPHS:  # look-ups (and the tables they name) counted while they are kept
+                settings = str(attributes.get(CacheAttr.SETTINGS) or "")
+                if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
+                    self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
+                layer = str(attributes.get(CacheAttr.LAYER) or "")
+                code = without_line(frame)
+                n = self._seen[(code, trigger, layer)]
+                self._seen[(code, trigger, layer)] += 1
                 self.lookups[(code, trigger, layer, n)] = Lookup(
                     frame,
                     trigger,

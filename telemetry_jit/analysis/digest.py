@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -78,7 +78,8 @@ class FrameRow:
     backward_graphs: int = 0
     breaks: int = 0
     compile_ms: float = 0.0  # all of it, backward graphs included
-    reasons: Counter[str] = field(default_factory=Counter)  # its recompiles' reasons, normalized
+    reasons: Counter[str] = field(default_factory=Counter)  # its recompiles' reasons, normalized (MAX_NAMES of them)
+    other_reasons: int = 0  # its recompiles whose reason is none of those kept
 
     @property
     def label(self) -> str:
@@ -321,12 +322,13 @@ class RunDigest:
     _rows_by_id: dict[str, CauseRow] = field(default_factory=dict, repr=False)  # a recompile's row, for its backward
     _seen: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
     # frame compiles while training whose torch did not record the input shapes (torch 2.8): dynamic or not, unknown
-    _unknown_train: set[str] = field(default_factory=set, repr=False)
-    # frame compiles while training whose inputs torch compiled with a dynamic dimension; compile ids of backward graphs
-    _dynamic_train: set[str] = field(default_factory=set, repr=False)
-    _backward_ids: set[str] = field(default_factory=set, repr=False)
-    _static_train_frames: set[str] = field(default_factory=set, repr=False)  # frames compiled static in training
-    _cached_backward: set[str] = field(default_factory=set, repr=False)  # training compiles that loaded a backward
+    _unknown_train: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)
+    # frame compiles while training whose inputs torch compiled with a dynamic dimension
+    _dynamic_train: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)
+    _cached_backward: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)  # they loaded a backward
+    # frames compiled static in training; frames that compiled or loaded a backward graph (the first MAX_KEPT)
+    _static_train_frames: set[str] = field(default_factory=set, repr=False)
+    _frames_with_backward: set[str] = field(default_factory=set, repr=False)
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
@@ -342,7 +344,9 @@ class RunDigest:
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
         self.backward_graphs += trigger == "lazy_backward"
         if trigger == "lazy_backward":
-            self._backward_ids.add(compile_id)
+            for awaiting in (self._unknown_train, self._dynamic_train, self._cached_backward):
+                awaiting.ids.pop(compile_id, None)
+            _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
         elif trigger == "dynamo" and stage == "train":
             self._training_frame_compile(compile_id, attributes)
         self.thunder_compiles += trigger == "thunder"
@@ -363,8 +367,12 @@ class RunDigest:
         row.recompiles += recompile
         row.breaks += len(breaks)
         row.compile_ms += ms
-        if recompile and len(row.reasons) < MAX_NAMES:
-            row.reasons[normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))] += 1
+        if recompile:
+            reason = normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))
+            if reason in row.reasons or len(row.reasons) < MAX_NAMES:
+                row.reasons[reason] += 1
+            else:
+                row.other_reasons += 1
         cause = self._cause(span, trigger, compile_id, stage, label, recompile, ms, loop)
         if stage == "train":
             self.train_breaks += len(breaks)
@@ -387,12 +395,20 @@ class RunDigest:
         has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
         if _backward_from_cache(attributes):
             self._cached_backward.add(compile_id)
+            _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
         elif _DYNAMIC_DIM.search(str(shapes)) and has_ops:
-            self._dynamic_train.add(compile_id)
+            self._dynamic_train.add(compile_id, settled=self._within)
         elif shapes:
-            self._static_train_frames.add(compile_id.rsplit("/", 1)[0])
+            _bounded_add(self._static_train_frames, compile_id.rsplit("/", 1)[0])
         if has_ops and "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ()):  # torch 2.8 records none
             self._unknown_train.add(compile_id)
+
+    def _within(self, compile_id: str) -> bool:
+        """Whether a dynamic frame compile with no backward graph of its own compiled its backward within it: not
+        where its frame, compiled static in training, needed no backward (no input needs gradients: an LSTM's
+        lengths), so needs none compiled dynamic either."""
+        frame = compile_id.rsplit("/", 1)[0]
+        return frame not in self._static_train_frames or frame in self._frames_with_backward
 
     def _frame_row(self, attributes: Mapping[str, Any]) -> FrameRow:
         key = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
@@ -456,7 +472,7 @@ class RunDigest:
                 values.append(value)  # type: ignore[arg-type]
         if loader is not None and loader not in row.loaders:
             row.loaders.append(loader)
-        if loop and loop not in row.loops:
+        if loop and loop not in row.loops and len(row.loops) < MAX_NAMES:
             row.loops.append(loop)
         if cause.subject and cause.subject not in row.reasons and len(row.reasons) < 5:
             row.reasons.append(cause.subject)
@@ -495,7 +511,7 @@ class RunDigest:
             )
         if user_line and user_line not in group.user_locations and len(group.user_locations) < MAX_NAMES:
             group.user_locations.append(user_line)
-        if loop and loop not in group.loops:
+        if loop and loop not in group.loops and len(group.loops) < MAX_NAMES:
             group.loops.append(loop)
         group.count += 1
         group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
@@ -557,10 +573,10 @@ class RunDigest:
         self, span: SpanRecord, label: str, compile_id: str, trigger: str, cause: Classified | None, recompile: bool
     ) -> None:
         attributes = span.attributes
-        key = (compile_id, trigger, self._seen[(compile_id, trigger)])  # ids repeat after torch._dynamo.reset()
-        self._seen[(compile_id, trigger)] += 1
         end = span.end_unix_ns or span.start_unix_ns
-        if len(self.sequence) < MAX_KEPT:
+        if len(self.sequence) < MAX_KEPT:  # the ids seen are counted as long as ends are kept: bounded
+            key = (compile_id, trigger, self._seen[(compile_id, trigger)])  # ids repeat after torch._dynamo.reset()
+            self._seen[(compile_id, trigger)] += 1
             backward = "b" if trigger == "lazy_backward" else ""
             self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
             self.ends[key] = end
@@ -605,24 +621,20 @@ class RunDigest:
     def backward_within_unknown(self) -> int:
         """Frame compiles while training with no backward graph of their own whose input shapes the recording torch
         did not record (torch 2.8): whether torch compiled their backward within them cannot be told, nor counted."""
-        return len(self._unknown_train - self._backward_ids)
+        return self._unknown_train.count()
 
     @property
     def backward_within(self) -> int:
         """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
         compiles such a backward within the frame's compile (where it needs a size), not at the first backward.
         Not those whose graph holds no op, nor those of a frame whose static compile needed no backward."""
-        with_backward = {compile_id.rsplit("/", 1)[0] for compile_id in self._backward_ids | self._cached_backward}
-        # a frame compiled static in training whose graph needed no backward (no input needs gradients: an LSTM's
-        # lengths) needs none when compiled dynamic either
-        without = self._static_train_frames - with_backward
-        return len({i for i in self._dynamic_train - self._backward_ids if i.rsplit("/", 1)[0] not in without})
+        return self._dynamic_train.count(self._within)
 
     @property
     def backward_loaded(self) -> int:
         """Training frame compiles that loaded their backward graph from the compile cache with the forward (the
         AOTAutograd entry and two FX graphs hit): no backward is compiled at the first backward then."""
-        return len(self._cached_backward - self._backward_ids)
+        return self._cached_backward.count()
 
     def causes_by_name(self) -> Counter[str]:
         """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart
@@ -638,6 +650,35 @@ class RunDigest:
         for row in self.causes.values():
             occasions.setdefault(row.name, set()).update(row.occasions)
         return occasions
+
+
+AWAITED = 10_000  # compile ids awaiting their backward graph: it follows its forward within a step or two
+
+
+@dataclass
+class Awaiting:
+    """Frame compiles that may yet get a backward graph of their own (a ``lazy_backward`` compile of the same id),
+    the latest :data:`AWAITED` of them; an older one is settled (counted, if ``settled`` says so, as one that got
+    none): memory stays bounded however many compile ids a file holds."""
+
+    ids: dict[str, None] = field(default_factory=dict)  # an ordered set: the oldest first
+    settled: int = 0
+
+    def add(self, compile_id: str, settled: Callable[[str], bool] = lambda _: True) -> None:
+        self.ids[compile_id] = None
+        if len(self.ids) > AWAITED:
+            oldest = next(iter(self.ids))
+            del self.ids[oldest]
+            self.settled += settled(oldest)
+
+    def count(self, counts: Callable[[str], bool] = lambda _: True) -> int:
+        """How many got no backward graph of their own (those ``counts`` says count)."""
+        return self.settled + sum(map(counts, self.ids))
+
+
+def _bounded_add(kept: set[str], item: str) -> None:
+    if len(kept) < MAX_KEPT:
+        kept.add(item)
 
 
 # causes met in one kind of stage only (or named for it): their name says where

@@ -13,6 +13,7 @@ import math
 import os
 import re
 import sys
+from collections import Counter
 from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -24,6 +25,8 @@ from telemetry_jit.schema import FILE_FORMAT_VERSION, JitSpanName, TrainingSpanN
 
 __all__ = [
     "ITERATION_SPANS",
+    "MAX_EVENTS",
+    "MAX_SPANS",
     "EventRecord",
     "SpanRecord",
     "TelemetryFileError",
@@ -41,10 +44,12 @@ class TelemetryFileError(ValueError):
 def read_telemetry(
     path: str | os.PathLike[str], skip_spans: Collection[str] = (), digest: bool = False
 ) -> list[TelemetryRun]:
-    """Read every run in ``path`` (``"-"``: standard input), in file order, a line at a time: memory grows
-    with what is kept, not with the file. With ``digest``, each run's compilations are folded into its
-    :attr:`TelemetryRun.digest` as they are read and not kept as spans: a file of any number of compilations
-    is answered in bounded memory.
+    """Read every run in ``path`` (``"-"``: standard input), in file order, a line at a time, in bounded memory
+    whatever the file holds: each run's compilations are folded into its :attr:`TelemetryRun.digest` as they
+    are read (exact counts and totals of every one), and of its spans and events the first :data:`MAX_SPANS`
+    spans and, of each event name, the first :data:`MAX_EVENTS` events (the last of them the latest) are kept;
+    the rest are counted (:attr:`TelemetryRun.spans_not_kept`, :attr:`TelemetryRun.events_not_kept`). With
+    ``digest``, compilations are not kept as spans at all.
 
     A line that is no record (not JSON, binary data, longer than :data:`MAX_LINE_BYTES`, nested too deep) is
     skipped and counted, and a last line cut short is skipped: the runs say what was lost
@@ -66,6 +71,9 @@ def read_telemetry(
 
 
 MAX_LINE_BYTES = 64 * 2**20  # one record; a compile span is a few KB, the longest torch text a few hundred KB
+MAX_SPANS = 25_000  # spans kept per run (loops, checkpoints, ...): a fit has a handful, a long run one per epoch
+MAX_EVENTS = 1_000  # events kept per run of each name (the first ones, the last of them the latest said)
+MAX_EVENT_NAMES = 100  # names of events kept, and names spans and events are counted by (the rest as one)
 
 
 def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool) -> list[TelemetryRun]:
@@ -100,8 +108,7 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
         run.damage = damage if damage else None
         if run.file_format == "nv-one-logger":
             _infer_parents(run)
-        if digest:
-            digest_of(run)
+        digest_of(run)
     return list(runs.values())
 
 
@@ -247,13 +254,14 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
     if kind in ("start", "complete", "stop"):
         span = run.spans.get(record["id"])
         if span is None:
-            span = run.spans[record["id"]] = SpanRecord(
+            span = SpanRecord(
                 span_id=record["id"],
                 name=record["name"],
                 parent_id=None,
                 start_unix_ns=_ms(record["start_event"]) if "start_event" in record else _ms(record["stop_event"]),
                 events=run._early_events.pop(record["id"], []),
             )
+            _keep(run, span, ended=kind != "start")
         span.attributes.update(record.get("attributes") or {})
         if kind != "start":
             span.end_unix_ns = _ms(record["stop_event"])
@@ -289,9 +297,39 @@ def _attach(run: TelemetryRun, span_id: str, event: EventRecord) -> None:
     of spans that are not kept never find theirs)."""
     span = run.spans.get(span_id)
     if span is not None:
-        span.events.append(event)
-    elif span_id in run._early_events or len(run._early_events) < _EARLY_EVENTS_KEPT:
-        run._early_events.setdefault(span_id, []).append(event)
+        _hold(run, span.events, event)
+    elif len(run.spans) < MAX_SPANS and (span_id in run._early_events or len(run._early_events) < _EARLY_EVENTS_KEPT):
+        _hold(run, run._early_events.setdefault(span_id, []), event)
+    else:
+        _count(run.events_not_kept, event.name)
+
+
+def _hold(run: TelemetryRun, events: list[EventRecord], event: EventRecord) -> None:
+    """Put ``event`` in ``events`` unless :data:`MAX_EVENTS` of its name are kept: then it replaces the latest of
+    them (a run's last word, such as the steps its last loop reached, is kept), which is counted as not kept."""
+    kept, latest = run._events_kept.get(event.name, (0, events))
+    if kept >= MAX_EVENTS:
+        at = next(i for i in range(len(latest) - 1, -1, -1) if latest[i].name == event.name)
+        del latest[at]
+        kept -= 1
+        _count(run.events_not_kept, event.name)
+    elif not kept and len(run._events_kept) >= MAX_EVENT_NAMES:
+        _count(run.events_not_kept, event.name)
+        return
+    events.append(event)
+    run._events_kept[event.name] = (kept + 1, events)
+
+
+def _keep(run: TelemetryRun, span: SpanRecord, ended: bool) -> None:
+    """Keep ``span`` among the run's spans, unless :data:`MAX_SPANS` are: then count it (once: when it ended)."""
+    if len(run.spans) < MAX_SPANS:
+        run.spans[span.span_id] = span
+    elif ended:
+        _count(run.spans_not_kept, span.name)
+
+
+def _count(counts: Counter[str], name: str) -> None:
+    counts[name if name in counts or len(counts) < MAX_EVENT_NAMES else "(other names)"] += 1
 
 
 def _fold_pending(run: TelemetryRun) -> None:
@@ -339,7 +377,13 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
         )
         run.last_unix_ns = max(run.last_unix_ns, event.time_unix_ns)
         if pending is not None and record["span_id"] == pending.span_id:
-            pending.events.append(event)  # a compilation's events follow its record
+            # a compilation's events follow its record; kept with it only where it is kept
+            if pending.span_id in run.spans:
+                _hold(run, pending.events, event)
+                return
+            pending.events.append(event)  # for the digest only
+            if not digest:  # a compilation read to be kept, beyond the spans kept
+                _count(run.events_not_kept, event.name)
             return
         _fold_pending(run)
         _attach(run, record["span_id"], event)
@@ -355,10 +399,10 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
                 start_unix_ns=_ns(record["start_unix_ns"]),
                 events=run._early_events.pop(record["span_id"], []),
             )
-            if digest and kind == "span" and span.name == JitSpanName.COMPILATION:
-                run._pending = span  # folded into the digest once its events have come, never kept
-            else:
-                run.spans[span.span_id] = span
+            if kind == "span" and span.name == JitSpanName.COMPILATION:
+                run._pending = span  # folded into the digest once its events have come
+            if not (digest and run._pending is span):  # with the digest, never kept
+                _keep(run, span, ended=kind == "span")
         run.last_unix_ns = max(run.last_unix_ns, span.start_unix_ns)
         if not run.first_unix_ns or span.start_unix_ns < run.first_unix_ns:
             run.first_unix_ns = span.start_unix_ns

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -93,11 +94,17 @@ class TelemetryRun:
     last_line: int = 0
     file_format: str = FILE_FORMAT  # or "nv-one-logger"
     lacks: list[str] = field(default_factory=list)  # what this file's format cannot tell
-    # its compilations as aggregates, when read to be answered (then its compilation spans are not kept)
+    # its compilations as aggregates, folded as they are read (with ``digest``, its compilation spans are not kept)
     digest: RunDigest | None = None
+    # spans (ended) and events beyond what the reader keeps of a run (analysis/reader.py, MAX_SPANS and MAX_EVENTS),
+    # by name: counted, not kept
+    spans_not_kept: Counter[str] = field(default_factory=Counter)
+    events_not_kept: Counter[str] = field(default_factory=Counter)
     # events of spans whose start is not in the file (it was deleted mid-run), until the span's end record
     _early_events: dict[str, list[EventRecord]] = field(default_factory=dict, repr=False)
     _pending: SpanRecord | None = field(default=None, repr=False)  # a compilation whose events may follow
+    # events kept by name: how many, and the list holding the latest (replaced by a later one beyond MAX_EVENTS)
+    _events_kept: dict[str, tuple[int, list[EventRecord]]] = field(default_factory=dict, repr=False)
 
     def find(self, name: str) -> list[SpanRecord]:
         return [span for span in self.spans.values() if span.name == name]

@@ -39,7 +39,9 @@ def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, An
     same process lands on the same track), else a number of its own; spans are complete events
     (``ph: X``) that nest by time, so compilations sit inside the loop that was running; span events such
     as ``graph_break`` are thread-scoped instant events. A span that never ended (the process was killed)
-    lasts until the last timestamp of its rank and carries ``"unfinished": true``.
+    lasts until the last timestamp of its rank and carries ``"unfinished": true``. Of a run with more spans or
+    events than the reader keeps (:func:`~telemetry_jit.analysis.reader.read_telemetry`), the first are drawn and
+    ``otherData.runs`` counts the rest by name.
     """
     pids = _pids(runs)
     events: list[dict[str, Any]] = []
@@ -54,9 +56,18 @@ def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, An
         "otherData": {
             "producer": "telemetry-jit",
             "time_origin": TIME_ORIGIN,
-            "runs": [{"run": run.run_id, "rank": run.rank, "pid": pid} for run, pid in zip(runs, pids, strict=True)],
+            "runs": [_run_said(run, pid) for run, pid in zip(runs, pids, strict=True)],
         },
     }
+
+
+def _run_said(run: TelemetryRun, pid: int) -> dict[str, Any]:
+    """A run's track, and the spans and events beyond what the reader keeps (not drawn), by name."""
+    said: dict[str, Any] = {"run": run.run_id, "rank": run.rank, "pid": pid}
+    for name, counts in (("spans_not_drawn", run.spans_not_kept), ("events_not_drawn", run.events_not_kept)):
+        if counts:
+            said[name] = dict(counts)
+    return said
 
 
 def _pids(runs: Sequence[TelemetryRun]) -> list[int]:

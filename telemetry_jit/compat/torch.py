@@ -10,7 +10,6 @@ span (``compile.unavailable``) instead of recorded as an empty value that looks 
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import dataclasses
 import functools
@@ -542,6 +541,7 @@ def counts(metric: Any) -> dict[str, int]:
 
 
 _MAX_INPUT_SHAPES = 16
+_NODE_SHAPE = re.compile(r"'(l_\w*)': \[([^\]]*)\]")  # an input's entry in the repr of graph_node_shapes
 
 
 def input_shapes(metric: Any) -> list[str]:
@@ -550,18 +550,23 @@ def input_shapes(metric: Any) -> list[str]:
     ``47``), from ``CompilationMetrics.graph_node_shapes`` (the graph's placeholders; parameters and buffers
     left out). Empty where this torch does not record them."""
     shapes = getattr(metric, "graph_node_shapes", None)
-    if isinstance(shapes, str):  # torch writes the dict's repr
-        try:
-            shapes = ast.literal_eval(shapes)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            return []
-    if not isinstance(shapes, dict):
+    if isinstance(shapes, str):
+        # torch writes the repr of every node's shape: megabytes for a large model, which parsing whole would
+        # cost the training step a second; only the inputs' entries are read
+        found = (
+            (m[1], [d.strip().strip("'") for d in m[2].split(",") if d.strip()]) for m in _NODE_SHAPE.finditer(shapes)
+        )
+    elif isinstance(shapes, dict):
+        found = iter(shapes.items())
+    else:
         return []
     said: list[str] = []
-    for name, shape in shapes.items():
+    for name, shape in found:
+        if len(said) == _MAX_INPUT_SHAPES:
+            break
         if not str(name).startswith("l_") or "_parameters_" in name or "_buffers_" in name:
             continue  # an intermediate node, or a module's own tensor (static by default)
-        if isinstance(shape, list) and len(said) < _MAX_INPUT_SHAPES:
+        if isinstance(shape, list):
             said.append(f"{_input_name(str(name))}: [{', '.join(str(dim) for dim in shape)}]")
     return said
 

@@ -24,8 +24,8 @@ from nv_one_logger.training_telemetry.api.callbacks import on_app_end, on_app_st
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
 import telemetry_jit
+from telemetry_jit.recording.compile_spans import graph_break_attributes, record_attributes
 from telemetry_jit.recording.recorder import CompileRecorder, Position
-from telemetry_jit.recording.spans import graph_break_attributes, record_attributes
 from telemetry_jit.records import CompileContext, CompileRecord, GraphBreak
 from telemetry_jit.schema import JitEventName, JitSpanName
 

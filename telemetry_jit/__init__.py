@@ -101,7 +101,7 @@ if TYPE_CHECKING:
     from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
     from telemetry_jit.lightning.fabric import FabricCompileTelemetry
     from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform, resolve_root, select_modules
-    from telemetry_jit.lightning.payoff import CompilePayoffCallback
+    from telemetry_jit.lightning.payoff_callback import CompilePayoffCallback
     from telemetry_jit.lightning.time_events import TimeEventCallback
     from telemetry_jit.lightning.trainer import hook_trainer_cls
     from telemetry_jit.loop import CompileTelemetry

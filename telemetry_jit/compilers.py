@@ -21,7 +21,7 @@ import torch
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
-from telemetry_jit.probes.thunder import ThunderFunction, ThunderSource, ThunderWatch
+from telemetry_jit.probes.thunder_stats import ThunderFunction, ThunderSource, ThunderWatch
 from telemetry_jit.records import GraphBreak
 from telemetry_jit.terminal import error_text
 

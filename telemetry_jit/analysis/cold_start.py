@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.spans import SpanRecord
+from telemetry_jit.analysis.runs import SpanRecord
 from telemetry_jit.schema import CacheAttr, JitEventName
 from telemetry_jit.terminal import counted
 

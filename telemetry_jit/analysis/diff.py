@@ -14,7 +14,7 @@ from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain, without_line
 from telemetry_jit.analysis.digest import EXPECTED, ONE_KIND, Fallback, Occasion
-from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
 from telemetry_jit.records import CompiledBefore, NotCompiled, Payoff

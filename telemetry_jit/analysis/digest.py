@@ -18,7 +18,7 @@ from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, without_line
 from telemetry_jit.analysis.resources import RunResources
-from telemetry_jit.analysis.spans import EventRecord, SpanRecord, number
+from telemetry_jit.analysis.runs import EventRecord, SpanRecord, number
 from telemetry_jit.analysis.warm_residual import Residual
 from telemetry_jit.breaks import (
     BreakText,

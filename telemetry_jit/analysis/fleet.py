@@ -16,7 +16,7 @@ from typing import Any
 from telemetry_jit.analysis.cold_start import CacheLedger, explain
 from telemetry_jit.analysis.ranks_said import OutOfStep, out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
-from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.terminal import counted
 
 CompileKey = tuple[str, str, int]  # (compile id, trigger, occurrence: ids repeat after torch._dynamo.reset())

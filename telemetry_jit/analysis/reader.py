@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from telemetry_jit.analysis.digest import RunDigest
-from telemetry_jit.analysis.spans import EventRecord, FileDamage, SpanRecord, TelemetryRun, number
+from telemetry_jit.analysis.runs import EventRecord, FileDamage, SpanRecord, TelemetryRun, number
 from telemetry_jit.notices import say
 from telemetry_jit.schema import FILE_FORMAT_VERSION, JitSpanName, TrainingSpanName
 

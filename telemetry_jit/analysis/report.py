@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from html import escape
 
-from telemetry_jit.analysis import words
+from telemetry_jit.analysis import answers
 from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.summary import RunSummary
 from telemetry_jit.analysis.text import format_fleet
@@ -139,8 +139,8 @@ def _linked(text: str) -> str:
 
 def _diagnosis(summary: RunSummary) -> str:
     """The first screen: what to fix first, the expected price, the first steps (the summary's words)."""
-    items = words.fix_first(summary)
-    notes = words.notes(summary)
+    items = answers.fix_first(summary)
+    notes = answers.notes(summary)
     if not items and not notes:
         return '<div id="diagnosis"><p>Nothing to fix: no recompile and no graph break.</p></div>'
     listed = "".join(
@@ -242,12 +242,12 @@ def _run_sections(summary: RunSummary) -> list[str]:
             else []
         ),
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
-        '<p id="figures">' + "<br>".join(escape(line) for line in words.figures(summary)) + "</p>",
+        '<p id="figures">' + "<br>".join(escape(line) for line in answers.figures(summary)) + "</p>",
     ]
     sections.append(_diagnosis(summary))
     if summary.payoff is not None:
         account = (
-            f'<p class="muted">{escape(words.net_line(summary.payoff))}; eager steps ran the same model with '
+            f'<p class="muted">{escape(answers.net_line(summary.payoff))}; eager steps ran the same model with '
             'torch.compiler.set_stance("force_eager"), in blocks between compiled ones.</p>'
             if summary.payoff.measured
             else ""
@@ -260,15 +260,15 @@ def _run_sections(summary: RunSummary) -> list[str]:
         "<h2>Timeline</h2>",
         _timeline(summary),
         "<h2>Compilations per frame</h2>",
-        _table(words.FRAME_HEADERS, words.frame_rows(summary), "frames"),
+        _table(answers.FRAME_HEADERS, answers.frame_rows(summary), "frames"),
     ]
     if summary.thunder_rows:
-        sections += ["<h2>Thunder cache</h2>", _table(words.THUNDER_HEADERS, summary.thunder_rows, "thunder")]
+        sections += ["<h2>Thunder cache</h2>", _table(answers.THUNDER_HEADERS, summary.thunder_rows, "thunder")]
     sections += [
         "<h2>Recompiles by cause</h2>",
-        _table(words.CAUSE_HEADERS, words.cause_rows(summary), "causes"),
+        _table(answers.CAUSE_HEADERS, answers.cause_rows(summary), "causes"),
         "<h2>Graph breaks by place</h2>",
-        _table(words.BREAK_HEADERS, words.break_rows(summary), "breaks"),
+        _table(answers.BREAK_HEADERS, answers.break_rows(summary), "breaks"),
         "<h2>Every graph break</h2>",
         _break_details(summary),
     ]
@@ -278,6 +278,6 @@ def _run_sections(summary: RunSummary) -> list[str]:
             "<p>torch._dynamo's DDPOptimizer cut these graphs at DDP gradient-bucket boundaries so that "
             "all-reduce overlaps backward. They are not graph breaks in your code; the bucket size is DDP's "
             "<code>bucket_cap_mb</code>.</p>",
-            _table(words.DDP_HEADERS, words.ddp_rows(summary), "ddp-splits"),
+            _table(answers.DDP_HEADERS, answers.ddp_rows(summary), "ddp-splits"),
         ]
     return sections

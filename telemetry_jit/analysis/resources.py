@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.spans import SpanRecord
+from telemetry_jit.analysis.runs import SpanRecord
 from telemetry_jit.records import CompileResources, mb, near_limit_words
 from telemetry_jit.schema import CompileAttr
 from telemetry_jit.terminal import counted, frame_shown

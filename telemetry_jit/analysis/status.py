@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.breaks import gist
 from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, JitSpanName, TrainingSpanName
 

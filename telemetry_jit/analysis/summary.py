@@ -11,7 +11,7 @@ from typing import Any, NamedTuple
 from telemetry_jit.analysis.digest import BreakGroup, CauseRow, Fallback, RunDigest, stage_named
 from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
-from telemetry_jit.analysis.spans import EventRecord, SpanRecord, TelemetryRun, number
+from telemetry_jit.analysis.runs import EventRecord, SpanRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
 from telemetry_jit.analysis.warm_residual import warm_start_json
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower

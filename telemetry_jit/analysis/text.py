@@ -11,12 +11,12 @@ import shutil
 import textwrap
 from collections.abc import Sequence
 
-from telemetry_jit.analysis import words
+from telemetry_jit.analysis import answers
 from telemetry_jit.analysis.cold_start import ColdStart
 from telemetry_jit.analysis.diff import RunDiff, cause_words
 from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.ranks_said import OutOfStep, out_of_step_said
-from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.records import Payoff
@@ -140,7 +140,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
     if not s.status.finished:
         lines += wrapped(s.status.headline(), "  ")
     lines += [f"  (this file format has {what})" for what in run.lacks]
-    items = words.fix_first(s)
+    items = answers.fix_first(s)
     if items:
         lines.append("  what to fix first (each cause explained in docs/fixing.md):")
         for number, item in enumerate(items[:limit], start=1):
@@ -149,32 +149,32 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
                 lines += wrapped(detail, "      ")
         if len(items) > limit:
             lines.append(f"      ... and {len(items) - limit} more below")
-    for note in words.notes(s):
+    for note in answers.notes(s):
         lines += wrapped(note, "  ")
     if ranks_said:
         lines += _out_of_step_lines(out_of_step_said(run), limit)
     if s.payoff is not None:
         lines += wrapped(f"compile payoff: {s.payoff_sentence}", "  ")
         if s.payoff.measured:
-            lines += wrapped(words.net_line(s.payoff), "    ")
+            lines += wrapped(answers.net_line(s.payoff), "    ")
     lines += ["", f"  {s.loop_words}: {s.wall_ms / 1000:.2f} s of wall time"]
-    for figure in words.figures(s):
+    for figure in answers.figures(s):
         lines += wrapped(figure, "  ")
     if not s.digest.compilations:
         return _fitted([*lines, "  no compilation happened in this run"])
-    lines += ["", "  per frame:", *_table(words.FRAME_HEADERS, words.frame_rows(s))]
+    lines += ["", "  per frame:", *_table(answers.FRAME_HEADERS, answers.frame_rows(s))]
     if s.thunder_rows:
-        lines += ["", "  thunder cache:", *_table(words.THUNDER_HEADERS, s.thunder_rows)]
+        lines += ["", "  thunder cache:", *_table(answers.THUNDER_HEADERS, s.thunder_rows)]
     if s.causes:
-        lines += ["", "  recompiles by cause:", *_table(words.CAUSE_HEADERS, words.cause_rows(s))]
+        lines += ["", "  recompiles by cause:", *_table(answers.CAUSE_HEADERS, answers.cause_rows(s))]
     if s.breaks:
-        lines += ["", "  graph breaks:", *_table(words.BREAK_HEADERS, words.break_rows(s))]
+        lines += ["", "  graph breaks:", *_table(answers.BREAK_HEADERS, answers.break_rows(s))]
     if s.digest.ddp:
         lines += [
             "",
             f"  DDP optimizer splits: {s.digest.ddp_splits} (graphs cut at DDP gradient-bucket boundaries, not graph "
             "breaks)",
-            *_table(words.DDP_HEADERS, words.ddp_rows(s)),
+            *_table(answers.DDP_HEADERS, answers.ddp_rows(s)),
         ]
     return _fitted(lines)
 
@@ -274,7 +274,7 @@ def _cold_start_lines(cold: ColdStart) -> list[str]:
         return []
     lines = ["", f"  compile cache: {cold.graphs} graph(s) missed that the base run had, {cold.seconds:.1f} s:"]
     for group in cold.groups:
-        where = words.listed(group.frames) + (f", step {words.listed(group.steps)}" if group.steps else "")
+        where = answers.listed(group.frames) + (f", step {answers.listed(group.steps)}" if group.steps else "")
         lines += wrapped(f"{group.graphs} graph(s), {group.seconds:.1f} s: {group.reason} (in {where})", "    ")
         lines += wrapped(f"fix: {group.fix}", "      ")
     return lines
@@ -347,7 +347,7 @@ def format_diff(result: RunDiff) -> str:
     ):
         if fallbacks:
             lines += ["", f"  {title}:"]
-            lines += [text for fallback in fallbacks for text in wrapped(words.fallback_line(fallback), "    ")]
+            lines += [text for fallback in fallbacks for text in wrapped(answers.fallback_line(fallback), "    ")]
     for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
         if causes:
             lines += ["", f"  {title}:", *[f"    {cause_words(cause)}: {n}" for cause, n in causes.items()]]

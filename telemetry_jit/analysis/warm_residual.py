@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.spans import SpanRecord, TelemetryRun, number
+from telemetry_jit.analysis.runs import SpanRecord, TelemetryRun, number
 from telemetry_jit.schema import CompileAttr, JitEventName, WarmStartAttr
 
 PHASE_WORDS = {

@@ -553,7 +553,7 @@ def input_shapes(metric: Any) -> list[str]:
     if isinstance(shapes, str):
         # torch writes the repr of every node's shape: megabytes for a large model, which parsing whole would
         # cost the training step a second; only the inputs' entries are read
-        found = (
+        found: Iterator[tuple[Any, Any]] = (
             (m[1], [d.strip().strip("'") for d in m[2].split(",") if d.strip()]) for m in _NODE_SHAPE.finditer(shapes)
         )
     elif isinstance(shapes, dict):

@@ -17,7 +17,7 @@ from telemetry_jit import identity
 from telemetry_jit.boundary import OWN_CODE, guarded, own_code_failed
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
-from telemetry_jit.lightning.payoff import CompilePayoffCallback
+from telemetry_jit.lightning.payoff_callback import CompilePayoffCallback
 from telemetry_jit.lightning.ranks import RankTelemetry
 from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.notices import warn_once

@@ -27,6 +27,7 @@ from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.backends import Observer, backends
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
 from telemetry_jit.recording.alerts import EagerFallbackAlert, RankTotals
+from telemetry_jit.recording.compile_spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.console import CompileConsole, say_line
 from telemetry_jit.recording.fallback_cost import FallbackCostMeter
 from telemetry_jit.recording.first_steps import FirstStep, FirstSteps
@@ -35,7 +36,6 @@ from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
 from telemetry_jit.recording.out_of_step import Finding
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
 from telemetry_jit.recording.resources import ResourceMeter
-from telemetry_jit.recording.spans import compilation_span, out_of_step_span
 from telemetry_jit.recording.stats import CompileStats
 from telemetry_jit.records import (
     AttributeValue,

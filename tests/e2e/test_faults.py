@@ -134,7 +134,7 @@ def test_a_failure_while_recording_a_compile_costs_one_warning(telemetry: Teleme
     def broken(*args: Any) -> None:
         raise KeyError("a telemetry bug")
 
-    monkeypatch.setattr(telemetry_jit.recording.spans, "record_attributes", broken)
+    monkeypatch.setattr(telemetry_jit.recording.compile_spans, "record_attributes", broken)
     compiled_before = len(compiles_recorded_by_torch())
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

@@ -22,7 +22,7 @@ import torch
 
 import telemetry_jit
 from telemetry_jit import cli
-from telemetry_jit.analysis.spans import EventRecord, TelemetryRun
+from telemetry_jit.analysis.runs import EventRecord, TelemetryRun
 from telemetry_jit.recording.out_of_step import STALL_MIN_S
 from telemetry_jit.schema import JitEventName, RanksAttr
 from tests.e2e.conftest import fresh_provider_state

@@ -16,7 +16,7 @@ import pytest
 
 import telemetry_jit
 from telemetry_jit import cli
-from telemetry_jit.analysis.spans import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun
 
 LOOP = Path(__file__).with_name("fsdp_loop.py")
 LOSS_LINE = next(n for n, line in enumerate(LOOP.read_text().splitlines(), 1) if "# LOSS LINE" in line)

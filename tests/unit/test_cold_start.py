@@ -4,7 +4,7 @@ that changed, a key that did not change, graphs the base run never had, and grap
 from __future__ import annotations
 
 from telemetry_jit.analysis.cold_start import CacheLedger, explain
-from telemetry_jit.analysis.spans import EventRecord, SpanRecord
+from telemetry_jit.analysis.runs import EventRecord, SpanRecord
 
 SETTINGS = ["inductor_config[max_autotune]\tmaaa\tFalse", "inductor_config[freezing]\tfrrr\tFalse"]
 PARTS = [

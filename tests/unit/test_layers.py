@@ -26,7 +26,7 @@ NEVER_ON_THE_ANALYSIS_SIDE = ("torch", "lightning", "nv_one_logger", "openteleme
 
 
 def layer(module: str) -> str:
-    """``telemetry_jit.recording.spans`` -> ``recording``; the bottom modules share one layer."""
+    """``telemetry_jit.recording.compile_spans`` -> ``recording``; the bottom modules share one layer."""
     part = module.removeprefix("telemetry_jit.").split(".")[0]
     return "bottom" if part in BOTTOM else part
 

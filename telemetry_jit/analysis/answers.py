@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from telemetry_jit.analysis.digest import EXPECTED, Fallback
-from telemetry_jit.analysis.spans import TelemetryRun, number
+from telemetry_jit.analysis.runs import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
 from telemetry_jit.analysis.warm_residual import warm_start_line
 from telemetry_jit.breaks import gist

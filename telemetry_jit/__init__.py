@@ -21,7 +21,7 @@ __version__ = metadata.version("telemetry-jit")
 _WHERE = {
     "CompileConsole": "recording.console",
     "CompilerBackend": "probes.backends",
-    "CompilePayoffCallback": "lightning.payoff",
+    "CompilePayoffCallback": "lightning.payoff_callback",
     "CompileRecord": "records",
     "CompileStats": "recording.stats",
     "CompileTelemetry": "loop",

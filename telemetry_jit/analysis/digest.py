@@ -59,6 +59,16 @@ def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
     return hits("aot_autograd") > 0 and hits("fx_graph") >= 2
 
 
+def _graphs_looked_up(attributes: Mapping[str, Any]) -> float:
+    """The FX graphs inductor looked up in its cache during a frame compile: one per graph it compiled (or loaded),
+    so two where it built the backward with the forward (as torch 2.15 does for a static recompile)."""
+    return sum(
+        number(attributes.get(f"{CompileAttr.PREFIX}cache.fx_graph_{where}_{outcome}"))
+        for where in _WHERE
+        for outcome in ("hits", "misses")
+    )
+
+
 _WHERE = ("local", "remote")
 
 
@@ -326,6 +336,7 @@ class RunDigest:
     # frame compiles while training whose inputs torch compiled with a dynamic dimension
     _dynamic_train: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)
     _cached_backward: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)  # they loaded a backward
+    _built_backward: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)  # inductor built it with them
     # frames compiled static in training; frames that compiled or loaded a backward graph (the first MAX_KEPT)
     _static_train_frames: set[str] = field(default_factory=set, repr=False)
     _frames_with_backward: set[str] = field(default_factory=set, repr=False)
@@ -344,7 +355,7 @@ class RunDigest:
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
         self.backward_graphs += trigger == "lazy_backward"
         if trigger == "lazy_backward":
-            for awaiting in (self._unknown_train, self._dynamic_train, self._cached_backward):
+            for awaiting in (self._unknown_train, self._dynamic_train, self._cached_backward, self._built_backward):
                 awaiting.ids.pop(compile_id, None)
             _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
         elif trigger == "dynamo" and stage == "train":
@@ -395,6 +406,9 @@ class RunDigest:
         has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
         if _backward_from_cache(attributes):
             self._cached_backward.add(compile_id)
+            _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
+        elif _graphs_looked_up(attributes) >= 2 and has_ops:
+            self._built_backward.add(compile_id)
             _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
         elif _DYNAMIC_DIM.search(str(shapes)) and has_ops:
             self._dynamic_train.add(compile_id, settled=self._within)
@@ -627,8 +641,9 @@ class RunDigest:
     def backward_within(self) -> int:
         """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
         compiles such a backward within the frame's compile (where it needs a size), not at the first backward.
-        Not those whose graph holds no op, nor those of a frame whose static compile needed no backward."""
-        return self._dynamic_train.count(self._within)
+        Not those whose graph holds no op, nor those of a frame whose static compile needed no backward. With them,
+        those in which inductor looked up two FX graphs, the forward's and the backward's, whatever their shapes."""
+        return self._dynamic_train.count(self._within) + self._built_backward.count()
 
     @property
     def backward_loaded(self) -> int:

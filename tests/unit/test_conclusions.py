@@ -220,8 +220,9 @@ def test_the_ci_gate_docs_show_what_diff_and_check_print_now(capsys: pytest.Capt
         ("gpt2-backward-graphs.jsonl", (2, 4, 0)),
         ("lstm-packed-backward-graphs.jsonl", (0, 0, 0)),
         ("conv1d-bn-inductor-warm-backward-graphs.jsonl", (0, 0, 6)),
+        ("conv1d-bn-inductor-torch215-backward-built.jsonl", (1, 5, 0)),
     ],
-    ids=["gpt2", "lstm_packed", "conv1d_bn-inductor-warm-cache"],
+    ids=["gpt2", "lstm_packed", "conv1d_bn-inductor-warm-cache", "conv1d_bn-inductor-torch-2.15"],
 )
 def test_only_frames_that_need_a_backward_compile_one_within(
     recording: str, backward_graphs: tuple[int, int, int]
@@ -232,7 +233,10 @@ def test_only_frames_that_need_a_backward_compile_one_within(
     recompiles) where the summary said 12. The LSTM over packed sequences: its compiled frame reads only the lengths
     (no gradients), compiled static with no backward, then dynamic: none either, where the summary said 1. Issue
     54's Conv1d model on inductor with a warm compile cache: each training compile loaded its backward graph with its
-    forward (two FX graphs hit), so none compiled at a first backward; tlparse found 6 where the summary said 0."""
+    forward (two FX graphs hit), so none compiled at a first backward; tlparse found 6 where the summary said 0. The
+    same model on torch 2.15's inductor: its static recompiles built their backward with the forward (inductor looked
+    up two FX graphs in each), where torch 2.13 compiled it at the first backward; tlparse found 6 (0/0's at its first
+    backward, and within 0/1, 0/2, 0/3, 0/4, 0/6) where the summary said 3."""
     (run,) = read_telemetry(DATA / recording)
     digest = summarize(run).digest
     assert (digest.backward_graphs, digest.backward_within, digest.backward_loaded) == backward_graphs

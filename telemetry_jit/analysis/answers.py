@@ -132,7 +132,7 @@ def notes(summary: RunSummary) -> list[str]:
     return lines + [f"(this file has {what})" for what in summary.lacks if what not in summary.run.lacks]
 
 
-def figures(summary: RunSummary) -> list[str]:
+def figure_lines(summary: RunSummary) -> list[str]:
     """The figures, each with its unit and, for a share, its denominator."""
     d = summary.digest
     loop = summary.loop_words

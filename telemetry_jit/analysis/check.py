@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from telemetry_jit.analysis.answers import fallback_line
-from telemetry_jit.analysis.diff import EXPECTED, RunDiff, RunFigures, cause_words, figures
+from telemetry_jit.analysis.diff import EXPECTED, RunDiff, RunFigures, cause_words, run_figures
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.summary import summarize
@@ -101,7 +101,7 @@ def check(
         if asked and not baselines:
             raise CannotTell(f"{option} compares with a baseline run: pass --baseline FILE.")
     summaries = {id(run): summarize(run) for run in [*runs, *baselines]}
-    judged = {key: figures(summary) for key, summary in summaries.items()}
+    judged = {key: run_figures(summary) for key, summary in summaries.items()}
     for name, checked in (("the run", runs), ("the baseline", baselines)):
         for run in checked:
             status = judged[id(run)].status

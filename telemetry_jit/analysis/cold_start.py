@@ -26,7 +26,7 @@ GraphId = tuple[str, str, str, int]  # frame and file (not the line), trigger, c
 
 
 @dataclass
-class Lookup:
+class CacheLookupSaid:
     """One graph's look-up in one cache, as a run recorded it."""
 
     frame: str
@@ -45,7 +45,7 @@ class Lookup:
 class CacheLedger:
     """A run's compile-cache look-ups, in the order they happened, and its tables of settings parts."""
 
-    lookups: dict[GraphId, Lookup] = field(default_factory=dict)
+    lookups: dict[GraphId, CacheLookupSaid] = field(default_factory=dict)
     tables: dict[str, Parts] = field(default_factory=dict)
     # compile seconds by compile id, backward included: the first MAX_GRAPHS ids, and every id a kept look-up names
     seconds: dict[str, float] = field(default_factory=dict)
@@ -68,7 +68,7 @@ class CacheLedger:
                 code = without_line(frame)
                 n = self._seen[(code, trigger, layer)]
                 self._seen[(code, trigger, layer)] += 1
-                self.lookups[(code, trigger, layer, n)] = Lookup(
+                self.lookups[(code, trigger, layer, n)] = CacheLookupSaid(
                     frame,
                     trigger,
                     compile_id,
@@ -81,7 +81,7 @@ class CacheLedger:
                     loaded,
                 )
 
-    def explained(self) -> Iterable[tuple[GraphId, Lookup]]:
+    def explained(self) -> Iterable[tuple[GraphId, CacheLookupSaid]]:
         """The look-ups that stand for a graph: AOTAutograd's, whose entry holds the backward graph too;
         inductor's (forward and backward) where AOTAutograd was bypassed or not used. Chosen by layer, not by
         order: torch 2.8 says inductor's look-up before AOTAutograd's."""
@@ -98,7 +98,7 @@ class CacheLedger:
         """Graphs by what the cache did for them (``hit``, ``miss``), one look-up per graph."""
         return Counter(lookup.state for _, lookup in self.explained())
 
-    def full_parts(self, lookup: Lookup) -> Parts:
+    def full_parts(self, lookup: CacheLookupSaid) -> Parts:
         return {**self.tables.get(lookup.settings, {}), **lookup.parts}
 
 
@@ -361,7 +361,7 @@ def _named(name: str) -> str:
     return f"{words} {rest.rstrip(']')}" if bracket and words else name
 
 
-def _same_key(before: Lookup) -> tuple[str, str]:
+def _same_key(before: CacheLookupSaid) -> tuple[str, str]:
     return (_LOADED, _FIX["loaded"]) if before.loaded else (_SAME_KEY, _FIX["same_key"])
 
 

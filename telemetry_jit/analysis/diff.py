@@ -114,7 +114,7 @@ def _only_in(fallbacks: list[Fallback], others: list[Fallback]) -> list[Fallback
     return [fallback for fallback in fallbacks if without_line(fallback.frame) not in elsewhere]
 
 
-def figures(summary: RunSummary) -> RunFigures:
+def run_figures(summary: RunSummary) -> RunFigures:
     d = summary.digest
     frames = {
         row.label: FrameFigures(row.compiles, row.recompiles, row.compile_ms, Counter(row.reasons))
@@ -306,4 +306,4 @@ def _breaks_json(breaks: dict[BreakKey, int]) -> list[dict[str, Any]]:
 
 
 def diff(base: TelemetryRun, new: TelemetryRun) -> RunDiff:
-    return RunDiff(figures(summarize(base)), figures(summarize(new)))
+    return RunDiff(run_figures(summarize(base)), run_figures(summarize(new)))

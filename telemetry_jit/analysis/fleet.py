@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, explain
-from telemetry_jit.analysis.ranks_said import OutOfStep, out_of_step_said
+from telemetry_jit.analysis.ranks_said import OutOfStepSaid, out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.terminal import counted
@@ -39,7 +39,7 @@ class RankFigures:
     frames: dict[CompileKey, str]
     windows: list[tuple[int, int, bool]]  # (start, end, is a recompile) of each compile, epoch ns
     cache_ledger: CacheLedger = field(default_factory=CacheLedger)  # each cache look-up: why this rank missed
-    said: list[OutOfStep] = field(default_factory=list)  # what this rank's watcher said of the ranks, live
+    said: list[OutOfStepSaid] = field(default_factory=list)  # what this rank's watcher said of the ranks, live
 
     @property
     def cache(self) -> str:
@@ -54,7 +54,7 @@ class RankFigures:
         return "cold: every graph compiled" if not hits else "partly warm"
 
 
-def rank_figures(run: TelemetryRun) -> RankFigures:
+def figures_of_rank(run: TelemetryRun) -> RankFigures:
     digest = digest_of(run)
     return RankFigures(
         rank=run.rank,
@@ -140,7 +140,7 @@ class Fleet:
     caches: list[Group]  # by compile-cache outcome, the largest first
     skews: list[Skew]  # the compiles every rank did, the longest wait first
     waits_as_last: Counter[int] = field(default_factory=Counter)  # rank -> compiles at which it was last
-    out_of_step: list[OutOfStep] = field(default_factory=list)  # what the rank watcher said live
+    out_of_step: list[OutOfStepSaid] = field(default_factory=list)  # what the rank watcher said live
 
     @property
     def total_skew_ms(self) -> float:
@@ -167,7 +167,7 @@ class Fleet:
 
 
 def fleet(run_id: str, figures: list[RankFigures]) -> Fleet:
-    """The fleet of one run from its ranks' figures (:func:`rank_figures` of each rank's run)."""
+    """The fleet of one run from its ranks' figures (:func:`figures_of_rank` of each rank's run)."""
     ranks = sorted(figures, key=lambda one: one.rank)
     sequences = _groups(ranks, lambda r: r.sequence, _sequence_words)
     caches = _groups(ranks, lambda r: r.cache, lambda r: r.cache)
@@ -261,7 +261,7 @@ def fleets(runs: list[TelemetryRun]) -> list[Fleet]:
     for run in runs:
         by_run[run.run_id][run.rank] = run
     return [
-        fleet(run_id, [rank_figures(run) for run in members.values()])
+        fleet(run_id, [figures_of_rank(run) for run in members.values()])
         for run_id, members in by_run.items()
         if len(members) > 1
     ]

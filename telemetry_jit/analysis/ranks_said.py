@@ -11,7 +11,7 @@ from telemetry_jit.schema import JitEventName, RanksAttr
 
 
 @dataclass(frozen=True)
-class OutOfStep:
+class OutOfStepSaid:
     """One thing the rank watcher said live (a ``ranks_out_of_step`` event): a stall, a graph only some
     ranks compiled, a silent rank, a rank that had not ended when the watcher's rank stopped."""
 
@@ -37,10 +37,10 @@ class OutOfStep:
         }
 
 
-def out_of_step_said(run: TelemetryRun) -> list[OutOfStep]:
+def out_of_step_said(run: TelemetryRun) -> list[OutOfStepSaid]:
     """What the watcher on this run's rank said, the answers only: a stall once (its end, or the last word on
     it where its end was not seen), every other finding as said."""
-    said: list[OutOfStep] = []
+    said: list[OutOfStepSaid] = []
     for span in run.spans.values():
         for event in span.events:
             if event.name != JitEventName.RANKS_OUT_OF_STEP:
@@ -48,7 +48,7 @@ def out_of_step_said(run: TelemetryRun) -> list[OutOfStep]:
             a = event.attributes
             ranks = a.get(RanksAttr.RANKS)
             said.append(
-                OutOfStep(
+                OutOfStepSaid(
                     kind=str(a.get(RanksAttr.KIND, "")),
                     ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else (),
                     rank_count=_int(a.get(RanksAttr.RANK_COUNT)),
@@ -59,7 +59,7 @@ def out_of_step_said(run: TelemetryRun) -> list[OutOfStep]:
                     said_by=run.rank,
                 )
             )
-    stalls: dict[tuple[tuple[int, ...], int], OutOfStep] = {}
+    stalls: dict[tuple[tuple[int, ...], int], OutOfStepSaid] = {}
     for item in said:
         if item.kind in ("stall", "stall_ended"):
             stalls[(item.ranks, item.step)] = item  # the later word on one stall replaces the earlier

@@ -242,7 +242,7 @@ def _run_sections(summary: RunSummary) -> list[str]:
             else []
         ),
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
-        '<p id="figures">' + "<br>".join(escape(line) for line in answers.figures(summary)) + "</p>",
+        '<p id="figures">' + "<br>".join(escape(line) for line in answers.figure_lines(summary)) + "</p>",
     ]
     sections.append(_diagnosis(summary))
     if summary.payoff is not None:

@@ -15,7 +15,7 @@ from telemetry_jit.analysis import answers
 from telemetry_jit.analysis.cold_start import ColdStart
 from telemetry_jit.analysis.diff import RunDiff, cause_words
 from telemetry_jit.analysis.fleet import Fleet
-from telemetry_jit.analysis.ranks_said import OutOfStep, out_of_step_said
+from telemetry_jit.analysis.ranks_said import OutOfStepSaid, out_of_step_said
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.identity import short_run_id
@@ -158,7 +158,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
         if s.payoff.measured:
             lines += wrapped(answers.net_line(s.payoff), "    ")
     lines += ["", f"  {s.loop_words}: {s.wall_ms / 1000:.2f} s of wall time"]
-    for figure in answers.figures(s):
+    for figure in answers.figure_lines(s):
         lines += wrapped(figure, "  ")
     if not s.digest.compilations:
         return _fitted([*lines, "  no compilation happened in this run"])
@@ -233,11 +233,11 @@ _OUT_OF_STEP = {  # kind -> what one is, what several are
 }
 
 
-def _out_of_step_lines(said: list[OutOfStep], limit: int) -> list[str]:
+def _out_of_step_lines(said: list[OutOfStepSaid], limit: int) -> list[str]:
     """What the rank watcher said live, by kind, the longest stalls first."""
     if not said:
         return []
-    by_kind: dict[str, list[OutOfStep]] = {}
+    by_kind: dict[str, list[OutOfStepSaid]] = {}
     for item in said:
         by_kind.setdefault("stall" if item.kind.startswith("stall") else item.kind, []).append(item)
     counts = ", ".join(

@@ -22,7 +22,7 @@ from telemetry_jit.recording.figures import (
     CompileFigures,
     GuardedLog,
     payoff_figures,
-    rank_figures,
+    per_rank_figures,
 )
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.payoff import PayoffSettings, PayoffTracker
@@ -117,7 +117,7 @@ class TelemetryDriver:
                 if warning is not None:
                     self.session.account.notices.warn(("skew", loop, step), warning)
                 if self.log_figures_per_rank:  # the loggers log on rank zero: it logs every rank's
-                    self.log(rank_figures(by_rank), step=step)
+                    self.log(per_rank_figures(by_rank), step=step)
         stats = self.recorder.emit_summary(span, by_rank)
         if self.figures is not None:
             self.log_figures()

@@ -107,7 +107,7 @@ class CompileFigures(CompileListener):
         return [(step, {f"{PREFIX}time_s": seconds, **totals}) for step, seconds in pending.items()]
 
 
-def rank_figures(by_rank: RankTotals) -> dict[str, float]:
+def per_rank_figures(by_rank: RankTotals) -> dict[str, float]:
     """Every rank's figures, logged by rank zero: ``compile/rank<R>/compilations`` and ``.../total_time_s``."""
     figures: dict[str, float] = {}
     for rank, (count, ms) in enumerate(zip(by_rank.counts, by_rank.time_ms, strict=True)):

@@ -261,11 +261,22 @@ SIZE_ONE = re.compile(r"(?:^|[\s(:])2 <= [^<>=!#]*\.size\(\)\[\d+\]")
 SIZE = re.compile(r"size mismatch|stride mismatch|\.size\(\)\[\d+\]|\bNe\(|\bEq\(|size\(\)")
 
 
-def acceptable_causes(lines: list[str], batch: dict[str, Any] | None) -> set[str] | None:
-    """The causes torch's reason text allows, by the oracle's own reading (None: not judged)."""
+def acceptable_causes(lines: list[str], batch: dict[str, Any] | None, first_batch: bool = False) -> set[str] | None:
+    """The causes torch's reason text allows, by the oracle's own reading (None: not judged). ``first_batch``:
+    the recompile ran in the batch that first compiled its frame (in that kind of stage), where a size or
+    tensor-property guard is another caller of shared code (bart's encoder and decoder share one positional
+    embedding's ``forward``: float inputs, then long; docs/fixing.md)."""
     changed = [line for line in lines if "grad_mode" not in line]
     if not changed:
         return {"stage_switch"} if lines else None
+    allowed = _guard_causes(changed, batch)
+    if allowed is not None and first_batch and allowed & {"changing_dim", "tensor_property"}:
+        allowed = allowed | {"shared_code"}
+    return allowed
+
+
+def _guard_causes(changed: list[str], batch: dict[str, Any] | None) -> set[str] | None:
+    """The causes the failed guards other than grad mode's (``changed``) allow."""
     text = " ".join(changed)
     last = bool(
         batch and batch.get("batches") and batch["batch_idx"] == batch["batches"] - 1 and batch["batch_idx"] > 0
@@ -292,6 +303,25 @@ def acceptable_causes(lines: list[str], batch: dict[str, Any] | None) -> set[str
     return None
 
 
+def _kind(stage: str | None) -> str:
+    """Training or evaluation: the product's classifier keeps a frame's first batch per kind of stage."""
+    return "train" if stage in ("train", None) else "eval"
+
+
+def _in_first_batch(truth: Truth, metric: dict[str, Any], batch: dict[str, Any] | None) -> bool:
+    """Whether ``metric``'s recompile ran in the batch of its frame's first compile in that kind of stage."""
+    if batch is None:
+        return False
+    frame = frame_attempt(metric["compile_id"])[0]
+    for other in truth.frames:  # in torch's order: the frame's first compile in this kind of stage
+        if frame_attempt(other["compile_id"])[0] != frame:
+            continue
+        first = truth.batch_at(other["start_time_us"])
+        if first is not None and _kind(first["stage"]) == _kind(batch["stage"]):
+            return first is batch and other is not metric
+    return False
+
+
 def causes(model: str, product: Product, truth: Truth) -> list[Fact]:
     wrong, judged = [], 0
     for span, metric in _pairs(product, truth):
@@ -302,7 +332,8 @@ def causes(model: str, product: Product, truth: Truth) -> list[Fact]:
         if cause == "recompile_limit":
             allowed: set[str] | None = {"recompile_limit"} if truth.fell_back else set()
         else:
-            allowed = acceptable_causes(truth.reason_lines(metric), truth.batch_at(metric["start_time_us"]))
+            batch = truth.batch_at(metric["start_time_us"])
+            allowed = acceptable_causes(truth.reason_lines(metric), batch, _in_first_batch(truth, metric, batch))
         if allowed is None:
             continue
         if truth.raw["torch_kwargs"].get("dynamic") is True and allowed & {"changing_dim", "last_batch"}:
@@ -353,7 +384,7 @@ def stages(model: str, product: Product, truth: Truth) -> list[Fact]:
     fell = product.summary.get("fell_back_to_eager") or []
     if fell or truth.fell_back:
         limit = [m for s, m in _pairs(product, truth) if s["attributes"].get("compile.fell_back_to_eager")]
-        truth_stages = sorted({truth.stage_at(m["start_time_us"]) for m in limit})
+        truth_stages = sorted({_fallback_stage(truth, m["start_time_us"]) for m in limit})
         said = sorted({str(item.get("stage")) for item in fell})
         facts.append(
             Fact(
@@ -365,6 +396,13 @@ def stages(model: str, product: Product, truth: Truth) -> list[Fact]:
             )
         )
     return facts
+
+
+def _fallback_stage(truth: Truth, time_us: int) -> str:
+    """The stage the summary names a fallback's: ``validate()`` where ``Trainer.validate`` ran it by itself."""
+    batch = truth.batch_at(time_us)
+    stage = truth.stage_at(time_us)
+    return "validate()" if batch and batch["fn"] != "fit" and stage == "validate" else stage
 
 
 def _cause_stage(batch: dict[str, Any] | None) -> set[str]:

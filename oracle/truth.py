@@ -135,7 +135,8 @@ class Truth:
         return ""
 
     def stage_at(self, time_us: int) -> str:
-        """Lightning's stage as telemetry-jit names it: ``validate()`` for ``Trainer.validate`` run by itself."""
+        """Lightning's stage, as the compilation span's ``train.stage`` names it (``validate`` for
+        ``Trainer.validate`` run by itself as well: the summary's ``validate()`` is ``judge._fallback_stage``'s)."""
         batch = self.batch_at(time_us)
         if batch is None:
             return f"outside batches ({self.call_at(time_us) or 'no call'})"

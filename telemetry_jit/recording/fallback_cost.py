@@ -65,8 +65,12 @@ class FallbackCostMeter(CompileListener):
         if not fell_back or record.frame_id in self._frames or len(self._spans) > MAX_FALLBACKS:
             return
         self._frames.add(record.frame_id)
-        step = record.context.global_step if record.context is not None else 0
-        span = _Span(record.frame, record.location, step, first_batch=self._batches - 1)  # the batch it fell back in
+        context = record.context
+        step = context.global_step if context is not None else 0
+        # a fallback in a training batch runs eagerly from that batch on; one elsewhere (fit's validation, a
+        # Trainer.validate() after fit, between loops) from the next training batch: the last one ran compiled
+        in_training = context is None or context.stage == TIMED_STAGE
+        span = _Span(record.frame, record.location, step, first_batch=self._batches - in_training)
         self._spans.append(span)
         self._timed, self._eager_side = span.last_timed, span.first_timed
 

@@ -8,7 +8,9 @@ from telemetry_jit.recording.fallback_cost import FallbackCostMeter
 from telemetry_jit.records import CompileContext, CompileRecord, FallbackCost
 
 
-def record(frame_id: str, step: int, fell_back: bool = False, limit: bool = False) -> CompileRecord:
+def record(
+    frame_id: str, step: int, fell_back: bool = False, limit: bool = False, stage: str = "train"
+) -> CompileRecord:
     return CompileRecord(
         source="dynamo",
         compile_id=f"{frame_id}/0",
@@ -19,7 +21,7 @@ def record(frame_id: str, step: int, fell_back: bool = False, limit: bool = Fals
         location="model.py:3",
         fell_back_to_eager=fell_back or limit,
         recompile_limit_hit=limit,
-        context=CompileContext(global_step=step, stage="train"),
+        context=CompileContext(global_step=step, stage=stage),
     )
 
 
@@ -102,6 +104,21 @@ def test_too_few_batches_on_either_side_say_so_and_each_fallback_is_judged_again
     assert (second.compiled_batch_ms, second.eager_batch_ms, second.step) == (30.0, 45.0, 5)
     # a frame that fell back runs eagerly to the loop's end, past the second frame's fallback: all 12 batches
     assert (first.batches_since, second.batches_since) == (12, 7)
+
+
+@pytest.mark.parametrize("stage", ["validate", "validate()"])
+def test_a_fallback_outside_a_training_batch_counts_only_the_training_batches_after_it(stage: str) -> None:
+    # bart, opt on torch 2.8: a frame hit the recompile limit in fit's validation (6 training batches followed,
+    # not 7) and in a Trainer.validate() after fit (none followed, not 1)
+    meter = FallbackCostMeter()
+    clock = Clock(meter)
+    for _ in range(6):
+        clock.batch(10.0)
+    clock.batch(5.0, stage=stage, compiled=record("0", clock.step, limit=True, stage=stage))
+    for _ in range(6 if stage == "validate" else 0):
+        clock.batch(10.0)
+    (cost,) = meter.costs()
+    assert cost.batches_since == (6 if stage == "validate" else 0)
 
 
 def test_a_loop_without_a_fallback_has_no_cost_to_say() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import sys
 import tempfile
 import time
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from oracle.judge import Fact, judge  # noqa: E402
 from oracle.runner import ROOT, run_one  # noqa: E402
 from oracle.table import known, table  # noqa: E402
+from oracle.truth import read_truth  # noqa: E402
 from oracle.zoo import ZOO  # noqa: E402
 
 # inductor compiles for tens of seconds a graph on a CPU: the user's models of the issue and one transformer
@@ -51,7 +53,11 @@ def main() -> int:
     parser.add_argument("--doc", default=str(ROOT / "docs" / "oracle.md"), help="'' to write none")
     parser.add_argument("--list", action="store_true")
     parser.add_argument(
-        "--judge", type=Path, metavar="OUT", help="judge the runs an earlier --out holds again, no training"
+        "--judge",
+        type=Path,
+        nargs="+",
+        metavar="OUT",
+        help="judge the runs earlier --out folders hold again, no training: one table each (a torch each)",
     )
     args = parser.parse_args()
     if args.list:
@@ -59,12 +65,19 @@ def main() -> int:
         return 0
     names = args.models or list(ZOO)
     out = args.out or Path(tempfile.mkdtemp(prefix="oracle-"))
-    facts: list[Fact] = []
     started = time.time()
     if args.judge:
-        for folder in sorted(path.parent for path in args.judge.glob("*/truth.json")):
-            facts += judge(folder, ROOT)
-    for backend in [] if args.judge else args.backends:
+        sections = [judged(out) for out in args.judge]
+        for facts in sections:
+            print(table(facts))
+        if args.doc:
+            write_doc(
+                Path(args.doc),
+                [(run_versions(out), facts, None) for out, facts in zip(args.judge, sections, strict=True)],
+            )
+        return 1 if any(fact.agree is False and not known(fact) for facts in sections for fact in facts) else 0
+    facts: list[Fact] = []
+    for backend in args.backends:
         for name in names:
             if backend == "inductor" and args.models is None and name not in INDUCTOR:
                 continue
@@ -76,26 +89,40 @@ def main() -> int:
                 f"{name} ({backend}): {len(found)} facts, {len(wrong)} disagree {wrong} [{time.time() - begun:.0f} s]",
                 flush=True,
             )
-    text = table(facts)
-    print(text)
+    print(table(facts))
     if args.doc:
-        write_doc(Path(args.doc), text, facts, None if args.judge else time.time() - started)
-    new = [fact for fact in facts if fact.agree is False and not known(fact)]
-    return 1 if new else 0
+        write_doc(Path(args.doc), [(versions(), facts, time.time() - started)])
+    return 1 if any(fact.agree is False and not known(fact) for fact in facts) else 0
 
 
-def write_doc(path: Path, text: str, facts: list[Fact], seconds: float | None) -> None:
-    models = len({fact.model for fact in facts})
-    wrong = [fact for fact in facts if fact.agree is False]
-    xfail = sum(bool(known(fact)) for fact in wrong)
-    took = f", {seconds / 60:.0f} minutes on this 2-core CPU machine" if seconds is not None else ""
-    header = (ROOT / "oracle" / "doc_header.md").read_text()
-    path.write_text(
-        f"{header}\n## Latest table\n\n{datetime.date.today().isoformat()}, {versions()}; {models} runs, "
-        f"{len(facts)} facts, {len(wrong) - xfail} disagreements not yet known and {xfail} known (xfail){took} "
-        f"(`python3 scripts/oracle.py`).\n\n✓ agrees with torch, ✗ disagrees, xfail: a disagreement issue 54 "
-        "lists (the product does not fix it yet), – nothing stated to judge.\n\n" + text + "\n"
-    )
+def judged(out: Path) -> list[Fact]:
+    facts: list[Fact] = []
+    for folder in sorted(path.parent for path in out.glob("*/truth.json")):
+        facts += judge(folder, ROOT)
+    return facts
+
+
+def run_versions(out: Path) -> str:
+    """The versions the runs of ``out`` trained with, as their truth records them."""
+    found = {json.dumps(read_truth(path.parent).raw["versions"], sort_keys=True) for path in out.glob("*/truth.json")}
+    return "; ".join(", ".join(f"{k} {v}" for k, v in json.loads(one).items()) for one in sorted(found))
+
+
+def write_doc(path: Path, sections: list[tuple[str, list[Fact], float | None]]) -> None:
+    """The page: its header, then one table per torch the zoo ran on."""
+    parts = [(ROOT / "oracle" / "doc_header.md").read_text(), "\n## Latest tables\n"]
+    for versions_run, facts, seconds in sections:
+        models = len({fact.model for fact in facts})
+        wrong = [fact for fact in facts if fact.agree is False]
+        xfail = sum(bool(known(fact)) for fact in wrong)
+        took = f", {seconds / 60:.0f} minutes on this 2-core CPU machine" if seconds is not None else ""
+        parts.append(
+            f"\n### {versions_run}\n\n{datetime.date.today().isoformat()}: {models} runs, {len(facts)} facts, "
+            f"{len(wrong) - xfail} disagreements not yet known and {xfail} known (xfail){took}.\n\n"
+            "✓ agrees with torch, ✗ disagrees, xfail: a disagreement issue 54 lists (the product does not fix it "
+            "yet), – nothing stated to judge.\n\n" + table(facts) + "\n"
+        )
+    path.write_text("".join(parts))
 
 
 if __name__ == "__main__":

@@ -246,12 +246,16 @@ def _wandb_records(run_file: Path) -> list[bytes]:
 
 
 def _wandb_kinds(run_file: Path) -> bytes:
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
     kinds = []
     for data in _wandb_records(run_file):
         record = wandb_internal_pb2.Record()
-        record.ParseFromString(data)
+        try:
+            record.ParseFromString(data)
+        except DecodeError:  # W&B's service is still writing it: what follows is not there yet
+            break
         kinds.append(str(record.WhichOneof("record_type")))
     return " ".join(kinds).encode()
 

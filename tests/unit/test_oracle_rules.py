@@ -29,4 +29,5 @@ def test_own_cpu_counts_less_than_a_clock_tick() -> None:
     spin = time.process_time() + 0.003
     while time.process_time() < spin:
         pass
-    assert 0.002 < host.own_cpu()[0] - before < 1.0
+    # 3 ms and a little: os.times() reads 0 or a whole 10 ms tick, never this
+    assert 0.002 < host.own_cpu()[0] - before < 0.009

@@ -589,20 +589,22 @@ def first_steps(model: str, product: Product, truth: Truth) -> list[Fact]:
     ]
 
 
-_SITE = [Path(p).resolve() for p in {sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}]
-_STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
+def _paths(raw: dict[str, Any]) -> dict[str, str]:
+    """Where the run's interpreter keeps packages and the standard library (its truth records them; a run recorded
+    before that: this interpreter's)."""
+    return raw.get("paths") or {name: sysconfig.get_paths()[name] for name in ("purelib", "platlib", "stdlib")}
 
 
-def true_owner(location: str, cwd: Path) -> str:
-    """Whose code a ``file:line`` is, by where the file lies: an installed package's top-level name, ``python``
-    for the standard library, else ``user``."""
+def true_owner(location: str, cwd: Path, paths: dict[str, str]) -> str:
+    """Whose code a ``file:line`` is, by where the file lies in the run's interpreter (``paths``): an installed
+    package's top-level name, ``python`` for the standard library, else ``user``."""
     file = Path(location.rsplit(":", 1)[0])
     path = (file if file.is_absolute() else cwd / file).resolve()
-    for site in _SITE:
+    for site in {Path(paths["purelib"]).resolve(), Path(paths["platlib"]).resolve()}:
         if path.is_relative_to(site):
             top = path.relative_to(site).parts[0]
             return top.removesuffix(".py")
-    if path.is_relative_to(_STDLIB):
+    if path.is_relative_to(Path(paths["stdlib"]).resolve()):
         return "python"
     return "user"
 
@@ -615,7 +617,7 @@ def owners(model: str, product: Product, truth: Truth, cwd: Path) -> list[Fact]:
         if not location:
             continue
         judged += 1
-        right = true_owner(location, cwd)
+        right = true_owner(location, cwd, _paths(truth.raw))
         if attributes.get("graph_break.owner") != right:
             wrong.append(f"{location}: {attributes.get('graph_break.owner')} vs {right}")
     wrong = list(dict.fromkeys(wrong))

@@ -15,6 +15,7 @@ import logging
 import os
 import resource
 import sys
+import sysconfig
 import time
 import traceback
 from pathlib import Path
@@ -271,6 +272,8 @@ def main(name: str, backend: str, out: Path) -> int:
         "dynamo_config": case.dynamo_config,
         "drop_last": False,
         "versions": {"torch": torch.__version__, "lightning": pl.__version__, "python": sys.version.split()[0]},
+        # whose code a file is, judged where the run's interpreter keeps packages (not the judging one's)
+        "paths": {name: sysconfig.get_paths()[name] for name in ("purelib", "platlib", "stdlib")},
         "calls": [],
         "status": "finished",
         "error": "",

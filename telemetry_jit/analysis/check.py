@@ -76,15 +76,11 @@ def check(
     baseline: TelemetryRun | Sequence[TelemetryRun] | None = None,
     allow_incomplete: bool = False,
 ) -> list[str]:
-    """Every way ``runs`` (one run, or the ranks of one) break ``budget``, each a readable sentence;
-    empty when they keep it. Budgets of one run apply to every rank; ``--max-skew`` and
-    ``--ranks-compile-alike`` to the ranks together.
+    """Every way ``runs`` (one run, or its ranks) break ``budget``, each a sentence; empty when they keep it.
 
     Raises:
-        CannotTell: there is no budget, a baseline budget has no baseline, or records of a run are missing
-            (lines it could not read, records its writer lost), unless ``allow_incomplete``.
-        Unfinished: a run (or the baseline) failed, was interrupted or killed, unless ``allow_incomplete``:
-            its figures are those of part of a run.
+        CannotTell: no budget, a baseline budget without baseline, or records missing (unless allow_incomplete).
+        Unfinished: a run (or the baseline) failed, was interrupted or killed (unless allow_incomplete).
     """
     runs = [runs] if isinstance(runs, TelemetryRun) else list(runs)
     baselines = [baseline] if isinstance(baseline, TelemetryRun) else list(baseline or [])

@@ -1,12 +1,6 @@
-"""Why a run started cold where another started warm: each graph the base run compiled or loaded and the
-new run missed in the compile cache, explained by the parts of torch's cache key that changed.
-
-AOTAutograd's and inductor's caches key every graph by named parts (the graph's code, its inputs' dtypes,
-shapes and strides, every inductor setting, torch's version, the machine, ...), recorded with each look-up
-(``cache_lookup`` events, docs/cold-starts.md). A graph is the same graph in two runs when it is the same
-frame's (by name and file, not line) n-th look-up in the same cache; its miss is explained by the parts whose
-hashes differ, or, where the keys are equal, by the entry not being in the new run's cache.
-"""
+"""Why a run started cold where another started warm: each graph the new run missed in the compile cache, explained
+by the parts of torch's cache key (recorded with each ``cache_lookup``, docs/cold-starts.md) whose hashes differ. A
+graph is the same in two runs when it is the same frame's (name and file, not line) n-th look-up in one cache."""
 
 from __future__ import annotations
 
@@ -82,9 +76,8 @@ class CacheLedger:
                 )
 
     def explained(self) -> Iterable[tuple[GraphId, CacheLookupSaid]]:
-        """The look-ups that stand for a graph: AOTAutograd's, whose entry holds the backward graph too;
-        inductor's (forward and backward) where AOTAutograd was bypassed or not used. Chosen by layer, not by
-        order: torch 2.8 says inductor's look-up before AOTAutograd's."""
+        """The look-ups that stand for a graph: AOTAutograd's (its entry holds the backward too), else inductor's;
+        by layer, not order (torch 2.8 says inductor's first)."""
         used = {
             lookup.compile_id
             for lookup in self.lookups.values()
@@ -385,6 +378,3 @@ def _parts(lines: Any) -> Parts:
         digest, _, value = rest.partition("\t")
         parts[name] = (digest, value)
     return parts
-
-
-__all__ = ["CacheLedger", "Change", "ColdStart", "MissGroup", "changes", "explain", "without_line"]

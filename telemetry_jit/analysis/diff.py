@@ -1,10 +1,5 @@
-"""Two runs side by side (``telemetry-jit diff``): what a change did to compilation.
-
-Graph breaks are compared by identity (where they broke and torch's reason), not by count: a break both
-runs have is neither new nor fixed however often each run met it. Recompiles are compared by cause (and
-kind of stage) and, per frame, by torch's reason without its compile id; what went away is listed as
-well as what is new.
-"""
+"""Two runs side by side (``telemetry-jit diff``): graph breaks compared by identity (place and torch's reason),
+not count; recompiles by cause and kind of stage and, per frame, by torch's reason without its compile id."""
 
 from __future__ import annotations
 
@@ -189,9 +184,8 @@ class RunDiff:
 
     @property
     def renamed_causes(self) -> dict[tuple[str, str], int]:
-        """``(base cause, new cause) -> recompiles``: a cause only the base run had whose recompiles the new run
-        still meets (the same frame in the same stage, step and batch) under another cause's name (a fix that
-        turned the smaller last batch's size mismatch into a guard on a dynamic size): not fixed."""
+        """``(base cause, new cause) -> recompiles``: a base-only cause whose recompiles (same frame, stage, step and
+        batch) the new run still meets under another name (a size mismatch become a dynamic-size guard): not fixed."""
         renamed = {}
         for cause, occasions in sorted(self.base.cause_occasions.items()):
             if cause in self.new.causes:
@@ -214,8 +208,7 @@ class RunDiff:
         return self._causes_only_in(self.base, self.new, side=0)
 
     def _causes_only_in(self, run: RunFigures, other: RunFigures, side: int) -> dict[str, int]:
-        """``run``'s causes that ``other`` lacks, each less its recompiles that ``other`` met under another name
-        (``side``: ``run``'s place in the pairs of :attr:`renamed_causes`)."""
+        """``run``'s causes that ``other`` lacks, less those renamed (``side``: ``run``'s place in the pairs)."""
         renamed = Counter[str]()
         for pair, count in self.renamed_causes.items():
             renamed[pair[side]] += count
@@ -232,8 +225,7 @@ class RunDiff:
 
     @property
     def cache_effect(self) -> bool:
-        """The runs compiled the same frames for the same reasons, and differ only in the graphs the
-        compile caches served (a warm cache loads backward graphs a cold run compiles): not a code change."""
+        """The runs differ only in the graphs the compile caches served: not a code change."""
         base, new = self.base, self.new
         return (
             base.compilations != new.compilations
@@ -245,15 +237,13 @@ class RunDiff:
 
     @property
     def caches_differ(self) -> bool:
-        """The compile caches served the runs differently (hit rates apart by a quarter or more) and the code
-        changed too: part of the difference in compile time and backward graphs is the caches'."""
+        """The caches' hit rates are a quarter or more apart and the code changed too."""
         base, new = self.base.cache_hit_rate, self.new.cache_hit_rate
         return base is not None and new is not None and abs(base - new) >= 0.25 and not self.cache_effect
 
     @property
     def cold_start(self) -> ColdStart:
-        """Each graph the base run compiled or loaded and the new run missed in the compile cache, and why
-        (nothing, for a run compared with itself)."""
+        """Why the new run missed graphs the base run had (nothing, for a run compared with itself)."""
         if self.base.run == self.new.run:
             return ColdStart([], bool(self.base.cache_ledger.lookups), bool(self.new.cache_ledger.lookups))
         return explain(self.base.cache_ledger, self.new.cache_ledger)

@@ -1,12 +1,6 @@
-"""What one run's compilations amount to, built as they are read: a file of any length reduces to these
-aggregates (bounded lists where a list is kept), and every answer (summary, report, ``--json``, ``diff``,
-``check``, the fleet view) is read from them.
-
-Each compilation span, with its events, is handed to :meth:`RunDigest.add` once, in the order the file
-holds them (the order they were recorded); a span recorded with its recompile cause keeps it, one written
-before causes were recorded is classified here by the same :class:`~telemetry_jit.causes.RecompileClassifier`
-that runs while training.
-"""
+"""What one run's compilations amount to, folded as they are read (:meth:`RunDigest.add`, in file order) into
+bounded aggregates that every answer reads. A recompile recorded without its cause (an older file) is classified
+here by the :class:`~telemetry_jit.causes.RecompileClassifier` that runs while training."""
 
 from __future__ import annotations
 
@@ -50,8 +44,7 @@ Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by 
 
 
 def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
-    """A frame compile that loaded its forward and backward graphs from the compile cache (AOTAutograd's entry
-    hit, two FX graphs hit): torch built its backward within it, as tlparse's aot_backward_graph shows."""
+    """A frame compile that loaded forward and backward from the compile cache (AOTAutograd's entry, two FX graphs)."""
 
     def hits(kind: str) -> float:
         return sum(number(attributes.get(f"{CompileAttr.PREFIX}cache.{kind}_{where}_hits")) for where in _WHERE)
@@ -60,8 +53,8 @@ def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
 
 
 def _graphs_looked_up(attributes: Mapping[str, Any]) -> float:
-    """The FX graphs inductor looked up in its cache during a frame compile: one per graph it compiled (or loaded),
-    so two where it built the backward with the forward (as torch 2.15 does for a static recompile)."""
+    """FX graphs inductor looked up in a frame compile: two where it built the backward with the forward (torch 2.15
+    does for a static recompile)."""
     return sum(
         number(attributes.get(f"{CompileAttr.PREFIX}cache.fx_graph_{where}_{outcome}"))
         for where in _WHERE
@@ -133,8 +126,7 @@ class CauseRow:
 
     @property
     def name(self) -> str:
-        """How diff and check key it: with its kind of stage where it has two (``last_batch in eval``), the
-        expected price apart (``stage_switch (expected)``)."""
+        """How diff and check key it: ``last_batch in eval``, ``stage_switch (expected)``."""
         name = self.cause + ("" if self.kind == "train" or self.cause in ONE_KIND else f" in {self.kind}")
         return name + (EXPECTED if self.expected and not self.unexpected else "")
 
@@ -229,8 +221,7 @@ class BreakDetail:
 
 @dataclass(frozen=True)
 class Fallback:
-    """A frame that runs eagerly from a step on: it hit the recompile limit, or compiling it failed and torch
-    fell back to eager."""
+    """A frame that runs eagerly from a step on: it hit the recompile limit, or compiling it failed."""
 
     frame: str
     step: int
@@ -399,8 +390,8 @@ class RunDigest:
         self.residual.add(span)
 
     def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
-        """Note what a frame compile while training tells of its backward graph: loaded from the cache with it,
-        compiled within it (a dynamic input dimension), compiled at the first backward (static), or unknown."""
+        """Note how a training frame compile's backward graph came: loaded, built within, at the first backward, or
+        unknown."""
         shapes = attributes.get(CompileAttr.INPUT_SHAPES)
         # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
         has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
@@ -418,9 +409,8 @@ class RunDigest:
             self._unknown_train.add(compile_id)
 
     def _within(self, compile_id: str) -> bool:
-        """Whether a dynamic frame compile with no backward graph of its own compiled its backward within it: not
-        where its frame, compiled static in training, needed no backward (no input needs gradients: an LSTM's
-        lengths), so needs none compiled dynamic either."""
+        """Whether a dynamic frame compile compiled its backward within it: not where its frame's static compile
+        needed no backward (no input needs gradients: an LSTM's lengths)."""
         frame = compile_id.rsplit("/", 1)[0]
         return frame not in self._static_train_frames or frame in self._frames_with_backward
 
@@ -619,8 +609,7 @@ class RunDigest:
         return sum(ms for (_, loops), ms in self.ms_by_stage_loops.items() if loop in loops)
 
     def compile_ms_outside(self, loop: str) -> dict[str, float]:
-        """Compile ms outside every ``loop`` span, by stage (sanity check, tuner, a validate() after fit, ...),
-        the most first."""
+        """Compile ms outside every ``loop`` span, by stage, the most first."""
         outside: dict[str, float] = {}
         for (stage, loops), ms in self.ms_by_stage_loops.items():
             if loop not in loops:
@@ -633,27 +622,23 @@ class RunDigest:
 
     @property
     def backward_within_unknown(self) -> int:
-        """Frame compiles while training with no backward graph of their own whose input shapes the recording torch
-        did not record (torch 2.8): whether torch compiled their backward within them cannot be told, nor counted."""
+        """Training frame compiles without a backward graph whose input shapes torch 2.8 did not record."""
         return self._unknown_train.count()
 
     @property
     def backward_within(self) -> int:
-        """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
-        compiles such a backward within the frame's compile (where it needs a size), not at the first backward.
-        Not those whose graph holds no op, nor those of a frame whose static compile needed no backward. With them,
-        those in which inductor looked up two FX graphs, the forward's and the backward's, whatever their shapes."""
+        """Training frame compiles that compiled their backward within them: dynamic ones (torch needs a size
+        there), unless opless or of a frame whose static compile needed no backward; and those in which inductor
+        looked up two FX graphs, whatever their shapes."""
         return self._dynamic_train.count(self._within) + self._built_backward.count()
 
     @property
     def backward_loaded(self) -> int:
-        """Training frame compiles that loaded their backward graph from the compile cache with the forward (the
-        AOTAutograd entry and two FX graphs hit): no backward is compiled at the first backward then."""
+        """Training frame compiles that loaded their backward graph from the compile cache with the forward."""
         return self._cached_backward.count()
 
     def causes_by_name(self) -> Counter[str]:
-        """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart
-        (``stage_switch (expected)``), evaluation's apart (``last_batch in eval``)."""
+        """Recompiles by :attr:`CauseRow.name`, as diff and check compare them."""
         counts: Counter[str] = Counter()
         for row in self.causes.values():
             counts[row.name] += row.count
@@ -672,9 +657,8 @@ AWAITED = 10_000  # compile ids awaiting their backward graph: it follows its fo
 
 @dataclass
 class Awaiting:
-    """Frame compiles that may yet get a backward graph of their own (a ``lazy_backward`` compile of the same id),
-    the latest :data:`AWAITED` of them; an older one is settled (counted, if ``settled`` says so, as one that got
-    none): memory stays bounded however many compile ids a file holds."""
+    """Frame compiles that may yet get a ``lazy_backward`` compile of their id: the latest :data:`AWAITED`, older
+    ones settled (counted, if ``settled`` says so, as getting none), so memory stays bounded."""
 
     ids: dict[str, None] = field(default_factory=dict)  # an ordered set: the oldest first
     settled: int = 0
@@ -723,8 +707,8 @@ def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
 
 
 def stage_named(stage: str, loops: list[SpanRecord]) -> str:
-    """Lightning's stage, or what names a stage run by its own Trainer call (``validate()``) where ``loops``
-    (the loop spans it ran under) hold its loop and no fit's training loop: the live console's words."""
+    """Lightning's stage, or ``validate()`` and the like for a stage its own Trainer call ran (no fit's training
+    loop among ``loops``), as the live console says it."""
     names = {loop.name for loop in loops}
     if stage in BY_ITSELF and TrainingSpanName.VALIDATION_LOOP in names and TrainingSpanName.TRAINING_LOOP not in names:
         return BY_ITSELF[stage]
@@ -732,8 +716,7 @@ def stage_named(stage: str, loops: list[SpanRecord]) -> str:
 
 
 def _outermost_loop(loops: list[SpanRecord]) -> str:
-    """The id of the outermost loop below the application (a fit's training loop, for a compile in its
-    validation), ``""`` for none."""
+    """The id of the outermost loop below the application, ``""`` for none."""
     inside = [loop for loop in loops if loop.name != TrainingSpanName.APPLICATION]
     return inside[-1].span_id if inside else ""
 

@@ -1,10 +1,6 @@
-"""Many ranks of one run as one answer: how compile time and counts spread over the ranks, which ranks
-compiled differently or missed the compile cache while the others hit, and how long ranks waited for
-the slowest at each compile they all did (the compile skew that ends jobs at the collective watchdog).
-
-The view's length does not grow with the rank count: distributions, groups of ranks and the odd ones
-by name, never a line per rank unless asked for.
-"""
+"""Many ranks of one run as one answer, whose length does not grow with the rank count: how compile time and
+counts spread, which ranks compiled differently or missed the cache, and how long ranks waited for the slowest at
+each shared compile (the skew that ends jobs at the collective watchdog)."""
 
 from __future__ import annotations
 
@@ -43,8 +39,7 @@ class RankFigures:
 
     @property
     def cache(self) -> str:
-        """What the compile cache did on this rank: from its look-ups, else torch's counts (torch 2.8 counts
-        remote caches only)."""
+        """What the compile cache did on this rank: from its look-ups, else torch's counts (2.8: remote only)."""
         states = self.cache_ledger.states()
         hits, misses = (states["hit"], states["miss"]) if states else (self.cache_hits, self.cache_misses)
         if not (hits or misses):

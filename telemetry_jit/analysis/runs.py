@@ -83,7 +83,6 @@ class TelemetryRun:
     last_unix_ns: int = 0  # the latest time any of its records holds: where a run cut short is known to
     first_unix_ns: int = 0  # the earliest start its spans hold: when it began (0: none)
     spans: dict[str, SpanRecord] = field(default_factory=dict)
-    data_errors: list[dict[str, Any]] = field(default_factory=list)
     lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
     # what telemetry could not do, as the writer's last record says (None: it never wrote one: killed, or older)
     health: dict[str, Any] | None = None

@@ -31,18 +31,11 @@ _NO_PROCESS_PIDS = 2**22
 
 
 def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
-    """The runs as a Trace Event Format document (``{"traceEvents": [...]}``), in absolute time (µs since
-    the Unix epoch, :data:`TIME_ORIGIN`), ready to be opened beside torch's own traces; ``others`` are such
-    traces (``(name, document)``: tlparse's ``chromium_events.json``, a ``torch.profiler`` export) merged in.
-
-    Each run and rank is a process: its OS pid where the file knows it (a ``torch.profiler`` trace of the
-    same process lands on the same track), else a number of its own; spans are complete events
-    (``ph: X``) that nest by time, so compilations sit inside the loop that was running; span events such
-    as ``graph_break`` are thread-scoped instant events. A span that never ended (the process was killed)
-    lasts until the last timestamp of its rank and carries ``"unfinished": true``. Of a run with more spans or
-    events than the reader keeps (:func:`~telemetry_jit.analysis.reader.read_telemetry`), the first are drawn and
-    ``otherData.runs`` counts the rest by name.
-    """
+    """The runs as a Trace Event document in absolute time (:data:`TIME_ORIGIN`), ``others`` (``(name, document)``:
+    tlparse's, ``torch.profiler``'s) merged in. Each run and rank is a process (its OS pid where known, so a profile
+    of it joins its track); spans are ``X`` events nesting by time, their events instants. A span that never ended
+    lasts to its rank's last timestamp, ``"unfinished": true``; ``otherData.runs`` counts what the reader did not
+    keep."""
     pids = _pids(runs)
     events: list[dict[str, Any]] = []
     for run, pid in zip(runs, pids, strict=True):
@@ -128,12 +121,10 @@ MAX_MERGED_BYTES = 2**30  # another tool's trace: torch.profiler exports of long
 
 
 def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
-    """Another tool's trace (``trace --with``), read within bounds: a regular file of at most
-    :data:`MAX_MERGED_BYTES`, JSON nested no deeper than Python parses.
+    """Another tool's trace (``trace --with``): a regular file of at most :data:`MAX_MERGED_BYTES`.
 
     Raises:
-        ValueError: it is no regular file (a device such as /dev/zero, a FIFO), too large, too deeply nested,
-            not JSON, or not a Trace Event document.
+        ValueError: no regular file (a device, a FIFO), too large or deep, not JSON, not a Trace Event document.
         OSError: it cannot be read.
     """
     # opened without waiting: a FIFO's open would block until some process writes to it
@@ -156,11 +147,7 @@ def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
 
 
 def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
-    """The events of a Trace Event document (a list, or an object with ``traceEvents``).
-
-    Raises:
-        ValueError: it is neither.
-    """
+    """The events of a Trace Event document (a list, or an object with ``traceEvents``); ValueError if neither."""
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise ValueError("not a Trace Event document (a list of events, or an object with traceEvents)")
@@ -168,9 +155,7 @@ def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
 
 
 def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
-    """Another tool's trace in absolute time: a ``torch.profiler`` export's times are relative to its
-    ``baseTimeNanoseconds``; torch's compile trace puts everything on pid 0, which gets a number no process can
-    have (above Linux's largest pid) and a name saying so."""
+    """Another tool's trace in absolute time (``baseTimeNanoseconds`` added); pid 0 renumbered above any real pid."""
     base_us = 0.0
     if isinstance(document, dict) and isinstance(document.get("baseTimeNanoseconds"), (int, float)):
         base_us = document["baseTimeNanoseconds"] / 1000

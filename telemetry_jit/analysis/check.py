@@ -40,20 +40,9 @@ class Budget:
 
     @property
     def empty(self) -> bool:
-        figures = (
-            self.max_graph_breaks,
-            self.max_recompiles,
-            self.max_unexpected_recompiles,
-            self.max_compile_share,
-            self.max_skew_s,
-        )
-        switches = (
-            self.no_new_graph_breaks,
-            self.no_new_recompile_causes,
-            self.ranks_compile_alike,
-            self.no_eager_fallback,
-        )
-        return all(f is None for f in figures) and not any(switches)
+        """No budget given (``user_code_only`` only says how breaks are counted)."""
+        given = (value for name, value in vars(self).items() if name != "user_code_only")
+        return all(value is None or value is False for value in given)
 
     def __post_init__(self) -> None:
         """A budget below zero (or not a number) would be judged and mean nothing: refused, naming the option."""

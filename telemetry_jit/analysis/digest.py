@@ -338,7 +338,7 @@ class RunDigest:
         ms = span.compile_ms or 0.0
         trigger = str(attributes.get(CompileAttr.TRIGGER) or "")
         compile_id = str(attributes.get(CompileAttr.ID) or "")
-        around = _loops_around(span, others)
+        around = loops_around(span, others)
         stage = stage_named(str(attributes.get(TrainAttr.STAGE) or ""), around)
         label = frame_label(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
@@ -354,7 +354,7 @@ class RunDigest:
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
-        key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), _outermost_loop(around)
+        key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
             self.backends.add(str(attributes[CompileAttr.BACKEND]))
@@ -446,7 +446,7 @@ class RunDigest:
             is_recompile=recompile,
             batch_index=_whole(attributes.get(TrainAttr.BATCH_INDEX)),
             batches=_whole(attributes.get(TrainAttr.BATCHES)),
-            limit_hit=any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events),
+            limit_hit=_limit_hit(span),
             step=_whole(attributes.get(TrainAttr.GLOBAL_STEP)),
             dynamic=str(attributes.get(CompileAttr.DYNAMIC) or ""),
             reasons=[str(reason) for reason in attributes.get(CompileAttr.RECOMPILE_REASONS) or ()],
@@ -551,7 +551,7 @@ class RunDigest:
     def _failure(self, span: SpanRecord, label: str, stage: str) -> None:
         attributes = span.attributes
         if attributes.get(CompileAttr.FELL_BACK_TO_EAGER):
-            limit = any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events)
+            limit = _limit_hit(span)
             self.fallback_count += 1
             self.limit_hits += limit
             if len(self.fallbacks) < MAX_DETAILS:
@@ -693,7 +693,7 @@ def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classifie
     return Classified(str(cause), subject, bool(attributes.get(CompileAttr.RECOMPILE_EXPECTED)), behind)
 
 
-def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
+def loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
     """The loop spans a compilation happened under, innermost first (the application last, where it was)."""
     loops = []
     parent = others.get(span.parent_id or "")
@@ -715,10 +715,14 @@ def stage_named(stage: str, loops: list[SpanRecord]) -> str:
     return stage
 
 
-def _outermost_loop(loops: list[SpanRecord]) -> str:
+def outermost_loop(loops: list[SpanRecord]) -> str:
     """The id of the outermost loop below the application, ``""`` for none."""
     inside = [loop for loop in loops if loop.name != TrainingSpanName.APPLICATION]
     return inside[-1].span_id if inside else ""
+
+
+def _limit_hit(span: SpanRecord) -> bool:
+    return any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events)
 
 
 def _whole(value: object) -> int | None:

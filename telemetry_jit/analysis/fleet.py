@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, explain
@@ -122,7 +122,7 @@ class Group:
     difference: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"what": self.what, "ranks": self.ranks, "difference": self.difference}
+        return asdict(self)
 
 
 @dataclass

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +108,10 @@ class TelemetryRun:
 
     def find(self, name: str) -> list[SpanRecord]:
         return [span for span in self.spans.values() if span.name == name]
+
+    def events(self, name: str) -> Iterator[EventRecord]:
+        """Its events called ``name``, on whichever span."""
+        return (event for span in self.spans.values() for event in span.events if event.name == name)
 
     @property
     def roots(self) -> list[SpanRecord]:

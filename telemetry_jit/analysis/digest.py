@@ -258,6 +258,10 @@ class WarmStart:
         return self.hits + self.misses
 
     @property
+    def hit_rate(self) -> float | None:
+        return self.hits / self.lookups if self.lookups else None
+
+    @property
     def line(self) -> str:
         kind = "warm start" if self.hits and not self.misses else "cold start" if not self.hits else "partly warm"
         text = f"{self.hits} of {self.lookups} cache look-ups hit ({kind}), {self.saved_s:.1f} s saved"

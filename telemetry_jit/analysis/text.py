@@ -271,19 +271,19 @@ def _cold_start_lines(cold: ColdStart) -> list[str]:
 
 def format_diff(result: RunDiff) -> str:
     """The two runs side by side, as terminal text: what is new, what went away, what changed."""
-    base, new = result.base, result.new
+    base, new = result.base.digest, result.new.digest
     rows = [
         ("compile time", f"{base.compile_ms / 1000:.2f} s", f"{new.compile_ms / 1000:.2f} s"),
-        ("share of loop", _share(base.share), _share(new.share)),
+        ("share of loop", _share(result.base.share), _share(result.new.share)),
         ("frame compiles", str(base.frame_compiles), str(new.frame_compiles)),
         ("backward graphs", str(base.backward_graphs), str(new.backward_graphs)),
         ("recompilations", str(base.recompiles), str(new.recompiles)),
         ("  unexpected", str(base.unexpected_recompiles), str(new.unexpected_recompiles)),
-        ("graph breaks", str(sum(base.breaks.values())), str(sum(new.breaks.values()))),
-        ("cache hit rate", _rate(base.cache_hit_rate), _rate(new.cache_hit_rate)),
+        ("graph breaks", str(base.break_count), str(new.break_count)),
+        ("cache hit rate", _rate(base.warm_start.hit_rate), _rate(new.warm_start.hit_rate)),
     ]
-    if base.payoff is not None or new.payoff is not None:
-        rows.append(("compile speedup", _speedup(base.payoff), _speedup(new.payoff)))
+    if result.base.payoff is not None or result.new.payoff is not None:
+        rows.append(("compile speedup", _speedup(result.base.payoff), _speedup(result.new.payoff)))
     lines = ["telemetry-jit diff (base -> new)"]
     for side, status in result.statuses():
         if not status.finished:
@@ -307,16 +307,16 @@ def format_diff(result: RunDiff) -> str:
             else ("this is the caches' doing, not a code change")
         )
         lines += [""] + wrapped(
-            f"the compilations differ only where the compile caches served graphs (cache hits {base.cache_hits} -> "
-            f"{new.cache_hits}): the same frames compiled for the same reasons, so {so} "
+            "the compilations differ only where the compile caches served graphs (cache hits "
+            f"{base.warm_start.hits} -> {new.warm_start.hits}): the same frames compiled for the same reasons, so {so} "
             "(compare runs with the caches in the same state: both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for "
             "both)",
             "  ",
         )
     elif result.caches_differ:
         lines += [""] + wrapped(
-            f"the compile caches were not in the same state (hit rate {_rate(base.cache_hit_rate)} -> "
-            f"{_rate(new.cache_hit_rate)}): compile time and backward graphs differ by what the caches served as "
+            f"the compile caches were not in the same state (hit rate {_rate(base.warm_start.hit_rate)} -> "
+            f"{_rate(new.warm_start.hit_rate)}): compile time and backward graphs differ by what the caches served as "
             "well as by the change (a cache hit loads a backward graph a cold run compiles); for the change's own "
             "effect, compare with the caches in the same state (both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "
             "for both). Recompiles and graph breaks are the change's.",

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.runs import SpanRecord
+from telemetry_jit.analysis.runs import SpanRecord, add_new
 from telemetry_jit.schema import CacheAttr, JitEventName
 from telemetry_jit.terminal import counted
 
@@ -194,10 +194,8 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
         group = groups.setdefault(reason, MissGroup(reason, fix, changes=found[:10]))
         group.graphs += 1
         group.seconds += new.seconds.get(lookup.compile_id, 0.0)
-        if lookup.frame not in group.frames and len(group.frames) < 5:
-            group.frames.append(lookup.frame)
-        if lookup.step and lookup.step not in group.steps and len(group.steps) < 5:
-            group.steps.append(lookup.step)
+        add_new(group.frames, lookup.frame, 5)
+        add_new(group.steps, lookup.step, 5)
     ordered = sorted(groups.values(), key=lambda group: -group.seconds)
     return ColdStart(ordered, bool(base.lookups), bool(new.lookups))
 

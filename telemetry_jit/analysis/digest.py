@@ -12,7 +12,7 @@ from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, without_line
 from telemetry_jit.analysis.resources import RunResources
-from telemetry_jit.analysis.runs import EventRecord, SpanRecord, number
+from telemetry_jit.analysis.runs import EventRecord, SpanRecord, add_new, number
 from telemetry_jit.analysis.warm_residual import Residual
 from telemetry_jit.breaks import (
     BreakText,
@@ -476,14 +476,10 @@ class RunDigest:
         loader = _whole(attributes.get(TrainAttr.LOADER))
         shown_label = frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
         for values, value in ((row.frames, shown_label), (row.steps, step), (row.stages, stage or "unknown")):
-            if value not in values and len(values) < MAX_NAMES:
-                values.append(value)  # type: ignore[arg-type]
-        if loader is not None and loader not in row.loaders:
-            row.loaders.append(loader)
-        if loop and loop not in row.loops and len(row.loops) < MAX_NAMES:
-            row.loops.append(loop)
-        if cause.subject and cause.subject not in row.reasons and len(row.reasons) < 5:
-            row.reasons.append(cause.subject)
+            add_new(values, value, MAX_NAMES)
+        add_new(row.loaders, loader, MAX_NAMES)
+        add_new(row.loops, loop, MAX_NAMES)
+        add_new(row.reasons, cause.subject, 5)
         if cause.behind:
             row.behind[cause.behind] += 1
         if len(row.occasions) < 1000:
@@ -517,10 +513,8 @@ class RunDigest:
                 hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
                 doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
             )
-        if user_line and user_line not in group.user_locations and len(group.user_locations) < MAX_NAMES:
-            group.user_locations.append(user_line)
-        if loop and loop not in group.loops and len(group.loops) < MAX_NAMES:
-            group.loops.append(loop)
+        add_new(group.user_locations, user_line, MAX_NAMES)
+        add_new(group.loops, loop, MAX_NAMES)
         group.count += 1
         group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
         self.break_count += 1
@@ -534,8 +528,7 @@ class RunDigest:
     def _warm_start(self, attributes: Mapping[str, Any], label: str) -> None:
         warm = self.warm_start
         for reason in attributes.get(CompileAttr.CACHE_BYPASSES) or ():
-            if str(reason) not in warm.bypasses and len(warm.bypasses) < MAX_NAMES:
-                warm.bypasses.append(str(reason))
+            add_new(warm.bypasses, str(reason), MAX_NAMES)
         prefix = CompileAttr.cache("")
         for name, value in attributes.items():
             if not name.startswith(prefix):
@@ -544,8 +537,7 @@ class RunDigest:
                 warm.hits += int(number(value))
             elif name.endswith("_misses") and value:
                 warm.misses += int(number(value))
-                if label not in warm.missed_frames and len(warm.missed_frames) < MAX_NAMES:
-                    warm.missed_frames.append(label)
+                add_new(warm.missed_frames, label, MAX_NAMES)
             elif name == CompileAttr.cache("time_saved_s"):
                 warm.saved_s += number(value)
         for fact in attributes.get(CompileAttr.UNAVAILABLE) or ():

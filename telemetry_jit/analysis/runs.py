@@ -121,6 +121,12 @@ class TelemetryRun:
         return self.spans.get(span.parent_id) if span.parent_id else None
 
 
+def add_new(values: list[Any], value: object, limit: int) -> None:
+    """Add ``value`` (not ``""`` or ``None``) to ``values`` once, while fewer than ``limit`` are kept."""
+    if value not in ("", None) and value not in values and len(values) < limit:
+        values.append(value)
+
+
 def number(value: object, default: float = 0.0) -> float:
     """A figure read from a file: the number it holds, or ``default`` where the file holds something else
     (a string, ``null``, NaN or an infinity): a damaged or hand-edited file must not end the analysis."""

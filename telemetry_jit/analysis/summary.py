@@ -26,14 +26,7 @@ from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Pay
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 from telemetry_jit.terminal import counted, frame_label
 
-# the loop a run is measured by: the first kind it has
-LOOP_ORDER = (
-    TrainingSpanName.TRAINING_LOOP,
-    TrainingSpanName.VALIDATION_LOOP,
-    TrainingSpanName.TESTING_LOOP,
-    TrainingSpanName.APPLICATION,
-)
-LOOP_WORDS = {
+LOOP_WORDS = {  # in order: the loop a run is measured by is the first kind it has
     TrainingSpanName.TRAINING_LOOP: "the training loop",
     TrainingSpanName.VALIDATION_LOOP: "the validation loop",
     TrainingSpanName.TESTING_LOOP: "the test loop",
@@ -97,7 +90,7 @@ class RunSummary:
     run: TelemetryRun
     digest: RunDigest
     status: RunStatus
-    loop_name: str  # the loop the run is measured by (LOOP_ORDER)
+    loop_name: str  # the loop the run is measured by (LOOP_WORDS)
     wall_ms: float  # of that loop (every span of it), to the last record for one that never ended
     application_ms: float  # the whole application span: what compiling outside the loop is counted against
     compile_in_loop_ms: float  # compiling inside that loop
@@ -228,7 +221,7 @@ def _last_step(loops: list[SpanRecord]) -> int | None:
 
 
 def _measured_by(run: TelemetryRun) -> tuple[str, list[SpanRecord]]:
-    for name in LOOP_ORDER:
+    for name in LOOP_WORDS:
         loops = run.find(name)
         if loops:
             return name, loops

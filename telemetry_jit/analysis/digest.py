@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, without_line
@@ -165,19 +165,20 @@ class CauseRow:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BreakGroup:
     """The graph breaks at one place, of one type: every line of the user's code that led there."""
 
+    # in the order ``--json`` says them
     location: str  # the innermost line that broke, "file:line"
+    user_locations: list[str] = field(default_factory=list)  # the user's lines that led there, in order seen
     owner: str  # whose code it is
     type: str
+    count: int = 0
+    counted_by_torch: int = 0
     explanation: str
     hints: list[str]
     doc_url: str
-    user_locations: list[str] = field(default_factory=list)  # the user's lines that led there, in order seen
-    count: int = 0
-    counted_by_torch: int = 0
     loops: list[str] = field(default_factory=list)  # span ids of the outermost loops compiles found them in
 
     @property
@@ -191,18 +192,7 @@ class BreakGroup:
         return break_fix(self.owner, text, self.user_locations)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "location": self.location,
-            "user_locations": self.user_locations,
-            "owner": self.owner,
-            "type": self.type,
-            "count": self.count,
-            "counted_by_torch": self.counted_by_torch,
-            "explanation": self.explanation,
-            "hints": self.hints,
-            "doc_url": self.doc_url,
-            "fix": self.fix,
-        }
+        return {**{name: value for name, value in asdict(self).items() if name != "loops"}, "fix": self.fix}
 
 
 @dataclass(frozen=True)

@@ -16,8 +16,6 @@ from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.terminal import counted
 
-CompileKey = tuple[str, str, int]  # (compile id, trigger, occurrence: ids repeat after torch._dynamo.reset())
-
 
 @dataclass
 class RankFigures:

@@ -75,13 +75,10 @@ def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
     status = run_status(run)
     label = f"run {short_run_id(run.run_id)} rank {run.rank} {run.node}".strip()
     label += "" if status.finished else f" ({status.state})"
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": metadata}
-        for name, tid, metadata in (
-            ("process_name", 0, {"name": label}),
-            ("process_sort_index", 0, {"sort_index": run.rank}),
-            ("thread_name", _OWN_TID, {"name": "telemetry-jit"}),
-        )
+    events = [
+        _metadata("process_name", pid, 0, {"name": label}),
+        _metadata("process_sort_index", pid, 0, {"sort_index": run.rank}),
+        _metadata("thread_name", pid, _OWN_TID, {"name": "telemetry-jit"}),
     ]
     last = max((s.end_unix_ns or s.start_unix_ns for s in run.spans.values()), default=0)
     for span in sorted(run.spans.values(), key=_order):
@@ -171,17 +168,14 @@ def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
             event["pid"] = pid
         events.append(event)
     events += [
-        {
-            "ph": "M",
-            "name": "process_name",
-            "ts": 0,
-            "pid": pid,
-            "tid": 0,
-            "args": {"name": f"{name} (no process: pid {old} in that file)"},
-        }
+        _metadata("process_name", pid, 0, {"name": f"{name} (no process: pid {old} in that file)"})
         for old, pid in renamed.items()
     ]
     return events
+
+
+def _metadata(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+    return {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": args}
 
 
 def _order(span: SpanRecord) -> tuple[int, int]:

@@ -305,8 +305,7 @@ class RunDigest:
     windows: list[Window] = field(default_factory=list)
     # the compile sequence, for comparing ranks: (compile id, frame, cause), and when each compile ended
     sequence: list[tuple[str, str, str]] = field(default_factory=list)
-    ends: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    end_frames: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    ends: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)  # key -> (end ns, frame)
     backends: set[str] = field(default_factory=set)
     plain_backends: set[str] = field(default_factory=set)  # of those, the ones that said they do not optimise
     lacks_positions: bool = True  # no span says where in its epoch it was (written before they were recorded)
@@ -569,8 +568,7 @@ class RunDigest:
             self._seen[(compile_id, trigger)] += 1
             backward = "b" if trigger == "lazy_backward" else ""
             self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
-            self.ends[key] = end
-            self.end_frames[key] = label
+            self.ends[key] = (end, label)
             title = (
                 f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.compile_ms or 0:.1f} ms at "
                 f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"

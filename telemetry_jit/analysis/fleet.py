@@ -212,10 +212,10 @@ def _skews(ranks: list[RankFigures]) -> tuple[list[Skew], Counter[int]]:
     skews: list[Skew] = []
     last: Counter[int] = Counter()
     for key in shared:
-        ends = {figures.rank: figures.digest.ends[key] for figures in ranks}
+        ends = {figures.rank: figures.digest.ends[key][0] for figures in ranks}
         slowest = max(ends, key=lambda rank: (ends[rank], -rank))
         wait = (ends[slowest] - min(ends.values())) / 1e6
-        skews.append(Skew(key[0], ranks[0].digest.end_frames[key], wait, slowest))
+        skews.append(Skew(key[0], ranks[0].digest.ends[key][1], wait, slowest))
         if len(ranks) > 1 and wait > 0:
             last[slowest] += 1
     return sorted(skews, key=lambda skew: -skew.wait_ms), last

@@ -12,8 +12,7 @@ from telemetry_jit.schema import JitEventName, RanksAttr
 
 @dataclass(frozen=True)
 class OutOfStepSaid:
-    """One thing the rank watcher said live (a ``ranks_out_of_step`` event): a stall, a graph only some
-    ranks compiled, a silent rank, a rank that had not ended when the watcher's rank stopped."""
+    """One ``ranks_out_of_step`` event: a stall, a graph only some ranks compiled, a silent or unended rank."""
 
     kind: str
     ranks: tuple[int, ...]
@@ -29,8 +28,7 @@ class OutOfStepSaid:
 
 
 def out_of_step_said(run: TelemetryRun) -> list[OutOfStepSaid]:
-    """What the watcher on this run's rank said, the answers only: a stall once (its end, or the last word on
-    it where its end was not seen), every other finding as said."""
+    """What the watcher on this run's rank said: a stall once (its last word), every other finding as said."""
     said: list[OutOfStepSaid] = []
     for event in run.events(JitEventName.RANKS_OUT_OF_STEP):
         a = event.attributes

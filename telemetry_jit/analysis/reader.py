@@ -279,8 +279,8 @@ def _attach(run: TelemetryRun, span_id: str, event: EventRecord) -> None:
 
 
 def _hold(run: TelemetryRun, events: list[EventRecord], event: EventRecord) -> None:
-    """Put ``event`` in ``events`` unless :data:`MAX_EVENTS` of its name are kept: then it replaces the latest of
-    them (a run's last word, such as the steps its last loop reached, is kept), which is counted as not kept."""
+    """Put ``event`` in ``events``; beyond :data:`MAX_EVENTS` of its name it replaces the latest (counted as not
+    kept), so a run's last word (the steps its last loop reached) is kept."""
     kept, latest = run._events_kept.get(event.name, (0, events))
     if kept >= MAX_EVENTS:
         at = next(i for i in range(len(latest) - 1, -1, -1) if latest[i].name == event.name)

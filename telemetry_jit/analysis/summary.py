@@ -111,8 +111,7 @@ class RunSummary:
 
     @property
     def loop_words(self) -> str:
-        """``the training loop``, or ``the 3 training loops`` where the run holds several, whose figures are
-        said together."""
+        """``the training loop``, or ``the 3 training loops`` whose figures are said together."""
         words = LOOP_WORDS[self.loop_name]
         return words if self.loop_count <= 1 else f"the {counted(self.loop_count, words.removeprefix('the '))}"
 
@@ -142,8 +141,7 @@ class RunSummary:
 
     @property
     def payoff_sentence(self) -> str:
-        """The payoff in one line, with the likely reason when compiling loses: what runs inside timed
-        training steps (breaks of frames compiled in training, recompiles there beyond the expected price)."""
+        """The payoff in one line, with the likely reason when compiling loses (breaks, recompiles in training)."""
         if self.payoff is None:
             return ""
         digest = self.digest
@@ -197,8 +195,7 @@ def _not_compiled(run: TelemetryRun) -> list[NotCompiled]:
 
 
 def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
-    """The fallbacks with their ``eager_fallback_cost`` (a run with several loops says it at each end: the
-    latest, over the most batches, is the one)."""
+    """The fallbacks with their ``eager_fallback_cost`` (said at each loop's end: the one over most batches)."""
     if not fallbacks:
         return []
     costs: dict[tuple[str, int], FallbackCost] = {}

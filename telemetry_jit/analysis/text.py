@@ -245,12 +245,8 @@ def _speedup(payoff: Payoff | None) -> str:
     return f"{payoff.speedup:.2f}x" if payoff is not None and payoff.measured else "not measured"
 
 
-def _rate(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{100 * rate:.0f}%"
-
-
-def _share(share: float | None) -> str:
-    return "n/a" if share is None else f"{100 * share:.1f}%"
+def _percent(fraction: float | None, places: int) -> str:
+    return "n/a" if fraction is None else f"{100 * fraction:.{places}f}%"
 
 
 def format_cold_start(cold: ColdStart) -> str:
@@ -272,15 +268,16 @@ def _cold_start_lines(cold: ColdStart) -> list[str]:
 def format_diff(result: RunDiff) -> str:
     """The two runs side by side, as terminal text: what is new, what went away, what changed."""
     base, new = result.base.digest, result.new.digest
+    rates = _percent(base.warm_start.hit_rate, 0), _percent(new.warm_start.hit_rate, 0)
     rows = [
         ("compile time", f"{base.compile_ms / 1000:.2f} s", f"{new.compile_ms / 1000:.2f} s"),
-        ("share of loop", _share(result.base.share), _share(result.new.share)),
+        ("share of loop", _percent(result.base.share, 1), _percent(result.new.share, 1)),
         ("frame compiles", str(base.frame_compiles), str(new.frame_compiles)),
         ("backward graphs", str(base.backward_graphs), str(new.backward_graphs)),
         ("recompilations", str(base.recompiles), str(new.recompiles)),
         ("  unexpected", str(base.unexpected_recompiles), str(new.unexpected_recompiles)),
         ("graph breaks", str(base.break_count), str(new.break_count)),
-        ("cache hit rate", _rate(base.warm_start.hit_rate), _rate(new.warm_start.hit_rate)),
+        ("cache hit rate", *rates),
     ]
     if result.base.payoff is not None or result.new.payoff is not None:
         rows.append(("compile speedup", _speedup(result.base.payoff), _speedup(result.new.payoff)))
@@ -315,11 +312,11 @@ def format_diff(result: RunDiff) -> str:
         )
     elif result.caches_differ:
         lines += [""] + wrapped(
-            f"the compile caches were not in the same state (hit rate {_rate(base.warm_start.hit_rate)} -> "
-            f"{_rate(new.warm_start.hit_rate)}): compile time and backward graphs differ by what the caches served as "
-            "well as by the change (a cache hit loads a backward graph a cold run compiles); for the change's own "
-            "effect, compare with the caches in the same state (both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "
-            "for both). Recompiles and graph breaks are the change's.",
+            f"the compile caches were not in the same state (hit rate {rates[0]} -> {rates[1]}): compile time "
+            "and backward graphs differ by what the caches served as well as by the change (a cache hit loads a "
+            "backward graph a cold run compiles); for the change's own effect, compare with the caches in the same "
+            "state (both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for both). Recompiles and graph breaks are the "
+            "change's.",
             "  ",
         )
     lines += _cold_start_lines(result.cold_start)

@@ -54,8 +54,7 @@ def where_words(stages: list[str], loaders: list[int]) -> str:
 
 
 def which_loops(summary: RunSummary, loops: Iterable[str]) -> str:
-    """``training loop 1 of 2`` where the run holds several loops (fit called again after a fix, say), ``""``
-    otherwise."""
+    """``training loop 1 of 2`` where the run holds several loops, ``""`` otherwise."""
     numbers = summary.loop_numbers(loops)
     if not numbers:
         return ""
@@ -64,9 +63,8 @@ def which_loops(summary: RunSummary, loops: Iterable[str]) -> str:
 
 
 def fix_first(summary: RunSummary) -> list[Item]:
-    """What to fix first, ranked: modules compiled to no effect, then recompile causes by the compile seconds
-    they cost (training's and evaluation's apart, as their fixes differ), then graph breaks, the user's own
-    first; one item for each place, with every line of the user's code that led there."""
+    """What to fix first: modules compiled to no effect, recompile causes by cost (training's and evaluation's
+    apart: their fixes differ), then graph breaks, the user's own first, each with the user's lines that led there."""
     items = [Item(found.words(), (f"fix: {found.fix()}",)) for found in summary.not_compiled]
     for row in summary.causes:
         if not row.unexpected:
@@ -105,8 +103,7 @@ def fix_first(summary: RunSummary) -> list[Item]:
 
 
 def notes(summary: RunSummary) -> list[str]:
-    """What the process had compiled before the run, what needs no fixing (the expected price), the first steps,
-    and what the file could not tell."""
+    """What was compiled before the run, the expected price, the first steps, what the file could not tell."""
     lines = [summary.compiled_before.words()] if summary.compiled_before is not None else []
     expected: dict[str, tuple[int, float]] = {}  # one line a cause, its stages together
     for row in summary.causes:
@@ -200,9 +197,7 @@ def figure_lines(summary: RunSummary) -> list[str]:
 
 
 def fallback_line(fallback: Fallback, last_step: int | None = None) -> str:
-    """``forward (model.py:12) runs eagerly from step 3 on (12 steps since; it hit the recompile limit, in
-    training): ...; costs 11.2 ms a training batch (...)``; the steps since where the run said its last step,
-    the cost where the run measured it."""
+    """``forward (model.py:12) runs eagerly from step 3 on (12 steps since; ...): ...; costs ...``, as known."""
     why = "it hit the recompile limit" if fallback.limit_hit else "compiling it failed"
     stage = STAGE_WORDS.get(fallback.stage, fallback.stage)
     since = f"{last_step - fallback.step} steps since; " if last_step is not None and last_step >= fallback.step else ""
@@ -212,8 +207,7 @@ def fallback_line(fallback: Fallback, last_step: int | None = None) -> str:
 
 
 def health_losses(run: TelemetryRun) -> list[str]:
-    """What telemetry could not do in the run, as its file's last record says: calls into others' code that
-    failed, and what each exporter did not deliver."""
+    """What telemetry could not do, as the file's last record says: failed calls, undelivered exports."""
     health = run.health or {}
     losses = []
     for name, failed in (health.get("failed_calls") or {}).items():

@@ -7,10 +7,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from telemetry_jit.analysis.answers import fallback_line
-from telemetry_jit.analysis.diff import EXPECTED, RunDiff, RunFigures, cause_words, run_figures
+from telemetry_jit.analysis.diff import EXPECTED, RunDiff, cause_words
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.runs import TelemetryRun
-from telemetry_jit.analysis.summary import summarize
+from telemetry_jit.analysis.summary import RunSummary, summarize
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.terminal import counted, possessive
 
@@ -40,20 +40,9 @@ class Budget:
 
     @property
     def empty(self) -> bool:
-        figures = (
-            self.max_graph_breaks,
-            self.max_recompiles,
-            self.max_unexpected_recompiles,
-            self.max_compile_share,
-            self.max_skew_s,
-        )
-        switches = (
-            self.no_new_graph_breaks,
-            self.no_new_recompile_causes,
-            self.ranks_compile_alike,
-            self.no_eager_fallback,
-        )
-        return all(f is None for f in figures) and not any(switches)
+        """No budget given (``user_code_only`` only says how breaks are counted)."""
+        given = (value for name, value in vars(self).items() if name != "user_code_only")
+        return all(value is None or value is False for value in given)
 
     def __post_init__(self) -> None:
         """A budget below zero (or not a number) would be judged and mean nothing: refused, naming the option."""
@@ -76,15 +65,11 @@ def check(
     baseline: TelemetryRun | Sequence[TelemetryRun] | None = None,
     allow_incomplete: bool = False,
 ) -> list[str]:
-    """Every way ``runs`` (one run, or the ranks of one) break ``budget``, each a readable sentence;
-    empty when they keep it. Budgets of one run apply to every rank; ``--max-skew`` and
-    ``--ranks-compile-alike`` to the ranks together.
+    """Every way ``runs`` (one run, or its ranks) break ``budget``, each a sentence; empty when they keep it.
 
     Raises:
-        CannotTell: there is no budget, a baseline budget has no baseline, or records of a run are missing
-            (lines it could not read, records its writer lost), unless ``allow_incomplete``.
-        Unfinished: a run (or the baseline) failed, was interrupted or killed, unless ``allow_incomplete``:
-            its figures are those of part of a run.
+        CannotTell: no budget, a baseline budget without baseline, or records missing (unless allow_incomplete).
+        Unfinished: a run (or the baseline) failed, was interrupted or killed (unless allow_incomplete).
     """
     runs = [runs] if isinstance(runs, TelemetryRun) else list(runs)
     baselines = [baseline] if isinstance(baseline, TelemetryRun) else list(baseline or [])
@@ -100,8 +85,7 @@ def check(
     ):
         if asked and not baselines:
             raise CannotTell(f"{option} compares with a baseline run: pass --baseline FILE.")
-    summaries = {id(run): summarize(run) for run in [*runs, *baselines]}
-    judged = {key: run_figures(summary) for key, summary in summaries.items()}
+    judged = {id(run): summarize(run) for run in [*runs, *baselines]}
     for name, checked in (("the run", runs), ("the baseline", baselines)):
         for run in checked:
             status = judged[id(run)].status
@@ -119,8 +103,7 @@ def check(
     for run in runs:
         prefix = f"rank {run.rank}: " if len(runs) > 1 else ""
         reference = by_rank.get(run.rank, judged[id(baselines[0])] if baselines else None)
-        loop = summaries[id(run)].loop_words
-        broken += [prefix + reason for reason in _check_one(judged[id(run)], budget, reference, loop)]
+        broken += [prefix + reason for reason in _check_one(judged[id(run)], budget, reference)]
     if len({run.rank for run in runs}) > 1:
         broken += _check_fleet(runs, budget)
     elif budget.max_skew_s is not None or budget.ranks_compile_alike:
@@ -128,20 +111,20 @@ def check(
     return broken
 
 
-def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loop: str) -> list[str]:
-    breaks_of = (lambda f: f.user_breaks) if budget.user_code_only else (lambda f: f.breaks)
+def _check_one(new: RunSummary, budget: Budget, baseline: RunSummary | None) -> list[str]:
+    breaks_of = (lambda s: s.digest.user_break_keys) if budget.user_code_only else (lambda s: s.digest.break_keys)
     which = " in your code" if budget.user_code_only else ""
     broken = []
-    breaks = sum(breaks_of(new).values())
+    breaks, d = sum(breaks_of(new).values()), new.digest
     if budget.max_graph_breaks is not None and breaks > budget.max_graph_breaks:
         broken.append(f"{counted(breaks, 'graph break')}{which}, more than the {budget.max_graph_breaks} allowed")
-    if budget.max_recompiles is not None and new.recompiles > budget.max_recompiles:
-        broken.append(f"{counted(new.recompiles, 'recompilation')}, more than the {budget.max_recompiles} allowed")
+    if budget.max_recompiles is not None and d.recompiles > budget.max_recompiles:
+        broken.append(f"{counted(d.recompiles, 'recompilation')}, more than the {budget.max_recompiles} allowed")
     allowed = budget.max_unexpected_recompiles
-    if allowed is not None and new.unexpected_recompiles > allowed:
-        causes = ", ".join(f"{cause} {n}" for cause, n in new.causes.most_common() if not cause.endswith(EXPECTED))
+    if allowed is not None and d.unexpected_recompiles > allowed:
+        causes = ", ".join(f"{c} {n}" for c, n in d.causes_by_name().most_common() if not c.endswith(EXPECTED))
         broken.append(
-            f"{counted(new.unexpected_recompiles, 'recompilation')} beyond the expected price ({causes}), more than "
+            f"{counted(d.unexpected_recompiles, 'recompilation')} beyond the expected price ({causes}), more than "
             f"the {allowed} allowed"
         )
     share = new.share
@@ -151,7 +134,7 @@ def _check_one(new: RunFigures, budget: Budget, baseline: RunFigures | None, loo
         )
     if budget.max_compile_share is not None and share is not None and share > budget.max_compile_share:
         broken.append(
-            f"compiling took {100 * share:.1f}% of {possessive(loop)} wall time, more than the "
+            f"compiling took {100 * share:.1f}% of {possessive(new.loop_words)} wall time, more than the "
             f"{100 * budget.max_compile_share:g}% allowed"
         )
     if budget.no_eager_fallback:

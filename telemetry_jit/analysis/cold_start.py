@@ -1,12 +1,6 @@
-"""Why a run started cold where another started warm: each graph the base run compiled or loaded and the
-new run missed in the compile cache, explained by the parts of torch's cache key that changed.
-
-AOTAutograd's and inductor's caches key every graph by named parts (the graph's code, its inputs' dtypes,
-shapes and strides, every inductor setting, torch's version, the machine, ...), recorded with each look-up
-(``cache_lookup`` events, docs/cold-starts.md). A graph is the same graph in two runs when it is the same
-frame's (by name and file, not line) n-th look-up in the same cache; its miss is explained by the parts whose
-hashes differ, or, where the keys are equal, by the entry not being in the new run's cache.
-"""
+"""Why a run started cold where another started warm: each graph the new run missed in the compile cache, explained
+by the parts of torch's cache key (recorded with each ``cache_lookup``, docs/cold-starts.md) whose hashes differ. A
+graph is the same in two runs when it is the same frame's (name and file, not line) n-th look-up in one cache."""
 
 from __future__ import annotations
 
@@ -16,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.runs import SpanRecord
+from telemetry_jit.analysis.runs import SpanRecord, add_new
 from telemetry_jit.schema import CacheAttr, JitEventName
 from telemetry_jit.terminal import counted
 
@@ -82,9 +76,8 @@ class CacheLedger:
                 )
 
     def explained(self) -> Iterable[tuple[GraphId, CacheLookupSaid]]:
-        """The look-ups that stand for a graph: AOTAutograd's, whose entry holds the backward graph too;
-        inductor's (forward and backward) where AOTAutograd was bypassed or not used. Chosen by layer, not by
-        order: torch 2.8 says inductor's look-up before AOTAutograd's."""
+        """The look-ups that stand for a graph: AOTAutograd's (its entry holds the backward too), else inductor's;
+        by layer, not order (torch 2.8 says inductor's first)."""
         used = {
             lookup.compile_id
             for lookup in self.lookups.values()
@@ -201,10 +194,8 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
         group = groups.setdefault(reason, MissGroup(reason, fix, changes=found[:10]))
         group.graphs += 1
         group.seconds += new.seconds.get(lookup.compile_id, 0.0)
-        if lookup.frame not in group.frames and len(group.frames) < 5:
-            group.frames.append(lookup.frame)
-        if lookup.step and lookup.step not in group.steps and len(group.steps) < 5:
-            group.steps.append(lookup.step)
+        add_new(group.frames, lookup.frame, 5)
+        add_new(group.steps, lookup.step, 5)
     ordered = sorted(groups.values(), key=lambda group: -group.seconds)
     return ColdStart(ordered, bool(base.lookups), bool(new.lookups))
 
@@ -385,6 +376,3 @@ def _parts(lines: Any) -> Parts:
         digest, _, value = rest.partition("\t")
         parts[name] = (digest, value)
     return parts
-
-
-__all__ = ["CacheLedger", "Change", "ColdStart", "MissGroup", "changes", "explain", "without_line"]

@@ -1,103 +1,55 @@
-"""Two runs side by side (``telemetry-jit diff``): what a change did to compilation.
-
-Graph breaks are compared by identity (where they broke and torch's reason), not by count: a break both
-runs have is neither new nor fixed however often each run met it. Recompiles are compared by cause (and
-kind of stage) and, per frame, by torch's reason without its compile id; what went away is listed as
-well as what is new.
-"""
+"""Two runs side by side (``telemetry-jit diff``): graph breaks compared by identity (place and torch's reason),
+not count; recompiles by cause and kind of stage and, per frame, by torch's reason without its compile id."""
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from telemetry_jit.analysis.cold_start import CacheLedger, ColdStart, explain, without_line
-from telemetry_jit.analysis.digest import EXPECTED, ONE_KIND, Fallback, Occasion
+from telemetry_jit.analysis.cold_start import ColdStart, explain, without_line
+from telemetry_jit.analysis.digest import EXPECTED, ONE_KIND, Fallback, FrameRow
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
-from telemetry_jit.records import CompiledBefore, NotCompiled, Payoff
+from telemetry_jit.records import CompiledBefore, NotCompiled
 
 BreakKey = tuple[str, str]  # (file:line as tables show it, the first line of torch's reason)
 
 
-@dataclass
-class FrameFigures:
-    """One compiled frame of one run."""
-
-    compiles: int = 0
-    recompiles: int = 0
-    compile_ms: float = 0.0
-    reasons: Counter[str] = field(default_factory=Counter)  # torch's recompile reasons, without compile ids
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "compiles": self.compiles,
-            "recompiles": self.recompiles,
-            "compile_s": round(self.compile_ms / 1000, 3),
-            "recompile_reasons": dict(self.reasons),
-        }
+def _frame_json(row: FrameRow) -> dict[str, Any]:
+    return {
+        "compiles": row.compiles,
+        "recompiles": row.recompiles,
+        "compile_s": round(row.compile_ms / 1000, 3),
+        "recompile_reasons": dict(row.reasons),
+    }
 
 
-@dataclass
-class RunFigures:
-    """What a comparison of two runs (and the CI gate) looks at."""
+def _figures_json(s: RunSummary) -> dict[str, Any]:
+    """One side of a comparison, for tools."""
+    d = s.digest
+    return {
+        "status": s.status.as_json(),
+        "frame_compiles": d.frame_compiles,
+        "backward_graphs": d.backward_graphs,
+        "recompiles": d.recompiles,
+        "compile_s": round(d.compile_ms / 1000, 3),
+        "wall_s": round(s.wall_ms / 1000, 3),
+        "compile_share_of_loop": round(s.share, 4) if s.share is not None else None,
+        "graph_breaks": d.break_count,
+        "cache_lookups": d.warm_start.lookups,
+        "cache_hits": d.warm_start.hits,
+        "cache_hit_rate": d.warm_start.hit_rate,
+        "unexpected_recompiles": d.unexpected_recompiles,
+        "compiled_before_run": s.compiled_before.as_json() if s.compiled_before is not None else None,
+        "recompile_causes": dict(d.causes_by_name()),
+    }
 
-    status: RunStatus
-    frame_compiles: int  # frames dynamo compiled: what the code asks for, whatever the caches hold
-    backward_graphs: int
-    recompiles: int
-    compile_ms: float
-    wall_ms: float
-    share: float | None  # compiling inside the loop over its wall time, 0 - 1
-    breaks: Counter[BreakKey]
-    user_breaks: Counter[BreakKey]  # breaks in the user's own code
-    cache_hits: int
-    cache_misses: int
-    frames: dict[str, FrameFigures]  # "frame (file:line)" -> figures
-    causes: Counter[str]  # recompiles by cause and kind of stage; "<cause> (expected)" apart
-    # (frame, step) of each cause's recompiles: the same recompile said under another cause in another run
-    cause_occasions: dict[str, set[Occasion]] = field(default_factory=dict)
-    payoff: Payoff | None = None
-    fallbacks: list[Fallback] = field(default_factory=list)  # frames that run eagerly from a step on
-    not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
-    compiled_before: CompiledBefore | None = None  # what the process had compiled when the run began
-    cache_ledger: CacheLedger = field(default_factory=CacheLedger)
-    last_step: int | None = None  # the loop's last global step, where the run said it
-    run: tuple[str, int] = ("", 0)  # run id and rank: which run these are the figures of
 
-    @property
-    def compilations(self) -> int:
-        return self.frame_compiles + self.backward_graphs
-
-    @property
-    def unexpected_recompiles(self) -> int:
-        """Recompiles less the expected one-time price (stage switches, shared code, the tuner, ...)."""
-        return sum(count for cause, count in self.causes.items() if not cause.endswith(EXPECTED))
-
-    @property
-    def cache_hit_rate(self) -> float | None:
-        lookups = self.cache_hits + self.cache_misses
-        return self.cache_hits / lookups if lookups else None
-
-    def as_json(self) -> dict[str, Any]:
-        return {
-            "status": self.status.as_json(),
-            "frame_compiles": self.frame_compiles,
-            "backward_graphs": self.backward_graphs,
-            "recompiles": self.recompiles,
-            "compile_s": round(self.compile_ms / 1000, 3),
-            "wall_s": round(self.wall_ms / 1000, 3),
-            "compile_share_of_loop": round(self.share, 4) if self.share is not None else None,
-            "graph_breaks": sum(self.breaks.values()),
-            "cache_lookups": self.cache_hits + self.cache_misses,
-            "cache_hits": self.cache_hits,
-            "cache_hit_rate": self.cache_hit_rate,
-            "unexpected_recompiles": self.unexpected_recompiles,
-            "compiled_before_run": self.compiled_before.as_json() if self.compiled_before is not None else None,
-            "recompile_causes": dict(self.causes),
-        }
+def _frames(s: RunSummary) -> dict[str, FrameRow]:
+    """The run's compiled frames by ``"frame (file:line)"``."""
+    return {row.label: row for row in s.digest.frames.values()}
 
 
 def cause_words(cause: str) -> str:
@@ -114,41 +66,10 @@ def _only_in(fallbacks: list[Fallback], others: list[Fallback]) -> list[Fallback
     return [fallback for fallback in fallbacks if without_line(fallback.frame) not in elsewhere]
 
 
-def run_figures(summary: RunSummary) -> RunFigures:
-    d = summary.digest
-    frames = {
-        row.label: FrameFigures(row.compiles, row.recompiles, row.compile_ms, Counter(row.reasons))
-        for row in d.frames.values()
-    }
-    return RunFigures(
-        status=summary.status,
-        frame_compiles=d.frame_compiles,
-        backward_graphs=d.backward_graphs,
-        recompiles=d.recompiles,
-        compile_ms=d.compile_ms,
-        wall_ms=summary.wall_ms,
-        share=summary.share,
-        breaks=Counter(d.break_keys),
-        user_breaks=Counter(d.user_break_keys),
-        cache_hits=d.warm_start.hits,
-        cache_misses=d.warm_start.misses,
-        frames=frames,
-        causes=d.causes_by_name(),
-        cause_occasions=d.occasions_by_name(),
-        payoff=summary.payoff,
-        fallbacks=list(summary.fallbacks),
-        not_compiled=list(summary.not_compiled),
-        compiled_before=summary.compiled_before,
-        cache_ledger=d.cache_ledger,
-        last_step=summary.last_step,
-        run=(summary.run.run_id, summary.run.rank),
-    )
-
-
 @dataclass
 class RunDiff:
-    base: RunFigures
-    new: RunFigures
+    base: RunSummary
+    new: RunSummary
 
     def statuses(self) -> list[tuple[str, RunStatus]]:
         return [("base", self.base.status), ("new", self.new.status)]
@@ -160,12 +81,20 @@ class RunDiff:
     @property
     def new_graph_breaks(self) -> dict[BreakKey, int]:
         """Breaks only the new run has (by place and reason), with how often it met each."""
-        return {key: count for key, count in sorted(self.new.breaks.items()) if key not in self.base.breaks}
+        return {
+            key: count
+            for key, count in sorted(self.new.digest.break_keys.items())
+            if key not in self.base.digest.break_keys
+        }
 
     @property
     def fixed_graph_breaks(self) -> dict[BreakKey, int]:
         """Breaks only the base run had."""
-        return {key: count for key, count in sorted(self.base.breaks.items()) if key not in self.new.breaks}
+        return {
+            key: count
+            for key, count in sorted(self.base.digest.break_keys.items())
+            if key not in self.new.digest.break_keys
+        }
 
     @property
     def new_fallbacks(self) -> list[Fallback]:
@@ -189,14 +118,14 @@ class RunDiff:
 
     @property
     def renamed_causes(self) -> dict[tuple[str, str], int]:
-        """``(base cause, new cause) -> recompiles``: a cause only the base run had whose recompiles the new run
-        still meets (the same frame in the same stage, step and batch) under another cause's name (a fix that
-        turned the smaller last batch's size mismatch into a guard on a dynamic size): not fixed."""
+        """``(base cause, new cause) -> recompiles``: a base-only cause whose recompiles (same frame, stage, step and
+        batch) the new run still meets under another name (a size mismatch become a dynamic-size guard): not fixed."""
         renamed = {}
-        for cause, occasions in sorted(self.base.cause_occasions.items()):
-            if cause in self.new.causes:
+        new_causes = self.new.digest.causes_by_name()
+        for cause, occasions in sorted(self.base.digest.occasions_by_name().items()):
+            if cause in new_causes:
                 continue
-            for other, met in sorted(self.new.cause_occasions.items()):
+            for other, met in sorted(self.new.digest.occasions_by_name().items()):
                 # a recompile left only as the expected price (the first switch to evaluation's grad mode, which the
                 # base run's recompile at that batch paid as well) is no recompile that remains to be fixed
                 if other != cause and not other.endswith(EXPECTED) and occasions & met:
@@ -213,62 +142,60 @@ class RunDiff:
         """Recompile causes only the base run had, less the recompiles the new run still meets under another."""
         return self._causes_only_in(self.base, self.new, side=0)
 
-    def _causes_only_in(self, run: RunFigures, other: RunFigures, side: int) -> dict[str, int]:
-        """``run``'s causes that ``other`` lacks, each less its recompiles that ``other`` met under another name
-        (``side``: ``run``'s place in the pairs of :attr:`renamed_causes`)."""
+    def _causes_only_in(self, run: RunSummary, other: RunSummary, side: int) -> dict[str, int]:
+        """``run``'s causes that ``other`` lacks, less those renamed (``side``: ``run``'s place in the pairs)."""
         renamed = Counter[str]()
         for pair, count in self.renamed_causes.items():
             renamed[pair[side]] += count
-        counts = ((cause, n - renamed[cause]) for cause, n in sorted(run.causes.items()))
-        return {cause: n for cause, n in counts if cause not in other.causes and n > 0}
+        counts = ((cause, n - renamed[cause]) for cause, n in sorted(run.digest.causes_by_name().items()))
+        return {cause: n for cause, n in counts if cause not in other.digest.causes_by_name() and n > 0}
 
     @property
     def changed_causes(self) -> dict[str, tuple[int, int]]:
         """Causes both runs have, in different numbers: ``cause -> (base, new)``."""
-        base, new = self.base.causes, self.new.causes
+        base, new = self.base.digest.causes_by_name(), self.new.digest.causes_by_name()
         return {
             cause: (base[cause], new[cause]) for cause in sorted(base.keys() & new.keys()) if base[cause] != new[cause]
         }
 
     @property
     def cache_effect(self) -> bool:
-        """The runs compiled the same frames for the same reasons, and differ only in the graphs the
-        compile caches served (a warm cache loads backward graphs a cold run compiles): not a code change."""
-        base, new = self.base, self.new
+        """The runs differ only in the graphs the compile caches served: not a code change."""
+        base, new = self.base.digest, self.new.digest
         return (
-            base.compilations != new.compilations
-            and base.cache_hits != new.cache_hits
+            base.frame_compiles + base.backward_graphs != new.frame_compiles + new.backward_graphs
+            and base.warm_start.hits != new.warm_start.hits
             and base.frame_compiles == new.frame_compiles
-            and base.causes == new.causes
-            and base.breaks.keys() == new.breaks.keys()
+            and base.causes_by_name() == new.causes_by_name()
+            and base.break_keys.keys() == new.break_keys.keys()
         )
 
     @property
     def caches_differ(self) -> bool:
-        """The compile caches served the runs differently (hit rates apart by a quarter or more) and the code
-        changed too: part of the difference in compile time and backward graphs is the caches'."""
-        base, new = self.base.cache_hit_rate, self.new.cache_hit_rate
+        """The caches' hit rates are a quarter or more apart and the code changed too."""
+        base, new = self.base.digest.warm_start.hit_rate, self.new.digest.warm_start.hit_rate
         return base is not None and new is not None and abs(base - new) >= 0.25 and not self.cache_effect
 
     @property
     def cold_start(self) -> ColdStart:
-        """Each graph the base run compiled or loaded and the new run missed in the compile cache, and why
-        (nothing, for a run compared with itself)."""
-        if self.base.run == self.new.run:
-            return ColdStart([], bool(self.base.cache_ledger.lookups), bool(self.new.cache_ledger.lookups))
-        return explain(self.base.cache_ledger, self.new.cache_ledger)
+        """Why the new run missed graphs the base run had (nothing, for a run compared with itself)."""
+        base, new = self.base.digest.cache_ledger, self.new.digest.cache_ledger
+        if (self.base.run.run_id, self.base.run.rank) == (self.new.run.run_id, self.new.run.rank):
+            return ColdStart([], bool(base.lookups), bool(new.lookups))
+        return explain(base, new)
 
-    def frames(self) -> list[tuple[str, FrameFigures, FrameFigures]]:
-        """``(frame, base figures, new figures)`` for every frame either run compiled."""
+    def frames(self) -> list[tuple[str, FrameRow, FrameRow]]:
+        """``(frame, base row, new row)`` for every frame either run compiled."""
+        base, new = _frames(self.base), _frames(self.new)
         return [
-            (frame, self.base.frames.get(frame, FrameFigures()), self.new.frames.get(frame, FrameFigures()))
-            for frame in sorted(self.base.frames.keys() | self.new.frames.keys())
+            (frame, base.get(frame, FrameRow("", "")), new.get(frame, FrameRow("", "")))
+            for frame in sorted(base.keys() | new.keys())
         ]
 
     def as_json(self) -> dict[str, Any]:
         return {
-            "base": self.base.as_json(),
-            "new": self.new.as_json(),
+            "base": _figures_json(self.base),
+            "new": _figures_json(self.new),
             "new_graph_breaks": _breaks_json(self.new_graph_breaks),
             "fixed_graph_breaks": _breaks_json(self.fixed_graph_breaks),
             "new_eager_fallbacks": [fallback.as_json() for fallback in self.new_fallbacks],
@@ -284,8 +211,8 @@ class RunDiff:
             "frames": [
                 {
                     "frame": frame,
-                    "base": b.as_json(),
-                    "new": n.as_json(),
+                    "base": _frame_json(b),
+                    "new": _frame_json(n),
                     "new_recompile_reasons": sorted(n.reasons.keys() - b.reasons.keys()),
                     "gone_recompile_reasons": sorted(b.reasons.keys() - n.reasons.keys()),
                 }
@@ -306,4 +233,4 @@ def _breaks_json(breaks: dict[BreakKey, int]) -> list[dict[str, Any]]:
 
 
 def diff(base: TelemetryRun, new: TelemetryRun) -> RunDiff:
-    return RunDiff(run_figures(summarize(base)), run_figures(summarize(new)))
+    return RunDiff(summarize(base), summarize(new))

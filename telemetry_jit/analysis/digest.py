@@ -1,24 +1,18 @@
-"""What one run's compilations amount to, built as they are read: a file of any length reduces to these
-aggregates (bounded lists where a list is kept), and every answer (summary, report, ``--json``, ``diff``,
-``check``, the fleet view) is read from them.
-
-Each compilation span, with its events, is handed to :meth:`RunDigest.add` once, in the order the file
-holds them (the order they were recorded); a span recorded with its recompile cause keeps it, one written
-before causes were recorded is classified here by the same :class:`~telemetry_jit.causes.RecompileClassifier`
-that runs while training.
-"""
+"""What one run's compilations amount to, folded as they are read (:meth:`RunDigest.add`, in file order) into
+bounded aggregates that every answer reads. A recompile recorded without its cause (an older file) is classified
+here by the :class:`~telemetry_jit.causes.RecompileClassifier` that runs while training."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, without_line
 from telemetry_jit.analysis.resources import RunResources
-from telemetry_jit.analysis.runs import EventRecord, SpanRecord, number
+from telemetry_jit.analysis.runs import EventRecord, SpanRecord, add_new, number
 from telemetry_jit.analysis.warm_residual import Residual
 from telemetry_jit.breaks import (
     BreakText,
@@ -50,8 +44,7 @@ Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by 
 
 
 def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
-    """A frame compile that loaded its forward and backward graphs from the compile cache (AOTAutograd's entry
-    hit, two FX graphs hit): torch built its backward within it, as tlparse's aot_backward_graph shows."""
+    """A frame compile that loaded forward and backward from the compile cache (AOTAutograd's entry, two FX graphs)."""
 
     def hits(kind: str) -> float:
         return sum(number(attributes.get(f"{CompileAttr.PREFIX}cache.{kind}_{where}_hits")) for where in _WHERE)
@@ -60,8 +53,8 @@ def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
 
 
 def _graphs_looked_up(attributes: Mapping[str, Any]) -> float:
-    """The FX graphs inductor looked up in its cache during a frame compile: one per graph it compiled (or loaded),
-    so two where it built the backward with the forward (as torch 2.15 does for a static recompile)."""
+    """FX graphs inductor looked up in a frame compile: two where it built the backward with the forward (torch 2.15
+    does for a static recompile)."""
     return sum(
         number(attributes.get(f"{CompileAttr.PREFIX}cache.fx_graph_{where}_{outcome}"))
         for where in _WHERE
@@ -133,8 +126,7 @@ class CauseRow:
 
     @property
     def name(self) -> str:
-        """How diff and check key it: with its kind of stage where it has two (``last_batch in eval``), the
-        expected price apart (``stage_switch (expected)``)."""
+        """How diff and check key it: ``last_batch in eval``, ``stage_switch (expected)``."""
         name = self.cause + ("" if self.kind == "train" or self.cause in ONE_KIND else f" in {self.kind}")
         return name + (EXPECTED if self.expected and not self.unexpected else "")
 
@@ -173,19 +165,20 @@ class CauseRow:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class BreakGroup:
     """The graph breaks at one place, of one type: every line of the user's code that led there."""
 
+    # in the order ``--json`` says them
     location: str  # the innermost line that broke, "file:line"
+    user_locations: list[str] = field(default_factory=list)  # the user's lines that led there, in order seen
     owner: str  # whose code it is
     type: str
+    count: int = 0
+    counted_by_torch: int = 0
     explanation: str
     hints: list[str]
     doc_url: str
-    user_locations: list[str] = field(default_factory=list)  # the user's lines that led there, in order seen
-    count: int = 0
-    counted_by_torch: int = 0
     loops: list[str] = field(default_factory=list)  # span ids of the outermost loops compiles found them in
 
     @property
@@ -199,18 +192,7 @@ class BreakGroup:
         return break_fix(self.owner, text, self.user_locations)
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "location": self.location,
-            "user_locations": self.user_locations,
-            "owner": self.owner,
-            "type": self.type,
-            "count": self.count,
-            "counted_by_torch": self.counted_by_torch,
-            "explanation": self.explanation,
-            "hints": self.hints,
-            "doc_url": self.doc_url,
-            "fix": self.fix,
-        }
+        return {**{name: value for name, value in asdict(self).items() if name != "loops"}, "fix": self.fix}
 
 
 @dataclass(frozen=True)
@@ -229,8 +211,7 @@ class BreakDetail:
 
 @dataclass(frozen=True)
 class Fallback:
-    """A frame that runs eagerly from a step on: it hit the recompile limit, or compiling it failed and torch
-    fell back to eager."""
+    """A frame that runs eagerly from a step on: it hit the recompile limit, or compiling it failed."""
 
     frame: str
     step: int
@@ -265,6 +246,10 @@ class WarmStart:
     @property
     def lookups(self) -> int:
         return self.hits + self.misses
+
+    @property
+    def hit_rate(self) -> float | None:
+        return self.hits / self.lookups if self.lookups else None
 
     @property
     def line(self) -> str:
@@ -320,8 +305,7 @@ class RunDigest:
     windows: list[Window] = field(default_factory=list)
     # the compile sequence, for comparing ranks: (compile id, frame, cause), and when each compile ended
     sequence: list[tuple[str, str, str]] = field(default_factory=list)
-    ends: dict[tuple[str, str, int], int] = field(default_factory=dict)
-    end_frames: dict[tuple[str, str, int], str] = field(default_factory=dict)
+    ends: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)  # key -> (end ns, frame)
     backends: set[str] = field(default_factory=set)
     plain_backends: set[str] = field(default_factory=set)  # of those, the ones that said they do not optimise
     lacks_positions: bool = True  # no span says where in its epoch it was (written before they were recorded)
@@ -347,7 +331,7 @@ class RunDigest:
         ms = span.compile_ms or 0.0
         trigger = str(attributes.get(CompileAttr.TRIGGER) or "")
         compile_id = str(attributes.get(CompileAttr.ID) or "")
-        around = _loops_around(span, others)
+        around = loops_around(span, others)
         stage = stage_named(str(attributes.get(TrainAttr.STAGE) or ""), around)
         label = frame_label(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
@@ -363,7 +347,7 @@ class RunDigest:
         self.thunder_compiles += trigger == "thunder"
         self.recompiles += recompile
         self.compile_ms += ms
-        key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), _outermost_loop(around)
+        key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
         if attributes.get(CompileAttr.BACKEND):
             self.backends.add(str(attributes[CompileAttr.BACKEND]))
@@ -399,8 +383,8 @@ class RunDigest:
         self.residual.add(span)
 
     def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
-        """Note what a frame compile while training tells of its backward graph: loaded from the cache with it,
-        compiled within it (a dynamic input dimension), compiled at the first backward (static), or unknown."""
+        """Note how a training frame compile's backward graph came: loaded, built within, at the first backward, or
+        unknown."""
         shapes = attributes.get(CompileAttr.INPUT_SHAPES)
         # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
         has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
@@ -418,9 +402,8 @@ class RunDigest:
             self._unknown_train.add(compile_id)
 
     def _within(self, compile_id: str) -> bool:
-        """Whether a dynamic frame compile with no backward graph of its own compiled its backward within it: not
-        where its frame, compiled static in training, needed no backward (no input needs gradients: an LSTM's
-        lengths), so needs none compiled dynamic either."""
+        """Whether a dynamic frame compile compiled its backward within it: not where its frame's static compile
+        needed no backward (no input needs gradients: an LSTM's lengths)."""
         frame = compile_id.rsplit("/", 1)[0]
         return frame not in self._static_train_frames or frame in self._frames_with_backward
 
@@ -456,7 +439,7 @@ class RunDigest:
             is_recompile=recompile,
             batch_index=_whole(attributes.get(TrainAttr.BATCH_INDEX)),
             batches=_whole(attributes.get(TrainAttr.BATCHES)),
-            limit_hit=any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events),
+            limit_hit=_limit_hit(span),
             step=_whole(attributes.get(TrainAttr.GLOBAL_STEP)),
             dynamic=str(attributes.get(CompileAttr.DYNAMIC) or ""),
             reasons=[str(reason) for reason in attributes.get(CompileAttr.RECOMPILE_REASONS) or ()],
@@ -482,14 +465,10 @@ class RunDigest:
         loader = _whole(attributes.get(TrainAttr.LOADER))
         shown_label = frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
         for values, value in ((row.frames, shown_label), (row.steps, step), (row.stages, stage or "unknown")):
-            if value not in values and len(values) < MAX_NAMES:
-                values.append(value)  # type: ignore[arg-type]
-        if loader is not None and loader not in row.loaders:
-            row.loaders.append(loader)
-        if loop and loop not in row.loops and len(row.loops) < MAX_NAMES:
-            row.loops.append(loop)
-        if cause.subject and cause.subject not in row.reasons and len(row.reasons) < 5:
-            row.reasons.append(cause.subject)
+            add_new(values, value, MAX_NAMES)
+        add_new(row.loaders, loader, MAX_NAMES)
+        add_new(row.loops, loop, MAX_NAMES)
+        add_new(row.reasons, cause.subject, 5)
         if cause.behind:
             row.behind[cause.behind] += 1
         if len(row.occasions) < 1000:
@@ -523,10 +502,8 @@ class RunDigest:
                 hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
                 doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
             )
-        if user_line and user_line not in group.user_locations and len(group.user_locations) < MAX_NAMES:
-            group.user_locations.append(user_line)
-        if loop and loop not in group.loops and len(group.loops) < MAX_NAMES:
-            group.loops.append(loop)
+        add_new(group.user_locations, user_line, MAX_NAMES)
+        add_new(group.loops, loop, MAX_NAMES)
         group.count += 1
         group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
         self.break_count += 1
@@ -540,8 +517,7 @@ class RunDigest:
     def _warm_start(self, attributes: Mapping[str, Any], label: str) -> None:
         warm = self.warm_start
         for reason in attributes.get(CompileAttr.CACHE_BYPASSES) or ():
-            if str(reason) not in warm.bypasses and len(warm.bypasses) < MAX_NAMES:
-                warm.bypasses.append(str(reason))
+            add_new(warm.bypasses, str(reason), MAX_NAMES)
         prefix = CompileAttr.cache("")
         for name, value in attributes.items():
             if not name.startswith(prefix):
@@ -550,8 +526,7 @@ class RunDigest:
                 warm.hits += int(number(value))
             elif name.endswith("_misses") and value:
                 warm.misses += int(number(value))
-                if label not in warm.missed_frames and len(warm.missed_frames) < MAX_NAMES:
-                    warm.missed_frames.append(label)
+                add_new(warm.missed_frames, label, MAX_NAMES)
             elif name == CompileAttr.cache("time_saved_s"):
                 warm.saved_s += number(value)
         for fact in attributes.get(CompileAttr.UNAVAILABLE) or ():
@@ -561,7 +536,7 @@ class RunDigest:
     def _failure(self, span: SpanRecord, label: str, stage: str) -> None:
         attributes = span.attributes
         if attributes.get(CompileAttr.FELL_BACK_TO_EAGER):
-            limit = any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events)
+            limit = _limit_hit(span)
             self.fallback_count += 1
             self.limit_hits += limit
             if len(self.fallbacks) < MAX_DETAILS:
@@ -593,8 +568,7 @@ class RunDigest:
             self._seen[(compile_id, trigger)] += 1
             backward = "b" if trigger == "lazy_backward" else ""
             self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
-            self.ends[key] = end
-            self.end_frames[key] = label
+            self.ends[key] = (end, label)
             title = (
                 f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.compile_ms or 0:.1f} ms at "
                 f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
@@ -619,8 +593,7 @@ class RunDigest:
         return sum(ms for (_, loops), ms in self.ms_by_stage_loops.items() if loop in loops)
 
     def compile_ms_outside(self, loop: str) -> dict[str, float]:
-        """Compile ms outside every ``loop`` span, by stage (sanity check, tuner, a validate() after fit, ...),
-        the most first."""
+        """Compile ms outside every ``loop`` span, by stage, the most first."""
         outside: dict[str, float] = {}
         for (stage, loops), ms in self.ms_by_stage_loops.items():
             if loop not in loops:
@@ -633,27 +606,23 @@ class RunDigest:
 
     @property
     def backward_within_unknown(self) -> int:
-        """Frame compiles while training with no backward graph of their own whose input shapes the recording torch
-        did not record (torch 2.8): whether torch compiled their backward within them cannot be told, nor counted."""
+        """Training frame compiles without a backward graph whose input shapes torch 2.8 did not record."""
         return self._unknown_train.count()
 
     @property
     def backward_within(self) -> int:
-        """Frame compiles while training with a dynamic input dimension and no backward graph of their own: torch
-        compiles such a backward within the frame's compile (where it needs a size), not at the first backward.
-        Not those whose graph holds no op, nor those of a frame whose static compile needed no backward. With them,
-        those in which inductor looked up two FX graphs, the forward's and the backward's, whatever their shapes."""
+        """Training frame compiles that compiled their backward within them: dynamic ones (torch needs a size
+        there), unless opless or of a frame whose static compile needed no backward; and those in which inductor
+        looked up two FX graphs, whatever their shapes."""
         return self._dynamic_train.count(self._within) + self._built_backward.count()
 
     @property
     def backward_loaded(self) -> int:
-        """Training frame compiles that loaded their backward graph from the compile cache with the forward (the
-        AOTAutograd entry and two FX graphs hit): no backward is compiled at the first backward then."""
+        """Training frame compiles that loaded their backward graph from the compile cache with the forward."""
         return self._cached_backward.count()
 
     def causes_by_name(self) -> Counter[str]:
-        """Recompiles by cause and kind of stage, as diff and check compare them; the expected price apart
-        (``stage_switch (expected)``), evaluation's apart (``last_batch in eval``)."""
+        """Recompiles by :attr:`CauseRow.name`, as diff and check compare them."""
         counts: Counter[str] = Counter()
         for row in self.causes.values():
             counts[row.name] += row.count
@@ -672,9 +641,8 @@ AWAITED = 10_000  # compile ids awaiting their backward graph: it follows its fo
 
 @dataclass
 class Awaiting:
-    """Frame compiles that may yet get a backward graph of their own (a ``lazy_backward`` compile of the same id),
-    the latest :data:`AWAITED` of them; an older one is settled (counted, if ``settled`` says so, as one that got
-    none): memory stays bounded however many compile ids a file holds."""
+    """Frame compiles that may yet get a ``lazy_backward`` compile of their id: the latest :data:`AWAITED`, older
+    ones settled (counted, if ``settled`` says so, as getting none), so memory stays bounded."""
 
     ids: dict[str, None] = field(default_factory=dict)  # an ordered set: the oldest first
     settled: int = 0
@@ -709,7 +677,7 @@ def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classifie
     return Classified(str(cause), subject, bool(attributes.get(CompileAttr.RECOMPILE_EXPECTED)), behind)
 
 
-def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
+def loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
     """The loop spans a compilation happened under, innermost first (the application last, where it was)."""
     loops = []
     parent = others.get(span.parent_id or "")
@@ -723,19 +691,22 @@ def _loops_around(span: SpanRecord, others: Loops) -> list[SpanRecord]:
 
 
 def stage_named(stage: str, loops: list[SpanRecord]) -> str:
-    """Lightning's stage, or what names a stage run by its own Trainer call (``validate()``) where ``loops``
-    (the loop spans it ran under) hold its loop and no fit's training loop: the live console's words."""
+    """Lightning's stage, or ``validate()`` and the like for a stage its own Trainer call ran (no fit's training
+    loop among ``loops``), as the live console says it."""
     names = {loop.name for loop in loops}
     if stage in BY_ITSELF and TrainingSpanName.VALIDATION_LOOP in names and TrainingSpanName.TRAINING_LOOP not in names:
         return BY_ITSELF[stage]
     return stage
 
 
-def _outermost_loop(loops: list[SpanRecord]) -> str:
-    """The id of the outermost loop below the application (a fit's training loop, for a compile in its
-    validation), ``""`` for none."""
+def outermost_loop(loops: list[SpanRecord]) -> str:
+    """The id of the outermost loop below the application, ``""`` for none."""
     inside = [loop for loop in loops if loop.name != TrainingSpanName.APPLICATION]
     return inside[-1].span_id if inside else ""
+
+
+def _limit_hit(span: SpanRecord) -> bool:
+    return any(event.is_error and "recompile limit" in str(event.attributes) for event in span.events)
 
 
 def _whole(value: object) -> int | None:

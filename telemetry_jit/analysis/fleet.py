@@ -1,77 +1,44 @@
-"""Many ranks of one run as one answer: how compile time and counts spread over the ranks, which ranks
-compiled differently or missed the compile cache while the others hit, and how long ranks waited for
-the slowest at each compile they all did (the compile skew that ends jobs at the collective watchdog).
-
-The view's length does not grow with the rank count: distributions, groups of ranks and the odd ones
-by name, never a line per rank unless asked for.
-"""
+"""Many ranks of one run as one answer, whose length does not grow with the rank count: how compile time and
+counts spread, which ranks compiled differently or missed the cache, and how long ranks waited for the slowest at
+each shared compile (the skew that ends jobs at the collective watchdog)."""
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.cold_start import CacheLedger, explain
+from telemetry_jit.analysis.cold_start import explain
+from telemetry_jit.analysis.digest import RunDigest
 from telemetry_jit.analysis.ranks_said import OutOfStepSaid, out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.terminal import counted
 
-CompileKey = tuple[str, str, int]  # (compile id, trigger, occurrence: ids repeat after torch._dynamo.reset())
-
 
 @dataclass
 class RankFigures:
-    """What one rank compiled, reduced to what a comparison of ranks needs."""
+    """What one rank compiled, and what its watcher said of the ranks, live."""
 
     rank: int
-    node: str
-    compiles: int
-    compile_ms: float
-    recompiles: int
-    graph_breaks: int
-    cache_hits: int
-    cache_misses: int
-    sequence: tuple[tuple[str, str, str], ...]  # (compile id, frame, cause) of each compile, in order
-    ends: dict[CompileKey, int]  # when each compile ended (epoch ns)
-    frames: dict[CompileKey, str]
-    windows: list[tuple[int, int, bool]]  # (start, end, is a recompile) of each compile, epoch ns
-    cache_ledger: CacheLedger = field(default_factory=CacheLedger)  # each cache look-up: why this rank missed
-    said: list[OutOfStepSaid] = field(default_factory=list)  # what this rank's watcher said of the ranks, live
+    digest: RunDigest
+    said: list[OutOfStepSaid] = field(default_factory=list)
+
+    @property
+    def graph_breaks(self) -> int:
+        return sum(group.counted_by_torch for group in self.digest.breaks.values())
 
     @property
     def cache(self) -> str:
-        """What the compile cache did on this rank: from its look-ups, else torch's counts (torch 2.8 counts
-        remote caches only)."""
-        states = self.cache_ledger.states()
-        hits, misses = (states["hit"], states["miss"]) if states else (self.cache_hits, self.cache_misses)
+        """What the compile cache did on this rank: from its look-ups, else torch's counts (2.8: remote only)."""
+        states, warm = self.digest.cache_ledger.states(), self.digest.warm_start
+        hits, misses = (states["hit"], states["miss"]) if states else (warm.hits, warm.misses)
         if not (hits or misses):
             return "no compile-cache lookups"
         if not misses:
             return "warm: every graph from the compile cache"
         return "cold: every graph compiled" if not hits else "partly warm"
-
-
-def figures_of_rank(run: TelemetryRun) -> RankFigures:
-    digest = digest_of(run)
-    return RankFigures(
-        rank=run.rank,
-        node=run.node,
-        compiles=digest.compilations,
-        compile_ms=digest.compile_ms,
-        recompiles=digest.recompiles,
-        graph_breaks=sum(group.counted_by_torch for group in digest.breaks.values()),
-        cache_hits=digest.warm_start.hits,
-        cache_misses=digest.warm_start.misses,
-        sequence=tuple(digest.sequence),
-        ends=digest.ends,
-        frames=digest.end_frames,
-        windows=[(window.start_ns, window.end_ns, window.recompile) for window in digest.windows],
-        cache_ledger=digest.cache_ledger,
-        said=out_of_step_said(run),
-    )
 
 
 @dataclass(frozen=True)
@@ -127,7 +94,7 @@ class Group:
     difference: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"what": self.what, "ranks": self.ranks, "difference": self.difference}
+        return asdict(self)
 
 
 @dataclass
@@ -167,9 +134,9 @@ class Fleet:
 
 
 def fleet(run_id: str, figures: list[RankFigures]) -> Fleet:
-    """The fleet of one run from its ranks' figures (:func:`figures_of_rank` of each rank's run)."""
+    """The fleet of one run from its ranks' figures."""
     ranks = sorted(figures, key=lambda one: one.rank)
-    sequences = _groups(ranks, lambda r: r.sequence, _sequence_words)
+    sequences = _groups(ranks, lambda r: tuple(r.digest.sequence), _sequence_words)
     caches = _groups(ranks, lambda r: r.cache, lambda r: r.cache)
     if len(sequences) > 1:
         reference = next(r for r in ranks if r.rank == sequences[0].ranks[0])
@@ -181,8 +148,8 @@ def fleet(run_id: str, figures: list[RankFigures]) -> Fleet:
     return Fleet(
         run_id=run_id,
         ranks=ranks,
-        compile_s=spread({r.rank: r.compile_ms / 1000 for r in ranks}),
-        compilations=spread({r.rank: float(r.compiles) for r in ranks}),
+        compile_s=spread({r.rank: r.digest.compile_ms / 1000 for r in ranks}),
+        compilations=spread({r.rank: float(r.digest.compilations) for r in ranks}),
         sequences=sequences,
         caches=caches,
         skews=skews,
@@ -202,8 +169,8 @@ def _groups(ranks: list[RankFigures], key: Any, words: Any) -> list[Group]:
 def _sequence_words(figures: RankFigures) -> str:
     return ", ".join(
         (
-            counted(figures.compiles, "compilation"),
-            counted(figures.recompiles, "recompile"),
+            counted(figures.digest.compilations, "compilation"),
+            counted(figures.digest.recompiles, "recompile"),
             counted(figures.graph_breaks, "graph break"),
         )
     )
@@ -211,14 +178,13 @@ def _sequence_words(figures: RankFigures) -> str:
 
 def _first_difference(reference: RankFigures, other: RankFigures) -> str:
     """Where ``other``'s compiles first differ from ``reference``'s, in words."""
-    for index, (mine, theirs) in enumerate(zip(reference.sequence, other.sequence, strict=False)):
-        if mine != theirs:
-            return f"compile {index + 1}: {_compile_words(theirs)} where the others had {_compile_words(mine)}"
-    if len(other.sequence) > len(reference.sequence):
-        extra = other.sequence[len(reference.sequence)]
-        return f"{len(other.sequence) - len(reference.sequence)} more compiles, from {_compile_words(extra)}"
-    missing = reference.sequence[len(other.sequence)]
-    return f"{len(reference.sequence) - len(other.sequence)} fewer compiles, from {_compile_words(missing)}"
+    mine, theirs = reference.digest.sequence, other.digest.sequence
+    for index, (ours, its) in enumerate(zip(mine, theirs, strict=False)):
+        if ours != its:
+            return f"compile {index + 1}: {_compile_words(its)} where the others had {_compile_words(ours)}"
+    if len(theirs) > len(mine):
+        return f"{len(theirs) - len(mine)} more compiles, from {_compile_words(theirs[len(mine)])}"
+    return f"{len(mine) - len(theirs)} fewer compiles, from {_compile_words(mine[len(theirs)])}"
 
 
 def _compile_words(item: tuple[str, str, str]) -> str:
@@ -230,7 +196,7 @@ def _compile_words(item: tuple[str, str, str]) -> str:
 def _cache_difference(ranks: list[RankFigures], reference: int, other: int) -> str:
     """Why ``other`` missed the compile cache where ``reference`` (of the largest group) did not, in words."""
     by_rank = {figures.rank: figures for figures in ranks}
-    cold = explain(by_rank[reference].cache_ledger, by_rank[other].cache_ledger)
+    cold = explain(by_rank[reference].digest.cache_ledger, by_rank[other].digest.cache_ledger)
     if not cold.groups:
         return ""
     top = cold.groups[0]
@@ -242,14 +208,14 @@ def _cache_difference(ranks: list[RankFigures], reference: int, other: int) -> s
 
 
 def _skews(ranks: list[RankFigures]) -> tuple[list[Skew], Counter[int]]:
-    shared = set.intersection(*(set(figures.ends) for figures in ranks)) if ranks else set()
+    shared = set.intersection(*(set(figures.digest.ends) for figures in ranks)) if ranks else set()
     skews: list[Skew] = []
     last: Counter[int] = Counter()
     for key in shared:
-        ends = {figures.rank: figures.ends[key] for figures in ranks}
+        ends = {figures.rank: figures.digest.ends[key][0] for figures in ranks}
         slowest = max(ends, key=lambda rank: (ends[rank], -rank))
         wait = (ends[slowest] - min(ends.values())) / 1e6
-        skews.append(Skew(key[0], ranks[0].frames[key], wait, slowest))
+        skews.append(Skew(key[0], ranks[0].digest.ends[key][1], wait, slowest))
         if len(ranks) > 1 and wait > 0:
             last[slowest] += 1
     return sorted(skews, key=lambda skew: -skew.wait_ms), last
@@ -261,7 +227,7 @@ def fleets(runs: list[TelemetryRun]) -> list[Fleet]:
     for run in runs:
         by_run[run.run_id][run.rank] = run
     return [
-        fleet(run_id, [figures_of_rank(run) for run in members.values()])
+        fleet(run_id, [RankFigures(run.rank, digest_of(run), out_of_step_said(run)) for run in members.values()])
         for run_id, members in by_run.items()
         if len(members) > 1
     ]

@@ -1,11 +1,5 @@
-"""What the commands read: files and folders of telemetry files, and which run of each to show.
-
-A folder stands for the telemetry files in it (``*.jsonl``, rank files included). A file the exporter
-appended to several times holds several runs: the last started is shown (never an older one in its
-place, whatever each holds), and a note says so and how to pick another (``--all-runs``, ``--run ID``).
-Runs of several processes written into one file at once are said (``concurrent``): which one the user
-means, no reader can tell.
-"""
+"""What the commands read: files and folders (their ``*.jsonl``) of telemetry files, and which run of each to
+show: the last started (never an older one that looks better), with a note on how to pick another."""
 
 from __future__ import annotations
 
@@ -97,9 +91,8 @@ def load(
 
 
 def _one_job_per_rank_set(loaded: Loaded, held: dict[Path, list[TelemetryRun]]) -> None:
-    """Of the rank files of one name (``t.rank0.jsonl``, ``t.rank1.jsonl``, ...), show the ranks of one job: the
-    newest begun in them. A rank file holding no run of it is an earlier job's (that job had more ranks, or this
-    one's rank never wrote): said and left out, never read as a rank of this job."""
+    """Of the rank files of one name (``t.rank0.jsonl``, ...), show the ranks of the newest job; a rank file holding
+    no run of it is an earlier job's: said and left out, never read as a rank of this job."""
     sets: dict[tuple[Path, str], list[Path]] = {}
     instead: dict[int, TelemetryRun | None] = {}  # id of a run of another job -> its file's run of the job
     for path in held:

@@ -3,17 +3,16 @@ stalls, the graphs only some ranks compiled, the silent ranks, the ranks a failu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
-from telemetry_jit.analysis.runs import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun, number
 from telemetry_jit.schema import JitEventName, RanksAttr
 
 
 @dataclass(frozen=True)
 class OutOfStepSaid:
-    """One thing the rank watcher said live (a ``ranks_out_of_step`` event): a stall, a graph only some
-    ranks compiled, a silent rank, a rank that had not ended when the watcher's rank stopped."""
+    """One ``ranks_out_of_step`` event: a stall, a graph only some ranks compiled, a silent or unended rank."""
 
     kind: str
     ranks: tuple[int, ...]
@@ -25,47 +24,30 @@ class OutOfStepSaid:
     said_by: int
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "ranks": list(self.ranks),
-            "rank_count": self.rank_count,
-            "step": self.step,
-            "seconds": round(self.seconds, 3),
-            "waiting": self.waiting,
-            "line": self.line,
-            "said_by": self.said_by,
-        }
+        return {**asdict(self), "ranks": list(self.ranks), "seconds": round(self.seconds, 3)}
 
 
 def out_of_step_said(run: TelemetryRun) -> list[OutOfStepSaid]:
-    """What the watcher on this run's rank said, the answers only: a stall once (its end, or the last word on
-    it where its end was not seen), every other finding as said."""
+    """What the watcher on this run's rank said: a stall once (its last word), every other finding as said."""
     said: list[OutOfStepSaid] = []
-    for span in run.spans.values():
-        for event in span.events:
-            if event.name != JitEventName.RANKS_OUT_OF_STEP:
-                continue
-            a = event.attributes
-            ranks = a.get(RanksAttr.RANKS)
-            said.append(
-                OutOfStepSaid(
-                    kind=str(a.get(RanksAttr.KIND, "")),
-                    ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else (),
-                    rank_count=_int(a.get(RanksAttr.RANK_COUNT)),
-                    step=_int(a.get(RanksAttr.STEP)),
-                    seconds=float(a.get(RanksAttr.SECONDS) or 0.0),
-                    waiting=_int(a.get(RanksAttr.WAITING)),
-                    line=str(a.get(RanksAttr.LINE, "")),
-                    said_by=run.rank,
-                )
+    for event in run.events(JitEventName.RANKS_OUT_OF_STEP):
+        a = event.attributes
+        ranks = a.get(RanksAttr.RANKS)
+        said.append(
+            OutOfStepSaid(
+                kind=str(a.get(RanksAttr.KIND, "")),
+                ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else (),
+                rank_count=int(number(a.get(RanksAttr.RANK_COUNT))),
+                step=int(number(a.get(RanksAttr.STEP))),
+                seconds=float(a.get(RanksAttr.SECONDS) or 0.0),
+                waiting=int(number(a.get(RanksAttr.WAITING))),
+                line=str(a.get(RanksAttr.LINE, "")),
+                said_by=run.rank,
             )
+        )
     stalls: dict[tuple[tuple[int, ...], int], OutOfStepSaid] = {}
     for item in said:
         if item.kind in ("stall", "stall_ended"):
             stalls[(item.ranks, item.step)] = item  # the later word on one stall replaces the earlier
     others = [item for item in said if item.kind not in ("stall", "stall_ended", "heard_again")]
     return sorted(stalls.values(), key=lambda item: -item.seconds) + others
-
-
-def _int(value: object) -> int:
-    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0

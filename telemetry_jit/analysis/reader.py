@@ -1,10 +1,6 @@
-"""Load a telemetry file back into spans with their events and parent links.
-
-Two formats are read, told apart by their records: telemetry-jit's own (``FileExporter`` of this
-package) and nv-one-logger's ``FileExporter``. The latter has no parent links, no run id and
-millisecond timestamps: parents are inferred from time (each span hangs under the innermost span
-that contains it), and :attr:`TelemetryRun.lacks` says what the file could not tell.
-"""
+"""Load a telemetry file back into spans with their events and parent links: telemetry-jit's own format, or
+nv-one-logger's ``FileExporter`` (no parent links, no run id, millisecond timestamps: parents are inferred from
+time, and :attr:`TelemetryRun.lacks` says what the file could not tell)."""
 
 from __future__ import annotations
 
@@ -19,22 +15,9 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from telemetry_jit.analysis.digest import RunDigest
-from telemetry_jit.analysis.runs import EventRecord, FileDamage, SpanRecord, TelemetryRun, number
+from telemetry_jit.analysis.runs import EventRecord, FileDamage, SpanRecord, TelemetryRun
 from telemetry_jit.notices import say
 from telemetry_jit.schema import FILE_FORMAT_VERSION, JitSpanName, TrainingSpanName
-
-__all__ = [
-    "ITERATION_SPANS",
-    "MAX_EVENTS",
-    "MAX_SPANS",
-    "EventRecord",
-    "SpanRecord",
-    "TelemetryFileError",
-    "TelemetryRun",
-    "digest_of",
-    "number",
-    "read_telemetry",
-]
 
 
 class TelemetryFileError(ValueError):
@@ -44,18 +27,11 @@ class TelemetryFileError(ValueError):
 def read_telemetry(
     path: str | os.PathLike[str], skip_spans: Collection[str] = (), digest: bool = False
 ) -> list[TelemetryRun]:
-    """Read every run in ``path`` (``"-"``: standard input), in file order, a line at a time, in bounded memory
-    whatever the file holds: each run's compilations are folded into its :attr:`TelemetryRun.digest` as they
-    are read (exact counts and totals of every one), and of its spans and events the first :data:`MAX_SPANS`
-    spans and, of each event name, the first :data:`MAX_EVENTS` events (the last of them the latest) are kept;
-    the rest are counted (:attr:`TelemetryRun.spans_not_kept`, :attr:`TelemetryRun.events_not_kept`). With
-    ``digest``, compilations are not kept as spans at all.
-
-    A line that is no record (not JSON, binary data, longer than :data:`MAX_LINE_BYTES`, nested too deep) is
-    skipped and counted, and a last line cut short is skipped: the runs say what was lost
-    (:attr:`TelemetryRun.damage`), and one warning per file says it. ``skip_spans``: span names not to keep
-    (with their events), e.g. the per-iteration spans a long run exports by the million
-    (:data:`ITERATION_SPANS`); their lines are recognised without being parsed.
+    """Every run in ``path`` (``"-"``: standard input), in file order, read in bounded memory: compilations are
+    folded into :attr:`TelemetryRun.digest` as read (with ``digest``, not kept as spans); the first
+    :data:`MAX_SPANS` spans and :data:`MAX_EVENTS` events of each name are kept, the rest counted. A line that is
+    no record is skipped and counted (:attr:`TelemetryRun.damage`, one warning per file). ``skip_spans``: span
+    names not to keep (:data:`ITERATION_SPANS`, exported by the million), recognised without being parsed.
 
     Raises:
         FileNotFoundError: no such file.
@@ -272,8 +248,6 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
             record["span_id"],
             EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error"),
         )
-    else:
-        run.data_errors.append(record.get("event", {}).get("attributes", {}))
 
 
 def _ns(value: object) -> int:
@@ -305,8 +279,8 @@ def _attach(run: TelemetryRun, span_id: str, event: EventRecord) -> None:
 
 
 def _hold(run: TelemetryRun, events: list[EventRecord], event: EventRecord) -> None:
-    """Put ``event`` in ``events`` unless :data:`MAX_EVENTS` of its name are kept: then it replaces the latest of
-    them (a run's last word, such as the steps its last loop reached, is kept), which is counted as not kept."""
+    """Put ``event`` in ``events``; beyond :data:`MAX_EVENTS` of its name it replaces the latest (counted as not
+    kept), so a run's last word (the steps its last loop reached) is kept."""
     kept, latest = run._events_kept.get(event.name, (0, events))
     if kept >= MAX_EVENTS:
         at = next(i for i in range(len(latest) - 1, -1, -1) if latest[i].name == event.name)
@@ -418,5 +392,3 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
         run.lost_records += int(record["count"])
     elif kind == "health":
         run.health = {key: value for key, value in record.items() if key not in _RECORD_KEYS}
-    elif kind == "telemetry_data_error":
-        run.data_errors.append(record.get("attributes", {}))

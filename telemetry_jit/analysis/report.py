@@ -178,11 +178,11 @@ def render_fleet_report(fleet: Fleet, summary: RunSummary) -> str:
 
 def _ranks_timeline(fleet: Fleet) -> str:
     """One row per rank, compilations as bars (recompiles darker), the slowest rank's row marked."""
-    windows = [window for figures in fleet.ranks for window in figures.windows]
+    windows = [window for figures in fleet.ranks for window in figures.digest.windows]
     if not windows:
         return '<p class="muted">No compilations.</p>'
-    start = min(begin for begin, _, _ in windows)
-    end = max(finish for _, finish, _ in windows)
+    start = min(window.start_ns for window in windows)
+    end = max(window.end_ns for window in windows)
     scale = (_WIDTH - _LEFT - 10) / max(end - start, 1)
     row = max(1.0, min(14.0, 700 / len(fleet.ranks)))
     odd = set(fleet.odd_ranks)
@@ -193,10 +193,11 @@ def _ranks_timeline(fleet: Fleet) -> str:
         if row >= 8 or slow or figures.rank in odd:
             label = f"rank {figures.rank}" + (" (slowest)" if slow else " (odd)" if figures.rank in odd else "")
             parts.append(f'<text x="4" y="{y + row - 1:.1f}">{escape(label)}</text>')
-        for begin, finish, recompile in figures.windows:
+        for window in figures.digest.windows:
+            begin, finish = window.start_ns, window.end_ns
             x = _LEFT + (begin - start) * scale
             width = max((finish - begin) * scale, 1.0)
-            colour = "#b30000" if recompile else "#e34a33"
+            colour = "#b30000" if window.recompile else "#e34a33"
             height = max(row - 1, 1)
             parts.append(
                 f'<rect class="rank-compile" x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height:.1f}" '

@@ -48,8 +48,7 @@ MAX_LISTED = 1000  # compiles listed one by one; the totals count every one
 
 @dataclass
 class RunResources:
-    """Every measured compile of a run, in the order they were read (the first :data:`MAX_LISTED` listed), folded
-    one span at a time as the reader reads them."""
+    """Every measured compile of a run, folded a span at a time (the first :data:`MAX_LISTED` listed)."""
 
     compiles: list[CompileCost] = field(default_factory=list)
     measured: int = 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -83,7 +84,6 @@ class TelemetryRun:
     last_unix_ns: int = 0  # the latest time any of its records holds: where a run cut short is known to
     first_unix_ns: int = 0  # the earliest start its spans hold: when it began (0: none)
     spans: dict[str, SpanRecord] = field(default_factory=dict)
-    data_errors: list[dict[str, Any]] = field(default_factory=list)
     lost_records: int = 0  # records the writer could not put in the file (disk full, say), by its count
     # what telemetry could not do, as the writer's last record says (None: it never wrote one: killed, or older)
     health: dict[str, Any] | None = None
@@ -109,12 +109,22 @@ class TelemetryRun:
     def find(self, name: str) -> list[SpanRecord]:
         return [span for span in self.spans.values() if span.name == name]
 
+    def events(self, name: str) -> Iterator[EventRecord]:
+        """Its events called ``name``, on whichever span."""
+        return (event for span in self.spans.values() for event in span.events if event.name == name)
+
     @property
     def roots(self) -> list[SpanRecord]:
         return [span for span in self.spans.values() if span.parent_id not in self.spans]
 
     def parent(self, span: SpanRecord) -> SpanRecord | None:
         return self.spans.get(span.parent_id) if span.parent_id else None
+
+
+def add_new(values: list[Any], value: object, limit: int) -> None:
+    """Add ``value`` (not ``""`` or ``None``) to ``values`` once, while fewer than ``limit`` are kept."""
+    if value not in ("", None) and value not in values and len(values) < limit:
+        values.append(value)
 
 
 def number(value: object, default: float = 0.0) -> float:

@@ -17,10 +17,8 @@ _WORK = frozenset(LOOP_SPAN_NAMES) - {TrainingSpanName.APPLICATION}  # the loops
 
 @dataclass(frozen=True)
 class RunStatus:
-    """How a run ended: ``finished``; ``failed`` (the training raised) or ``interrupted`` (Ctrl-C, SIGTERM);
-    ``killed`` (its loops never ended and it never closed its file: killed, or still running);
-    ``incomplete`` (it ended, but records are missing from its file); or ``empty`` (it trained nothing: no
-    loop ran and nothing compiled, or a fit returned before its first training step)."""
+    """How a run ended: ``finished``, ``failed`` (it raised), ``interrupted`` (Ctrl-C, SIGTERM), ``killed`` (loops
+    never ended, file never closed), ``incomplete`` (records missing) or ``empty`` (it trained nothing)."""
 
     state: State
     detail: str  # what happened, in words

@@ -4,11 +4,19 @@ renderers share, read from the run's loops and its :class:`~telemetry_jit.analys
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
-from telemetry_jit.analysis.digest import BreakGroup, CauseRow, Fallback, RunDigest, stage_named
+from telemetry_jit.analysis.digest import (
+    BreakGroup,
+    CauseRow,
+    Fallback,
+    RunDigest,
+    loops_around,
+    outermost_loop,
+    stage_named,
+)
 from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.runs import EventRecord, SpanRecord, TelemetryRun, number
@@ -18,14 +26,7 @@ from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Pay
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 from telemetry_jit.terminal import counted, frame_label
 
-# the loop a run is measured by: the first kind it has
-LOOP_ORDER = (
-    TrainingSpanName.TRAINING_LOOP,
-    TrainingSpanName.VALIDATION_LOOP,
-    TrainingSpanName.TESTING_LOOP,
-    TrainingSpanName.APPLICATION,
-)
-LOOP_WORDS = {
+LOOP_WORDS = {  # in order: the loop a run is measured by is the first kind it has
     TrainingSpanName.TRAINING_LOOP: "the training loop",
     TrainingSpanName.VALIDATION_LOOP: "the validation loop",
     TrainingSpanName.TESTING_LOOP: "the test loop",
@@ -89,7 +90,7 @@ class RunSummary:
     run: TelemetryRun
     digest: RunDigest
     status: RunStatus
-    loop_name: str  # the loop the run is measured by (LOOP_ORDER)
+    loop_name: str  # the loop the run is measured by (LOOP_WORDS)
     wall_ms: float  # of that loop (every span of it), to the last record for one that never ended
     application_ms: float  # the whole application span: what compiling outside the loop is counted against
     compile_in_loop_ms: float  # compiling inside that loop
@@ -110,8 +111,7 @@ class RunSummary:
 
     @property
     def loop_words(self) -> str:
-        """``the training loop``, or ``the 3 training loops`` where the run holds several, whose figures are
-        said together."""
+        """``the training loop``, or ``the 3 training loops`` whose figures are said together."""
         words = LOOP_WORDS[self.loop_name]
         return words if self.loop_count <= 1 else f"the {counted(self.loop_count, words.removeprefix('the '))}"
 
@@ -141,8 +141,7 @@ class RunSummary:
 
     @property
     def payoff_sentence(self) -> str:
-        """The payoff in one line, with the likely reason when compiling loses: what runs inside timed
-        training steps (breaks of frames compiled in training, recompiles there beyond the expected price)."""
+        """The payoff in one line, with the likely reason when compiling loses (breaks, recompiles in training)."""
         if self.payoff is None:
             return ""
         digest = self.digest
@@ -183,30 +182,24 @@ def summarize(run: TelemetryRun) -> RunSummary:
     )
 
 
-def _events(run: TelemetryRun, name: JitEventName) -> Iterator[EventRecord]:
-    """The run's events called ``name``, on whichever span."""
-    return (event for span in run.spans.values() for event in span.events if event.name == name)
-
-
 def compiled_before(run: TelemetryRun) -> CompiledBefore | None:
     """What the process had compiled when the run's compile telemetry began (``None``: nothing)."""
-    said = next(_events(run, JitEventName.COMPILED_BEFORE_RUN), None)
+    said = next(run.events(JitEventName.COMPILED_BEFORE_RUN), None)
     return CompiledBefore.from_attributes(said.attributes) if said is not None else None
 
 
 def _not_compiled(run: TelemetryRun) -> list[NotCompiled]:
     """The modules ``Module.compile()`` compiled nothing of, each once (each hooked trainer class says it)."""
-    found = (NotCompiled.from_attributes(event.attributes) for event in _events(run, JitEventName.MODULE_NOT_COMPILED))
+    found = (NotCompiled.from_attributes(event.attributes) for event in run.events(JitEventName.MODULE_NOT_COMPILED))
     return list(dict.fromkeys(found))
 
 
 def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
-    """The fallbacks with their ``eager_fallback_cost`` (a run with several loops says it at each end: the
-    latest, over the most batches, is the one)."""
+    """The fallbacks with their ``eager_fallback_cost`` (said at each loop's end: the one over most batches)."""
     if not fallbacks:
         return []
     costs: dict[tuple[str, int], FallbackCost] = {}
-    for event in _events(run, JitEventName.FALLBACK_COST):
+    for event in run.events(JitEventName.FALLBACK_COST):
         cost = FallbackCost.from_attributes(event.attributes)
         key = (frame_label(cost.frame, cost.location), cost.step)
         if key not in costs or cost.batches_since >= costs[key].batches_since:
@@ -225,7 +218,7 @@ def _last_step(loops: list[SpanRecord]) -> int | None:
 
 
 def _measured_by(run: TelemetryRun) -> tuple[str, list[SpanRecord]]:
-    for name in LOOP_ORDER:
+    for name in LOOP_WORDS:
         loops = run.find(name)
         if loops:
             return name, loops
@@ -244,19 +237,14 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
             for name, value in attributes.items():
                 if name.startswith(prefix) and name.endswith("_s"):
                     phases[name[len(prefix) : -len("_s")]] += number(value)
-            loops = [span]  # the loop it was said on, and the loops around that (a fit's training loop)
-            for _ in range(64):  # a cycle in a damaged file must not hang the reader
-                above = run.parent(loops[-1])
-                if above is None or above.name == TrainingSpanName.APPLICATION:
-                    break
-                loops.append(above)
+            loops = [span, *loops_around(span, run.spans)]  # the loop it was said on, and those around it
             row = FirstStepRow(
                 stage_named(str(attributes.get(StepAttr.STAGE, "")), loops),
                 int(number(attributes.get(StepAttr.GLOBAL_STEP))),
                 number(attributes.get(StepAttr.WALL_MS)),
                 number(attributes.get(StepAttr.COMPILE_MS)),
                 dict(phases),
-                loop=loops[-1].span_id,
+                loop=outermost_loop(loops),
             )
             steps.append((event.time_unix_ns, row))
     return [row for _, row in sorted(steps, key=lambda item: item[0])]

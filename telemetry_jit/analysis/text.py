@@ -1,9 +1,6 @@
-"""The analysis as terminal text: the summary, the comparison of ranks, the diff of two runs. Every line is
-one printable line, wrapped (never cut mid-word) where it is long, within the terminal's width (``COLUMNS``,
-else the terminal's own; at most 118 columns of running text) as Lightning's and rich's tables do: a table
-wider than the terminal wraps its widest cells over several lines, and one that cannot fit at all is shown a
-row at a time, one field a line. A table cell is cut at 100 characters with ``…`` (torch's reasons run to
-megabytes); the whole text of what it cut is in ``--json`` and the report."""
+"""The analysis as terminal text: printable lines wrapped (never mid-word) within the terminal's width, at most 118
+columns; a table too wide wraps its widest cells, or shows a field a line. A table cell is cut at 100 characters
+(torch's reasons run to megabytes); ``--json`` and the report hold the whole text."""
 
 from __future__ import annotations
 
@@ -29,8 +26,7 @@ _MIN_COLUMN = 16  # a table column is not wrapped narrower than its header, its 
 
 
 def terminal_width() -> int | None:
-    """The terminal's width in columns: ``COLUMNS``, else the width of the terminal standard output is;
-    ``None`` where neither says (output to a pipe or a file: the text keeps its own widths)."""
+    """``COLUMNS``, else standard output's terminal width; ``None`` for a pipe or a file."""
     columns = shutil.get_terminal_size(fallback=(0, 0)).columns
     return columns if columns > 0 else None
 
@@ -41,17 +37,15 @@ def _text_width() -> int:
 
 
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
-    """``text`` fit for one table cell: its first line, control characters shown as ``?``, at most ``limit``
-    characters (torch's reasons run to many lines, and a user's message to megabytes)."""
+    """``text``'s first line, control characters shown as ``?``, at most ``limit`` characters."""
     first = str(text).strip().split("\n", 1)[0]
     first = "".join(c if c.isprintable() else "?" for c in first[: limit + 1])
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
 def wrapped(text: object, indent: str, width: int | None = None) -> list[str]:
-    """``text`` as printable lines of at most ``width`` characters (default: the terminal's, at most 118), the
-    first starting with ``indent`` (``"  1. "``), the others indented two deeper than it: never cut mid-word,
-    nothing left out (up to 4,000 characters)."""
+    """``text`` (up to 4,000 characters) as printable lines within ``width``, the first after ``indent``, the
+    others two deeper."""
     width = _text_width() if width is None else width
     printable = "".join(c if c.isprintable() else "?" for c in " ".join(str(text).split())[:4000])
     rest = " " * (len(indent) + 2)
@@ -86,15 +80,13 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
 
 
 def _floors(cells: list[list[str]], widths: list[int]) -> list[int]:
-    """How narrow each column may be wrapped: its header and its longest word stay whole (up to
-    :data:`_MIN_COLUMN`), so that no word is split."""
+    """How narrow each column may be: its header and longest word (up to :data:`_MIN_COLUMN`) stay whole."""
     longest = [max(len(word) for row in cells for word in row[i].split() or [""]) for i in range(len(widths))]
     return [min(width, max(len(cells[0][i]), min(longest[i], _MIN_COLUMN))) for i, width in enumerate(widths)]
 
 
 def _narrowed(widths: list[int], floors: list[int], room: int) -> list[int] | None:
-    """Column widths within ``room``, the one with the most to give narrowed first, none below its floor;
-    ``None`` when even the floors do not fit."""
+    """Widths within ``room``, the one with most to give narrowed first; ``None`` if the floors do not fit."""
     if sum(floors) > room:
         return None
     widths = list(widths)
@@ -105,7 +97,7 @@ def _narrowed(widths: list[int], floors: list[int], room: int) -> list[int] | No
 
 
 def _rows_one_field_a_line(cells: list[list[str]], width: int) -> list[str]:
-    """A table too wide for the terminal whichever way it is wrapped: each row by itself, a field a line."""
+    """A table too wide however wrapped: a field a line."""
     headers, *rows = cells
     lines: list[str] = []
     for row in rows:
@@ -115,8 +107,7 @@ def _rows_one_field_a_line(cells: list[list[str]], width: int) -> list[str]:
 
 
 def _fitted(lines: list[str]) -> str:
-    """The lines as one text, each line longer than the terminal wrapped under its own indent (tables and
-    running text fit already; this holds the rest: headings, figures written as one line)."""
+    """The lines as one text, each line longer than the terminal wrapped under its own indent."""
     columns = terminal_width()
     if columns is None:
         return "\n".join(lines)
@@ -131,9 +122,7 @@ def _fitted(lines: list[str]) -> str:
 
 
 def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -> str:
-    """The summary as terminal text: how the run ended (when it did not finish), what to fix first, what needs
-    no fixing, what the rank watcher said (unless ``ranks_said`` is false: a fleet view said it), the figures
-    with their units, then the tables."""
+    """The summary as terminal text (``ranks_said`` false: a fleet view said what the rank watcher said)."""
     s = summarize(run)
     source = f"run {short_run_id(run.run_id)}" if run.file_format == FILE_FORMAT else f"{run.file_format} file"
     lines = [f"telemetry-jit summary ({source}, rank {run.rank})"]
@@ -256,12 +245,8 @@ def _speedup(payoff: Payoff | None) -> str:
     return f"{payoff.speedup:.2f}x" if payoff is not None and payoff.measured else "not measured"
 
 
-def _rate(rate: float | None) -> str:
-    return "n/a" if rate is None else f"{100 * rate:.0f}%"
-
-
-def _share(share: float | None) -> str:
-    return "n/a" if share is None else f"{100 * share:.1f}%"
+def _percent(fraction: float | None, places: int) -> str:
+    return "n/a" if fraction is None else f"{100 * fraction:.{places}f}%"
 
 
 def format_cold_start(cold: ColdStart) -> str:
@@ -282,19 +267,20 @@ def _cold_start_lines(cold: ColdStart) -> list[str]:
 
 def format_diff(result: RunDiff) -> str:
     """The two runs side by side, as terminal text: what is new, what went away, what changed."""
-    base, new = result.base, result.new
+    base, new = result.base.digest, result.new.digest
+    rates = _percent(base.warm_start.hit_rate, 0), _percent(new.warm_start.hit_rate, 0)
     rows = [
         ("compile time", f"{base.compile_ms / 1000:.2f} s", f"{new.compile_ms / 1000:.2f} s"),
-        ("share of loop", _share(base.share), _share(new.share)),
+        ("share of loop", _percent(result.base.share, 1), _percent(result.new.share, 1)),
         ("frame compiles", str(base.frame_compiles), str(new.frame_compiles)),
         ("backward graphs", str(base.backward_graphs), str(new.backward_graphs)),
         ("recompilations", str(base.recompiles), str(new.recompiles)),
         ("  unexpected", str(base.unexpected_recompiles), str(new.unexpected_recompiles)),
-        ("graph breaks", str(sum(base.breaks.values())), str(sum(new.breaks.values()))),
-        ("cache hit rate", _rate(base.cache_hit_rate), _rate(new.cache_hit_rate)),
+        ("graph breaks", str(base.break_count), str(new.break_count)),
+        ("cache hit rate", *rates),
     ]
-    if base.payoff is not None or new.payoff is not None:
-        rows.append(("compile speedup", _speedup(base.payoff), _speedup(new.payoff)))
+    if result.base.payoff is not None or result.new.payoff is not None:
+        rows.append(("compile speedup", _speedup(result.base.payoff), _speedup(result.new.payoff)))
     lines = ["telemetry-jit diff (base -> new)"]
     for side, status in result.statuses():
         if not status.finished:
@@ -318,19 +304,19 @@ def format_diff(result: RunDiff) -> str:
             else ("this is the caches' doing, not a code change")
         )
         lines += [""] + wrapped(
-            f"the compilations differ only where the compile caches served graphs (cache hits {base.cache_hits} -> "
-            f"{new.cache_hits}): the same frames compiled for the same reasons, so {so} "
+            "the compilations differ only where the compile caches served graphs (cache hits "
+            f"{base.warm_start.hits} -> {new.warm_start.hits}): the same frames compiled for the same reasons, so {so} "
             "(compare runs with the caches in the same state: both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for "
             "both)",
             "  ",
         )
     elif result.caches_differ:
         lines += [""] + wrapped(
-            f"the compile caches were not in the same state (hit rate {_rate(base.cache_hit_rate)} -> "
-            f"{_rate(new.cache_hit_rate)}): compile time and backward graphs differ by what the caches served as "
-            "well as by the change (a cache hit loads a backward graph a cold run compiles); for the change's own "
-            "effect, compare with the caches in the same state (both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 "
-            "for both). Recompiles and graph breaks are the change's.",
+            f"the compile caches were not in the same state (hit rate {rates[0]} -> {rates[1]}): compile time "
+            "and backward graphs differ by what the caches served as well as by the change (a cache hit loads a "
+            "backward graph a cold run compiles); for the change's own effect, compare with the caches in the same "
+            "state (both warm, or TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 for both). Recompiles and graph breaks are the "
+            "change's.",
             "  ",
         )
     lines += _cold_start_lines(result.cold_start)

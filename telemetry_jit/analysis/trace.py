@@ -31,18 +31,11 @@ _NO_PROCESS_PIDS = 2**22
 
 
 def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
-    """The runs as a Trace Event Format document (``{"traceEvents": [...]}``), in absolute time (µs since
-    the Unix epoch, :data:`TIME_ORIGIN`), ready to be opened beside torch's own traces; ``others`` are such
-    traces (``(name, document)``: tlparse's ``chromium_events.json``, a ``torch.profiler`` export) merged in.
-
-    Each run and rank is a process: its OS pid where the file knows it (a ``torch.profiler`` trace of the
-    same process lands on the same track), else a number of its own; spans are complete events
-    (``ph: X``) that nest by time, so compilations sit inside the loop that was running; span events such
-    as ``graph_break`` are thread-scoped instant events. A span that never ended (the process was killed)
-    lasts until the last timestamp of its rank and carries ``"unfinished": true``. Of a run with more spans or
-    events than the reader keeps (:func:`~telemetry_jit.analysis.reader.read_telemetry`), the first are drawn and
-    ``otherData.runs`` counts the rest by name.
-    """
+    """The runs as a Trace Event document in absolute time (:data:`TIME_ORIGIN`), ``others`` (``(name, document)``:
+    tlparse's, ``torch.profiler``'s) merged in. Each run and rank is a process (its OS pid where known, so a profile
+    of it joins its track); spans are ``X`` events nesting by time, their events instants. A span that never ended
+    lasts to its rank's last timestamp, ``"unfinished": true``; ``otherData.runs`` counts what the reader did not
+    keep."""
     pids = _pids(runs)
     events: list[dict[str, Any]] = []
     for run, pid in zip(runs, pids, strict=True):
@@ -82,13 +75,10 @@ def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
     status = run_status(run)
     label = f"run {short_run_id(run.run_id)} rank {run.rank} {run.node}".strip()
     label += "" if status.finished else f" ({status.state})"
-    events: list[dict[str, Any]] = [
-        {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": metadata}
-        for name, tid, metadata in (
-            ("process_name", 0, {"name": label}),
-            ("process_sort_index", 0, {"sort_index": run.rank}),
-            ("thread_name", _OWN_TID, {"name": "telemetry-jit"}),
-        )
+    events = [
+        _metadata("process_name", pid, 0, {"name": label}),
+        _metadata("process_sort_index", pid, 0, {"sort_index": run.rank}),
+        _metadata("thread_name", pid, _OWN_TID, {"name": "telemetry-jit"}),
     ]
     last = max((s.end_unix_ns or s.start_unix_ns for s in run.spans.values()), default=0)
     for span in sorted(run.spans.values(), key=_order):
@@ -128,12 +118,10 @@ MAX_MERGED_BYTES = 2**30  # another tool's trace: torch.profiler exports of long
 
 
 def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
-    """Another tool's trace (``trace --with``), read within bounds: a regular file of at most
-    :data:`MAX_MERGED_BYTES`, JSON nested no deeper than Python parses.
+    """Another tool's trace (``trace --with``): a regular file of at most :data:`MAX_MERGED_BYTES`.
 
     Raises:
-        ValueError: it is no regular file (a device such as /dev/zero, a FIFO), too large, too deeply nested,
-            not JSON, or not a Trace Event document.
+        ValueError: no regular file (a device, a FIFO), too large or deep, not JSON, not a Trace Event document.
         OSError: it cannot be read.
     """
     # opened without waiting: a FIFO's open would block until some process writes to it
@@ -156,11 +144,7 @@ def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
 
 
 def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
-    """The events of a Trace Event document (a list, or an object with ``traceEvents``).
-
-    Raises:
-        ValueError: it is neither.
-    """
+    """The events of a Trace Event document (a list, or an object with ``traceEvents``); ValueError if neither."""
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
         raise ValueError("not a Trace Event document (a list of events, or an object with traceEvents)")
@@ -168,9 +152,7 @@ def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
 
 
 def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
-    """Another tool's trace in absolute time: a ``torch.profiler`` export's times are relative to its
-    ``baseTimeNanoseconds``; torch's compile trace puts everything on pid 0, which gets a number no process can
-    have (above Linux's largest pid) and a name saying so."""
+    """Another tool's trace in absolute time (``baseTimeNanoseconds`` added); pid 0 renumbered above any real pid."""
     base_us = 0.0
     if isinstance(document, dict) and isinstance(document.get("baseTimeNanoseconds"), (int, float)):
         base_us = document["baseTimeNanoseconds"] / 1000
@@ -186,17 +168,14 @@ def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
             event["pid"] = pid
         events.append(event)
     events += [
-        {
-            "ph": "M",
-            "name": "process_name",
-            "ts": 0,
-            "pid": pid,
-            "tid": 0,
-            "args": {"name": f"{name} (no process: pid {old} in that file)"},
-        }
+        _metadata("process_name", pid, 0, {"name": f"{name} (no process: pid {old} in that file)"})
         for old, pid in renamed.items()
     ]
     return events
+
+
+def _metadata(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
+    return {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": args}
 
 
 def _order(span: SpanRecord) -> tuple[int, int]:

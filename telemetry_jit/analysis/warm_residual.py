@@ -53,10 +53,9 @@ class Residual:
 
 def torch_features(run: TelemetryRun) -> list[str] | None:
     """What the recording torch offered (``compile_summary``'s ``compile.torch_features``); ``None``: not said."""
-    for span in run.spans.values():
-        for event in span.events:
-            if event.name == JitEventName.COMPILE_SUMMARY and WarmStartAttr.TORCH_FEATURES in event.attributes:
-                return [str(name) for name in event.attributes[WarmStartAttr.TORCH_FEATURES] or ()]
+    for event in run.events(JitEventName.COMPILE_SUMMARY):
+        if WarmStartAttr.TORCH_FEATURES in event.attributes:
+            return [str(name) for name in event.attributes[WarmStartAttr.TORCH_FEATURES] or ()]
     return None
 
 

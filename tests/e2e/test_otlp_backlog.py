@@ -19,8 +19,8 @@ from telemetry_jit.exporters.otlp_transport import (
     OTEL_LOGGERS,
     FailureTap,
     RetryingSpanExporter,
+    build_exporter,
     request_bytes,
-    span_exporter,
     tap_sdk_loggers,
     untap_sdk_loggers,
 )
@@ -71,7 +71,7 @@ def tap() -> Iterator[FailureTap]:
 def exporter(protocol: str, port: int, tap: FailureTap, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
     endpoint = f"http://127.0.0.1:{port}" + ("/v1/traces" if protocol == "http/protobuf" else "")
     settings = OTLPSettings.resolve(OTLPOptions(endpoint=endpoint, protocol=protocol, timeout=0.5, metrics=False))
-    return RetryingSpanExporter(span_exporter(settings), 2048, max_batch=BATCH, max_bytes=max_bytes, tap=tap)
+    return RetryingSpanExporter(build_exporter(settings, "traces"), 2048, max_batch=BATCH, max_bytes=max_bytes, tap=tap)
 
 
 def receiver(protocol: str, port: int, max_bytes: int = 0) -> GrpcReceiver | HttpReceiver:
@@ -184,6 +184,9 @@ def test_a_span_failure_is_never_taken_for_a_metrics_one_whatever_the_endpoint_i
     settings = OTLPSettings.resolve(
         OTLPOptions(endpoint="http://metrics-gateway.invalid:4317", protocol="grpc", timeout=0.5, metrics=False)
     )
-    assert RetryingSpanExporter(span_exporter(settings), 16, tap=tap).export(spans(1)) is SpanExportResult.FAILURE
+    assert (
+        RetryingSpanExporter(build_exporter(settings, "traces"), 16, tap=tap).export(spans(1))
+        is SpanExportResult.FAILURE
+    )
     assert "Failed to export traces to metrics-gateway.invalid" in tap.first_reason
     assert tap.metrics_reason == ""

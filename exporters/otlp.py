@@ -14,7 +14,8 @@ import os
 import random
 import re
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from dataclasses import fields
 from importlib import metadata
 from typing import Any
 
@@ -39,17 +40,22 @@ from telemetry_jit.notices import NOWHERE, Notices
 from telemetry_jit.schema import JitSpanName, otel_dropped, otel_name
 
 from .finished import FinishedSpan, unix_ns
-from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, environment_service_name, redact_url
+from .otlp_settings import (
+    OTLPOptions,
+    OTLPSettings,
+    environment_service_name,
+    redact_url,
+    tap_sdk_loggers,
+    untap_sdk_loggers,
+)
 from .otlp_transport import (
+    OTEL_LOGGERS,
     CountingMetricExporter,
     FailureTap,
     RetryingSpanExporter,
     bounded,
     build_exporter,
-    check_with_sdk,
-    require_transports,
-    tap_sdk_loggers,
-    untap_sdk_loggers,
+    checked_exporters,
 )
 
 _SDK = call_site("opentelemetry.trace", "OpenTelemetry's tracer (OTLP export of a span)")
@@ -151,33 +157,25 @@ class OTLPExporter(BaseExporter):
         identity: IdentityTracker | None = None,
     ) -> None:
         super().__init__()
-        self.options = OTLPOptions(
-            endpoint=endpoint,
-            protocol=protocol,
-            headers=headers,
-            service_name=service_name,
-            timeout=timeout,
-            insecure=insecure,
-            certificate_file=certificate_file,
-            resource_attributes=resource_attributes,
-            max_queue_size=max_queue_size,
-            schedule_delay_millis=schedule_delay_millis,
-            max_export_batch_size=max_export_batch_size,
-            export_timeout_millis=export_timeout_millis,
-            max_request_bytes=max_request_bytes,
-            metrics=metrics,
-        )
+        arguments = locals()  # the options, each by its OTLPOptions name
+        self.options = OTLPOptions(**{option.name: arguments[option.name] for option in fields(OTLPOptions)})
         self.settings = OTLPSettings.resolve(self.options)
-        if span_exporter is None:
-            require_transports(self.settings)
-            check_with_sdk(self.settings)
+        built: dict[str, Any] = checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
+        self._metric_exporter = built.get("metrics")
+        self._log_filter = FailureTap()
+        self._retrying = RetryingSpanExporter(
+            built["traces"],
+            retry_buffer_size,
+            on_failure=self._undelivered,
+            max_batch=int(self.settings.batch["max_export_batch_size"]),
+            max_bytes=self.settings.max_request_bytes,
+            tap=self._log_filter,
+            on_refused=self._refused,
+        )
         self.identity = identity or IdentityTracker()
-        self.capacity = retry_buffer_size  # spans kept from failed exports
-        self._span_exporter = span_exporter
         self._provider: TracerProvider | None = None
         self._meter_provider: MeterProvider | None = None
         self._spans: dict[Any, trace.Span] = {}
-        self._log_filter = FailureTap()
         self._notices = Notices()
         self._ended = 0
         self._sampled_out = 0  # spans the user's sampler (OTEL_TRACES_SAMPLER) left out
@@ -228,23 +226,12 @@ class OTLPExporter(BaseExporter):
 
     @override
     def initialize(self) -> None:
-        """Build what sends; with the service named (``configure`` names it), the providers too, so nothing is
-        left to fail mid-run."""
+        """With the service named (``configure`` names it), build the providers now, so nothing is left to fail
+        mid-run."""
         super().initialize()
-        tap_sdk_loggers(self._log_filter)
-        with _refused_settings(self.settings):
-            spans = self._span_exporter or build_exporter(self.settings, "traces")
-            self._retrying = RetryingSpanExporter(
-                spans,
-                self.capacity,
-                on_failure=self._undelivered,
-                max_batch=int(self.settings.batch["max_export_batch_size"]),
-                max_bytes=self.settings.max_request_bytes,
-                tap=self._log_filter,
-                on_refused=self._refused,
-            )
-            if self.service_name is not None:
-                _ = self._tracer, self.meter_provider
+        tap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
+        if self.service_name is not None:
+            _ = self._tracer, self.meter_provider
 
     @functools.cached_property
     def _tracer(self) -> trace.Tracer:
@@ -265,7 +252,9 @@ class OTLPExporter(BaseExporter):
         if not self.settings.metrics or not self.ready:
             return None
         if self._meter_provider is None:
-            self._metrics = CountingMetricExporter(build_exporter(self.settings, "metrics"), self._metrics_undelivered)
+            self._metrics = CountingMetricExporter(
+                self._metric_exporter or build_exporter(self.settings, "metrics"), self._metrics_undelivered
+            )
             reader = PeriodicExportingMetricReader(
                 self._metrics,
                 export_interval_millis=self.settings.metrics_interval_ms,
@@ -285,7 +274,7 @@ class OTLPExporter(BaseExporter):
         self._warn(
             "unreachable",
             f"telemetry-jit: {self!r} could not deliver spans ({reason}); they are kept (up to "
-            f"{self.capacity}) and sent again after the next batch, training goes on. What was not "
+            f"{self._retrying.capacity}) and sent again after the next batch, training goes on. What was not "
             "delivered is counted at the end of the run.",
         )
 
@@ -306,14 +295,14 @@ class OTLPExporter(BaseExporter):
 
     def delivery(self) -> dict[str, int]:
         """Every signal's delivery so far (spans dropped: known at close)."""
-        retrying = getattr(self, "_retrying", None)
+        retrying = self._retrying
         delivery = {
             "spans": self._ended,
-            "spans_delivered": self.delivered,
+            "spans_delivered": retrying.delivered,
             "spans_dropped": self.dropped,
-            "exports_failed": retrying.failures if retrying is not None else 0,
-            "spans_resent": retrying.resent if retrying is not None else 0,
-            "spans_refused": retrying.refused if retrying is not None else 0,
+            "exports_failed": retrying.failures,
+            "spans_resent": retrying.resent,
+            "spans_refused": retrying.refused,
             "spans_sampled_out": self._sampled_out,
         }
         if self._metrics is not None:
@@ -450,7 +439,7 @@ class OTLPExporter(BaseExporter):
         finished = bounded(shutdowns, self.settings.flush_timeout_s)
         if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
-        untap_sdk_loggers(self._log_filter)
+        untap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
             self._warn(
@@ -468,7 +457,7 @@ class OTLPExporter(BaseExporter):
         )
         causes = [
             f"{retrying.refused} too large for any request" if retrying.refused else "",
-            f"{retrying.overflowed} beyond the backlog of {self.capacity}" if retrying.overflowed else "",
+            f"{retrying.overflowed} beyond the backlog of {retrying.capacity}" if retrying.overflowed else "",
         ]
         given_up = self.dropped - retrying.refused - retrying.overflowed
         if given_up > 0:
@@ -481,8 +470,7 @@ class OTLPExporter(BaseExporter):
 
     @property
     def delivered(self) -> int:
-        retrying = getattr(self, "_retrying", None)
-        return retrying.delivered if retrying is not None else 0
+        return self._retrying.delivered
 
 
 _TYPED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Interrupt|Exit|Warning)\w*): (.*)", re.S)
@@ -505,19 +493,6 @@ def _own_version() -> str:
         return metadata.version("telemetry-jit")
     except metadata.PackageNotFoundError:
         return "0+unknown"
-
-
-@contextlib.contextmanager
-def _refused_settings(settings: OTLPSettings) -> Iterator[None]:
-    """OpenTelemetry refusing what it was given while the exporter is built: a settings error that says so."""
-    try:
-        yield
-    except OTLPSettingsError:
-        raise
-    except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting, not a trace
-        raise OTLPSettingsError(
-            f"OpenTelemetry could not build the OTLP exporter with these settings: {settings.scrub(str(error))}"
-        ) from None
 
 
 def _application_name() -> str | None:

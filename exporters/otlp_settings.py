@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 from urllib.parse import ParseResult, parse_qsl, unquote, urlencode, urlparse, urlunparse
@@ -127,13 +127,23 @@ def sdk_said(*loggers: str) -> Iterator[list[str]]:
             return True
 
     tap = Collect()
-    for name in loggers:
-        logging.getLogger(name).filters.insert(0, tap)  # first: a filter that drops the line stops the others
+    tap_sdk_loggers(tap, loggers)
     try:
         yield said
     finally:
-        for name in loggers:
-            logging.getLogger(name).removeFilter(tap)
+        untap_sdk_loggers(tap, loggers)
+
+
+def tap_sdk_loggers(tap: logging.Filter, loggers: Iterable[str]) -> None:
+    """``tap`` first among the filters of ``loggers``: a filter that drops a line stops the others (gRPC's exporter
+    puts the SDK's DuplicateFilter on its logger, which drops a line whose format it saw in the last 20 s)."""
+    for name in loggers:
+        logging.getLogger(name).filters.insert(0, tap)
+
+
+def untap_sdk_loggers(tap: logging.Filter, loggers: Iterable[str]) -> None:
+    for name in loggers:
+        logging.getLogger(name).removeFilter(tap)
 
 
 @dataclass(frozen=True)
@@ -311,7 +321,7 @@ _CHOICES = {  # variables the SDK reads itself and takes anything for (anything 
     OTEL_SDK_DISABLED: ("true", "false"),
     **{f"OTEL_EXPORTER_OTLP_{s}INSECURE": ("true", "false") for s in _SIGNALS},
 }
-# variables OpenTelemetry's exporters check as they are built (telemetry_jit.exporters.otlp_transport.check_with_sdk)
+# variables OpenTelemetry's exporters check as they are built (otlp_transport.checked_exporters)
 CHECKED_BY_THE_EXPORTERS = (
     *(f"OTEL_EXPORTER_OTLP_{s}COMPRESSION" for s in _SIGNALS),
     OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE,

@@ -4,7 +4,7 @@ bound whatever the collector does."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
 import os
 import re
@@ -58,22 +58,6 @@ _DISTRIBUTIONS = {  # protocol -> (OpenTelemetry's package, the distribution tha
 _CLASSES = {"traces": ("trace_exporter", "OTLPSpanExporter"), "metrics": ("metric_exporter", "OTLPMetricExporter")}
 
 
-def require_transports(settings: OTLPSettings) -> None:
-    """Refuse, before anything runs, settings whose protocol's exporter is not installed (the ``otlp`` extra)."""
-    protocols = {settings.protocol, settings.metrics_protocol} if settings.metrics else {settings.protocol}
-    for protocol in sorted(protocols):
-        package, distribution = _DISTRIBUTIONS[protocol]
-        try:
-            found = importlib.util.find_spec(package) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise OTLPSettingsError(
-                f"OTLP over {protocol} needs {distribution}, which is not installed here: "
-                "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
-            )
-
-
 # where OpenTelemetry's exporters warn of a setting they will not use, as they are built (then use their default)
 _SETTINGS_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http._common",
@@ -82,18 +66,23 @@ _SETTINGS_LOGGERS = (
 )
 
 
-def check_with_sdk(settings: OTLPSettings) -> None:
-    """Build OpenTelemetry's exporters as ``settings`` say and put them away: a variable they read themselves
-    and would refuse mid-run, or warn of and replace by a default (compression, temporality, histogram
-    aggregation), is refused now, before training, naming the variable."""
+def checked_exporters(settings: OTLPSettings) -> dict[str, Any]:
+    """OpenTelemetry's exporters as ``settings`` say, built now: a variable they read themselves and would refuse
+    mid-run, or warn of and replace by a default (compression, temporality, histogram aggregation), is refused
+    before training, naming the variable; so is a protocol not installed."""
     signals: tuple[Signal, ...] = ("traces", "metrics") if settings.metrics else ("traces",)
+    built: dict[str, Any] = {}
     with sdk_said(*_SETTINGS_LOGGERS) as said:
         for signal in signals:
             try:
-                build_exporter(settings, signal).shutdown()
+                built[signal] = build_exporter(settings, signal)
+            except OTLPSettingsError:
+                raise
             except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting
                 said.append(f"{type(error).__name__}: {error}")
     if said:
+        for exporter in built.values():
+            exporter.shutdown()
         objection = settings.scrub(said[0])
         named = [
             f"{name}={value!r}"
@@ -103,6 +92,7 @@ def check_with_sdk(settings: OTLPSettings) -> None:
         raise OTLPSettingsError(
             f"{named[0] if named else 'The OTLP settings'}: OpenTelemetry's exporter would not use it ({objection})."
         )
+    return built
 
 
 def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
@@ -110,7 +100,14 @@ def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
     traces = signal == "traces"
     protocol = settings.protocol if traces else settings.metrics_protocol
     module, name = _CLASSES[signal]  # imported when first built
-    exporter_class = getattr(importlib.import_module(f"{_DISTRIBUTIONS[protocol][0]}.{module}"), name)
+    package, distribution = _DISTRIBUTIONS[protocol]
+    try:
+        exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
+    except ImportError:
+        raise OTLPSettingsError(
+            f"OTLP over {protocol} needs {distribution}, which is not installed here: "
+            "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
+        ) from None
     common = {
         "endpoint": settings.endpoint if traces else settings.metrics_endpoint,
         "headers": dict(settings.headers if traces else settings.metrics_headers) or None,
@@ -180,19 +177,6 @@ def _session_trusting_the_given_certificate() -> Any:
             return settings
 
     return Session()
-
-
-def tap_sdk_loggers(tap: logging.Filter) -> None:
-    """``tap`` first among the filters of OpenTelemetry's loggers: gRPC's exporter puts the SDK's DuplicateFilter on
-    its logger when first imported (at ``configure``, building the exporters to check the settings), and it drops a
-    line whose format it saw in the last 20 s, whatever it says: the metrics failure after the spans', say."""
-    for name in OTEL_LOGGERS:
-        logging.getLogger(name).filters.insert(0, tap)
-
-
-def untap_sdk_loggers(tap: logging.Filter) -> None:
-    for name in OTEL_LOGGERS:
-        logging.getLogger(name).removeFilter(tap)
 
 
 # OpenTelemetry's gRPC exporter logs both signals under one logger, naming the signal ("Failed to export metrics to

@@ -14,15 +14,19 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from telemetry_jit.exporters.otlp_settings import DEFAULT_MAX_REQUEST_BYTES, OTLPOptions, OTLPSettings
+from telemetry_jit.exporters.otlp_settings import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    OTLPOptions,
+    OTLPSettings,
+    tap_sdk_loggers,
+    untap_sdk_loggers,
+)
 from telemetry_jit.exporters.otlp_transport import (
     OTEL_LOGGERS,
     FailureTap,
     RetryingSpanExporter,
     build_exporter,
     request_bytes,
-    tap_sdk_loggers,
-    untap_sdk_loggers,
 )
 from tests.e2e.otlp_receivers import GrpcReceiver, HttpReceiver
 
@@ -63,9 +67,9 @@ def heap_of_this_test_only() -> Iterator[None]:
 @pytest.fixture
 def tap() -> Iterator[FailureTap]:
     tap = FailureTap()
-    tap_sdk_loggers(tap)  # as the exporter taps them: first, before OpenTelemetry's DuplicateFilter
+    tap_sdk_loggers(tap, OTEL_LOGGERS)  # as the exporter taps them: first, before OpenTelemetry's DuplicateFilter
     yield tap
-    untap_sdk_loggers(tap)
+    untap_sdk_loggers(tap, OTEL_LOGGERS)
 
 
 def exporter(protocol: str, port: int, tap: FailureTap, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES):

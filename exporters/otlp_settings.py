@@ -444,10 +444,9 @@ def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
     schemes = ("http", "https") if protocol == "http/protobuf" else ("", "http", "https", "grpc", "grpcs", "unix")
     host_ok = bool(parsed.hostname) and bool(_HOST.match(parsed.hostname or "")) or parsed.scheme == "unix"
     if not host_ok or not port_ok or parsed.scheme not in schemes:
-        example = "http://localhost:4318/v1/traces" if protocol == "http/protobuf" else "localhost:4317"
         raise OTLPSettingsError(
             f"{source}={redact_url(endpoint)!r} is not an OTLP endpoint for {protocol}; expected an address such "
-            f"as {example!r}."
+            f"as {_default_endpoint(protocol, 'traces')!r}."
         )
     return endpoint
 

@@ -244,7 +244,8 @@ class OTLPExporter(BaseExporter):
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
         self._provider.add_span_processor(BatchSpanProcessor(self._retrying, **self.settings.batch))  # type: ignore[arg-type]
-        return self._provider.get_tracer("telemetry_jit", _own_version(), schema_url=SCHEMA_URL)
+        version = self._provider.resource.attributes.get("telemetry_jit.version.telemetry_jit", "0+unknown")
+        return self._provider.get_tracer("telemetry_jit", str(version), schema_url=SCHEMA_URL)
 
     @property
     def meter_provider(self) -> MeterProvider | None:
@@ -486,13 +487,6 @@ def exception_attributes(message: str, type_name: str | None = None, stacktrace:
     if stacktrace:
         attributes["exception.stacktrace"] = stacktrace
     return attributes
-
-
-def _own_version() -> str:
-    try:
-        return metadata.version("telemetry-jit")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 def _application_name() -> str | None:

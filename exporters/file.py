@@ -1,27 +1,14 @@
 """A crash-safe JSON Lines exporter for nv-one-logger spans and events.
 
-Every record is one line, written with a single ``write(2)`` on a file opened with ``O_APPEND``,
-so a process killed at any moment (SIGKILL included) leaves a file whose complete lines all parse
-and that holds every span that ended before the kill. Records carry parent links, so the span
-tree can be rebuilt (``telemetry_jit.read_telemetry``).
+Every record is one line, written with a single ``write(2)`` on a file opened with ``O_APPEND``, so a process
+killed at any moment leaves complete lines that all parse. A short or failed write is cut back off the file and
+counted (``records_lost``, written once writing works again). A file deleted or moved away while the run writes
+it is created again at the same path (its first record ``continues``; the moved one's last, ``moved_on``). The
+exporter owns its descriptor or holds none: never a descriptor number it gave up.
 
-Whatever a write does, the file stays whole lines: a short or failed write (disk full, a file size
-limit) is cut back off the file, the record is counted as lost, the first loss is warned about and
-the count is written (``records_lost``) once writing works again. A file deleted or moved away
-while the run writes it (its folder too) is noticed at the next record, said once, and created
-again at the same path, so what follows is kept; the new file's first record says it continues a
-run (``continues``), and a moved file's last says where the rest went, so neither is read as a
-whole run. The exporter owns its descriptor or holds none: a file it cannot open again costs the
-records meanwhile (counted, said), never a descriptor number it gave up.
-
-The path is made absolute once, when the exporter is built (a later ``os.chdir``, as Hydra does,
-changes nothing), and a path that is no regular file (a FIFO, a device) is refused without opening it.
-
-File policy: never clobber. A file that exists is appended to; every record carries the run id,
-so runs sharing a file stay apart. In a job of several processes each rank writes its own file
-(``name.rank<R>.jsonl``) and every record carries ``rank``, ``local_rank``, ``world_size`` and
-``node``. A process that learns only later that it is one rank of many (rank 0 of a Lightning
-DDP launch learns it at ``fit``) moves what it wrote so far to its rank file.
+File policy: never clobber; append only to a file telemetry-jit wrote; each rank its own file
+(``name.rank<R>.jsonl``), which a process that learns its rank late (rank 0 of a DDP launch) moves to.
+docs/telemetry.md and docs/reliability.md say the rest.
 """
 
 from __future__ import annotations
@@ -39,7 +26,6 @@ from typing import Any
 
 from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
-from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import BaseExporter, ExportError
 from typing_extensions import override
 
@@ -48,7 +34,7 @@ from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import Notices
 from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, rank_file
 
-from .finished import FinishedSpan
+from .finished import FinishedSpan, unix_ns
 
 _RUN_START = {"kind": "run_start", "format": FILE_FORMAT, "format_version": FILE_FORMAT_VERSION}
 # the first record of a file created again at the path while the run wrote it: the records before are elsewhere
@@ -58,8 +44,8 @@ _REOPEN_EVERY_S = 1.0  # a path that cannot be opened again is tried at most thi
 
 
 def _compact_json_encoder() -> Callable[[Any], str]:
-    """Compact JSON; json's C encoder built once where it is the same as ``JSONEncoder.encode``
-    (which builds it again for every record, about 1 us of the 5 a record takes here)."""
+    """Compact JSON; json's C encoder built once where it is the same as ``JSONEncoder.encode`` (which builds it
+    again for every record, about 1 us of the 5 a record takes here)."""
     reference = json.JSONEncoder(separators=(",", ":"), default=str).encode
     make = getattr(json.encoder, "c_make_encoder", None)
     if make is None:
@@ -78,23 +64,15 @@ _encode = _compact_json_encoder()
 _id_text = functools.lru_cache(maxsize=4096)(str)  # a span's id is written with each of its records
 
 
-def _unix_ns(timestamp: TracingTimestamp) -> int:
-    return round(timestamp.seconds_since_epoch * 1e9)
-
-
 class FileExporter(BaseExporter):
-    """Write spans and events as JSON Lines to ``path``.
+    """Write spans and events as JSON Lines to ``path`` (its folder created if missing).
 
     Args:
-        path: the file to append to (``name.rank<R>.jsonl`` beside it in a multi-process job). Its
-            folder is created if missing.
-        run_id: identifies this run's records; by default the job's run id, shared by its ranks
-            (``TELEMETRY_JIT_RUN_ID``).
-        identity: where the rank, world size and node on every record come from (default: the
-            environment's; ``configure`` shares one with its exporters, which the trainer updates).
+        run_id: identifies this run's records; by default the job's run id, shared by its ranks.
+        identity: where the rank, world size and node on every record come from (``configure`` shares one).
 
     Raises:
-        ValueError: ``path`` is a directory.
+        ValueError: ``path`` is a directory, a link, no regular file, or a file telemetry-jit did not write.
         PermissionError: the file or its folder is not writable.
 
     Example::
@@ -131,7 +109,7 @@ class FileExporter(BaseExporter):
 
     @property
     def shown_path(self) -> Path:
-        """``base_path`` as a user would type it now: relative to the working folder when inside it."""
+        """``base_path`` relative to the working folder when inside it."""
         try:
             return self.base_path.relative_to(Path.cwd())
         except (ValueError, OSError):
@@ -165,7 +143,7 @@ class FileExporter(BaseExporter):
                 "span_id": _id_text(span.id),
                 "parent_id": _parent_id(span),
                 "name": span.name_str,
-                "start_unix_ns": _unix_ns(span.start_event.timestamp),
+                "start_unix_ns": unix_ns(span.start_event.timestamp),
             }
         )
 
@@ -190,7 +168,6 @@ class FileExporter(BaseExporter):
         self._write(_nv_event_record("error", event, span))
 
     def export_finished_span(self, span: FinishedSpan) -> None:
-        """A span recorded after it ended: its record and its events' in one write."""
         self._check_state()
         span_id = str(span.id)
         parent_id = _id_text(span.parent.id) if span.parent is not None else None
@@ -228,7 +205,7 @@ class FileExporter(BaseExporter):
             super().close()  # under the lock: a record waiting for it finds the exporter closed
 
     def _give_up_fd(self) -> None:
-        """Close the descriptor and forget its number first: a number given up is never closed twice."""
+        # forget the number first: a number given up is never closed twice
         fd, self._fd, self._fd_file = self._fd, None, (-1, -1)
         if fd is not None:
             os.close(fd)
@@ -256,7 +233,7 @@ class FileExporter(BaseExporter):
                 self._unreported_losses += len(records)
 
     def _append(self, line: bytes) -> bool:
-        """Append whole lines, or leave the file as it was and say why (once per kind of failure)."""
+        """Append whole lines, or leave the file as it was and say why."""
         fd = self._fd
         assert fd is not None, "written only while open"
         written = 0
@@ -282,8 +259,7 @@ class FileExporter(BaseExporter):
         return (_encode(record)[:-1] + self._stamp).encode()
 
     def _report_losses(self) -> bool:
-        """Write the count of records lost since it was last written, where the file is open; whether none is
-        left unwritten."""
+        """Write the count of records lost since it was last written; whether none is left unwritten."""
         if self._unreported_losses and self._fd is not None and self._append(self._loss_record()):
             self._unreported_losses = 0
         return not self._unreported_losses
@@ -292,8 +268,8 @@ class FileExporter(BaseExporter):
         return self._line({"kind": "records_lost", "count": self._unreported_losses})
 
     def _reopen_if_gone(self) -> None:
-        """Open the file again where the path no longer leads to it (deleted, moved, its folder gone); where
-        that fails, hold no descriptor and lose (and count) records until it works."""
+        """Open the file again where the path no longer leads to it; where that fails, hold no descriptor and
+        count the records lost until it works."""
         fd = self._fd
         if fd is not None:
             try:
@@ -422,14 +398,12 @@ def _event_record(kind: str, span_id: str, name: str, time_unix_ns: int, attribu
 
 
 def _nv_span_record(span: Span) -> dict[str, Any]:
-    """A stopped nv-one-logger span's record."""
-    start, stop = span.start_event.timestamp, span.stop_event.timestamp
-    attributes = span.attributes.to_json()
-    return _span_record(_id_text(span.id), _parent_id(span), span.name_str, _unix_ns(start), _unix_ns(stop), attributes)
+    start, stop = unix_ns(span.start_event.timestamp), unix_ns(span.stop_event.timestamp)
+    return _span_record(_id_text(span.id), _parent_id(span), span.name_str, start, stop, span.attributes.to_json())
 
 
 def _nv_event_record(kind: str, event: Event, span: Span) -> dict[str, Any]:
-    return _event_record(kind, _id_text(span.id), event.name_str, _unix_ns(event.timestamp), event.attributes.to_json())
+    return _event_record(kind, _id_text(span.id), event.name_str, unix_ns(event.timestamp), event.attributes.to_json())
 
 
 def _check_writable(path: Path) -> None:

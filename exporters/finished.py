@@ -1,10 +1,6 @@
-"""Spans that are complete when they are recorded (a compilation), handed to exporters whole.
-
-nv-one-logger's exporter calls (``export_start``, ``export_event``, ``export_stop``) serve spans
-that stay open while work runs. A span recorded after it ended needs none of that: it is one
-:class:`FinishedSpan` with its events, and an exporter that has ``export_finished_span`` takes it
-in one call (one write, one OTel span), without nv-one-logger's span, event and attribute objects.
-:func:`export_finished` gives any other exporter the same span through its usual calls.
+"""Spans that are complete when they are recorded (a compilation), handed to exporters whole: one call (one
+write, one OTel span) without nv-one-logger's span, event and attribute objects where the exporter takes it
+(``export_finished_span``), else through its usual calls (:func:`export_finished`).
 """
 
 from __future__ import annotations
@@ -24,8 +20,7 @@ from .protocols import TakesFinishedSpans
 
 @dataclass(slots=True)
 class FinishedEvent:
-    """An event of a :class:`FinishedSpan`; ``error`` marks nv-one-logger's error event (its
-    message in the ``error_message`` attribute)."""
+    """An event of a :class:`FinishedSpan`; ``error`` marks nv-one-logger's error event (``error_message``)."""
 
     name: str
     time_unix_ns: int
@@ -51,10 +46,7 @@ class FinishedEvent:
 
 @dataclass(slots=True)
 class FinishedSpan:
-    """A span with its start, end, attributes and events, recorded after it ended.
-
-    ``parent`` is the nv-one-logger span it belongs under (already exported, or ``None``).
-    """
+    """A span recorded after it ended; ``parent``: the nv-one-logger span it belongs under (already exported)."""
 
     name: str
     parent: Span | None
@@ -73,7 +65,6 @@ class FinishedSpan:
         return {**self.attributes, _DURATION_MSEC: self.duration_msec}
 
     def as_nv_one_logger(self) -> tuple[Span, list[Event]]:
-        """The same span as nv-one-logger's objects, for the exporters that take only its calls."""
         start, end = _timestamp(self.start_unix_ns), _timestamp(self.end_unix_ns)
         span = Span(
             id=self.id,
@@ -117,6 +108,10 @@ def export_finished(exporter: Exporter, span: FinishedSpan) -> None:
 _ERROR_MESSAGE = StandardEventAttributeName.ERROR_MESSAGE.value
 _TIMESTAMP_MSEC = StandardEventAttributeName.TIMESTAMP_MSEC.value
 _DURATION_MSEC = StandardSpanAttributeName.DURATION_MSEC.value
+
+
+def unix_ns(timestamp: TracingTimestamp) -> int:
+    return round(timestamp.seconds_since_epoch * 1e9)
 
 
 def _timestamp(unix_ns: int) -> TracingTimestamp:

@@ -1,9 +1,5 @@
 """Run any nv-one-logger exporter on its own thread, so a slow, hanging or failing one can neither
-block nor crash the training thread.
-
-nv-one-logger calls exporters synchronously from the training loop. ``IsolatedExporter`` turns
-each call into an entry on a bounded queue that one worker thread drains in order. When the
-queue is full, new entries are dropped and counted; errors are counted; each is reported once.
+block nor crash the training thread (nv-one-logger calls exporters synchronously from the training loop).
 """
 
 from __future__ import annotations
@@ -33,13 +29,9 @@ _CALLS = call_site(
 
 
 class IsolatedExporter(BaseExporter):
-    """Wrap ``exporter`` so that its calls run on a background thread.
-
-    Args:
-        exporter: any nv-one-logger exporter. Its ``initialize`` runs on the caller's thread, so a
-            configuration error still surfaces when the provider is configured.
-        max_queue_size: calls waiting for the worker; more are dropped and counted.
-        close_timeout: seconds ``close`` waits for the worker to drain the queue.
+    """Wrap ``exporter`` so that its calls run, in order, on a background thread; calls beyond ``max_queue_size``
+    waiting are dropped and counted, as are failures, each said once. Its ``initialize`` runs on the caller's
+    thread, so a configuration error still surfaces at configure; ``close`` waits ``close_timeout`` seconds.
 
     Example::
 
@@ -85,7 +77,6 @@ class IsolatedExporter(BaseExporter):
                 _CALLS.failed(error)
 
     def delivery(self) -> dict[str, int]:
-        """Calls dropped (the queue was full) and calls that failed, so far."""
         return {"calls_dropped": self.dropped + self.undone, "calls_failed": self.errors}
 
     @override

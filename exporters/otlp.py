@@ -1,15 +1,8 @@
 """Export nv-one-logger spans to any OpenTelemetry backend over OTLP (gRPC or HTTP/protobuf).
 
-Built on opentelemetry-sdk: a ``TracerProvider`` with a ``Resource`` and a batch processor, so
-the training thread only queues spans; a background thread sends them. Each nv-one-logger span
-becomes one OTel span with its original start and end, its parent (in one trace per
-application), its attributes and its events as span events. What the exporter sends where is
-:mod:`.otlp_settings`; how it gets there, :mod:`.otlp_transport`; this module translates.
-
-Why not ``nv-one-logger-otel``: it attaches OTel contexts it never detaches (so the user's own
-OTel spans get re-parented under telemetry spans), sets no ``Resource`` (backends show
-``unknown_service``), doubles every event as an extra zero-length span, and fails on a span whose
-parent the export filter dropped. This exporter passes parent contexts explicitly instead.
+One OTel span per nv-one-logger span, queued to the SDK's batch processor (a background thread sends), with
+parent contexts passed explicitly (docs/exporters.md says why not ``nv-one-logger-otel``). What is sent where
+is :mod:`.otlp_settings`; how it gets there, :mod:`.otlp_transport`; this module translates.
 """
 
 from __future__ import annotations
@@ -21,13 +14,13 @@ import os
 import random
 import re
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
+from dataclasses import fields
 from importlib import metadata
 from typing import Any
 
 from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
-from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import BaseExporter
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
@@ -46,19 +39,23 @@ from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import NOWHERE, Notices
 from telemetry_jit.schema import JitSpanName, otel_dropped, otel_name
 
-from .finished import FinishedSpan
-from .otlp_settings import OTLPOptions, OTLPSettings, OTLPSettingsError, environment_service_name, redact_url
+from .finished import FinishedSpan, unix_ns
+from .otlp_settings import (
+    OTLPOptions,
+    OTLPSettings,
+    environment_service_name,
+    redact_url,
+    tap_sdk_loggers,
+    untap_sdk_loggers,
+)
 from .otlp_transport import (
+    OTEL_LOGGERS,
     CountingMetricExporter,
     FailureTap,
     RetryingSpanExporter,
     bounded,
-    check_with_sdk,
-    metric_exporter,
-    require_transports,
-    span_exporter,
-    tap_sdk_loggers,
-    untap_sdk_loggers,
+    build_exporter,
+    checked_exporters,
 )
 
 _SDK = call_site("opentelemetry.trace", "OpenTelemetry's tracer (OTLP export of a span)")
@@ -102,12 +99,8 @@ class KeepCompiles(Sampler):
 
 
 class _RunTraceIds(IdGenerator):
-    """One trace per run: every rank's root span gets the trace id derived from the shared run id.
-
-    Span ids come from a generator of our own: the SDK's default draws on the global ``random``
-    module, whose state torch._dynamo saves and restores around every compilation, so spans
-    created during compiles would get the same ids again and again.
-    """
+    """One trace per run (the trace id derived from the shared run id). Span ids from a generator of our own:
+    torch._dynamo restores the global ``random`` (the SDK's default) around every compile, repeating ids."""
 
     def __init__(self, run_id: str) -> None:
         self._trace_id = int(hashlib.sha256(run_id.encode()).hexdigest()[:32], 16) or 1
@@ -123,20 +116,12 @@ class _RunTraceIds(IdGenerator):
 class OTLPExporter(BaseExporter):
     """Send spans to an OTLP endpoint, and offer producers a :attr:`meter_provider` whose metrics go
     to the same collector. Arguments win over the standard ``OTEL_*`` variables, which win over
-    OpenTelemetry's defaults; docs/exporters.md has the table (argument, variables, default) of each.
+    OpenTelemetry's defaults: docs/exporters.md has the table (argument, variables, default) of each.
 
     Args:
-        endpoint, protocol, headers, timeout, insecure, certificate_file: where and how spans go (the
-            variables ``OTEL_EXPORTER_OTLP_[TRACES_]*``); ``headers`` are never logged.
-        service_name: ``service.name`` (code wins, as in OpenTelemetry); else ``OTEL_SERVICE_NAME``, then
-            ``OTEL_RESOURCE_ATTRIBUTES``, then the application name given to ``configure``.
-        resource_attributes: merged into the Resource (as are ``OTEL_RESOURCE_ATTRIBUTES``).
-        max_queue_size, schedule_delay_millis, max_export_batch_size, export_timeout_millis: the batch
-            processor's (``OTEL_BSP_*``); the export timeout bounds :meth:`force_flush` and the wait at close.
+        headers: never logged.
         retry_buffer_size: spans kept from failed exports and re-sent after the next batch.
-        max_request_bytes: the largest request sent (``TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES``, 3 MiB).
         span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
-        metrics: also send metrics (default on unless ``OTEL_METRICS_EXPORTER=none``).
         identity: where the rank, world size and node on every span come from (``configure`` shares one).
 
     Raises:
@@ -172,33 +157,25 @@ class OTLPExporter(BaseExporter):
         identity: IdentityTracker | None = None,
     ) -> None:
         super().__init__()
-        self.options = OTLPOptions(
-            endpoint=endpoint,
-            protocol=protocol,
-            headers=headers,
-            service_name=service_name,
-            timeout=timeout,
-            insecure=insecure,
-            certificate_file=certificate_file,
-            resource_attributes=resource_attributes,
-            max_queue_size=max_queue_size,
-            schedule_delay_millis=schedule_delay_millis,
-            max_export_batch_size=max_export_batch_size,
-            export_timeout_millis=export_timeout_millis,
-            max_request_bytes=max_request_bytes,
-            metrics=metrics,
-        )
+        arguments = locals()  # the options, each by its OTLPOptions name
+        self.options = OTLPOptions(**{option.name: arguments[option.name] for option in fields(OTLPOptions)})
         self.settings = OTLPSettings.resolve(self.options)
-        if span_exporter is None:
-            require_transports(self.settings)
-            check_with_sdk(self.settings)
+        built: dict[str, Any] = checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
+        self._metric_exporter = built.get("metrics")
+        self._log_filter = FailureTap()
+        self._retrying = RetryingSpanExporter(
+            built["traces"],
+            retry_buffer_size,
+            on_failure=self._undelivered,
+            max_batch=int(self.settings.batch["max_export_batch_size"]),
+            max_bytes=self.settings.max_request_bytes,
+            tap=self._log_filter,
+            on_refused=self._refused,
+        )
         self.identity = identity or IdentityTracker()
-        self.capacity = retry_buffer_size  # spans kept from failed exports
-        self._span_exporter = span_exporter
         self._provider: TracerProvider | None = None
         self._meter_provider: MeterProvider | None = None
         self._spans: dict[Any, trace.Span] = {}
-        self._log_filter = FailureTap()
         self._notices = Notices()
         self._ended = 0
         self._sampled_out = 0  # spans the user's sampler (OTEL_TRACES_SAMPLER) left out
@@ -217,13 +194,12 @@ class OTLPExporter(BaseExporter):
 
     @property
     def service_name(self) -> str | None:
-        """``service.name``: the argument, else the environment's (``OTEL_SERVICE_NAME``, then
-        ``OTEL_RESOURCE_ATTRIBUTES``), else the application name ``configure`` gave; ``None`` when none did."""
+        """``service.name``: the argument, else the environment's, else ``configure``'s application name."""
         return self.settings.service_name or environment_service_name() or self._default_service_name
 
     def with_service_name(self, service_name: str) -> None:
         """Name the service where neither the arguments nor the environment do (``configure``'s application
-        name: the user cannot leave it out, so the job's environment may rename it)."""
+        name: the user cannot leave it out, so it is no choice made in code)."""
         self._default_service_name = service_name
 
     def __repr__(self) -> str:  # headers and passwords stay out of logs
@@ -250,23 +226,12 @@ class OTLPExporter(BaseExporter):
 
     @override
     def initialize(self) -> None:
-        """Build what sends (errors name the setting OpenTelemetry refused); with the service named
-        (``telemetry_jit.configure`` names it), the providers too, so nothing is left to fail mid-run."""
+        """With the service named (``configure`` names it), build the providers now, so nothing is left to fail
+        mid-run."""
         super().initialize()
-        tap_sdk_loggers(self._log_filter)
-        with _refused_settings(self.settings):
-            spans = self._span_exporter or span_exporter(self.settings)
-            self._retrying = RetryingSpanExporter(
-                spans,
-                self.capacity,
-                on_failure=self._undelivered,
-                max_batch=int(self.settings.batch["max_export_batch_size"]),
-                max_bytes=self.settings.max_request_bytes,
-                tap=self._log_filter,
-                on_refused=self._refused,
-            )
-            if self.service_name is not None:
-                _ = self._tracer, self.meter_provider
+        tap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
+        if self.service_name is not None:
+            _ = self._tracer, self.meter_provider
 
     @functools.cached_property
     def _tracer(self) -> trace.Tracer:
@@ -279,16 +244,18 @@ class OTLPExporter(BaseExporter):
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
         self._provider.add_span_processor(BatchSpanProcessor(self._retrying, **self.settings.batch))  # type: ignore[arg-type]
-        return self._provider.get_tracer("telemetry_jit", _own_version(), schema_url=SCHEMA_URL)
+        version = self._provider.resource.attributes.get("telemetry_jit.version.telemetry_jit", "0+unknown")
+        return self._provider.get_tracer("telemetry_jit", str(version), schema_url=SCHEMA_URL)
 
     @property
     def meter_provider(self) -> MeterProvider | None:
-        """Metrics recorded here go to this exporter's collector (``None`` with ``metrics=False``).
-        Built with the tracer, so that ``service.name`` is the application's."""
+        """Metrics recorded here go to this exporter's collector (``None`` with ``metrics=False``)."""
         if not self.settings.metrics or not self.ready:
             return None
         if self._meter_provider is None:
-            self._metrics = CountingMetricExporter(metric_exporter(self.settings), self._metrics_undelivered)
+            self._metrics = CountingMetricExporter(
+                self._metric_exporter or build_exporter(self.settings, "metrics"), self._metrics_undelivered
+            )
             reader = PeriodicExportingMetricReader(
                 self._metrics,
                 export_interval_millis=self.settings.metrics_interval_ms,
@@ -300,22 +267,19 @@ class OTLPExporter(BaseExporter):
         return self._meter_provider
 
     def _warn(self, kind: str, message: str) -> None:
-        """Said once per ``kind``, on every rank (each has its own exporter), with no source line under it: the
-        warning is about telemetry itself."""
+        """Said once per ``kind``, on every rank (each has its own exporter), with no source line under it."""
         self._notices.warn(kind, message, every_rank=True, origin=NOWHERE)
 
     def _undelivered(self) -> None:
-        """An export failed: said once, in words, with OpenTelemetry's own reason (its lines stay off the console)."""
         reason = self.settings.scrub(self._log_filter.first_reason) or "the collector refused them or did not answer"
         self._warn(
             "unreachable",
             f"telemetry-jit: {self!r} could not deliver spans ({reason}); they are kept (up to "
-            f"{self.capacity}) and sent again after the next batch, training goes on. What was not "
+            f"{self._retrying.capacity}) and sent again after the next batch, training goes on. What was not "
             "delivered is counted at the end of the run.",
         )
 
     def _metrics_undelivered(self, reason: str) -> None:
-        """A metrics export failed: said once (a backend that takes traces only answers 405 every time)."""
         self._warn(
             "metrics undelivered",
             f"telemetry-jit: {self!r} could not deliver metrics to {redact_url(self.settings.metrics_endpoint)!r} "
@@ -331,16 +295,15 @@ class OTLPExporter(BaseExporter):
         )
 
     def delivery(self) -> dict[str, int]:
-        """Every signal's delivery so far: spans ended, delivered and dropped (dropped: known at close), failed
-        exports, spans the sampler left out; metric exports made and failed."""
-        retrying = getattr(self, "_retrying", None)
+        """Every signal's delivery so far (spans dropped: known at close)."""
+        retrying = self._retrying
         delivery = {
             "spans": self._ended,
-            "spans_delivered": self.delivered,
+            "spans_delivered": retrying.delivered,
             "spans_dropped": self.dropped,
-            "exports_failed": retrying.failures if retrying is not None else 0,
-            "spans_resent": retrying.resent if retrying is not None else 0,
-            "spans_refused": retrying.refused if retrying is not None else 0,
+            "exports_failed": retrying.failures,
+            "spans_resent": retrying.resent,
+            "spans_refused": retrying.refused,
             "spans_sampled_out": self._sampled_out,
         }
         if self._metrics is not None:
@@ -349,8 +312,7 @@ class OTLPExporter(BaseExporter):
         return delivery
 
     def force_flush(self, timeout_seconds: float | None = None) -> bool:
-        """Send what is queued now; wait at most ``timeout_seconds`` (default: the flush timeout).
-        True when everything queued was handed to the collector."""
+        """Send what is queued now, waiting at most ``timeout_seconds`` (default: the flush timeout)."""
         flushes = [p.force_flush for p in (self._provider, self._meter_provider) if p is not None]
         return all(bounded(flushes, self.settings.flush_timeout_s if timeout_seconds is None else timeout_seconds))
 
@@ -363,12 +325,11 @@ class OTLPExporter(BaseExporter):
         self._spans[span.id] = self._tracer.start_span(
             span.name_str,
             context=self._parent_context(span.parent_span),
-            start_time=_ns(span.start_event.timestamp),
+            start_time=unix_ns(span.start_event.timestamp),
             attributes=self._with_identity(span.attributes.to_json()),
         )
 
     def export_finished_span(self, span: FinishedSpan) -> None:
-        """A span recorded after it ended: one OTel span, started and ended at once."""
         self._check_state()
         _SDK.call(self._finished, span)
 
@@ -411,7 +372,7 @@ class OTLPExporter(BaseExporter):
         if span.parent_span is None and self._failure is not None:  # the root: the run failed under it
             self._failed(otel_span, self._failure, "the run failed (see the exception event of the span it ended)")
         stop_event = span.stop_event
-        self._end(otel_span, _ns(stop_event.timestamp) if stop_event is not None else None)
+        self._end(otel_span, unix_ns(stop_event.timestamp) if stop_event is not None else None)
 
     def _end(self, otel_span: trace.Span, end_time: int | None) -> None:
         otel_span.end(end_time=end_time)
@@ -445,14 +406,15 @@ class OTLPExporter(BaseExporter):
             attributes = exception_attributes(
                 event.exception_message or event.error_message, event.exception_type, event.exception_traceback
             )
-            otel_span.add_event("exception", attributes, timestamp=_ns(event.timestamp))
+            otel_span.add_event("exception", attributes, timestamp=unix_ns(event.timestamp))
             self._failed(otel_span, attributes["exception.type"], event.error_message)
 
-    def _add_event(self, event: Event, span: Span) -> trace.Span | None:
+    def _add_event(self, event: Event, span: Span) -> None:
         otel_span = self._spans.get(span.id)
         if otel_span is not None:
-            otel_span.add_event(event.name_str, _attributes(event.attributes.to_json()), timestamp=_ns(event.timestamp))
-        return otel_span
+            otel_span.add_event(
+                event.name_str, _attributes(event.attributes.to_json()), timestamp=unix_ns(event.timestamp)
+            )
 
     @override
     def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
@@ -460,10 +422,10 @@ class OTLPExporter(BaseExporter):
         _SDK.call(self._data_error, error)
 
     def _data_error(self, error: TelemetryDataError) -> None:
-        span = self._tracer.start_span("telemetry_data_error", start_time=_ns(error.timestamp))
+        span = self._tracer.start_span("telemetry_data_error", start_time=unix_ns(error.timestamp))
         span.set_status(Status(StatusCode.ERROR, error.error_message))
-        span.add_event(error.name_str, _attributes(error.attributes.to_json()), timestamp=_ns(error.timestamp))
-        self._end(span, _ns(error.timestamp))
+        span.add_event(error.name_str, _attributes(error.attributes.to_json()), timestamp=unix_ns(error.timestamp))
+        self._end(span, unix_ns(error.timestamp))
 
     @override
     def close(self) -> None:
@@ -472,14 +434,13 @@ class OTLPExporter(BaseExporter):
         for otel_span in self._spans.values():
             _SDK.call(self._end, otel_span, None)  # still open at application end: export what is known
         self._spans.clear()
-        # however much is pending and whatever the collector does (a black hole, 429s, resets), the
-        # application's end waits one export timeout at most; what did not make it is counted below
-        # the meter provider's last collection goes out now too, within the same bound
+        # whatever the collector does (a black hole, 429s, resets), the application's end waits one export timeout
+        # at most, the meter provider's last collection included; what did not make it is counted below
         shutdowns = [p.shutdown for p in (self._provider, self._meter_provider) if p is not None]
         finished = bounded(shutdowns, self.settings.flush_timeout_s)
         if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
-        untap_sdk_loggers(self._log_filter)
+        untap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
             self._warn(
@@ -497,7 +458,7 @@ class OTLPExporter(BaseExporter):
         )
         causes = [
             f"{retrying.refused} too large for any request" if retrying.refused else "",
-            f"{retrying.overflowed} beyond the backlog of {self.capacity}" if retrying.overflowed else "",
+            f"{retrying.overflowed} beyond the backlog of {retrying.capacity}" if retrying.overflowed else "",
         ]
         given_up = self.dropped - retrying.refused - retrying.overflowed
         if given_up > 0:
@@ -510,9 +471,7 @@ class OTLPExporter(BaseExporter):
 
     @property
     def delivered(self) -> int:
-        """Spans the backend accepted so far."""
-        retrying = getattr(self, "_retrying", None)
-        return retrying.delivered if retrying is not None else 0
+        return self._retrying.delivered
 
 
 _TYPED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Interrupt|Exit|Warning)\w*): (.*)", re.S)
@@ -530,36 +489,11 @@ def exception_attributes(message: str, type_name: str | None = None, stacktrace:
     return attributes
 
 
-def _own_version() -> str:
-    try:
-        return metadata.version("telemetry-jit")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
-
-
-@contextlib.contextmanager
-def _refused_settings(settings: OTLPSettings) -> Iterator[None]:
-    """OpenTelemetry refusing what it was given while the exporter is built: a settings error that says so."""
-    try:
-        yield
-    except OTLPSettingsError:
-        raise
-    except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting, not a trace
-        raise OTLPSettingsError(
-            f"OpenTelemetry could not build the OTLP exporter with these settings: {settings.scrub(str(error))}"
-        ) from None
-
-
 def _application_name() -> str | None:
-    """The application name of nv-one-logger's configuration, when the exporter came through its builder API."""
     from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 
     provider = OneLoggerProvider.instance()
     return provider.config.application_name if provider.one_logger_ready else None
-
-
-def _ns(timestamp: TracingTimestamp) -> int:
-    return round(timestamp.seconds_since_epoch * 1e9)
 
 
 def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
@@ -571,10 +505,9 @@ def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
             continue
         if isinstance(value, (str, bool, int, float)):
             converted[name] = value
-        elif isinstance(value, (list, tuple)) and value and len({type(v) for v in value}) == 1:
-            converted[name] = list(value) if isinstance(value[0], (str, bool, int, float)) else [str(v) for v in value]
         elif isinstance(value, (list, tuple)):
-            converted[name] = [str(v) for v in value]
+            primitive = len({type(v) for v in value}) == 1 and isinstance(value[0], (str, bool, int, float))
+            converted[name] = list(value) if primitive else [str(v) for v in value]
         elif value is not None:
             converted[name] = str(value)
     for name, value in list(converted.items()):

@@ -1,14 +1,9 @@
 """What an OTLP exporter sends where: arguments over OpenTelemetry's standard variables over defaults,
-resolved and checked once, when the exporter is built.
+resolved and checked once, when the exporter is built (docs/exporters.md: which, and why here).
 
-Every variable is read by OpenTelemetry's own name (``opentelemetry.sdk.environment_variables``). Where the
-SDK reads a variable itself (span limits, the sampler, the resource attributes here; compression, temporality
-and histogram aggregation in ``otlp_transport.check_with_sdk``), the SDK's own object is built and what it
-would warn of and replace by a default is refused instead; the project's own rules
-are only for what the SDK does not check: a value that would make the exporter send nothing (a queue of 0
-spans, a timeout of 0 s, an endpoint that is no address) or lose every request (a header holding a line
-break) is an error naming the variable, the value (never a header's) and what is valid. An empty variable
-counts as unset, as the OpenTelemetry specification says.
+Where the SDK reads a variable itself, its own object is built now and what it would warn of and replace by a
+default is refused; our own rules are only for what it does not check (a value with which nothing would be sent
+or every request lost). An empty variable counts as unset, as the OpenTelemetry specification says.
 """
 
 from __future__ import annotations
@@ -17,9 +12,9 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import ParseResult, parse_qsl, unquote, urlencode, urlparse, urlunparse
 
 from opentelemetry.environment_variables import OTEL_METRICS_EXPORTER, OTEL_TRACES_EXPORTER
@@ -83,7 +78,7 @@ def _environ(name: str) -> str | None:
 
 
 def _parsed(url: str) -> ParseResult:
-    """``url`` parsed, a gRPC address with no scheme (``collector:4317``) as a host, not a path."""
+    # a gRPC address with no scheme (collector:4317) is a host, not a path
     return urlparse(url if "://" in url else f"//{url}")
 
 
@@ -120,9 +115,8 @@ _SHORTEST_SECRET = 3
 
 @contextlib.contextmanager
 def sdk_said(*loggers: str) -> Iterator[list[str]]:
-    """What OpenTelemetry's SDK warns of while it reads the environment, collected and kept off the console:
-    the SDK warns and goes on with a default (telemetry-jit refuses instead), and some of its lines repeat a
-    value whole (a malformed header's secret)."""
+    """What OpenTelemetry's SDK warns of while it reads the environment, collected and kept off the console
+    (telemetry-jit refuses instead; some lines repeat a malformed header's secret)."""
     said: list[str] = []
 
     class Collect(logging.Filter):
@@ -133,20 +127,29 @@ def sdk_said(*loggers: str) -> Iterator[list[str]]:
             return True
 
     tap = Collect()
-    for name in loggers:
-        logging.getLogger(name).filters.insert(0, tap)  # first: a filter that drops the line stops the others
+    tap_sdk_loggers(tap, loggers)
     try:
         yield said
     finally:
-        for name in loggers:
-            logging.getLogger(name).removeFilter(tap)
+        untap_sdk_loggers(tap, loggers)
+
+
+def tap_sdk_loggers(tap: logging.Filter, loggers: Iterable[str]) -> None:
+    """``tap`` first among the filters of ``loggers``: a filter that drops a line stops the others (gRPC's exporter
+    puts the SDK's DuplicateFilter on its logger, which drops a line whose format it saw in the last 20 s)."""
+    for name in loggers:
+        logging.getLogger(name).filters.insert(0, tap)
+
+
+def untap_sdk_loggers(tap: logging.Filter, loggers: Iterable[str]) -> None:
+    for name in loggers:
+        logging.getLogger(name).removeFilter(tap)
 
 
 @dataclass(frozen=True)
 class OTLPOptions:
-    """What the user asked of an ``OTLPExporter``; ``None`` means "not said": the standard variable,
-    then the default, decide. What a process started by spawning needs to build the same exporter:
-    secrets it took from the environment are read there again, not carried along."""
+    """What the user asked of an ``OTLPExporter`` (``None``: not said), which a spawned process needs to build
+    the same exporter: secrets from the environment are read there again, not carried along."""
 
     endpoint: str | None = None
     protocol: str | None = None
@@ -178,16 +181,7 @@ class OTLPOptions:
 @dataclass(frozen=True)
 class OTLPSettings:
     """The settings an OTLP exporter runs with, resolved from :class:`OTLPOptions` and the environment.
-
-    Traces and metrics each take their own variables first (``OTEL_EXPORTER_OTLP_METRICS_PROTOCOL``,
-    ``..._METRICS_HEADERS``, ``..._METRICS_TIMEOUT``, ``..._METRICS_ENDPOINT``), then the shared ones, as
-    OpenTelemetry's specification says; arguments apply to both.
-
-    Example::
-
-        settings = OTLPSettings.resolve(OTLPOptions(endpoint="http://collector:4318/v1/traces"))
-        settings.protocol  # "http/protobuf", from OTEL_EXPORTER_OTLP_PROTOCOL or the argument
-    """
+    Traces and metrics each take their own variables first, then the shared ones; arguments apply to both."""
 
     protocol: Protocol
     endpoint: str
@@ -210,8 +204,7 @@ class OTLPSettings:
     sampler: Sampler | None = None  # OTEL_TRACES_SAMPLER's, as OpenTelemetry builds it (None: the SDK's default)
 
     def scrub(self, text: str) -> str:
-        """``text`` (an error OpenTelemetry or a transport wrote) with the secrets of these settings replaced by
-        ``***``: the endpoints' user info, query values and fragments, and the header values."""
+        """``text`` (an error OpenTelemetry or a transport wrote) with the endpoints' and headers' secrets hidden."""
         secrets = {*_url_secrets(self.endpoint), *_url_secrets(self.metrics_endpoint)}
         headers = (*self.headers.values(), *self.metrics_headers.values())
         secrets.update(value for value in headers if len(value) >= _SHORTEST_SECRET)
@@ -227,12 +220,10 @@ class OTLPSettings:
 
     @classmethod
     def resolve(cls, options: OTLPOptions) -> OTLPSettings:
-        """Arguments over variables over defaults, checked, with every variable OpenTelemetry's SDK reads
-        by itself when the exporter builds its providers.
+        """Arguments over variables over defaults, checked, with those OpenTelemetry's SDK reads itself.
 
         Raises:
-            OTLPSettingsError: a setting with which nothing could be sent, or that OpenTelemetry would refuse
-                or replace by its default, naming it, its value and what is valid.
+            OTLPSettingsError: naming the setting, its value and what is valid.
         """
         protocol = _protocol(options.protocol, (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL))
         metrics_protocol = _protocol(
@@ -266,7 +257,7 @@ class OTLPSettings:
             )
         metrics = _metrics_wanted() if options.metrics is None else options.metrics
         _check_sdk_variables()
-        sampler = traces_sampler()
+        sampler = _traces_sampler()
         request_bytes = (MAX_REQUEST_BYTES_VARIABLE,)
         return cls(
             protocol=protocol,
@@ -302,16 +293,11 @@ class OTLPSettings:
 
 
 def sdk_disabled() -> bool:
-    """``OTEL_SDK_DISABLED=true``: the user switched OpenTelemetry off in this process."""
     return (_environ(OTEL_SDK_DISABLED) or "false").strip().lower() == "true"
 
 
 def _exporter_names(variable: str, default: str, known: tuple[str, ...], use: str) -> list[str]:
-    """The names ``variable`` gives (split at commas, spaces around them allowed, as OpenTelemetry reads it).
-
-    Raises:
-        OTLPSettingsError: a name OpenTelemetry does not know either, saying what to ``use``.
-    """
+    """The names ``variable`` gives, as OpenTelemetry reads it; one it does not know either is an error."""
     value = _environ(variable) or default
     names = [name.strip().lower() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in known]
@@ -335,7 +321,7 @@ _CHOICES = {  # variables the SDK reads itself and takes anything for (anything 
     OTEL_SDK_DISABLED: ("true", "false"),
     **{f"OTEL_EXPORTER_OTLP_{s}INSECURE": ("true", "false") for s in _SIGNALS},
 }
-# variables OpenTelemetry's exporters check as they are built (telemetry_jit.exporters.otlp_transport.check_with_sdk)
+# variables OpenTelemetry's exporters check as they are built (otlp_transport.checked_exporters)
 CHECKED_BY_THE_EXPORTERS = (
     *(f"OTEL_EXPORTER_OTLP_{s}COMPRESSION" for s in _SIGNALS),
     OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE,
@@ -347,8 +333,8 @@ _FILES = tuple(
 
 
 def _check_sdk_variables() -> None:
-    """Every variable OpenTelemetry's SDK reads by itself while the exporter builds and runs, checked now:
-    the SDK would raise only when the first span is sent (during training), or quietly use its default."""
+    """The variables the SDK reads itself, checked now: it would raise at the first span (during training), or
+    quietly use its default."""
     try:
         SpanLimits()  # the span limits (OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT, ...), read as the SDK reads them
     except ValueError as error:
@@ -371,21 +357,15 @@ def _check_sdk_variables() -> None:
 
 
 def environment_service_name() -> str | None:
-    """``service.name`` as the environment sets it: ``OTEL_SERVICE_NAME``, then ``service.name`` in
-    ``OTEL_RESOURCE_ATTRIBUTES`` (OpenTelemetry's own reading); ``None`` when neither does."""
+    """``service.name`` as the environment sets it, read by OpenTelemetry's detector; ``None`` when unset."""
     with sdk_said("opentelemetry.sdk.resources"):
         name = OTELResourceDetector().detect().attributes.get("service.name")
     return str(name) if name else None
 
 
-def traces_sampler() -> Sampler | None:
-    """The sampler ``OTEL_TRACES_SAMPLER`` / ``OTEL_TRACES_SAMPLER_ARG`` name, built by OpenTelemetry's SDK
-    (``None`` when unset: its default, ``parentbased_always_on``).
-
-    Raises:
-        OTLPSettingsError: a sampler the SDK does not know or an argument it cannot take, where the SDK
-            would warn and sample everything instead.
-    """
+def _traces_sampler() -> Sampler | None:
+    """The sampler ``OTEL_TRACES_SAMPLER`` names, built by the SDK (``None``: its default); one the SDK would
+    replace by sampling everything is an error."""
     if _environ(OTEL_TRACES_SAMPLER) is None:
         return None
     with sdk_said("opentelemetry.sdk.trace.sampling") as said:
@@ -403,11 +383,7 @@ def traces_sampler() -> Sampler | None:
 
 
 def traces_exporter_wanted() -> bool:
-    """Whether ``OTEL_TRACES_EXPORTER`` asks for OTLP.
-
-    Raises:
-        OTLPSettingsError: a name OpenTelemetry does not know either.
-    """
+    """Whether ``OTEL_TRACES_EXPORTER`` asks for OTLP."""
     use = f"telemetry-jit sends spans over OTLP: use one of {sorted(_OTLP_NAMES)}, or 'none'."
     names = _exporter_names(OTEL_TRACES_EXPORTER, "none", (*_OTLP_NAMES, *_OTHER_OTEL_NAMES, "none"), use)
     others = [name for name in names if name in _OTHER_OTEL_NAMES]
@@ -423,8 +399,7 @@ def traces_exporter_wanted() -> bool:
 
 
 def _given_or_variable(given: Any, argument: str, variables: tuple[str, ...]) -> tuple[Any, str]:
-    """The argument when given, else the first of ``variables`` that is set: ``(value, where from)``,
-    ``(None, "")`` when neither says."""
+    """The argument when given, else the first of ``variables`` set: ``(value, where from)``, or ``(None, "")``."""
     if given is not None:
         return given, f"OTLPExporter({argument}=...)"
     for name in variables:
@@ -440,15 +415,14 @@ def _protocol(given: str | None, variables: tuple[str, ...]) -> Protocol:
     protocol = value.strip().lower()
     if protocol == "http/json":
         raise OTLPSettingsError(f"{source}={value!r}: OTLP over http/json is not supported; use one of {PROTOCOLS}.")
-    for known in PROTOCOLS:
-        if protocol == known:
-            return known
+    if protocol in PROTOCOLS:
+        return cast(Protocol, protocol)
     raise OTLPSettingsError(f"{source}={value!r} is not an OTLP protocol; use one of {list(PROTOCOLS)}.")
 
 
 def _endpoint(protocol: Protocol, signal: str, own: str, given: str | None = None, base: bool = True) -> str | None:
-    """``given``, else the signal's own variable, else (with ``base``) ``OTEL_EXPORTER_OTLP_ENDPOINT``, with
-    ``/v1/<signal>`` for HTTP, as OpenTelemetry reads them; checked, naming where it came from. None: none set."""
+    """``given``, else the signal's own variable, else (with ``base``) ``OTEL_EXPORTER_OTLP_ENDPOINT`` (with
+    ``/v1/<signal>`` for HTTP), as OpenTelemetry reads them; checked. None: none set."""
     value, source = _given_or_variable(given, "endpoint", (own,))
     if value is None and base and (shared := _environ(OTEL_EXPORTER_OTLP_ENDPOINT)) is not None:
         value = shared.strip().rstrip("/") + f"/v1/{signal}" if protocol == "http/protobuf" else shared.strip()
@@ -470,18 +444,16 @@ def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
     schemes = ("http", "https") if protocol == "http/protobuf" else ("", "http", "https", "grpc", "grpcs", "unix")
     host_ok = bool(parsed.hostname) and bool(_HOST.match(parsed.hostname or "")) or parsed.scheme == "unix"
     if not host_ok or not port_ok or parsed.scheme not in schemes:
-        example = "http://localhost:4318/v1/traces" if protocol == "http/protobuf" else "localhost:4317"
         raise OTLPSettingsError(
             f"{source}={redact_url(endpoint)!r} is not an OTLP endpoint for {protocol}; expected an address such "
-            f"as {example!r}."
+            f"as {_default_endpoint(protocol, 'traces')!r}."
         )
     return endpoint
 
 
 def _headers(given: Mapping[str, str] | str | None, variables: tuple[str, ...]) -> dict[str, str]:
-    """Headers as OpenTelemetry reads them (percent-decoded, names lower case); values never shown: the SDK's
-    parser is not let print a malformed one, and a control character (a line break would end the header and
-    lose every request) is refused."""
+    """Headers as OpenTelemetry reads them; values never shown (the SDK's parser is not let print a malformed
+    one), and a control character (a line break would end the header and lose every request) refused."""
     text, source = _given_or_variable(given, "headers", variables)
     if text is None:
         return {}
@@ -514,14 +486,9 @@ def _positive(
     if value is None:
         return default
     if given is None:
-        try:
+        with contextlib.suppress(ValueError):
             value = float(value)
-        except ValueError:
-            raise OTLPSettingsError(
-                f"{source}={value!r}: must be a number of {unit} greater than 0 (default: "
-                f"{default if default is not None else 'the export timeout'})."
-            ) from None
-    if not value > 0 or value != value or value == float("inf"):
+    if isinstance(value, str) or not 0 < value < float("inf"):
         raise OTLPSettingsError(
             f"{source}={value!r}: must be a number of {unit} greater than 0 (default: "
             f"{default if default is not None else 'the export timeout'}). With it, nothing would be sent."

@@ -4,7 +4,7 @@ bound whatever the collector does."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
 import os
 import re
@@ -58,26 +58,6 @@ _DISTRIBUTIONS = {  # protocol -> (OpenTelemetry's package, the distribution tha
 _CLASSES = {"traces": ("trace_exporter", "OTLPSpanExporter"), "metrics": ("metric_exporter", "OTLPMetricExporter")}
 
 
-def require_transports(settings: OTLPSettings) -> None:
-    """Refuse, before anything runs, settings whose protocol's exporter is not installed (the ``otlp`` extra).
-
-    Raises:
-        OTLPSettingsError: naming the protocol, the missing distribution and the command that installs it.
-    """
-    protocols = {settings.protocol, settings.metrics_protocol} if settings.metrics else {settings.protocol}
-    for protocol in sorted(protocols):
-        package, distribution = _DISTRIBUTIONS[protocol]
-        try:
-            found = importlib.util.find_spec(package) is not None
-        except (ImportError, ValueError):
-            found = False
-        if not found:
-            raise OTLPSettingsError(
-                f"OTLP over {protocol} needs {distribution}, which is not installed here: "
-                "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
-            )
-
-
 # where OpenTelemetry's exporters warn of a setting they will not use, as they are built (then use their default)
 _SETTINGS_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.http._common",
@@ -86,22 +66,23 @@ _SETTINGS_LOGGERS = (
 )
 
 
-def check_with_sdk(settings: OTLPSettings) -> None:
-    """Build OpenTelemetry's exporters as ``settings`` say and put them away: a variable they read themselves
-    and would refuse mid-run, or warn of and replace by a default (compression, temporality, histogram
-    aggregation), is refused now, before training.
-
-    Raises:
-        OTLPSettingsError: naming the variable and saying OpenTelemetry's objection.
-    """
+def checked_exporters(settings: OTLPSettings) -> dict[str, Any]:
+    """OpenTelemetry's exporters as ``settings`` say, built now: a variable they read themselves and would refuse
+    mid-run, or warn of and replace by a default (compression, temporality, histogram aggregation), is refused
+    before training, naming the variable; so is a protocol not installed."""
     signals: tuple[Signal, ...] = ("traces", "metrics") if settings.metrics else ("traces",)
+    built: dict[str, Any] = {}
     with sdk_said(*_SETTINGS_LOGGERS) as said:
         for signal in signals:
             try:
-                _build(settings, signal).shutdown()
+                built[signal] = build_exporter(settings, signal)
+            except OTLPSettingsError:
+                raise
             except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting
                 said.append(f"{type(error).__name__}: {error}")
     if said:
+        for exporter in built.values():
+            exporter.shutdown()
         objection = settings.scrub(said[0])
         named = [
             f"{name}={value!r}"
@@ -111,15 +92,22 @@ def check_with_sdk(settings: OTLPSettings) -> None:
         raise OTLPSettingsError(
             f"{named[0] if named else 'The OTLP settings'}: OpenTelemetry's exporter would not use it ({objection})."
         )
+    return built
 
 
-def _build(settings: OTLPSettings, signal: Signal) -> Any:
-    """OpenTelemetry's OTLP exporter for ``signal``, as the settings say: one builder for both signals
-    and both protocols."""
+def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
+    """OpenTelemetry's OTLP exporter (a ``SpanExporter`` or ``MetricExporter``) for ``signal``, as the settings say."""
     traces = signal == "traces"
     protocol = settings.protocol if traces else settings.metrics_protocol
     module, name = _CLASSES[signal]  # imported when first built
-    exporter_class = getattr(importlib.import_module(f"{_DISTRIBUTIONS[protocol][0]}.{module}"), name)
+    package, distribution = _DISTRIBUTIONS[protocol]
+    try:
+        exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
+    except ImportError:
+        raise OTLPSettingsError(
+            f"OTLP over {protocol} needs {distribution}, which is not installed here: "
+            "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
+        ) from None
     common = {
         "endpoint": settings.endpoint if traces else settings.metrics_endpoint,
         "headers": dict(settings.headers if traces else settings.metrics_headers) or None,
@@ -132,16 +120,6 @@ def _build(settings: OTLPSettings, signal: Signal) -> Any:
         return exporter_class(
             certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
         )
-
-
-def span_exporter(settings: OTLPSettings) -> SpanExporter:
-    exporter: SpanExporter = _build(settings, "traces")
-    return exporter
-
-
-def metric_exporter(settings: OTLPSettings) -> MetricExporter:
-    exporter: MetricExporter = _build(settings, "metrics")
-    return exporter
 
 
 class CountingMetricExporter(MetricExporter):
@@ -187,12 +165,8 @@ def _grpc_credentials(settings: OTLPSettings) -> Any:
 
 
 def _session_trusting_the_given_certificate() -> Any:
-    """A requests session on which the collector's CA file (``certificate_file`` or
-    ``OTEL_EXPORTER_OTLP_CERTIFICATE``) is the one trusted.
-
-    requests lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``, set on many machines, override the CA
-    file OTel puts on its session, so a collector with its own certificate could never be reached.
-    """
+    """A requests session on which the collector's CA file (``certificate_file`` or ``..._CERTIFICATE``) is the
+    one trusted: requests lets ``REQUESTS_CA_BUNDLE`` / ``CURL_CA_BUNDLE``, set on many machines, override it."""
     import requests
 
     class Session(requests.Session):
@@ -205,28 +179,14 @@ def _session_trusting_the_given_certificate() -> Any:
     return Session()
 
 
-def tap_sdk_loggers(tap: logging.Filter) -> None:
-    """``tap`` first among the filters of OpenTelemetry's loggers: gRPC's exporter puts the SDK's DuplicateFilter on
-    its logger when first imported (at ``configure``, building the exporters to check the settings), and it drops a
-    line whose format it saw in the last 20 s, whatever it says: the metrics failure after the spans', say."""
-    for name in OTEL_LOGGERS:
-        logging.getLogger(name).filters.insert(0, tap)
-
-
-def untap_sdk_loggers(tap: logging.Filter) -> None:
-    for name in OTEL_LOGGERS:
-        logging.getLogger(name).removeFilter(tap)
-
-
 # OpenTelemetry's gRPC exporter logs both signals under one logger, naming the signal ("Failed to export metrics to
 # <endpoint>"): matched by those words, not by "metric" anywhere, which an endpoint's host may hold for spans too
 _ABOUT_METRICS = re.compile(r"\bexport(?:ing)? metrics\b", re.IGNORECASE)
 
 
 class FailureTap(logging.Filter):
-    """Keeps OpenTelemetry's own failure lines off the console (the exporter says once, in its own words,
-    what failed and what it does about it) and remembers the first, for that message, and the last, to
-    tell a receiver that refused a request as too large from one that is down."""
+    """Keeps OpenTelemetry's own failure lines off the console (the exporter says once, in its own words, what
+    failed) and remembers the first, for that message, and the last, to tell "too large" from "down"."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -266,14 +226,11 @@ class _Request:
 class RetryingSpanExporter(SpanExporter):
     """Sends each batch in requests a receiver accepts, and never lets a backlog jam delivery.
 
-    A batch is cut into requests of at most ``max_batch`` spans and ``max_bytes`` bytes. What a failed
-    export carried is kept (the newest, at most ``capacity`` spans) and sent after the next batch, in
-    requests of the same bounds, so that a backlog never grows one request past what the receiver takes.
-    A request refused while the receiver accepts others (or refused as too large) is halved; one span
-    that no receiver would take is dropped and counted (``refused``), said once through ``on_refused``.
-    Whatever OpenTelemetry's logs say (an application's logging configuration may silence them), a failed
-    request halves the next ones, and each delivered one doubles them again up to ``max_batch``: a receiver
-    whose limit is lower than ``max_bytes`` is met within a few exports.
+    OpenTelemetry's exporter retries one request within its timeout; this keeps what a longer outage failed
+    (the newest ``capacity`` spans) for after the next batch, in requests of at most ``max_batch`` spans and
+    ``max_bytes`` bytes. A request refused while the receiver takes others (or as too large) is halved; a span
+    no receiver would take is dropped and counted. Whatever OpenTelemetry's logs say (logging may be silenced),
+    a failure halves the next requests and each delivery doubles them up to ``max_batch``.
     """
 
     def __init__(
@@ -348,10 +305,8 @@ class RetryingSpanExporter(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def _cut(self, run: _Request) -> tuple[_Request | None, _Request]:
-        """The first request of ``run`` (not empty), within both bounds, and the rest; no request when its
-        first span alone is too large (refused here). Sizes are measured (an encoding, about 65 µs a span)
-        only for a backlog and after a failure: a healthy export of a fresh batch costs nothing more than
-        OpenTelemetry's own."""
+        """The first request of ``run`` within both bounds, and the rest (no request: its first span alone is too
+        large). Sizes are measured (about 65 µs a span) only for a backlog and after a failure."""
         spans, resent = run.spans, run.resent
         measure = bool(self.max_bytes) and (resent or self._request_spans < self.max_batch)
         count = min(self._request_spans, len(spans))
@@ -408,8 +363,7 @@ class RetryingSpanExporter(SpanExporter):
 
 
 def bounded(calls: Sequence[Callable[[], Any]], seconds: float) -> list[bool]:
-    """Run each call on its own thread, together, and wait at most ``seconds`` in all: for each,
-    whether it finished (True) or still runs (False)."""
+    """Run each call on its own thread and wait at most ``seconds`` in all: for each, whether it finished."""
     deadline = time.monotonic() + seconds
     finished = []
     for call in calls:

@@ -1,5 +1,4 @@
-"""What an exporter can do beyond nv-one-logger's ``Exporter`` calls, declared rather than probed for:
-whoever holds exporters asks ``isinstance(exporter, TakesFinishedSpans)``, never ``getattr``."""
+"""What an exporter can do beyond nv-one-logger's ``Exporter`` calls, declared (asked with ``isinstance``)."""
 
 from __future__ import annotations
 
@@ -22,8 +21,7 @@ class TakesFinishedSpans(Protocol):
 
 @runtime_checkable
 class NeverBlocks(Protocol):
-    """Returns at once from every call (a local append; a queue another thread sends from), so it needs no
-    thread of its own to keep training from waiting on it."""
+    """Returns at once from every call, so it needs no thread of its own to keep training from waiting on it."""
 
     never_blocks: bool
 

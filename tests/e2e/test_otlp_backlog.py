@@ -14,15 +14,19 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from telemetry_jit.exporters.otlp_settings import DEFAULT_MAX_REQUEST_BYTES, OTLPOptions, OTLPSettings
+from telemetry_jit.exporters.otlp_settings import (
+    DEFAULT_MAX_REQUEST_BYTES,
+    OTLPOptions,
+    OTLPSettings,
+    tap_sdk_loggers,
+    untap_sdk_loggers,
+)
 from telemetry_jit.exporters.otlp_transport import (
     OTEL_LOGGERS,
     FailureTap,
     RetryingSpanExporter,
+    build_exporter,
     request_bytes,
-    span_exporter,
-    tap_sdk_loggers,
-    untap_sdk_loggers,
 )
 from tests.e2e.otlp_receivers import GrpcReceiver, HttpReceiver
 
@@ -63,15 +67,15 @@ def heap_of_this_test_only() -> Iterator[None]:
 @pytest.fixture
 def tap() -> Iterator[FailureTap]:
     tap = FailureTap()
-    tap_sdk_loggers(tap)  # as the exporter taps them: first, before OpenTelemetry's DuplicateFilter
+    tap_sdk_loggers(tap, OTEL_LOGGERS)  # as the exporter taps them: first, before OpenTelemetry's DuplicateFilter
     yield tap
-    untap_sdk_loggers(tap)
+    untap_sdk_loggers(tap, OTEL_LOGGERS)
 
 
 def exporter(protocol: str, port: int, tap: FailureTap, max_bytes: int = DEFAULT_MAX_REQUEST_BYTES):
     endpoint = f"http://127.0.0.1:{port}" + ("/v1/traces" if protocol == "http/protobuf" else "")
     settings = OTLPSettings.resolve(OTLPOptions(endpoint=endpoint, protocol=protocol, timeout=0.5, metrics=False))
-    return RetryingSpanExporter(span_exporter(settings), 2048, max_batch=BATCH, max_bytes=max_bytes, tap=tap)
+    return RetryingSpanExporter(build_exporter(settings, "traces"), 2048, max_batch=BATCH, max_bytes=max_bytes, tap=tap)
 
 
 def receiver(protocol: str, port: int, max_bytes: int = 0) -> GrpcReceiver | HttpReceiver:
@@ -184,6 +188,9 @@ def test_a_span_failure_is_never_taken_for_a_metrics_one_whatever_the_endpoint_i
     settings = OTLPSettings.resolve(
         OTLPOptions(endpoint="http://metrics-gateway.invalid:4317", protocol="grpc", timeout=0.5, metrics=False)
     )
-    assert RetryingSpanExporter(span_exporter(settings), 16, tap=tap).export(spans(1)) is SpanExportResult.FAILURE
+    assert (
+        RetryingSpanExporter(build_exporter(settings, "traces"), 16, tap=tap).export(spans(1))
+        is SpanExportResult.FAILURE
+    )
     assert "Failed to export traces to metrics-gateway.invalid" in tap.first_reason
     assert tap.metrics_reason == ""

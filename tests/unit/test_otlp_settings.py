@@ -376,11 +376,11 @@ def test_opentelemetrys_exporter_parsing_the_headers_itself_prints_no_value_eith
     protocol: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Given no headers (an empty dict here), OpenTelemetry's exporter reads the variable itself."""
-    from telemetry_jit.exporters.otlp_transport import metric_exporter, span_exporter
+    from telemetry_jit.exporters.otlp_transport import build_exporter
 
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "broken header s3cr3t")
     settings = resolve(headers={}, protocol=protocol)
-    for built in (span_exporter(settings), metric_exporter(settings)):
+    for built in (build_exporter(settings, "traces"), build_exporter(settings, "metrics")):
         built.shutdown()
     said = capsys.readouterr()
     assert "s3cr3t" not in said.out + said.err + caplog.text

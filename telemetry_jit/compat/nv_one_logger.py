@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
 from nv_one_logger.core.exceptions import assert_that
-from nv_one_logger.core.internal.multi_window_timer import MultiWindowTimer
 from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import Exporter
@@ -145,42 +144,9 @@ def _installed_release() -> str:
     return metadata.version("nv-one-logger-training-telemetry")
 
 
-# TracingTimestamp.now() (2.3.1) without its frozen-dataclass __init__ (a third of the fast path's cost
-# a step), built inline where a window starts or stops: a Python call less each step
+# TracingTimestamp.now() (2.3.1) without its frozen-dataclass __init__ (a third of the fast path's cost a step),
+# built inline where a training iteration ends
 _new_timestamp, _wall_clock, _perf_counter = object.__new__, time.time, time.perf_counter
-
-
-def _start_window(timer: MultiWindowTimer) -> None:
-    """``MultiWindowTimer.start`` (2.3.1) now, for a timer the caller knows is not running."""
-    now = _new_timestamp(TracingTimestamp)
-    fields = now.__dict__
-    fields["_seconds_since_epoch"] = _wall_clock()
-    fields["_perf_counter_seconds"] = _perf_counter()
-    timer._current_window_start = now
-    timer._total_window_count += 1
-    if timer._first_window_start is None:
-        timer._first_window_start = now
-
-
-def _stop_window(timer: MultiWindowTimer, started: float) -> TracingTimestamp:
-    """``MultiWindowTimer.stop`` (2.3.1) now, for the window that ``started`` (its perf counter): the
-    same statistics, in the same order of operations (so the same floating-point values). Returns the
-    stop's timestamp."""
-    now = _new_timestamp(TracingTimestamp)
-    fields = now.__dict__
-    fields["_seconds_since_epoch"] = _wall_clock()
-    fields["_perf_counter_seconds"] = perf = _perf_counter()
-    duration = perf - started
-    timer._latest_window_end = now
-    timer._latest_window_duration_sec = duration
-    if duration < timer._min_window_duration_sec:  # min() and max(), without two calls a step
-        timer._min_window_duration_sec = duration
-    if duration > timer._max_window_duration_sec:
-        timer._max_window_duration_sec = duration
-    timer._total_time_sec += duration
-    timer._avg_window_duration_sec = timer._total_time_sec / timer._total_window_count
-    timer._current_window_start = None
-    return now
 
 
 class IterationBookkeeping:
@@ -227,7 +193,7 @@ class IterationBookkeeping:
         if self.fast:
             timer = self._training_timer
             if timer._first_window_start is None:
-                _start_window(timer)  # the first keeps its timestamp: nv-one-logger's first_window_start
+                timer.start()  # the first keeps its timestamp: nv-one-logger's first_window_start
             else:  # counted as MultiWindowTimer.start counts it; no timestamp built, none put on the timer
                 timer._total_window_count += 1
                 self._training_started = _perf_counter()
@@ -253,8 +219,21 @@ class IterationBookkeeping:
         if not self.fast:
             self._own_path(self.recorder.on_training_single_iteration_end, TracingTimestamp.now())
             config = self.recorder._config.telemetry_config
-        else:
-            now = _stop_window(timer, started)
+        else:  # MultiWindowTimer.stop (2.3.1) inline, in its order of operations (so the same floating-point values)
+            now = _new_timestamp(TracingTimestamp)
+            fields = now.__dict__
+            fields["_seconds_since_epoch"] = _wall_clock()
+            fields["_perf_counter_seconds"] = perf = _perf_counter()
+            duration = perf - started
+            timer._latest_window_end = now
+            timer._latest_window_duration_sec = duration
+            if duration < timer._min_window_duration_sec:  # min() and max(), without two calls a step
+                timer._min_window_duration_sec = duration
+            if duration > timer._max_window_duration_sec:
+                timer._max_window_duration_sec = duration
+            timer._total_time_sec += duration
+            timer._avg_window_duration_sec = timer._total_time_sec / timer._total_window_count
+            timer._current_window_start = None
             state.completed_training_iterations_overall += 1
             config = self._config
             if config is None:  # nv-one-logger's is set before a training loop starts, and only once
@@ -309,7 +288,7 @@ class IterationBookkeeping:
     def validation_start(self) -> None:
         self.validation_end()  # one still running: Lightning skipped its batch end (lightning#20999)
         if self.fast:
-            _start_window(self._validation_timer)
+            self._validation_timer.start()
         else:
             self._own_path(self.recorder.on_validation_single_iteration_start, TracingTimestamp.now())
 
@@ -319,6 +298,6 @@ class IterationBookkeeping:
         if timer._current_window_start is None:
             return
         if self.fast:
-            _stop_window(timer, timer._current_window_start._perf_counter_seconds)
+            timer.stop()
         else:
             self._own_path(self.recorder.on_validation_single_iteration_end, TracingTimestamp.now())

@@ -17,12 +17,14 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
+from nv_one_logger.core.event import Event
 from nv_one_logger.core.exceptions import assert_that
-from nv_one_logger.core.internal.multi_window_timer import MultiWindowTimer
 from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import Exporter
 from nv_one_logger.recorder.default_recorder import DefaultRecorder
+from nv_one_logger.training_telemetry.api.attributes import TrainingMetricsUpdateAttributes
+from nv_one_logger.training_telemetry.api.events import StandardTrainingJobEventName
 from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanName
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
@@ -103,17 +105,6 @@ def is_running(span: Span) -> bool:
     return span.stop_event is None
 
 
-def forget_exported_events(span: Span) -> None:
-    """Drop the events nv-one-logger keeps on a running span once its exporters have them.
-
-    nv-one-logger appends every event to the span's in-memory list until the span ends and formats
-    that whole list on every ``Span.active`` check; it needs only the first one (the span start).
-    """
-    events = span.events
-    if len(events) > 1:
-        del events[1:]
-
-
 def forget_configuration() -> None:
     """Forget the process's nv-one-logger configuration, so the next ``instance()`` is unconfigured.
 
@@ -132,55 +123,15 @@ _TRAINING = StandardTrainingJobSpanName.TRAINING_SINGLE_ITERATION
 _VALIDATION = StandardTrainingJobSpanName.VALIDATION_SINGLE_ITERATION
 
 
-def unverified_iteration_release() -> str:
-    """The installed nv-one-logger-training-telemetry release when the fast path was not verified
-    against it (then nv-one-logger's own per-iteration path runs), else ``""``."""
-    version = _installed_release()
-    return "" if version in ITERATION_FAST_PATH_VERIFIED else version
-
-
 @functools.cache
 def _installed_release() -> str:
     # read once: importlib.metadata scans the installed packages (tens of ms at each fit's start)
     return metadata.version("nv-one-logger-training-telemetry")
 
 
-# TracingTimestamp.now() (2.3.1) without its frozen-dataclass __init__ (a third of the fast path's cost
-# a step), built inline where a window starts or stops: a Python call less each step
+# TracingTimestamp.now() (2.3.1) without its frozen-dataclass __init__ (a third of the fast path's cost a step),
+# built inline where a training iteration ends
 _new_timestamp, _wall_clock, _perf_counter = object.__new__, time.time, time.perf_counter
-
-
-def _start_window(timer: MultiWindowTimer) -> None:
-    """``MultiWindowTimer.start`` (2.3.1) now, for a timer the caller knows is not running."""
-    now = _new_timestamp(TracingTimestamp)
-    fields = now.__dict__
-    fields["_seconds_since_epoch"] = _wall_clock()
-    fields["_perf_counter_seconds"] = _perf_counter()
-    timer._current_window_start = now
-    timer._total_window_count += 1
-    if timer._first_window_start is None:
-        timer._first_window_start = now
-
-
-def _stop_window(timer: MultiWindowTimer, started: float) -> TracingTimestamp:
-    """``MultiWindowTimer.stop`` (2.3.1) now, for the window that ``started`` (its perf counter): the
-    same statistics, in the same order of operations (so the same floating-point values). Returns the
-    stop's timestamp."""
-    now = _new_timestamp(TracingTimestamp)
-    fields = now.__dict__
-    fields["_seconds_since_epoch"] = _wall_clock()
-    fields["_perf_counter_seconds"] = perf = _perf_counter()
-    duration = perf - started
-    timer._latest_window_end = now
-    timer._latest_window_duration_sec = duration
-    if duration < timer._min_window_duration_sec:  # min() and max(), without two calls a step
-        timer._min_window_duration_sec = duration
-    if duration > timer._max_window_duration_sec:
-        timer._max_window_duration_sec = duration
-    timer._total_time_sec += duration
-    timer._avg_window_duration_sec = timer._total_time_sec / timer._total_window_count
-    timer._current_window_start = None
-    return now
 
 
 class IterationBookkeeping:
@@ -195,25 +146,20 @@ class IterationBookkeeping:
     training iteration after the first runs, its start is held here, not on the timer: nv-one-logger
     reads a running window only to end it, which the fast path does). Otherwise (iteration spans
     exported, an unverified nv-one-logger, or ``fast=False``) it calls nv-one-logger's own methods.
-
-    Example::
-
-        iterations = IterationBookkeeping(provider.recorder)
-        iterations.training_start()
-        ...
-        iterations.training_end()
     """
 
     def __init__(self, recorder: TrainingRecorder, fast: bool = True) -> None:
         self.recorder = recorder
         # the iteration spans are created only to be exported: with the default blacklist, nobody sees them
         exported = any(is_exported(recorder, Span.create(name=name)) for name in (_TRAINING, _VALIDATION))
-        self.unverified_release = unverified_iteration_release()
+        version = _installed_release()  # nv-one-logger's own path runs on a release the fast path was not verified on
+        self.unverified_release = "" if version in ITERATION_FAST_PATH_VERIFIED else version
         self.fast = fast and not exported and not self.unverified_release
         # nv-one-logger's own timer objects (its training state lives as long as its recorder)
         self._state = recorder._training_state
         self._config: Any = None  # nv-one-logger's training config, read at the first iteration's end
         self._training_started: float | None = None  # a running training iteration's start, past the first
+        self._loop: Span | None = None  # nv-one-logger's running training loop span, once an update found it
         timers = self._state.multi_iteration_timers
         self._training_timer, self._validation_timer = timers[_TRAINING], timers[_VALIDATION]
 
@@ -227,7 +173,7 @@ class IterationBookkeeping:
         if self.fast:
             timer = self._training_timer
             if timer._first_window_start is None:
-                _start_window(timer)  # the first keeps its timestamp: nv-one-logger's first_window_start
+                timer.start()  # the first keeps its timestamp: nv-one-logger's first_window_start
             else:  # counted as MultiWindowTimer.start counts it; no timestamp built, none put on the timer
                 timer._total_window_count += 1
                 self._training_started = _perf_counter()
@@ -253,8 +199,21 @@ class IterationBookkeeping:
         if not self.fast:
             self._own_path(self.recorder.on_training_single_iteration_end, TracingTimestamp.now())
             config = self.recorder._config.telemetry_config
-        else:
-            now = _stop_window(timer, started)
+        else:  # MultiWindowTimer.stop (2.3.1) inline, in its order of operations (so the same floating-point values)
+            now = _new_timestamp(TracingTimestamp)
+            fields = now.__dict__
+            fields["_seconds_since_epoch"] = _wall_clock()
+            fields["_perf_counter_seconds"] = perf = _perf_counter()
+            duration = perf - started
+            timer._latest_window_end = now
+            timer._latest_window_duration_sec = duration
+            if duration < timer._min_window_duration_sec:  # min() and max(), without two calls a step
+                timer._min_window_duration_sec = duration
+            if duration > timer._max_window_duration_sec:
+                timer._max_window_duration_sec = duration
+            timer._total_time_sec += duration
+            timer._avg_window_duration_sec = timer._total_time_sec / timer._total_window_count
+            timer._current_window_start = None
             state.completed_training_iterations_overall += 1
             config = self._config
             if config is None:  # nv-one-logger's is set before a training loop starts, and only once
@@ -280,12 +239,43 @@ class IterationBookkeeping:
         completed = state.completed_training_iterations_overall
         # TrainingRecorder._maybe_send_training_metrics_update's own condition, asked before calling it
         if completed > 1 and completed % config.log_every_n_train_iterations == 0:
-            recorder = self.recorder
+            loop = self._loop
+            if loop is None or loop.stop_event is not None:  # one training loop runs at a time: found once each
+                loops = self.recorder.get_active_spans_by_name(StandardTrainingJobSpanName.TRAINING_LOOP)
+                loop = self._loop = loops[0] if len(loops) == 1 else None
             if self.fast and telemetry_enabled():
-                recorder._maybe_send_training_metrics_update()
-            # nv-one-logger keeps every event of a running span and formats them all on each look-up
-            for loop in recorder.get_active_spans_by_name(StandardTrainingJobSpanName.TRAINING_LOOP):
-                forget_exported_events(loop)
+                self._send_metrics_update(loop, completed, config)
+            if loop is not None:  # nv-one-logger keeps every event of a running span (only the start is needed)
+                del loop.events[1:]  # and formats them all on each look-up
+
+    def _send_metrics_update(self, loop: Span | None, completed: int, config: Any) -> None:
+        """TrainingRecorder._maybe_send_training_metrics_update (2.3.1) once due, to the training loop span
+        found once (nv-one-logger looks it up by name, formatting two assertion messages, at every update)."""
+        assert_that(loop is not None, "Expected to have one and only one span named training_loop")
+        state, timer = self._state, self._training_timer
+        first, last = state.first_logged_train_iterations_finish_time, state.last_logged_train_iterations_finish_time
+        attributes = TrainingMetricsUpdateAttributes.create(
+            train_iterations_start=state.train_iterations_start,
+            current_iteration=completed - 1,
+            num_iterations=timer.total_window_count,
+            train_samples_start=state.train_samples_start,
+            num_train_samples=state.train_samples_processed_current_job,
+            interval=config.log_every_n_train_iterations,
+            avg_iteration_time_sec=timer.avg_window_duration_sec,
+            min_iteration_time_sec=timer.min_window_duration_sec,
+            max_iteration_time_sec=timer.max_window_duration_sec,
+            total_iteration_time_sec=timer.total_time_sec,
+            train_tokens=state.train_tokens_current_job,
+            completed_floating_point_operations_overall=state.completed_floating_point_operations_overall,
+            total_flops=state.total_flops_current_job,
+            train_throughput_per_gpu=state.tflops_per_gpu.latest_value,
+            train_throughput_per_gpu_max=state.tflops_per_gpu.max_value,
+            train_throughput_per_gpu_min=state.tflops_per_gpu.min_value,
+            first_logged_train_iterations_finish_timestamp_sec=first.seconds_since_epoch if first else None,
+            last_logged_train_iterations_finish_timestamp_sec=last.seconds_since_epoch if last else None,
+        )
+        event = Event.create(name=StandardTrainingJobEventName.TRAINING_METRICS_UPDATE, attributes=attributes)
+        self.recorder.event(loop, event)
 
     def _count_flops(self, samples: int, config: Any) -> None:
         state = self.recorder._training_state
@@ -309,7 +299,7 @@ class IterationBookkeeping:
     def validation_start(self) -> None:
         self.validation_end()  # one still running: Lightning skipped its batch end (lightning#20999)
         if self.fast:
-            _start_window(self._validation_timer)
+            self._validation_timer.start()
         else:
             self._own_path(self.recorder.on_validation_single_iteration_start, TracingTimestamp.now())
 
@@ -319,6 +309,6 @@ class IterationBookkeeping:
         if timer._current_window_start is None:
             return
         if self.fast:
-            _stop_window(timer, timer._current_window_start._perf_counter_seconds)
+            timer.stop()
         else:
             self._own_path(self.recorder.on_validation_single_iteration_end, TracingTimestamp.now())

@@ -157,8 +157,9 @@ class CompileTelemetryCallback(Callback):
                 self.recorder.check_compiled_modules(_with_selectors(pl_module))
         # figures are logged up to the step this batch logs at, as _position says it (the steps before it are
         # over); a figure of this loop's own step stays pending through the rest of its batches
-        log_step = trainer.global_step if stage == "train" else lightning_compat.logging_step(trainer)
-        self.driver.batch_started(self._steps.completed, batch_idx, stage, self.loader, log_step)
+        step = self._steps.completed  # trainer.global_step, without its four properties
+        log_step = step if stage == "train" else lightning_compat.logging_step(trainer)
+        self.driver.batch_started(step, batch_idx, stage, self.loader, log_step)
 
     def say(self, trainer: pl.Trainer, line: str) -> None:
         """A line on the console: through the progress bar when there is one (it keeps its bar whole)."""

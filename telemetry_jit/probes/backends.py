@@ -6,23 +6,6 @@ backend compiles a module in place and may bring an observer that turns what its
 torch._dynamo's probe (which sees whatever dynamo compiles, a backend's graphs and the user's own
 ``torch.compile`` included). Backends are found through the entry point group ``telemetry_jit.compilers``
 (an installed package's, the built-ins') or registered by hand with :func:`register_backend`.
-
-Example::
-
-    class MyBackend:
-        name, title = "mine", "my.compile"
-        optimizes = True  # False: it runs graphs as captured (a step cannot get faster); optional
-
-        def check(self, config) -> None: ...  # raise here when it cannot work: before the first step
-
-        def compile(self, module, label, config):
-            return telemetry_jit.compile_in_place(module, backend=my_backend)  # has the compiled code run?
-
-        def observer(self):
-            return MyObserver()  # see Observer; or None
-
-    # pyproject.toml: [project.entry-points."telemetry_jit.compilers"] mine = "my_package:MyBackend"
-    JitConfig(backend="mine", module_selector="encoder")
 """
 
 from __future__ import annotations

@@ -91,14 +91,6 @@ class DynamoProbe:
         on_compile_end: told when it ends, with what ``meter`` measured of it (``None``: nothing). Exceptions
             in any of them are caught: telemetry must never break a compile.
         meter: measures what each compile costs the host (its ``end`` runs before ``on_compile_end``).
-
-    Example::
-
-        probe = DynamoProbe()
-        probe.attach()
-        model(x)  # compiles
-        records = probe.poll(final=True)
-        probe.detach()
     """
 
     def __init__(

@@ -37,16 +37,7 @@ class _Span:
 
 
 class FallbackCostMeter(CompileListener):
-    """Times training batches and says, per fallback, what running the frame eagerly costs.
-
-    Example::
-
-        meter = FallbackCostMeter()
-        meter.batch_started("train", global_step=0, now_ns=time.perf_counter_ns())
-        meter.recorded(record)              # a compilation; one that fell back opens a new span of batches
-        ...
-        meter.costs()                       # one FallbackCost per frame that fell back
-    """
+    """Times training batches and says, per fallback, what running the frame eagerly costs."""
 
     def __init__(self) -> None:
         self._spans: list[_Span] = [_Span()]

@@ -21,11 +21,6 @@ class GuardedLog:
     """One logger's ``log(metrics, step=...)``, guarded: a failure is caught, counted and said once, never
     raised into training. When a call fails, each of its keys is tried alone once; a key the logger refuses
     while it takes others (a name with ``/`` some tracking servers reject) is never sent to it again.
-
-    Example::
-
-        log = GuardedLog(logger.log_metrics, type(logger).__name__)
-        log({"compile/time_s": 1.9}, step=3)
     """
 
     def __init__(self, log: Callable[..., Any], name: str) -> None:
@@ -57,14 +52,6 @@ class CompileFigures(CompileListener):
     (the recorder's :class:`CompileStats`) as they are then: one value per key per step, so a step is given
     out once it is over (a later step began, or the loop ended); validation's compiles count at the step
     Lightning logs validation's metrics at.
-
-    Example::
-
-        figures = CompileFigures()
-        recorder.listeners.append(figures)
-        ...
-        for step, metrics in figures.take(recorder.stats, current_step=step):
-            logger.log_metrics(metrics, step=step)  # {"compile/time_s": 1.9, "compile/frame_compiles": 2, ...}
     """
 
     def __init__(self) -> None:

@@ -18,15 +18,6 @@ class CompileListener:
     cheap, never raise); ``recorded`` runs once per compilation when the recorder takes it, its
     ``record.context`` saying where training was when it started and ``record.cause`` why it
     recompiled; ``first_step`` once per stage, when its first step has been measured.
-
-    Example::
-
-        class CountRecompiles(CompileListener):
-            def __init__(self) -> None:
-                self.recompiles = 0
-
-            def recorded(self, record: CompileRecord) -> None:
-                self.recompiles += record.is_frame_recompile
     """
 
     def compile_started(self, description: str) -> None:

@@ -29,11 +29,6 @@ def meter_providers(exporters: Iterable[object]) -> list[MeterProvider]:
 class CompileMetrics(CompileListener):
     """Counters of compilations, recompilations and graph breaks, and a histogram of compile
     seconds, each with the frame, the compiler (``dynamo``/``thunder``) and the rank as attributes.
-
-    Example::
-
-        metrics = CompileMetrics(meter_provider)
-        metrics.recorded(record)
     """
 
     def __init__(self, meter_provider: MeterProvider) -> None:

@@ -1,12 +1,6 @@
 """Judging the ranks' heartbeats: which rank compiles while others wait (a stall), which compiled a graph
 the others did not (divergence), which went silent. Fed heartbeats and the watcher's clock; reads no store
 and starts no thread, so every judgement is tested with made-up heartbeats.
-
-Example::
-
-    judge = OutOfStep(world_size=2)
-    for finding in judge.scan(time.monotonic(), {0: beat0, 1: beat1}):
-        print(finding.line)
 """
 
 from __future__ import annotations

@@ -60,14 +60,6 @@ class PayoffMeter:
 
     ``compilations()`` tells how many compilations happened so far (any change voids a measurement in
     progress); ``on_cuda`` times with synchronisation and records each mode's peak memory.
-
-    Example::
-
-        meter = PayoffMeter(PayoffSettings(), compilations=lambda: stats.count)
-        meter.step_started(global_step)   # eager from here when the schedule says so
-        train_one_step()
-        meter.step_ended()
-        meter.result                      # a Payoff once measured
     """
 
     settings: PayoffSettings
@@ -209,16 +201,6 @@ class PayoffTracker:
 
     ``step_ended`` returns the payoff the first time it is measured (for a console line); ``finish`` ends the
     loop's account, measured or with why not, and records it as the ``compile_payoff`` event.
-
-    Example::
-
-        tracker = PayoffTracker(PayoffSettings(), recorder)
-        for step in range(steps):
-            tracker.step_started(step)
-            train_one_step()
-            if (payoff := tracker.step_ended()) is not None:
-                print(tracker.line(payoff))
-        payoff = tracker.finish(steps)
     """
 
     def __init__(self, settings: PayoffSettings, recorder: CompileRecorder, on_cuda: bool = False) -> None:

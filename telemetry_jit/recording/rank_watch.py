@@ -63,10 +63,6 @@ class RankWatchSettings:
             by default five heartbeats, at least 15 s).
         watcher_rank: the rank that watches (``TELEMETRY_JIT_WATCHER_RANK``).
         store_timeout_s: one store operation of telemetry's is cut off after this long.
-
-    Example::
-
-        CompileRecorder(session, rank_watch=RankWatchSettings(stall_delay_s=30))
     """
 
     enabled: bool = True
@@ -342,13 +338,6 @@ class RankWatcher:
 class RankWatch:
     """This rank's publisher and, on the watcher rank, the watcher: started by :meth:`start` where a process
     group of several ranks runs, stopped by :meth:`stop`.
-
-    Example::
-
-        watch = RankWatch.start(RankWatchSettings(), lambda: (step, "train"), say=print)
-        ...  # train; give watch.publisher the compile listener calls
-        if watch is not None:
-            watch.stop(None)
     """
 
     def __init__(self, publisher: HeartbeatPublisher, watcher: RankWatcher | None, settings: RankWatchSettings) -> None:

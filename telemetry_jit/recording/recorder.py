@@ -101,14 +101,6 @@ class CompileRecorder:
     given (the live console, ...); then it becomes a ``compilation`` span under the loop span that was
     running when it started (or the application span), never under a span the exporters drop. The
     first step of each stage becomes a ``first_step`` event: its wall time and the compiling in it.
-
-    Example::
-
-        recorder = CompileRecorder(session, listeners=[CompileConsole()])
-        recorder.start(lambda: Position(step, "train"))
-        ...  # train; call recorder.batch_started(step, index, "train") at each step
-        recorder.stop()
-        stats = recorder.emit_summary(loop_span)
     """
 
     def __init__(

@@ -42,13 +42,6 @@ class _Window:
 class ResourceMeter:
     """Measures compile windows, and warns (once a run, on every rank: each host has its own memory) when a
     compile's host peak reaches :data:`~telemetry_jit.records.NEAR_LIMIT_SHARE` of the memory the process may use.
-
-    Example::
-
-        meter = ResourceMeter()
-        token = meter.begin()
-        ...  # compile
-        resources = meter.end(token)
     """
 
     def __init__(self) -> None:

@@ -127,21 +127,13 @@ class Heartbeat:
                 Looked(str(compile_), str(layer), int(n), str(state), str(key), float(saved_s))
                 for compile_, layer, n, state, key, saved_s in data.get("lookups", ())
             ]
-            return cls(
-                rank=int(data["rank"]),
-                seq=int(data["seq"]),
-                step=int(data["step"]),
-                stage=str(data["stage"]),
-                compiling=str(data["compiling"]),
-                compiling_s=float(data["compiling_s"]),
-                compiles=int(data["compiles"]),
-                last_compile_s=float(data["last_compile_s"]),
-                longest_compile_s=float(data["longest_compile_s"]),
-                graph_count=int(data["graph_count"]),
-                graphs=graphs,
-                lookups=lookups,
-                ended=str(data["ended"]),
-            )
+            # each scalar field converted to its default's type: what another version wrote fails here
+            scalars = {
+                name: type(default)(data[name])
+                for name, default in asdict(cls(0)).items()
+                if name not in ("graphs", "lookups")
+            }
+            return cls(**scalars, graphs=graphs, lookups=lookups)
         except (ValueError, TypeError, KeyError):
             return None
 

@@ -25,10 +25,11 @@ from telemetry_jit.recording.figures import (
     per_rank_figures,
 )
 from telemetry_jit.recording.listener import CompileListener
-from telemetry_jit.recording.payoff import PayoffSettings, PayoffTracker
+from telemetry_jit.recording.payoff import PayoffMeter, PayoffSettings
 from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.records import Payoff
+from telemetry_jit.records import Payoff, why_slower
+from telemetry_jit.schema import JitEventName
 from telemetry_jit.session import Session, resolve
 
 _log = logging.getLogger("telemetry_jit")
@@ -48,7 +49,8 @@ class TelemetryDriver:
         self.figures: CompileFigures | None = None
         self._logs: list[GuardedLog] = []
         self._loggers: list[Any] = []
-        self.tracker: PayoffTracker | None = None
+        self.payoff: PayoffMeter | None = None  # measuring what compiling buys
+        self._payoff_said = False
         self.say: Callable[[str], None] = lambda line: say_line(_log.warning, line)  # a console line
 
     def resolve(self) -> Session:
@@ -130,36 +132,60 @@ class TelemetryDriver:
         in use in this process), so that steps are timed to the end of their GPU work."""
         if on_cuda is None:
             on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self.tracker = PayoffTracker(settings, self.recorder, on_cuda=on_cuda)
+        recorder = self.recorder
+        self.payoff = PayoffMeter(settings, compilations=lambda: recorder.stats.count, on_cuda=on_cuda)
+        self._payoff_said = False
 
     def step_started(self, step: int) -> None:
-        """An optimizer step begins (for the payoff)."""
-        if self.tracker is not None:
-            self.tracker.step_started(step)
+        """An optimizer step begins (for the payoff): one step however many batches it took."""
+        if self.payoff is not None:
+            self.payoff.step_started(step)
+            if self.payoff.running_eagerly:
+                self.recorder.running_eagerly(step)
 
     def step_ended(self, say: bool) -> None:
         """An optimizer step ended; ``say``: the payoff's line when it is first measured."""
-        tracker = self.tracker
-        if tracker is not None and (measured := tracker.step_ended()) is not None and say:
-            self.say(tracker.line(measured))
+        meter = self.payoff
+        if meter is None:
+            return
+        meter.step_ended()
+        if meter.result is not None and not self._payoff_said:
+            self._payoff_said = True
+            measured = self._costed(meter.result, steps=0)
+            if say:
+                self.say(self._payoff_line(measured))
 
     def payoff_abandoned(self) -> None:
         """The step running has no end to time (the loop failed or ended within it)."""
-        if self.tracker is not None:
-            self.tracker.abandon()
+        if self.payoff is not None:
+            self.payoff.abandon()
 
     def payoff_finished(self, steps: int, log_step: int, *, say_measured: bool, say_not: bool) -> Payoff | None:
-        """The payoff of the loop that ran ``steps`` steps: its figures at ``log_step``, its line (when measured,
-        ``say_measured``; else ``say_not``); ``None`` when it was not measured for."""
-        tracker, self.tracker = self.tracker, None
-        if tracker is None:
+        """The payoff of the loop that ran ``steps`` steps, or why it has none: its ``compile_payoff`` event, its
+        figures at ``log_step``, its line (when measured, ``say_measured``; else ``say_not``); ``None`` when it
+        was not measured for."""
+        meter, self.payoff = self.payoff, None
+        if meter is None:
             return None
-        payoff = tracker.finish(steps)
+        meter.abandon()
+        payoff = self._costed(meter.result or Payoff(not_measured=meter.why_not()), steps)
+        self.recorder.emit_event(None, JitEventName.COMPILE_PAYOFF, payoff.attributes())
         if payoff.measured:
             self.log(payoff_figures(payoff), step=log_step)
         if say_measured if payoff.measured else say_not:
-            self.say(tracker.line(payoff))
+            self.say(self._payoff_line(payoff))
         return payoff
+
+    def _costed(self, payoff: Payoff, steps: int) -> Payoff:
+        payoff.compile_s = self.recorder.stats.total_time_ms / 1000
+        payoff.steps = steps
+        return payoff
+
+    def _payoff_line(self, payoff: Payoff) -> str:
+        """The console's line: the answer and, when compiling loses, the likely reason."""
+        stats = self.recorder.stats
+        why = why_slower(stats.train_graph_breaks, stats.train_recompiles, stats.backends, stats.plain_backends)
+        return f"telemetry-jit: compile payoff: {payoff.sentence(why)}"
 
 
 def _totals_in_summary(logger: Any, stats: CompileStats) -> None:

@@ -64,17 +64,9 @@ class _Window:
 
 
 class DynamoProbe:
-    """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`.
-
-    Args:
-        context: asked when a compile begins where training is; the answer is the record's
-            ``context``.
-        on_compile_start: told when a compile begins, with a description (the code and, for a
-            recompile, torch's reason).
-        on_compile_end: told when it ends, with what ``meter`` measured of it (``None``: nothing). Exceptions
-            in any of them are caught: telemetry must never break a compile.
-        meter: measures what each compile costs the host (its ``end`` runs before ``on_compile_end``).
-    """
+    """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`. ``context`` is asked, and
+    ``on_compile_start`` told, as a compile begins; ``on_compile_end`` is told what ``meter`` measured of it as
+    it ends. Exceptions in any of them are caught: telemetry must never break a compile."""
 
     def __init__(
         self,
@@ -136,8 +128,7 @@ class DynamoProbe:
         self._attached = True
 
     def detach(self) -> None:
-        """Stop observing: the log taps come off (the loggers as they were, whatever torch does), then
-        torch's callbacks."""
+        """Stop observing: the log taps come off (the loggers as they were), then torch's callbacks."""
         if not self._attached:
             return
         self._attached = False
@@ -297,11 +288,7 @@ class DynamoProbe:
         if not metrics or metrics[-1] is self._last_metric:
             return
         entries = list(metrics)
-        start = 0
-        for index in range(len(entries) - 1, -1, -1):
-            if entries[index] is self._last_metric:
-                start = index + 1
-                break
+        start = next((i + 1 for i in range(len(entries) - 1, -1, -1) if entries[i] is self._last_metric), 0)
         self._collected.extend(entries[start:])
         self._last_metric = entries[-1]
 

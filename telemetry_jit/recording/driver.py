@@ -1,8 +1,6 @@
-"""The one driver every adapter maps its hooks onto (Lightning's callbacks, Fabric's callback, a plain
-loop's ``CompileTelemetry``): each per-run output (compile figures to the loggers, the payoff, every rank's
-totals and their skew, the W&B summary totals, thunder's compiles) is written here once, so every adapter has
-it. An adapter says when a loop starts, a batch starts and a loop ends, where figures go and how ranks gather;
-nothing else. It imports no training framework."""
+"""The one driver every adapter (Lightning's callbacks, Fabric's, a plain loop's ``CompileTelemetry``) maps its
+hooks onto, so each per-run output (figures, payoff, every rank's totals, W&B summary, thunder's compiles) is
+written once. It imports no training framework."""
 
 from __future__ import annotations
 
@@ -37,8 +35,7 @@ _GATHER = call_site("lightning.all_gather", "the all_gather of every rank's comp
 
 
 class TelemetryDriver:
-    """One run's compile telemetry, driven by an adapter's hooks: ``given`` is the session to record through
-    (nv-one-logger's provider, or ``None``: the running one), ``listeners`` are told of every compile."""
+    """One run's compile telemetry: ``given`` is the session to record through (``None``: the running one)."""
 
     def __init__(self, given: Any = None, listeners: Iterable[CompileListener] = ()) -> None:
         self._given = given
@@ -59,8 +56,8 @@ class TelemetryDriver:
         return self.session
 
     def log_to(self, logs: Sequence[tuple[Callable[..., Any], str]], loggers: Iterable[Any] = ()) -> None:
-        """Compile figures go to each of ``logs`` (a ``log(metrics, step=...)`` and its name) at the step they
-        happened (none: no figures); a W&B logger among ``loggers`` gets the run's totals in its summary."""
+        """Compile figures go to each of ``logs`` (a ``log(metrics, step=...)`` and its name) at their step; a W&B
+        logger among ``loggers`` gets the run's totals in its summary."""
         if self.figures is not None and self.figures in self.recorder.listeners:
             self.recorder.listeners.remove(self.figures)
         self._logs = [GuardedLog(log, name) for log, name in logs]
@@ -78,8 +75,7 @@ class TelemetryDriver:
     def batch_started(
         self, step: int, batch: int | None = None, stage: str = "", loader: int | None = None, log_step: int = 0
     ) -> None:
-        """A batch begins (see :meth:`CompileRecorder.batch_started`); the figures of the steps before
-        ``log_step`` go to the loggers."""
+        """A batch begins; the figures of the steps before ``log_step`` go to the loggers."""
         self.recorder.batch_started(step, batch, stage, loader)
         if self.figures is not None and self.figures.pending:
             self.log_figures(log_step)
@@ -104,8 +100,8 @@ class TelemetryDriver:
         world_size: int = 1,
         gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> CompileStats:
-        """A loop ends: its ``compile_summary`` on ``span``, its figures logged. On several ranks, with
-        ``gather`` (an all_gather every rank reaches here), every rank's totals too, and a warning on skew."""
+        """A loop ends: its ``compile_summary`` on ``span``, its figures logged; with ``gather`` (an all_gather
+        every rank reaches) on several ranks, every rank's totals too, and a warning on skew."""
         by_rank = None
         if gather is not None and world_size > 1:
             # ranks that compile differently (more often, or for longer) are a classic cause of stalls and hangs
@@ -189,9 +185,8 @@ class TelemetryDriver:
 
 
 def _totals_in_summary(logger: Any, stats: CompileStats) -> None:
-    """Weights & Biases keeps a metric's last value as the run's summary: there ``compile/time_s`` (one
-    step's compile seconds as logged) is set to the run's total at each loop's end, so the summary reads it
-    right (W&B has no summing summary to ask for)."""
+    """W&B's summary keeps a metric's last value: there ``compile/time_s`` becomes the run's total (W&B has no
+    summing summary to ask for)."""
     experiment = getattr(logger, "experiment", None) if type(logger).__name__ == "WandbLogger" else None
     summary = getattr(experiment, "summary", None)
     if summary is not None:

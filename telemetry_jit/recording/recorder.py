@@ -431,9 +431,7 @@ class CompileRecorder:
     def _first_step_measured(self, step: FirstStep) -> None:
         for listener in self._run_listeners:
             _LISTENER.call(listener.first_step, step)
-        recorder, parent = self._recorder(), self._current_parent()
-        if recorder is not None and parent is not None:
-            _EVENT.call(recorder.event, parent, Event.create(JitEventName.FIRST_STEP, Attributes(step.attributes())))
+        self.emit_event(None, JitEventName.FIRST_STEP, step.attributes())
 
     def _failed(self, error: Exception) -> None:
         self._notices.warn(

@@ -12,8 +12,7 @@ Where the facts live (read through :mod:`telemetry_jit.compat.torch`, torch 2.8 
   its INFO log line "DDPOptimizer used bucket cap ... and created N buckets".
 
 The probe only observes: torch's callbacks record what they saw into the probe, and whoever reads it
-calls :meth:`poll`. It does no work per training step beyond :meth:`poll` noticing that nothing changed.
-"""
+calls :meth:`poll`. It does no work per training step beyond :meth:`poll` noticing that nothing changed."""
 
 from __future__ import annotations
 
@@ -39,9 +38,6 @@ from telemetry_jit.records import (
 from telemetry_jit.terminal import shown
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
-ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
-StartListener = Callable[[str], None]  # told a compile began: what compiles, in words
-EndListener = Callable[[CompileResources | None], None]  # told a compile ended, with what it cost the host
 
 
 class WindowMeter(Protocol):
@@ -70,9 +66,9 @@ class DynamoProbe:
 
     def __init__(
         self,
-        context: ContextFn | None = None,
-        on_compile_start: StartListener | None = None,
-        on_compile_end: EndListener | None = None,
+        context: Callable[[], CompileContext] | None = None,
+        on_compile_start: Callable[[str], None] | None = None,  # what compiles, in words
+        on_compile_end: Callable[[CompileResources | None], None] | None = None,
         meter: WindowMeter | None = None,
     ) -> None:
         self._context = context
@@ -296,8 +292,7 @@ class DynamoProbe:
         """Return the compiles that finished since the last call.
 
         Cheap when nothing happened. With ``final=True`` compiles whose metrics never appeared
-        are returned from what the callbacks alone saw.
-        """
+        are returned from what the callbacks alone saw."""
         self._collect()
         if not self._collected and not (final and self._finished):
             return []

@@ -1,8 +1,7 @@
 """Probe for thunder: after each call of a thunder-compiled function, a new cache miss in
 ``thunder.compile_stats`` becomes a :class:`CompileRecord` with thunder's own timestamps (tracing start to
 the end of the host window that ran transforms). Compiling is :mod:`telemetry_jit.compilers`' job; each of
-its compilations is a :class:`ThunderSource` a :class:`ThunderWatch` finds on the model trained.
-"""
+its compilations is a :class:`ThunderSource` a :class:`ThunderWatch` finds on the model trained."""
 
 from __future__ import annotations
 
@@ -60,11 +59,9 @@ class ThunderFunction:
 
     def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """After a call with these inputs: record the compile if thunder missed its cache."""
-        if self.stats.cache_misses != self._misses:
-            self._record(args, kwargs)
-
-    def _record(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         stats = self.stats
+        if stats.cache_misses == self._misses:
+            return
         self._misses = stats.cache_misses
         signature = _signature(args, kwargs)
         reason = _difference(self._signatures[-1], signature) if self._signatures else ""
@@ -143,7 +140,6 @@ class ThunderWatch:
         return [record for function in self._functions() for record in function.take_records()]
 
     def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        """The ops thunder left to torch in the graph the dynamo compile ``compile_id`` made."""
         return [split for source in self._sources.values() for split in source.take_splits(compile_id)]
 
     def cache_counts(self) -> dict[str, tuple[int, int]]:

@@ -34,8 +34,7 @@ class CompileConsole(CompileListener):
     """Say what is compiling when a compilation runs longer than ``threshold_s``, and how long it took; how a
     first step that long was spent; and, once per frame, a recompile storm (``storm_recompiles`` recompiles
     within ``storm_steps`` steps) with its cause and fix. Fast compilations stay quiet. Lines go to
-    ``print_fn`` (the trainer callback passes the progress bar's ``print``), else the ``telemetry_jit`` logger.
-    """
+    ``print_fn`` (the trainer callback passes the progress bar's ``print``), else the ``telemetry_jit`` logger."""
 
     def __init__(
         self,

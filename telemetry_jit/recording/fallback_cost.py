@@ -5,8 +5,7 @@ original Python from then on. Each training batch that compiled nothing is timed
 next training batch's, what the user waits for) and kept with the fallback it came after: the median batch
 before a fallback, while the frame ran compiled, against the median batch after it is that fallback's cost
 per batch. Batches that compiled, batches followed by another stage (validation) and batches a payoff
-measurement ran eagerly are not timed.
-"""
+measurement ran eagerly are not timed."""
 
 from __future__ import annotations
 

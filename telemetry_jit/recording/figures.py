@@ -20,8 +20,7 @@ LOG_METRICS = call_site("logger.log_metrics", "a metrics logger's log_metrics (L
 class GuardedLog:
     """One logger's ``log(metrics, step=...)``, guarded: a failure is caught, counted and said once, never
     raised into training. When a call fails, each of its keys is tried alone once; a key the logger refuses
-    while it takes others (a name with ``/`` some tracking servers reject) is never sent to it again.
-    """
+    while it takes others (a name with ``/`` some tracking servers reject) is never sent to it again."""
 
     def __init__(self, log: Callable[..., Any], name: str) -> None:
         self._log = log
@@ -51,8 +50,7 @@ class CompileFigures(CompileListener):
     """The compile seconds of each step that compiled, ready to log at that step with the run's totals
     (the recorder's :class:`CompileStats`) as they are then: one value per key per step, so a step is given
     out once it is over (a later step began, or the loop ended); validation's compiles count at the step
-    Lightning logs validation's metrics at.
-    """
+    Lightning logs validation's metrics at."""
 
     def __init__(self) -> None:
         self._pending: dict[int, float] = {}  # step -> compile seconds in it, not yet taken

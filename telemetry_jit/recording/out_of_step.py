@@ -1,7 +1,6 @@
 """Judging the ranks' heartbeats: which rank compiles while others wait (a stall), which compiled a graph
 the others did not (divergence), which went silent. Fed heartbeats and the watcher's clock; reads no store
-and starts no thread, so every judgement is tested with made-up heartbeats.
-"""
+and starts no thread, so every judgement is tested with made-up heartbeats."""
 
 from __future__ import annotations
 

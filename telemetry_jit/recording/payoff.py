@@ -4,8 +4,7 @@ Once compiling has settled (no compilation for ``settle_steps`` training steps),
 compiled and eagerly (``torch.compiler.set_stance("force_eager")``) in the order compiled, eager, eager,
 compiled, ... so that a drift in the machine's speed cancels out; each mode's step time is the median of its
 steps, the first of each block left out. A compilation during the measurement voids it until compiling
-settles anew.
-"""
+settles anew."""
 
 from __future__ import annotations
 

@@ -3,8 +3,7 @@
 
 Both run on threads of their own, off the training step: a step only updates two numbers the publisher
 reads. Whatever the store does (refuses, times out, vanishes with a dead rank) costs one warning and
-stops that thread, never the run.
-"""
+stops that thread, never the run."""
 
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 it starts) and resident memory, with a warning while a compile nears the memory the process may use.
 
 Only while a compile runs: torch's compile callbacks open and close a window (a few reads of ``/proc``), and a
-sampler thread, asleep between compiles, reads memory and looks for new children. Nothing runs per step.
-"""
+sampler thread, asleep between compiles, reads memory and looks for new children. Nothing runs per step."""
 
 from __future__ import annotations
 

@@ -47,10 +47,9 @@ class GuardedLog:
 
 
 class CompileFigures(CompileListener):
-    """The compile seconds of each step that compiled, ready to log at that step with the run's totals
-    (the recorder's :class:`CompileStats`) as they are then: one value per key per step, so a step is given
-    out once it is over (a later step began, or the loop ended); validation's compiles count at the step
-    Lightning logs validation's metrics at."""
+    """The compile seconds of each step that compiled, to log at that step with the run's totals as they are
+    then: one value per key per step, so a step is given out once it is over; validation's compiles count at
+    the step Lightning logs validation's metrics at."""
 
     def __init__(self) -> None:
         self._pending: dict[int, float] = {}  # step -> compile seconds in it, not yet taken
@@ -66,9 +65,8 @@ class CompileFigures(CompileListener):
         self._pending[step] = self._pending.get(step, 0.0) + record.duration_ms / 1000
 
     def take(self, stats: CompileStats, current_step: int | None = None) -> list[tuple[int, dict[str, float]]]:
-        """The figures of each step that compiled and is over, by step: that step's compile seconds and
-        ``stats``' totals. ``current_step``: the step about to run (earlier ones are over); ``None``: the loop
-        ended, every step is over."""
+        """The figures of each step that compiled and is over (before ``current_step``; ``None``: every step),
+        by step: its compile seconds and ``stats``' totals."""
         over = [step for step in self._pending if current_step is None or step < current_step]
         if not over:
             return []

@@ -1,29 +1,6 @@
-"""Compilers as plug-ins: what ``JitTransform`` compiles with, and what the recorder observes of it.
-
-Every compiler is one: torch.compile and thunder (:mod:`telemetry_jit.compilers`) as any other. A
-backend compiles a module in place and may bring an observer that turns what its compiler did into
-:class:`~telemetry_jit.records.CompileRecord` objects; the recorder polls every backend's observer beside
-torch._dynamo's probe (which sees whatever dynamo compiles, a backend's graphs and the user's own
-``torch.compile`` included). Backends are found through the entry point group ``telemetry_jit.compilers``
-(an installed package's, the built-ins') or registered by hand with :func:`register_backend`.
-
-Example::
-
-    class MyBackend:
-        name, title = "mine", "my.compile"
-        optimizes = True  # False: it runs graphs as captured (a step cannot get faster); optional
-
-        def check(self, config) -> None: ...  # raise here when it cannot work: before the first step
-
-        def compile(self, module, label, config):
-            return telemetry_jit.compile_in_place(module, backend=my_backend)  # has the compiled code run?
-
-        def observer(self):
-            return MyObserver()  # see Observer; or None
-
-    # pyproject.toml: [project.entry-points."telemetry_jit.compilers"] mine = "my_package:MyBackend"
-    JitConfig(backend="mine", module_selector="encoder")
-"""
+"""Compilers as plug-ins (README.md, "Compilers are plug-ins"), the built-in ones included: a backend compiles
+a module in place and may bring an observer of what its compiler did, polled beside torch._dynamo's probe.
+Found through the entry point group ``telemetry_jit.compilers`` or registered with :func:`register_backend`."""
 
 from __future__ import annotations
 
@@ -42,18 +19,9 @@ ENTRY_POINTS = "telemetry_jit.compilers"
 
 @runtime_checkable
 class Observer(Protocol):
-    """Turns what a compiler did into records; polled by the recorder at each step (keep :meth:`poll` cheap
-    when nothing happened). It may also have, and the recorder then calls:
-
-    - ``watch(model)``: the model trained, at each loop's start (find the modules compiled on it);
-    - ``take_splits(compile_id) -> list[GraphBreak]``: the pieces it split the graph of dynamo's compile
-      ``compile_id`` into (see :func:`~telemetry_jit.compilers.dynamo_compile_id`), added to that
-      compile's record as graph breaks;
-    - ``cache_counts() -> dict[str, tuple[int, int]]``: cache hits and misses during the run, per function,
-      for the run's ``compile_summary``;
-    - ``watching``: ``False`` while it has nothing to poll (none of its compilations found yet): the recorder
-      then skips it at steps, and polls it as each loop ends.
-    """
+    """Turns what a compiler did into records; polled at each step (keep :meth:`poll` cheap when nothing
+    happened). It may also have ``watch(model)``, ``take_splits(compile_id)``, ``cache_counts()`` and
+    ``watching``, as README.md says."""
 
     def attach(self) -> None: ...
 
@@ -64,26 +32,18 @@ class Observer(Protocol):
 
 @runtime_checkable
 class CompilerBackend(Protocol):
-    """A compiler ``JitTransform`` can compile with (``JitConfig(backend=name)``).
+    """A compiler ``JitTransform`` can compile with (``JitConfig(backend=name)``); it may say ``optimizes =
+    False`` (it runs graphs as captured: a slower compiled step is its doing)."""
 
-    Attributes:
-        name: what ``JitConfig(backend=...)`` names it by; its records' ``compile.backend``.
-        title: what the startup line says compiles (``telemetry-jit: <title>(<module>)``).
-        optimizes (optional, default True): False for a compiler that runs graphs as captured, so that a
-            slower compiled step is said to be its doing.
-    """
-
-    name: str
-    title: str
+    name: str  # what JitConfig(backend=...) names it by; its records' compile.backend
+    title: str  # what the startup line says compiles: telemetry-jit: <title>(<module>)
 
     def check(self, config: Any) -> None:
-        """Raise when this backend cannot work here (a missing install) or with ``config`` (its ``JitConfig``):
-        called at ``setup``, before the sanity check and the first step."""
+        """Raise when this backend cannot work here or with ``config`` (its ``JitConfig``): at ``setup``."""
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
-        """Compile ``module`` in place (``config``: its ``JitConfig``); return a callable saying whether its
-        compiled code has run yet (asked after the first epoch, to warn about a module nothing called;
-        :func:`~telemetry_jit.compilers.compile_in_place` returns one)."""
+        """Compile ``module`` in place; return a callable saying whether its compiled code has run yet (asked
+        after the first epoch; :func:`~telemetry_jit.compilers.compile_in_place` returns one)."""
         ...
 
     def observer(self) -> Observer | None:
@@ -97,11 +57,8 @@ _LOADED: dict[str, CompilerBackend] = {}  # by entry point value
 
 
 def register_backend(backend: CompilerBackend) -> None:
-    """Make ``backend`` available as ``JitConfig(backend=backend.name)`` (it replaces one of its name).
-
-    Raises:
-        TypeError: ``backend`` lacks what :class:`CompilerBackend` asks for.
-    """
+    """Make ``backend`` available as ``JitConfig(backend=backend.name)`` (it replaces one of its name); a
+    ``TypeError`` when it lacks what :class:`CompilerBackend` asks for."""
     if not isinstance(backend, CompilerBackend) or not isinstance(getattr(backend, "name", None), str):
         raise TypeError(
             "register_backend takes a CompilerBackend (name, title, check(config), compile(), observer()), "
@@ -116,11 +73,7 @@ def unregister_backend(name: str) -> None:
 
 
 def compiler_backend(name: str) -> CompilerBackend:
-    """The backend called ``name``.
-
-    Raises:
-        LookupError: none is, naming those that are.
-    """
+    """The backend called ``name``; a ``LookupError`` naming those there are when none is."""
     found = {backend.name: backend for backend in backends()}.get(name)
     if found is None:
         raise LookupError(

@@ -12,15 +12,14 @@ Where the facts live (read through :mod:`telemetry_jit.compat.torch`, torch 2.8 
   its INFO log line "DDPOptimizer used bucket cap ... and created N buckets".
 
 The probe only observes: torch's callbacks record what they saw into the probe, and whoever reads it
-calls :meth:`poll`. It does no work per training step beyond :meth:`poll` noticing that nothing changed.
-"""
+calls :meth:`poll`. It does no work per training step beyond :meth:`poll` noticing that nothing changed."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypedDict
+from typing import Any, Protocol
 
 from telemetry_jit.boundary import call_site
 from telemetry_jit.breaks import is_restart_note
@@ -35,15 +34,10 @@ from telemetry_jit.records import (
     CompileRecord,
     CompileResources,
     GraphBreak,
-    Source,
-    Trigger,
 )
 from telemetry_jit.terminal import shown
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
-ContextFn = Callable[[], CompileContext]  # where training is, asked when a compile begins
-StartListener = Callable[[str], None]  # told a compile began: what compiles, in words
-EndListener = Callable[[CompileResources | None], None]  # told a compile ended, with what it cost the host
 
 
 class WindowMeter(Protocol):
@@ -56,56 +50,25 @@ class WindowMeter(Protocol):
 
 @dataclass
 class _Window:
-    """What the callbacks saw of one compile."""
+    """What the callbacks saw of one compile: its record so far, and the readings taken at its start."""
 
-    compile_id: str
-    trigger: Trigger
-    start_ns: int
+    record: CompileRecord  # frame and location left empty where the frame was not named as the user knows it
     breaks_before: dict[str, int]
-    backend: str
-    context: CompileContext | None
-    callers: tuple[str, ...] = ()  # the Python frames that called the compiled frame, outermost first
-    where: tuple[str, str] | None = None  # the frame's name and location, as the user knows them
-    reasons: tuple[str, ...] = ()  # a recompile's: why each cache entry refused the call, most recent first
-    options: dict[str, str | bool] = field(default_factory=dict)  # dynamic, fullgraph, mode: as torch applies them
-    end_ns: int = 0
-    graph_breaks: list[GraphBreak] = field(default_factory=list)
-    ddp_buckets: list[int] = field(default_factory=list)
-    ddp_bucket_cap_bytes: int = 0
-    cache_bypasses: list[str] = field(default_factory=list)
-    cache_lookups: list[CacheLookup] = field(default_factory=list)
     measuring: Any = None  # the meter's readings at the start
-    resources: CompileResources | None = None
     timers: dict[str, int] = field(default_factory=dict)  # torch's timers at the start (compile_timers)
     phases_s: dict[str, float] = field(default_factory=dict)  # what they timed within it
 
 
 class DynamoProbe:
-    """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`.
-
-    Args:
-        context: asked when a compile begins where training is; the answer is the record's
-            ``context``.
-        on_compile_start: told when a compile begins, with a description (the code and, for a
-            recompile, torch's reason).
-        on_compile_end: told when it ends, with what ``meter`` measured of it (``None``: nothing). Exceptions
-            in any of them are caught: telemetry must never break a compile.
-        meter: measures what each compile costs the host (its ``end`` runs before ``on_compile_end``).
-
-    Example::
-
-        probe = DynamoProbe()
-        probe.attach()
-        model(x)  # compiles
-        records = probe.poll(final=True)
-        probe.detach()
-    """
+    """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`. ``context`` is asked, and
+    ``on_compile_start`` told, as a compile begins; ``on_compile_end`` is told what ``meter`` measured of it as
+    it ends. Exceptions in any of them are caught: telemetry must never break a compile."""
 
     def __init__(
         self,
-        context: ContextFn | None = None,
-        on_compile_start: StartListener | None = None,
-        on_compile_end: EndListener | None = None,
+        context: Callable[[], CompileContext] | None = None,
+        on_compile_start: Callable[[str], None] | None = None,  # what compiles, in words
+        on_compile_end: Callable[[CompileResources | None], None] | None = None,
         meter: WindowMeter | None = None,
     ) -> None:
         self._context = context
@@ -161,8 +124,7 @@ class DynamoProbe:
         self._attached = True
 
     def detach(self) -> None:
-        """Stop observing: the log taps come off (the loggers as they were, whatever torch does), then
-        torch's callbacks."""
+        """Stop observing: the log taps come off (the loggers as they were), then torch's callbacks."""
         if not self._attached:
             return
         self._attached = False
@@ -214,17 +176,26 @@ class DynamoProbe:
             context = self._context() if self._context is not None else None
             if self._on_compile_start is not None:
                 self._on_compile_start(self._describe(args.compile_id, trigger, reasons))
-            self._open = _Window(
+            frame, location = where if where is not None else ("", "")
+            record = CompileRecord(
+                source="dynamo",
                 compile_id=args.compile_id,
                 trigger=trigger,
                 start_ns=time.time_ns(),
-                breaks_before=dict(torch_compat.graph_break_counts()),
+                end_ns=0,
                 backend=backend,
+                frame=frame,  # one frame compiled for several modules names each compile's own
+                location=location,
+                # torch's metrics name the most recent entry's reason; one entry may say more
+                recompile_reason=telling_reason(reasons) if reasons else "",
+                recompile_reasons=reasons,
                 context=context,
                 callers=callers,
-                where=where,
-                reasons=reasons,
                 options=options,
+            )
+            self._open = _Window(
+                record,
+                breaks_before=dict(torch_compat.graph_break_counts()),
                 measuring=self._meter.begin() if self._meter is not None else None,
                 timers=compile_timers.snapshot(),
             )
@@ -246,22 +217,23 @@ class DynamoProbe:
             if torch_compat.callback_trigger(args) is None:
                 return
             if self._open is not None and self._meter is not None:
-                self._open.resources = self._meter.end(self._open.measuring)
+                self._open.record.resources = self._meter.end(self._open.measuring)
             if self._on_compile_end is not None:
-                self._on_compile_end(self._open.resources if self._open is not None else None)
+                self._on_compile_end(self._open.record.resources if self._open is not None else None)
             window, self._open = self._open, None
-            if window is None or window.compile_id != args.compile_id:
+            if window is None or window.record.compile_id != args.compile_id:
                 return
-            window.end_ns = time.time_ns()
+            record = window.record
+            record.end_ns = time.time_ns()
             window.phases_s = compile_timers.since(window.timers)
-            window.graph_breaks = self._graph_breaks_since(window.breaks_before, window.callers)
-            window.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
-            window.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
+            record.graph_breaks = self._graph_breaks_since(window.breaks_before, record.callers)
+            record.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
+            record.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
             self._ddp_log.entries.clear()
-            window.cache_bypasses = list(self._bypass_log.entries)
+            record.cache_bypasses = list(self._bypass_log.entries)
             self._bypass_log.entries.clear()
-            window.cache_lookups, self._lookups = self._lookups, []
-            self._finished.setdefault((window.compile_id, window.trigger == "dynamo"), []).append(window)
+            record.cache_lookups, self._lookups = self._lookups, []
+            self._finished.setdefault((record.compile_id, record.trigger == "dynamo"), []).append(window)
         except Exception as error:  # noqa: BLE001
             _warn(error)
 
@@ -312,11 +284,7 @@ class DynamoProbe:
         if not metrics or metrics[-1] is self._last_metric:
             return
         entries = list(metrics)
-        start = 0
-        for index in range(len(entries) - 1, -1, -1):
-            if entries[index] is self._last_metric:
-                start = index + 1
-                break
+        start = next((i + 1 for i in range(len(entries) - 1, -1, -1) if entries[i] is self._last_metric), 0)
         self._collected.extend(entries[start:])
         self._last_metric = entries[-1]
 
@@ -324,8 +292,7 @@ class DynamoProbe:
         """Return the compiles that finished since the last call.
 
         Cheap when nothing happened. With ``final=True`` compiles whose metrics never appeared
-        are returned from what the callbacks alone saw.
-        """
+        are returned from what the callbacks alone saw."""
         self._collect()
         if not self._collected and not (final and self._finished):
             return []
@@ -341,9 +308,8 @@ class DynamoProbe:
         self._collected = []
         self._attribute_unclaimed_breaks(windowless)
         if final:
-            records.extend(
-                self._record_without_metrics(window) for windows in self._finished.values() for window in windows
-            )
+            # compiles whose CompilationMetrics never appeared: what the callbacks alone saw
+            records.extend(self._named(window.record) for windows in self._finished.values() for window in windows)
             self._finished.clear()
         return records
 
@@ -377,94 +343,39 @@ class DynamoProbe:
     def _record(self, metric: Any, window: _Window | None) -> CompileRecord:
         """A compile from torch's CompilationMetrics, with what the callbacks saw of it (if anything)."""
         compile_id = str(metric.compile_id)
+        frame_id = torch_compat.compile_frame_id(compile_id)
         if metric.co_name:  # a compile the callbacks did not see names its frame as its metrics say
-            where = torch_compat.frame_where(metric.co_name, metric.co_filename, metric.co_firstlineno)
-            self._frames.setdefault(torch_compat.compile_frame_id(compile_id), where)
-        if metric.is_forward is False:
-            trigger: Trigger = "lazy_backward"
-        else:
-            trigger = window.trigger if window is not None else "dynamo"
-        failure, fell_back, limit_hit = torch_compat.failure(metric)
-        start_ns, end_ns = (window.start_ns, window.end_ns) if window is not None else (0, 0)
-        seen = self._seen_by_callbacks(compile_id, window)
-        seen.setdefault("recompile_reason", metric.recompile_reason or "")
-        return CompileRecord(
-            **seen,
-            trigger=trigger,
-            start_ns=metric.start_time_us * 1000 if metric.start_time_us else start_ns,
-            end_ns=metric.end_time_us * 1000 if metric.end_time_us else end_ns,
-            phase_times_s={**torch_compat.phase_times(metric), **(window.phases_s if window is not None else {})},
-            failure=failure,
-            fell_back_to_eager=fell_back,
-            recompile_limit_hit=limit_hit,
-            cache=torch_compat.cache_outcome(metric),
-            extra=torch_compat.counts(metric),
-            input_shapes=tuple(torch_compat.input_shapes(metric)),
-            own_duration_ns=torch_compat.duration_ns(metric),
-        )
-
-    def _record_without_metrics(self, window: _Window) -> CompileRecord:
-        """A compile whose CompilationMetrics never appeared: what the callbacks alone saw."""
-        return CompileRecord(
-            **self._seen_by_callbacks(window.compile_id, window),
-            trigger=window.trigger,
-            start_ns=window.start_ns,
-            end_ns=window.end_ns,
-        )
-
-    def _seen_by_callbacks(self, compile_id: str, window: _Window | None) -> _SeenByCallbacks:
-        frame, location = self._frames.get(torch_compat.compile_frame_id(compile_id), ("", ""))
-        seen: _SeenByCallbacks = {
-            "source": "dynamo",
-            "compile_id": compile_id,
-            "frame": frame,
-            "location": location,
-            "is_recompile": torch_compat.compile_attempt(compile_id) > 0,
-            "unavailable": tuple(sorted(torch_compat.UNAVAILABLE)),
-            "backend": self._backends.get(torch_compat.compile_frame_id(compile_id), ""),
-        }
-        if window is not None:
-            if window.where is not None:  # one frame compiled for several modules names each compile's own
-                seen["frame"], seen["location"] = window.where
-            seen.update(
-                {
-                    "backend": window.backend,
-                    "graph_breaks": window.graph_breaks,
-                    "ddp_buckets": window.ddp_buckets,
-                    "ddp_bucket_cap_bytes": window.ddp_bucket_cap_bytes,
-                    "cache_bypasses": window.cache_bypasses,
-                    "cache_lookups": window.cache_lookups,
-                    "context": window.context,
-                    "callers": window.callers,
-                    "options": window.options,
-                    "resources": window.resources,
-                }
+            self._frames.setdefault(
+                frame_id, torch_compat.frame_where(metric.co_name, metric.co_filename, metric.co_firstlineno)
             )
-            if window.reasons:  # torch's metrics name the most recent entry's reason; one entry may say more
-                seen["recompile_reason"] = telling_reason(window.reasons)
-                seen["recompile_reasons"] = window.reasons
-        return seen
+        if window is None:
+            record = CompileRecord("dynamo", compile_id, "dynamo", 0, 0, backend=self._backends.get(frame_id, ""))
+        else:
+            record = window.record
+            record.compile_id = compile_id
+            record.phase_times_s = window.phases_s
+        if metric.is_forward is False:
+            record.trigger = "lazy_backward"
+        if not record.recompile_reasons:
+            record.recompile_reason = metric.recompile_reason or ""
+        self._named(record)
+        record.start_ns = metric.start_time_us * 1000 if metric.start_time_us else record.start_ns
+        record.end_ns = metric.end_time_us * 1000 if metric.end_time_us else record.end_ns
+        record.phase_times_s = {**torch_compat.phase_times(metric), **record.phase_times_s}
+        record.failure, record.fell_back_to_eager, record.recompile_limit_hit = torch_compat.failure(metric)
+        record.cache = torch_compat.cache_outcome(metric)
+        record.extra = torch_compat.counts(metric)
+        record.input_shapes = tuple(torch_compat.input_shapes(metric))
+        record.own_duration_ns = torch_compat.duration_ns(metric)
+        return record
 
-
-class _SeenByCallbacks(TypedDict, total=False):
-    source: Source
-    compile_id: str
-    frame: str
-    location: str
-    is_recompile: bool
-    unavailable: tuple[str, ...]
-    backend: str
-    graph_breaks: list[GraphBreak]
-    resources: CompileResources | None
-    ddp_buckets: list[int]
-    ddp_bucket_cap_bytes: int
-    cache_bypasses: list[str]
-    cache_lookups: list[CacheLookup]
-    context: CompileContext | None
-    callers: tuple[str, ...]
-    options: dict[str, str | bool]
-    recompile_reason: str
-    recompile_reasons: tuple[str, ...]
+    def _named(self, record: CompileRecord) -> CompileRecord:
+        """``record`` with what is known of its frame when it is taken."""
+        if not record.frame and not record.location:
+            record.frame, record.location = self._frames.get(torch_compat.compile_frame_id(record.compile_id), ("", ""))
+        record.is_recompile = torch_compat.compile_attempt(record.compile_id) > 0
+        record.unavailable = tuple(sorted(torch_compat.UNAVAILABLE))
+        return record
 
 
 def _stack(callers: tuple[str, ...], traced: tuple[str, ...], location: str) -> tuple[str, ...]:

@@ -14,13 +14,9 @@ from telemetry_jit.compat import torch as torch_compat
 
 
 class LogTap(logging.Filter):
-    """Reads some of torch's log records while attached, leaving the user's console exactly as it was.
-
-    Each logger is opened down to ``level`` if it was not already; a filter (not a handler) reads
-    every record first and then lets through only what the user's logging configuration would
-    have shown without telemetry-jit (all of it when they enabled the logger themselves, e.g. with
-    ``TORCH_LOGS``). Subclasses say which loggers and what to take from a record.
-    """
+    """Reads some of torch's log records while installed. Each logger is opened down to ``level``; a filter
+    (not a handler) reads every record, then lets through only what the user's logging configuration would
+    have shown (all of it where they enabled the logger, e.g. with ``TORCH_LOGS``)."""
 
     level = logging.DEBUG
 

@@ -1,13 +1,7 @@
-"""Probe for thunder: reads ``thunder.compile_stats`` of each thunder-compiled function into
-:class:`CompileRecord` objects.
-
-After each call of a thunder-compiled function the compilation calls :meth:`ThunderFunction.check`,
-which compares thunder's cache-miss count with the last one it saw; a new miss becomes a record with
-thunder's own timestamps: from the start of tracing to the end of the host window in which
-transforms ran and the cache entry was built. Compiling (``thunder.jit``, thunder's dynamo backend)
-is :mod:`telemetry_jit.compilers`' job; each of its compilations is a
-:class:`ThunderSource` its backend's :class:`ThunderWatch` finds on the model trained.
-"""
+"""Probe for thunder: after each call of a thunder-compiled function, a new cache miss in
+``thunder.compile_stats`` becomes a :class:`CompileRecord` with thunder's own timestamps (tracing start to
+the end of the host window that ran transforms). Compiling is :mod:`telemetry_jit.compilers`' job; each of
+its compilations is a :class:`ThunderSource` a :class:`ThunderWatch` finds on the model trained."""
 
 from __future__ import annotations
 
@@ -65,11 +59,9 @@ class ThunderFunction:
 
     def check(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         """After a call with these inputs: record the compile if thunder missed its cache."""
-        if self.stats.cache_misses != self._misses:
-            self._record(args, kwargs)
-
-    def _record(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         stats = self.stats
+        if stats.cache_misses == self._misses:
+            return
         self._misses = stats.cache_misses
         signature = _signature(args, kwargs)
         reason = _difference(self._signatures[-1], signature) if self._signatures else ""
@@ -95,9 +87,8 @@ class ThunderFunction:
 
 
 class ThunderSource:
-    """A module's thunder compilation, as probes see it: the functions thunder compiled for it and the
-    ops thunder left to torch in the graphs dynamo made (``thunder.dynamo`` only). It is the call
-    installed on the module in place of its own (see ``torch_compat.set_compiled_call``)."""
+    """A module's thunder compilation: the call installed in place of its own (``torch_compat.set_compiled_call``),
+    with the functions thunder compiled and the ops it left to torch in dynamo's graphs (``thunder.dynamo``)."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
@@ -118,9 +109,8 @@ def sources_in(model: torch.nn.Module) -> list[ThunderSource]:
 
 
 class ThunderWatch:
-    """The observer of a thunder backend (a plug-in's :class:`~telemetry_jit.probes.backends.Observer`): the
-    compilations of kind ``kind`` installed on the models it is shown, their new compiles, the ops thunder left
-    to torch in dynamo's graphs, and each function's cache hits and misses during the run."""
+    """A thunder backend's :class:`~telemetry_jit.probes.backends.Observer` of its compilations (of ``kind``) on
+    the models it is shown."""
 
     def __init__(self, kind: type[ThunderSource] = ThunderSource) -> None:
         self._kind = kind
@@ -135,8 +125,7 @@ class ThunderWatch:
         pass
 
     def watch(self, model: torch.nn.Module) -> None:
-        """Watch the thunder compilations installed on ``model`` (cheap to repeat; call it after modules
-        may have been compiled, e.g. at each loop's first batch)."""
+        """Watch the thunder compilations installed on ``model`` (cheap to repeat)."""
         for source in sources_in(model):
             if not isinstance(source, self._kind) or id(source) in self._sources:
                 continue
@@ -151,7 +140,6 @@ class ThunderWatch:
         return [record for function in self._functions() for record in function.take_records()]
 
     def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        """The ops thunder left to torch in the graph the dynamo compile ``compile_id`` made."""
         return [split for source in self._sources.values() for split in source.take_splits(compile_id)]
 
     def cache_counts(self) -> dict[str, tuple[int, int]]:

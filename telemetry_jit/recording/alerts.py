@@ -61,9 +61,8 @@ class RankTotals:
     time_ms: list[float]
 
     def divergence(self, skew_warning_s: float) -> str | None:
-        """What rank zero should say when ranks compiled unalike: a different number of compiles, or
-        compile times further apart than ``skew_warning_s`` (the fast ranks wait for the slow one at
-        their next collective, and a long enough wait ends at the collective's timeout)."""
+        """What rank zero should say when ranks compiled unalike: a different number of compiles, or compile
+        times further apart than ``skew_warning_s`` (``None`` when they did not)."""
         problems = []
         if len(set(self.counts)) > 1:
             problems.append(f"a different number of times ({self.counts}, by rank)")

@@ -23,7 +23,10 @@ _DDP_REASON = (
 
 def compilation_span(record: CompileRecord, context: CompileContext) -> FinishedSpan:
     """The span of one finished compilation, under ``context.parent``."""
-    events = [_graph_break_event(graph_break, record.start_ns) for graph_break in record.graph_breaks]
+    events = [
+        FinishedEvent(JitEventName.GRAPH_BREAK.value, record.start_ns, graph_break_attributes(graph_break))
+        for graph_break in record.graph_breaks
+    ]
     if record.ddp_graph_splits:
         events.append(_ddp_split_event(record))
     events += [_cache_lookup_event(lookup, record.start_ns) for lookup in record.cache_lookups]
@@ -133,10 +136,6 @@ def graph_break_attributes(graph_break: GraphBreak) -> dict[str, AttributeValue]
     if text.doc_url:
         attributes[GraphBreakAttr.DOC_URL] = text.doc_url
     return attributes
-
-
-def _graph_break_event(graph_break: GraphBreak, time_unix_ns: int) -> FinishedEvent:
-    return FinishedEvent(JitEventName.GRAPH_BREAK.value, time_unix_ns, graph_break_attributes(graph_break))
 
 
 def _cache_lookup_event(lookup: CacheLookup, time_unix_ns: int) -> FinishedEvent:

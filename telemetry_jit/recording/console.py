@@ -31,24 +31,10 @@ def say_line(print_fn: Callable[[str], object], line: str) -> None:
 
 
 class CompileConsole(CompileListener):
-    """Say what is compiling when a compilation runs longer than ``threshold_s``, and how long it
-    took; say how a first step that took that long was spent; warn once per frame when it keeps
-    recompiling, with the cause and its fix, from the user's line that called the frame.
-
-    Fast compilations stay quiet. Messages go to ``print_fn`` (the trainer callback passes
-    Lightning's progress bar ``print`` when there is one), else to the ``telemetry_jit`` logger.
-
-    Args:
-        threshold_s: announce a compilation still running after this many seconds.
-        storm_recompiles: this many recompiles of one frame within ``storm_steps`` training steps
-            is a recompile storm.
-        storm_steps: the window, in steps.
-        print_fn: where messages go.
-
-    Example::
-
-        console = CompileConsole(threshold_s=1.0)
-    """
+    """Say what is compiling when a compilation runs longer than ``threshold_s``, and how long it took; how a
+    first step that long was spent; and, once per frame, a recompile storm (``storm_recompiles`` recompiles
+    within ``storm_steps`` steps) with its cause and fix. Fast compilations stay quiet. Lines go to
+    ``print_fn`` (the trainer callback passes the progress bar's ``print``), else the ``telemetry_jit`` logger."""
 
     def __init__(
         self,

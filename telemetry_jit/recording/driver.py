@@ -1,8 +1,6 @@
-"""The one driver every adapter maps its hooks onto (Lightning's callbacks, Fabric's callback, a plain
-loop's ``CompileTelemetry``): each per-run output (compile figures to the loggers, the payoff, every rank's
-totals and their skew, the W&B summary totals, thunder's compiles) is written here once, so every adapter has
-it. An adapter says when a loop starts, a batch starts and a loop ends, where figures go and how ranks gather;
-nothing else. It imports no training framework."""
+"""The one driver every adapter (Lightning's callbacks, Fabric's, a plain loop's ``CompileTelemetry``) maps its
+hooks onto, so each per-run output (figures, payoff, every rank's totals, W&B summary, thunder's compiles) is
+written once. It imports no training framework."""
 
 from __future__ import annotations
 
@@ -25,10 +23,11 @@ from telemetry_jit.recording.figures import (
     per_rank_figures,
 )
 from telemetry_jit.recording.listener import CompileListener
-from telemetry_jit.recording.payoff import PayoffSettings, PayoffTracker
+from telemetry_jit.recording.payoff import PayoffMeter, PayoffSettings
 from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats
-from telemetry_jit.records import Payoff
+from telemetry_jit.records import Payoff, why_slower
+from telemetry_jit.schema import JitEventName
 from telemetry_jit.session import Session, resolve
 
 _log = logging.getLogger("telemetry_jit")
@@ -36,8 +35,7 @@ _GATHER = call_site("lightning.all_gather", "the all_gather of every rank's comp
 
 
 class TelemetryDriver:
-    """One run's compile telemetry, driven by an adapter's hooks: ``given`` is the session to record through
-    (nv-one-logger's provider, or ``None``: the running one), ``listeners`` are told of every compile."""
+    """One run's compile telemetry: ``given`` is the session to record through (``None``: the running one)."""
 
     def __init__(self, given: Any = None, listeners: Iterable[CompileListener] = ()) -> None:
         self._given = given
@@ -48,7 +46,8 @@ class TelemetryDriver:
         self.figures: CompileFigures | None = None
         self._logs: list[GuardedLog] = []
         self._loggers: list[Any] = []
-        self.tracker: PayoffTracker | None = None
+        self.payoff: PayoffMeter | None = None  # measuring what compiling buys
+        self._payoff_said = False
         self.say: Callable[[str], None] = lambda line: say_line(_log.warning, line)  # a console line
 
     def resolve(self) -> Session:
@@ -57,8 +56,8 @@ class TelemetryDriver:
         return self.session
 
     def log_to(self, logs: Sequence[tuple[Callable[..., Any], str]], loggers: Iterable[Any] = ()) -> None:
-        """Compile figures go to each of ``logs`` (a ``log(metrics, step=...)`` and its name) at the step they
-        happened (none: no figures); a W&B logger among ``loggers`` gets the run's totals in its summary."""
+        """Compile figures go to each of ``logs`` (a ``log(metrics, step=...)`` and its name) at their step; a W&B
+        logger among ``loggers`` gets the run's totals in its summary."""
         if self.figures is not None and self.figures in self.recorder.listeners:
             self.recorder.listeners.remove(self.figures)
         self._logs = [GuardedLog(log, name) for log, name in logs]
@@ -76,8 +75,7 @@ class TelemetryDriver:
     def batch_started(
         self, step: int, batch: int | None = None, stage: str = "", loader: int | None = None, log_step: int = 0
     ) -> None:
-        """A batch begins (see :meth:`CompileRecorder.batch_started`); the figures of the steps before
-        ``log_step`` go to the loggers."""
+        """A batch begins; the figures of the steps before ``log_step`` go to the loggers."""
         self.recorder.batch_started(step, batch, stage, loader)
         if self.figures is not None and self.figures.pending:
             self.log_figures(log_step)
@@ -102,8 +100,8 @@ class TelemetryDriver:
         world_size: int = 1,
         gather: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> CompileStats:
-        """A loop ends: its ``compile_summary`` on ``span``, its figures logged. On several ranks, with
-        ``gather`` (an all_gather every rank reaches here), every rank's totals too, and a warning on skew."""
+        """A loop ends: its ``compile_summary`` on ``span``, its figures logged; with ``gather`` (an all_gather
+        every rank reaches) on several ranks, every rank's totals too, and a warning on skew."""
         by_rank = None
         if gather is not None and world_size > 1:
             # ranks that compile differently (more often, or for longer) are a classic cause of stalls and hangs
@@ -130,42 +128,65 @@ class TelemetryDriver:
         in use in this process), so that steps are timed to the end of their GPU work."""
         if on_cuda is None:
             on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        self.tracker = PayoffTracker(settings, self.recorder, on_cuda=on_cuda)
+        recorder = self.recorder
+        self.payoff = PayoffMeter(settings, compilations=lambda: recorder.stats.count, on_cuda=on_cuda)
+        self._payoff_said = False
 
     def step_started(self, step: int) -> None:
-        """An optimizer step begins (for the payoff)."""
-        if self.tracker is not None:
-            self.tracker.step_started(step)
+        """An optimizer step begins (for the payoff): one step however many batches it took."""
+        if self.payoff is not None:
+            self.payoff.step_started(step)
+            if self.payoff.running_eagerly:
+                self.recorder.running_eagerly(step)
 
     def step_ended(self, say: bool) -> None:
         """An optimizer step ended; ``say``: the payoff's line when it is first measured."""
-        tracker = self.tracker
-        if tracker is not None and (measured := tracker.step_ended()) is not None and say:
-            self.say(tracker.line(measured))
+        meter = self.payoff
+        if meter is None:
+            return
+        meter.step_ended()
+        if meter.result is not None and not self._payoff_said:
+            self._payoff_said = True
+            measured = self._costed(meter.result, steps=0)
+            if say:
+                self.say(self._payoff_line(measured))
 
     def payoff_abandoned(self) -> None:
         """The step running has no end to time (the loop failed or ended within it)."""
-        if self.tracker is not None:
-            self.tracker.abandon()
+        if self.payoff is not None:
+            self.payoff.abandon()
 
     def payoff_finished(self, steps: int, log_step: int, *, say_measured: bool, say_not: bool) -> Payoff | None:
-        """The payoff of the loop that ran ``steps`` steps: its figures at ``log_step``, its line (when measured,
-        ``say_measured``; else ``say_not``); ``None`` when it was not measured for."""
-        tracker, self.tracker = self.tracker, None
-        if tracker is None:
+        """The payoff of the loop that ran ``steps`` steps, or why it has none: its ``compile_payoff`` event, its
+        figures at ``log_step``, its line (when measured, ``say_measured``; else ``say_not``); ``None`` when it
+        was not measured for."""
+        meter, self.payoff = self.payoff, None
+        if meter is None:
             return None
-        payoff = tracker.finish(steps)
+        meter.abandon()
+        payoff = self._costed(meter.result or Payoff(not_measured=meter.why_not()), steps)
+        self.recorder.emit_event(None, JitEventName.COMPILE_PAYOFF, payoff.attributes())
         if payoff.measured:
             self.log(payoff_figures(payoff), step=log_step)
         if say_measured if payoff.measured else say_not:
-            self.say(tracker.line(payoff))
+            self.say(self._payoff_line(payoff))
         return payoff
+
+    def _costed(self, payoff: Payoff, steps: int) -> Payoff:
+        payoff.compile_s = self.recorder.stats.total_time_ms / 1000
+        payoff.steps = steps
+        return payoff
+
+    def _payoff_line(self, payoff: Payoff) -> str:
+        """The console's line: the answer and, when compiling loses, the likely reason."""
+        stats = self.recorder.stats
+        why = why_slower(stats.train_graph_breaks, stats.train_recompiles, stats.backends, stats.plain_backends)
+        return f"telemetry-jit: compile payoff: {payoff.sentence(why)}"
 
 
 def _totals_in_summary(logger: Any, stats: CompileStats) -> None:
-    """Weights & Biases keeps a metric's last value as the run's summary: there ``compile/time_s`` (one
-    step's compile seconds as logged) is set to the run's total at each loop's end, so the summary reads it
-    right (W&B has no summing summary to ask for)."""
+    """W&B's summary keeps a metric's last value: there ``compile/time_s`` becomes the run's total (W&B has no
+    summing summary to ask for)."""
     experiment = getattr(logger, "experiment", None) if type(logger).__name__ == "WandbLogger" else None
     summary = getattr(experiment, "summary", None)
     if summary is not None:

@@ -5,8 +5,7 @@ original Python from then on. Each training batch that compiled nothing is timed
 next training batch's, what the user waits for) and kept with the fallback it came after: the median batch
 before a fallback, while the frame ran compiled, against the median batch after it is that fallback's cost
 per batch. Batches that compiled, batches followed by another stage (validation) and batches a payoff
-measurement ran eagerly are not timed.
-"""
+measurement ran eagerly are not timed."""
 
 from __future__ import annotations
 
@@ -37,16 +36,7 @@ class _Span:
 
 
 class FallbackCostMeter(CompileListener):
-    """Times training batches and says, per fallback, what running the frame eagerly costs.
-
-    Example::
-
-        meter = FallbackCostMeter()
-        meter.batch_started("train", global_step=0, now_ns=time.perf_counter_ns())
-        meter.recorded(record)              # a compilation; one that fell back opens a new span of batches
-        ...
-        meter.costs()                       # one FallbackCost per frame that fell back
-    """
+    """Times training batches and says, per fallback, what running the frame eagerly costs."""
 
     def __init__(self) -> None:
         self._spans: list[_Span] = [_Span()]

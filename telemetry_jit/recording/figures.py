@@ -20,13 +20,7 @@ LOG_METRICS = call_site("logger.log_metrics", "a metrics logger's log_metrics (L
 class GuardedLog:
     """One logger's ``log(metrics, step=...)``, guarded: a failure is caught, counted and said once, never
     raised into training. When a call fails, each of its keys is tried alone once; a key the logger refuses
-    while it takes others (a name with ``/`` some tracking servers reject) is never sent to it again.
-
-    Example::
-
-        log = GuardedLog(logger.log_metrics, type(logger).__name__)
-        log({"compile/time_s": 1.9}, step=3)
-    """
+    while it takes others (a name with ``/`` some tracking servers reject) is never sent to it again."""
 
     def __init__(self, log: Callable[..., Any], name: str) -> None:
         self._log = log
@@ -53,19 +47,9 @@ class GuardedLog:
 
 
 class CompileFigures(CompileListener):
-    """The compile seconds of each step that compiled, ready to log at that step with the run's totals
-    (the recorder's :class:`CompileStats`) as they are then: one value per key per step, so a step is given
-    out once it is over (a later step began, or the loop ended); validation's compiles count at the step
-    Lightning logs validation's metrics at.
-
-    Example::
-
-        figures = CompileFigures()
-        recorder.listeners.append(figures)
-        ...
-        for step, metrics in figures.take(recorder.stats, current_step=step):
-            logger.log_metrics(metrics, step=step)  # {"compile/time_s": 1.9, "compile/frame_compiles": 2, ...}
-    """
+    """The compile seconds of each step that compiled, to log at that step with the run's totals as they are
+    then: one value per key per step, so a step is given out once it is over; validation's compiles count at
+    the step Lightning logs validation's metrics at."""
 
     def __init__(self) -> None:
         self._pending: dict[int, float] = {}  # step -> compile seconds in it, not yet taken
@@ -81,9 +65,8 @@ class CompileFigures(CompileListener):
         self._pending[step] = self._pending.get(step, 0.0) + record.duration_ms / 1000
 
     def take(self, stats: CompileStats, current_step: int | None = None) -> list[tuple[int, dict[str, float]]]:
-        """The figures of each step that compiled and is over, by step: that step's compile seconds and
-        ``stats``' totals. ``current_step``: the step about to run (earlier ones are over); ``None``: the loop
-        ended, every step is over."""
+        """The figures of each step that compiled and is over (before ``current_step``; ``None``: every step),
+        by step: its compile seconds and ``stats``' totals."""
         over = [step for step in self._pending if current_step is None or step < current_step]
         if not over:
             return []

@@ -53,15 +53,7 @@ class FirstStep:
 
 
 class FirstSteps:
-    """Measures the first step after the stage changes; driven by the recorder at each step.
-
-    Example::
-
-        steps = FirstSteps()
-        steps.batch_started("train", global_step=0, batch_index=0)
-        ...  # the step runs, compiles are recorded: steps.recorded(record)
-        finished = steps.batch_started("train", global_step=1, batch_index=1)  # the first step, measured
-    """
+    """Measures the first step after the stage changes; driven by the recorder at each step."""
 
     def __init__(self) -> None:
         self._stage = ""

@@ -44,17 +44,14 @@ def compile_hash(description: str) -> str:
 
 @dataclass(frozen=True)
 class Looked:
-    """One compile-cache look-up of a rank's compile: ``compile`` is :func:`compile_hash` of what compiled,
-    ``n`` the look-up's place among that compile's look-ups in ``layer`` (``aot_autograd``, ``fx_graph``),
-    ``key`` the start of torch's key, ``saved_s`` what a hit saved (the entry's cold compile, as torch timed
-    it). The key's parts are published apart (:func:`parts_key`): a heartbeat stays small."""
+    """One compile-cache look-up of a rank's compile; its key's parts are published apart (:func:`parts_key`)."""
 
-    compile: str
-    layer: str
-    n: int
+    compile: str  # compile_hash of what compiled
+    layer: str  # aot_autograd, fx_graph
+    n: int  # its place among that compile's look-ups in layer
     state: str
-    key: str
-    saved_s: float = 0.0
+    key: str  # the start of torch's key
+    saved_s: float = 0.0  # what a hit saved: the entry's cold compile, as torch timed it
 
     @property
     def graph(self) -> str:
@@ -64,8 +61,8 @@ class Looked:
 
 @dataclass(frozen=True)
 class Graph:
-    """One graph a rank compiled: its hash (the same graph on two ranks hashes the same), the step it
-    compiled at, the frame and why (a first compile, or the recompile's reason)."""
+    """One graph a rank compiled (the same graph on two ranks hashes the same); ``why``: a first compile, or
+    the recompile's reason."""
 
     hash: str
     step: int
@@ -127,21 +124,13 @@ class Heartbeat:
                 Looked(str(compile_), str(layer), int(n), str(state), str(key), float(saved_s))
                 for compile_, layer, n, state, key, saved_s in data.get("lookups", ())
             ]
-            return cls(
-                rank=int(data["rank"]),
-                seq=int(data["seq"]),
-                step=int(data["step"]),
-                stage=str(data["stage"]),
-                compiling=str(data["compiling"]),
-                compiling_s=float(data["compiling_s"]),
-                compiles=int(data["compiles"]),
-                last_compile_s=float(data["last_compile_s"]),
-                longest_compile_s=float(data["longest_compile_s"]),
-                graph_count=int(data["graph_count"]),
-                graphs=graphs,
-                lookups=lookups,
-                ended=str(data["ended"]),
-            )
+            # each scalar field converted to its default's type: what another version wrote fails here
+            scalars = {
+                name: type(default)(data[name])
+                for name, default in asdict(cls(0)).items()
+                if name not in ("graphs", "lookups")
+            }
+            return cls(**scalars, graphs=graphs, lookups=lookups)
         except (ValueError, TypeError, KeyError):
             return None
 

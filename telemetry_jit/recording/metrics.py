@@ -28,13 +28,7 @@ def meter_providers(exporters: Iterable[object]) -> list[MeterProvider]:
 
 class CompileMetrics(CompileListener):
     """Counters of compilations, recompilations and graph breaks, and a histogram of compile
-    seconds, each with the frame, the compiler (``dynamo``/``thunder``) and the rank as attributes.
-
-    Example::
-
-        metrics = CompileMetrics(meter_provider)
-        metrics.recorded(record)
-    """
+    seconds, each with the frame, the compiler (``dynamo``/``thunder``) and the rank as attributes."""
 
     def __init__(self, meter_provider: MeterProvider) -> None:
         from telemetry_jit import __version__

@@ -1,13 +1,6 @@
 """Judging the ranks' heartbeats: which rank compiles while others wait (a stall), which compiled a graph
 the others did not (divergence), which went silent. Fed heartbeats and the watcher's clock; reads no store
-and starts no thread, so every judgement is tested with made-up heartbeats.
-
-Example::
-
-    judge = OutOfStep(world_size=2)
-    for finding in judge.scan(time.monotonic(), {0: beat0, 1: beat1}):
-        print(finding.line)
-"""
+and starts no thread, so every judgement is tested with made-up heartbeats."""
 
 from __future__ import annotations
 
@@ -58,11 +51,8 @@ class Finding:
             RanksAttr.WAITING_RANKS: list(self.waiting[:RANKS_KEPT]),
             RanksAttr.LINE: self.line,
         }
-        for name, value in ((RanksAttr.STAGE, self.stage), (RanksAttr.WHAT, self.what), (RanksAttr.WHY, self.why)):
-            if value:
-                attributes[name] = value
-        if self.graph:
-            attributes[RanksAttr.GRAPH] = self.graph
+        optional = {RanksAttr.STAGE: self.stage, RanksAttr.WHAT: self.what, RanksAttr.WHY: self.why}
+        attributes.update((name, value) for name, value in {**optional, RanksAttr.GRAPH: self.graph}.items() if value)
         return attributes
 
 
@@ -98,15 +88,9 @@ class _Stall:
 
 
 class OutOfStep:
-    """The ranks' heartbeats, judged scan after scan.
-
-    Args:
-        world_size: the job's ranks.
-        stall_delay_s: say a rank compiling while others wait after this long; by default
-            ``STALL_MARGIN_S`` beyond the longest compile seen so far, at least ``STALL_MIN_S``. Said again
-            at doubling intervals while it lasts, and once more when it ends.
-        silent_after_s: a running rank not heard from this long is said to be silent (it died or hangs).
-    """
+    """The ranks' heartbeats, judged scan after scan. A stall is said after ``stall_delay_s`` (by default
+    ``STALL_MARGIN_S`` beyond the longest compile seen, at least ``STALL_MIN_S``), again at doubling intervals
+    while it lasts, and once when it ends; a running rank not heard from for ``silent_after_s`` is silent."""
 
     def __init__(self, world_size: int, stall_delay_s: float | None = None, silent_after_s: float = 15.0) -> None:
         self.world_size = world_size

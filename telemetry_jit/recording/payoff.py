@@ -1,12 +1,10 @@
 """Is compiling worth it? Compiled and eager steps of the same model timed in the same run.
 
 Once compiling has settled (no compilation for ``settle_steps`` training steps), blocks of steps run
-as compiled and blocks run eagerly (``torch.compiler.set_stance("force_eager")``: the original
-Python code, no compiling), in the order compiled, eager, eager, compiled, ... so that a drift in the
-machine's speed cancels out; each mode's step time is the median of its steps, the first of each
-block left out. A compilation during
-the measurement voids it, and it starts again once compiling has settled anew.
-"""
+compiled and eagerly (``torch.compiler.set_stance("force_eager")``) in the order compiled, eager, eager,
+compiled, ... so that a drift in the machine's speed cancels out; each mode's step time is the median of its
+steps, the first of each block left out. A compilation during the measurement voids it until compiling
+settles anew."""
 
 from __future__ import annotations
 
@@ -19,26 +17,18 @@ from dataclasses import dataclass, field
 import torch
 
 from telemetry_jit.boundary import FAILED, call_site
-from telemetry_jit.recording.recorder import CompileRecorder
-from telemetry_jit.records import Payoff, why_slower
-from telemetry_jit.schema import JitEventName
+from telemetry_jit.records import Payoff
 
 _STANCE = call_site("torch.set_stance", "torch.compiler.set_stance (running a payoff block eagerly)")
 
 
 @dataclass(frozen=True)
 class PayoffSettings:
-    """How the payoff is measured.
+    """How the payoff is measured."""
 
-    Args:
-        settle_steps: training steps without a compilation before measuring starts.
-        block_steps: steps in one block; its first step, paying for the switch of mode, is not counted.
-        blocks: blocks of each mode (compiled, eager); ``blocks * block_steps`` steps run eagerly.
-    """
-
-    settle_steps: int = 10
-    block_steps: int = 5
-    blocks: int = 4
+    settle_steps: int = 10  # training steps without a compilation before measuring starts
+    block_steps: int = 5  # steps in one block; its first, paying for the switch of mode, is not counted
+    blocks: int = 4  # blocks of each mode (compiled, eager): blocks * block_steps steps run eagerly
 
     def __post_init__(self) -> None:
         for name, least in (("settle_steps", 1), ("block_steps", 2), ("blocks", 1)):
@@ -57,18 +47,8 @@ class _Block:
 @dataclass
 class PayoffMeter:
     """Decides, step by step, whether a training step runs compiled or eagerly, and times both.
-
-    ``compilations()`` tells how many compilations happened so far (any change voids a measurement in
-    progress); ``on_cuda`` times with synchronisation and records each mode's peak memory.
-
-    Example::
-
-        meter = PayoffMeter(PayoffSettings(), compilations=lambda: stats.count)
-        meter.step_started(global_step)   # eager from here when the schedule says so
-        train_one_step()
-        meter.step_ended()
-        meter.result                      # a Payoff once measured
-    """
+    ``compilations()``: the compilations so far (a change voids a measurement); ``on_cuda``: time with
+    synchronisation and record each mode's peak memory."""
 
     settings: PayoffSettings
     compilations: Callable[[], int]
@@ -81,21 +61,17 @@ class PayoffMeter:
     _last_step: int = -1
     _running: tuple[_Block, contextlib.AbstractContextManager[object] | None, float] | None = None
 
-    @property
-    def steps_needed(self) -> int:
-        """Steps without a compilation that a measurement takes: settling, then every block."""
-        return self.settings.settle_steps + 2 * self.settings.blocks * self.settings.block_steps
-
     def why_not(self) -> str:
         """Why there is no result, in words, with what would give one."""
         settings = self.settings
         if self.compilations() == 0:
             return "nothing compiled in this loop, so there is nothing to compare"
         quiet = max(self._last_step - self._quiet_since + 1, 0) if self._quiet_since is not None else 0
+        needed = settings.settle_steps + 2 * settings.blocks * settings.block_steps
         return (
             f"the loop ended {quiet} step(s) after its last compilation, and a measurement needs "
-            f"{self.steps_needed} steps without one ({settings.settle_steps} to settle, then {2 * settings.blocks} "
-            f"blocks of {settings.block_steps}): train {self.steps_needed - quiet} more steps, or ask for fewer "
+            f"{needed} steps without one ({settings.settle_steps} to settle, then {2 * settings.blocks} "
+            f"blocks of {settings.block_steps}): train {needed - quiet} more steps, or ask for fewer "
             "with PayoffSettings(settle_steps=..., blocks=..., block_steps=...)"
         )
 
@@ -201,63 +177,3 @@ def _leave_eager(stance: contextlib.AbstractContextManager[object]) -> None:
     if _STANCE.call(stance.__exit__, None, None, None) is FAILED:
         with contextlib.suppress(Exception):
             torch.compiler.set_stance("default")
-
-
-class PayoffTracker:
-    """The payoff of one training loop, driven by whatever loop runs it (Lightning's hooks, a plain loop's
-    ``step()`` calls, Fabric's callbacks): one step is one optimizer step, however many batches it took.
-
-    ``step_ended`` returns the payoff the first time it is measured (for a console line); ``finish`` ends the
-    loop's account, measured or with why not, and records it as the ``compile_payoff`` event.
-
-    Example::
-
-        tracker = PayoffTracker(PayoffSettings(), recorder)
-        for step in range(steps):
-            tracker.step_started(step)
-            train_one_step()
-            if (payoff := tracker.step_ended()) is not None:
-                print(tracker.line(payoff))
-        payoff = tracker.finish(steps)
-    """
-
-    def __init__(self, settings: PayoffSettings, recorder: CompileRecorder, on_cuda: bool = False) -> None:
-        self.settings = settings
-        self._recorder = recorder
-        self._meter = PayoffMeter(settings, compilations=lambda: recorder.stats.count, on_cuda=on_cuda)
-        self._announced = False
-
-    def step_started(self, global_step: int) -> None:
-        self._meter.step_started(global_step)
-        if self._meter.running_eagerly:
-            self._recorder.running_eagerly(global_step)
-
-    def step_ended(self) -> Payoff | None:
-        self._meter.step_ended()
-        if self._meter.result is None or self._announced:
-            return None
-        self._announced = True
-        return self._costed(self._meter.result, steps=0)
-
-    def abandon(self) -> None:
-        """The step raised: stop running eagerly, untimed."""
-        self._meter.abandon()
-
-    def finish(self, steps: int) -> Payoff:
-        """The loop ended after ``steps`` optimizer steps: its payoff (or why it has none), recorded."""
-        self._meter.abandon()
-        payoff = self._meter.result or Payoff(not_measured=self._meter.why_not())
-        self._costed(payoff, steps)
-        self._recorder.emit_event(None, JitEventName.COMPILE_PAYOFF, payoff.attributes())
-        return payoff
-
-    def line(self, payoff: Payoff) -> str:
-        """The console's line: the answer and, when compiling loses, the likely reason."""
-        stats = self._recorder.stats
-        why = why_slower(stats.train_graph_breaks, stats.train_recompiles, stats.backends, stats.plain_backends)
-        return f"telemetry-jit: compile payoff: {payoff.sentence(why)}"
-
-    def _costed(self, payoff: Payoff, steps: int) -> Payoff:
-        payoff.compile_s = self._recorder.stats.total_time_ms / 1000
-        payoff.steps = steps
-        return payoff

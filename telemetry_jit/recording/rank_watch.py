@@ -3,8 +3,7 @@
 
 Both run on threads of their own, off the training step: a step only updates two numbers the publisher
 reads. Whatever the store does (refuses, times out, vanishes with a dead rank) costs one warning and
-stops that thread, never the run.
-"""
+stops that thread, never the run."""
 
 from __future__ import annotations
 
@@ -52,37 +51,23 @@ Position = Callable[[], tuple[int, str]]  # the step and stage the rank is at no
 
 @dataclass(frozen=True)
 class RankWatchSettings:
-    """How ranks watch each other; every field has its ``TELEMETRY_JIT_*`` variable.
+    """How ranks watch each other; each field but the last has its ``TELEMETRY_JIT_*`` variable
+    (docs/distributed.md)."""
 
-    Args:
-        enabled: publish and watch at all (``TELEMETRY_JIT_RANK_WATCH=0`` turns it off).
-        interval_s: publish at least this often, and scan this often (``TELEMETRY_JIT_HEARTBEAT_S``).
-        stall_delay_s: say a rank that compiles while others wait after this long; by default a few
-            seconds beyond the longest compile seen so far (``TELEMETRY_JIT_STALL_DELAY_S``).
-        silent_after_s: say a rank not heard from for this long (``TELEMETRY_JIT_SILENT_AFTER_S``;
-            by default five heartbeats, at least 15 s).
-        watcher_rank: the rank that watches (``TELEMETRY_JIT_WATCHER_RANK``).
-        store_timeout_s: one store operation of telemetry's is cut off after this long.
-
-    Example::
-
-        CompileRecorder(session, rank_watch=RankWatchSettings(stall_delay_s=30))
-    """
-
-    enabled: bool = True
-    interval_s: float = 2.0
+    enabled: bool = True  # TELEMETRY_JIT_RANK_WATCH=0 turns publishing and watching off
+    interval_s: float = 2.0  # publish at least this often, and scan this often (TELEMETRY_JIT_HEARTBEAT_S)
+    # say a rank compiling while others wait after this long (TELEMETRY_JIT_STALL_DELAY_S); by default a few
+    # seconds beyond the longest compile seen so far
     stall_delay_s: float | None = None
+    # say a rank not heard from this long (TELEMETRY_JIT_SILENT_AFTER_S); by default five heartbeats, at least 15 s
     silent_after_s: float | None = None
-    watcher_rank: int = 0
-    store_timeout_s: float = 5.0
+    watcher_rank: int = 0  # TELEMETRY_JIT_WATCHER_RANK
+    store_timeout_s: float = 5.0  # one store operation of telemetry's is cut off after this long
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> RankWatchSettings:
-        """The defaults, overridden by the ``TELEMETRY_JIT_*`` variables that are set.
-
-        Raises:
-            SettingError: (a ``ValueError``) a variable holds what it cannot mean, naming it and what it takes.
-        """
+        """The defaults, overridden by the ``TELEMETRY_JIT_*`` variables set; ``SettingError`` (a ``ValueError``)
+        names a variable holding what it cannot mean, and what it takes."""
         settings = cls()
         switch = environ.get("TELEMETRY_JIT_RANK_WATCH", "").strip().lower()
         if switch and switch not in ("0", "1", "true", "false", "on", "off"):
@@ -164,8 +149,7 @@ class HeartbeatPublisher(CompileListener):
         self._thread.join(timeout_s)
 
     def publish_now(self, timeout_s: float) -> None:
-        """Publish and wait (at most ``timeout_s``) until it is on the store: at a loop's end, before the
-        watcher's last look."""
+        """Publish and wait (at most ``timeout_s``) until it is on the store: before the watcher's last look."""
         if not self._thread.is_alive():
             return  # stopped publishing (the store failed): nobody would answer
         self._published.clear()
@@ -198,9 +182,8 @@ class HeartbeatPublisher(CompileListener):
     def looked_up(
         self, layer: str, state: str, key: str, parts: Parts, settings: tuple[str, Parts], saved_s: float
     ) -> None:
-        """A compile-cache look-up of the compile under way (called inside torch's compile: cheap, never raises):
-        published with the next heartbeat, its key's parts apart; ``settings`` is the digest and the table of
-        the settings parts, published once per table."""
+        """A compile-cache look-up of the compile under way (inside torch's compile: cheap, never raises), for
+        the next heartbeat, its key's parts apart; ``settings``: its table's digest and table, published once."""
         digest, table = settings
         with self._lock:
             n = self._looked_in[layer] = self._looked_in.get(layer, -1) + 1
@@ -270,8 +253,8 @@ class RankWatcher:
         self._thread.start()
 
     def stop(self, error: BaseException | None) -> None:
-        """Stop watching after a last look (a short run may end between two scans); when this rank stops with
-        ``error``, say which ranks had not ended."""
+        """Stop after a last look (a short run may end between two scans); with ``error``, say which ranks had
+        not ended."""
         self._stop.set()
         self._thread.join(self.settings.store_timeout_s + 1.0)
         if not self._thread.is_alive():  # else stuck in the store until its timeout: no last look
@@ -291,8 +274,7 @@ class RankWatcher:
         return True
 
     def read(self) -> dict[int, Heartbeat]:
-        """Every published heartbeat, by rank. A rank is looked for until its first heartbeat is there: a get
-        of a key nobody set would wait for it."""
+        """Every published heartbeat, by rank (a rank's key is checked for until it exists: a get would wait)."""
         found = [rank for rank in self._unknown if self._store.check([heartbeat_key(rank)])]
         if found:
             self._known = sorted({*self._known, *found})
@@ -308,8 +290,8 @@ class RankWatcher:
         return beats
 
     def parts(self, rank: int, looked: Looked) -> Parts | None:
-        """The key parts of one of ``rank``'s look-ups (its settings table merged in), read from the store: asked
-        only to explain a miss; ``None`` when the rank no longer publishes them or the store fails (said once)."""
+        """The key parts of one of ``rank``'s look-ups, its settings table merged in (asked to explain a miss);
+        ``None`` when the rank no longer publishes them or the store fails (said once)."""
         found = _READ.call(self._read_parts, rank, looked)
         return None if found is FAILED else found
 
@@ -340,24 +322,15 @@ class RankWatcher:
 
 
 class RankWatch:
-    """This rank's publisher and, on the watcher rank, the watcher: started by :meth:`start` where a process
-    group of several ranks runs, stopped by :meth:`stop`.
-
-    Example::
-
-        watch = RankWatch.start(RankWatchSettings(), lambda: (step, "train"), say=print)
-        ...  # train; give watch.publisher the compile listener calls
-        if watch is not None:
-            watch.stop(None)
-    """
+    """This rank's publisher and, on the watcher rank, the watcher."""
 
     def __init__(self, publisher: HeartbeatPublisher, watcher: RankWatcher | None, settings: RankWatchSettings) -> None:
         self.publisher, self.watcher, self.settings = publisher, watcher, settings
 
     @classmethod
     def start(cls, settings: RankWatchSettings, position: Position, say: Callable[[Finding], None]) -> RankWatch | None:
-        """Start publishing (and watching, on the watcher rank); ``None`` where there is nothing to watch:
-        turned off, no process group, a single rank, or a store telemetry cannot reach."""
+        """Start publishing (and watching, on the watcher rank); ``None`` where turned off, without a process
+        group of several ranks, or with a store telemetry cannot reach."""
         if not settings.enabled:
             return None
         found = _STORE.call(job_store, settings.store_timeout_s)
@@ -378,8 +351,8 @@ class RankWatch:
         return cls(publisher, watcher, settings)
 
     def loop_ended(self) -> None:
-        """A loop ends (every rank reaches this): publish where this rank is, and look once more, so that a
-        short loop is judged before its end, while the run still records."""
+        """A loop ends (every rank reaches this): publish and look once more, so that a short loop is judged
+        while the run still records."""
         self.publisher.publish_now(self.settings.store_timeout_s)
         if self.watcher is not None:
             self.watcher.look()

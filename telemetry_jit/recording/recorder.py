@@ -57,7 +57,6 @@ from telemetry_jit.session import Session
 from telemetry_jit.terminal import error_text
 
 _log = logging.getLogger("telemetry_jit")
-_PROBE = TORCH
 _OBSERVER = call_site("compiler.observer", "a compiler backend's observer (thunder's or a plug-in's)")
 _EVENT = call_site("nv_one_logger.event", "nv-one-logger's recorder (adding an event to a span)")
 _MAX_NAMED = 20
@@ -93,23 +92,10 @@ def active_span(session: Session, name: str) -> Span | None:
 
 
 class CompileRecorder:
-    """Records the compilations the probes observe between :meth:`start` and :meth:`stop`.
-
-    Each gets its context (where training was when it started) and, for a recompile, its cause
-    (:class:`~telemetry_jit.causes.RecompileClassifier`); each listener is told: the run's totals
-    (:attr:`stats`), OpenTelemetry metrics, the recompile-limit alert, and whatever ``listeners`` were
-    given (the live console, ...); then it becomes a ``compilation`` span under the loop span that was
-    running when it started (or the application span), never under a span the exporters drop. The
-    first step of each stage becomes a ``first_step`` event: its wall time and the compiling in it.
-
-    Example::
-
-        recorder = CompileRecorder(session, listeners=[CompileConsole()])
-        recorder.start(lambda: Position(step, "train"))
-        ...  # train; call recorder.batch_started(step, index, "train") at each step
-        recorder.stop()
-        stats = recorder.emit_summary(loop_span)
-    """
+    """Records the compilations the probes observe between :meth:`start` and :meth:`stop`: each gets its
+    context and, for a recompile, its cause; the listeners (:attr:`stats`, metrics, alerts, ``listeners``) are
+    told; it becomes a ``compilation`` span under the loop span running when it began, never under a span the
+    exporters drop. The first step of each stage becomes a ``first_step`` event."""
 
     def __init__(
         self,
@@ -183,9 +169,9 @@ class CompileRecorder:
             _OBSERVER.call(observer.attach)
 
     def _note_compiled_before(self) -> None:
-        """Record the frames this process compiled before the run began: calls to them run that code and
-        compile nothing here, so a recompile this run did not meet may have been paid before it."""
-        frames = _PROBE.call(torch_compat.frames_holding_compiled_code)
+        """Record the frames this process compiled before the run began (a recompile it did not meet may
+        have been paid before it)."""
+        frames = TORCH.call(torch_compat.frames_holding_compiled_code)
         if frames is FAILED or not frames:
             return
         named = frames[:_MAX_NAMED]
@@ -200,12 +186,9 @@ class CompileRecorder:
         settings = self.rank_watch or RankWatchSettings.from_environment()
         self._batch_stage = stage
         self._watch_span = active_span(self.session, TrainingSpanName.APPLICATION)
-        self._rank_watch = RankWatch.start(settings, self._heartbeat_position, self._out_of_step)
+        self._rank_watch = RankWatch.start(settings, lambda: (self._batch_step, self._batch_stage), self._out_of_step)
         if self._rank_watch is not None:
             self._run_listeners.append(self._rank_watch.publisher)
-
-    def _heartbeat_position(self) -> tuple[int, str]:
-        return self._batch_step, self._batch_stage
 
     def _out_of_step(self, finding: Finding) -> None:
         """What the rank watcher found, said at once (its thread): on the console and as an event."""
@@ -219,20 +202,18 @@ class CompileRecorder:
             _EXPORT.call(nv_one_logger_compat.export_each, recorder, span, export_finished)
 
     def watch_thunder(self, model: torch.nn.Module) -> None:
-        """Show ``model`` to each backend's observer that watches models (thunder's: the compilations installed
-        on it; a plug-in's ``watch``). Cheap to repeat: called as each loop starts."""
+        """Show ``model`` to each observer that has ``watch`` (thunder's); cheap to repeat, at each loop's start."""
         for observer in self._observers:
             if hasattr(observer, "watch"):
                 _OBSERVER.call(observer.watch, model)
 
     def check_compiled_modules(self, modules: Iterable[tuple[str, str, torch.nn.Module]]) -> None:
-        """Say once each of ``modules`` (``(attribute path, JitConfig selector or "", module)``) that
-        ``Module.compile()`` compiles nothing of: a warning now, a ``module_not_compiled`` event on the running
-        span. Called as a loop starts, once it is compiled as it will run."""
+        """Warn once, with a ``module_not_compiled`` event, of each of ``modules`` (``(attribute path, JitConfig
+        selector or "", module)``) that ``Module.compile()`` compiles nothing of; at a loop's start."""
         if torch_compat.MODULE_COMPILE_TRACES_TORCH_LAYERS:
             return
         for name, selector, module in modules:
-            if module in self._not_compiled or not _PROBE.call(torch_compat.compiles_nothing, module):
+            if module in self._not_compiled or not TORCH.call(torch_compat.compiles_nothing, module):
                 continue
             self._not_compiled.add(module)
             kind = f"{type(module).__module__}.{type(module).__qualname__}"
@@ -242,7 +223,7 @@ class CompileRecorder:
 
     def poll(self) -> None:
         """Record the compilations that finished since the last call."""
-        for record in _PROBE.call(self._probe.poll) or ():
+        for record in TORCH.call(self._probe.poll) or ():
             self.record(record)
         self._poll_observers()
 
@@ -254,15 +235,14 @@ class CompileRecorder:
                 self.record(record)
 
     def ensure_registered(self) -> None:
-        _PROBE.call(self._probe.ensure_registered)
+        TORCH.call(self._probe.ensure_registered)
 
     def batch_started(
         self, global_step: int, batch_index: int | None = None, stage: str = "", loader: int | None = None
     ) -> None:
-        """A step begins (of the ``loader``-th dataloader, where a loop has several): the steps before are
-        recorded (compiles the probe could not bracket because ``torch._dynamo.reset()`` cleared its callbacks
-        belong to the step that just ran), the callbacks come back if they were cleared, and the first step of
-        a stage is measured."""
+        """A step begins (of the ``loader``-th dataloader): the compiles before are recorded (those after a
+        ``torch._dynamo.reset()`` belong to the step that just ran), cleared callbacks come back, and the first
+        step of a stage is measured."""
         if self._probe.has_news():
             self.poll()
             self.ensure_registered()
@@ -293,10 +273,10 @@ class CompileRecorder:
             self._first_step_measured(finished)
 
     def stop(self, exception: BaseException | None = None) -> None:
-        """Record what is left and detach; with ``exception``, the compiles that failed in the
-        step that raised are marked with it (torch's own text stays in ``compile.failure``)."""
+        """Record what is left and detach; with ``exception``, the compiles that failed in the step that raised
+        are marked with it."""
         records = [
-            *(_PROBE.call(self._probe.poll, final=True) or ()),
+            *(TORCH.call(self._probe.poll, final=True) or ()),
             *(record for observer in self._observers for record in _OBSERVER.call(observer.poll) or ()),
         ]
         for record in records:
@@ -315,8 +295,7 @@ class CompileRecorder:
             watch.stop(exception)
 
     def emit_summary(self, span: Span | None, by_rank: RankTotals | None = None) -> CompileStats:
-        """Add ``compile_summary`` to ``span`` (the loop that is ending) and return the totals; with
-        ``by_rank``, every rank's count and compile time as well."""
+        """Add ``compile_summary`` (with ``by_rank``: every rank's totals) to ``span``, the loop ending."""
         self.loop_ended()
         stats = self.stats
         stats.thunder = {
@@ -376,13 +355,12 @@ class CompileRecorder:
 
     # -- recording ---------------------------------------------------------------------------
     def _recorder(self) -> TrainingRecorder | None:
-        """nv-one-logger's recorder while the session records; ``None`` otherwise (then compiles are only counted)."""
+        """nv-one-logger's recorder while the session records (else compiles are only counted)."""
         return self.session.provider.recorder if self.session.recording else None
 
     def _context_of_batch_that_ran(self) -> CompileContext:
-        """Where training was for a compile seen only after it ended (no callback bracketed it: a frame that hit
-        the recompile limit, thunder's, a plug-in backend's): in the batch that ran before this poll, whose loop
-        may have ended since (the training epoch's last batch, polled as validation starts)."""
+        """Where training was for a compile no callback bracketed (recompile limit, thunder's, a plug-in's): the
+        batch that ran before this poll, whose loop may have ended since (an epoch's last, polled at validation)."""
         context = self._context(self._batch_step)
         if not self._batch_stage or context.stage == self._batch_stage:
             return context
@@ -400,8 +378,7 @@ class CompileRecorder:
         return None
 
     def record(self, record: CompileRecord) -> None:
-        """Record one finished compilation (the probes' are recorded by :meth:`poll`): tell each
-        listener, then export its span. Whatever fails costs one warning, never the run."""
+        """Record one finished compilation: tell each listener, then export its span; a failure costs a warning."""
         if record.trigger == "dynamo":
             for observer in self._observers:
                 if hasattr(observer, "take_splits"):
@@ -454,9 +431,7 @@ class CompileRecorder:
     def _first_step_measured(self, step: FirstStep) -> None:
         for listener in self._run_listeners:
             _LISTENER.call(listener.first_step, step)
-        recorder, parent = self._recorder(), self._current_parent()
-        if recorder is not None and parent is not None:
-            _EVENT.call(recorder.event, parent, Event.create(JitEventName.FIRST_STEP, Attributes(step.attributes())))
+        self.emit_event(None, JitEventName.FIRST_STEP, step.attributes())
 
     def _failed(self, error: Exception) -> None:
         self._notices.warn(

@@ -1,11 +1,8 @@
-"""What each compilation costs the host, measured while it runs: CPU seconds (this process, inductor's compile
-workers and the compilers it starts) and resident memory, and a warning while a compile nears the memory the
-process may use, before the machine runs out.
+"""What each compilation costs the host: CPU seconds (this process, inductor's compile workers and the compilers
+it starts) and resident memory, with a warning while a compile nears the memory the process may use.
 
-Only while a compile runs: torch's compile callbacks open and close a window (:meth:`ResourceMeter.begin`,
-:meth:`ResourceMeter.end`: a few reads of ``/proc`` each), and a sampler thread, asleep between compiles, reads
-resident memory every 50 ms and looks for new child processes every 250 ms. Nothing runs per training step.
-"""
+Only while a compile runs: torch's compile callbacks open and close a window (a few reads of ``/proc``), and a
+sampler thread, asleep between compiles, reads memory and looks for new children. Nothing runs per step."""
 
 from __future__ import annotations
 
@@ -40,16 +37,8 @@ class _Window:
 
 
 class ResourceMeter:
-    """Measures compile windows, and warns (once a run, on every rank: each host has its own memory) when a
-    compile's host peak reaches :data:`~telemetry_jit.records.NEAR_LIMIT_SHARE` of the memory the process may use.
-
-    Example::
-
-        meter = ResourceMeter()
-        token = meter.begin()
-        ...  # compile
-        resources = meter.end(token)
-    """
+    """Measures compile windows; warns (once a run, on every rank: each host has its own memory) when a compile's
+    host peak reaches :data:`~telemetry_jit.records.NEAR_LIMIT_SHARE` of the memory the process may use."""
 
     def __init__(self) -> None:
         self.enabled = host.ON_LINUX
@@ -68,8 +57,8 @@ class ResourceMeter:
         self._stop = threading.Event()  # the running sampler's: set, it ends
 
     def start(self) -> None:
-        """A run begins: the memory limit is read (a malformed ``TELEMETRY_JIT_MEMORY_LIMIT`` raises here,
-        before training), the children alive now are noted."""
+        """A run begins: the memory limit is read (a malformed ``TELEMETRY_JIT_MEMORY_LIMIT`` raises here, before
+        training), the children alive now are noted."""
         if not self.enabled:
             return
         self._limit, self._limit_source = host.memory_limit()

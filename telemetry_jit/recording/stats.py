@@ -15,14 +15,7 @@ _TOP_REASONS = 5
 
 @dataclass
 class CompileStats(CompileListener):
-    """Running totals over one ``fit``/``validate``/``test``; constant size whatever the run length.
-
-    Example::
-
-        stats = CompileStats()
-        stats.recorded(record)
-        stats.count, stats.recompile_count
-    """
+    """Running totals over one ``fit``/``validate``/``test``; constant size whatever the run length."""
 
     count: int = 0
     frame_compiles: int = 0  # as the summary counts them: dynamo's (or a plug-in backend's) frame compiles,

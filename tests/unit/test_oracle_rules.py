@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from oracle.judge import acceptable_causes
@@ -25,9 +23,7 @@ def test_a_size_one_guard_on_a_spaced_source_is_size_one() -> None:
 
 def test_own_cpu_counts_less_than_a_clock_tick() -> None:
     """A compile of a few ms of CPU reads more than 0 s (os.times() counted 10 ms ticks: lstm's 14 ms read 0.0)."""
-    before = host.own_cpu()[0]
-    spin = time.process_time() + 0.003
-    while time.process_time() < spin:
-        pass
-    # 3 ms and a little: os.times() reads 0 or a whole 10 ms tick, never this
-    assert 0.002 < host.own_cpu()[0] - before < 0.009
+    readings = [host.own_cpu()[0] for _ in range(5000)]
+    steps = [later - earlier for earlier, later in zip(readings, readings[1:], strict=False) if later > earlier]
+    # os.times() moves by whole 10 ms ticks or not at all; other threads' CPU can only make a step larger
+    assert steps and min(steps) < 0.001

@@ -4,11 +4,11 @@ listeners. No torch, no nv-one-logger at run time: the analysis side shares the 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
@@ -124,20 +124,7 @@ class CompileResources:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> CompileResources | None:
         """What a ``compilation`` span's attributes hold; ``None`` where they hold no resources."""
-        if ResourceAttr.CPU_S not in attributes:
-            return None
-        figure = _figures(attributes)
-        return cls(
-            cpu_s=figure(ResourceAttr.CPU_S),
-            worker_cpu_s=figure(ResourceAttr.WORKER_CPU_S),
-            host_peak_bytes=int(figure(ResourceAttr.HOST_PEAK_BYTES)),
-            host_rss_bytes=int(figure(ResourceAttr.HOST_RSS_BYTES)),
-            device_peak_bytes=(
-                int(figure(ResourceAttr.DEVICE_PEAK_BYTES)) if ResourceAttr.DEVICE_PEAK_BYTES in attributes else None
-            ),
-            limit_bytes=int(figure(ResourceAttr.LIMIT_BYTES)),
-            limit_source=str(attributes.get(ResourceAttr.LIMIT_SOURCE) or ""),
-        )
+        return _read(cls, ResourceAttr, attributes) if ResourceAttr.CPU_S in attributes else None
 
     def words(self) -> str:
         """``CPU 31.2 s (24.0 s in compile workers and compilers), host memory +1.2 GB (peak 3.4 GB)``."""
@@ -253,14 +240,36 @@ class CompileRecord:
         return sum(buckets - 1 for buckets in self.ddp_buckets if buckets > 1)
 
 
-def _figures(attributes: Mapping[str, object]) -> Callable[[str], float]:
-    """Reads an event's numbers back: a missing or non-finite value reads as 0."""
+R = TypeVar("R")
 
-    def figure(name: str) -> float:
-        value = attributes.get(name)
-        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
-    return figure
+def _read(cls: type[R], names: type, attributes: Mapping[str, object]) -> R:
+    """``cls`` from an event's attributes, each field under its name in ``names`` (``cls`` under ``CLASS``): a
+    missing or non-finite number reads as 0, an optional one missing as ``None``."""
+    values: dict[str, object] = {}
+    for each in fields(cls):  # type: ignore[arg-type]
+        value = attributes.get(getattr(names, "CLASS" if each.name == "cls" else each.name.upper()))
+        kind = str(each.type)
+        if kind == "str":
+            values[each.name] = str(value or "")
+        elif kind.startswith("tuple"):
+            values[each.name] = tuple(map(str, value)) if isinstance(value, list) else ()
+        elif value is None and "None" in kind:
+            values[each.name] = None
+        else:
+            number = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+            values[each.name] = int(number) if kind.startswith("int") else number
+    return cls(**values)
+
+
+def _written(record: object, names: type) -> dict[str, AttributeValue]:
+    """A record's fields as its event's attributes, under their names in ``names``."""
+    return {
+        getattr(names, "CLASS" if each.name == "cls" else each.name.upper()): (
+            list(value) if isinstance(value := getattr(record, each.name), tuple) else value
+        )
+        for each in fields(record)  # type: ignore[arg-type]
+    }
 
 
 @dataclass
@@ -308,20 +317,7 @@ class Payoff:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> Payoff:
         """The payoff a ``compile_payoff`` event holds."""
-        figure = _figures(attributes)
-        memory = (attributes.get(PayoffAttr.EAGER_PEAK_MB), attributes.get(PayoffAttr.COMPILED_PEAK_MB))
-        return cls(
-            eager_step_ms=figure(PayoffAttr.EAGER_STEP_MS),
-            compiled_step_ms=figure(PayoffAttr.COMPILED_STEP_MS),
-            measured_at_step=int(figure(PayoffAttr.MEASURED_AT_STEP)),
-            blocks=int(figure(PayoffAttr.BLOCKS)),
-            block_steps=int(figure(PayoffAttr.BLOCK_STEPS)),
-            eager_peak_mb=figure(PayoffAttr.EAGER_PEAK_MB) if memory[0] is not None else None,
-            compiled_peak_mb=figure(PayoffAttr.COMPILED_PEAK_MB) if memory[1] is not None else None,
-            compile_s=figure(PayoffAttr.COMPILE_S),
-            steps=int(figure(PayoffAttr.STEPS)),
-            not_measured=str(attributes.get(PayoffAttr.NOT_MEASURED) or ""),
-        )
+        return _read(cls, PayoffAttr, attributes)
 
     def attributes(self) -> dict[str, AttributeValue]:
         if not self.measured:
@@ -389,21 +385,12 @@ class CompiledBefore:
         return {"frames": self.frames, "names": list(self.names)}
 
     def attributes(self) -> dict[str, AttributeValue]:
-        return {
-            CompiledBeforeAttr.FRAMES: self.frames,
-            CompiledBeforeAttr.NAMES: list(self.names),
-            CompiledBeforeAttr.LOCATIONS: list(self.locations),
-        }
+        return _written(self, CompiledBeforeAttr)
 
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> CompiledBefore:
         """What a ``compiled_before_run`` event holds."""
-        names, locations = attributes.get(CompiledBeforeAttr.NAMES), attributes.get(CompiledBeforeAttr.LOCATIONS)
-        return cls(
-            frames=int(attributes.get(CompiledBeforeAttr.FRAMES) or 0),  # type: ignore[call-overload]
-            names=tuple(map(str, names)) if isinstance(names, list) else (),
-            locations=tuple(map(str, locations)) if isinstance(locations, list) else (),
-        )
+        return _read(cls, CompiledBeforeAttr, attributes)
 
 
 @dataclass(frozen=True)
@@ -441,22 +428,12 @@ class NotCompiled:
         )
 
     def attributes(self) -> dict[str, AttributeValue]:
-        return {
-            NotCompiledAttr.MODULE: self.module,
-            NotCompiledAttr.CLASS: self.cls,
-            NotCompiledAttr.TORCH_VERSION: self.torch_version,
-            NotCompiledAttr.SELECTOR: self.selector,
-        }
+        return _written(self, NotCompiledAttr)
 
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> NotCompiled:
         """What a ``module_not_compiled`` event holds."""
-        return cls(
-            module=str(attributes.get(NotCompiledAttr.MODULE) or ""),
-            cls=str(attributes.get(NotCompiledAttr.CLASS) or ""),
-            torch_version=str(attributes.get(NotCompiledAttr.TORCH_VERSION) or ""),
-            selector=str(attributes.get(NotCompiledAttr.SELECTOR) or ""),
-        )
+        return _read(cls, NotCompiledAttr, attributes)
 
 
 @dataclass(frozen=True)
@@ -523,18 +500,7 @@ class FallbackCost:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> FallbackCost:
         """The cost an ``eager_fallback_cost`` event holds."""
-        figure = _figures(attributes)
-        return cls(
-            frame=str(attributes.get(FallbackAttr.FRAME) or ""),
-            location=str(attributes.get(FallbackAttr.LOCATION) or ""),
-            step=int(figure(FallbackAttr.STEP)),
-            compiled_batch_ms=figure(FallbackAttr.COMPILED_BATCH_MS),
-            eager_batch_ms=figure(FallbackAttr.EAGER_BATCH_MS),
-            compiled_batches=int(figure(FallbackAttr.COMPILED_BATCHES)),
-            eager_batches=int(figure(FallbackAttr.EAGER_BATCHES)),
-            batches_since=int(figure(FallbackAttr.BATCHES_SINCE)),
-            not_measured=str(attributes.get(FallbackAttr.NOT_MEASURED) or ""),
-        )
+        return _read(cls, FallbackAttr, attributes)
 
     def as_json(self) -> dict[str, object]:
         if self.not_measured:

@@ -1,8 +1,5 @@
-"""telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder.
-
-The names below are imported when first used: reading telemetry files (``read_telemetry`` and the
-``telemetry-jit`` command) never imports torch, Lightning, nv-one-logger or OpenTelemetry.
-"""
+"""telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder. Names are
+imported when first used: reading files never imports torch, Lightning, nv-one-logger or OpenTelemetry."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Plain records of what a compiler did: produced by the probes, consumed by the recorder and its
-listeners. No torch, no nv-one-logger at run time: the analysis side shares the rules written here."""
+"""Plain records of what a compiler did, from the probes to the recorder; no torch or nv-one-logger at run time
+(the analysis side shares them)."""
 
 from __future__ import annotations
 
@@ -18,18 +18,14 @@ from telemetry_jit.terminal import counted, frame_shown
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
 
-# which probe saw the compile: "dynamo", "thunder", or a plug-in backend's name (probes/backends.py)
-Source = str
-# what started it: dynamo tracing a frame ("dynamo"), a backward graph compiled at its first backward
-# ("lazy_backward"), a thunder cache miss ("thunder"), or what a plug-in backend says (its name)
-Trigger = str
+Source = str  # which probe saw the compile: "dynamo", "thunder", or a plug-in backend's name
+Trigger = str  # what started it: "dynamo", "lazy_backward" (at the first backward), "thunder", or a plug-in's name
 Compiler = str  # what split the graph: "dynamo", "thunder", or a plug-in backend's name
 AttributeValue = str | bool | int | float | list[str] | list[int] | list[float] | list[bool]
 
 
 def is_frame_recompile(is_recompile: bool, trigger: str) -> bool:
-    """A frame compiled again (torch's attempt > 0). The backward graph of such a frame, compiled at its
-    first backward, carries the same compile id but is part of that recompile, not another one."""
+    """A frame compiled again (torch's attempt > 0); its lazily compiled backward is part of that recompile."""
     return is_recompile and trigger != "lazy_backward"
 
 
@@ -52,17 +48,14 @@ class GraphBreak:
 
     @cached_property
     def owner(self) -> str:
-        """Whose code the break is in (``user``, ``torch``, ``lightning``, ``python`` or a package)."""
         return owner_of(self.location)
 
     @cached_property
     def user_location(self) -> str:
-        """The innermost line of the user's code that led to the break (itself, when it is the user's)."""
         return user_location((*self.stack, self.location) if self.location else self.stack)
 
     @cached_property
     def text(self) -> BreakText:
-        """torch's type, explanation, hints and documentation link for it."""
         return parse_break(self.reason)
 
     @property
@@ -72,8 +65,7 @@ class GraphBreak:
 
 @dataclass(frozen=True)
 class CacheLookup:
-    """One look-up in a compile cache (``aot_autograd`` or ``fx_graph``) and the parts of its key:
-    ``(name, hash, value)``, the value empty where it is long or not text."""
+    """One look-up in a compile cache and its key's parts ``(name, hash, value)``, the value empty when long."""
 
     layer: str
     state: str  # hit, miss, bypass
@@ -91,8 +83,7 @@ NEAR_LIMIT_SHARE = 0.8  # a compile whose host peak reaches this share of the me
 
 @dataclass(frozen=True)
 class CompileResources:
-    """What one compilation cost the host: CPU seconds (this process and the child processes that compiled for
-    it: inductor's workers, C++ compilers) and resident memory (the peak, and how far above its start level)."""
+    """What one compilation cost the host: CPU seconds (its compile workers' included) and resident memory."""
 
     cpu_s: float = 0.0
     worker_cpu_s: float = 0.0  # of cpu_s, the child processes'
@@ -127,7 +118,6 @@ class CompileResources:
         return _read(cls, ResourceAttr, attributes) if ResourceAttr.CPU_S in attributes else None
 
     def words(self) -> str:
-        """``CPU 31.2 s (24.0 s in compile workers and compilers), host memory +1.2 GB (peak 3.4 GB)``."""
         workers = f" ({self.worker_cpu_s:.1f} s in compile workers and compilers)" if self.worker_cpu_s >= 0.05 else ""
         device = f", device memory +{mb(self.device_peak_bytes)}" if self.device_peak_bytes else ""
         return (
@@ -142,7 +132,7 @@ def mb(size: float) -> str:
 
 
 def near_limit_words(peak_bytes: int, limit_bytes: int, limit_source: str, threads: int | None) -> str:
-    """The warning for a compile whose host peak approaches the memory the process may use, with what lowers it."""
+    """The warning for a compile whose host peak nears the process's memory limit, with what lowers it."""
     now = f" (now {threads})" if threads else ""
     return (
         f"compiling took this process and its compile workers to {mb(peak_bytes)} of resident memory, "
@@ -205,14 +195,11 @@ class CompileRecord:
     input_shapes: tuple[str, ...] = ()
     cause: Classified | None = None  # why it recompiled (set when the recorder takes it)
     resources: CompileResources | None = None  # what it cost the host, where measured
-    # the compile's own time as torch measures it (CompilationMetrics.duration_us, the outermost timed region);
-    # start_ns..end_ns is torch's window around it (start_time_us..end_time_us), which also holds torch's
-    # bookkeeping of the metrics themselves, tens of microseconds to milliseconds more
+    # torch's CompilationMetrics.duration_us; start_ns..end_ns also holds torch's bookkeeping of the metrics
     own_duration_ns: int | None = None
 
     @property
     def duration_ms(self) -> float:
-        """How long it compiled: torch's own duration where torch gave one, else the span's length."""
         if self.own_duration_ns is not None:
             return self.own_duration_ns / 1e6
         return (self.end_ns - self.start_ns) / 1e6
@@ -274,8 +261,7 @@ def _written(record: object, names: type) -> dict[str, AttributeValue]:
 
 @dataclass
 class Payoff:
-    """What compiling bought: step times of each mode, the speedup and when compile time is repaid; or, for a
-    loop where it could not be measured, why not (:attr:`not_measured`)."""
+    """What compiling bought: step times of each mode, the speedup, when it is repaid; or why not measured."""
 
     eager_step_ms: float = 0.0
     compiled_step_ms: float = 0.0
@@ -302,8 +288,7 @@ class Payoff:
 
     @property
     def break_even_step(self) -> int | None:
-        """The step by which the time saved per compiled step adds up to the compile time; ``None``
-        when compiled steps are not faster (or nothing was measured)."""
+        """The step by which the time saved adds up to the compile time; ``None`` when not faster."""
         if not self.measured or self.saved_per_step_s <= 0:
             return None
         return math.ceil(self.compile_s / self.saved_per_step_s)
@@ -364,8 +349,7 @@ class Payoff:
 
 @dataclass(frozen=True)
 class CompiledBefore:
-    """The frames a process had compiled when a run's compile telemetry began: calls to them run that code,
-    so the run does not compile them again, and a recompile it did not meet may have been paid before."""
+    """The frames a process had compiled when a run's telemetry began: the run does not compile them again."""
 
     frames: int
     names: tuple[str, ...] = ()  # the first of them
@@ -395,9 +379,8 @@ class CompiledBefore:
 
 @dataclass(frozen=True)
 class NotCompiled:
-    """A module ``Module.compile()`` was called on, of a class whose ``forward`` lies in torch's own files
-    (``torch.nn.Linear``, ``torch.nn.TransformerEncoder``, ...): torch before 2.15 compiles nothing of it
-    (pytorch/pytorch#150915), so it runs eagerly and nothing says so."""
+    """A module ``Module.compile()`` was called on whose ``forward`` lies in torch's files: torch before 2.15
+    compiles nothing of it (pytorch/pytorch#150915), so it runs eagerly and nothing says so."""
 
     module: str  # its attribute path in the model the loop runs ("" for that model itself)
     cls: str  # "torch.nn.modules.transformer.TransformerEncoder"
@@ -438,9 +421,8 @@ class NotCompiled:
 
 @dataclass(frozen=True)
 class FallbackCost:
-    """What a frame that runs eagerly from ``step`` on cost: the median training batch while it ran compiled
-    against the median batch after, each over the batches that compiled nothing; or why it was not measured
-    (:attr:`not_measured`)."""
+    """What a frame running eagerly from ``step`` on cost: median batch while compiled against after (batches that
+    compiled nothing); or why not measured."""
 
     frame: str
     location: str
@@ -454,7 +436,6 @@ class FallbackCost:
 
     @property
     def extra_ms(self) -> float:
-        """What each batch costs more than it did while the frame ran compiled."""
         return self.eager_batch_ms - self.compiled_batch_ms
 
     @property
@@ -462,8 +443,6 @@ class FallbackCost:
         return self.extra_ms * self.batches_since / 1000 if not self.not_measured else 0.0
 
     def words(self) -> str:
-        """``costs 11.2 ms a training batch (41.3 ms against 30.1 ms while compiled, medians of 9 and 30
-        batches), 0.34 s over the 30 batches since``."""
         if self.not_measured:
             return f"its cost not measured: {self.not_measured}"
         medians = (
@@ -525,9 +504,8 @@ def why_slower(
     backends: AbstractSet[str] = frozenset(),
     plain_backends: AbstractSet[str] = frozenset(),
 ) -> str:
-    """The likely reason compiled training steps are slower than eager ones, from what compiled for them: the
-    graph breaks and the recompiles that are not an expected one-time price, and the backends (``plain_backends``:
-    those that said they do not optimise)."""
+    """The likely reason compiled steps are slower than eager: the backends (``plain_backends``: plug-ins that do
+    not optimise), graph breaks and unexpected recompiles."""
     plain = sorted(backends & NOT_OPTIMIZING | plain_backends)
     if plain:
         return (
@@ -546,8 +524,7 @@ def first_step_line(
     stage: str, global_step: int, wall_ms: float, compile_ms: float, phases_s: dict[str, float], loop: str = ""
 ) -> str:
     """``first train step (step 0): 41.2 s = 38.9 s compiling (forward 20.1 s, backward 18.8 s; inductor
-    33.0 s of it) + 2.3 s running``: the live console's words and the summary's (which adds ``loop``, the
-    ``training loop 2 of 2`` it was in, where a run holds several)."""
+    33.0 s of it) + 2.3 s running``; ``loop``: the summary's ``training loop 2 of 2``."""
     phases = ", ".join(f"{phase} {phases_s[phase]:.1f} s" for phase in ("forward", "backward") if phase in phases_s)
     if "inductor" in phases_s:
         phases += f"; inductor {phases_s['inductor']:.1f} s of it"

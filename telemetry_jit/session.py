@@ -85,13 +85,13 @@ class Session:
         self.exporters = tuple(exporters)
         self.configuration = configuration
         self.inert = inert  # why this session records nothing, or ""
-        self._ended = bool(inert)
+        self.ended = bool(inert)
         self.said_where = False  # its reading hint said (once: fit, then validate, test and predict share its file)
         self.account = account or boundary.Account()  # its failed calls; its warnings (account.notices), said once
         self.looked_before = False  # whether a recorder noted what the process compiled before this session
 
     def __repr__(self) -> str:
-        state = f"inert: {self.inert}" if self.inert else "ended" if self._ended else "recording"
+        state = f"inert: {self.inert}" if self.inert else "ended" if self.ended else "recording"
         return f"Session({self.configuration.app_name if self.configuration else 'nv-one-logger'!r}, {state})"
 
     def __getattr__(self, name: str) -> Any:
@@ -100,13 +100,9 @@ class Session:
         return getattr(self.provider, name)  # nv-one-logger's provider API, for code written against it
 
     @property
-    def ended(self) -> bool:
-        return self._ended
-
-    @property
     def recording(self) -> bool:
         """Whether telemetry records now: the session runs and nv-one-logger has not switched itself off."""
-        return not self._ended and nv_one_logger_compat.telemetry_enabled()
+        return not self.ended and nv_one_logger_compat.telemetry_enabled()
 
     def start_application(self) -> bool:
         """Start nv-one-logger's application span unless one runs (one per process); True when this call did."""
@@ -118,7 +114,7 @@ class Session:
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
         """Which rank this is, once the strategy or launcher knows: every record carries it from now on."""
-        if self._ended:
+        if self.ended:
             return
         self.identity.update(rank, local_rank, world_size)
         for exporter in self._all_exporters():
@@ -133,7 +129,7 @@ class Session:
 
     def flush(self, timeout_seconds: float | None = None) -> bool:
         """Send what exporters hold now; True when each finished within its bound (default its own)."""
-        if self._ended:
+        if self.ended:
             return True
         flushes = [e.force_flush(timeout_seconds) for e in self._all_exporters() if isinstance(e, Flushes)]
         return all(flushes)
@@ -141,9 +137,9 @@ class Session:
     def shutdown(self) -> None:
         """End the application span, flush and close every exporter. Idempotent; also runs at interpreter exit."""
         global _current, _last_ended
-        if self._ended:
+        if self.ended:
             return
-        self._ended = True
+        self.ended = True
         _last_ended = self.provider
         if _current is self:
             _current = None
@@ -245,7 +241,7 @@ def _after_fork_in_child() -> None:
     session, _current = _current, None
     if session is None:
         return
-    session._ended = True
+    session.ended = True
     atexit.unregister(shutdown)
     nv_one_logger_compat.disable()
     identity.note_fork(os.getppid())
@@ -446,7 +442,7 @@ def session_of(provider: TrainingTelemetryProvider) -> Session:
         return _current
     session = Session(provider, IdentityTracker())
     if provider is not TrainingTelemetryProvider.instance() or provider is _last_ended:
-        session._ended = True  # telemetry was configured anew since: this provider's application is over
+        session.ended = True  # telemetry was configured anew since: this provider's application is over
     return session
 
 

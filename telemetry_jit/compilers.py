@@ -55,10 +55,7 @@ class ThunderDynamoBackend:
         self.location = location
         self.compiler = thunder_compat.dynamo_compiler(nvtx_ranges)
         self.functions: list[ThunderFunction] = []  # one per piece, in the order thunder made them
-        self._splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
-
-    def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        return self._splits.pop(compile_id, [])
+        self.splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
 
     def __call__(self, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         with torch_compat.eager_graph_modules():
@@ -70,7 +67,7 @@ class ThunderDynamoBackend:
                 lambda _, args, kwargs, __, function=function: function.check(args, kwargs), with_kwargs=True
             )
         if made.splits:
-            self._splits[dynamo_compile_id()] = [
+            self.splits[dynamo_compile_id()] = [
                 GraphBreak(reason, location, counted_by_torch=False, compiler="thunder")
                 for reason, location in made.splits
             ]
@@ -92,7 +89,7 @@ class ThunderDynamoCompiled(ThunderSource):
         return self.backend.functions
 
     def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        return self.backend.take_splits(compile_id)
+        return self.backend.splits.pop(compile_id, [])
 
 
 def _forward_location(module: torch.nn.Module) -> str:

@@ -115,17 +115,6 @@ def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = Fal
     return compiled
 
 
-def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderDynamoCompiled:
-    """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
-    backend = ThunderDynamoBackend(name, _forward_location(module), _nvtx_ranges(profile))
-    torch_compat.compile_in_place(module, backend=backend)
-    call = torch_compat.compiled_call(module)
-    assert call is not None  # module.compile() installed it
-    compiled = ThunderDynamoCompiled(call, backend)
-    torch_compat.set_compiled_call(module, compiled)
-    return compiled
-
-
 class FirstCall:
     """The call installed on a module compiled in place until its first call: it notes how many frames dynamo
     compiled during that call, then steps aside."""
@@ -245,7 +234,12 @@ class ThunderThroughDynamoBackend:
         thunder_compat.dynamo_compiler()
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
-        compile_with_thunder_dynamo(module, label, profile=config.profile_thunder)
+        """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
+        backend = ThunderDynamoBackend(label, _forward_location(module), _nvtx_ranges(config.profile_thunder))
+        torch_compat.compile_in_place(module, backend=backend)
+        call = torch_compat.compiled_call(module)
+        assert call is not None  # module.compile() installed it
+        torch_compat.set_compiled_call(module, ThunderDynamoCompiled(call, backend))
         return CompiledCodeRan(module)
 
     def observer(self) -> ThunderWatch:

@@ -99,15 +99,4 @@ def _warn(message: str, category: type[Warning], origin: str, stacklevel: int) -
 
 
 process_notices = Notices()  # what is true of the whole process: its torch, its nv-one-logger, its thunder
-
-
-def warn_once(
-    key: Hashable,
-    message: str,
-    *,
-    every_rank: bool = False,
-    category: type[Warning] = RuntimeWarning,
-    origin: str = "",
-) -> bool:
-    """:meth:`Notices.warn` on the process-wide notices."""
-    return process_notices.warn(key, message, every_rank=every_rank, category=category, origin=origin, stacklevel=3)
+warn_once = process_notices.warn

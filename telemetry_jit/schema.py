@@ -17,17 +17,19 @@ class TrainingSpanName:
     VALIDATION_ITERATION: Final = "validation_single_iteration"
 
 
-class JitSpanName(str, Enum):
+class _Name(str, Enum):
+    def __str__(self) -> str:
+        return self.value
+
+
+class JitSpanName(_Name):
     """Spans added to nv-one-logger's standard training spans."""
 
     COMPILATION = "compilation"
     RANKS_OUT_OF_STEP = "ranks_out_of_step"  # what the rank watcher said, as a span of its own: live over OTLP
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class JitEventName(str, Enum):
+class JitEventName(_Name):
     GRAPH_BREAK = "graph_break"
     DDP_GRAPH_SPLIT = "ddp_graph_split"
     COMPILE_SUMMARY = "compile_summary"
@@ -39,9 +41,6 @@ class JitEventName(str, Enum):
     MODULE_NOT_COMPILED = "module_not_compiled"
     COMPILED_BEFORE_RUN = "compiled_before_run"
     TRAINED_NOTHING = "trained_nothing"  # a fit that returned without a training step (on the application span)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class CompileAttr:

@@ -146,15 +146,6 @@ def count_into(account: Account) -> None:
     _account = account
 
 
-def failures() -> dict[str, tuple[int, str]]:
-    return _account.failures()
-
-
-def forget() -> None:
-    """Start counting afresh, into an account of no session, and say each failure again."""
-    count_into(Account())
-
-
 OWN_CODE = call_site(
     "telemetry.own_code",
     "telemetry-jit's own code (a bug: please report it; TELEMETRY_JIT_STRICT=1 raises it, with its traceback)",

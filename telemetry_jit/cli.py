@@ -1,9 +1,5 @@
-"""The ``telemetry-jit`` command (also ``python -m telemetry_jit``).
-
-Every command reads files or folders of them (``-``: standard input); several ranks of one run are read
-as one fleet. Exit status: 0 done, 1 a file could not be read (``check``: a budget is broken), 2 a usage
-error or, for ``check``, an answer it cannot give, 3 (``check``) the run did not finish.
-"""
+"""The ``telemetry-jit`` command. Exit status: 0 done, 1 a file could not be read (``check``: a budget is broken),
+2 a usage error or, for ``check``, an answer it cannot give, 3 (``check``) the run did not finish."""
 
 from __future__ import annotations
 

@@ -388,22 +388,17 @@ def _otlp_exporter(
 
     # the application name is a default the job's environment overrides (OTEL_SERVICE_NAME, then service.name in
     # OTEL_RESOURCE_ATTRIBUTES): the user cannot leave it out of configure, so it is no choice made in code
-    exporter: OTLPExporter | None = None
-    if otlp is True:
-        exporter = OTLPExporter(identity=tracker)
-    elif isinstance(otlp, str):
-        exporter = OTLPExporter(endpoint=otlp, identity=tracker)
-    elif isinstance(otlp, dict):
-        exporter = OTLPExporter(**{"identity": tracker, **otlp})
-    elif isinstance(otlp, OTLPExporter):
-        exporter = otlp
-    if exporter is not None:
-        exporter.with_service_name(app_name)
-        return exporter
-    raise TypeError(
-        f"configure(otlp=...) takes True, an endpoint, a dict of OTLPExporter arguments or an OTLPExporter, "
-        f"got {type(otlp).__name__}."
-    )
+    if otlp is True or isinstance(otlp, str):
+        otlp = {} if otlp is True else {"endpoint": otlp}
+    if isinstance(otlp, dict):
+        otlp = OTLPExporter(**{"identity": tracker, **otlp})
+    if not isinstance(otlp, OTLPExporter):
+        raise TypeError(
+            f"configure(otlp=...) takes True, an endpoint, a dict of OTLPExporter arguments or an OTLPExporter, "
+            f"got {type(otlp).__name__}."
+        )
+    otlp.with_service_name(app_name)
+    return otlp
 
 
 def _safe_exporters(
@@ -478,7 +473,4 @@ def shutdown() -> None:
 
 def flush(timeout_seconds: float | None = None) -> bool:
     """Send what the running session's exporters hold now (see :meth:`Session.flush`)."""
-    if _current is not None:
-        return _current.flush(timeout_seconds)
-    provider = TrainingTelemetryProvider.instance()
-    return session_of(provider).flush(timeout_seconds) if provider.one_logger_ready else True
+    return resolve(None).flush(timeout_seconds)

@@ -135,10 +135,8 @@ def _complain(text: str) -> None:
 def _load(paths: Sequence[str], args: argparse.Namespace, digest: bool = True) -> Loaded:
     """The runs ``paths`` hold; ``digest``: compilations read into aggregates (bounded memory), but for trace."""
     loaded = load(paths, all_runs=getattr(args, "all_runs", False), run_id=args.run, digest=digest)
-    for error in loaded.errors:
-        _complain(error)
-    for note in loaded.notes:
-        _complain(note)
+    for line in (*loaded.errors, *loaded.notes):
+        _complain(line)
     return loaded
 
 

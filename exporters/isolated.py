@@ -71,7 +71,7 @@ class IsolatedExporter(BaseExporter):
                 return
             method, args = item
             try:
-                _CALLS.wrap(method)(*args)
+                _CALLS.bind(method)(*args)
             except Exception as error:  # noqa: BLE001 - the exporter's failure must stay on this thread
                 self.errors += 1
                 _CALLS.failed(error)

@@ -1,8 +1,5 @@
-"""telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder.
-
-The names below are imported when first used: reading telemetry files (``read_telemetry`` and the
-``telemetry-jit`` command) never imports torch, Lightning, nv-one-logger or OpenTelemetry.
-"""
+"""telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder. Names are
+imported when first used: reading files never imports torch, Lightning, nv-one-logger or OpenTelemetry."""
 
 from __future__ import annotations
 
@@ -18,37 +15,27 @@ if sys.version_info < (3, 10):  # noqa: UP036 - pip refuses to install it there;
 
 __version__ = metadata.version("telemetry-jit")
 
-_WHERE = {
-    "CompileConsole": "recording.console",
-    "CompilerBackend": "probes.backends",
-    "CompilePayoffCallback": "lightning.payoff_callback",
-    "CompileRecord": "records",
-    "CompileStats": "recording.stats",
-    "CompileTelemetry": "loop",
-    "CompileTelemetryCallback": "lightning.compile_telemetry",
-    "CompiledCodeRan": "compilers",
-    "FabricCompileTelemetry": "lightning.fabric",
-    "GraphBreak": "records",
-    "JitConfig": "lightning.jit_transform",
-    "JitEventName": "schema",
-    "JitSpanName": "schema",
-    "JitTransform": "lightning.jit_transform",
-    "Payoff": "records",
-    "PayoffSettings": "recording.payoff",
-    "format_summary": "analysis.text",
-    "TimeEventCallback": "lightning.time_events",
-    "Session": "session",
-    "compile_in_place": "compilers",
-    "configure": "session",
-    "dynamo_compile_id": "compilers",
-    "flush": "session",
-    "hook_trainer_cls": "lightning.trainer",
-    "read_telemetry": "analysis.reader",
-    "register_backend": "probes.backends",
-    "resolve_root": "lightning.jit_transform",
-    "select_modules": "lightning.jit_transform",
-    "shutdown": "session",
+# where each name lives, imported when first used
+_MODULES = {
+    "analysis.reader": ("read_telemetry",),
+    "analysis.text": ("format_summary",),
+    "compilers": ("compile_in_place", "CompiledCodeRan", "dynamo_compile_id"),
+    "lightning.compile_telemetry": ("CompileTelemetryCallback",),
+    "lightning.fabric": ("FabricCompileTelemetry",),
+    "lightning.jit_transform": ("JitConfig", "JitTransform", "resolve_root", "select_modules"),
+    "lightning.payoff_callback": ("CompilePayoffCallback",),
+    "lightning.time_events": ("TimeEventCallback",),
+    "lightning.trainer": ("hook_trainer_cls",),
+    "loop": ("CompileTelemetry",),
+    "probes.backends": ("CompilerBackend", "register_backend"),
+    "recording.console": ("CompileConsole",),
+    "recording.payoff": ("PayoffSettings",),
+    "recording.stats": ("CompileStats",),
+    "records": ("CompileRecord", "GraphBreak", "Payoff"),
+    "schema": ("JitEventName", "JitSpanName"),
+    "session": ("configure", "flush", "Session", "shutdown"),
 }
+_WHERE = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = [
     "CompileConsole",
     "CompilePayoffCallback",

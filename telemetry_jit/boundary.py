@@ -1,21 +1,7 @@
-"""The one guard between training and what telemetry runs: the code telemetry calls but does not own,
-and telemetry's own hooks.
-
-Every call telemetry makes into someone else's code (a Lightning logger, the OpenTelemetry SDK,
-nv-one-logger, an exporter, a callback the user handed over, torch's private hooks, thunder) goes
-through a :class:`CallSite`. A call that raises is caught, counted and said once on stderr, naming the
-callee and the reason; it never reaches training. Each site is declared once, at import, in one
-registry (:data:`SITES`): the fault-injection tests find every site there, so a new one is tested the
-day it is written. Telemetry's own code, where training calls it (a Lightning hook, a loop's ``step``),
-is guarded by :func:`guarded` and :func:`own_code_failed` at site :data:`OWN_CODE`: a bug of telemetry's is
-said and counted, never the end of the run (a :class:`SettingError` is the user's to fix, and raised).
-
-Example::
-
-    LOG_METRICS = call_site("logger.log_metrics", "a Lightning logger's log_metrics")
-    if LOG_METRICS.call(logger.log_metrics, metrics, step=3) is FAILED:
-        ...  # said once, counted; training goes on
-"""
+"""The one guard between training and what telemetry runs. Every call into code telemetry does not own goes
+through a :class:`CallSite`, declared once in :data:`SITES` (where the fault-injection tests find it): what it
+raises is counted and said once, never reaching training. Telemetry's own hooks are guarded by :func:`guarded`
+at :data:`OWN_CODE` (a :class:`SettingError` is the user's to fix, and raised)."""
 
 from __future__ import annotations
 
@@ -36,8 +22,6 @@ P = ParamSpec("P")
 
 
 class _Failed:
-    """What a guarded call returns when the callee raised."""
-
     def __repr__(self) -> str:
         return "FAILED"
 
@@ -50,12 +34,11 @@ FaultKind = Literal["raise", "hang"]
 
 
 class InjectedFault(RuntimeError):
-    """The error a fault-injection test makes a callee raise."""
+    pass
 
 
 class SettingError(ValueError):
-    """A setting of the user's that cannot mean anything, found where recording starts (inside a hook):
-    raised to the user on purpose, through the guard around telemetry's own code."""
+    """A setting of the user's that cannot mean anything, found inside a hook: raised through the guard."""
 
 
 @dataclass
@@ -76,14 +59,8 @@ class _Fault:
 
 
 class CallSite:
-    """One place where telemetry calls code it does not own.
-
-    Args:
-        name: dotted, unique (``"logger.log_metrics"``).
-        callee: the code called, in words, for the message said when it fails.
-        bound: what bounds the call's time when it runs off the training thread (``""``: it runs on
-            the caller's thread, unbounded, so a test can make it raise but not hang).
-    """
+    """One place where telemetry calls code it does not own: ``name`` dotted and unique, ``callee`` in words,
+    ``bound`` what bounds its time off the training thread (``""``: on the caller's, so a test cannot hang it)."""
 
     def __init__(self, name: str, callee: str, bound: str = "") -> None:
         self.name = name
@@ -106,28 +83,17 @@ class CallSite:
             return FAILED
 
     def failed(self, error: BaseException, function: object = None) -> None:
-        """Count a failure of the callee caught elsewhere (a worker thread, a finally block); say the first."""
+        """Count a failure of the callee caught elsewhere (a worker thread); say the first."""
         _account.failed(self, error, function)
 
-    def wrap(self, function: Callable[..., T]) -> Callable[..., T]:
-        """``function`` as a callable the fault injection can reach (for calls made by another thread's loop)."""
-
-        def guarded(*args: Any, **kwargs: Any) -> T:
-            call = self._fault.wrap(function) if self._fault is not None else function
-            return call(*args, **kwargs)
-
-        return guarded
-
     def bind(self, function: Callable[..., T]) -> Callable[..., T]:
-        """``function`` for a caller that guards each call itself (``except Exception as error:
-        site.failed(error, function)``) because it runs every step, where :meth:`call` costs a Python
-        call more; the faulty callee instead while a test injects a fault here."""
+        """``function`` for a caller that guards each call itself (a Python call less than :meth:`call`, every
+        step); the faulty callee while a test injects a fault here."""
         return self._fault.wrap(function) if self._fault is not None else function
 
 
 class Account:
-    """What telemetry could not do in one session: each call site's failures, the first of each said once
-    (with the session's other warnings, in :attr:`notices`). A :class:`~telemetry_jit.session.Session` owns one."""
+    """One session's failures by call site, the first of each said once (with its other :attr:`notices`)."""
 
     def __init__(self) -> None:
         self.notices = Notices()  # the session's warnings: each said once per session
@@ -150,13 +116,11 @@ class Account:
             )
 
     def failures(self) -> dict[str, tuple[int, str]]:
-        """``site name -> (failures, first error)`` for every site that failed."""
         with self._lock:
             return dict(self._failed)
 
     def by_site(self) -> dict[str, dict[str, object]]:
-        """Every site that failed, for the telemetry file's account:
-        ``{name: {"callee": ..., "count": ..., "first_error": ...}}``."""
+        """``{name: {"callee": ..., "count": ..., "first_error": ...}}`` for the telemetry file's account."""
         return {
             name: {"callee": SITES[name].callee, "count": count, "first_error": first_error}
             for name, (count, first_error) in self.failures().items()
@@ -170,7 +134,7 @@ _account = Account()
 
 
 def call_site(name: str, callee: str, bound: str = "") -> CallSite:
-    """Declare a call site (once per name; declaring it again returns the same site)."""
+    """Declare a call site (declaring a name again returns the same site)."""
     site = SITES.get(name)
     if site is None:
         site = SITES[name] = CallSite(name, callee, bound)
@@ -178,19 +142,8 @@ def call_site(name: str, callee: str, bound: str = "") -> CallSite:
 
 
 def count_into(account: Account) -> None:
-    """Count failures into ``account`` from now on (a new session's)."""
     global _account
     _account = account
-
-
-def failures() -> dict[str, tuple[int, str]]:
-    """``site name -> (failures, first error)`` for every site that failed in the running session."""
-    return _account.failures()
-
-
-def forget() -> None:
-    """Start counting afresh, into an account of no session, and say each failure again."""
-    count_into(Account())
 
 
 OWN_CODE = call_site(
@@ -200,10 +153,9 @@ OWN_CODE = call_site(
 
 
 def own_code_failed(error: Exception, function: object) -> None:
-    """``error`` raised in telemetry's own ``function``, caught where training called it: said once and
-    counted, or raised again where it is the user's to fix (a :class:`SettingError`) or where
-    ``TELEMETRY_JIT_STRICT=1`` asks for telemetry's bugs (telemetry-jit's own tests; an injected fault is
-    the test's and still caught). Call it in an ``except Exception as error:`` block."""
+    """``error`` raised in telemetry's own ``function``: said once and counted; raised again where the user must
+    fix it (:class:`SettingError`) or ``TELEMETRY_JIT_STRICT=1`` asks for telemetry's bugs (an injected fault
+    aside)."""
     strict = os.environ.get("TELEMETRY_JIT_STRICT", "") == "1" and not isinstance(error, InjectedFault)
     if strict or isinstance(error, SettingError):
         raise error
@@ -211,16 +163,14 @@ def own_code_failed(error: Exception, function: object) -> None:
 
 
 def guards_itself(function: Callable[P, T]) -> Callable[P, T]:
-    """Mark a hook of telemetry's that runs every step and catches what its body can raise itself:
-    :func:`guarded` hands it over as it is (a guard's call would cost a Python call more every step)."""
+    """Mark a per-step hook that catches its own errors: :func:`guarded` leaves it as it is (a call less)."""
     function.guards_itself = True  # type: ignore[attr-defined]
     return function
 
 
 def guarded(function: Callable[P, T]) -> Callable[P, T | None]:
-    """``function``, telemetry's own, as training may call it: what it raises goes to :func:`own_code_failed`
-    (it returns ``None`` then). The faulty function instead while a test injects a fault at :data:`OWN_CODE`
-    (bound here, once: the call stays a plain call); a function marked :func:`guards_itself` as it is."""
+    """Telemetry's own ``function`` as training may call it: what it raises goes to :func:`own_code_failed`
+    (returning ``None``); a fault injected at :data:`OWN_CODE` is bound here, once."""
     if getattr(function, "guards_itself", False):
         return function
     call = OWN_CODE.bind(function)
@@ -238,11 +188,7 @@ def guarded(function: Callable[P, T]) -> Callable[P, T | None]:
 
 @contextlib.contextmanager
 def injected(name: str, kind: FaultKind = "raise", seconds: float = 0.0) -> Iterator[CallSite]:
-    """Make the callee of site ``name`` raise (or hang ``seconds`` first) while the block runs: for tests.
-
-    Raises:
-        KeyError: no such site.
-    """
+    """Make the callee of site ``name`` raise (or hang ``seconds`` first) while the block runs: for tests."""
     site = SITES[name]
     site._fault = fault = _Fault(kind, seconds)
     try:

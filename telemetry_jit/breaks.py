@@ -1,6 +1,5 @@
-"""Whose code a graph break is in, the user's line that led there, what torch says of it and what to do, and
-torch's compile errors said in a line: the rules shared by the live recording and the analysis of files (no
-torch, no Lightning here)."""
+"""Whose code a graph break is in, what torch says of it and what to do, and torch's errors in a line: shared by
+the recording and the analysis of files."""
 
 from __future__ import annotations
 
@@ -10,14 +9,12 @@ from dataclasses import dataclass
 
 from telemetry_jit.terminal import shown
 
-# torch's note that it restarts a trace at a graph break it cannot resume from (symbolic_convert's "Encountered
-# graph break that we cannot resume from ... Graph break encountered: <the break>"): a compile restarted, not a
-# break of its own; torch counts the break it wraps once in counters["graph_break"] and never this note
+# torch's note that it restarts a trace at a graph break it cannot resume from: not a break of its own (torch
+# counts the break it wraps once in counters["graph_break"], never this note)
 RESTART_NOTE = "Encountered graph break that we cannot resume from"
 
 
 def is_restart_note(reason: str) -> bool:
-    """Whether a logged graph break is torch's note of a restarted trace, not a break (see ``RESTART_NOTE``)."""
     return reason.lstrip().startswith(RESTART_NOTE)
 
 
@@ -40,9 +37,8 @@ _NOT_USERS_CODE = (("<frozen", "python"), ("<eval_with_key", "torch"))  # the im
 
 
 def owner_of(location: str) -> Owner:
-    """Whose code ``location`` (``file:line``) is, by where the file lives: ``"user"`` unless it lies in
-    an installed package (``torch``, ``lightning``, or that package's name) or Python's standard
-    library (``"python"``). Code of no file is the user's where they ran it (``exec``, a notebook's cell)."""
+    """Whose code ``location`` (``file:line``) is: ``"user"`` unless in an installed package (``torch``,
+    ``lightning``, or its name) or the standard library (``"python"``); code of no file is the user's."""
     path = location.rpartition(":")[0] if location.rpartition(":")[2].isdigit() else location
     if not path:
         return "unknown"
@@ -60,10 +56,8 @@ def owner_of(location: str) -> Owner:
 
 
 def recompile_owner(frame: str, location: str) -> Owner:
-    """Whose code a recompile's fix would change. A library's function compiled as a frame of its own (Lightning's
-    ``self.log``, an optimizer step) is there only because compiled code calls it, and cannot be edited; a
-    module's ``forward`` (a library's layer or model that the user compiled) is changed from outside, through
-    its attributes and inputs, as the user's own code is."""
+    """Whose code a recompile's fix would change: a library's ``forward`` the user compiled is changed from outside,
+    as the user's code is; another library function (``self.log``) cannot be edited."""
     return "user" if frame == "forward" else owner_of(location)
 
 
@@ -102,8 +96,7 @@ _GENERIC_HINTS = ("Please report an issue to PyTorch.",)
 
 
 def break_fix(owner: Owner, text: BreakText, user_lines: Sequence[str] = ()) -> str:
-    """What to do about a graph break: torch's own hint where the break is in the user's code; where it
-    is in another package's code, that it cannot be edited there, the user's lines to change, and the hint."""
+    """What to do about a graph break: torch's hint in the user's code; in a package's, the user's lines to change."""
     hint = next((hint for hint in text.hints if hint not in _GENERIC_HINTS), "")
     if owner == "user":
         return hint or "change this line so that torch.compile can trace it (see torch's explanation)"
@@ -129,14 +122,8 @@ _WHERE = re.compile(r" \((?P<where>at [^()\n]+)\)\s*$")  # what telemetry-jit ad
 
 def gist(message: str, limit: int = 400) -> str:
     """An error's first paragraph on one line (at most ``limit`` characters) and where torch says it was raised
-    (its ``from user code:`` frames): the innermost line and, where that is a library's, the user's line that
-    reached it. torch's compile errors run to thirty lines of hints, which the file keeps whole.
-
-    Example::
-
-        gist('Unsupported: ...\n\nfrom user code:\n   File "model.py", line 15, in forward\n    x.item()\n')
-        # 'Unsupported: ... (at model.py:15 in forward: `x.item()`)'
-    """
+    (the innermost ``from user code:`` frame, and the user's line that reached it): ``Unsupported: ... (at
+    model.py:15 in forward: `x.item()`)``."""
     found = _WHERE.search(message)
     body = message[: found.start()] if found else message
     head = " ".join(body.strip().split("\n\n", 1)[0].split())
@@ -155,7 +142,6 @@ def gist(message: str, limit: int = 400) -> str:
 
 
 def _frame_words(frame: re.Match[str]) -> tuple[str, str]:
-    """``(file:line, "file:line in function: `code`")`` of one frame torch lists."""
     location = f"{frame['path']}:{frame['line']}"
     code = " ".join(frame["code"].split())
     words = f"{shown(location)} in {frame['function']}"

@@ -1,12 +1,5 @@
-"""Why a frame recompiled: the rules behind every recompile cause telemetry-jit names, shared by the live
-recording and the analysis of files (no torch, no Lightning here).
-
-Recompile causes form a small vocabulary (:data:`CAUSES`, explained with examples in docs/fixing.md).
-:class:`RecompileClassifier` assigns each recompile exactly one cause, from torch's reason and where
-training was (stage, batch position), seeing the compiles in the order they happened; the same
-classifier runs while training (``compile.recompile_cause`` on the span, the console) and on a file
-written before the cause was recorded.
-"""
+"""Why a frame recompiled: :data:`CAUSES` (docs/fixing.md) and :class:`RecompileClassifier`, which gives each
+recompile one, from torch's reason and where training was; shared by the recording and the analysis of files."""
 
 from __future__ import annotations
 
@@ -20,8 +13,7 @@ DOCS = "docs/fixing.md"
 
 @dataclass(frozen=True)
 class Cause:
-    """One kind of recompile: what happened, in words, and what to do about it (in evaluation, where the
-    training fix would do harm, ``eval_fix``)."""
+    """One kind of recompile: what happened and its fix (``eval_fix`` where the training fix would do harm)."""
 
     id: str
     title: str
@@ -34,8 +26,8 @@ class Cause:
         return f"{DOCS}#{self.id.replace('_', '-')}"
 
     def fix_for(self, stage: str, owner: str = "user") -> str:
-        """The fix for a recompile of this cause in ``stage`` (``train``, ``validate``, ``predict``, ...), of a
-        frame in ``owner``'s code (``telemetry_jit.breaks.recompile_owner``): no fix edits another package's code."""
+        """The fix in ``stage``, of a frame in ``owner``'s code (``breaks.recompile_owner``): no fix edits a
+        package's code."""
         if self.in_the_frame and owner not in ("user", "unknown"):
             return (
                 f"{owner}'s code cannot be edited, and it is compiled only because your compiled code calls it: keep "
@@ -228,11 +220,8 @@ _BREAK_VALUE = "an intermediate value"
 
 
 def telling_reason(reasons: Sequence[str]) -> str:
-    """Of the reasons each of a frame's cache entries refused a call (most recent entry first, as torch lists
-    them), the one that says what changed. torch names the most recent entry's, which may be an entry made for
-    another kind of call: the other grad mode or module mode (training and evaluation alternate), or inputs that
-    need gradients where these do not (one layer class called on the batch and on activations). An entry made
-    for this kind of call fails on what changed."""
+    """Of each cache entry's reason (most recent first), the one that says what changed: torch names the most
+    recent entry's, which may be one made for another grad or module mode, or for inputs that need gradients."""
     same_mode = [reason for reason in reasons if not (_GRAD_MODE.search(reason) or _MODULE_MODE.search(reason))]
     same_kind = (reason for reason in same_mode if _requires_grad_of(reason) != "input")
     return next(same_kind, same_mode[0] if same_mode else reasons[0] if reasons else "")
@@ -247,8 +236,7 @@ def _requires_grad_of(reason: str) -> str:
 
 
 def normalize_reason(reason: str) -> str:
-    """torch's recompile reason as one readable line: its first failed guard without the compile-id
-    prefix, the source comment or the user stack, with generated names said in words
+    """torch's recompile reason as one readable line: its first failed guard, generated names said in words
     (``L['x']`` is ``x``, ``___stack0`` an intermediate value)."""
     first = reason.strip().split("\n", 1)[0]
     text = _SOURCE_COMMENT.sub("", _COMPILE_ID.sub("", first)).strip()
@@ -259,8 +247,8 @@ def normalize_reason(reason: str) -> str:
 
 @dataclass(frozen=True)
 class Classified:
-    """A recompile's cause; ``expected`` marks the one-time price (a frame's first switch to a mode);
-    ``behind`` (for ``recompile_limit``) the cause of most of the frame's recompiles before it."""
+    """A recompile's cause; ``expected``: the one-time price; ``behind`` (``recompile_limit``): the frame's most
+    common cause before it."""
 
     cause: str
     subject: str  # torch's reason, normalized
@@ -285,8 +273,6 @@ class _FrameHistory:
 
 @dataclass(frozen=True)
 class _Sizes:
-    """Reads a recompile's size guard in the light of its frame's history and the batch it happened in."""
-
     history: _FrameHistory
     dynamic: str  # the option the frame compiled with: "true", "false", "auto", "" unknown
     mode: str  # "train" / "eval"
@@ -295,10 +281,8 @@ class _Sizes:
     batches: int | None
 
     def cause(self, subject: str) -> str:
-        """The cause of a failed guard on a size (``""`` for a guard on none): a static size that changed (the
-        last batch, evaluation's shapes, a changing dimension); with the dimension compiled dynamic (dynamic=True,
-        or a guard on its range), a size or range the compiled code needs (``specialized``; ``size_one`` for
-        torch's 0/1 specialization)."""
+        """The cause of a failed guard on a size (``""`` for none): a static size that changed, or a dynamic one's
+        size or range the code needs (``specialized``; ``size_one`` for torch's 0/1 specialization)."""
         size = _SIZE.search(subject)
         if size is not None:
             static = self._static(size)  # noted in the frame's history whatever the option
@@ -333,15 +317,7 @@ class _Sizes:
 
 
 class RecompileClassifier:
-    """Assigns each recompile one cause; feed it every compile of a run in the order they started.
-
-    Example::
-
-        classifier = RecompileClassifier()
-        classifier.observe("0", "train", reason="", batch_index=0, batches=4)  # the first compile
-        classifier.observe("0", "train", reason="0/0: tensor 'x' size mismatch at index 0. expected 8, "
-                           "actual 6", batch_index=3, batches=4).cause  # "last_batch"
-    """
+    """Assigns each recompile one cause; feed it every compile of a run in the order they started."""
 
     def __init__(self) -> None:
         self._frames: dict[str, _FrameHistory] = {}
@@ -361,10 +337,8 @@ class RecompileClassifier:
         reasons: Sequence[str] = (),
         trigger: str = "dynamo",
     ) -> Classified | None:
-        """Note a frame compile (forward graphs only); for a recompile, return its cause. ``dynamic`` is the
-        option it compiled with (``"true"``, ``"false"``, ``"auto"``, ``""`` unknown), ``reasons`` every cache
-        entry's reason where torch gave several (``reason`` is the telling one); a plug-in's (``trigger``: its
-        name) whose reason names no known cause has none: no guard of torch's to read."""
+        """Note a frame compile (forward graphs only); for a recompile, return its cause. ``dynamic``: the option it
+        compiled with (``""`` unknown); ``reasons``: every cache entry's; a plug-in's naming no known cause has none."""
         history = self._frames.setdefault(frame, _FrameHistory())
         mode = "eval" if stage in EVAL_STAGES else "train"
         first_in_mode = mode not in history.stages

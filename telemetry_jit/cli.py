@@ -1,9 +1,5 @@
-"""The ``telemetry-jit`` command (also ``python -m telemetry_jit``).
-
-Every command reads files or folders of them (``-``: standard input); several ranks of one run are read
-as one fleet. Exit status: 0 done, 1 a file could not be read (``check``: a budget is broken), 2 a usage
-error or, for ``check``, an answer it cannot give, 3 (``check``) the run did not finish.
-"""
+"""The ``telemetry-jit`` command. Exit status: 0 done, 1 a file could not be read (``check``: a budget is broken),
+2 a usage error or, for ``check``, an answer it cannot give, 3 (``check``) the run did not finish."""
 
 from __future__ import annotations
 
@@ -43,22 +39,25 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {metadata.version('telemetry-jit')}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def command(name: str, help: str) -> argparse.ArgumentParser:
+    def command(name: str, handler: Callable[[argparse.Namespace], int], help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help)
+        sub.set_defaults(handler=handler)
         if name != "diff":
             sub.add_argument("paths", nargs="+", metavar="PATH", help=PATHS_HELP)
         sub.add_argument("--run", metavar="ID", help="the run whose id starts with ID (a file may hold several)")
         return sub
 
-    summary = command("summary", "what a run compiled, what it cost, and what to fix first")
+    summary = command("summary", _summary, "what a run compiled, what it cost, and what to fix first")
     summary.add_argument("--all-runs", action="store_true", help="every run of each file, not only the last")
     summary.add_argument("--json", action="store_true", help="JSON for tools (schema: docs/telemetry.md)")
     summary.add_argument("--baseline", metavar="PATH", help="a warm run: explain each compile-cache miss against it")
     _rank_options(summary)
-    report = command("report", "a self-contained HTML report (one run, or the ranks of one)")
+    report = command("report", _report, "a self-contained HTML report (one run, or the ranks of one)")
     report.add_argument("-o", "--output", help="the HTML file (default: beside the first input, .html)")
     _rank_options(report)
-    trace = command("trace", "a Chrome Trace Event / Perfetto file in absolute time, one track per run and rank")
+    trace = command(
+        "trace", _trace, "a Chrome Trace Event / Perfetto file in absolute time, one track per run and rank"
+    )
     trace.add_argument("-o", "--output", help="the trace file (default: beside the first input, .trace.json)")
     trace.add_argument(
         "--with",
@@ -69,11 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         help="merge another trace of the same run: tlparse's chromium_events.json, a torch.profiler export",
     )
     trace.add_argument("--all-runs", action="store_true", help="every run of each file, not only the last")
-    compare = command("diff", "two runs (or the ranks of two runs) side by side")
+    compare = command("diff", _diff, "two runs (or the ranks of two runs) side by side")
     compare.add_argument("base", help="the run to compare with (a file or a folder of rank files)")
     compare.add_argument("new", help="the run under review")
     compare.add_argument("--json", action="store_true", help="JSON for tools")
-    gate = command("check", "exit 1 when a run breaks its compile budget (a CI gate; docs/ci-gate.md)")
+    gate = command("check", _check, "exit 1 when a run breaks its compile budget (a CI gate; docs/ci-gate.md)")
     gate.add_argument(
         "--baseline",
         metavar="PATH",
@@ -122,14 +121,7 @@ def _rank_options(parser: argparse.ArgumentParser) -> None:
 
 def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
-    handler: Callable[[argparse.Namespace], int] = {
-        "summary": _summary,
-        "report": _report,
-        "trace": _trace,
-        "diff": _diff,
-        "check": _check,
-    }[args.command]
-    return handler(args)
+    return int(args.handler(args))
 
 
 def _say(text: str) -> None:
@@ -141,13 +133,10 @@ def _complain(text: str) -> None:
 
 
 def _load(paths: Sequence[str], args: argparse.Namespace, digest: bool = True) -> Loaded:
-    """The runs ``paths`` hold; with ``digest``, each run's compilations read into aggregates (bounded
-    memory, whatever the file's size), as every command but ``trace`` needs them."""
+    """The runs ``paths`` hold; ``digest``: compilations read into aggregates (bounded memory), but for trace."""
     loaded = load(paths, all_runs=getattr(args, "all_runs", False), run_id=args.run, digest=digest)
-    for error in loaded.errors:
-        _complain(error)
-    for note in loaded.notes:
-        _complain(note)
+    for line in (*loaded.errors, *loaded.notes):
+        _complain(line)
     return loaded
 
 
@@ -336,8 +325,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _percentage(text: str) -> float:
-    """A share budget: ``25%`` (or ``25``: above 1, it can only be percent); ``0.5`` is refused, as it could be
-    half a percent or half the loop."""
+    """A share budget: ``25%`` (or ``25``); ``0.5`` is refused: half a percent or half the loop?"""
     written = text.strip()
     try:
         value = float(written.removesuffix("%"))
@@ -354,9 +342,8 @@ def _percentage(text: str) -> float:
 
 
 def _write_whole(output: Path, text: str) -> bool:
-    """Write ``output`` whole or not at all, through a temporary file created exclusively beside it (no
-    name another user could plant a link at): a failure (disk full, say) leaves no partial file behind
-    and an earlier file of that name as it was."""
+    """Write ``output`` whole or not at all, through a temporary file created exclusively beside it (no name
+    another user could plant a link at)."""
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
         descriptor, partial = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent)

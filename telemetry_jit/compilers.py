@@ -1,15 +1,6 @@
-"""The built-in compiler plug-ins (torch.compile, ``thunder.jit``, thunder through dynamo), declared as entry
-points in pyproject.toml like any other, and the helpers a plug-in compiles with: :func:`compile_in_place`
-(returns the check :class:`CompiledCodeRan`) and :func:`dynamo_compile_id`.
-
-Thunder compiles in two ways, as ``JitConfig.thunder_backend`` picks. ``"jit"``: ``thunder.jit`` of the module. The
-compiled module stays where it is in the model: the hook ``nn.Module.compile`` uses (see
-:func:`telemetry_jit.compat.torch.set_compiled_call`) runs the ``ThunderModule``. Replacing the
-child with the ``ThunderModule`` would change ``state_dict`` keys (``layer1.weight`` becomes
-``layer1..weight``), so checkpoints would no longer load into the plain model. ``"dynamo"``
-(NeMo's): ``module.compile(backend=thunder.dynamo.ThunderCompiler())``; dynamo captures graphs,
-thunder splits each into pieces it runs and ops it leaves to torch.
-"""
+"""The built-in compiler plug-ins (entry points in pyproject.toml) and the helpers a plug-in compiles with. A
+``thunder.jit`` module runs through the hook ``nn.Module.compile`` uses, not as a replaced child: that would
+change ``state_dict`` keys (``layer1.weight`` becomes ``layer1..weight``)."""
 
 from __future__ import annotations
 
@@ -45,7 +36,6 @@ class ThunderCompiled(ThunderSource):
             self.function.check(args, kwargs)
 
     def call_thunder(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the ThunderModule, without telemetry."""
         module = self.module
         # thunder traces module.__call__; while it runs, the module must look uncompiled to it
         torch_compat.set_compiled_call(module, None)
@@ -56,12 +46,8 @@ class ThunderCompiled(ThunderSource):
 
 
 class ThunderDynamoBackend:
-    """``thunder.dynamo.ThunderCompiler`` as a ``torch.compile`` backend (NeMo's thunder path).
-
-    dynamo's compiles are recorded like any backend's; in addition each piece thunder compiles is a
-    :class:`ThunderFunction` (its first call traces it), and each op thunder leaves to torch becomes
-    a graph break of the dynamo compile that made the graph.
-    """
+    """``thunder.dynamo.ThunderCompiler`` as a ``torch.compile`` backend (NeMo's path): each piece thunder compiles
+    is a :class:`ThunderFunction`, each op it leaves to torch a graph break of the dynamo compile."""
 
     def __init__(self, name: str, location: str, nvtx_ranges: bool = False) -> None:
         self.__name__ = "thunder"  # torch.compile names a backend by it: compile.backend on dynamo's spans
@@ -69,10 +55,7 @@ class ThunderDynamoBackend:
         self.location = location
         self.compiler = thunder_compat.dynamo_compiler(nvtx_ranges)
         self.functions: list[ThunderFunction] = []  # one per piece, in the order thunder made them
-        self._splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
-
-    def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        return self._splits.pop(compile_id, [])
+        self.splits: dict[str, list[GraphBreak]] = {}  # dynamo compile id -> thunder's splits of its graph
 
     def __call__(self, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> Any:
         with torch_compat.eager_graph_modules():
@@ -84,7 +67,7 @@ class ThunderDynamoBackend:
                 lambda _, args, kwargs, __, function=function: function.check(args, kwargs), with_kwargs=True
             )
         if made.splits:
-            self._splits[dynamo_compile_id()] = [
+            self.splits[dynamo_compile_id()] = [
                 GraphBreak(reason, location, counted_by_torch=False, compiler="thunder")
                 for reason, location in made.splits
             ]
@@ -92,8 +75,7 @@ class ThunderDynamoBackend:
 
 
 class ThunderDynamoCompiled(ThunderSource):
-    """The call installed on a module compiled with :class:`ThunderDynamoBackend`: dynamo's own
-    compiled call, and the backend, so that recorders find the pieces from the model."""
+    """dynamo's compiled call on a module, with the backend, so that recorders find the pieces from the model."""
 
     def __init__(self, compiled_call: Callable[..., Any], backend: ThunderDynamoBackend) -> None:
         self.compiled_call = compiled_call
@@ -107,7 +89,7 @@ class ThunderDynamoCompiled(ThunderSource):
         return self.backend.functions
 
     def take_splits(self, compile_id: str) -> list[GraphBreak]:
-        return self.backend.take_splits(compile_id)
+        return self.backend.splits.pop(compile_id, [])
 
 
 def _forward_location(module: torch.nn.Module) -> str:
@@ -133,21 +115,9 @@ def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = Fal
     return compiled
 
 
-def compile_with_thunder_dynamo(module: torch.nn.Module, name: str, profile: bool = False) -> ThunderDynamoCompiled:
-    """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
-    backend = ThunderDynamoBackend(name, _forward_location(module), _nvtx_ranges(profile))
-    torch_compat.compile_in_place(module, backend=backend)
-    call = torch_compat.compiled_call(module)
-    assert call is not None  # module.compile() installed it
-    compiled = ThunderDynamoCompiled(call, backend)
-    torch_compat.set_compiled_call(module, compiled)
-    return compiled
-
-
 class FirstCall:
-    """The call installed on a module compiled in place, until its first call: it notes that the module was
-    called and how many frames dynamo compiled during that call, then steps aside (later calls go straight to
-    the compiled code, with nothing of telemetry in between)."""
+    """The call installed on a module compiled in place until its first call: it notes how many frames dynamo
+    compiled during that call, then steps aside."""
 
     def __init__(self, module: torch.nn.Module, call: Callable[..., Any]) -> None:
         self.module = module
@@ -176,29 +146,21 @@ class FirstCall:
             self.failed_frames = torch_compat.frames_attempted() - attempted - self.compiled_frames
 
 
-def compiled_code_ran(module: torch.nn.Module, watch: FirstCall | None = None) -> bool:
-    """Whether the compiled code installed on ``module`` has run: thunder's cache was consulted; or it was
-    called and dynamo compiled a frame then, or holds compiled code for the frame it compiles."""
-    call = torch_compat.compiled_call(module)
-    if isinstance(call, ThunderCompiled):
-        stats = call.function.stats
-        return stats.cache_hits + stats.cache_misses > 0
-    if watch is not None and not watch.called:
-        return False
-    if watch is not None and watch.compiled_frames:
-        return True
-    return torch_compat.has_compiled_code_for(module)
-
-
 class CompiledCodeRan:
-    """Whether a module's compiled code has run (:func:`compiled_code_ran`); ``called``: whether anything called
-    the module at all, where its first call is watched."""
+    """Whether a module's compiled code has run: thunder's cache was consulted, or dynamo compiled a frame at its
+    first call or holds compiled code for it; ``called``: whether anything called it, where that is watched."""
 
     def __init__(self, module: torch.nn.Module, watch: FirstCall | None = None) -> None:
         self.module, self.watch = module, watch
 
     def __call__(self) -> bool:
-        return compiled_code_ran(self.module, self.watch)
+        call, watch = torch_compat.compiled_call(self.module), self.watch
+        if isinstance(call, ThunderCompiled):
+            stats = call.function.stats
+            return stats.cache_hits + stats.cache_misses > 0
+        if watch is not None and not watch.called:
+            return False
+        return bool(watch is not None and watch.compiled_frames) or torch_compat.has_compiled_code_for(self.module)
 
     @property
     def called(self) -> bool:
@@ -211,16 +173,14 @@ class CompiledCodeRan:
 
 
 def compile_in_place(module: torch.nn.Module, **compile_kwargs: Any) -> CompiledCodeRan:
-    """``module.compile(**compile_kwargs)`` (``state_dict`` unchanged) such that dynamo compiles it on every
-    supported torch (torch < 2.15 skips the ``forward`` of torch's own layers, an ``nn.Sequential`` among them,
-    and compiles nothing), and the check a plug-in's ``compile`` returns: has the compiled code run?"""
+    """``module.compile(**compile_kwargs)`` such that dynamo compiles it on every supported torch (before 2.15 it
+    skips torch's own layers' ``forward``), and the check a plug-in's ``compile`` returns."""
     torch_compat.compile_in_place(module, **compile_kwargs)
     return CompiledCodeRan(module, FirstCall.install(module))
 
 
 def dynamo_compile_id() -> str:
-    """The id of dynamo's compile in progress (``"0/1"``; ``""`` outside one): inside a ``torch.compile`` backend,
-    the key under which an observer's ``take_splits`` hands back the pieces it split that compile's graph into."""
+    """The id of dynamo's compile in progress (``"0/1"``; ``""`` outside one): a backend's key for ``take_splits``."""
     return torch_compat.current_compile_id()
 
 
@@ -274,7 +234,12 @@ class ThunderThroughDynamoBackend:
         thunder_compat.dynamo_compiler()
 
     def compile(self, module: torch.nn.Module, label: str, config: Any) -> Callable[[], bool]:
-        compile_with_thunder_dynamo(module, label, profile=config.profile_thunder)
+        """``module.compile(backend=thunder.dynamo.ThunderCompiler())``, as NeMo does, with telemetry."""
+        backend = ThunderDynamoBackend(label, _forward_location(module), _nvtx_ranges(config.profile_thunder))
+        torch_compat.compile_in_place(module, backend=backend)
+        call = torch_compat.compiled_call(module)
+        assert call is not None  # module.compile() installed it
+        torch_compat.set_compiled_call(module, ThunderDynamoCompiled(call, backend))
         return CompiledCodeRan(module)
 
     def observer(self) -> ThunderWatch:

@@ -1,16 +1,5 @@
-"""Which process of a distributed job this is, and which job: for exporters to put on every record.
-
-The rank is read from the usual variables (``RANK``, ``LOCAL_RANK``, ``WORLD_SIZE``, ``SLURM_PROCID``
-...) when first asked; whoever learns better (the trainer, once its strategy has set up the ranks)
-calls :meth:`IdentityTracker.update`. Launchers such as Lightning's start the other ranks after the
-first process has configured its exporters, so rank 0 may only learn that it is rank 0 of many at
-``fit``.
-
-The run id ties the ranks of one job together (:func:`run_id`): ``TELEMETRY_JIT_RUN_ID`` when set,
-else the job id its launcher gives every rank (torchrun / torch elastic, SLURM, LSF, MPI), else made up
-once and put into the environment, so that ranks launched from this process (Lightning's and Fabric's
-launchers) inherit it.
-"""
+"""Which process of a distributed job this is (from the launcher's variables until the trainer knows better:
+Lightning starts the other ranks after rank 0 configured), and which job (:func:`run_id`)."""
 
 from __future__ import annotations
 
@@ -52,8 +41,8 @@ class ProcessIdentity:
 
 
 def _number(names: tuple[str, ...], default: int, minimum: int = 0) -> int:
-    """The first of ``names`` that is set, as a number; a set variable that is not one is an error
-    (a rank guessed wrong would put one rank's records in another's file)."""
+    """The first of ``names`` that is set, as a number; one that is not a number is an error (a rank guessed
+    wrong would put one rank's records in another's file)."""
     for name in names:
         value = os.environ.get(name)
         if value is None:
@@ -73,24 +62,18 @@ _forked_from: int | None = None
 
 
 def forked_from() -> int | None:
-    """The pid of the process this one was forked from after telemetry was configured there (its
-    telemetry is off), else ``None``."""
+    """The pid of the process this one was forked from after configuring telemetry (off here), else ``None``."""
     return _forked_from
 
 
 def note_fork(parent: int | None) -> None:
-    """Called in a forked child by the configuration's at-fork handler (``None``: the child has
-    configured telemetry of its own)."""
+    """Called in a forked child (``None``: once it configured telemetry of its own)."""
     global _forked_from
     _forked_from = parent
 
 
 def from_environment() -> ProcessIdentity:
-    """This process's identity as its launcher's variables give it (rank 0 of 1 without any).
-
-    Raises:
-        IdentityError: a rank or world-size variable is set to something that is not a number.
-    """
+    """This process's identity as its launcher's variables give it (rank 0 of 1 without any)."""
     local_rank = _number(_LOCAL_RANK_VARIABLES, default=0)
     rank = _number(_RANK_VARIABLES, default=local_rank)
     world_size = _number(_WORLD_SIZE_VARIABLES, default=1, minimum=1)
@@ -106,19 +89,8 @@ def from_environment() -> ProcessIdentity:
 
 
 class IdentityTracker:
-    """What one configuration has learnt of its process's identity: from the environment when first
-    asked, until whoever knows better (the trainer, once its strategy has set up the ranks) calls
-    :meth:`update`.
-
-    Exporters read :meth:`current` for every record; :attr:`version` changes with it, so they can
-    re-encode only then.
-
-    Example::
-
-        identity = IdentityTracker()
-        FileExporter("runs/telemetry.jsonl", identity=identity)
-        identity.update(rank=1, local_rank=1, world_size=2)  # the exporter moves to .rank1.jsonl
-    """
+    """What one configuration knows of its process's identity: the environment's until :meth:`update`;
+    :attr:`version` changes with it, so exporters re-encode only then."""
 
     def __init__(self) -> None:
         self._current: ProcessIdentity | None = None
@@ -153,9 +125,8 @@ _made_up: str | None = None  # the run id this process made up (no launcher or u
 
 
 def run_id() -> str:
-    """This job's run id, the same in every rank of the job: ``TELEMETRY_JIT_RUN_ID``, else the
-    launcher's job id (``torchrun-<id>``, ``slurm-<job>.<step>``, ...), else a new one. Either way it is
-    put into the environment, so that ranks launched from this process inherit it."""
+    """This job's run id, alike in every rank: ``TELEMETRY_JIT_RUN_ID``, else the launcher's job id
+    (``slurm-<job>.<step>``, ...), else a new one, put into the environment for the ranks this process launches."""
     global _made_up
     value = os.environ.get(RUN_ID_VARIABLE, "").strip()
     if not value:
@@ -167,16 +138,14 @@ def run_id() -> str:
 
 
 def next_run() -> None:
-    """A new run in this process (telemetry configured again after a shutdown): a run id this process
-    made up is made up afresh; one a launcher or the user gave stays."""
+    """Telemetry configured again after a shutdown: a run id this process made up is made anew."""
     if _made_up is not None and os.environ.get(RUN_ID_VARIABLE) == _made_up:
         del os.environ[RUN_ID_VARIABLE]
 
 
 def reimporting_main() -> bool:
-    """Whether this call comes from the user's script being imported again, as ``__mp_main__``, in a
-    process that ``multiprocessing`` started by spawning (a DataLoader worker, a pool worker): its
-    module-level code runs again there, and is not the run."""
+    """Whether the user's script is being imported again as ``__mp_main__`` in a process ``multiprocessing``
+    spawned (a DataLoader worker): that is not the run."""
     import sys
 
     # multiprocessing runs the script under this name while it prepares a spawned process, before it
@@ -190,8 +159,7 @@ def reimporting_main() -> bool:
 
 
 def short_run_id(run_id: str) -> str:
-    """A run id as tables and headers show it: a made-up id (a uuid) by its first 8 characters, also
-    after a launcher's name (``torchrun-ec9d81bf``); any other id whole, up to 40 characters."""
+    """A run id as tables show it: a uuid by its first 8 characters (``torchrun-ec9d81bf``), others up to 40."""
     launcher, dash, job = run_id.partition("-")
     if dash and launcher in {name for _, name in LAUNCHER_JOB_IDS} and _UUID.fullmatch(job):
         return f"{launcher}-{job[:8]}"

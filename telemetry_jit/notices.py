@@ -1,13 +1,6 @@
-"""Warnings said once, by the rank that should say them: Lightning's ``rank_zero_warn`` and
-``WarningCache`` idiom, built on ``lightning_utilities`` (the rank, the rank prefix; imported when a rank
-is asked, so that reading files imports none of it) for code that must not import Lightning.
-``WarningCache`` itself does not serve: it keys by the text (ours say counts that change) and its
-warnings raise under ``python -W error``, which must never take training down.
-
-A fact about the job (this torch lacks a field, a frame hit the recompile limit on every rank) is said
-by rank zero alone; a fact about one process (its disk is full, its exporter hangs) by every rank,
-prefixed with its rank when there are several. Each :class:`Notices` says a key once.
-"""
+"""Warnings said once, by the rank that should say them: a fact about the job by rank zero, one about a process
+by every rank, rank-prefixed. Lightning's ``WarningCache`` does not serve: it keys by the text (ours hold counts)
+and raises under ``python -W error``, which must never take training down."""
 
 from __future__ import annotations
 
@@ -21,8 +14,7 @@ from telemetry_jit.terminal import clean
 
 
 def global_rank() -> int:
-    """This process's rank as Lightning knows it (its strategies set it), else as the launcher's
-    variables say, else 0. Never raises: it only decides who speaks."""
+    """This process's rank as Lightning knows it, else as the launcher's variables say, else 0. Never raises."""
     if "lightning_utilities" in sys.modules:  # where Lightning runs, it knows the rank (readers never import it)
         from lightning_utilities.core.rank_zero import rank_zero_only
 
@@ -42,13 +34,7 @@ def _several_ranks() -> bool:
 
 
 class Notices:
-    """Says each key's warning once; ``every_rank=False`` (the default) on rank zero only.
-
-    Example::
-
-        notices = Notices()
-        notices.warn("disk", "telemetry-jit: cannot write ...", every_rank=True)
-    """
+    """Says each key's warning once; ``every_rank=False`` (the default) on rank zero only."""
 
     def __init__(self) -> None:
         self._said: set[Hashable] = set()
@@ -63,11 +49,8 @@ class Notices:
         origin: str = "",
         stacklevel: int = 2,
     ) -> bool:
-        """Warn unless ``key`` was said already; True when it was said now.
-
-        ``origin`` (``"file:line"``) names the line Python shows as the warning's source, e.g. the
-        user's code a warning is about, instead of the line that called this.
-        """
+        """Warn unless ``key`` was said already; True when said now. ``origin`` (``"file:line"``): the line Python
+        shows as its source, e.g. the user's code it is about."""
         if key in self._said:
             return False
         self._said.add(key)
@@ -78,15 +61,7 @@ class Notices:
             from lightning_utilities.core.rank_zero import rank_prefixed_message
 
             message = rank_prefixed_message(message, rank)
-        message = clean(message)  # names and reasons in it come from code and data
-        path, _, line = origin.rpartition(":")
-        try:
-            if path and line.isdigit():
-                warnings.warn_explicit(message, category, path, int(line), module=path)
-            else:
-                warnings.warn(message, category, stacklevel=stacklevel + 1)
-        except Exception:  # noqa: BLE001 - warnings made errors (python -W error) must not take training down
-            print(f"{category.__name__}: {message}", file=sys.stderr)
+        _warn(message, category, origin, stacklevel + 1)
         return True
 
     def forget(self) -> None:
@@ -108,23 +83,20 @@ NOWHERE = "telemetry-jit:0"  # an origin for warnings about telemetry itself: no
 
 def say(message: str, category: type[Warning] = UserWarning) -> None:
     """Warn without pointing at a line of code (the warning is about a file or a collector, not code)."""
-    path, _, line = NOWHERE.rpartition(":")
+    _warn(message, category, NOWHERE, 2)
+
+
+def _warn(message: str, category: type[Warning], origin: str, stacklevel: int) -> None:
+    message = clean(message)  # names and reasons in it come from code and data
+    path, _, line = origin.rpartition(":")
     try:
-        warnings.warn_explicit(clean(message), category, path, int(line))
-    except Exception:  # noqa: BLE001 - warnings made errors (python -W error)
-        print(f"{category.__name__}: {clean(message)}", file=sys.stderr)
+        if path and line.isdigit():
+            warnings.warn_explicit(message, category, path, int(line), module=path)
+        else:
+            warnings.warn(message, category, stacklevel=stacklevel + 1)
+    except Exception:  # noqa: BLE001 - warnings made errors (python -W error) must not take training down
+        print(f"{category.__name__}: {message}", file=sys.stderr)
 
 
 process_notices = Notices()  # what is true of the whole process: its torch, its nv-one-logger, its thunder
-
-
-def warn_once(
-    key: Hashable,
-    message: str,
-    *,
-    every_rank: bool = False,
-    category: type[Warning] = RuntimeWarning,
-    origin: str = "",
-) -> bool:
-    """:meth:`Notices.warn` on the process-wide notices."""
-    return process_notices.warn(key, message, every_rank=every_rank, category=category, origin=origin, stacklevel=3)
+warn_once = process_notices.warn

@@ -1,14 +1,14 @@
-"""Plain records of what a compiler did: produced by the probes, consumed by the recorder and its
-listeners. No torch, no nv-one-logger at run time: the analysis side shares the rules written here."""
+"""Plain records of what a compiler did, from the probes to the recorder; no torch or nv-one-logger at run time
+(the analysis side shares them)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
@@ -18,18 +18,14 @@ from telemetry_jit.terminal import counted, frame_shown
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
 
-# which probe saw the compile: "dynamo", "thunder", or a plug-in backend's name (probes/backends.py)
-Source = str
-# what started it: dynamo tracing a frame ("dynamo"), a backward graph compiled at its first backward
-# ("lazy_backward"), a thunder cache miss ("thunder"), or what a plug-in backend says (its name)
-Trigger = str
+Source = str  # which probe saw the compile: "dynamo", "thunder", or a plug-in backend's name
+Trigger = str  # what started it: "dynamo", "lazy_backward" (at the first backward), "thunder", or a plug-in's name
 Compiler = str  # what split the graph: "dynamo", "thunder", or a plug-in backend's name
 AttributeValue = str | bool | int | float | list[str] | list[int] | list[float] | list[bool]
 
 
 def is_frame_recompile(is_recompile: bool, trigger: str) -> bool:
-    """A frame compiled again (torch's attempt > 0). The backward graph of such a frame, compiled at its
-    first backward, carries the same compile id but is part of that recompile, not another one."""
+    """A frame compiled again (torch's attempt > 0); its lazily compiled backward is part of that recompile."""
     return is_recompile and trigger != "lazy_backward"
 
 
@@ -52,17 +48,14 @@ class GraphBreak:
 
     @cached_property
     def owner(self) -> str:
-        """Whose code the break is in (``user``, ``torch``, ``lightning``, ``python`` or a package)."""
         return owner_of(self.location)
 
     @cached_property
     def user_location(self) -> str:
-        """The innermost line of the user's code that led to the break (itself, when it is the user's)."""
         return user_location((*self.stack, self.location) if self.location else self.stack)
 
     @cached_property
     def text(self) -> BreakText:
-        """torch's type, explanation, hints and documentation link for it."""
         return parse_break(self.reason)
 
     @property
@@ -72,8 +65,7 @@ class GraphBreak:
 
 @dataclass(frozen=True)
 class CacheLookup:
-    """One look-up in a compile cache (``aot_autograd`` or ``fx_graph``) and the parts of its key:
-    ``(name, hash, value)``, the value empty where it is long or not text."""
+    """One look-up in a compile cache and its key's parts ``(name, hash, value)``, the value empty when long."""
 
     layer: str
     state: str  # hit, miss, bypass
@@ -91,8 +83,7 @@ NEAR_LIMIT_SHARE = 0.8  # a compile whose host peak reaches this share of the me
 
 @dataclass(frozen=True)
 class CompileResources:
-    """What one compilation cost the host: CPU seconds (this process and the child processes that compiled for
-    it: inductor's workers, C++ compilers) and resident memory (the peak, and how far above its start level)."""
+    """What one compilation cost the host: CPU seconds (its compile workers' included) and resident memory."""
 
     cpu_s: float = 0.0
     worker_cpu_s: float = 0.0  # of cpu_s, the child processes'
@@ -124,23 +115,9 @@ class CompileResources:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> CompileResources | None:
         """What a ``compilation`` span's attributes hold; ``None`` where they hold no resources."""
-        if ResourceAttr.CPU_S not in attributes:
-            return None
-        figure = _figures(attributes)
-        return cls(
-            cpu_s=figure(ResourceAttr.CPU_S),
-            worker_cpu_s=figure(ResourceAttr.WORKER_CPU_S),
-            host_peak_bytes=int(figure(ResourceAttr.HOST_PEAK_BYTES)),
-            host_rss_bytes=int(figure(ResourceAttr.HOST_RSS_BYTES)),
-            device_peak_bytes=(
-                int(figure(ResourceAttr.DEVICE_PEAK_BYTES)) if ResourceAttr.DEVICE_PEAK_BYTES in attributes else None
-            ),
-            limit_bytes=int(figure(ResourceAttr.LIMIT_BYTES)),
-            limit_source=str(attributes.get(ResourceAttr.LIMIT_SOURCE) or ""),
-        )
+        return _read(cls, ResourceAttr, attributes) if ResourceAttr.CPU_S in attributes else None
 
     def words(self) -> str:
-        """``CPU 31.2 s (24.0 s in compile workers and compilers), host memory +1.2 GB (peak 3.4 GB)``."""
         workers = f" ({self.worker_cpu_s:.1f} s in compile workers and compilers)" if self.worker_cpu_s >= 0.05 else ""
         device = f", device memory +{mb(self.device_peak_bytes)}" if self.device_peak_bytes else ""
         return (
@@ -155,7 +132,7 @@ def mb(size: float) -> str:
 
 
 def near_limit_words(peak_bytes: int, limit_bytes: int, limit_source: str, threads: int | None) -> str:
-    """The warning for a compile whose host peak approaches the memory the process may use, with what lowers it."""
+    """The warning for a compile whose host peak nears the process's memory limit, with what lowers it."""
     now = f" (now {threads})" if threads else ""
     return (
         f"compiling took this process and its compile workers to {mb(peak_bytes)} of resident memory, "
@@ -218,14 +195,11 @@ class CompileRecord:
     input_shapes: tuple[str, ...] = ()
     cause: Classified | None = None  # why it recompiled (set when the recorder takes it)
     resources: CompileResources | None = None  # what it cost the host, where measured
-    # the compile's own time as torch measures it (CompilationMetrics.duration_us, the outermost timed region);
-    # start_ns..end_ns is torch's window around it (start_time_us..end_time_us), which also holds torch's
-    # bookkeeping of the metrics themselves, tens of microseconds to milliseconds more
+    # torch's CompilationMetrics.duration_us; start_ns..end_ns also holds torch's bookkeeping of the metrics
     own_duration_ns: int | None = None
 
     @property
     def duration_ms(self) -> float:
-        """How long it compiled: torch's own duration where torch gave one, else the span's length."""
         if self.own_duration_ns is not None:
             return self.own_duration_ns / 1e6
         return (self.end_ns - self.start_ns) / 1e6
@@ -253,20 +227,41 @@ class CompileRecord:
         return sum(buckets - 1 for buckets in self.ddp_buckets if buckets > 1)
 
 
-def _figures(attributes: Mapping[str, object]) -> Callable[[str], float]:
-    """Reads an event's numbers back: a missing or non-finite value reads as 0."""
+R = TypeVar("R")
 
-    def figure(name: str) -> float:
-        value = attributes.get(name)
-        return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
-    return figure
+def _read(cls: type[R], names: type, attributes: Mapping[str, object]) -> R:
+    """``cls`` from an event's attributes, each field under its name in ``names`` (``cls`` under ``CLASS``): a
+    missing or non-finite number reads as 0, an optional one missing as ``None``."""
+    values: dict[str, object] = {}
+    for each in fields(cls):  # type: ignore[arg-type]
+        value = attributes.get(getattr(names, "CLASS" if each.name == "cls" else each.name.upper()))
+        kind = str(each.type)
+        if kind == "str":
+            values[each.name] = str(value or "")
+        elif kind.startswith("tuple"):
+            values[each.name] = tuple(map(str, value)) if isinstance(value, list) else ()
+        elif value is None and "None" in kind:
+            values[each.name] = None
+        else:
+            number = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+            values[each.name] = int(number) if kind.startswith("int") else number
+    return cls(**values)
+
+
+def _written(record: object, names: type) -> dict[str, AttributeValue]:
+    """A record's fields as its event's attributes, under their names in ``names``."""
+    return {
+        getattr(names, "CLASS" if each.name == "cls" else each.name.upper()): (
+            list(value) if isinstance(value := getattr(record, each.name), tuple) else value
+        )
+        for each in fields(record)  # type: ignore[arg-type]
+    }
 
 
 @dataclass
 class Payoff:
-    """What compiling bought: step times of each mode, the speedup and when compile time is repaid; or, for a
-    loop where it could not be measured, why not (:attr:`not_measured`)."""
+    """What compiling bought: step times of each mode, the speedup, when it is repaid; or why not measured."""
 
     eager_step_ms: float = 0.0
     compiled_step_ms: float = 0.0
@@ -293,8 +288,7 @@ class Payoff:
 
     @property
     def break_even_step(self) -> int | None:
-        """The step by which the time saved per compiled step adds up to the compile time; ``None``
-        when compiled steps are not faster (or nothing was measured)."""
+        """The step by which the time saved adds up to the compile time; ``None`` when not faster."""
         if not self.measured or self.saved_per_step_s <= 0:
             return None
         return math.ceil(self.compile_s / self.saved_per_step_s)
@@ -308,20 +302,7 @@ class Payoff:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> Payoff:
         """The payoff a ``compile_payoff`` event holds."""
-        figure = _figures(attributes)
-        memory = (attributes.get(PayoffAttr.EAGER_PEAK_MB), attributes.get(PayoffAttr.COMPILED_PEAK_MB))
-        return cls(
-            eager_step_ms=figure(PayoffAttr.EAGER_STEP_MS),
-            compiled_step_ms=figure(PayoffAttr.COMPILED_STEP_MS),
-            measured_at_step=int(figure(PayoffAttr.MEASURED_AT_STEP)),
-            blocks=int(figure(PayoffAttr.BLOCKS)),
-            block_steps=int(figure(PayoffAttr.BLOCK_STEPS)),
-            eager_peak_mb=figure(PayoffAttr.EAGER_PEAK_MB) if memory[0] is not None else None,
-            compiled_peak_mb=figure(PayoffAttr.COMPILED_PEAK_MB) if memory[1] is not None else None,
-            compile_s=figure(PayoffAttr.COMPILE_S),
-            steps=int(figure(PayoffAttr.STEPS)),
-            not_measured=str(attributes.get(PayoffAttr.NOT_MEASURED) or ""),
-        )
+        return _read(cls, PayoffAttr, attributes)
 
     def attributes(self) -> dict[str, AttributeValue]:
         if not self.measured:
@@ -368,8 +349,7 @@ class Payoff:
 
 @dataclass(frozen=True)
 class CompiledBefore:
-    """The frames a process had compiled when a run's compile telemetry began: calls to them run that code,
-    so the run does not compile them again, and a recompile it did not meet may have been paid before."""
+    """The frames a process had compiled when a run's telemetry began: the run does not compile them again."""
 
     frames: int
     names: tuple[str, ...] = ()  # the first of them
@@ -389,28 +369,18 @@ class CompiledBefore:
         return {"frames": self.frames, "names": list(self.names)}
 
     def attributes(self) -> dict[str, AttributeValue]:
-        return {
-            CompiledBeforeAttr.FRAMES: self.frames,
-            CompiledBeforeAttr.NAMES: list(self.names),
-            CompiledBeforeAttr.LOCATIONS: list(self.locations),
-        }
+        return _written(self, CompiledBeforeAttr)
 
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> CompiledBefore:
         """What a ``compiled_before_run`` event holds."""
-        names, locations = attributes.get(CompiledBeforeAttr.NAMES), attributes.get(CompiledBeforeAttr.LOCATIONS)
-        return cls(
-            frames=int(attributes.get(CompiledBeforeAttr.FRAMES) or 0),  # type: ignore[call-overload]
-            names=tuple(map(str, names)) if isinstance(names, list) else (),
-            locations=tuple(map(str, locations)) if isinstance(locations, list) else (),
-        )
+        return _read(cls, CompiledBeforeAttr, attributes)
 
 
 @dataclass(frozen=True)
 class NotCompiled:
-    """A module ``Module.compile()`` was called on, of a class whose ``forward`` lies in torch's own files
-    (``torch.nn.Linear``, ``torch.nn.TransformerEncoder``, ...): torch before 2.15 compiles nothing of it
-    (pytorch/pytorch#150915), so it runs eagerly and nothing says so."""
+    """A module ``Module.compile()`` was called on whose ``forward`` lies in torch's files: torch before 2.15
+    compiles nothing of it (pytorch/pytorch#150915), so it runs eagerly and nothing says so."""
 
     module: str  # its attribute path in the model the loop runs ("" for that model itself)
     cls: str  # "torch.nn.modules.transformer.TransformerEncoder"
@@ -441,29 +411,18 @@ class NotCompiled:
         )
 
     def attributes(self) -> dict[str, AttributeValue]:
-        return {
-            NotCompiledAttr.MODULE: self.module,
-            NotCompiledAttr.CLASS: self.cls,
-            NotCompiledAttr.TORCH_VERSION: self.torch_version,
-            NotCompiledAttr.SELECTOR: self.selector,
-        }
+        return _written(self, NotCompiledAttr)
 
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> NotCompiled:
         """What a ``module_not_compiled`` event holds."""
-        return cls(
-            module=str(attributes.get(NotCompiledAttr.MODULE) or ""),
-            cls=str(attributes.get(NotCompiledAttr.CLASS) or ""),
-            torch_version=str(attributes.get(NotCompiledAttr.TORCH_VERSION) or ""),
-            selector=str(attributes.get(NotCompiledAttr.SELECTOR) or ""),
-        )
+        return _read(cls, NotCompiledAttr, attributes)
 
 
 @dataclass(frozen=True)
 class FallbackCost:
-    """What a frame that runs eagerly from ``step`` on cost: the median training batch while it ran compiled
-    against the median batch after, each over the batches that compiled nothing; or why it was not measured
-    (:attr:`not_measured`)."""
+    """What a frame running eagerly from ``step`` on cost: median batch while compiled against after (batches that
+    compiled nothing); or why not measured."""
 
     frame: str
     location: str
@@ -477,7 +436,6 @@ class FallbackCost:
 
     @property
     def extra_ms(self) -> float:
-        """What each batch costs more than it did while the frame ran compiled."""
         return self.eager_batch_ms - self.compiled_batch_ms
 
     @property
@@ -485,8 +443,6 @@ class FallbackCost:
         return self.extra_ms * self.batches_since / 1000 if not self.not_measured else 0.0
 
     def words(self) -> str:
-        """``costs 11.2 ms a training batch (41.3 ms against 30.1 ms while compiled, medians of 9 and 30
-        batches), 0.34 s over the 30 batches since``."""
         if self.not_measured:
             return f"its cost not measured: {self.not_measured}"
         medians = (
@@ -523,18 +479,7 @@ class FallbackCost:
     @classmethod
     def from_attributes(cls, attributes: Mapping[str, object]) -> FallbackCost:
         """The cost an ``eager_fallback_cost`` event holds."""
-        figure = _figures(attributes)
-        return cls(
-            frame=str(attributes.get(FallbackAttr.FRAME) or ""),
-            location=str(attributes.get(FallbackAttr.LOCATION) or ""),
-            step=int(figure(FallbackAttr.STEP)),
-            compiled_batch_ms=figure(FallbackAttr.COMPILED_BATCH_MS),
-            eager_batch_ms=figure(FallbackAttr.EAGER_BATCH_MS),
-            compiled_batches=int(figure(FallbackAttr.COMPILED_BATCHES)),
-            eager_batches=int(figure(FallbackAttr.EAGER_BATCHES)),
-            batches_since=int(figure(FallbackAttr.BATCHES_SINCE)),
-            not_measured=str(attributes.get(FallbackAttr.NOT_MEASURED) or ""),
-        )
+        return _read(cls, FallbackAttr, attributes)
 
     def as_json(self) -> dict[str, object]:
         if self.not_measured:
@@ -559,9 +504,8 @@ def why_slower(
     backends: AbstractSet[str] = frozenset(),
     plain_backends: AbstractSet[str] = frozenset(),
 ) -> str:
-    """The likely reason compiled training steps are slower than eager ones, from what compiled for them: the
-    graph breaks and the recompiles that are not an expected one-time price, and the backends (``plain_backends``:
-    those that said they do not optimise)."""
+    """The likely reason compiled steps are slower than eager: the backends (``plain_backends``: plug-ins that do
+    not optimise), graph breaks and unexpected recompiles."""
     plain = sorted(backends & NOT_OPTIMIZING | plain_backends)
     if plain:
         return (
@@ -580,8 +524,7 @@ def first_step_line(
     stage: str, global_step: int, wall_ms: float, compile_ms: float, phases_s: dict[str, float], loop: str = ""
 ) -> str:
     """``first train step (step 0): 41.2 s = 38.9 s compiling (forward 20.1 s, backward 18.8 s; inductor
-    33.0 s of it) + 2.3 s running``: the live console's words and the summary's (which adds ``loop``, the
-    ``training loop 2 of 2`` it was in, where a run holds several)."""
+    33.0 s of it) + 2.3 s running``; ``loop``: the summary's ``training loop 2 of 2``."""
     phases = ", ".join(f"{phase} {phases_s[phase]:.1f} s" for phase in ("forward", "backward") if phase in phases_s)
     if "inductor" in phases_s:
         phases += f"; inductor {phases_s['inductor']:.1f} s of it"

@@ -7,8 +7,7 @@ from typing import Final
 
 
 class TrainingSpanName:
-    """nv-one-logger's span names (``StandardTrainingJobSpanName``, ``StandardSpanName``) that
-    telemetry-jit reads, ends or hangs spans under. Plain strings: nv-one-logger looks spans up by name."""
+    """nv-one-logger's span names telemetry-jit reads, ends or hangs spans under, as plain strings."""
 
     APPLICATION: Final = "application"
     TRAINING_LOOP: Final = "training_loop"
@@ -18,17 +17,19 @@ class TrainingSpanName:
     VALIDATION_ITERATION: Final = "validation_single_iteration"
 
 
-class JitSpanName(str, Enum):
+class _Name(str, Enum):
+    def __str__(self) -> str:
+        return self.value
+
+
+class JitSpanName(_Name):
     """Spans added to nv-one-logger's standard training spans."""
 
     COMPILATION = "compilation"
     RANKS_OUT_OF_STEP = "ranks_out_of_step"  # what the rank watcher said, as a span of its own: live over OTLP
 
-    def __str__(self) -> str:
-        return self.value
 
-
-class JitEventName(str, Enum):
+class JitEventName(_Name):
     GRAPH_BREAK = "graph_break"
     DDP_GRAPH_SPLIT = "ddp_graph_split"
     COMPILE_SUMMARY = "compile_summary"
@@ -40,9 +41,6 @@ class JitEventName(str, Enum):
     MODULE_NOT_COMPILED = "module_not_compiled"
     COMPILED_BEFORE_RUN = "compiled_before_run"
     TRAINED_NOTHING = "trained_nothing"  # a fit that returned without a training step (on the application span)
-
-    def __str__(self) -> str:
-        return self.value
 
 
 class CompileAttr:
@@ -122,9 +120,8 @@ class GraphBreakAttr:
 
 
 class CacheAttr:
-    """Attributes of ``cache_lookup`` events: one look-up in AOTAutograd's or inductor's FX graph cache, with
-    the parts torch built its key from (each part ``"<name>\t<hash>\t<value>"``, the value empty where it is
-    long or not text)."""
+    """Attributes of ``cache_lookup`` events (each key part ``"<name>\t<hash>\t<value>"``, the value empty when
+    long)."""
 
     LAYER: Final = "cache.layer"  # aot_autograd, fx_graph
     STATE: Final = "cache.state"  # hit, miss, bypass
@@ -192,8 +189,7 @@ class PayoffAttr:
 
 
 class CompiledBeforeAttr:
-    """Attributes of the ``compiled_before_run`` event: the process held compiled code when the run's compile
-    telemetry began, which calls run without compiling."""
+    """Attributes of the ``compiled_before_run`` event: what the process had compiled before the run."""
 
     FRAMES: Final = "compiled_before.frames"  # how many frames
     NAMES: Final = "compiled_before.names"  # the first 20 of them ("Sequential.forward")
@@ -201,8 +197,7 @@ class CompiledBeforeAttr:
 
 
 class NotCompiledAttr:
-    """Attributes of ``module_not_compiled`` events: a module ``Module.compile()`` was called on that torch
-    compiles nothing of, so it runs eagerly."""
+    """Attributes of ``module_not_compiled`` events: a ``Module.compile()`` torch compiles nothing of."""
 
     MODULE: Final = "not_compiled.module"  # its name in the model ("" for the model itself)
     CLASS: Final = "not_compiled.class"  # its class, with its module ("torch.nn.modules.linear.Linear")
@@ -211,8 +206,7 @@ class NotCompiledAttr:
 
 
 class FallbackAttr:
-    """Attributes of ``eager_fallback_cost`` events: what a frame running eagerly from a step on cost, from
-    the training batches' wall times while it ran compiled and after (no batch that compiled counted)."""
+    """Attributes of ``eager_fallback_cost`` events: what a frame running eagerly from a step on cost."""
 
     FRAME: Final = "fallback.frame"
     LOCATION: Final = "fallback.location"
@@ -227,8 +221,7 @@ class FallbackAttr:
 
 
 class RanksAttr:
-    """Attributes of ``ranks_out_of_step`` events, said live by the rank watcher (docs/distributed.md):
-    a rank compiling while others wait, a graph only some ranks compiled, a rank gone silent."""
+    """Attributes of ``ranks_out_of_step`` events, said live by the rank watcher (docs/distributed.md)."""
 
     KIND: Final = "ranks.kind"  # stall, stall_ended, divergent_graph, silent, heard_again, not_ended
     RANKS: Final = "ranks.ranks"  # the ranks it is about (the first 64)
@@ -245,8 +238,7 @@ class RanksAttr:
 
 
 class ResourceAttr:
-    """What one compilation cost the host (on ``compilation`` spans): CPU seconds, inductor's compile workers and
-    compilers included, and resident memory, in seconds and bytes (docs/telemetry.md, "Resources")."""
+    """What one compilation cost the host, on ``compilation`` spans (docs/telemetry.md, "Resources")."""
 
     CPU_S: Final = "compile.resources.cpu_time_s"  # this process's and its compile children's
     WORKER_CPU_S: Final = "compile.resources.worker_cpu_time_s"  # of that, child processes' (workers, compilers)
@@ -259,16 +251,14 @@ class ResourceAttr:
 
 
 class WarmStartAttr:
-    """What a warm start's residual compile time is made of (``compile.time.<phase>_s`` on ``compilation`` spans,
-    torch's own timers) and what the recording torch offers against it (on ``compile_summary``)."""
+    """A warm start's residual compile phases (``compile.time.<phase>_s``) and the torch features against it."""
 
     PHASES: Final = ("dynamo_tracing", "guards", "cache_load", "kernel_load")
     TORCH_FEATURES: Final = "compile.torch_features"  # set_stance, cache_artifacts, aot_compile: those it has
 
 
 class MetricName:
-    """The OpenTelemetry metrics recorded next to the spans (Prometheus: dots become underscores,
-    counters get ``_total``)."""
+    """The OpenTelemetry metrics recorded next to the spans."""
 
     COMPILATIONS: Final = "telemetry_jit.compilations"
     RECOMPILATIONS: Final = "telemetry_jit.recompilations"
@@ -276,17 +266,15 @@ class MetricName:
     COMPILE_DURATION: Final = "telemetry_jit.compile.duration"
 
 
-# the compile-duration histogram's bounds, in seconds: from a cached graph's milliseconds to an hour-long first
-# compile (OpenTelemetry's default bounds, 0 to 10000, are made for milliseconds: every compile under 5 s would
-# share one bucket); OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION or a View the user sets wins
+# the compile-duration histogram's bounds in seconds (OpenTelemetry's defaults are made for milliseconds: every
+# compile under 5 s would share one bucket); a View or the OTEL_ variable the user sets wins
 COMPILE_DURATION_BOUNDS: Final = (
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0,
     500.0, 1000.0, 1800.0, 3600.0,
 )  # fmt: skip
 
 
-# OpenTelemetry's names for what the file records (docs/telemetry.md, "Names over OTLP"): the project's own
-# namespace, durations in seconds with no unit in the name, one name per fact. The file keeps its names.
+# OpenTelemetry's names for what the file records (docs/telemetry.md, "Names over OTLP")
 OTEL_NAMESPACE = "telemetry_jit."
 _RECORDED = ("compile.", "graph_break.", "ddp.", "train.", "step.", "payoff.", "cache.", "fallback.", "ranks.")
 _IDENTITY = frozenset(("rank", "local_rank", "world_size", "node"))
@@ -307,10 +295,8 @@ _RENAMED: dict[str, str | None] = {
 
 
 def otel_name(name: str) -> tuple[str, float] | None:
-    """The OpenTelemetry name of a recorded attribute and the factor that turns its value into that name's
-    unit (``compile.duration_ms`` -> ``telemetry_jit.compile.duration``, seconds: 0.001); ``None`` for a
-    name that is not the project's (nv-one-logger's own, sent as it is) or has no name of its own there
-    (:func:`otel_dropped`)."""
+    """The OpenTelemetry name of a recorded attribute and the factor to its unit (``compile.duration_ms`` ->
+    ``telemetry_jit.compile.duration``, 0.001); ``None`` for nv-one-logger's own or one :func:`otel_dropped`."""
     if name in _IDENTITY:
         return OTEL_NAMESPACE + name, 1.0
     if not name.startswith(_RECORDED):
@@ -345,8 +331,7 @@ RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")  # what rank_file names, for read
 
 
 def rank_file(path: Path, rank: int | str, world_size: int) -> Path:
-    """Where one rank of a job writes: ``path`` itself for a single process, ``<stem>.rank<R><suffix>``
-    beside it otherwise (``rank="*"`` names them all, for a shell)."""
+    """Where one rank writes: ``path`` for a single process, else ``<stem>.rank<R><suffix>`` (``"*"``: all)."""
     if world_size <= 1:
         return path
     return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")

@@ -1,16 +1,7 @@
-"""A telemetry session: what :func:`configure` sets up and :func:`shutdown` ends.
-
-The session owns what one run of telemetry is made of: nv-one-logger's configured provider, this
-process's identity (rank, world size, node, run id), the exporters, and the account of what telemetry
-could not do (calls that failed at the boundary, spans an exporter could not deliver), which the file
-exporter writes as the file's last record. Callbacks and loops record through the session they were
-given; once it has ended they record nothing.
-
-Some processes run the user's script without being the run: a process ``multiprocessing`` spawns (a
-DataLoader worker, a pool worker) imports the script again, and its module-level ``configure`` then
-gets an *inert* session that records nothing and says nothing; a process forked after ``configure``
-has telemetry off until it configures its own.
-"""
+"""A telemetry session: nv-one-logger's provider, this process's identity, the exporters and the account of
+what telemetry could not do, from :func:`configure` to :func:`shutdown`. A process ``multiprocessing`` spawns
+gets an inert session (it re-imports the script but is not the run); a forked one has telemetry off until it
+configures its own."""
 
 from __future__ import annotations
 
@@ -18,7 +9,7 @@ import atexit
 import difflib
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +47,7 @@ _CLOSE = boundary.call_site("exporter.close", "closing an exporter (OTLP, or one
 
 @dataclass(frozen=True)
 class Configuration:
-    """The arguments of one :func:`configure` call, minus other exporters: what a process started by
-    spawning (a ``ddp_spawn`` rank) needs to configure alike."""
+    """One :func:`configure` call's arguments but its exporters: what a spawned rank configures alike with."""
 
     app_name: str
     file: str | None
@@ -73,24 +63,12 @@ class Configuration:
         """:func:`configure` with these arguments, in a process that knows its rank (a spawned rank)."""
         tracker = IdentityTracker()
         tracker.update(rank, local_rank, world_size)
-        arguments = asdict(self)
-        return _configure(tracker, **arguments.pop("training_config"), **arguments)
+        return _configure(tracker, self, self.otlp, ())
 
 
 class Session:
-    """One run of telemetry in this process, from :func:`configure` to :func:`shutdown`.
-
-    Hand it to :func:`telemetry_jit.hook_trainer_cls` (nv-one-logger's provider works too: the session
-    answers for it, and passes on any attribute of the provider, so code written for nv-one-logger's
-    provider keeps working).
-
-    Example::
-
-        session = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
-        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(Trainer, session)
-        ...
-        session.shutdown()
-    """
+    """One run of telemetry in this process, from :func:`configure` to :func:`shutdown`; it passes on any
+    attribute of nv-one-logger's provider, so code written against the provider keeps working."""
 
     def __init__(
         self,
@@ -107,13 +85,13 @@ class Session:
         self.exporters = tuple(exporters)
         self.configuration = configuration
         self.inert = inert  # why this session records nothing, or ""
-        self._ended = bool(inert)
+        self.ended = bool(inert)
         self.said_where = False  # its reading hint said (once: fit, then validate, test and predict share its file)
         self.account = account or boundary.Account()  # its failed calls; its warnings (account.notices), said once
         self.looked_before = False  # whether a recorder noted what the process compiled before this session
 
     def __repr__(self) -> str:
-        state = f"inert: {self.inert}" if self.inert else "ended" if self._ended else "recording"
+        state = f"inert: {self.inert}" if self.inert else "ended" if self.ended else "recording"
         return f"Session({self.configuration.app_name if self.configuration else 'nv-one-logger'!r}, {state})"
 
     def __getattr__(self, name: str) -> Any:
@@ -122,17 +100,12 @@ class Session:
         return getattr(self.provider, name)  # nv-one-logger's provider API, for code written against it
 
     @property
-    def ended(self) -> bool:
-        return self._ended
-
-    @property
     def recording(self) -> bool:
         """Whether telemetry records now: the session runs and nv-one-logger has not switched itself off."""
-        return not self._ended and nv_one_logger_compat.telemetry_enabled()
+        return not self.ended and nv_one_logger_compat.telemetry_enabled()
 
     def start_application(self) -> bool:
-        """Start nv-one-logger's application span unless one runs (it allows one per process); True when
-        this call started it."""
+        """Start nv-one-logger's application span unless one runs (one per process); True when this call did."""
         if not self.recording or nv_one_logger_compat.application_running(self.provider):
             return False
         from nv_one_logger.training_telemetry.api.callbacks import on_app_start
@@ -140,9 +113,8 @@ class Session:
         return _APP_START.call(on_app_start) is not boundary.FAILED
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
-        """Which process of a distributed job this is, once the trainer's strategy or the loop's launcher
-        knows it: every record carries it from now on, and each rank writes its own file."""
-        if self._ended:
+        """Which rank this is, once the strategy or launcher knows: every record carries it from now on."""
+        if self.ended:
             return
         self.identity.update(rank, local_rank, world_size)
         for exporter in self._all_exporters():
@@ -151,26 +123,23 @@ class Session:
                 tracker.update(rank, local_rank, world_size)  # one built by hand, through nv-one-logger's builder
 
     def health(self) -> dict[str, Any]:
-        """What telemetry could not do so far: calls into others' code that failed, by call site, and what
-        each exporter delivered and lost (the file exporter writes it as the file's last record)."""
+        """Failed calls by call site and each exporter's delivery: the file's last record."""
         delivery = {repr(e): e.delivery() for e in self.exporters if isinstance(e, ReportsDelivery)}
         return {"failed_calls": self.account.by_site(), "exporters": delivery}
 
     def flush(self, timeout_seconds: float | None = None) -> bool:
-        """Send what exporters hold now, without ending anything (the file exporter writes as it goes).
-        True when every exporter finished within its bound (``timeout_seconds``, default each one's own)."""
-        if self._ended:
+        """Send what exporters hold now; True when each finished within its bound (default its own)."""
+        if self.ended:
             return True
         flushes = [e.force_flush(timeout_seconds) for e in self._all_exporters() if isinstance(e, Flushes)]
         return all(flushes)
 
     def shutdown(self) -> None:
-        """End the application span (open loop spans with it), flush and close every exporter, each within
-        its own bound. Idempotent; it also runs at interpreter exit when you do not call it."""
+        """End the application span, flush and close every exporter. Idempotent; also runs at interpreter exit."""
         global _current, _last_ended
-        if self._ended:
+        if self.ended:
             return
-        self._ended = True
+        self.ended = True
         _last_ended = self.provider
         if _current is self:
             _current = None
@@ -190,7 +159,7 @@ class Session:
             self._close_file(file)
 
     def reading_hint(self) -> str:
-        """Where this run's file is and the command that reads it, in one line ("" without a file)."""
+        """Where this run's file is and the command that reads it ("" without a file)."""
         file = next((e for e in self.exporters if isinstance(e, FileExporter)), None)
         if file is None:
             return ""
@@ -227,13 +196,8 @@ def configure(
     export_iteration_spans: bool = False,
     **training_config: Any,
 ) -> Session:
-    """Start a telemetry session: configure ``TrainingTelemetryProvider.instance()``, build the exporters,
-    check every setting they and OpenTelemetry will read, and return the :class:`Session`.
-
-    Telemetry errors never propagate into training (nv-one-logger's
-    ``DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR``, and one guard at every call into others' code), and
-    :func:`shutdown` runs at interpreter exit unless you call it first. Called again while a session
-    runs, it says so and returns that session; after :func:`shutdown`, it starts a new one (a new run).
+    """Start a telemetry session: configure nv-one-logger's provider, build and check the exporters. Called
+    again while a session runs, it says so and returns that session; after :func:`shutdown`, a new run.
 
     Args:
         app_name: the application name; over OTLP, ``service.name`` unless ``OTEL_SERVICE_NAME`` (then
@@ -244,8 +208,7 @@ def configure(
             for the endpoint from the ``OTEL_EXPORTER_OTLP_*`` variables, an endpoint string, a dict
             of :class:`OTLPExporter` arguments, or an exporter. ``None`` (default) turns it on when
             ``OTEL_TRACES_EXPORTER`` names ``otlp``.
-        exporters: further nv-one-logger exporters; each runs on its own thread
-            (:class:`telemetry_jit.exporters.IsolatedExporter`) so it cannot block or crash training.
+        exporters: further nv-one-logger exporters, each on its own thread (``IsolatedExporter``).
         global_batch_size: samples per optimizer step over all ranks.
         export_iteration_spans: also export per-iteration spans (off by default, as in nv-one-logger).
         training_config: more ``TrainingTelemetryConfig`` fields, e.g. ``log_every_n_train_iterations``.
@@ -254,60 +217,38 @@ def configure(
         TypeError, ValueError: a bad argument, naming it; ``OTLPSettingsError`` (a ``ValueError``): an
             OpenTelemetry variable or argument with which nothing could be sent, naming it and what is
             valid; ``IdentityError``: a rank variable that names no rank.
-
-    Example::
-
-        session = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
-        HookedTrainer, callback = telemetry_jit.hook_trainer_cls(Trainer, session)
     """
     if identity.reimporting_main():
         # the script's module level, run again in a spawned worker: that process is not the run
         return Session(TrainingTelemetryProvider.instance(), IdentityTracker(), inert="a spawned worker process")
-    return _configure(
-        IdentityTracker(),
-        app_name,
-        file=file,
-        otlp=otlp,
-        exporters=exporters,
+    configuration = Configuration(
+        app_name=app_name,
+        file=None if file is None else os.fspath(file),
+        otlp=None,
         global_batch_size=global_batch_size,
         session_tag=session_tag,
         perf_tag=perf_tag,
         world_size=world_size,
         export_iteration_spans=export_iteration_spans,
-        **training_config,
+        training_config=training_config,
     )
-
-
-_fork_watched = False
-
-
-def _watch_forks() -> None:
-    global _fork_watched
-    if not _fork_watched and hasattr(os, "register_at_fork"):
-        os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
-        _fork_watched = True
-
-
-_parent_pid = 0
-
-
-def _before_fork() -> None:
-    global _parent_pid
-    _parent_pid = os.getpid()
+    return _configure(IdentityTracker(), configuration, otlp, exporters)
 
 
 def _after_fork_in_child() -> None:
-    """A forked child is its own process: the parent's exporters, file and application span are not
-    its own, so telemetry is off here (said when the child starts recording, not by every DataLoader
-    worker)."""
+    """The parent's exporters, file and application span are not a forked child's: telemetry is off there."""
     global _current
     session, _current = _current, None
     if session is None:
         return
-    session._ended = True
+    session.ended = True
     atexit.unregister(shutdown)
     nv_one_logger_compat.disable()
-    identity.note_fork(_parent_pid)
+    identity.note_fork(os.getppid())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _say_disabled(error: str) -> None:
@@ -337,25 +278,18 @@ def _check_training_config(training_config: dict[str, Any]) -> None:
 
 def _configure(
     tracker: IdentityTracker,
-    app_name: str,
-    *,
-    file: str | os.PathLike[str] | None,
+    configuration: Configuration,
     otlp: bool | str | dict[str, Any] | OTLPOptions | OTLPExporter | None,
-    exporters: Sequence[Exporter] = (),
-    global_batch_size: int,
-    session_tag: str | None,
-    perf_tag: str | None,
-    world_size: int | None,
-    export_iteration_spans: bool,
-    **training_config: Any,
+    exporters: Sequence[Exporter],
 ) -> Session:
     """:func:`configure`, its exporters sharing ``tracker``."""
     global _current
+    app_name, global_batch_size = configuration.app_name, configuration.global_batch_size
     if not isinstance(app_name, str) or not app_name:
         raise ValueError("configure(app_name=...) needs a non-empty application name.")
     if not isinstance(global_batch_size, int) or isinstance(global_batch_size, bool) or global_batch_size < 1:
         raise ValueError(f"configure(global_batch_size=...) takes a whole number >= 1, got {global_batch_size!r}.")
-    _check_training_config(training_config)
+    _check_training_config(configuration.training_config)
     tracker.current()  # a rank variable that names no rank fails here, before anything is set up
     if _current is not None:
         warn_once(
@@ -390,6 +324,7 @@ def _configure(
     account = boundary.Account()
     boundary.count_into(account)  # from here on, what fails is this session's
     otlp_exporter = _otlp_exporter(otlp, app_name, tracker)
+    file = configuration.file
     file_exporter = FileExporter(file, identity=tracker) if file is not None else None
     all_exporters = _safe_exporters(file_exporter, otlp_exporter, exporters)  # raises before the provider changes
     log_dir = file_exporter.path.parent if file_exporter is not None else Path.cwd()
@@ -397,8 +332,8 @@ def _configure(
         provider.with_base_config(
             OneLoggerConfig(
                 application_name=app_name,
-                session_tag_or_fn=session_tag or app_name,
-                world_size_or_fn=world_size or tracker.current().world_size,
+                session_tag_or_fn=configuration.session_tag or app_name,
+                world_size_or_fn=configuration.world_size or tracker.current().world_size,
                 error_handling_strategy=OneLoggerErrorHandlingStrategy.DISABLE_QUIETLY_AND_REPORT_METRIC_ERROR,
                 logger_config=LoggerConfig(
                     log_level="WARNING",
@@ -407,37 +342,27 @@ def _configure(
                 ),
                 telemetry_config=TrainingTelemetryConfig(
                     global_batch_size_or_fn=global_batch_size,
-                    perf_tag_or_fn=perf_tag or app_name,
-                    **training_config,
+                    perf_tag_or_fn=configuration.perf_tag or app_name,
+                    **configuration.training_config,
                 ),
             )
         )
         for exporter in all_exporters:
             provider.with_exporter(exporter)
-        provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, _blacklist(export_iteration_spans))
+        blacklist = _blacklist(configuration.export_iteration_spans)
+        provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, blacklist)
         provider.configure_provider()
     except BaseException:
         # nv-one-logger takes one configuration per process: a failed one must not use it up (a notebook retries)
         nv_one_logger_compat.forget_configuration()
         raise
     nv_one_logger_compat.when_disabled(_say_disabled)
-    configuration = Configuration(
-        app_name=app_name,
-        file=None if file is None else str(file),
-        otlp=otlp_exporter.options if otlp_exporter is not None else None,
-        global_batch_size=global_batch_size,
-        session_tag=session_tag,
-        perf_tag=perf_tag,
-        world_size=world_size,
-        export_iteration_spans=export_iteration_spans,
-        training_config=dict(training_config),
-    )
+    configuration = replace(configuration, otlp=otlp_exporter.options if otlp_exporter is not None else None)
     session = Session(provider, tracker, exporters=all_exporters, configuration=configuration, account=account)
     if file_exporter is not None:
         file_exporter.health = session.health  # the file's last record: what telemetry could not do
     _current = session
     atexit.register(shutdown)
-    _watch_forks()
     return session
 
 
@@ -463,30 +388,24 @@ def _otlp_exporter(
 
     # the application name is a default the job's environment overrides (OTEL_SERVICE_NAME, then service.name in
     # OTEL_RESOURCE_ATTRIBUTES): the user cannot leave it out of configure, so it is no choice made in code
-    exporter: OTLPExporter | None = None
-    if otlp is True:
-        exporter = OTLPExporter(identity=tracker)
-    elif isinstance(otlp, str):
-        exporter = OTLPExporter(endpoint=otlp, identity=tracker)
-    elif isinstance(otlp, dict):
-        exporter = OTLPExporter(**{"identity": tracker, **otlp})
-    elif isinstance(otlp, OTLPExporter):
-        exporter = otlp
-    if exporter is not None:
-        exporter.with_service_name(app_name)
-        return exporter
-    raise TypeError(
-        f"configure(otlp=...) takes True, an endpoint, a dict of OTLPExporter arguments or an OTLPExporter, "
-        f"got {type(otlp).__name__}."
-    )
+    if otlp is True or isinstance(otlp, str):
+        otlp = {} if otlp is True else {"endpoint": otlp}
+    if isinstance(otlp, dict):
+        otlp = OTLPExporter(**{"identity": tracker, **otlp})
+    if not isinstance(otlp, OTLPExporter):
+        raise TypeError(
+            f"configure(otlp=...) takes True, an endpoint, a dict of OTLPExporter arguments or an OTLPExporter, "
+            f"got {type(otlp).__name__}."
+        )
+    otlp.with_service_name(app_name)
+    return otlp
 
 
 def _safe_exporters(
     file_exporter: FileExporter | None, otlp_exporter: Exporter | None, others: Sequence[Exporter]
 ) -> list[Exporter]:
-    """Every exporter, those not our own each on its own thread (ours never block: a local append; OTLP
-    sends from its own thread), the file last: it closes last, and its last record says what the others
-    could not deliver."""
+    """Every exporter, others' each on its own thread (ours never block), the file last: its last record says
+    what the others could not deliver."""
     for exporter in others:
         if not isinstance(exporter, Exporter):
             raise TypeError(
@@ -513,23 +432,17 @@ def current() -> Session | None:
 
 
 def session_of(provider: TrainingTelemetryProvider) -> Session:
-    """The session recording through ``provider``: the one :func:`configure` started, or, for a provider set
-    up with nv-one-logger's own builder API, a session of it (its exporters and identity as built there)."""
+    """The session recording through ``provider``; for one set up with nv-one-logger's builder API, a new one."""
     if _current is not None and _current.provider is provider:
         return _current
     session = Session(provider, IdentityTracker())
     if provider is not TrainingTelemetryProvider.instance() or provider is _last_ended:
-        session._ended = True  # telemetry was configured anew since: this provider's application is over
+        session.ended = True  # telemetry was configured anew since: this provider's application is over
     return session
 
 
 def resolve(given: Session | TrainingTelemetryProvider | None) -> Session:
-    """The session to record through: the one given; for nv-one-logger's provider, the session of it; for
-    nothing (a callback rebuilt in a spawned rank), the one running in this process, else an unconfigured one.
-
-    Raises:
-        TypeError: ``given`` is neither.
-    """
+    """The session given, or of the provider given; for ``None`` (a spawned rank), this process's."""
     if isinstance(given, Session):
         return given
     if given is None:
@@ -549,15 +462,7 @@ def configuration() -> Configuration | None:
 
 
 def shutdown() -> None:
-    """End the running session (see :meth:`Session.shutdown`); without one, end an application span
-    that nv-one-logger's builder API started. Idempotent; it also runs at interpreter exit.
-
-    Example::
-
-        telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
-        ...
-        telemetry_jit.shutdown()
-    """
+    """End the running session; without one, an application span nv-one-logger's builder API started."""
     if _current is not None:
         _current.shutdown()
         return
@@ -568,7 +473,4 @@ def shutdown() -> None:
 
 def flush(timeout_seconds: float | None = None) -> bool:
     """Send what the running session's exporters hold now (see :meth:`Session.flush`)."""
-    if _current is not None:
-        return _current.flush(timeout_seconds)
-    provider = TrainingTelemetryProvider.instance()
-    return session_of(provider).flush(timeout_seconds) if provider.one_logger_ready else True
+    return resolve(None).flush(timeout_seconds)

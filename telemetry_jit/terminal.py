@@ -1,5 +1,4 @@
-"""Text that reaches a terminal: what torch, a file or a user's code handed over may hold escape
-sequences that recolour, move the cursor or reorder text, so every line printed is cleaned first."""
+"""Text that reaches a terminal: what torch, a file or user code hands over may hold escape sequences."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2
 
 
 def clean(text: str) -> str:
-    """``text`` safe to print on a terminal: escape sequences and other control characters (also those
-    that reorder text) shown as ``?``; line breaks and tabs kept."""
+    """``text`` with control characters (also those that reorder text) shown as ``?``; line breaks and tabs kept."""
     return _CONTROL.sub("?", text)
 
 
@@ -23,9 +21,7 @@ def short(location: str, keep: int = 2) -> str:
 
 
 def shown(location: str) -> str:
-    """``file:line`` as compilers print it, so that it opens where the command runs: relative to the working
-    directory where the file lies under it, else absolute as recorded (another package's file, a file of another
-    machine); ``<string>`` and the like as given. Tables and comparisons key on :func:`short` instead."""
+    """``file:line`` as compilers print it: relative to the working directory where under it, else as recorded."""
     path, _, line = location.rpartition(":")
     if not path or not line.isdigit() or not os.path.isabs(path):
         return location
@@ -37,8 +33,7 @@ def shown(location: str) -> str:
 
 
 def frame_label(frame: object, location: object) -> str:
-    """``frame (file:line)``, the path cut to its last two parts (:func:`short`): how tables and comparisons name
-    a frame (a baseline recorded in another checkout has other absolute paths)."""
+    """``frame (file:line)`` as tables and comparisons name it (:func:`short`: another checkout's paths differ)."""
     return f"{frame or '?'} ({short(str(location or ''))})"
 
 
@@ -48,14 +43,13 @@ def frame_shown(frame: object, location: object) -> str:
 
 
 def error_text(error: BaseException) -> str:
-    """``Type: message``, or the type alone for an exception that says nothing (Ctrl-C, SIGTERM, a bare
-    ``assert``): what messages and records show of an error."""
+    """``Type: message``, or the type alone for an exception that says nothing (Ctrl-C, a bare ``assert``)."""
     said = str(error)
     return f"{type(error).__name__}: {said}" if said else type(error).__name__
 
 
 def counted(count: int, noun: str) -> str:
-    """``1 graph break``, ``0 graph breaks``, ``3 graph breaks``: a count and its noun, plural but for one."""
+    """``1 graph break``, ``3 graph breaks``."""
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 

@@ -102,11 +102,7 @@ def compile_in_place(module: torch.nn.Module, **torch_kwargs: Any) -> None:
 def check_compile_arguments(**torch_kwargs: Any) -> None:
     """Raise what ``torch.compile(**torch_kwargs)`` raises for bad arguments, compiling nothing (torch checks
     them when it wraps a function)."""
-    torch.compile(_uncalled, **torch_kwargs)
-
-
-def _uncalled() -> None:
-    """What :func:`check_compile_arguments` wraps: never called."""
+    torch.compile(lambda: None, **torch_kwargs)
 
 
 def forward_is_skipped(module: torch.nn.Module) -> bool:
@@ -471,12 +467,11 @@ _CACHE = (
 
 def phase_times(metric: Any) -> dict[str, float]:
     """Seconds per compile phase that torch measured for this compile."""
-    times = {}
-    for phase, name, scale in _PHASES:
-        value = getattr(metric, name, None)
-        if value is not None:
-            times[phase] = float(value) * scale
-    return times
+    return {
+        phase: float(value) * scale
+        for phase, name, scale in _PHASES
+        if (value := getattr(metric, name, None)) is not None
+    }
 
 
 def duration_ns(metric: Any) -> int | None:
@@ -545,17 +540,10 @@ def _unavailable() -> dict[str, str]:
     if not hasattr(torch._dynamo.exc, "get_gbid_documentation_link"):
         missing["graph_break.doc_url"] = "graph-break documentation links"
     fields = {f.name for f in dataclasses.fields(_dynamo_utils.CompilationMetrics)}
-    for fact, name, _ in _PHASES:
-        if name not in fields:
-            missing[f"time.{fact}"] = f"CompilationMetrics.{name}"
-    for name in _COUNTS:
-        if name not in fields:
-            missing[name] = f"CompilationMetrics.{name}"
-    for ours, name in _CACHE:
-        if name not in fields:
-            missing[f"cache.{ours}"] = f"CompilationMetrics.{name}"
-    if "graph_node_shapes" not in fields:  # torch 2.8: which frames compiled dynamic, so which backward compiled within
-        missing["input_shapes"] = "CompilationMetrics.graph_node_shapes"
+    facts = [(f"time.{fact}", name) for fact, name, _ in _PHASES] + [(name, name) for name in _COUNTS]
+    facts += [(f"cache.{ours}", name) for ours, name in _CACHE]
+    facts.append(("input_shapes", "graph_node_shapes"))  # absent on torch 2.8: which frames compiled dynamic
+    missing.update((fact, f"CompilationMetrics.{name}") for fact, name in facts if name not in fields)
     return missing
 
 

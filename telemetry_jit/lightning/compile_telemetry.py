@@ -91,9 +91,7 @@ class CompileTelemetryCallback(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.recorder.ensure_registered()
 
-    @override
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.recorder.ensure_registered()
+    on_validation_start = on_train_epoch_start
 
     @override
     def on_train_batch_start(

@@ -31,7 +31,7 @@ torch.set_num_threads(1)
 import torch._functorch._aot_autograd.autograd_cache as aot_cache
 import telemetry_jit
 from telemetry_jit.compat import compile_cache
-from telemetry_jit.compat.torch import compiles_recorded_by_torch
+from tests.e2e.dynamo_facts import compiles_recorded_by_torch
 from tests.e2e import lm
 
 spent = {{"aot_autograd_parts_s": 0.0, "reading_s": 0.0}}

@@ -38,7 +38,7 @@ sys.path.insert(0, {root!r})
 import lightning.pytorch as pl, torch
 torch.set_num_threads(1)
 import telemetry_jit
-from telemetry_jit.compat.torch import compiles_recorded_by_torch
+from tests.e2e.dynamo_facts import compiles_recorded_by_torch
 from tests.e2e import lm
 
 config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": {backend!r}}})

@@ -26,8 +26,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from telemetry_jit.compat import torch as torch_compat  # noqa: E402
 from telemetry_jit.probes.dynamo import DynamoProbe  # noqa: E402
+from tests.e2e import dynamo_facts  # noqa: E402
 
 
 class Model(torch.nn.Module):
@@ -43,7 +43,7 @@ class Model(torch.nn.Module):
 
 
 def check(mode: str) -> bool:
-    torch_compat.reset_compile_state()
+    dynamo_facts.reset_compile_state()
     model = Model().cuda()
     compiled = torch.compile(model, mode=None if mode == "default" else mode)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -58,16 +58,16 @@ def check(mode: str) -> bool:
     torch.cuda.synchronize()
     records = probe.poll(final=True)
     probe.detach()
-    metrics = torch_compat.compiles_recorded_by_torch()
+    metrics = dynamo_facts.compiles_recorded_by_torch()
     ours = sorted((r.compile_id, r.trigger == "lazy_backward", r.recompile_reason) for r in records)
     theirs = sorted((str(m.compile_id), m.is_forward is False, m.recompile_reason or "") for m in metrics)
     breaks = sum(1 for r in records for b in r.graph_breaks if b.counted_by_torch)
     backends = {r.backend for r in records if r.trigger == "dynamo"}
-    ok = ours == theirs and breaks == torch_compat.total_graph_breaks() and backends == {"inductor"}
+    ok = ours == theirs and breaks == dynamo_facts.total_graph_breaks() and backends == {"inductor"}
     recompiles = sum(1 for r in records if r.is_recompile and r.trigger == "dynamo")
     print(
         f"{mode:16} {'ok' if ok else 'MISMATCH'}: {len(records)} compiles (torch {len(metrics)}), "
-        f"{recompiles} recompiles, {breaks} graph breaks (torch {torch_compat.total_graph_breaks()}), "
+        f"{recompiles} recompiles, {breaks} graph breaks (torch {dynamo_facts.total_graph_breaks()}), "
         f"backends {sorted(backends)}"
     )
     if not ok:
@@ -103,7 +103,7 @@ def check_sharded(strategy_name: str) -> bool:
         def configure_optimizers(self) -> torch.optim.Optimizer:
             return torch.optim.SGD(self.parameters(), lr=0.01)
 
-    torch_compat.reset_compile_state()
+    dynamo_facts.reset_compile_state()
     nv_one_logger_compat.forget_configuration()
     strategy: Any = (
         "fsdp" if strategy_name == "fsdp" else ModelParallelStrategy(data_parallel_size=1, tensor_parallel_size=1)
@@ -133,7 +133,7 @@ def check_sharded(strategy_name: str) -> bool:
         run = telemetry_jit.read_telemetry(path)[-1]
     compiles = run.find("compilation")
     breaks = sum(1 for span in compiles for e in span.events if e.name == "graph_break")
-    torch_compiles, torch_breaks = len(torch_compat.compiles_recorded_by_torch()), torch_compat.total_graph_breaks()
+    torch_compiles, torch_breaks = len(dynamo_facts.compiles_recorded_by_torch()), dynamo_facts.total_graph_breaks()
     ok = len(compiles) == torch_compiles > 0 and breaks == torch_breaks > 0
     print(
         f"{strategy_name:16} {'ok' if ok else 'MISMATCH'}: {len(compiles)} compiles (torch {torch_compiles}), "

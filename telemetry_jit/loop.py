@@ -20,37 +20,18 @@ from telemetry_jit.session import Session
 
 
 class CompileTelemetry:
-    """Record every compilation while a block runs, as a ``HookedTrainer`` does for ``fit``.
-
-    Compilation spans, recompiles with torch's reasons, graph breaks and a ``compile_summary`` go to
-    the session's exporters. Tell it which step the loop is on with :meth:`step` (spans carry it as
-    ``train.global_step``); nothing else runs per step. Compile spans hang under the nv-one-logger loop
-    span running when they start (``training_loop`` if you record one with nv-one-logger's
-    ``on_train_start``), else the application span, which is started here (and ended on exit) if none
-    is running.
+    """Record every compilation while a block runs, as a ``HookedTrainer`` does for ``fit``. Tell it the step
+    with :meth:`step`. Compile spans hang under the nv-one-logger loop span running when they start, else the
+    application span, started here (and ended on exit) if none is running.
 
     Args:
-        provider: the :class:`~telemetry_jit.session.Session` (or nv-one-logger's provider) to record
-            through (default: the running session).
+        provider: the session (or nv-one-logger's provider) to record through; default: the running session.
         stage: what the loop does, ``train.stage`` on the spans.
         live: announce slow compiles and warn about recompile storms on the console.
-        payoff: measure what compiling buys (compiled against eager steps, docs/payoff.md); a step is
-            timed from one :meth:`step` call to the next. The result: ``last_payoff``, a
-            ``compile_payoff`` event, a console line.
+        payoff: measure what compiling buys (docs/payoff.md); a step runs from one :meth:`step` to the next.
         model: the model the loop trains: the thunder compilations in it are recorded too.
-        gather: on several ranks (:meth:`set_rank`), an all_gather every rank calls when the loop ends without
-            an error (e.g. ``fabric.all_gather``): the summary has every rank's totals, rank zero warns on skew.
-
-    Example::
-
-        telemetry_jit.configure("my-loop", file="runs/telemetry.jsonl")
-        model = torch.compile(model)
-        with telemetry_jit.CompileTelemetry() as telemetry:
-            for step, (x, y) in enumerate(loader):
-                telemetry.step(step)
-                loss = loss_fn(model(x), y)
-                ...
-        print(telemetry.stats.count, "compilations")
+        gather: on several ranks, an all_gather every rank calls when the loop ends without an error (e.g.
+            ``fabric.all_gather``): the summary has every rank's totals, rank zero warns on skew.
     """
 
     def __init__(
@@ -78,8 +59,7 @@ class CompileTelemetry:
 
     @guarded
     def step(self, global_step: int) -> None:
-        """The loop is at ``global_step`` now (cheap: call it every step). With ``payoff``, a step runs
-        from one call to the next, and some run eagerly."""
+        """The loop is at ``global_step`` now (cheap: call it every step)."""
         self.global_step = global_step
         self._steps += 1
         self._driver.batch_started(global_step, stage=self.stage, log_step=global_step)
@@ -87,7 +67,7 @@ class CompileTelemetry:
         self._driver.step_started(global_step)
 
     def set_rank(self, rank: int, local_rank: int, world_size: int) -> None:
-        """Which process of a distributed job this is, for every record (files become per rank)."""
+        """Which process of a distributed job this is, for every record."""
         self._rank, self._world_size = rank, world_size
         self._driver.session.set_rank(rank, local_rank, world_size)
 

@@ -1,19 +1,13 @@
 """torch's compile-cache look-ups as they happen: which cache, hit, miss or bypass, the key and the parts
 torch hashed into it (torch 2.8 - 2.15).
 
-AOTAutograd's cache and inductor's FX graph cache build every key from named parts and hand each look-up
-(``CacheInfo``: ``key``, ``components``, ``cache_state``, ...) to ``CompileEventLogger.instant``, which
-passes it to ``ChromiumEventLogger.log_instant_event`` under the name ``autograd_cache_<state>`` or
-``fx_graph_cache_<state>``: the one call every release makes with the whole look-up. A part is a line
-``[<hash>] <name>: <value>``. torch 2.13 and later compute AOTAutograd's parts only while its logger
-(``torch._functorch._aot_autograd.autograd_cache``) is open to DEBUG, as the dynamo probe's cache log tap
-opens it; inductor's are always computed. torch 2.8 - 2.12 make AOTAutograd's event after compiling the graph
-it missed, so a miss is also read from torch's log (:func:`read_log`, fed by that log tap), where it is said before
-compiling: the key and its parts (the DEBUG record of the key's parts, then ``AOTAutograd cache miss for key``).
-
-The mega-cache: ``torch.compiler.load_cache_artifacts`` writes saved entries into these caches through
-``CacheArtifactManager.populate_caches``, which returns their keys by kind; a later hit with one of those keys
-was served by the loaded artifacts (:attr:`Lookup.loaded`).
+Every release hands each look-up of AOTAutograd's and inductor's FX graph cache whole to
+``ChromiumEventLogger.log_instant_event`` (``autograd_cache_<state>``, ``fx_graph_cache_<state>``); a part is a
+line ``[<hash>] <name>: <value>``. torch >= 2.13 computes AOTAutograd's parts only while its logger is open to
+DEBUG (the dynamo probe's log tap opens it); torch 2.8 - 2.12 make AOTAutograd's event after compiling the graph
+it missed, so a miss is also read from torch's log (:func:`read_log`), where it is said before compiling.
+A hit whose key ``torch.compiler.load_cache_artifacts`` loaded (``CacheArtifactManager.populate_caches``) is
+:attr:`Lookup.loaded`.
 """
 
 from __future__ import annotations
@@ -62,7 +56,7 @@ class Lookup:
 
     @functools.cached_property
     def settings_digest(self) -> str:
-        """:func:`settings_digest` of ``settings``: computed once, for every listener told this look-up."""
+        """:func:`settings_digest` of ``settings``, computed once for every listener."""
         return settings_digest(self.settings)
 
 
@@ -78,8 +72,7 @@ _told_from_log = ""  # the key of an AOTAutograd miss told from the log: its lat
 
 
 def watch(listener: Listener) -> bool:
-    """Tell ``listener`` every cache look-up from now on (until :func:`unwatch`); ``False`` where this torch
-    has no ``ChromiumEventLogger.log_instant_event`` to read them from (nothing is recorded then)."""
+    """Tell ``listener`` every cache look-up until :func:`unwatch`; ``False`` where this torch cannot."""
     global _installed
     logger = getattr(_dynamo_utils, "ChromiumEventLogger", None)
     if not callable(getattr(logger, "log_instant_event", None)):
@@ -106,8 +99,8 @@ _loading_watched = False
 
 
 def watch_loaded_artifacts() -> bool:
-    """Remember the keys of every mega-cache artifact loaded from now on (``torch.compiler.load_cache_artifacts``,
-    whatever name it is called by); ``False`` where this torch has no ``CacheArtifactManager.populate_caches``."""
+    """Remember the keys of every mega-cache artifact loaded from now on, whatever name loads it; ``False``
+    where this torch has no ``CacheArtifactManager.populate_caches``."""
     global _loading_watched
     if _loading_watched:
         return True
@@ -132,8 +125,7 @@ def watch_loaded_artifacts() -> bool:
 
 
 def unwatch(listener: Listener) -> None:
-    """Stop telling ``listener``; with no listener left, torch's method is as it was (unless another tool
-    wrapped it since, whose wrapper then keeps calling ours, which only passes the call on)."""
+    """Stop telling ``listener``; with none left, torch's method is put back (unless another tool wrapped ours)."""
     global _installed
     if listener in _listeners:
         _listeners.remove(listener)
@@ -145,8 +137,7 @@ def unwatch(listener: Listener) -> None:
 
 
 def read_log(record: logging.LogRecord) -> None:
-    """Tell an AOTAutograd cache miss from torch's log records, as it is said, before the graph compiles (called
-    by a log tap for each record of :data:`AOT_LOGGER`; never raises)."""
+    """Tell an AOTAutograd cache miss from :data:`AOT_LOGGER`'s records, before the graph compiles; never raises."""
     global _aot_parts, _told_from_log
     try:
         if record.name != AOT_LOGGER or not _listeners or not isinstance(record.args, tuple) or not record.args:
@@ -176,12 +167,10 @@ def _tell(event_name: str, metadata: Any) -> None:
 
 
 def _tell_lookup(lookup: Lookup | None) -> None:
-    try:
-        if lookup is not None:
-            for listener in list(_listeners):
-                listener(lookup)
-    except Exception:  # noqa: BLE001, S110 - telemetry loses one look-up, the compile goes on
-        pass
+    """Its callers catch what a listener raises."""
+    if lookup is not None:
+        for listener in list(_listeners):
+            listener(lookup)
 
 
 def parse_lookup(event_name: str, metadata: Any) -> Lookup | None:
@@ -211,9 +200,7 @@ def _lookup(layer: str, state: str, info: dict[str, Any]) -> Lookup:
 
 
 def parse_parts(lines: Any) -> dict[str, tuple[str, str]]:
-    """``name -> (hash, value)`` from torch's ``[<hash>] <name>: <value>`` lines; a value that is long or not
-    readable text is left empty (its hash still tells whether it changed); a tensor's metadata is shortened
-    to ``dtype[shape] stride device``."""
+    """``name -> (hash, value)`` from torch's ``[<hash>] <name>: <value>`` lines, values as :func:`readable`."""
     parts = {}
     parameters: set[int] = set()
     for line in lines:
@@ -237,8 +224,7 @@ def parse_parts(lines: Any) -> dict[str, tuple[str, str]]:
 
 
 def process_groups(code: str) -> str:
-    """The process groups a graph's collectives run on, by the names torch bakes into its code (``'0'``, ``'1'``:
-    torch names a group by the order it was made in), sorted: ``"'1', '3'"``; ``""`` for a graph without any."""
+    """The process groups a graph's collectives run on, by the names torch bakes into its code: ``"'1', '3'"``."""
     names = set()
     for arguments in _COLLECTIVE.findall(code):
         quoted = re.findall(r"'([^']*)'", arguments)
@@ -248,8 +234,8 @@ def process_groups(code: str) -> str:
 
 
 def readable(value: str) -> str:
-    """A part's value for people: a tensor's metadata as ``float32[32, 16] cpu`` (its stride where it is not
-    contiguous: ``float32[16, 32] stride (1, 16) cpu``); "" where it is long or not text."""
+    """A part's value for people: a tensor's metadata as ``float32[32, 16] cpu`` (a stride where not contiguous);
+    "" where it is long or not text (its hash still tells whether it changed)."""
     tensor = _TENSOR.match(value)
     if tensor is not None:
         dtype, shape, stride, device, index = tensor.groups()

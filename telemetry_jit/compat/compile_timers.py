@@ -1,13 +1,6 @@
 """Where a compile's time went by torch's own timers: every ``dynamo_timed`` region appends its seconds to
-``torch._dynamo.utils.compilation_time_metrics`` (name -> list), so the entries a compile added are its own.
-The regions read (named alike in torch 2.8, 2.13 and 2.15; a release without one gives no figure for it):
-
-- ``bytecode_tracing``: dynamo tracing the frame's bytecode;
-- ``build_guards``: building its guards;
-- ``AOTAutogradCache.inductor_load`` and ``inductor_codecache_torch_key``: loading a graph from the compile cache,
-  and hashing torch's own files for the cache keys (once a process);
-- ``PyCodeCache.load_by_key_path``: loading compiled kernels (inside a cache load on a warm start, counted here
-  and not there).
+``torch._dynamo.utils.compilation_time_metrics`` (name -> list), so the entries a compile added are its own
+(regions named alike in torch 2.8 - 2.15; a release without one gives no figure for it).
 """
 
 from __future__ import annotations
@@ -27,9 +20,7 @@ _CACHE_LOAD = "AOTAutogradCache.inductor_load"  # holds the kernel loads of a wa
 
 
 def features() -> list[str]:
-    """What this torch offers against a warm start's residual: ``set_stance`` (``torch.compiler.set_stance``),
-    ``cache_artifacts`` (``save_cache_artifacts`` / ``load_cache_artifacts``), ``aot_compile``
-    (``torch.compile(...).aot_compile`` with ``torch.compiler.load_compiled_function``)."""
+    """What this torch offers against a warm start's residual, by ``torch.compiler``'s functions."""
     compiler = torch.compiler
     offered = {
         "set_stance": hasattr(compiler, "set_stance"),

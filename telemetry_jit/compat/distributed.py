@@ -16,9 +16,8 @@ class Store(Protocol):
 
 
 def job_store(timeout_s: float) -> tuple[Store, int, int] | str:
-    """``(store, rank, world_size)``: a connection of this process's own to the job's store, its operations
-    cut off after ``timeout_s`` (the job's own connection and timeout stay untouched); or, in words, why there
-    is none (no process group, one rank, a store that cannot be shared)."""
+    """``(store, rank, world_size)``: this process's own connection to the job's store, timing out after
+    ``timeout_s`` (the job's connection untouched); or, in words, why there is none."""
     import torch.distributed as dist
 
     if not dist.is_available() or not dist.is_initialized():

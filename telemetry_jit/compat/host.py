@@ -1,9 +1,7 @@
 """What the host says about this process and its children: CPU time, resident memory, the memory it may use
-(Linux ``/proc`` and cgroups; elsewhere every reading is ``None`` or empty, and nothing is measured).
+(Linux ``/proc`` and cgroups; elsewhere every reading is ``None`` or empty).
 
-Nothing here resets a counter: ``/proc/self/clear_refs`` (5) would reset the process's ``VmHWM``, but
-``getrusage(RUSAGE_SELF).ru_maxrss`` reads the same counter, so a user's own peak-memory figure would shrink;
-torch's CUDA peak (``max_memory_allocated``) is read and never reset, for the same reason.
+Nothing here resets a peak counter (``VmHWM``, torch's ``max_memory_allocated``): a user's own figure would shrink.
 """
 
 from __future__ import annotations
@@ -27,8 +25,8 @@ ON_LINUX = sys.platform.startswith("linux") and Path("/proc/self/stat").exists()
 
 @dataclass(frozen=True)
 class Child:
-    """A process below this one, as ``/proc/<pid>/stat`` says: CPU seconds (its own and its reaped children's),
-    resident bytes, and when it started (clock ticks since boot)."""
+    """A process below this one, as ``/proc/<pid>/stat`` says (CPU seconds with its reaped children's; start in
+    clock ticks since boot)."""
 
     pid: int
     parent: int
@@ -46,8 +44,7 @@ def own_memory() -> tuple[int, int]:
 
 
 def own_rss() -> int:
-    """This process's resident bytes: ``/proc/self/statm``, kept open (a read costs about a microsecond where
-    opening it costs tens); 0 where unknown."""
+    """This process's resident bytes (``statm`` kept open: a read costs a microsecond, opening tens); 0 if unknown."""
     global _statm
     try:
         pid = os.getpid()
@@ -59,10 +56,8 @@ def own_rss() -> int:
 
 
 def own_cpu() -> tuple[float, float, int]:
-    """CPU seconds of this process, of its reaped children, and the largest reaped child's peak resident bytes
-    (Linux counts a child reaped by a child of ours in that child's figures). The process's own seconds are
-    ``CLOCK_PROCESS_CPUTIME_ID``'s (nanoseconds): ``os.times()`` counts clock ticks (10 ms), so a compile of 14 ms
-    (torch 2.8 refusing an LSTM's frame) read 0.0 s of CPU."""
+    """CPU seconds of this process and of its reaped children, and the largest reaped child's peak resident bytes.
+    The process's own from ``process_time()``: ``os.times()`` counts 10 ms ticks, and read a 14 ms compile as 0."""
     times = os.times()
     largest = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     return time.process_time(), times.children_user + times.children_system, largest
@@ -81,8 +76,8 @@ def child(pid: int) -> Child | None:
 
 
 class ChildWatch:
-    """The processes below this one, kept up to date cheaply: each :meth:`update` lists ``/proc`` and reads only
-    the processes that appeared since the last (the kernel here keeps no ``children`` lists to read instead)."""
+    """The processes below this one: each :meth:`update` lists ``/proc`` and reads only the new ones (the kernel
+    here keeps no ``children`` lists)."""
 
     def __init__(self) -> None:
         self.root = os.getpid()
@@ -107,9 +102,7 @@ class ChildWatch:
 
 
 def command_line(pid: int) -> bytes:
-    """``pid``'s command line (its first 4 KB; ``b""`` when gone). A process forked and not exec'd keeps its
-    parent's, as inductor's compile workers do (``torch/_inductor/compile_worker`` in it, or the training script's
-    under ``TORCHINDUCTOR_WORKER_START=fork``)."""
+    """``pid``'s command line (first 4 KB; ``b""`` when gone): a forked compile worker keeps its parent's."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as cmdline:
             return cmdline.read(4096)
@@ -133,8 +126,7 @@ def parse_size(text: str) -> int:
 
 def memory_limit() -> tuple[int, str]:
     """The memory this process may use and what says so: ``TELEMETRY_JIT_MEMORY_LIMIT``, else the tightest
-    cgroup limit on its way to the root (v2 ``memory.max``, v1 ``memory.limit_in_bytes``), else the
-    machine's memory; ``(0, "")`` where none can be read. A malformed variable raises ``ValueError``."""
+    cgroup limit up to the root, else the machine's memory; ``(0, "")`` where none can be read."""
     given = os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip()
     if given:
         try:
@@ -181,8 +173,7 @@ def _cgroup_limits() -> list[tuple[int, str]]:
 
 
 def cuda_memory() -> tuple[int, int] | None:
-    """torch's CUDA allocator: bytes allocated now and the process's peak (never reset here), where CUDA is in
-    use; ``None`` otherwise (CUDA is never initialised for this)."""
+    """torch's CUDA bytes allocated now and at peak where CUDA is in use (never initialised for this); else None."""
     torch = sys.modules.get("torch")
     if torch is None:
         return None

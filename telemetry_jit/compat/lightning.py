@@ -9,17 +9,15 @@ import lightning.pytorch as pl
 
 
 def logging_step(trainer: pl.Trainer) -> int:
-    """The step Lightning's loggers log at now: ``trainer.fit_loop.epoch_loop._batches_that_stepped``, which
-    during a fit's validation is one behind ``global_step`` (``val_loss`` of the validation after step 5 is
-    logged at step 4), and ``global_step`` where Lightning lacks it."""
+    """The step Lightning's loggers log at now (``_batches_that_stepped``: during a fit's validation one behind
+    ``global_step``), or ``global_step`` where Lightning lacks it."""
     stepped = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "_batches_that_stepped", None)
     return stepped if isinstance(stepped, int) else trainer.global_step
 
 
 def is_last_batch(trainer: pl.Trainer) -> bool:
-    """Whether the running batch is the last of its loop's epoch, as Lightning knows it by fetching a batch
-    ahead: for a loader without a length too (an ``IterableDataset``), where nothing else can tell before the
-    epoch ends. ``False`` where Lightning does not say (a ``training_step`` taking the dataloader iterator)."""
+    """Whether the running batch is its epoch's last, as Lightning knows by fetching ahead (a loader without a
+    length too); ``False`` where Lightning does not say."""
     loop: Any = getattr(trainer, "_active_loop", None)  # fit, evaluation or prediction loop; Lightning >= 2.0
     loop = getattr(loop, "epoch_loop", loop)  # fit: its training epoch loop
     return getattr(getattr(loop, "batch_progress", None), "is_last_batch", False) is True
@@ -42,9 +40,8 @@ class _GlobalStepProperty:
 
 
 def global_step_counter(trainer: pl.Trainer) -> StepCounter:
-    """Lightning's own tracker of optimizer steps, whose ``completed`` is ``trainer.global_step`` as the loop
-    goes on (one attribute read a batch instead of four properties); the property itself where this
-    Lightning keeps the count elsewhere. Taken again at each loop's first batch: the module decides
+    """Lightning's tracker of optimizer steps, whose ``completed`` is ``trainer.global_step`` (one attribute read
+    a batch instead of four properties), else the property. Taken at each loop's first batch: the module decides
     which tracker counts, and a restored checkpoint fills them before that."""
     loop: Any = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
     module = trainer.lightning_module

@@ -1,13 +1,9 @@
 """The lightning-thunder adapter: importing it on the torch versions users have, and reading
 ``thunder.compile_stats``.
 
-lightning-thunder 0.2.6 (the newest release) lists ``Tensor.align_as``, ``align_to``,
-``refine_names``, ``rename``, ``rename_`` and ``has_names`` in its op table at import time; torch
-2.13 removed named tensors, so ``import thunder`` fails with an AttributeError. When (and only
-when) those methods are missing, :func:`import_thunder` adds stand-ins that raise, imports thunder,
-and removes them again: ``torch.Tensor`` is exactly as before for everyone else. It says so once.
-A thunder that still cannot import (torch 2.14 made ``Function.apply`` a builtin, which thunder's
-interpreter cannot look inside) fails with the same clear error every time it is asked for.
+lightning-thunder 0.2.6 lists torch's named-tensor methods in its op table at import; torch 2.13 removed them.
+Only when they are missing, :func:`import_thunder` adds stand-ins that raise, imports thunder, and removes them
+again. A thunder that still cannot import (torch 2.14) fails with the same clear error every time.
 """
 
 from __future__ import annotations
@@ -40,11 +36,7 @@ def _removed(name: str):  # noqa: ANN202 - a stand-in with the name thunder's ta
 
 
 def import_thunder() -> ModuleType:
-    """Import and return ``thunder``, bridging torch's removed named-tensor methods if needed.
-
-    Raises:
-        ImportError: lightning-thunder is not installed, or does not import with this torch.
-    """
+    """Import and return ``thunder``, bridging torch's removed named-tensor methods; ``ImportError`` if it can't."""
     global _import_error, _bridged
     if _import_error is not None:
         raise _import_error
@@ -109,8 +101,7 @@ class ThunderStats:
         return self._stats.cache_misses
 
     def last_compile_window(self) -> tuple[int, int, int]:
-        """``(tracing start, tracing end, end)`` of the last cache miss: it traces, then transforms,
-        builds the cache entry and runs the prologue before the host-execution window closes."""
+        """``(tracing start, tracing end, end)`` of the last cache miss (transforms and prologue run before its end)."""
         stats = self._stats
         start, traced = stats.last_trace_tracing_start, stats.last_trace_tracing_stop
         return start, traced, max(stats.last_trace_host_execution_stop or traced, traced)
@@ -130,11 +121,7 @@ def jit(module: torch.nn.Module, nvtx_ranges: bool = False) -> torch.nn.Module:
 
 
 def dynamo_compiler(nvtx_ranges: bool = False) -> Any:
-    """A ``thunder.dynamo.ThunderCompiler``: the ``torch.compile`` backend NeMo compiles with.
-
-    Raises:
-        ImportError: thunder does not import, or has no ``thunder.dynamo``.
-    """
+    """A ``thunder.dynamo.ThunderCompiler``: the ``torch.compile`` backend NeMo compiles with."""
     import_thunder()
     try:
         from thunder.dynamo import ThunderCompiler
@@ -159,12 +146,8 @@ _STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def split_graph(compiler: Any, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple[Any, ThunderGraph]:
-    """Run ``compiler`` on a dynamo graph; return its split graph and what thunder made of it.
-
-    Call it where GraphModules generate their code at once (``torch_compat.eager_graph_modules``):
-    thunder runs a piece under its own interpreter on first call, where generating it lazily fails
-    (torch 2.13: ``object of type 'MappingKeysView' has no len()``).
-    """
+    """Run ``compiler`` on a dynamo graph; return its split graph and what thunder made of it. Call it under
+    ``torch_compat.eager_graph_modules``: generating a piece's code lazily in thunder's interpreter fails."""
     split = compiler(graph, example_inputs)
     info = compiler.subgraph_infos[-1]
     thunder_fns = {id(fn) for fn in info.thunder_compiled_fns}

@@ -1,11 +1,8 @@
 """The torch adapter: every internal of ``torch._dynamo`` that telemetry-jit reads, for torch 2.8 - 2.15.
 
-Each fact is read from the most stable surface the running torch offers: the compile callbacks
-(``torch._dynamo.callback``), ``CompilationMetrics`` fields, dynamo's counters, and only where
-nothing else names it, a log record (graph-break locations, DDPOptimizer buckets) or the frame of
-dynamo's ``_compile`` (the backend of a compile in progress). A fact the running torch does not
-expose is listed in :data:`UNAVAILABLE`, said once by :func:`warn_unavailable`, and marked on every
-span (``compile.unavailable``) instead of recorded as an empty value that looks real.
+Each fact comes from the most stable surface torch offers: compile callbacks, ``CompilationMetrics``, dynamo's
+counters, and only where nothing else names it, a log record or dynamo's ``_compile`` frame. A fact this torch
+does not expose is listed in :data:`UNAVAILABLE` and marked on every span, never recorded as an empty value.
 """
 
 from __future__ import annotations
@@ -51,12 +48,9 @@ CalledBack = TypeVar("CalledBack", bound=Callable[..., Any])
 
 
 def never_traced(function: CalledBack) -> CalledBack:
-    """``function`` as dynamo never compiles it, nor anything it calls. For every function of telemetry's that
-    torch calls back (compile callbacks, log filters, cache events): torch also calls them from inside running
-    compiled code, where dynamo's frame hook is still set (the backward graph compiled at the first backward
-    of a ``training_step`` that Lightning compiled whole, runtime autotuning). There dynamo would compile
-    telemetry's own frames: compiles the user did not ask for and, inside the callback handler's lock, a
-    nested compile that waits on that lock forever."""
+    """``function`` as dynamo never compiles it, nor anything it calls. torch calls telemetry's callbacks from
+    inside running compiled code too, where dynamo would compile telemetry's frames: compiles the user did not
+    ask for and, inside the callback handler's lock, a nested compile that waits on that lock forever."""
     return torch.compiler.disable(function, recursive=True)
 
 
@@ -91,18 +85,10 @@ def callback_trigger(args: Any) -> Literal["dynamo", "lazy_backward"] | None:
 
 
 # -- compiling a module in place -------------------------------------------------------------------
-# Module.compile() installs torch.compile(self._call_impl). For torch.nn's own layers dynamo skips both
-# _call_impl and forward (torch's files), so before torch 2.15 nothing compiles (pytorch#150915); 2.15
-# compiles them through one frame that every layer class shares (torch._dynamo.external_utils.wrap_inline),
-# so layers of several classes recompile it in turn, toward the recompile limit.
-INPLACE_COMPILE_COMPILES_TORCH_LAYERS = VERSION[:2] >= (2, 15)
-
-
 def compile_in_place(module: torch.nn.Module, **torch_kwargs: Any) -> None:
-    """Compile ``module`` where it is (``state_dict`` keys unchanged), so that it compiles on every supported
-    torch: ``module.compile(**torch_kwargs)``, or, for a module whose ``forward`` dynamo does not trace (torch's
-    own layers), a function of this module's that calls it, one per layer class and set of arguments, which
-    dynamo traces on every release: each layer class compiles as its own frame, its instances share it."""
+    """Compile ``module`` where it is (``state_dict`` keys unchanged): ``module.compile(**torch_kwargs)``, or, for
+    torch's own layers (whose ``forward`` dynamo skips), a function of ours per layer class that calls it: each
+    class compiles as its own frame on every release, its instances share it."""
     if not forward_is_skipped(module):
         module.compile(**torch_kwargs)
         return
@@ -114,17 +100,13 @@ def compile_in_place(module: torch.nn.Module, **torch_kwargs: Any) -> None:
 
 
 def check_compile_arguments(**torch_kwargs: Any) -> None:
-    """Raise what ``torch.compile(**torch_kwargs)`` raises for its arguments (an unknown backend, mode or
-    option) without compiling anything: torch checks them when it wraps a function, not when it runs it."""
-    torch.compile(_uncalled, **torch_kwargs)
-
-
-def _uncalled() -> None:
-    """What :func:`check_compile_arguments` wraps: never called."""
+    """Raise what ``torch.compile(**torch_kwargs)`` raises for bad arguments, compiling nothing (torch checks
+    them when it wraps a function)."""
+    torch.compile(lambda: None, **torch_kwargs)
 
 
 def forward_is_skipped(module: torch.nn.Module) -> bool:
-    """Whether dynamo skips ``module.forward`` (it lies in torch's own files), as ``torch.compile(module)`` asks."""
+    """Whether dynamo skips ``module.forward`` (it lies in torch's own files)."""
     from torch._dynamo import trace_rules
 
     return bool(trace_rules.check(module.forward))
@@ -137,8 +119,7 @@ _CALL_IMPL = torch.nn.Module._call_impl
 
 
 def compiles_nothing(module: torch.nn.Module) -> bool:
-    """Whether ``module.compile()`` installed what ``module(...)`` runs and this torch compiles nothing of it: its
-    ``forward`` is in files dynamo skips (torch's own layers) and torch is older than 2.15."""
+    """Whether ``module.compile()`` installed what ``module(...)`` runs and this torch compiles nothing of it."""
     if MODULE_COMPILE_TRACES_TORCH_LAYERS:
         return False
     # Module.compile() installs torch.compile(self._call_impl), which keeps what it wraps
@@ -156,8 +137,8 @@ LAYER_FRAMES: dict[str, str] = {}  # "Linear.forward" -> where the class's forwa
 
 
 def _layer_call(cls: type) -> Callable[..., Any]:
-    """:func:`_calls_its_module` with a code object of its own, named for the class (``Linear.forward``):
-    dynamo keeps compiled code per code object, and names the frame by it."""
+    """:func:`_calls_its_module` with its own code object named ``<Class>.forward``: dynamo keeps compiled code
+    per code object, and names the frame by it."""
     name = f"{cls.__name__}.forward"
     forward = getattr(getattr(cls, "forward", None), "__code__", None)
     LAYER_FRAMES[name] = f"{forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
@@ -167,9 +148,8 @@ def _layer_call(cls: type) -> Callable[..., Any]:
 
 
 def frame_where(name: str, filename: str, first_line: int, closure: Any = None) -> tuple[str, str]:
-    """``(name, "file:line")`` of a compiled frame, as the user knows it: a layer compiled by
-    :func:`compile_in_place` by its class's ``forward`` (``Linear.forward``, where torch defines it), as is a
-    module ``torch.compile(module)`` wrapped (dynamo's ``wrap_inline``: the frame's ``closure`` holds it)."""
+    """``(name, "file:line")`` of a compiled frame as the user knows it: a layer of :func:`compile_in_place`, or
+    a module dynamo's ``wrap_inline`` wraps (its ``closure`` holds it), by its class's ``forward``."""
     where = LAYER_FRAMES.get(name) if filename == __file__ else None
     if where is not None:
         return name, where
@@ -192,8 +172,7 @@ def compiled_call(module: torch.nn.Module) -> Callable[..., Any] | None:
 
 
 def set_compiled_call(module: torch.nn.Module, call: Callable[..., Any] | None) -> None:
-    """Make ``module(...)`` run ``call``, as ``module.compile()`` does, keeping the module (and its
-    ``state_dict`` keys) where it is in the model."""
+    """Make ``module(...)`` run ``call``, as ``module.compile()`` does, keeping its ``state_dict`` keys."""
     object.__setattr__(module, "_compiled_call_impl", call)
 
 
@@ -203,19 +182,9 @@ def compilation_metrics() -> Sequence[Any]:
     return _dynamo_utils._compilation_metrics
 
 
-def compiles_recorded_by_torch() -> list[Any]:
-    """torch's CompilationMetrics for compiles (runtime entries such as autotuning excluded)."""
-    return [m for m in _dynamo_utils.get_compilation_metrics() if not getattr(m, "is_runtime", False)]
-
-
 def graph_break_counts() -> dict[str, int]:
     """``counters["graph_break"]``: graph-break reason -> how often dynamo counted it."""
     return _dynamo_utils.counters["graph_break"]
-
-
-def total_graph_breaks() -> int:
-    """dynamo's own graph-break count."""
-    return sum(graph_break_counts().values())
 
 
 def recompile_reason_in_progress() -> str:
@@ -225,18 +194,16 @@ def recompile_reason_in_progress() -> str:
 
 
 def recompile_reasons_in_progress() -> tuple[str, ...]:
-    """Why each of the frame's cache entries refused the call now recompiling, most recent entry first (the
-    first is torch's ``recompile_reason``); empty outside a recompile. torch appends one reason per entry to
-    ``guard_failures[code]`` at each recompile (2.8 to 2.15): this recompile's are the list's tail, back to
-    the first compile id met twice."""
+    """Why each of the frame's cache entries refused the call now recompiling (torch's ``guard_failures``);
+    empty outside a recompile."""
     frame = _compile_frame(sys._getframe(1))
     code = frame.f_locals.get("code") if frame is not None else None
     return last_recompiles_reasons(_dynamo_utils.guard_failures.get(code, ()) if code is not None else ())
 
 
 def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
-    """The reasons of the last recompile in ``failures`` (a frame's reasons, one per cache entry at each
-    recompile, as torch keeps them): from the end back to a compile id already seen, in torch's order."""
+    """The last recompile's reasons in ``failures`` (one per cache entry at each recompile): from the end back
+    to a compile id already seen, in torch's order."""
     reasons: list[str] = []
     seen: set[str] = set()
     for reason in reversed(failures[-_MAX_CACHE_ENTRIES:]):
@@ -252,9 +219,8 @@ _MAX_CACHE_ENTRIES = 64  # torch's recompile_limit is 8; its accumulated limit c
 
 
 def recompile_limit(failure: str = "") -> tuple[str, int | str]:
-    """The limit a frame hit, as torch's ``failure`` text names it, and its value: ``recompile_limit`` (one code
-    object's compiles) or ``accumulated_recompile_limit`` (all compiles of the frames one object's guards match);
-    torch before 2.9 calls them ``cache_size_limit`` and ``accumulated_cache_size_limit``."""
+    """The limit a frame hit, as torch's ``failure`` text names it, and its value: ``recompile_limit`` or
+    ``accumulated_recompile_limit`` (``cache_size_limit``, ``accumulated_cache_size_limit`` before torch 2.9)."""
     import torch._dynamo.config as config
 
     name = "accumulated_recompile_limit" if "accumulated" in failure.lower() else "recompile_limit"
@@ -263,20 +229,10 @@ def recompile_limit(failure: str = "") -> tuple[str, int | str]:
     return name, int(limit) if limit is not None else "?"
 
 
-def reset_compile_state() -> None:
-    """Forget every compile: dynamo's caches, its compilation metrics and its counters (for tests and
-    benchmarks that need a process that has compiled nothing)."""
-    torch._dynamo.reset()
-    _dynamo_utils.clear_compilation_metrics()
-    _dynamo_utils.set_compilation_metrics_limit(100_000)
-    _dynamo_utils.counters.clear()
-
-
 # -- the compile in progress ---------------------------------------------------------------------
 def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool]]:
-    """The backend name, the frame (``(name, "file:line")``, see :func:`frame_where`) and the options (see
-    :func:`_options`) of the compile in progress, from dynamo's ``_compile`` frame (its arguments ``compiler_fn``,
-    ``code``, ``closure`` and ``one_graph``, the same from 2.8 to 2.15), found once for all three."""
+    """The backend name, the frame (:func:`frame_where`) and the options (:func:`_options`) of the compile in
+    progress, from dynamo's ``_compile`` frame (its arguments alike from 2.8 to 2.15)."""
     frame = _compile_frame(sys._getframe(1))
     if frame is None:
         return "", None, _options(None, None)
@@ -292,11 +248,9 @@ def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool
 
 
 def _options(frame: FrameType | None, backend: Any) -> dict[str, str | bool]:
-    """The options a compile runs with, as torch applies them: ``dynamic`` (``"true"``: every dimension compiled
-    dynamic, torch.compile(dynamic=True); ``"false"``: none, dynamic=False; ``"auto"``: static first, dynamic
-    after a size changed, torch's default), ``fullgraph`` and, for inductor, ``mode`` (what its options amount
-    to). Read while dynamo compiles: torch.compile's ``dynamic`` is patched into dynamo's config around the
-    compiled call, ``fullgraph`` is ``_compile``'s ``one_graph`` (``frame``), ``backend`` the innermost one."""
+    """The options a compile runs with: ``dynamic`` (``"true"``, ``"false"`` or torch's default ``"auto"``),
+    ``fullgraph`` and, for inductor, ``mode``. Read while dynamo compiles: torch.compile patches ``dynamic``
+    into dynamo's config around the call; ``fullgraph`` is ``_compile``'s ``one_graph``."""
     config = torch._dynamo.config
     dynamic = "true" if not config.assume_static_by_default else "auto" if config.automatic_dynamic_shapes else "false"
     options: dict[str, str | bool] = {"dynamic": dynamic}
@@ -331,8 +285,7 @@ def _compile_frame(frame: FrameType | None, depth: int = 48) -> FrameType | None
 
 
 def compile_callers(limit: int = 48) -> tuple[str, ...]:
-    """The Python frames that called the frame being compiled (``file:line``, outermost first, dynamo's
-    own left out): where a graph break in it was reached from, when the break is in another's code."""
+    """The frames that called the frame being compiled (``file:line``, outermost first, dynamo's left out)."""
     frame = _compile_frame(sys._getframe(1), depth=sys.getrecursionlimit())
     callers: list[str] = []
     while frame is not None and len(callers) < limit:
@@ -346,8 +299,7 @@ _DYNAMO_FILES = "/torch/_dynamo/"
 
 
 def traced_stack() -> tuple[str, ...]:
-    """Where dynamo is tracing now (``file:line`` of the frame it compiles, outermost first); empty
-    outside a trace."""
+    """Where dynamo is tracing now (``file:line``, outermost first); empty outside a trace."""
     from torch._guards import TracingContext
 
     context = TracingContext.try_get()
@@ -367,10 +319,8 @@ def frames_attempted() -> int:
 
 
 def has_compiled_code_for(module: torch.nn.Module) -> bool:
-    """Whether dynamo holds compiled code for the frame compiling ``module`` in place makes: its ``forward``,
-    a submodule's (where dynamo broke the graph inside one, it compiles that frame, not the outer one; a second
-    fit in the same process runs that code without compiling), or the layer call :func:`compile_in_place`
-    gave its class."""
+    """Whether dynamo holds compiled code for ``module``'s ``forward``, a submodule's (a graph break inside one
+    compiles that frame), or the layer call :func:`compile_in_place` gave its class."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     codes = list({getattr(type(m).forward, "__code__", None) for m in module.modules()})
@@ -387,10 +337,8 @@ RESUME_PREFIX = "torch_dynamo_resume_in_"
 
 
 def frames_holding_compiled_code() -> list[tuple[str, str]]:
-    """``(name, "file:line")`` of each frame dynamo holds compiled code for now (a call to it runs that code
-    without compiling; ``torch._dynamo.reset()`` clears it), but the resume functions of graph breaks, which
-    continue a listed frame. From the code objects dynamo has converted (``convert_frame.input_codes``, 2.8 -
-    2.15) that still have cache entries; ``[]`` where a torch lacks that tracker."""
+    """``(name, "file:line")`` of each frame dynamo holds compiled code for now, graph breaks' resume functions
+    left out (``convert_frame.input_codes``, 2.8 - 2.15; ``[]`` where a torch lacks it)."""
     from torch._dynamo import convert_frame
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
@@ -413,8 +361,7 @@ def current_compile_id() -> str:
 
 @contextlib.contextmanager
 def eager_graph_modules() -> Iterator[None]:
-    """GraphModules built inside generate their code at once, not lazily on first call (dynamo's
-    default). Code that runs a GraphModule under its own interpreter (thunder) cannot trigger it."""
+    """GraphModules built inside generate their code at once: thunder's interpreter cannot trigger the lazy way."""
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
     with _use_lazy_graph_module(False):
@@ -465,8 +412,7 @@ def parse_graph_break(record: logging.LogRecord) -> tuple[str, str] | None:
 
 
 def is_frame_skip(record: logging.LogRecord) -> bool:
-    """Whether ``record`` says dynamo skipped the frame it traced (torch < 2.10), so the graph breaks
-    logged while tracing it are traced and counted again in the inner frame's compile."""
+    """Whether dynamo skipped the frame it traced (torch < 2.10): its graph breaks come again in the inner frame."""
     return _FRAME_SKIP_MESSAGE in str(record.msg)
 
 
@@ -521,17 +467,15 @@ _CACHE = (
 
 def phase_times(metric: Any) -> dict[str, float]:
     """Seconds per compile phase that torch measured for this compile."""
-    times = {}
-    for phase, name, scale in _PHASES:
-        value = getattr(metric, name, None)
-        if value is not None:
-            times[phase] = float(value) * scale
-    return times
+    return {
+        phase: float(value) * scale
+        for phase, name, scale in _PHASES
+        if (value := getattr(metric, name, None)) is not None
+    }
 
 
 def duration_ns(metric: Any) -> int | None:
-    """The compile's own duration as torch reports it (``duration_us``, what tlparse shows): its outermost timed
-    region, shorter than ``end_time_us - start_time_us`` by torch's bookkeeping of the metrics. None where absent."""
+    """The compile's duration as torch reports it (``duration_us``, what tlparse shows); None where absent."""
     value = getattr(metric, "duration_us", None)
     return int(value) * 1000 if isinstance(value, int) and value >= 0 else None
 
@@ -545,10 +489,8 @@ _NODE_SHAPE = re.compile(r"'(l_\w*)': \[([^\]]*)\]")  # an input's entry in the 
 
 
 def input_shapes(metric: Any) -> list[str]:
-    """The shapes the compiled graph takes its inputs in, as torch decided them (``x: [s77, 4, s53]``: a symbol is a
-    dimension compiled dynamic, a number one compiled for that size alone; ``s53`` where torch specialized it reads
-    ``47``), from ``CompilationMetrics.graph_node_shapes`` (the graph's placeholders; parameters and buffers
-    left out). Empty where this torch does not record them."""
+    """The graph's input shapes as torch decided them (``x: [s77, 4]``: a symbol is a dynamic dimension), from
+    ``CompilationMetrics.graph_node_shapes``, parameters and buffers left out; empty where torch lacks it."""
     shapes = getattr(metric, "graph_node_shapes", None)
     if isinstance(shapes, str):
         # torch writes the repr of every node's shape: megabytes for a large model, which parsing whole would
@@ -579,15 +521,13 @@ def _input_name(node: str) -> str:
 
 
 def cache_outcome(metric: Any) -> dict[str, float]:
-    """What the FX graph and AOTAutograd caches did for this compile: hits and misses (local and
-    remote) and the time torch says they saved; only what torch filled in (a compile that never
-    reached a cache has none)."""
+    """What the FX graph and AOTAutograd caches did for this compile: hits, misses, time saved (what torch filled)."""
     return {ours: value for ours, name in _CACHE if (value := getattr(metric, name, None)) is not None}
 
 
 def failure(metric: Any) -> tuple[str, bool, bool]:
-    """``(torch's failure text, fell back to eager, hit the recompile limit)`` of a compile. Under
-    ``suppress_errors`` every failure falls back: dynamo runs the frame eagerly instead of raising."""
+    """``(torch's failure text, fell back to eager, hit the recompile limit)``; under ``suppress_errors`` every
+    failure falls back to eager."""
     fail_type = getattr(metric, "fail_type", None) or ""
     text = (getattr(metric, "fail_reason", None) or fail_type) if fail_type else ""
     suppressed = bool(fail_type) and bool(getattr(metric, "config_suppress_errors", False))
@@ -600,17 +540,10 @@ def _unavailable() -> dict[str, str]:
     if not hasattr(torch._dynamo.exc, "get_gbid_documentation_link"):
         missing["graph_break.doc_url"] = "graph-break documentation links"
     fields = {f.name for f in dataclasses.fields(_dynamo_utils.CompilationMetrics)}
-    for fact, name, _ in _PHASES:
-        if name not in fields:
-            missing[f"time.{fact}"] = f"CompilationMetrics.{name}"
-    for name in _COUNTS:
-        if name not in fields:
-            missing[name] = f"CompilationMetrics.{name}"
-    for ours, name in _CACHE:
-        if name not in fields:
-            missing[f"cache.{ours}"] = f"CompilationMetrics.{name}"
-    if "graph_node_shapes" not in fields:  # torch 2.8: which frames compiled dynamic, so which backward compiled within
-        missing["input_shapes"] = "CompilationMetrics.graph_node_shapes"
+    facts = [(f"time.{fact}", name) for fact, name, _ in _PHASES] + [(name, name) for name in _COUNTS]
+    facts += [(f"cache.{ours}", name) for ours, name in _CACHE]
+    facts.append(("input_shapes", "graph_node_shapes"))  # absent on torch 2.8: which frames compiled dynamic
+    missing.update((fact, f"CompilationMetrics.{name}") for fact, name in facts if name not in fields)
     return missing
 
 
@@ -618,8 +551,7 @@ UNAVAILABLE: dict[str, str] = _unavailable()  # fact -> the torch field it would
 
 
 def version_notes() -> list[str]:
-    """What a user of this torch should be told once: a release outside the tested range, and the
-    facts it does not expose (and so no span carries)."""
+    """What a user of this torch is told once: a release outside the tested range, facts it does not expose."""
     notes = []
     if not _FIRST <= VERSION[:2] <= _LAST:
         notes.append(

@@ -28,31 +28,17 @@ from telemetry_jit.session import Session
 
 
 class CompileTelemetryCallback(Callback):
-    """Record every ``torch.compile`` and thunder compilation while the trainer runs.
-
-    Each compile becomes a ``compilation`` span under the loop that was running when it started;
-    each loop's end adds a ``compile_summary`` event with the totals (on several ranks, also every
-    rank's compile count and compile time, and a warning when they differ).
+    """Record every ``torch.compile`` and thunder compilation while the trainer runs: a ``compilation`` span
+    under the running loop each, a ``compile_summary`` event at each loop's end (every rank's totals).
 
     Args:
-        training_telemetry_provider: the configured ``TrainingTelemetryProvider``.
-        console: says on the console what is compiling when a compile is slow, and warns about
-            recompile storms (its thresholds are yours to set); ``None`` for silence. Without a
+        training_telemetry_provider: the session, or nv-one-logger's configured provider.
+        console: announces slow compiles and warns about recompile storms; ``None`` for silence. Without a
             ``print_fn`` of its own it prints through the progress bar.
         console_all_ranks: use the console on every rank, not only on rank zero.
-        skew_warning_s: on several ranks, rank zero warns when the ranks' compile times at a loop's
-            end lie further apart than this (their peers wait that long at the next collective).
-        log_figures: log compile figures (``compile/time_s``, ``compile/frame_compiles``, ...) to the
-            trainer's loggers at the step they happened, when it has loggers.
-        log_figures_per_rank: on several ranks, also every rank's compilations and compile seconds at
-            each loop's end (``compile/rank<R>/compilations``, ``compile/rank<R>/total_time_s``).
-
-    Example::
-
-        callback = CompileTelemetryCallback(provider, console=CompileConsole(threshold_s=5.0))
-        trainer = Trainer(callbacks=[callback])
-        trainer.fit(model)
-        print(callback.last_stats.count, "compilations")
+        skew_warning_s: rank zero warns when the ranks' compile times at a loop's end lie further apart.
+        log_figures: log compile figures (``compile/time_s``, ...) to the trainer's loggers at their step.
+        log_figures_per_rank: also each rank's figures at each loop's end (``compile/rank<R>/...``).
     """
 
     def __init__(
@@ -78,13 +64,7 @@ class CompileTelemetryCallback(Callback):
 
     def __getstate__(self) -> dict[str, Any]:
         # the provider is per process: a spawned rank uses its own
-        return {
-            "console": self.console,
-            "console_all_ranks": self.console_all_ranks,
-            "skew_warning_s": self.skew_warning_s,
-            "log_figures": self.log_figures,
-            "log_figures_per_rank": self.log_figures_per_rank,
-        }
+        return {name: getattr(self, name) for name in _SETTINGS}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(None, **state)  # type: ignore[misc]
@@ -111,9 +91,7 @@ class CompileTelemetryCallback(Callback):
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.recorder.ensure_registered()
 
-    @override
-    def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.recorder.ensure_registered()
+    on_validation_start = on_train_epoch_start
 
     @override
     def on_train_batch_start(
@@ -128,17 +106,7 @@ class CompileTelemetryCallback(Callback):
     ) -> None:
         self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, self._tuner), dataloader_idx)
 
-    @override
-    def on_test_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, self._tuner), dataloader_idx)
-
-    @override
-    def on_predict_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, self._tuner), dataloader_idx)
+    on_test_batch_start = on_predict_batch_start = on_validation_batch_start
 
     # no batch-end hooks: a batch's compiles are recorded when the next batch starts or the loop ends
     def _batch_started(
@@ -222,9 +190,8 @@ def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Positi
 
 
 def _stage(trainer: pl.Trainer, tuner: bool = False) -> str:
-    """Lightning's stage (``train``, ``sanity_check``, ``validate``, ...), ``tuner`` while the Tuner's trials
-    run (they train a few steps at each batch size or learning rate; ``tuner``: the trainer has the Tuner's
-    callback, which empties ``trainer.callbacks`` while its trials run)."""
+    """Lightning's stage (``train``, ``validate``, ...), or ``tuner`` while the Tuner's trials run (``tuner``: the
+    trainer has the Tuner's callback, which empties ``trainer.callbacks`` while its trials run)."""
     stage = trainer.state.stage
     if tuner and _in_tuner():
         return "tuner"
@@ -247,6 +214,7 @@ def _in_tuner() -> bool:
 
 
 _TUNER_FILES = "/lightning/pytorch/tuner/"
+_SETTINGS = ("console", "console_all_ranks", "skew_warning_s", "log_figures", "log_figures_per_rank")
 _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batches
     "train": "num_training_batches",
     "sanity_check": "num_sanity_val_batches",

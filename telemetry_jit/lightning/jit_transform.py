@@ -36,30 +36,19 @@ class JitConfig:
     """What to compile and how; field-for-field compatible with NeMo's ``JitConfig``.
 
     Args:
-        module_selector: Which modules to compile, as a dotted path resolved against the root
-            module (see :func:`resolve_root`). ``""`` or ``"*"`` is the root itself; every atom
-            may be a glob (``"*.layer*"`` selects grandchildren whose name starts with ``layer``).
-        use_torch: Compile with ``module.compile(**torch_kwargs)`` (torch's own layers, which that compiles
-            nothing of before torch 2.15, through a function of telemetry-jit's that dynamo traces).
-        torch_kwargs: Passed through to ``torch.compile`` (``backend``, ``mode``, ``fullgraph``,
-            ``dynamic``, ``options``, ``disable``).
+        module_selector: A dotted path under the root module (:func:`resolve_root`); ``""`` or ``"*"`` is the
+            root; every atom may be a glob (``"*.layer*"``: grandchildren whose name starts with ``layer``).
+        use_torch: Compile with ``module.compile(**torch_kwargs)`` (torch's own layers: see ``compile_in_place``).
+        torch_kwargs: Passed through to ``torch.compile``.
         use_thunder: Compile with Lightning Thunder, as ``thunder_backend`` says.
-        thunder_backend: ``"jit"`` (default): ``thunder.jit`` of each module, in place (``state_dict``
-            keys do not change). ``"dynamo"``: NeMo's path, ``module.compile(backend=
-            thunder.dynamo.ThunderCompiler())``; ops thunder leaves to torch become graph breaks.
+        thunder_backend: ``"jit"`` (default): ``thunder.jit`` of each module, in place. ``"dynamo"``: NeMo's
+            path, ``module.compile(backend=thunder.dynamo.ThunderCompiler())``.
         profile_thunder: Apply thunder's NVTX profile transform (CUDA only; a warning on CPU).
-        backend: Compile with this registered compiler backend instead (see
-            :func:`telemetry_jit.register_backend`); ``use_torch`` and ``use_thunder`` are NeMo's spelling of
-            ``"torch"``, ``"thunder"`` and ``"thunder-dynamo"``.
-        selector_style: How wildcards match. ``"glob"``: every atom is a glob matched against the
-            whole name, at any depth. ``"nemo"``: NeMo's rule, ``re.match(atom.replace("*", ".*"),
-            name)`` (anchored at the start only), stopping at the first wildcard atom. ``"auto"``
-            (default): the two must agree; where they would select different modules, ``setup``
-            fails naming both selections, so no NeMo config changes meaning silently.
-
-    Example::
-
-        JitConfig(use_torch=True, module_selector="encoder.layers.*", torch_kwargs={"backend": "inductor"})
+        backend: A registered compiler backend (:func:`telemetry_jit.register_backend`) instead of
+            ``use_torch``/``use_thunder``, NeMo's spelling of ``"torch"``, ``"thunder"``, ``"thunder-dynamo"``.
+        selector_style: ``"glob"``: every atom a glob matched whole, at any depth. ``"nemo"``: NeMo's
+            ``re.match(atom.replace("*", ".*"), name)``, stopping at the first wildcard atom. ``"auto"``
+            (default): the two must agree, else ``setup`` fails naming both, so no NeMo config changes meaning.
     """
 
     module_selector: str | None = ""
@@ -117,8 +106,7 @@ class JitConfig:
 
 
 def resolve_root(pl_module: torch.nn.Module) -> torch.nn.Module:
-    """The module selectors resolve against: ``pl_module.module``, else ``pl_module.model``, else
-    ``pl_module`` itself. The first two match NeMo; the fallback lets plain LightningModules work."""
+    """What selectors resolve against: ``pl_module.module``, else ``.model`` (as NeMo), else ``pl_module``."""
     name = _root_name(pl_module)
     return getattr(pl_module, name) if name else pl_module
 
@@ -131,8 +119,7 @@ def _root_name(pl_module: torch.nn.Module) -> str:
 
 
 def selector_for(pl_module: torch.nn.Module, path: str) -> str:
-    """The ``module_selector`` that selects the module at attribute ``path`` of ``pl_module`` (``"*"``: the root
-    itself), or ``""`` where none does (a module outside the root)."""
+    """The ``module_selector`` selecting the module at ``path`` of ``pl_module``; ``""`` outside the root."""
     root = _root_name(pl_module)
     if path == root:
         return "*"
@@ -154,13 +141,8 @@ def _split_selector(selector: str) -> list[str]:
 
 
 def select_modules(root: torch.nn.Module, selector: str) -> list[tuple[str, torch.nn.Module]]:
-    """Return ``(qualified_name, module)`` for every module under ``root`` matching ``selector``.
-
-    Raises:
-        LookupError: nothing matches; the message lists the module names that exist where
-            matching stopped.
-        TypeError: an exact atom names an attribute that is not an ``nn.Module``.
-    """
+    """``(qualified_name, module)`` of every module under ``root`` matching ``selector`` by glob; raises
+    ``LookupError`` (listing the names where matching stopped) or ``TypeError`` (an atom names a non-module)."""
     level: list[tuple[str, torch.nn.Module]] = [("", root)]
     for depth, atom in enumerate(_split_selector(selector)):
         matched: list[tuple[str, torch.nn.Module]] = []
@@ -180,12 +162,8 @@ def select_modules(root: torch.nn.Module, selector: str) -> list[tuple[str, torc
 
 
 def select_modules_like_nemo(root: torch.nn.Module, selector: str) -> list[tuple[str, torch.nn.Module]]:
-    """NeMo's ``get_modules_from_selector``: exact atoms walk down; the first atom with ``*`` selects
-    the children whose name ``re.match``-es it (anchored at the start only) and ends the walk.
-
-    Raises:
-        AttributeError: an exact atom names nothing, or something that is not an ``nn.Module``.
-    """
+    """NeMo's ``get_modules_from_selector``: exact atoms walk down; the first atom with ``*`` selects the
+    children whose name ``re.match``-es it and ends the walk. Raises ``AttributeError`` as NeMo does."""
     path: list[str] = []
     module = root
     for atom in _split_selector(selector):
@@ -200,12 +178,7 @@ def select_modules_like_nemo(root: torch.nn.Module, selector: str) -> list[tuple
 
 
 def select(root: torch.nn.Module, config: JitConfig) -> list[tuple[str, torch.nn.Module]]:
-    """The modules ``config`` selects under ``root``, by its ``selector_style``.
-
-    Raises:
-        JitConfigError: with ``selector_style="auto"``, glob and NeMo matching disagree.
-        LookupError, TypeError, AttributeError: the selector names nothing, or not a module.
-    """
+    """The modules ``config`` selects under ``root``, by its ``selector_style``."""
     selector = config.module_selector or ""
     if config.selector_style == "nemo":
         found = select_modules_like_nemo(root, selector)
@@ -269,19 +242,10 @@ def _as_list(config: JitConfig | Sequence[JitConfig]) -> list[JitConfig]:
 
 
 class JitTransform(Callback):
-    """Compile the modules that ``JitConfig`` selects, once, at the start of the first training epoch.
-
-    Compiling at ``on_train_epoch_start`` (as NeMo does) includes adapters added earlier, e.g. by
-    PEFT. A fit resumed from a checkpoint compiles at ``on_train_start`` (Lightning calls no epoch
-    start for an epoch it resumes in the middle). In ``validate``/``test``/``predict`` runs the
-    modules are compiled at the start of that loop instead. The compiler's arguments are checked at
-    ``setup``, the selectors once the model is whole (``on_fit_start``: after ``configure_model``,
-    which may build the modules they select), so a typo fails before the first step.
-
-    Example::
-
-        trainer = Trainer(callbacks=[JitTransform(JitConfig(use_torch=True, module_selector="encoder"))])
-    """
+    """Compile the modules that ``JitConfig`` selects, once, at the start of the first training epoch (as NeMo:
+    adapters added earlier, e.g. by PEFT, are included), or of a validate/test/predict run. The compiler's
+    arguments are checked at ``setup``, the selectors at ``on_fit_start`` (after ``configure_model``, which may
+    build what they select): a typo fails before the first step."""
 
     def __init__(self, config: JitConfig | Sequence[JitConfig]) -> None:
         self.configs = _as_list(config)
@@ -325,8 +289,7 @@ class JitTransform(Callback):
     def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._compile(pl_module)
 
-    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._compile(pl_module)
+    on_predict_start = on_test_start
 
     # by the end of the first epoch (or of a validate/test/predict run) the compiled code has run
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -343,8 +306,7 @@ class JitTransform(Callback):
         self._check_compiled_code_ran(pl_module, "prediction")
 
     def _check_compiled_code_ran(self, pl_module: pl.LightningModule, loop: str) -> None:
-        """Say once, per module, that a compiled module's compiled code never ran, and why: nothing called it,
-        or it ran and dynamo compiled none of it."""
+        """Say once per module that its compiled code never ran, and why."""
         unchecked, self._unchecked = self._unchecked, []
         for name, module, ran in unchecked:
             if ran():

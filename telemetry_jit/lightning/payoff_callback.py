@@ -15,24 +15,10 @@ from telemetry_jit.records import Payoff
 
 
 class CompilePayoffCallback(Callback):
-    """Time compiled and eager training steps of the same model in the same run, and say what
-    compiling bought: each mode's step time, the speedup, the step by which compile time is repaid,
-    and at the end of training the time won or lost.
-
-    A step is an optimizer step: with ``accumulate_grad_batches=4`` it spans four batches. Once compiling
-    has settled, ``settings.blocks`` blocks of ``settings.block_steps`` steps run eagerly
-    (``torch.compiler.set_stance("force_eager")``), interleaved with as many compiled blocks; no other
-    step changes, nothing compiles for it. The result is a ``compile_payoff`` event on the
-    ``training_loop`` span, a console line, ``compile/payoff_*`` figures in the trainer's loggers, and
-    ``last_payoff``; a loop too short to measure (or with nothing compiled) says why instead.
-
-    Example::
-
-        HookedTrainer, callback = hook_trainer_cls(Trainer, session, jit_config=..., payoff=True)
-        trainer = HookedTrainer(max_epochs=3)
-        trainer.fit(model)
-        print(trainer.compile_payoff.last_payoff.sentence())
-    """
+    """Time compiled and eager optimizer steps of the same model in the same run (some blocks of steps run
+    under ``set_stance("force_eager")`` once compiling has settled) and say what compiling bought: step times,
+    speedup, the step by which compile time is repaid, time won or lost (``last_payoff``, a ``compile_payoff``
+    event, a console line, ``compile/payoff_*`` figures); a loop too short to measure says why."""
 
     def __init__(self, compile_telemetry: CompileTelemetryCallback, settings: PayoffSettings | None = None) -> None:
         self.compile_telemetry = compile_telemetry

@@ -13,14 +13,9 @@ from telemetry_jit.session import Configuration, Session, configuration, resolve
 
 
 class RankTelemetry(Callback):
-    """Tell the session which rank this process is (the strategy knows by ``setup``), and in a spawned
-    rank start a session as :func:`telemetry_jit.configure` did in the launching process, ending it at
-    teardown.
-
-    The trainer's callbacks are pickled into each spawned process; this one carries the configuration
-    along. It must come before the other telemetry callbacks, whose ``setup`` needs the session and
-    records that name their rank.
-    """
+    """Tell the session which rank this process is (known by ``setup``); in a spawned rank (the callbacks are
+    pickled into it, this one carrying the configuration) start a session as ``configure`` did, ending it at
+    teardown. It must come before the other telemetry callbacks, whose ``setup`` needs the session."""
 
     def __init__(self, session: Session | None = None) -> None:
         self.session = session  # the session given to hook_trainer_cls (None: the one running)

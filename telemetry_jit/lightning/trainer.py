@@ -83,35 +83,18 @@ def hook_trainer_cls(
 ) -> tuple[type[TrainerT], Callback]:
     """Return ``(HookedTrainer, callback)``: a subclass of ``trainer_cls`` carrying telemetry.
 
-    Same arguments and return value as nv-one-logger's ``hook_trainer_cls``; ``trainer_cls`` itself is
-    left untouched, so a plain ``Trainer`` built later has no telemetry and two calls give two
-    independent classes.
+    nv-one-logger's arguments and return value; ``trainer_cls`` itself is left untouched, so a plain
+    ``Trainer`` built later has no telemetry and two calls give two independent classes.
 
     Args:
-        trainer_cls: ``lightning.pytorch.Trainer`` or a subclass.
-        training_telemetry_provider: the :class:`~telemetry_jit.session.Session` ``telemetry_jit.configure``
-            returns, or nv-one-logger's ``TrainingTelemetryProvider.instance()``.
-        telemetry_callback: reuse this callback for nv-one-logger's time events (a
-            :class:`TimeEventCallback`, or nv-one-logger's own); one is created otherwise.
-        jit_config: compile these modules with a :class:`JitTransform` added to every trainer
-            (unless the trainer is given its own ``JitTransform``).
-        compile_telemetry: record compilation spans (a :class:`CompileTelemetryCallback`, as
-            ``trainer.compile_telemetry``).
-        live: console messages for slow compiles and recompile storms, on rank zero; a
-            :class:`CompileConsole` to set its thresholds.
-        live_all_ranks: console messages on every rank.
-        log_figures: log compile figures under ``compile/`` to the trainer's loggers (TensorBoard,
-            CSV, MLflow, ...) at the steps they happened; off with ``False``.
-        payoff: measure what compiling buys in the run (compiled against eager steps, see
-            :class:`CompilePayoffCallback`); a :class:`PayoffSettings` for the details.
-
-    Example::
-
-        session = telemetry_jit.configure("my-app", file="runs/telemetry.jsonl")
-        HookedTrainer, callback = hook_trainer_cls(Trainer, session, jit_config=JitConfig(use_torch=True))
-        trainer = HookedTrainer(max_epochs=2)
-        trainer.fit(model)
-        callback.on_app_end()
+        training_telemetry_provider: the ``Session`` of ``telemetry_jit.configure``, or nv-one-logger's provider.
+        telemetry_callback: the callback for nv-one-logger's time events; a :class:`TimeEventCallback` otherwise.
+        jit_config: compile these modules with a :class:`JitTransform` added to every trainer without one.
+        compile_telemetry: record compilation spans (``trainer.compile_telemetry``).
+        live: console messages for slow compiles and recompile storms, on rank zero; a ``CompileConsole``
+            to set its thresholds. ``live_all_ranks``: on every rank.
+        log_figures: log compile figures under ``compile/`` to the trainer's loggers at their steps.
+        payoff: measure what compiling buys (:class:`CompilePayoffCallback`); a ``PayoffSettings`` for details.
     """
     if not (isinstance(trainer_cls, type) and issubclass(trainer_cls, pl.Trainer)):
         raise TypeError(
@@ -156,15 +139,10 @@ _CALLED_DIRECTLY = ("on_save_checkpoint", "on_load_checkpoint")
 
 
 class _Telemetry(Callback):
-    """The callbacks every trainer of one hooked class shares, as one callback to Lightning, their
-    hooks run in the order they must: ranks (and configuration of spawned ones) first, compile
-    summaries before the loop spans they go on end.
-
-    One, because Lightning spends a few microseconds per callback on every hook of every step,
-    implemented or not (about 15 us a step each); each hook here calls only the callbacks that
-    implement it, and a hook none implements is ``None``: Lightning's dispatcher skips a hook that
-    is not callable, without its profiler context (four hooks a training step).
-    """
+    """The callbacks every trainer of one hooked class shares, as one callback, in the order they must run:
+    ranks first, compile summaries before the loop spans they go on end. One, because Lightning spends about
+    15 us a step per callback, implemented or not; a hook none implements is ``None``, which Lightning's
+    dispatcher skips without its profiler context."""
 
     def __init__(
         self,
@@ -196,10 +174,8 @@ def _implements(callback: Any, hook: str) -> bool:
 
 
 def _calling_each(hooks: list[Callable[..., Any]]) -> Callable[..., Any]:
-    """One hook that calls ``hooks`` in order, each guarded: an error in one is telemetry's bug, said once
-    and counted (never the end of the run), and the next still runs. Nothing more in between where there
-    are two (Python calls between torch's kernels are slow, and these run every step; a ``try`` costs
-    nothing until it catches)."""
+    """One hook that calls ``hooks`` in order, each guarded (an error is telemetry's bug, said once, never the
+    end of the run). Two are called with no layer between: these run every step, a ``try`` costs nothing."""
     if len(hooks) == 1:
         return guarded(hooks[0])
     if len(hooks) == 2:
@@ -228,7 +204,6 @@ def _calling_each(hooks: list[Callable[..., Any]]) -> Callable[..., Any]:
 def _hooked_class(
     trainer_cls: type[TrainerT], telemetry: _Telemetry, jit_config: JitConfig | Sequence[JitConfig] | None
 ) -> type[TrainerT]:
-    """A new subclass of ``trainer_cls`` that adds the telemetry callbacks (and a ``JitTransform``)."""
 
     class HookedTrainer(trainer_cls):  # type: ignore[valid-type, misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -292,8 +267,7 @@ def _hooked_class(
 
 
 class _OneRecorder:
-    """Which thread's trainer records: nv-one-logger keeps one training loop per process, so of
-    trainers running at once in threads of one process only the first records."""
+    """Which thread's trainer records: nv-one-logger keeps one training loop per process."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -317,9 +291,8 @@ _ONE_RECORDER = _OneRecorder()
 
 @contextlib.contextmanager
 def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterator[None]:
-    """Run one trainer call with telemetry, or without it (said once) while another thread's records. Its end
-    is a fact of the run: an error anywhere inside it is recorded (Lightning's ``on_exception`` misses what
-    raises outside its loops' handling), and a fit that ran no training step says so."""
+    """Run one trainer call with telemetry, or without it (said once) while another thread's records. An error
+    anywhere inside is recorded (``on_exception`` misses what raises outside Lightning's loops)."""
     nested = _ONE_RECORDER.owner == threading.get_ident()
     if _ONE_RECORDER.take():
         time_events = telemetry.time_events if isinstance(telemetry.time_events, TimeEventCallback) else None
@@ -361,8 +334,7 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterato
 
 @guarded
 def _say_where_to_read(trainer: pl.Trainer, telemetry: _Telemetry) -> None:
-    """After a trainer call: where the telemetry is and the command that reads it, once per session (fit, then
-    validate, test and predict write to one file: said after the first; a new session's run is new)."""
+    """After a trainer call: where the telemetry is and the command that reads it, once per session."""
     session = resolve(telemetry.ranks.session)
     if identity.forked_from() is not None or not session.recording:
         return  # a forked child (its parent's session, not its own) or an ended session: no file of this call's

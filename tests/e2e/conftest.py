@@ -17,7 +17,7 @@ from telemetry_jit import identity
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.thunder import import_thunder
-from telemetry_jit.compat.torch import reset_compile_state
+from tests.e2e.dynamo_facts import reset_compile_state
 
 
 @pytest.fixture

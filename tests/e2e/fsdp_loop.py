@@ -11,12 +11,12 @@ import json
 import os
 import sys
 
+import dynamo_facts  # this folder: the script runs from it
 import torch
 import torch.distributed as dist
 from torch.distributed.fsdp import fully_shard
 
 import telemetry_jit
-from telemetry_jit.compat import torch as torch_compat
 
 
 class Block(torch.nn.Module):
@@ -52,8 +52,8 @@ def main(out: str, address: str | None) -> None:
             optimizer.zero_grad()
     telemetry_jit.shutdown()
     seen_by_torch = {
-        "compiles": len(torch_compat.compiles_recorded_by_torch()),
-        "graph_breaks": torch_compat.total_graph_breaks(),
+        "compiles": len(dynamo_facts.compiles_recorded_by_torch()),
+        "graph_breaks": dynamo_facts.total_graph_breaks(),
     }
     with open(f"{out}.torch.rank{dist.get_rank()}.json", "w") as file:
         json.dump(seen_by_torch, file)

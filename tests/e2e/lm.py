@@ -82,7 +82,7 @@ def train(
     epochs: int = 2,
 ) -> Answers:
     """Train the run (each keyword applies one fix) and read back what telemetry-jit recorded."""
-    from telemetry_jit.compat.torch import compiles_recorded_by_torch, total_graph_breaks
+    from tests.e2e.dynamo_facts import compiles_recorded_by_torch, total_graph_breaks
 
     config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "aot_eager", **(torch_kwargs or {})})
     hooked, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=config, live=False)

@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import sys
 
+import dynamo_facts  # this folder: the script runs from it
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.strategies import ModelParallelStrategy
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
-from telemetry_jit.compat import torch as torch_compat
 
 
 class Block(torch.nn.Module):
@@ -66,8 +66,8 @@ def main(out: str) -> None:
     trainer.fit(Sharded(), DataLoader(TensorDataset(torch.randn(72, 16)), batch_size=8))
     callback.on_app_end()
     seen_by_torch = {
-        "compiles": len(torch_compat.compiles_recorded_by_torch()),
-        "graph_breaks": torch_compat.total_graph_breaks(),
+        "compiles": len(dynamo_facts.compiles_recorded_by_torch()),
+        "graph_breaks": dynamo_facts.total_graph_breaks(),
     }
     with open(f"{out}.torch.rank{trainer.global_rank}.json", "w") as file:
         json.dump(seen_by_torch, file)

@@ -18,7 +18,7 @@ from telemetry_jit import cli
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.compat import torch as torch_compat
-from tests.e2e import lm
+from tests.e2e import dynamo_facts, lm
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS
 from tests.words import flat
@@ -45,7 +45,7 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> lm.Answers:
     from tests.e2e.conftest import fresh_provider_state
 
     fresh_provider_state()
-    torch_compat.reset_compile_state()
+    dynamo_facts.reset_compile_state()
     path = tmp_path_factory.mktemp("base") / "run.jsonl"
     provider = telemetry_jit.configure("answers", file=path)
     answers = lm.train(provider, path)
@@ -229,7 +229,7 @@ def small_run(telemetry: Telemetry, case: str, fixed: bool) -> dict[str, int]:
         warnings.simplefilter("ignore")
         hooked(max_epochs=1, **TRAINER_DEFAULTS).fit(model, data)
     run = telemetry.end()
-    torch_compat.reset_compile_state()
+    dynamo_facts.reset_compile_state()
     return {row.cause: row.count for row in summarize(run).causes}
 
 

@@ -14,9 +14,9 @@ import telemetry_jit
 from telemetry_jit import cli
 from telemetry_jit.analysis.check import Budget, check
 from telemetry_jit.analysis.diff import diff
-from telemetry_jit.compat.torch import total_graph_breaks
 from telemetry_jit.terminal import counted
 from tests.e2e.conftest import fresh_provider_state
+from tests.e2e.dynamo_facts import total_graph_breaks
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 MODELS = Path(__file__).parents[1] / "models.py"

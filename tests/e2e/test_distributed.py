@@ -157,6 +157,7 @@ SPLIT_SCRIPT = textwrap.dedent(
     import torch._dynamo.utils
     import telemetry_jit
     sys.path.insert(0, {root!r})
+    from tests.e2e import dynamo_facts
     from tests.models import Body, Net, loader, TRAINER_DEFAULTS
 
     class WideBody(Body):
@@ -178,8 +179,8 @@ SPLIT_SCRIPT = textwrap.dedent(
         trainer.fit(net, loader(16, 4, features=512))
         callback.on_app_end()
         seen_by_torch = {{
-            "compiles": [[m.compile_id, m.is_forward] for m in telemetry_jit.compat.torch.compiles_recorded_by_torch()],
-            "graph_breaks": telemetry_jit.compat.torch.total_graph_breaks(),
+            "compiles": [[m.compile_id, m.is_forward] for m in dynamo_facts.compiles_recorded_by_torch()],
+            "graph_breaks": dynamo_facts.total_graph_breaks(),
         }}
         with open(f"torch.rank{{trainer.global_rank}}.json", "w") as file:
             json.dump(seen_by_torch, file)

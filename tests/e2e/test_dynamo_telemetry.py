@@ -20,14 +20,9 @@ from telemetry_jit import JitConfig, cli, hook_trainer_cls
 from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun, read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.causes import normalize_reason
-from telemetry_jit.compat.torch import (
-    UNAVAILABLE,
-    compile_start_callbacks,
-    compiles_recorded_by_torch,
-    reset_compile_state,
-    total_graph_breaks,
-)
+from telemetry_jit.compat.torch import UNAVAILABLE, compile_start_callbacks
 from tests.e2e.conftest import Telemetry
+from tests.e2e.dynamo_facts import compiles_recorded_by_torch, reset_compile_state, total_graph_breaks
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 MODELS_FILE = "tests/models.py"

@@ -30,11 +30,11 @@ from typing_extensions import override
 
 import telemetry_jit
 from telemetry_jit.analysis.status import run_status
-from telemetry_jit.compat.torch import compiles_recorded_by_torch
 from telemetry_jit.exporters import IsolatedExporter
 from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.recording.recorder import CompileRecorder
 from tests.e2e.conftest import Telemetry, fresh_provider_state
+from tests.e2e.dynamo_facts import compiles_recorded_by_torch
 from tests.models import TRAINER_DEFAULTS, Block, Net, loader
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -515,7 +515,6 @@ FORK_SCRIPT = textwrap.dedent(
     import json, os, sys
     import torch
     import telemetry_jit
-    from telemetry_jit.compat.torch import compiles_recorded_by_torch
 
     def train():
         model = torch.compile(torch.nn.Linear(4, 1), backend="eager")
@@ -531,7 +530,8 @@ FORK_SCRIPT = textwrap.dedent(
         sys.exit(0)  # a normal exit: atexit handlers run in the child too
     _, status = os.waitpid(child, 0)
     telemetry_jit.shutdown()
-    json.dump({"child_status": status, "compiles": len(compiles_recorded_by_torch())}, open(sys.argv[2], "w"))
+    compiles = len(torch._dynamo.utils.get_compilation_metrics())
+    json.dump({"child_status": status, "compiles": compiles}, open(sys.argv[2], "w"))
     """
 )
 

@@ -16,8 +16,8 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 import telemetry_jit
 from telemetry_jit import JitConfig, JitTransform, TimeEventCallback, cli, hook_trainer_cls
 from telemetry_jit.compat.lightning import _GlobalStepProperty, global_step_counter
-from telemetry_jit.compat.torch import total_graph_breaks
 from tests.e2e.conftest import Telemetry, fresh_provider_state
+from tests.e2e.dynamo_facts import total_graph_breaks
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 

@@ -12,8 +12,8 @@ from nv_one_logger.training_telemetry.api import callbacks as one_logger
 
 import telemetry_jit
 from telemetry_jit.compat.thunder import import_thunder
-from telemetry_jit.compat.torch import compiles_recorded_by_torch
 from tests.e2e.conftest import Telemetry, fresh_provider_state, needs_thunder
+from tests.e2e.dynamo_facts import compiles_recorded_by_torch
 from tests.e2e.test_dynamo_telemetry import assert_matches_torch, attempt, summary_of
 from tests.e2e.test_quickstart import run_example
 

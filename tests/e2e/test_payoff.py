@@ -23,8 +23,8 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit import cli
-from telemetry_jit.compat.torch import compiles_recorded_by_torch, reset_compile_state
 from tests.e2e.conftest import Telemetry
+from tests.e2e.dynamo_facts import compiles_recorded_by_torch, reset_compile_state
 from tests.words import flat
 
 SETTINGS = telemetry_jit.PayoffSettings(settle_steps=3, block_steps=4, blocks=3)

@@ -14,9 +14,10 @@ import telemetry_jit
 from telemetry_jit import JitConfig, JitTransform
 from telemetry_jit.compat import thunder as thunder_compat
 from telemetry_jit.compat.thunder import import_thunder
-from telemetry_jit.compat.torch import compiled_call, compiles_recorded_by_torch, total_graph_breaks
+from telemetry_jit.compat.torch import compiled_call
 from telemetry_jit.probes import thunder_stats as thunder_probe
 from tests.e2e.conftest import Telemetry, needs_thunder
+from tests.e2e.dynamo_facts import compiles_recorded_by_torch, total_graph_breaks
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 THUNDER = JitConfig(use_thunder=True, module_selector="layer*")

@@ -28,6 +28,7 @@ from telemetry_jit.analysis.status import run_status
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.compat import torch as torch_compat
+from tests.e2e import dynamo_facts
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Block
 from tests.words import flat, short_paths
@@ -77,7 +78,7 @@ def run_after_the_fix(tmp_path: Path) -> Telemetry:
     """The run after the user applied a fix, as a new process has it: a session of its own (``fixed.jsonl``),
     torch's compile caches and counters empty."""
     fresh_provider_state()
-    torch_compat.reset_compile_state()
+    dynamo_facts.reset_compile_state()
     path = tmp_path / "fixed.jsonl"
     return Telemetry(telemetry_jit.configure("fixed", file=path), path)
 
@@ -142,7 +143,7 @@ def test_torchs_own_layers_compile_in_place_and_checkpoints_load_into_the_plain_
     ours = frames_compiled() - before
     assert ours > 0 and not [w for w in caught if "never ran" in str(w.message)]
     # the same fit, plain Lightning, each selected module replaced by torch.compile(module): what torch compiles
-    torch_compat.reset_compile_state()
+    dynamo_facts.reset_compile_state()
     plain = Regressor(make())
     if selector:
         for parent, name in selected(plain.model, selector):
@@ -410,7 +411,7 @@ def test_fit_again_after_the_fix_in_one_application_says_the_last_loop_no_longer
         return Regressor(torch.nn.Sequential(Block(8, graph_break), torch.nn.Linear(8, 1)))
 
     hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(model("print"), data(100, 8))
-    torch_compat.reset_compile_state()  # a new model in the notebook compiles afresh
+    dynamo_facts.reset_compile_state()  # a new model in the notebook compiles afresh
     hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(model(None), data(100, 8, drop_last=True))
     telemetry.end()
     status, out = said("summary", str(telemetry.path))
@@ -870,7 +871,7 @@ def test_a_frames_first_call_without_gradients_is_the_expected_price_in_a_plain_
     loop = telemetry.end()
     # in a Lightning training_step, beside the step with gradients
     fresh_provider_state()
-    torch_compat.reset_compile_state()
+    dynamo_facts.reset_compile_state()
     path = tmp_path / "target.jsonl"
     target = Telemetry(telemetry_jit.configure("target", file=path), path)
     hooked(target)(max_epochs=2, **TRAINER_DEFAULTS).fit(WithTargetPass(), data(32, 8))

@@ -16,10 +16,10 @@ import sys
 
 import lightning.pytorch as pl
 import torch
+from dynamo_facts import compiles_recorded_by_torch  # this folder: the script runs from it
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
-from telemetry_jit.compat.torch import compiles_recorded_by_torch
 
 
 class TwoOptimizers(pl.LightningModule):

@@ -296,7 +296,10 @@ def test_otlp_without_its_extra_is_refused_naming_what_to_install(
 ) -> None:
     from telemetry_jit.exporters import OTLPExporter
 
-    monkeypatch.setitem(sys.modules, missing, None)  # as if the distribution were not installed
+    # as if the distribution were not installed: its modules already imported by earlier tests included
+    for name in [name for name in sys.modules if name == missing or name.startswith(f"{missing}.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, missing, None)
     with pytest.raises(OTLPSettingsError, match=r"pip install 'telemetry-jit\[otlp\]'"):
         OTLPExporter("http://127.0.0.1:4317", protocol=protocol, metrics=False)
 

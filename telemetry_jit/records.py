@@ -308,14 +308,15 @@ class Payoff:
         if not self.measured:
             return {
                 PayoffAttr.NOT_MEASURED: self.not_measured,
-                PayoffAttr.COMPILE_S: round(self.compile_s, 4),
+                PayoffAttr.COMPILE_S: self.compile_s,
                 PayoffAttr.STEPS: self.steps,
             }
+        # what the figures are made of, unrounded: a file's reader then says what the run said (2.99x, not 3.00x)
         attributes: dict[str, AttributeValue] = {
-            PayoffAttr.EAGER_STEP_MS: round(self.eager_step_ms, 4),
-            PayoffAttr.COMPILED_STEP_MS: round(self.compiled_step_ms, 4),
+            PayoffAttr.EAGER_STEP_MS: self.eager_step_ms,
+            PayoffAttr.COMPILED_STEP_MS: self.compiled_step_ms,
             PayoffAttr.SPEEDUP: round(self.speedup, 4),
-            PayoffAttr.COMPILE_S: round(self.compile_s, 4),
+            PayoffAttr.COMPILE_S: self.compile_s,
             PayoffAttr.BREAK_EVEN_STEP: self.break_even_step if self.break_even_step is not None else -1,
             PayoffAttr.NET_S: round(self.net_s, 4),
             PayoffAttr.STEPS: self.steps,
@@ -324,8 +325,8 @@ class Payoff:
             PayoffAttr.BLOCK_STEPS: self.block_steps,
         }
         if self.eager_peak_mb is not None and self.compiled_peak_mb is not None:
-            attributes[PayoffAttr.EAGER_PEAK_MB] = round(self.eager_peak_mb, 3)
-            attributes[PayoffAttr.COMPILED_PEAK_MB] = round(self.compiled_peak_mb, 3)
+            attributes[PayoffAttr.EAGER_PEAK_MB] = self.eager_peak_mb
+            attributes[PayoffAttr.COMPILED_PEAK_MB] = self.compiled_peak_mb
         return attributes
 
     def sentence(self, why_slower: str = "") -> str:

@@ -18,6 +18,15 @@ def test_break_even_and_net_follow_from_the_step_times() -> None:
     assert "3.00x faster than eager" in payoff.sentence() and "repaid at step 400" in payoff.sentence()
 
 
+def test_a_recorded_payoff_reads_back_as_the_run_said_it() -> None:
+    """The file's reader says what the run said: a speedup of 2.99496 was said 2.99x during the run and read
+    3.00x from the file when the step times were written rounded."""
+    said = Payoff(8.51, 8.51 / 2.994996, 4, 5, 5, 1024.12345, 900.98765, 1.23456789, 70)
+    read = Payoff.from_attributes(said.attributes())
+    assert read == said
+    assert read.sentence() == said.sentence() and "2.99x" in said.sentence()
+
+
 def test_a_compiled_step_that_is_slower_is_never_repaid_and_says_why() -> None:
     payoff = Payoff(eager_step_ms=1.0, compiled_step_ms=2.0, measured_at_step=5, blocks=2, block_steps=3)
     payoff.compile_s, payoff.steps = 3.0, 100

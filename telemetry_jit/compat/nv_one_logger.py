@@ -17,14 +17,11 @@ from importlib import metadata
 from typing import Any, TypeVar
 
 from nv_one_logger.api.one_logger_provider import OneLoggerProvider
-from nv_one_logger.core.event import Event
 from nv_one_logger.core.exceptions import assert_that
 from nv_one_logger.core.span import Span, StandardSpanName
 from nv_one_logger.core.time import TracingTimestamp
 from nv_one_logger.exporter.exporter import Exporter
 from nv_one_logger.recorder.default_recorder import DefaultRecorder
-from nv_one_logger.training_telemetry.api.attributes import TrainingMetricsUpdateAttributes
-from nv_one_logger.training_telemetry.api.events import StandardTrainingJobEventName
 from nv_one_logger.training_telemetry.api.spans import StandardTrainingJobSpanName
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
@@ -159,7 +156,6 @@ class IterationBookkeeping:
         self._state = recorder._training_state
         self._config: Any = None  # nv-one-logger's training config, read at the first iteration's end
         self._training_started: float | None = None  # a running training iteration's start, past the first
-        self._loop: Span | None = None  # nv-one-logger's running training loop span, once an update found it
         timers = self._state.multi_iteration_timers
         self._training_timer, self._validation_timer = timers[_TRAINING], timers[_VALIDATION]
 
@@ -239,43 +235,13 @@ class IterationBookkeeping:
         completed = state.completed_training_iterations_overall
         # TrainingRecorder._maybe_send_training_metrics_update's own condition, asked before calling it
         if completed > 1 and completed % config.log_every_n_train_iterations == 0:
-            loop = self._loop
-            if loop is None or loop.stop_event is not None:  # one training loop runs at a time: found once each
-                loops = self.recorder.get_active_spans_by_name(StandardTrainingJobSpanName.TRAINING_LOOP)
-                loop = self._loop = loops[0] if len(loops) == 1 else None
+            recorder = self.recorder
             if self.fast and telemetry_enabled():
-                self._send_metrics_update(loop, completed, config)
-            if loop is not None:  # nv-one-logger keeps every event of a running span (only the start is needed)
-                del loop.events[1:]  # and formats them all on each look-up
-
-    def _send_metrics_update(self, loop: Span | None, completed: int, config: Any) -> None:
-        """TrainingRecorder._maybe_send_training_metrics_update (2.3.1) once due, to the training loop span
-        found once (nv-one-logger looks it up by name, formatting two assertion messages, at every update)."""
-        assert_that(loop is not None, "Expected to have one and only one span named training_loop")
-        state, timer = self._state, self._training_timer
-        first, last = state.first_logged_train_iterations_finish_time, state.last_logged_train_iterations_finish_time
-        attributes = TrainingMetricsUpdateAttributes.create(
-            train_iterations_start=state.train_iterations_start,
-            current_iteration=completed - 1,
-            num_iterations=timer.total_window_count,
-            train_samples_start=state.train_samples_start,
-            num_train_samples=state.train_samples_processed_current_job,
-            interval=config.log_every_n_train_iterations,
-            avg_iteration_time_sec=timer.avg_window_duration_sec,
-            min_iteration_time_sec=timer.min_window_duration_sec,
-            max_iteration_time_sec=timer.max_window_duration_sec,
-            total_iteration_time_sec=timer.total_time_sec,
-            train_tokens=state.train_tokens_current_job,
-            completed_floating_point_operations_overall=state.completed_floating_point_operations_overall,
-            total_flops=state.total_flops_current_job,
-            train_throughput_per_gpu=state.tflops_per_gpu.latest_value,
-            train_throughput_per_gpu_max=state.tflops_per_gpu.max_value,
-            train_throughput_per_gpu_min=state.tflops_per_gpu.min_value,
-            first_logged_train_iterations_finish_timestamp_sec=first.seconds_since_epoch if first else None,
-            last_logged_train_iterations_finish_timestamp_sec=last.seconds_since_epoch if last else None,
-        )
-        event = Event.create(name=StandardTrainingJobEventName.TRAINING_METRICS_UPDATE, attributes=attributes)
-        self.recorder.event(loop, event)
+                recorder._maybe_send_training_metrics_update()
+            # nv-one-logger keeps every event of a running span (only the start is needed) and formats them all
+            # on each look-up
+            for loop in recorder.get_active_spans_by_name(StandardTrainingJobSpanName.TRAINING_LOOP):
+                del loop.events[1:]
 
     def _count_flops(self, samples: int, config: Any) -> None:
         state = self.recorder._training_state

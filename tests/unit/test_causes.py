@@ -1,15 +1,21 @@
 # ruff: noqa: E501 - torch's messages are quoted verbatim
-"""The rules behind the answers: causes from torch's own reasons (as torch 2.8 and 2.13 word them),
-whose code a graph break is in, and what torch says of it."""
+"""``causes``: the rules behind the answers, a recompile's cause from torch's own reasons."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from telemetry_jit.analysis.reader import read_telemetry
+from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.breaks import break_fix, owner_of, parse_break, recompile_owner, user_location
 from telemetry_jit.causes import CAUSES, EXPECTED_CAUSES, RecompileClassifier, normalize_reason, telling_reason
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
 
 # a Lightning run of lightning.pytorch.demos.Transformer behind a submodule with an .item() branch: the last
 # training batch holds 6 of 8, validation sequences are 24 long instead of 16 (torch 2.13 and 2.8 alike, but
@@ -58,6 +64,155 @@ RUN = [  # (frame, stage, batch index, batches, torch's reason or "" for a first
 ]
 
 
+# torch's guard_failures for one frame (tests/unit/compat/test_torch.py reads each recompile's from it) (torch 2.8, 2.13 and 2.15 alike): one reason per cache entry at each
+# recompile, most recent entry first; a float attribute set per epoch, training and validation alternating
+TEMPERATURE_FAILURES = [
+    "0/0: GLOBAL_STATE changed: grad_mode ",  # validation's first call
+    "0/1: GLOBAL_STATE changed: grad_mode ",  # the second epoch's training: validation's entry, then training's
+    "0/0: s.temperature == 1.0                                     # return s.a(x) / s.temperature  # gf3.py:6 in forward",
+    "0/2: GLOBAL_STATE changed: grad_mode ",  # the second epoch's validation
+    "0/1: s.temperature == 1.0                                     # return s.a(x) / s.temperature  # gf3.py:6 in forward",
+    "0/0: GLOBAL_STATE changed: grad_mode ",
+]
+
+
+TORCH_2_13 = """Unsupported Tensor.item() call with capture_scalar_outputs=False
+  Explanation: Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.
+  Hint: Set `torch._dynamo.config.capture_scalar_outputs = True` or `export TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1` to include these operations in the captured graph.
+
+  Developer debug context: call_method TensorVariable() item () {}
+
+ For more details about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0124.html"""
+
+
+TORCH_2_8 = """Failed to trace builtin operator
+  Explanation: Dynamo does not know how to trace builtin operator `bool` with argument types ['Tensor'] (has_kwargs False)
+  Hint: Avoid calling builtin `bool` with argument types ['Tensor']. Consider using an equivalent alternative function/method to `bool`.
+  Hint: If you are attempting to call a logging function (e.g. `print`), you can try adding it to `torch._dynamo.config.reorderable_logging_functions`.
+  Hint: Please report an issue to PyTorch.
+
+  Developer debug context: builtin bool [<class 'torch._dynamo.variables.tensor.TensorVariable'>] False
+"""
+
+
+@pytest.mark.any_torch
+def test_a_size_that_changed_under_dynamic_true_is_torchs_specialization_never_advised_dynamic() -> None:
+    """With dynamic=True on (compile.dynamic), torch fixed the length (set_replacement s53 = 47
+    (range_refined_to_singleton)) and its guard fails: the fix is not the option already on."""
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=10, step=0, dynamic="true")
+    reason = "0/0: tensor 'x' size mismatch at index 2. expected 47, actual 39"
+    found = classifier.observe(
+        "0", "train", reason=reason, is_recompile=True, batch_index=3, batches=10, step=3, dynamic="true"
+    )
+    assert found is not None and found.cause == "specialized"
+    assert "dynamic=True" not in CAUSES[found.cause].fix.replace("dynamic=True does not help", "")
+    # the same reason without the option: torch's automatic dynamic shapes make it dynamic next time
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=10, step=0, dynamic="auto")
+    found = classifier.observe(
+        "0", "train", reason=reason, is_recompile=True, batch_index=3, batches=10, step=3, dynamic="auto"
+    )
+    assert found is not None and found.cause == "changing_dim"
+
+
+@pytest.mark.any_torch
+def test_a_property_that_alternates_between_callers_is_classified_by_the_size_its_other_entries_name() -> None:
+    """bf16-mixed: entries made for float32 and bfloat16 inputs alternate; at the last batch torch's telling reason
+    is a dtype mismatch already seen, and the other entries name the size that changed."""
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=10, step=0)
+    dtype = "0/0: tensor 'x' dtype mismatch. expected BFloat16, actual Float"
+    assert (
+        classifier.observe("0", "train", reason=dtype, is_recompile=True, batch_index=2, batches=10, step=2).cause
+        == "tensor_property"
+    )
+    found = classifier.observe(
+        "0",
+        "train",
+        reason="0/1: tensor 'x' dtype mismatch. expected Float, actual BFloat16",
+        is_recompile=True,
+        batch_index=9,
+        batches=10,
+        step=9,
+        reasons=[
+            "0/1: tensor 'x' dtype mismatch. expected Float, actual BFloat16",
+            "0/0: tensor 'x' size mismatch at index 0. expected 32, actual 12",
+        ],
+    )
+    assert found is not None and (found.cause, found.subject) == (
+        "last_batch",
+        "tensor 'x' size mismatch at index 0. expected 32, actual 12",
+    )
+
+
+@pytest.mark.any_torch
+def test_a_guard_on_a_dynamic_size_is_named_not_other() -> None:
+    classifier = RecompileClassifier()
+    classifier.observe("0", "train", batch_index=0, batches=3, step=0)
+    for guard in (
+        "0/0: 16 <= L['x'].size()[0]  # return F.conv1d(",
+        "0/1: L['x'].size()[1] <= 64",
+        "0/2: Eq(L['x'].size()[2], 47)",
+    ):
+        found = classifier.observe("0", "train", reason=guard, is_recompile=True, batch_index=2, batches=3, step=2)
+        assert found is not None and found.cause == "specialized", guard
+
+
+@pytest.mark.any_torch
+def test_a_batch_of_one_is_torchs_size_one_specialization_and_predict_keeps_every_sample() -> None:
+    """torch assumes a dynamic size is at least 2 (its 0/1 specialization): predict's last batch of one fails the
+    guard '2 <= x.size()[0]' (the oracle's conv1d_bn, gpt2, bert). It is named so, with a fix that never drops
+    predictions."""
+    classifier = RecompileClassifier()
+    classifier.observe("0", "predict", batch_index=0, batches=2, step=6)
+    found = classifier.observe(
+        "0",
+        "predict",
+        reason="0/4: 2 <= L['features'].size()[0]  # hidden = self.conv(features)",
+        is_recompile=True,
+        batch_index=1,
+        batches=2,
+        step=6,
+    )
+    assert found is not None and found.cause == "size_one"
+    # after a graph break the sized value is the resume function's (torch 2.15's text, from the oracle's lstm_packed)
+    classifier.observe("1", "predict", batch_index=0, batches=2, step=6)
+    found = classifier.observe(
+        "1",
+        "predict",
+        reason="1/4: 2 <= ___stack0[2].size()[0]  # _, (hidden, _) = self.rnn(packed)  # zoo.py:255 in "
+        "torch_dynamo_resume_in_forward_at_254 (user code shown is first use of this value--the guard itself is not "
+        "due user code but due to 0/1 specialization in the framework; to avoid specialization try "
+        "torch._dynamo.decorators.mark_unbacked(tensor, dim))",
+        is_recompile=True,
+        batch_index=1,
+        batches=2,
+        step=6,
+    )
+    assert found is not None and found.cause == "size_one", found
+    assert "drop_last" not in CAUSES["size_one"].fix_for("predict")
+    assert "pad such a batch to two" in CAUSES["size_one"].fix_for("predict")
+
+
+@pytest.mark.any_torch
+def test_a_smaller_last_batch_of_a_loop_not_known_to_train_is_never_advised_drop_last(tmp_path: Path) -> None:
+    """drop_last=True drops predictions (and evaluation's samples): it is advised only where the stage is known to
+    train. A loop whose stage the file does not name (quickstart-cold-before-fix.jsonl with train.stage taken out:
+    a plain loop that named none) gets the fix that keeps every sample."""
+    assert "drop_last=True)" in CAUSES["last_batch"].fix_for("train")
+    for stage in ("", "unknown", "inference", "predict", "validate()"):
+        assert "DataLoader(..., drop_last=True)" not in CAUSES["last_batch"].fix_for(stage), stage
+    records = [json.loads(line) for line in (DATA / "quickstart-cold-before-fix.jsonl").read_text().splitlines()]
+    for record in records:
+        record.get("attributes", {}).pop("train.stage", None)
+    path = tmp_path / "no-stage.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    (run,) = read_telemetry(path)
+    (row,) = [row for row in summarize(run).causes if row.cause == "last_batch"]
+    assert "DataLoader(..., drop_last=True)" not in row.fix and "dynamic" in row.fix, row.fix
+
+
 def test_every_recompile_of_a_real_run_gets_its_cause() -> None:
     classifier = RecompileClassifier()
     for frame, stage, index, batches, reason, cause, expected in RUN:
@@ -98,18 +253,6 @@ def test_guards_are_read_as_their_cause(reason: str, cause: str) -> None:
     classifier = RecompileClassifier()
     classifier.observe("0", "train")
     assert classifier.observe("0", "train", reason=reason, is_recompile=True).cause == cause
-
-
-# torch's guard_failures for one frame (tests/unit/test_dynamo_parsers.py reads each recompile's from it) (torch 2.8, 2.13 and 2.15 alike): one reason per cache entry at each
-# recompile, most recent entry first; a float attribute set per epoch, training and validation alternating
-TEMPERATURE_FAILURES = [
-    "0/0: GLOBAL_STATE changed: grad_mode ",  # validation's first call
-    "0/1: GLOBAL_STATE changed: grad_mode ",  # the second epoch's training: validation's entry, then training's
-    "0/0: s.temperature == 1.0                                     # return s.a(x) / s.temperature  # gf3.py:6 in forward",
-    "0/2: GLOBAL_STATE changed: grad_mode ",  # the second epoch's validation
-    "0/1: s.temperature == 1.0                                     # return s.a(x) / s.temperature  # gf3.py:6 in forward",
-    "0/0: GLOBAL_STATE changed: grad_mode ",
-]
 
 
 def test_what_changed_is_named_where_torch_names_the_grad_mode_of_another_entry() -> None:
@@ -281,23 +424,6 @@ def test_the_users_line_is_the_innermost_of_theirs_on_the_way() -> None:
     )
     assert user_location(stack) == "/home/me/model.py:13"
     assert user_location(stack[3:]) == ""
-
-
-TORCH_2_13 = """Unsupported Tensor.item() call with capture_scalar_outputs=False
-  Explanation: Dynamo does not support tracing `Tensor.item()` with config.capture_scalar_outputs=False.
-  Hint: Set `torch._dynamo.config.capture_scalar_outputs = True` or `export TORCHDYNAMO_CAPTURE_SCALAR_OUTPUTS=1` to include these operations in the captured graph.
-
-  Developer debug context: call_method TensorVariable() item () {}
-
- For more details about this graph break, please visit: https://meta-pytorch.github.io/compile-graph-break-site/gb/gb0124.html"""
-TORCH_2_8 = """Failed to trace builtin operator
-  Explanation: Dynamo does not know how to trace builtin operator `bool` with argument types ['Tensor'] (has_kwargs False)
-  Hint: Avoid calling builtin `bool` with argument types ['Tensor']. Consider using an equivalent alternative function/method to `bool`.
-  Hint: If you are attempting to call a logging function (e.g. `print`), you can try adding it to `torch._dynamo.config.reorderable_logging_functions`.
-  Hint: Please report an issue to PyTorch.
-
-  Developer debug context: builtin bool [<class 'torch._dynamo.variables.tensor.TensorVariable'>] False
-"""
 
 
 def test_torchs_own_words_for_a_break_are_kept() -> None:

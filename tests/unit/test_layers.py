@@ -3,10 +3,24 @@
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+NEW, OLD = DATA / "answers.jsonl", DATA / "answers-recorded-by-0.1.jsonl"
+
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
 BOTTOM = {"schema", "records", "identity", "notices", "causes", "breaks", "terminal", "boundary"}
+
+
 # layer -> the layers (and outside packages) it may import; a module's layer is its first name part
 MAY_IMPORT: dict[str, set[str]] = {
     "bottom": set(),
@@ -22,6 +36,8 @@ MAY_IMPORT: dict[str, set[str]] = {
     "cli": {"bottom", "analysis"},
     "__main__": {"cli"},
 }
+
+
 NEVER_ON_THE_ANALYSIS_SIDE = ("torch", "lightning", "nv_one_logger", "opentelemetry", "thunder")
 
 
@@ -64,6 +80,17 @@ def imports_of(name: str, path: Path) -> set[str]:
             names.add(base)
             names.update(f"{base}.{alias.name}" for alias in node.names)
     return names
+
+
+@pytest.mark.any_torch
+def test_summarising_a_file_imports_no_training_package() -> None:
+    code = (
+        "import sys; from telemetry_jit import cli; cli.main(['summary', '--json', sys.argv[1]]);"
+        "heavy = [m for m in ('torch', 'lightning', 'nv_one_logger', 'opentelemetry') if m in sys.modules];"
+        "assert not heavy, heavy"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(NEW)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-1500:]
 
 
 def test_no_import_runs_back_up_the_layers() -> None:

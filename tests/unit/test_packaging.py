@@ -110,3 +110,19 @@ def test_a_python_too_old_is_told_which_versions_work() -> None:
     )
     assert result.returncode != 0
     assert "telemetry-jit needs Python 3.10 or newer (tested on 3.10 to 3.13)" in result.stderr
+
+
+@pytest.mark.any_torch
+def test_unit_tests_mirror_the_source_tree() -> None:
+    """``tests/unit/<part>/test_<module>.py`` tests ``<part>/<module>.py``: a change finds its tests by name."""
+    unit = ROOT / "tests" / "unit"
+    roots = {"exporters": ROOT, "oracle": ROOT}  # shipped as telemetry_jit.exporters; the oracle beside the package
+    strays = []
+    for test in sorted(unit.rglob("test_*.py")):
+        relative = test.relative_to(unit)
+        if relative.name in ("test_layers.py", "test_packaging.py"):  # the package as a whole
+            continue
+        module = relative.with_name(relative.name.removeprefix("test_"))
+        if not (roots.get(module.parts[0], ROOT / "telemetry_jit") / module).is_file():
+            strays.append(str(relative))
+    assert not strays, f"unit tests named for no module (move them beside their module's name): {strays}"

@@ -21,6 +21,35 @@ def beat(rank: int, seq: int, step: int, **fields: object) -> Heartbeat:
     return Heartbeat(rank=rank, seq=seq, step=step, stage="train", **fields)  # type: ignore[arg-type]
 
 
+COLD = "forward (model.py:12) [0/0]"
+
+
+STUCK = f"rank 1 has been compiling {COLD} for 5 s (train step 0) while 1 rank waits at step 0"
+
+
+def cold_rank_stall(rank0: list[Looked], rank1: list[Looked], parts: dict[tuple[int, str], Parts] | None = None) -> str:
+    """The stall line the watcher says when rank 1 compiles ``COLD`` for 5 s while rank 0, done with its own
+    compile of it, waits: each rank's look-ups as their heartbeats carry them."""
+    judge = OutOfStep(world_size=2)
+    asked: list[int] = []
+
+    def parts_of(rank: int, looked: Looked) -> Parts | None:
+        asked.append(rank)
+        return (parts or {}).get((rank, looked.graph))
+
+    waiting = beat(0, 1, 0, compiles=1, last_compile_s=1.5, lookups=rank0)
+    compiling = beat(1, 1, 0, compiling=COLD, compiles=1, lookups=rank1)
+    assert judge.scan(100.0, {0: waiting, 1: compiling}, parts_of) == []
+    [said] = judge.scan(100.0 + STALL_MIN_S, {0: waiting, 1: compiling}, parts_of)
+    assert said.kind == "stall" and said.line.startswith(f"{STUCK}: ") and said.why == said.line[len(STUCK) + 2 :]
+    assert bool(asked) == (parts is not None)  # the parts are read only to tell keys that differ apart
+    return said.why
+
+
+def looked(layer: str, state: str, key: str, saved_s: float = 0.0, compile_: str = COLD) -> Looked:
+    return Looked(compile_hash(compile_), layer, 0, state, key, saved_s)
+
+
 def test_a_rank_compiling_while_the_others_wait_is_said_after_the_delay_then_at_doubling_intervals() -> None:
     judge = OutOfStep(world_size=3)
     assert judge.delay_s() == STALL_MIN_S
@@ -153,33 +182,6 @@ def test_a_heartbeat_survives_its_encoding_and_garbage_reads_as_none() -> None:
     for raw in (b"", b"{", b'{"rank": "x"}', b"\xff\xfe", b"[]"):
         assert Heartbeat.decode(raw) is None
     assert len(original.encode()) < 600
-
-
-COLD = "forward (model.py:12) [0/0]"
-STUCK = f"rank 1 has been compiling {COLD} for 5 s (train step 0) while 1 rank waits at step 0"
-
-
-def cold_rank_stall(rank0: list[Looked], rank1: list[Looked], parts: dict[tuple[int, str], Parts] | None = None) -> str:
-    """The stall line the watcher says when rank 1 compiles ``COLD`` for 5 s while rank 0, done with its own
-    compile of it, waits: each rank's look-ups as their heartbeats carry them."""
-    judge = OutOfStep(world_size=2)
-    asked: list[int] = []
-
-    def parts_of(rank: int, looked: Looked) -> Parts | None:
-        asked.append(rank)
-        return (parts or {}).get((rank, looked.graph))
-
-    waiting = beat(0, 1, 0, compiles=1, last_compile_s=1.5, lookups=rank0)
-    compiling = beat(1, 1, 0, compiling=COLD, compiles=1, lookups=rank1)
-    assert judge.scan(100.0, {0: waiting, 1: compiling}, parts_of) == []
-    [said] = judge.scan(100.0 + STALL_MIN_S, {0: waiting, 1: compiling}, parts_of)
-    assert said.kind == "stall" and said.line.startswith(f"{STUCK}: ") and said.why == said.line[len(STUCK) + 2 :]
-    assert bool(asked) == (parts is not None)  # the parts are read only to tell keys that differ apart
-    return said.why
-
-
-def looked(layer: str, state: str, key: str, saved_s: float = 0.0, compile_: str = COLD) -> Looked:
-    return Looked(compile_hash(compile_), layer, 0, state, key, saved_s)
 
 
 def test_a_cold_rank_with_the_same_key_as_a_rank_that_hit_is_told_its_cache_directory_lacks_it() -> None:

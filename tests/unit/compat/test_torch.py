@@ -1,6 +1,4 @@
-"""The parsers of torch's internals (telemetry_jit.compat.torch) and the log taps (telemetry_jit.probes.log_taps),
-fed log records, compile ids and CompilationMetrics as torch makes them, without compiling anything. The
-full fits in tests/e2e check the same facts against torch's own counts on every torch."""
+"""``compat.torch``: what torch's records, logs and compile ids say, parsed as each torch version writes them."""
 
 from __future__ import annotations
 
@@ -11,8 +9,6 @@ import pytest
 import torch
 
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, GraphBreakLog
-from telemetry_jit.records import NotCompiled
 from tests.unit.test_causes import TEMPERATURE_FAILURES
 
 
@@ -28,6 +24,15 @@ BREAK = (
     "User code traceback:\n"
     '  File "/home/me/model.py", line 58, in forward\n'
 )
+
+
+def metrics(**fields: object) -> SimpleNamespace:
+    return SimpleNamespace(**fields)
+
+
+class Own(torch.nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + 1
 
 
 def test_a_graph_break_record_gives_its_user_line_and_reason() -> None:
@@ -80,10 +85,6 @@ def test_a_compile_id_gives_its_frame_and_which_compile_of_it(compile_id: str, f
     assert (torch_compat.compile_frame_id(compile_id), torch_compat.compile_attempt(compile_id)) == (frame, attempt)
 
 
-def metrics(**fields: object) -> SimpleNamespace:
-    return SimpleNamespace(**fields)
-
-
 def test_a_frame_dynamo_could_not_trace_fell_back_to_eager() -> None:
     text, fell_back, limit = torch_compat.failure(metrics(fail_type="Unsupported", fail_reason="print is not traced"))
     assert (text, fell_back, limit) == ("print is not traced", True, False)
@@ -117,53 +118,6 @@ def test_phase_times_counts_and_cache_outcome_take_only_what_torch_filled_in() -
     assert torch_compat.cache_outcome(metric) == {"fx_graph_local_hits": 2, "time_saved_s": 0.5}
 
 
-class _Tap(GraphBreakLog):
-    """The graph-break tap on a logger of the test's own."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        super().__init__()
-        self.logger = logger
-
-    def loggers(self) -> list[logging.Logger]:
-        return [self.logger]
-
-
-def test_a_tap_reads_every_record_and_shows_only_what_the_users_logging_would() -> None:
-    logger = logging.getLogger("telemetry_jit.tests.tap")
-    logger.setLevel(logging.WARNING)
-    shown: list[str] = []
-    handler = logging.Handler()
-    handler.emit = lambda r: shown.append(r.getMessage())  # type: ignore[method-assign]
-    logger.addHandler(handler)
-    tap = _Tap(logger)
-    try:
-        tap.install()
-        logger.debug(BREAK)  # read, not shown: the user's logger stops at WARNING
-        logger.warning("the user's own warning")
-        assert [location for location, _, _ in tap.entries] == ["/home/me/model.py:58"]
-        assert shown == ["the user's own warning"]
-        assert tap.take("Call to `torch._dynamo.graph_break()`")[0] == "/home/me/model.py:58"
-        assert tap.take("Call to `torch._dynamo.graph_break()`") == ("", ())  # taken once
-    finally:
-        tap.uninstall()
-        logger.removeHandler(handler)
-    assert logger.level == logging.WARNING and not logger.filters  # as it was
-
-
-def test_a_record_torch_reworded_never_fails_the_logging_call() -> None:
-    tap = DDPBucketLog()
-    broken = record(torch_compat.DDP_LOGGER, "DDPOptimizer used bucket cap %s and created %s buckets", "many")
-    assert tap.filter(broken) is False and tap.entries == []  # read failed quietly; DEBUG not shown by default
-    bypass = CacheBypassLog()
-    bypass.filter(record("torch._inductor.codecache", "Bypassing FX Graph Cache because '%s'", "a reason"))
-    assert bypass.entries == ["fx_graph: a reason"]
-
-
-class Own(torch.nn.Module):
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + 1
-
-
 def test_module_compile_of_torchs_own_layers_is_known_to_compile_nothing_before_torch_2_15() -> None:
     untouched, given, in_place, own = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), Own()
     given.compile(backend="eager")
@@ -175,16 +129,6 @@ def test_module_compile_of_torchs_own_layers_is_known_to_compile_nothing_before_
         before = torch_compat.frames_compiled()
         given(torch.randn(3, 2))
         assert torch_compat.frames_compiled() == before
-
-
-def test_a_module_compiled_to_no_effect_names_the_selector_where_one_reaches_it() -> None:
-    reached = NotCompiled("model.encoder", "torch.nn.modules.transformer.TransformerEncoder", "2.13.0", "encoder")
-    assert reached.words().startswith("`model.encoder` (TransformerEncoder) was compiled with Module.compile()")
-    assert "JitConfig(module_selector='encoder', use_torch=True)" in reached.fix()
-    assert "`self.model.encoder = torch.compile(self.model.encoder)`" in reached.fix()
-    outside = NotCompiled("head", "torch.nn.modules.linear.Linear", "2.13.0")
-    assert "JitConfig" not in outside.fix() and "`self.head = torch.compile(self.head)`" in outside.fix()
-    assert NotCompiled.from_attributes(reached.attributes()) == reached
 
 
 def test_each_recompiles_reasons_are_read_from_torchs_list_of_guard_failures() -> None:

@@ -26,6 +26,24 @@ def names(selector: str) -> list[str]:
     return [name for name, _ in select_modules(tree(), selector)]
 
 
+class Attention(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.self_attn = torch.nn.Linear(4, 4)
+        self.self_attn_out = torch.nn.Linear(4, 4)
+        self.mlp = torch.nn.Linear(4, 4)
+
+
+class Layered(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(Attention() for _ in range(2))
+
+
+def selected(root: torch.nn.Module, config: JitConfig) -> list[str]:
+    return [name for name, _ in select(root, config)]
+
+
 @pytest.mark.parametrize("selector", ["", "*"])
 def test_empty_and_star_select_the_root(selector: str) -> None:
     root = tree()
@@ -116,24 +134,6 @@ def test_torch_kwargs_pass_through_and_compile_once() -> None:
     assert net._compiled is True
     # state_dict keys are those of the plain model
     assert set(net.state_dict()) == set(Net().state_dict())
-
-
-class Attention(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.self_attn = torch.nn.Linear(4, 4)
-        self.self_attn_out = torch.nn.Linear(4, 4)
-        self.mlp = torch.nn.Linear(4, 4)
-
-
-class Layered(torch.nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layers = torch.nn.ModuleList(Attention() for _ in range(2))
-
-
-def selected(root: torch.nn.Module, config: JitConfig) -> list[str]:
-    return [name for name, _ in select(root, config)]
 
 
 def test_nemo_configs_never_change_meaning_silently() -> None:

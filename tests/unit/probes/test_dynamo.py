@@ -16,7 +16,7 @@ from torch._dynamo.callback import CallbackArgs, CallbackTrigger, callback_handl
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.probes.dynamo import DynamoProbe
 from telemetry_jit.records import CompileContext
-from tests.unit.test_dynamo_parsers import BREAK
+from tests.unit.compat.test_torch import BREAK
 
 
 @pytest.fixture
@@ -103,9 +103,7 @@ def test_a_frame_compile_is_recorded_from_its_callbacks_and_metrics(probe: Dynam
 
     (record,) = probe.poll()
     assert (record.compile_id, record.trigger, record.is_recompile) == ("0/0", "dynamo", False)
-    assert record.frame == "forward" and record.location.endswith(
-        f"test_dynamo_probe.py:{forward.__code__.co_firstlineno}"
-    )
+    assert record.frame == "forward" and record.location.endswith(f"test_dynamo.py:{forward.__code__.co_firstlineno}")
     assert record.backend == "inductor"  # from dynamo's _compile frame, not its metrics
     assert record.context == CompileContext(global_step=7, stage="train")
     assert (record.start_ns, record.end_ns) == (metric.start_time_us * 1000, metric.end_time_us * 1000)

@@ -15,6 +15,8 @@ GM = """GraphModule()
 def forward(self, p_0 : torch.nn.parameter.Parameter, p_1 : torch.Tensor):
     linear = torch._C._nn.linear(p_1, p_0);  p_0 = p_1 = None
     return (linear,)"""
+
+
 COMPONENTS = [
     f"[4sfbocuwcptxczysz2cypsqgoyupimm4kooiss7nycgo6wwjnc6] gm: {GM}",
     "[ifcqr4f7nddsjb55kwo2bhqkw72m7mudamdc3gl3u7zqyxo4fy4] example_inputs[0]: TensorMetadata(dtype=torch.float32, "
@@ -25,6 +27,23 @@ COMPONENTS = [
     "[esstihe2nyydk4mhzpvox3qkajyu5y5t23hk3fi2me7jn75xi3o] inductor_config[max_autotune]: False",
     "[cev5uo2jlwdhw2uyzcm7vr6cl23azjfw437f5r5lskm7spucos6] grad_enabled: True",
 ]
+
+
+def compile_watched(*taps: CacheBypassLog) -> list[compile_cache.Lookup]:
+    """The look-ups a real inductor compile hands the watcher (with ``taps`` installed meanwhile)."""
+    seen: list[compile_cache.Lookup] = []
+    for tap in taps:
+        tap.install()
+    compile_cache.watch(seen.append)
+    try:
+        torch._dynamo.reset()
+        torch.compile(torch.nn.Linear(4, 4), backend="inductor")(torch.randn(2, 4))
+    finally:
+        compile_cache.unwatch(seen.append)
+        for tap in taps:
+            tap.uninstall()
+        torch._dynamo.reset()
+    return seen
 
 
 def test_parts_are_hashes_with_readable_values_and_settings_apart() -> None:
@@ -54,23 +73,6 @@ def test_other_events_and_unknown_states_are_not_look_ups() -> None:
     assert compile_cache.parse_lookup("dynamo", {"key": "x"}) is None
     hit = compile_cache.parse_lookup("fx_graph_cache_hit", {"key": "f", "time_saved_ns": 2_500_000_000})
     assert hit is not None and (hit.layer, hit.saved_s, hit.parts) == ("fx_graph", 2.5, {})
-
-
-def compile_watched(*taps: CacheBypassLog) -> list[compile_cache.Lookup]:
-    """The look-ups a real inductor compile hands the watcher (with ``taps`` installed meanwhile)."""
-    seen: list[compile_cache.Lookup] = []
-    for tap in taps:
-        tap.install()
-    compile_cache.watch(seen.append)
-    try:
-        torch._dynamo.reset()
-        torch.compile(torch.nn.Linear(4, 4), backend="inductor")(torch.randn(2, 4))
-    finally:
-        compile_cache.unwatch(seen.append)
-        for tap in taps:
-            tap.uninstall()
-        torch._dynamo.reset()
-    return seen
 
 
 def test_a_real_compile_hands_its_look_ups_to_the_watcher() -> None:

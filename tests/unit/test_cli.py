@@ -1,6 +1,4 @@
-"""The light install for gate-only CI jobs: ``pip install --no-deps telemetry-jit`` brings the CLI and nothing of
-torch, Lightning, nv-one-logger or OpenTelemetry, and ``check``, ``summary`` and ``diff`` run there (their code
-needs Python's standard library alone). .ci/run installs it that way and runs the gate on a recorded file."""
+"""``cli``: the commands, from standard input and on the light install."""
 
 from __future__ import annotations
 
@@ -12,9 +10,21 @@ import pytest
 
 pytestmark = pytest.mark.any_torch
 
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+
+
+NEW, OLD = DATA / "answers.jsonl", DATA / "answers-recorded-by-0.1.jsonl"
+
+
 ROOT = Path(__file__).resolve().parents[2]
+
+
 RECORDED = ROOT / "tests" / "data" / "answers.jsonl"
+
+
 TRAINING = ("torch", "lightning", "nv_one_logger", "opentelemetry", "thunder", "typing_extensions")
+
 
 _NOTHING_INSTALLED = """
 import sys
@@ -25,6 +35,14 @@ loaded = sorted({name.split(".")[0] for name in sys.modules} & set(sys.argv[2].s
 print("LOADED", loaded, file=sys.stderr)
 sys.exit(code)
 """
+
+
+def test_dash_reads_standard_input() -> None:
+    with NEW.open("rb") as stdin:
+        done = subprocess.run(
+            [sys.executable, "-m", "telemetry_jit", "summary", "-"], stdin=stdin, capture_output=True, text=True
+        )
+    assert done.returncode == 0 and "recompiles by cause" in done.stdout, done.stderr
 
 
 @pytest.mark.parametrize(

@@ -322,7 +322,7 @@ def test_every_recorded_name_has_one_opentelemetry_name_in_seconds_and_the_docs_
 
     from telemetry_jit import schema
 
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "telemetry.md").read_text()
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "telemetry.md").read_text()
     recorded = [
         value
         for holder in (

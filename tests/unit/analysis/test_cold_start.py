@@ -7,6 +7,8 @@ from telemetry_jit.analysis.cold_start import CacheLedger, explain
 from telemetry_jit.analysis.runs import EventRecord, SpanRecord
 
 SETTINGS = ["inductor_config[max_autotune]\tmaaa\tFalse", "inductor_config[freezing]\tfrrr\tFalse"]
+
+
 PARTS = [
     "gm\tgraph1\t",
     "example_inputs[0]\tin0\tparameter float32[8, 8] cpu",

@@ -493,21 +493,17 @@ def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
     for them (``telemetry_jit.*``, durations in seconds), one name per fact; an empty text is no fact, not sent."""
     converted: dict[str, Any] = {}
     for name, value in attributes.items():
-        if isinstance(value, str) and not value:
-            continue
-        if isinstance(value, (str, bool, int, float)):
-            converted[name] = value
-        elif isinstance(value, (list, tuple)):
-            primitive = len({type(v) for v in value}) == 1 and isinstance(value[0], (str, bool, int, float))
-            converted[name] = list(value) if primitive else [str(v) for v in value]
-        elif value is not None:
-            converted[name] = str(value)
-    for name, value in list(converted.items()):
         renamed = otel_name(name)
-        if renamed is not None or otel_dropped(name):
-            del converted[name]
+        if value is None or (isinstance(value, str) and not value) or (renamed is None and otel_dropped(name)):
+            continue
+        if isinstance(value, (list, tuple)):
+            primitive = len({type(v) for v in value}) == 1 and isinstance(value[0], (str, bool, int, float))
+            value = list(value) if primitive else [str(v) for v in value]
+        elif not isinstance(value, (str, bool, int, float)):
+            value = str(value)
         if renamed is not None:
-            converted[renamed[0]] = _scaled(value, renamed[1])
+            name, value = renamed[0], _scaled(value, renamed[1])
+        converted[name] = value
     return converted
 
 

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 from urllib.parse import ParseResult, parse_qsl, unquote, urlencode, urlparse, urlunparse
@@ -39,6 +39,7 @@ _BATCH = {  # BatchSpanProcessor's argument -> (variable, unit, OpenTelemetry's 
 }
 MAX_REQUEST_BYTES_VARIABLE = "TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES"
 DEFAULT_MAX_REQUEST_BYTES = 3 * 1024 * 1024  # under the 4 MiB gRPC receivers (the Collector's too) take by default
+_Filter = logging.Filter | Callable[[logging.LogRecord], bool]
 _HOST = re.compile(r"^[A-Za-z0-9._~%-]+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
@@ -93,29 +94,26 @@ def sdk_said(*loggers: str) -> Iterator[list[str]]:
     (telemetry-jit refuses instead; some lines repeat a malformed header's secret)."""
     said: list[str] = []
 
-    class Collect(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            if record.levelno >= logging.WARNING:
-                said.append(record.getMessage())
-                return False
-            return True
+    def collect(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            said.append(record.getMessage())
+        return record.levelno < logging.WARNING
 
-    tap = Collect()
-    tap_sdk_loggers(tap, loggers)
+    tap_sdk_loggers(collect, loggers)
     try:
         yield said
     finally:
-        untap_sdk_loggers(tap, loggers)
+        untap_sdk_loggers(collect, loggers)
 
 
-def tap_sdk_loggers(tap: logging.Filter, loggers: Iterable[str]) -> None:
+def tap_sdk_loggers(tap: _Filter, loggers: Iterable[str]) -> None:
     """``tap`` first among the filters of ``loggers``: a filter that drops a line stops the others (gRPC's exporter
     puts the SDK's DuplicateFilter on its logger, which drops a line whose format it saw in the last 20 s)."""
     for name in loggers:
         logging.getLogger(name).filters.insert(0, tap)
 
 
-def untap_sdk_loggers(tap: logging.Filter, loggers: Iterable[str]) -> None:
+def untap_sdk_loggers(tap: _Filter, loggers: Iterable[str]) -> None:
     for name in loggers:
         logging.getLogger(name).removeFilter(tap)
 

@@ -345,16 +345,9 @@ class RetryingSpanExporter(SpanExporter):
 def bounded(calls: Sequence[Callable[[], Any]], seconds: float) -> list[bool]:
     """Run each call on its own thread and wait at most ``seconds`` in all: for each, whether it finished."""
     deadline = time.monotonic() + seconds
-    finished = []
-    for call in calls:
-        done = threading.Event()
-
-        def run(call: Callable[[], Any] = call, done: threading.Event = done) -> None:
-            try:
-                call()
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="telemetry-jit-otlp-flush", daemon=True).start()
-        finished.append(done)
-    return [done.wait(max(deadline - time.monotonic(), 0)) for done in finished]
+    threads = [threading.Thread(target=call, name="telemetry-jit-otlp-flush", daemon=True) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0))
+    return [not thread.is_alive() for thread in threads]

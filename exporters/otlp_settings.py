@@ -37,7 +37,7 @@ _BATCH = {  # BatchSpanProcessor's argument -> (variable, unit, OpenTelemetry's 
     "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "spans", 512),
     "export_timeout_millis": ("OTEL_BSP_EXPORT_TIMEOUT", "milliseconds", None),  # default: bounds flush and close
 }
-MAX_REQUEST_BYTES_VARIABLE = "TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES"
+_REQUEST_BYTES = ("TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES",)
 DEFAULT_MAX_REQUEST_BYTES = 3 * 1024 * 1024  # under the 4 MiB gRPC receivers (the Collector's too) take by default
 _Filter = logging.Filter | Callable[[logging.LogRecord], bool]
 _HOST = re.compile(r"^[A-Za-z0-9._~%-]+$|^\[[0-9A-Fa-f:.]+\]$")
@@ -202,7 +202,6 @@ class OTLPSettings:
             OTLPSettingsError: naming the setting, its value and what is valid.
         """
         traces = _target(options, "traces")
-        timeout_s = traces.timeout_s
         batch = {
             name: value
             for name, (variable, unit, default) in _BATCH.items()
@@ -216,20 +215,17 @@ class OTLPSettings:
             )
         metrics = _metrics_wanted() if options.metrics is None else options.metrics
         _check_sdk_variables()
-        request_bytes = (MAX_REQUEST_BYTES_VARIABLE,)
         return cls(
             targets={"traces": traces, "metrics": _target(options, "metrics", traces)},
             service_name=options.service_name,
-            flush_timeout_s=batch["export_timeout_millis"] / 1000 if "export_timeout_millis" in batch else timeout_s,
+            flush_timeout_s=batch.get("export_timeout_millis", traces.timeout_s * 1000) / 1000,
             insecure=options.insecure,
             certificate_file=options.certificate_file,
             resource_attributes=dict(options.resource_attributes or {}),
             batch=batch,
             metrics=metrics,
-            max_request_bytes=int(
-                _positive(
-                    "max_request_bytes", options.max_request_bytes, request_bytes, "bytes", DEFAULT_MAX_REQUEST_BYTES
-                )
+            max_request_bytes=_positive(
+                "max_request_bytes", options.max_request_bytes, _REQUEST_BYTES, "bytes", DEFAULT_MAX_REQUEST_BYTES
             ),
             metrics_interval_ms=_positive(
                 "metrics_interval", None, ("OTEL_METRIC_EXPORT_INTERVAL",), "milliseconds", 60_000.0
@@ -281,10 +277,8 @@ def _exporter_names(variable: str, default: str, known: tuple[str, ...], use: st
 
 
 def _metrics_wanted() -> bool:
-    names = _exporter_names(
-        "OTEL_METRICS_EXPORTER", "otlp", ("otlp", "none", "console", "prometheus"), "Use 'otlp' or 'none'."
-    )
-    return "otlp" in names
+    known = ("otlp", "none", "console", "prometheus")
+    return "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
 
 
 _SIGNALS = ("", "TRACES_", "METRICS_")
@@ -464,4 +458,4 @@ def _positive(
             f"{source}={value!r}: must be a number of {unit} greater than 0 (default: "
             f"{default if default is not None else 'the export timeout'}). With it, nothing would be sent."
         )
-    return int(value) if name in ("max_queue_size", "max_export_batch_size") else value
+    return int(value) if name in ("max_queue_size", "max_export_batch_size", "max_request_bytes") else value

@@ -372,8 +372,7 @@ class OTLPExporter(BaseExporter):
         otel_span.set_attributes(self._with_identity(span.attributes.to_json()))
         if span.parent_span is None and self._failure is not None:  # the root: the run failed under it
             self._failed(otel_span, self._failure, "the run failed (see the exception event of the span it ended)")
-        stop_event = span.stop_event
-        self._end(otel_span, unix_ns(stop_event.timestamp) if stop_event is not None else None)
+        self._end(otel_span, unix_ns(span.stop_event.timestamp) if span.stop_event is not None else None)
 
     def _end(self, otel_span: trace.Span, end_time: int | None) -> None:
         otel_span.end(end_time=end_time)

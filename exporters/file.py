@@ -190,8 +190,11 @@ class FileExporter(BaseExporter):
             self._next_reopen = 0.0  # a lost file is tried at once: the health record and the losses' count go last
             if self.ready:
                 self._reopen_if_gone()
-        health = self._health_record()
-        if health is not None and self.ready:
+        if self.health is not None and self.ready:
+            try:
+                health = {"kind": "health", **self.health()}
+            except Exception as error:  # noqa: BLE001 - the account of losses must not lose the file
+                health = {"kind": "health", "unknown": repr(error)}
             self._write(health)
         with self._lock:
             if self.ready and not self._report_losses():
@@ -207,14 +210,6 @@ class FileExporter(BaseExporter):
         fd, self._fd, self._fd_file = self._fd, None, (-1, -1)
         if fd is not None:
             os.close(fd)
-
-    def _health_record(self) -> dict[str, Any] | None:
-        if self.health is None:
-            return None
-        try:
-            return {"kind": "health", **self.health()}
-        except Exception as error:  # noqa: BLE001 - the account of losses must not lose the file
-            return {"kind": "health", "unknown": repr(error)}
 
     def _write(self, *records: dict[str, Any]) -> None:
         """Append ``records`` in one write: all of them, or none (then they are counted as lost)."""

@@ -282,10 +282,8 @@ def _metrics_wanted() -> bool:
 
 
 _SIGNALS = ("", "TRACES_", "METRICS_")
-_CHOICES = {  # variables the SDK reads itself and takes anything for (anything but "true" is false): our rule
-    "OTEL_SDK_DISABLED": ("true", "false"),
-    **{f"OTEL_EXPORTER_OTLP_{s}INSECURE": ("true", "false") for s in _SIGNALS},
-}
+# variables the SDK reads itself and takes anything for (anything but "true" is false): ours say true or false
+_BOOLEANS = ("OTEL_SDK_DISABLED", *(f"OTEL_EXPORTER_OTLP_{s}INSECURE" for s in _SIGNALS))
 # variables OpenTelemetry's exporters check as they are built (otlp_transport.checked_exporters)
 CHECKED_BY_THE_EXPORTERS = (
     *(f"OTEL_EXPORTER_OTLP_{s}COMPRESSION" for s in _SIGNALS),
@@ -304,10 +302,10 @@ def _check_sdk_variables() -> None:
         SpanLimits()  # the span limits (OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT, ...), read as the SDK reads them
     except ValueError as error:
         raise OTLPSettingsError(f"{error} (a limit OpenTelemetry applies to every span).") from None
-    for variable, valid in _CHOICES.items():
+    for variable in _BOOLEANS:
         value = _environ(variable)
-        if value is not None and value.strip().lower() not in valid:
-            raise OTLPSettingsError(f"{variable}={value!r}: must be one of {', '.join(valid)}.")
+        if value is not None and value.strip().lower() not in ("true", "false"):
+            raise OTLPSettingsError(f"{variable}={value!r}: must be one of true, false.")
     for variable in _FILES:
         value = _environ(variable)
         if value is not None and not os.access(value, os.R_OK):

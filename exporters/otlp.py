@@ -172,6 +172,9 @@ class OTLPExporter(BaseExporter):
         arguments = locals()  # the options, each by its OTLPOptions name
         self.options = OTLPOptions(**{option.name: arguments[option.name] for option in fields(OTLPOptions)})
         self.settings = OTLPSettings.resolve(self.options)
+        traces = self.settings.targets["traces"]
+        self.endpoint: str = traces.endpoint
+        self.protocol: str = traces.protocol
         self._exporters = checked_exporters(self.settings)  # OpenTelemetry's, by signal
         self._log_filter = FailureTap()
         self._retrying = RetryingSpanExporter(
@@ -194,14 +197,6 @@ class OTLPExporter(BaseExporter):
         self._failure: str | None = None  # the type of the error that ended a span, for the root span's status
         self._metrics: CountingMetricExporter | None = None
         self.dropped = 0  # spans lost, known once the exporter is closed
-
-    @property
-    def endpoint(self) -> str:
-        return self.settings.targets["traces"].endpoint
-
-    @property
-    def protocol(self) -> str:
-        return self.settings.targets["traces"].protocol
 
     @property
     def service_name(self) -> str | None:

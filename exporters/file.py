@@ -119,7 +119,6 @@ class FileExporter(BaseExporter):
     def initialize(self) -> None:
         self._created = not self.path.exists()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._open_file(self.path)
         except OSError as error:  # what access() could not foresee: a read-only or virtual file system, root's access
             raise type(error)(
@@ -188,14 +187,16 @@ class FileExporter(BaseExporter):
     @override
     def close(self) -> None:
         with self._lock:
-            self._next_reopen = 0.0  # a lost file is tried at once: the health record is the run's last word
-        health = self._health_record()
-        if health is not None and self.ready:
+            self._next_reopen = 0.0  # a lost file is tried at once: the health record and the losses' count go last
+            if self.ready:
+                self._reopen_if_gone()
+        if self.health is not None and self.ready:
+            try:
+                health = {"kind": "health", **self.health()}
+            except Exception as error:  # noqa: BLE001 - the account of losses must not lose the file
+                health = {"kind": "health", "unknown": repr(error)}
             self._write(health)
         with self._lock:
-            if self.ready and self._fd is None:
-                self._next_reopen = 0.0
-                self._reopen_if_gone()  # a last try, so that the count of losses reaches the file
             if self.ready and not self._report_losses():
                 self._warn(
                     "lost at close",
@@ -209,14 +210,6 @@ class FileExporter(BaseExporter):
         fd, self._fd, self._fd_file = self._fd, None, (-1, -1)
         if fd is not None:
             os.close(fd)
-
-    def _health_record(self) -> dict[str, Any] | None:
-        if self.health is None:
-            return None
-        try:
-            return {"kind": "health", **self.health()}
-        except Exception as error:  # noqa: BLE001 - the account of losses must not lose the file
-            return {"kind": "health", "unknown": repr(error)}
 
     def _write(self, *records: dict[str, Any]) -> None:
         """Append ``records`` in one write: all of them, or none (then they are counted as lost)."""
@@ -260,12 +253,10 @@ class FileExporter(BaseExporter):
 
     def _report_losses(self) -> bool:
         """Write the count of records lost since it was last written; whether none is left unwritten."""
-        if self._unreported_losses and self._fd is not None and self._append(self._loss_record()):
+        lost = self._unreported_losses
+        if lost and self._fd is not None and self._append(self._line({"kind": "records_lost", "count": lost})):
             self._unreported_losses = 0
         return not self._unreported_losses
-
-    def _loss_record(self) -> bytes:
-        return self._line({"kind": "records_lost", "count": self._unreported_losses})
 
     def _reopen_if_gone(self) -> None:
         """Open the file again where the path no longer leads to it; where that fails, hold no descriptor and
@@ -290,7 +281,6 @@ class FileExporter(BaseExporter):
         if time.monotonic() < self._next_reopen:
             return
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             self._open_file(self.path)
         except (OSError, ValueError) as error:
             self._next_reopen = time.monotonic() + _REOPEN_EVERY_S
@@ -305,6 +295,7 @@ class FileExporter(BaseExporter):
 
     def _open_file(self, path: Path) -> None:
         assert self._fd is None, "one descriptor at a time"
+        path.parent.mkdir(parents=True, exist_ok=True)
         fd = _open(path)
         opened = os.fstat(fd)
         self._fd, self._fd_file = fd, (opened.st_dev, opened.st_ino)
@@ -327,7 +318,7 @@ class FileExporter(BaseExporter):
                 if self._created and not target.exists():
                     os.replace(source, target)
                 else:
-                    marker = _run_marker(self.run_id)
+                    marker = _encode({"run": self.run_id})[1:-1].encode()  # "run":"<id>" as the records write it
                     with open(source, "rb") as old, open(target, "ab") as new:
                         new.writelines(line for line in old if marker in line)
             except OSError as error:
@@ -340,11 +331,6 @@ class FileExporter(BaseExporter):
                 self._open_file(target)
             except (OSError, ValueError):
                 self._next_reopen = 0.0  # the next record tries again, and counts what it loses meanwhile
-
-
-def _run_marker(run_id: str) -> bytes:
-    """The bytes of ``"run":"<id>"`` as the records write them (JSON escapes, ``\\u00e9`` for a non-ASCII id)."""
-    return _encode({"run": run_id})[1:-1].encode()
 
 
 def _open(path: Path) -> int:
@@ -412,15 +398,11 @@ def _check_writable(path: Path) -> None:
             f"FileExporter path {str(path)!r} is a symbolic link: telemetry-jit writes only to a regular file, so that "
             "a link cannot send its records into another file. Pass the file itself (a folder on the way may be one)."
         )
-    if path.is_dir():
-        raise ValueError(
-            f"FileExporter path {str(path)!r} is a directory; "
-            f"pass a file path such as {str(path / 'telemetry.jsonl')!r}."
-        )
     if path.exists() and not path.is_file():  # a FIFO would block the open, a device is no file to append to
+        example = path / "telemetry.jsonl" if path.is_dir() else "runs/telemetry.jsonl"
         raise ValueError(
             f"FileExporter path {str(path)!r} is a {_file_type(path)}, not a regular file: telemetry-jit appends "
-            "only to a regular file (it does not open this one). Pass a file path such as 'runs/telemetry.jsonl'."
+            f"only to a regular file (it does not open this one). Pass a file path such as {str(example)!r}."
         )
     if path.exists():
         if not os.access(path, os.W_OK):
@@ -445,7 +427,7 @@ def _check_writable(path: Path) -> None:
 
 def _file_type(path: Path) -> str:
     mode = path.stat().st_mode
-    for test, name in ((stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket"), (stat.S_ISCHR, "device")):
+    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket")):
         if test(mode):
             return name
-    return "device" if stat.S_ISBLK(mode) else "special file"
+    return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"

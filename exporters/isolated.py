@@ -10,8 +10,6 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
-from nv_one_logger.core.span import Span
 from nv_one_logger.exporter.exporter import BaseExporter, Exporter
 from typing_extensions import override
 
@@ -26,6 +24,16 @@ _CALLS = call_site(
     "an exporter given to configure(exporters=...)",
     bound="its own thread; close waits close_timeout",
 )
+
+
+def _queued(name: str) -> Callable[..., None]:
+    """nv-one-logger's exporter call ``name``, its state checked here and its run queued for the worker thread."""
+
+    def queue(self: IsolatedExporter, *args: Any) -> None:
+        self._check_state()
+        self._submit(getattr(self.exporter, name), *args)
+
+    return override(queue)  # nv-one-logger's exporters check that every override says so
 
 
 class IsolatedExporter(BaseExporter):
@@ -85,34 +93,15 @@ class IsolatedExporter(BaseExporter):
         self.exporter.initialize()
         self._worker.start()
 
-    @override
-    def export_start(self, span: Span) -> None:
-        super().export_start(span)
-        self._submit(self.exporter.export_start, span)
-
-    @override
-    def export_stop(self, span: Span) -> None:
-        super().export_stop(span)
-        self._submit(self.exporter.export_stop, span)
-
-    @override
-    def export_event(self, event: Event, span: Span) -> None:
-        super().export_event(event, span)
-        self._submit(self.exporter.export_event, event, span)
-
-    @override
-    def export_error(self, event: ErrorEvent, span: Span) -> None:
-        super().export_error(event, span)
-        self._submit(self.exporter.export_error, event, span)
+    export_start = _queued("export_start")
+    export_stop = _queued("export_stop")
+    export_event = _queued("export_event")
+    export_error = _queued("export_error")
+    export_telemetry_data_error = _queued("export_telemetry_data_error")
 
     def export_finished_span(self, span: FinishedSpan) -> None:
         self._check_state()
         self._submit(export_finished, self.exporter, span)
-
-    @override
-    def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
-        super().export_telemetry_data_error(error)
-        self._submit(self.exporter.export_telemetry_data_error, error)
 
     @override
     def close(self) -> None:

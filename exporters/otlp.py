@@ -14,10 +14,10 @@ import os
 import random
 import re
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from importlib import metadata
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
@@ -27,7 +27,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import ProcessResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler, SamplingResult
 from opentelemetry.trace import Status, StatusCode
@@ -54,7 +54,6 @@ from .otlp_transport import (
     FailureTap,
     RetryingSpanExporter,
     bounded,
-    build_exporter,
     checked_exporters,
 )
 
@@ -70,6 +69,21 @@ _VERSIONED = {
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"  # the semantic conventions the names follow
 # spans every sampler keeps: a run compiles a few dozen times, and each compile is what the telemetry is for
 ALWAYS_KEPT = frozenset(name.value for name in JitSpanName)
+
+
+_Method = TypeVar("_Method", bound=Callable[..., None])
+
+
+def _through_the_sdk(method: _Method) -> _Method:
+    """An exporter call, its state checked as nv-one-logger's ``BaseExporter`` checks it, whose OpenTelemetry part
+    fails alone: said once and counted, never raised into training."""
+
+    @functools.wraps(method)
+    def call(self: BaseExporter, *args: Any) -> None:
+        self._check_state()
+        _SDK.call(method, self, *args)
+
+    return cast(_Method, call)
 
 
 class KeepCompiles(Sampler):
@@ -121,7 +135,6 @@ class OTLPExporter(BaseExporter):
     Args:
         headers: never logged.
         retry_buffer_size: spans kept from failed exports and re-sent after the next batch.
-        span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
         identity: where the rank, world size and node on every span come from (``configure`` shares one).
 
     Raises:
@@ -152,7 +165,6 @@ class OTLPExporter(BaseExporter):
         export_timeout_millis: float | None = None,
         retry_buffer_size: int = 2048,
         max_request_bytes: int | None = None,
-        span_exporter: SpanExporter | None = None,
         metrics: bool | None = None,
         identity: IdentityTracker | None = None,
     ) -> None:
@@ -160,11 +172,13 @@ class OTLPExporter(BaseExporter):
         arguments = locals()  # the options, each by its OTLPOptions name
         self.options = OTLPOptions(**{option.name: arguments[option.name] for option in fields(OTLPOptions)})
         self.settings = OTLPSettings.resolve(self.options)
-        built: dict[str, Any] = checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
-        self._metric_exporter = built.get("metrics")
+        traces = self.settings.targets["traces"]
+        self.endpoint: str = traces.endpoint
+        self.protocol: str = traces.protocol
+        self._exporters = checked_exporters(self.settings)  # OpenTelemetry's, by signal
         self._log_filter = FailureTap()
         self._retrying = RetryingSpanExporter(
-            built["traces"],
+            self._exporters["traces"],
             retry_buffer_size,
             on_failure=self._undelivered,
             max_batch=int(self.settings.batch["max_export_batch_size"]),
@@ -183,14 +197,6 @@ class OTLPExporter(BaseExporter):
         self._failure: str | None = None  # the type of the error that ended a span, for the root span's status
         self._metrics: CountingMetricExporter | None = None
         self.dropped = 0  # spans lost, known once the exporter is closed
-
-    @property
-    def endpoint(self) -> str:
-        return self.settings.endpoint
-
-    @property
-    def protocol(self) -> str:
-        return self.settings.protocol
 
     @property
     def service_name(self) -> str | None:
@@ -253,9 +259,7 @@ class OTLPExporter(BaseExporter):
         if not self.settings.metrics or not self.ready:
             return None
         if self._meter_provider is None:
-            self._metrics = CountingMetricExporter(
-                self._metric_exporter or build_exporter(self.settings, "metrics"), self._metrics_undelivered
-            )
+            self._metrics = CountingMetricExporter(self._exporters["metrics"], self._metrics_undelivered)
             reader = PeriodicExportingMetricReader(
                 self._metrics,
                 export_interval_millis=self.settings.metrics_interval_ms,
@@ -280,9 +284,10 @@ class OTLPExporter(BaseExporter):
         )
 
     def _metrics_undelivered(self, reason: str) -> None:
+        endpoint = redact_url(self.settings.targets["metrics"].endpoint)
         self._warn(
             "metrics undelivered",
-            f"telemetry-jit: {self!r} could not deliver metrics to {redact_url(self.settings.metrics_endpoint)!r} "
+            f"telemetry-jit: {self!r} could not deliver metrics to {endpoint!r} "
             f"({self.settings.scrub(reason or self._log_filter.metrics_reason) or 'no answer'}); "
             "training goes on, and the run file's health record counts the failed exports. metrics=False or "
             "OTEL_METRICS_EXPORTER=none stops sending them.",
@@ -317,11 +322,8 @@ class OTLPExporter(BaseExporter):
         return all(bounded(flushes, self.settings.flush_timeout_s if timeout_seconds is None else timeout_seconds))
 
     @override
+    @_through_the_sdk
     def export_start(self, span: Span) -> None:
-        super().export_start(span)
-        _SDK.call(self._start, span)
-
-    def _start(self, span: Span) -> None:
         self._spans[span.id] = self._tracer.start_span(
             span.name_str,
             context=self._parent_context(span.parent_span),
@@ -329,11 +331,8 @@ class OTLPExporter(BaseExporter):
             attributes=self._with_identity(span.attributes.to_json()),
         )
 
+    @_through_the_sdk
     def export_finished_span(self, span: FinishedSpan) -> None:
-        self._check_state()
-        _SDK.call(self._finished, span)
-
-    def _finished(self, span: FinishedSpan) -> None:
         otel_span = self._tracer.start_span(
             span.name,
             context=self._parent_context(span.parent),
@@ -359,11 +358,8 @@ class OTLPExporter(BaseExporter):
         return trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
 
     @override
+    @_through_the_sdk
     def export_stop(self, span: Span) -> None:
-        super().export_stop(span)
-        _SDK.call(self._stop, span)
-
-    def _stop(self, span: Span) -> None:
         otel_span = self._spans.pop(span.id, None)
         if otel_span is None:
             return
@@ -371,8 +367,7 @@ class OTLPExporter(BaseExporter):
         otel_span.set_attributes(self._with_identity(span.attributes.to_json()))
         if span.parent_span is None and self._failure is not None:  # the root: the run failed under it
             self._failed(otel_span, self._failure, "the run failed (see the exception event of the span it ended)")
-        stop_event = span.stop_event
-        self._end(otel_span, unix_ns(stop_event.timestamp) if stop_event is not None else None)
+        self._end(otel_span, unix_ns(span.stop_event.timestamp) if span.stop_event is not None else None)
 
     def _end(self, otel_span: trace.Span, end_time: int | None) -> None:
         otel_span.end(end_time=end_time)
@@ -391,16 +386,8 @@ class OTLPExporter(BaseExporter):
             self._failure = error_type
 
     @override
-    def export_event(self, event: Event, span: Span) -> None:
-        super().export_event(event, span)
-        _SDK.call(self._add_event, event, span)
-
-    @override
+    @_through_the_sdk
     def export_error(self, event: ErrorEvent, span: Span) -> None:
-        super().export_error(event, span)
-        _SDK.call(self._add_error, event, span)
-
-    def _add_error(self, event: ErrorEvent, span: Span) -> None:
         otel_span = self._spans.get(span.id)  # OpenTelemetry's exception event: one name for the fact
         if otel_span is not None:
             attributes = exception_attributes(
@@ -409,7 +396,9 @@ class OTLPExporter(BaseExporter):
             otel_span.add_event("exception", attributes, timestamp=unix_ns(event.timestamp))
             self._failed(otel_span, attributes["exception.type"], event.error_message)
 
-    def _add_event(self, event: Event, span: Span) -> None:
+    @override
+    @_through_the_sdk
+    def export_event(self, event: Event, span: Span) -> None:
         otel_span = self._spans.get(span.id)
         if otel_span is not None:
             otel_span.add_event(
@@ -417,11 +406,8 @@ class OTLPExporter(BaseExporter):
             )
 
     @override
+    @_through_the_sdk
     def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
-        super().export_telemetry_data_error(error)
-        _SDK.call(self._data_error, error)
-
-    def _data_error(self, error: TelemetryDataError) -> None:
         span = self._tracer.start_span("telemetry_data_error", start_time=unix_ns(error.timestamp))
         span.set_status(Status(StatusCode.ERROR, error.error_message))
         span.add_event(error.name_str, _attributes(error.attributes.to_json()), timestamp=unix_ns(error.timestamp))
@@ -501,21 +487,17 @@ def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
     for them (``telemetry_jit.*``, durations in seconds), one name per fact; an empty text is no fact, not sent."""
     converted: dict[str, Any] = {}
     for name, value in attributes.items():
-        if isinstance(value, str) and not value:
-            continue
-        if isinstance(value, (str, bool, int, float)):
-            converted[name] = value
-        elif isinstance(value, (list, tuple)):
-            primitive = len({type(v) for v in value}) == 1 and isinstance(value[0], (str, bool, int, float))
-            converted[name] = list(value) if primitive else [str(v) for v in value]
-        elif value is not None:
-            converted[name] = str(value)
-    for name, value in list(converted.items()):
         renamed = otel_name(name)
-        if renamed is not None or otel_dropped(name):
-            del converted[name]
+        if value is None or (isinstance(value, str) and not value) or (renamed is None and otel_dropped(name)):
+            continue
+        if isinstance(value, (list, tuple)):
+            primitive = len({type(v) for v in value}) == 1 and isinstance(value[0], (str, bool, int, float))
+            value = list(value) if primitive else [str(v) for v in value]
+        elif not isinstance(value, (str, bool, int, float)):
+            value = str(value)
         if renamed is not None:
-            converted[renamed[0]] = _scaled(value, renamed[1])
+            name, value = renamed[0], _scaled(value, renamed[1])
+        converted[name] = value
     return converted
 
 

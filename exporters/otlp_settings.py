@@ -12,38 +12,11 @@ import contextlib
 import logging
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, cast
 from urllib.parse import ParseResult, parse_qsl, unquote, urlencode, urlparse, urlunparse
 
-from opentelemetry.environment_variables import OTEL_METRICS_EXPORTER, OTEL_TRACES_EXPORTER
-from opentelemetry.sdk.environment_variables import (
-    OTEL_BSP_EXPORT_TIMEOUT,
-    OTEL_BSP_MAX_EXPORT_BATCH_SIZE,
-    OTEL_BSP_MAX_QUEUE_SIZE,
-    OTEL_BSP_SCHEDULE_DELAY,
-    OTEL_EXPORTER_OTLP_ENDPOINT,
-    OTEL_EXPORTER_OTLP_HEADERS,
-    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION,
-    OTEL_EXPORTER_OTLP_METRICS_ENDPOINT,
-    OTEL_EXPORTER_OTLP_METRICS_HEADERS,
-    OTEL_EXPORTER_OTLP_METRICS_PROTOCOL,
-    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE,
-    OTEL_EXPORTER_OTLP_METRICS_TIMEOUT,
-    OTEL_EXPORTER_OTLP_PROTOCOL,
-    OTEL_EXPORTER_OTLP_TIMEOUT,
-    OTEL_EXPORTER_OTLP_TRACES_ENDPOINT,
-    OTEL_EXPORTER_OTLP_TRACES_HEADERS,
-    OTEL_EXPORTER_OTLP_TRACES_PROTOCOL,
-    OTEL_EXPORTER_OTLP_TRACES_TIMEOUT,
-    OTEL_METRIC_EXPORT_INTERVAL,
-    OTEL_METRIC_EXPORT_TIMEOUT,
-    OTEL_RESOURCE_ATTRIBUTES,
-    OTEL_SDK_DISABLED,
-    OTEL_TRACES_SAMPLER,
-    OTEL_TRACES_SAMPLER_ARG,
-)
 from opentelemetry.sdk.resources import OTELResourceDetector
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.sampling import Sampler
@@ -52,19 +25,21 @@ from opentelemetry.util.re import parse_env_headers
 from telemetry_jit.notices import NOWHERE, warn_once
 
 Protocol = Literal["grpc", "http/protobuf"]
+Signal = Literal["traces", "metrics"]
 PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
 # OTEL_TRACES_EXPORTER names: the ones that mean OTLP, and OpenTelemetry's other exporters, which telemetry-jit
 # does not implement
 _OTLP_NAMES = ("otlp", "otlp_proto_grpc", "otlp_proto_http")
 _OTHER_OTEL_NAMES = ("console", "zipkin", "zipkin_json", "zipkin_proto", "jaeger", "prometheus", "logging")
 _BATCH = {  # BatchSpanProcessor's argument -> (variable, unit, OpenTelemetry's default)
-    "max_queue_size": (OTEL_BSP_MAX_QUEUE_SIZE, "spans", 2048),
-    "schedule_delay_millis": (OTEL_BSP_SCHEDULE_DELAY, "milliseconds", 5000),
-    "max_export_batch_size": (OTEL_BSP_MAX_EXPORT_BATCH_SIZE, "spans", 512),
-    "export_timeout_millis": (OTEL_BSP_EXPORT_TIMEOUT, "milliseconds", None),  # default: bounds flush and close
+    "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", "spans", 2048),
+    "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", "milliseconds", 5000),
+    "max_export_batch_size": ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "spans", 512),
+    "export_timeout_millis": ("OTEL_BSP_EXPORT_TIMEOUT", "milliseconds", None),  # default: bounds flush and close
 }
-MAX_REQUEST_BYTES_VARIABLE = "TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES"
+_REQUEST_BYTES = ("TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES",)
 DEFAULT_MAX_REQUEST_BYTES = 3 * 1024 * 1024  # under the 4 MiB gRPC receivers (the Collector's too) take by default
+_Filter = logging.Filter | Callable[[logging.LogRecord], bool]
 _HOST = re.compile(r"^[A-Za-z0-9._~%-]+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
@@ -119,29 +94,26 @@ def sdk_said(*loggers: str) -> Iterator[list[str]]:
     (telemetry-jit refuses instead; some lines repeat a malformed header's secret)."""
     said: list[str] = []
 
-    class Collect(logging.Filter):
-        def filter(self, record: logging.LogRecord) -> bool:
-            if record.levelno >= logging.WARNING:
-                said.append(record.getMessage())
-                return False
-            return True
+    def collect(record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.WARNING:
+            said.append(record.getMessage())
+        return record.levelno < logging.WARNING
 
-    tap = Collect()
-    tap_sdk_loggers(tap, loggers)
+    tap_sdk_loggers(collect, loggers)
     try:
         yield said
     finally:
-        untap_sdk_loggers(tap, loggers)
+        untap_sdk_loggers(collect, loggers)
 
 
-def tap_sdk_loggers(tap: logging.Filter, loggers: Iterable[str]) -> None:
+def tap_sdk_loggers(tap: _Filter, loggers: Iterable[str]) -> None:
     """``tap`` first among the filters of ``loggers``: a filter that drops a line stops the others (gRPC's exporter
     puts the SDK's DuplicateFilter on its logger, which drops a line whose format it saw in the last 20 s)."""
     for name in loggers:
         logging.getLogger(name).filters.insert(0, tap)
 
 
-def untap_sdk_loggers(tap: logging.Filter, loggers: Iterable[str]) -> None:
+def untap_sdk_loggers(tap: _Filter, loggers: Iterable[str]) -> None:
     for name in loggers:
         logging.getLogger(name).removeFilter(tap)
 
@@ -179,43 +151,47 @@ class OTLPOptions:
 
 
 @dataclass(frozen=True)
-class OTLPSettings:
-    """The settings an OTLP exporter runs with, resolved from :class:`OTLPOptions` and the environment.
-    Traces and metrics each take their own variables first, then the shared ones; arguments apply to both."""
+class Target:
+    """Where one signal (traces, metrics) goes: its own variables first, then the shared ones."""
 
     protocol: Protocol
     endpoint: str
     headers: Mapping[str, str] = field(repr=False)
-    service_name: str | None
     timeout_s: float
+
+
+@dataclass(frozen=True)
+class OTLPSettings:
+    """The settings an OTLP exporter runs with, resolved from :class:`OTLPOptions` and the environment; the
+    arguments apply to both signals."""
+
+    targets: Mapping[Signal, Target]
+    service_name: str | None
     flush_timeout_s: float  # bounds a flush and the wait at close
     insecure: bool | None
     certificate_file: str | None
     resource_attributes: Mapping[str, Any]
     batch: Mapping[str, float]  # BatchSpanProcessor's arguments
     metrics: bool
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES  # one request's bound (receivers refuse larger ones)
-    metrics_protocol: Protocol = "grpc"
-    metrics_endpoint: str = ""
-    metrics_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
-    metrics_timeout_s: float = 10.0
-    metrics_interval_ms: float = 60_000.0
-    metrics_export_timeout_ms: float = 30_000.0
-    sampler: Sampler | None = None  # OTEL_TRACES_SAMPLER's, as OpenTelemetry builds it (None: the SDK's default)
+    max_request_bytes: int  # one request's bound (receivers refuse larger ones)
+    metrics_interval_ms: float
+    metrics_export_timeout_ms: float
+    sampler: Sampler | None  # OTEL_TRACES_SAMPLER's, as OpenTelemetry builds it (None: the SDK's default)
 
     def scrub(self, text: str) -> str:
         """``text`` (an error OpenTelemetry or a transport wrote) with the endpoints' and headers' secrets hidden."""
-        secrets = {*_url_secrets(self.endpoint), *_url_secrets(self.metrics_endpoint)}
-        headers = (*self.headers.values(), *self.metrics_headers.values())
+        secrets = {secret for target in self.targets.values() for secret in _url_secrets(target.endpoint)}
+        headers = [value for target in self.targets.values() for value in target.headers.values()]
         secrets.update(value for value in headers if len(value) >= _SHORTEST_SECRET)
         for secret in sorted(secrets, key=len, reverse=True):
             text = text.replace(secret, "***")
         return text
 
     def __repr__(self) -> str:
+        traces = self.targets["traces"]
         return (
-            f"OTLPSettings(protocol={self.protocol!r}, endpoint={redact_url(self.endpoint)!r}, "
-            f"timeout_s={self.timeout_s:g}, headers=<{len(self.headers)} redacted>)"
+            f"OTLPSettings(protocol={traces.protocol!r}, endpoint={redact_url(traces.endpoint)!r}, "
+            f"timeout_s={traces.timeout_s:g}, headers=<{len(traces.headers)} redacted>)"
         )
 
     @classmethod
@@ -225,25 +201,7 @@ class OTLPSettings:
         Raises:
             OTLPSettingsError: naming the setting, its value and what is valid.
         """
-        protocol = _protocol(options.protocol, (OTEL_EXPORTER_OTLP_TRACES_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL))
-        metrics_protocol = _protocol(
-            options.protocol, (OTEL_EXPORTER_OTLP_METRICS_PROTOCOL, OTEL_EXPORTER_OTLP_PROTOCOL)
-        )
-        given = options.endpoint
-        endpoint = _endpoint(protocol, "traces", OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, given)
-        endpoint = endpoint or _default_endpoint(protocol, "traces")
-        # the metrics variable, else the address spans go to (given, or from the variables), else the default
-        metrics_endpoint = _endpoint(
-            metrics_protocol, "metrics", OTEL_EXPORTER_OTLP_METRICS_ENDPOINT, base=given is None
-        )
-        if metrics_endpoint is None and metrics_protocol == protocol:
-            metrics_endpoint = (
-                endpoint.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics"
-                if protocol == "http/protobuf"
-                else endpoint
-            )
-        timeout = options.timeout
-        timeout_s = _positive("timeout", timeout, (OTEL_EXPORTER_OTLP_TRACES_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT))
+        traces = _target(options, "traces")
         batch = {
             name: value
             for name, (variable, unit, default) in _BATCH.items()
@@ -251,49 +209,58 @@ class OTLPSettings:
         }
         if batch["max_export_batch_size"] > batch["max_queue_size"]:
             raise OTLPSettingsError(
-                f"OTLP max_export_batch_size ({batch['max_export_batch_size']:g}, {OTEL_BSP_MAX_EXPORT_BATCH_SIZE}) "
-                f"is larger than max_queue_size ({batch['max_queue_size']:g}, {OTEL_BSP_MAX_QUEUE_SIZE}): "
+                f"OTLP max_export_batch_size ({batch['max_export_batch_size']:g}, OTEL_BSP_MAX_EXPORT_BATCH_SIZE) "
+                f"is larger than max_queue_size ({batch['max_queue_size']:g}, OTEL_BSP_MAX_QUEUE_SIZE): "
                 "a batch is taken from the queue, so it must be at most as large."
             )
         metrics = _metrics_wanted() if options.metrics is None else options.metrics
         _check_sdk_variables()
-        sampler = _traces_sampler()
-        request_bytes = (MAX_REQUEST_BYTES_VARIABLE,)
         return cls(
-            protocol=protocol,
-            endpoint=endpoint,
-            headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_TRACES_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
+            targets={"traces": traces, "metrics": _target(options, "metrics", traces)},
             service_name=options.service_name,
-            timeout_s=timeout_s,
-            flush_timeout_s=batch["export_timeout_millis"] / 1000 if "export_timeout_millis" in batch else timeout_s,
+            flush_timeout_s=batch.get("export_timeout_millis", traces.timeout_s * 1000) / 1000,
             insecure=options.insecure,
             certificate_file=options.certificate_file,
             resource_attributes=dict(options.resource_attributes or {}),
             batch=batch,
             metrics=metrics,
-            max_request_bytes=int(
-                _positive(
-                    "max_request_bytes", options.max_request_bytes, request_bytes, "bytes", DEFAULT_MAX_REQUEST_BYTES
-                )
-            ),
-            metrics_protocol=metrics_protocol,
-            metrics_endpoint=metrics_endpoint or _default_endpoint(metrics_protocol, "metrics"),
-            metrics_headers=_headers(options.headers, (OTEL_EXPORTER_OTLP_METRICS_HEADERS, OTEL_EXPORTER_OTLP_HEADERS)),
-            metrics_timeout_s=_positive(
-                "timeout", timeout, (OTEL_EXPORTER_OTLP_METRICS_TIMEOUT, OTEL_EXPORTER_OTLP_TIMEOUT)
+            max_request_bytes=_positive(
+                "max_request_bytes", options.max_request_bytes, _REQUEST_BYTES, "bytes", DEFAULT_MAX_REQUEST_BYTES
             ),
             metrics_interval_ms=_positive(
-                "metrics_interval", None, (OTEL_METRIC_EXPORT_INTERVAL,), "milliseconds", 60_000.0
+                "metrics_interval", None, ("OTEL_METRIC_EXPORT_INTERVAL",), "milliseconds", 60_000.0
             ),
             metrics_export_timeout_ms=_positive(
-                "metrics_export_timeout", None, (OTEL_METRIC_EXPORT_TIMEOUT,), "milliseconds", 30_000.0
+                "metrics_export_timeout", None, ("OTEL_METRIC_EXPORT_TIMEOUT",), "milliseconds", 30_000.0
             ),
-            sampler=sampler,
+            sampler=_traces_sampler(),
         )
 
 
+def _target(options: OTLPOptions, signal: Signal, traces: Target | None = None) -> Target:
+    """Where ``signal`` goes. Metrics (given ``traces``) take their own variable, else the address spans go to
+    when the protocol is the same (given, or from the variables), else the default."""
+    protocol = _protocol(options.protocol, _variables(signal, "PROTOCOL"))
+    given = options.endpoint if traces is None else None
+    endpoint = _endpoint(protocol, signal, given, base=traces is None or options.endpoint is None)
+    if endpoint is None and traces is not None and traces.protocol == protocol:
+        http = protocol == "http/protobuf"
+        endpoint = traces.endpoint.removesuffix("/v1/traces").rstrip("/") + "/v1/metrics" if http else traces.endpoint
+    return Target(
+        protocol=protocol,
+        endpoint=endpoint or _default_endpoint(protocol, signal),
+        headers=_headers(options.headers, _variables(signal, "HEADERS")),
+        timeout_s=_positive("timeout", options.timeout, _variables(signal, "TIMEOUT")),
+    )
+
+
+def _variables(signal: Signal, setting: str) -> tuple[str, str]:
+    """The signal's own variable for ``setting``, then the shared one (OpenTelemetry's order)."""
+    return f"OTEL_EXPORTER_OTLP_{signal.upper()}_{setting}", f"OTEL_EXPORTER_OTLP_{setting}"
+
+
 def sdk_disabled() -> bool:
-    return (_environ(OTEL_SDK_DISABLED) or "false").strip().lower() == "true"
+    return (_environ("OTEL_SDK_DISABLED") or "false").strip().lower() == "true"
 
 
 def _exporter_names(variable: str, default: str, known: tuple[str, ...], use: str) -> list[str]:
@@ -310,22 +277,18 @@ def _exporter_names(variable: str, default: str, known: tuple[str, ...], use: st
 
 
 def _metrics_wanted() -> bool:
-    names = _exporter_names(
-        OTEL_METRICS_EXPORTER, "otlp", ("otlp", "none", "console", "prometheus"), "Use 'otlp' or 'none'."
-    )
-    return "otlp" in names
+    known = ("otlp", "none", "console", "prometheus")
+    return "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
 
 
 _SIGNALS = ("", "TRACES_", "METRICS_")
-_CHOICES = {  # variables the SDK reads itself and takes anything for (anything but "true" is false): our rule
-    OTEL_SDK_DISABLED: ("true", "false"),
-    **{f"OTEL_EXPORTER_OTLP_{s}INSECURE": ("true", "false") for s in _SIGNALS},
-}
+# variables the SDK reads itself and takes anything for (anything but "true" is false): ours say true or false
+_BOOLEANS = ("OTEL_SDK_DISABLED", *(f"OTEL_EXPORTER_OTLP_{s}INSECURE" for s in _SIGNALS))
 # variables OpenTelemetry's exporters check as they are built (otlp_transport.checked_exporters)
 CHECKED_BY_THE_EXPORTERS = (
     *(f"OTEL_EXPORTER_OTLP_{s}COMPRESSION" for s in _SIGNALS),
-    OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE,
-    OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION,
+    "OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE",
+    "OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION",
 )
 _FILES = tuple(
     f"OTEL_EXPORTER_OTLP_{s}{kind}" for s in _SIGNALS for kind in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
@@ -339,10 +302,10 @@ def _check_sdk_variables() -> None:
         SpanLimits()  # the span limits (OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT, ...), read as the SDK reads them
     except ValueError as error:
         raise OTLPSettingsError(f"{error} (a limit OpenTelemetry applies to every span).") from None
-    for variable, valid in _CHOICES.items():
+    for variable in _BOOLEANS:
         value = _environ(variable)
-        if value is not None and value.strip().lower() not in valid:
-            raise OTLPSettingsError(f"{variable}={value!r}: must be one of {', '.join(valid)}.")
+        if value is not None and value.strip().lower() not in ("true", "false"):
+            raise OTLPSettingsError(f"{variable}={value!r}: must be one of true, false.")
     for variable in _FILES:
         value = _environ(variable)
         if value is not None and not os.access(value, os.R_OK):
@@ -351,7 +314,7 @@ def _check_sdk_variables() -> None:
         OTELResourceDetector().detect()  # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, as the SDK reads them
     if said:
         raise OTLPSettingsError(
-            f"{OTEL_RESOURCE_ATTRIBUTES} is malformed ({said[0]}): expected 'key=value,key2=value2' (values "
+            f"OTEL_RESOURCE_ATTRIBUTES is malformed ({said[0]}): expected 'key=value,key2=value2' (values "
             "percent-encoded)."
         )
 
@@ -366,15 +329,15 @@ def environment_service_name() -> str | None:
 def _traces_sampler() -> Sampler | None:
     """The sampler ``OTEL_TRACES_SAMPLER`` names, built by the SDK (``None``: its default); one the SDK would
     replace by sampling everything is an error."""
-    if _environ(OTEL_TRACES_SAMPLER) is None:
+    if _environ("OTEL_TRACES_SAMPLER") is None:
         return None
     with sdk_said("opentelemetry.sdk.trace.sampling") as said:
         sampler = TracerProvider(shutdown_on_exit=False).sampler  # the SDK reads both variables here
     if said:
-        given = f"{OTEL_TRACES_SAMPLER}={os.environ.get(OTEL_TRACES_SAMPLER)!r}"
-        argument = os.environ.get(OTEL_TRACES_SAMPLER_ARG)
+        given = f"OTEL_TRACES_SAMPLER={os.environ.get('OTEL_TRACES_SAMPLER')!r}"
+        argument = os.environ.get("OTEL_TRACES_SAMPLER_ARG")
         if argument is not None:
-            given += f", {OTEL_TRACES_SAMPLER_ARG}={argument!r}"
+            given += f", OTEL_TRACES_SAMPLER_ARG={argument!r}"
         raise OTLPSettingsError(
             f"{given}: OpenTelemetry would not use it ({said[0].rstrip('.')}). Use always_on, always_off, "
             "traceidratio or parentbased_* (with a ratio from 0 to 1 in OTEL_TRACES_SAMPLER_ARG)."
@@ -385,12 +348,12 @@ def _traces_sampler() -> Sampler | None:
 def traces_exporter_wanted() -> bool:
     """Whether ``OTEL_TRACES_EXPORTER`` asks for OTLP."""
     use = f"telemetry-jit sends spans over OTLP: use one of {sorted(_OTLP_NAMES)}, or 'none'."
-    names = _exporter_names(OTEL_TRACES_EXPORTER, "none", (*_OTLP_NAMES, *_OTHER_OTEL_NAMES, "none"), use)
+    names = _exporter_names("OTEL_TRACES_EXPORTER", "none", (*_OTLP_NAMES, *_OTHER_OTEL_NAMES, "none"), use)
     others = [name for name in names if name in _OTHER_OTEL_NAMES]
     if others:
         warn_once(
-            (OTEL_TRACES_EXPORTER, os.environ[OTEL_TRACES_EXPORTER]),
-            f"telemetry-jit: {OTEL_TRACES_EXPORTER} names {', '.join(others)}; telemetry-jit exports only over OTLP "
+            ("OTEL_TRACES_EXPORTER", os.environ["OTEL_TRACES_EXPORTER"]),
+            f"telemetry-jit: OTEL_TRACES_EXPORTER names {', '.join(others)}; telemetry-jit exports only over OTLP "
             "(and to its file), so it leaves those to your own OpenTelemetry setup.",
             every_rank=True,
             origin=NOWHERE,
@@ -420,17 +383,17 @@ def _protocol(given: str | None, variables: tuple[str, ...]) -> Protocol:
     raise OTLPSettingsError(f"{source}={value!r} is not an OTLP protocol; use one of {list(PROTOCOLS)}.")
 
 
-def _endpoint(protocol: Protocol, signal: str, own: str, given: str | None = None, base: bool = True) -> str | None:
+def _endpoint(protocol: Protocol, signal: Signal, given: str | None, base: bool) -> str | None:
     """``given``, else the signal's own variable, else (with ``base``) ``OTEL_EXPORTER_OTLP_ENDPOINT`` (with
     ``/v1/<signal>`` for HTTP), as OpenTelemetry reads them; checked. None: none set."""
-    value, source = _given_or_variable(given, "endpoint", (own,))
-    if value is None and base and (shared := _environ(OTEL_EXPORTER_OTLP_ENDPOINT)) is not None:
+    value, source = _given_or_variable(given, "endpoint", _variables(signal, "ENDPOINT")[:1])
+    if value is None and base and (shared := _environ("OTEL_EXPORTER_OTLP_ENDPOINT")) is not None:
         value = shared.strip().rstrip("/") + f"/v1/{signal}" if protocol == "http/protobuf" else shared.strip()
-        source = OTEL_EXPORTER_OTLP_ENDPOINT
+        source = "OTEL_EXPORTER_OTLP_ENDPOINT"
     return None if value is None else _checked_endpoint(value, protocol, source)
 
 
-def _default_endpoint(protocol: Protocol, signal: str) -> str:
+def _default_endpoint(protocol: Protocol, signal: Signal) -> str:
     return "localhost:4317" if protocol == "grpc" else f"http://localhost:4318/v1/{signal}"
 
 
@@ -493,4 +456,4 @@ def _positive(
             f"{source}={value!r}: must be a number of {unit} greater than 0 (default: "
             f"{default if default is not None else 'the export timeout'}). With it, nothing would be sent."
         )
-    return int(value) if name in ("max_queue_size", "max_export_batch_size") else value
+    return int(value) if name in ("max_queue_size", "max_export_batch_size", "max_request_bytes") else value

@@ -12,8 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
 from opentelemetry.sdk.trace import ReadableSpan
@@ -26,6 +25,7 @@ from .otlp_settings import (
     DEFAULT_MAX_REQUEST_BYTES,
     OTLPSettings,
     OTLPSettingsError,
+    Signal,
     sdk_said,
 )
 
@@ -38,7 +38,6 @@ _SIZE = call_site(
     "otlp.size", "measuring an OTLP request (OpenTelemetry's encoder)", bound="the batch processor's thread"
 )
 
-Signal = Literal["traces", "metrics"]
 # the loggers through which OpenTelemetry reports a failing collector, once per batch
 OTEL_LOGGERS = (
     "opentelemetry.exporter.otlp.proto.grpc.exporter",
@@ -97,25 +96,20 @@ def checked_exporters(settings: OTLPSettings) -> dict[str, Any]:
 
 def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
     """OpenTelemetry's OTLP exporter (a ``SpanExporter`` or ``MetricExporter``) for ``signal``, as the settings say."""
-    traces = signal == "traces"
-    protocol = settings.protocol if traces else settings.metrics_protocol
+    target = settings.targets[signal]
     module, name = _CLASSES[signal]  # imported when first built
-    package, distribution = _DISTRIBUTIONS[protocol]
+    package, distribution = _DISTRIBUTIONS[target.protocol]
     try:
         exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
     except ImportError:
         raise OTLPSettingsError(
-            f"OTLP over {protocol} needs {distribution}, which is not installed here: "
+            f"OTLP over {target.protocol} needs {distribution}, which is not installed here: "
             "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
         ) from None
-    common = {
-        "endpoint": settings.endpoint if traces else settings.metrics_endpoint,
-        "headers": dict(settings.headers if traces else settings.metrics_headers) or None,
-        "timeout": settings.timeout_s if traces else settings.metrics_timeout_s,
-    }
+    common = {"endpoint": target.endpoint, "headers": dict(target.headers) or None, "timeout": target.timeout_s}
     # given no headers, OpenTelemetry's exporter parses the headers variables itself: its parser is not let print one
     with sdk_said("opentelemetry.util.re"):
-        if protocol == "grpc":
+        if target.protocol == "grpc":
             return exporter_class(insecure=settings.insecure, credentials=_grpc_credentials(settings), **common)
         return exporter_class(
             certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
@@ -217,12 +211,6 @@ def request_bytes(spans: Sequence[ReadableSpan]) -> int:
     return int(encode_spans(spans).ByteSize())
 
 
-@dataclass
-class _Request:
-    spans: list[ReadableSpan]
-    resent: bool  # it carries spans a failed export kept
-
-
 class RetryingSpanExporter(SpanExporter):
     """Sends each batch in requests a receiver accepts, and never lets a backlog jam delivery.
 
@@ -237,12 +225,12 @@ class RetryingSpanExporter(SpanExporter):
         self,
         inner: SpanExporter,
         capacity: int,
-        on_failure: Callable[[], None] | None = None,
+        on_failure: Callable[[], None] = lambda: None,
         *,
+        tap: FailureTap,
         max_batch: int = 512,
         max_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-        tap: FailureTap | None = None,
-        on_refused: Callable[[str], None] | None = None,
+        on_refused: Callable[[str], None] = lambda what: None,
     ) -> None:
         self.inner = inner
         self.capacity = capacity
@@ -270,74 +258,67 @@ class RetryingSpanExporter(SpanExporter):
         with self._lock:
             backlog = list(self.pending)
             self.pending.clear()
-        # runs of spans, cut into requests only as each is sent: requests shrunk by an outage grow back as
-        # soon as the receiver takes them again, and a backlog goes in a few requests, not hundreds
-        queue = deque([_Request(list(spans), resent=False), _Request(backlog, resent=True)])
         kept: dict[bool, list[ReadableSpan]] = {True: [], False: []}  # by resent: older spans first
         receiver_up = False
-        while queue:
-            run = queue.popleft()
-            if not run.spans:
-                continue
-            if not receiver_up and (kept[True] or kept[False]):  # down: the rest waits, no timeout spent on it
-                kept[run.resent].extend(run.spans)
-                continue
-            request, rest = self._cut(run)
-            queue.appendleft(rest)
-            if request is None:
-                continue
-            sent, too_large = self._send(request.spans)
-            if sent:
-                receiver_up = True
-                self._request_spans = min(self._request_spans * 2, self.max_batch)
-                self._count(request)
-                continue
-            self._request_spans = max(len(request.spans) // 2, 1)
-            if (receiver_up or too_large) and len(request.spans) > 1:
-                queue.appendleft(request)  # sent again in halves
-            elif receiver_up or too_large:
-                self._refuse(request.spans, "the receiver refused it while it accepted others")
-            else:
-                kept[request.resent].extend(request.spans)
+        # each run is cut into requests only as they are sent: requests shrunk by an outage grow back as soon as
+        # the receiver takes them again, and a backlog goes in a few requests, not hundreds
+        for run, resent in ((list(spans), False), (backlog, True)):
+            while run:
+                if not receiver_up and (kept[True] or kept[False]):  # down: the rest waits, no timeout spent on it
+                    kept[resent].extend(run)
+                    break
+                count = self._fitting(run, resent)
+                request, run = run[:count], run[max(count, 1) :]  # none fits: its first span was refused
+                if not request:
+                    continue
+                sent, too_large = self._send(request)
+                if sent:
+                    receiver_up = True
+                    self._request_spans = min(self._request_spans * 2, self.max_batch)
+                    self._count(request, resent)
+                    continue
+                self._request_spans = max(count // 2, 1)
+                if (receiver_up or too_large) and count > 1:
+                    run = request + run  # sent again in halves
+                elif receiver_up or too_large:
+                    self._refuse(request, "the receiver refused it while it accepted others")
+                else:
+                    kept[resent].extend(request)
         if kept[True] or kept[False]:
             self._keep(kept[True] + kept[False])
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
-    def _cut(self, run: _Request) -> tuple[_Request | None, _Request]:
-        """The first request of ``run`` within both bounds, and the rest (no request: its first span alone is too
-        large). Sizes are measured (about 65 µs a span) only for a backlog and after a failure."""
-        spans, resent = run.spans, run.resent
+    def _fitting(self, spans: list[ReadableSpan], resent: bool) -> int:
+        """How many of ``spans`` the next request takes within both bounds (0: the first alone is too large, and
+        is refused). Sizes are measured (about 65 µs a span) only for a backlog and after a failure."""
         measure = bool(self.max_bytes) and (resent or self._request_spans < self.max_batch)
         count = min(self._request_spans, len(spans))
         while True:
             size = _SIZE.call(request_bytes, spans[:count]) if measure else 0
             if size is FAILED or size <= self.max_bytes:
-                return _Request(spans[:count], resent), _Request(spans[count:], resent)
+                return count
             if count == 1:
                 self._refuse(spans[:1], f"{size} bytes alone, over the request limit of {self.max_bytes}")
-                return None, _Request(spans[1:], resent)
+                return 0
             count //= 2
 
     def _send(self, spans: list[ReadableSpan]) -> tuple[bool, bool]:
         """Whether the receiver took ``spans``, and whether it refused them as too large."""
-        if self.tap is not None:
-            self.tap.last_reason = ""
+        self.tap.last_reason = ""
         result = _SEND.call(self.inner.export, spans)
         if result is SpanExportResult.SUCCESS:
             return True, False
         with self._lock:
             self.failures += 1
-        if self.on_failure is not None:
-            self.on_failure()
-        reason = self.tap.last_reason if self.tap is not None else ""
-        return False, any(mark in reason for mark in _TOO_LARGE)
+        self.on_failure()
+        return False, any(mark in self.tap.last_reason for mark in _TOO_LARGE)
 
-    def _count(self, request: _Request) -> None:
+    def _count(self, spans: list[ReadableSpan], resent: bool) -> None:
         with self._lock:
             if self._counting:
-                self.delivered += len(request.spans)
-                self.resent += len(request.spans) if request.resent else 0
+                self.delivered += len(spans)
+                self.resent += len(spans) if resent else 0
 
     def _keep(self, spans: list[ReadableSpan]) -> None:
         with self._lock:
@@ -351,8 +332,7 @@ class RetryingSpanExporter(SpanExporter):
     def _refuse(self, spans: list[ReadableSpan], why: str) -> None:
         with self._lock:
             self.refused += len(spans)
-        if self.on_refused is not None:
-            self.on_refused(f"a span ({spans[0].name!r}) could not be sent: {why}")
+        self.on_refused(f"a span ({spans[0].name!r}) could not be sent: {why}")
 
     def shutdown(self) -> None:
         self.export([])  # the backlog's last chance, as after any batch
@@ -365,16 +345,9 @@ class RetryingSpanExporter(SpanExporter):
 def bounded(calls: Sequence[Callable[[], Any]], seconds: float) -> list[bool]:
     """Run each call on its own thread and wait at most ``seconds`` in all: for each, whether it finished."""
     deadline = time.monotonic() + seconds
-    finished = []
-    for call in calls:
-        done = threading.Event()
-
-        def run(call: Callable[[], Any] = call, done: threading.Event = done) -> None:
-            try:
-                call()
-            finally:
-                done.set()
-
-        threading.Thread(target=run, name="telemetry-jit-otlp-flush", daemon=True).start()
-        finished.append(done)
-    return [done.wait(max(deadline - time.monotonic(), 0)) for done in finished]
+    threads = [threading.Thread(target=call, name="telemetry-jit-otlp-flush", daemon=True) for call in calls]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0))
+    return [not thread.is_alive() for thread in threads]

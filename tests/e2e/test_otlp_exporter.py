@@ -297,18 +297,18 @@ def test_standard_variables_configure_it_and_arguments_win(monkeypatch: pytest.M
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "3")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "from-env")
     exporter = OTLPExporter()
-    assert (exporter.protocol, exporter.endpoint, exporter.settings.timeout_s) == (
+    assert (exporter.protocol, exporter.endpoint, exporter.settings.targets["traces"].timeout_s) == (
         "http/protobuf",
         "http://collector:4318/v1/traces",
         3.0,
     )
-    assert exporter.settings.headers == {"authorization": SECRET, "x-team": "jit"}
+    assert exporter.settings.targets["traces"].headers == {"authorization": SECRET, "x-team": "jit"}
     assert exporter.service_name == "from-env"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://traces:4318/v1/traces")
     assert OTLPExporter().endpoint == "http://traces:4318/v1/traces"
     explicit = OTLPExporter("127.0.0.1:4317", protocol="grpc", headers="a=b", service_name="arg", timeout=1)
-    settings = explicit.settings
-    assert (settings.protocol, settings.endpoint, settings.headers, settings.service_name, settings.timeout_s) == (
+    settings, traces = explicit.settings, explicit.settings.targets["traces"]
+    assert (traces.protocol, traces.endpoint, traces.headers, settings.service_name, traces.timeout_s) == (
         "grpc",
         "127.0.0.1:4317",
         {"a": "b"},

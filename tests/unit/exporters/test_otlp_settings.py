@@ -68,7 +68,8 @@ def resolve(**options: object) -> OTLPSettings:
 
 def test_defaults_are_opentelemetrys() -> None:
     settings = resolve()
-    assert (settings.protocol, settings.endpoint, settings.timeout_s) == ("grpc", "localhost:4317", 10.0)
+    traces = settings.targets["traces"]
+    assert (traces.protocol, traces.endpoint, traces.timeout_s) == ("grpc", "localhost:4317", 10.0)
     assert dict(settings.batch) == {"max_queue_size": 2048, "schedule_delay_millis": 5000, "max_export_batch_size": 512}
     assert settings.flush_timeout_s == 10.0 and settings.metrics
 
@@ -77,7 +78,7 @@ def test_http_endpoints_follow_the_base_variable(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/")
     settings = resolve()
-    assert (settings.endpoint, settings.metrics_endpoint) == (
+    assert (settings.targets["traces"].endpoint, settings.targets["metrics"].endpoint) == (
         "http://collector:4318/v1/traces",
         "http://collector:4318/v1/metrics",
     )
@@ -152,13 +153,11 @@ def test_metrics_take_their_own_variables_first(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "1500")
     settings = resolve()
-    assert (settings.protocol, settings.endpoint) == ("grpc", "localhost:4317")
-    assert (settings.metrics_protocol, settings.metrics_endpoint) == (
-        "http/protobuf",
-        "http://localhost:4318/v1/metrics",
-    )
-    assert dict(settings.headers) == {"x-team": "jit"} and dict(settings.metrics_headers) == {"x-team": "metrics"}
-    assert (settings.timeout_s, settings.metrics_timeout_s, settings.metrics_interval_ms) == (10.0, 3.0, 1500.0)
+    traces, metrics = settings.targets["traces"], settings.targets["metrics"]
+    assert (traces.protocol, traces.endpoint) == ("grpc", "localhost:4317")
+    assert (metrics.protocol, metrics.endpoint) == ("http/protobuf", "http://localhost:4318/v1/metrics")
+    assert dict(traces.headers) == {"x-team": "jit"} and dict(metrics.headers) == {"x-team": "metrics"}
+    assert (traces.timeout_s, metrics.timeout_s, settings.metrics_interval_ms) == (10.0, 3.0, 1500.0)
 
 
 @pytest.mark.parametrize("variable", OTEL_VARIABLES)
@@ -179,13 +178,13 @@ def test_arguments_win_and_are_checked_alike(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_headers_are_read_as_opentelemetry_reads_them(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20SECRET, x-team = jit")
-    assert dict(resolve().headers) == {"authorization": "Bearer SECRET", "x-team": "jit"}
+    assert dict(resolve().targets["traces"].headers) == {"authorization": "Bearer SECRET", "x-team": "jit"}
 
 
 def test_a_headers_variable_is_malformed_where_opentelemetrys_parser_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """The SDK's parser decides (a name given twice is no error to it: the last value wins), not a count of commas."""
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=a, X-Team=b,,")
-    assert dict(resolve().headers) == {"x-team": "b"}
+    assert dict(resolve().targets["traces"].headers) == {"x-team": "b"}
     assert dict(parse_env_headers("x-team=a, X-Team=b,,", liberal=True)) == {"x-team": "b"}
 
 

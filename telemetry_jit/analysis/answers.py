@@ -282,7 +282,3 @@ def break_rows(summary: RunSummary) -> list[tuple[object, ...]]:
         )
         for group in summary.breaks
     ]
-
-
-def ddp_rows(summary: RunSummary) -> list[tuple[object, ...]]:
-    return [(frame, compile_id, splits, cap) for frame, compile_id, splits, cap in summary.digest.ddp]

@@ -26,10 +26,6 @@ class RankFigures:
     said: list[OutOfStepSaid] = field(default_factory=list)
 
     @property
-    def graph_breaks(self) -> int:
-        return sum(group.counted_by_torch for group in self.digest.breaks.values())
-
-    @property
     def cache(self) -> str:
         """What the compile cache did on this rank: from its look-ups, else torch's counts (2.8: remote only)."""
         states, warm = self.digest.cache_ledger.states(), self.digest.warm_start
@@ -45,20 +41,14 @@ class RankFigures:
 class Spread:
     """A figure over the ranks: its smallest, median and largest value, and which ranks hold the ends."""
 
-    low: float
-    low_rank: int
+    min: float
+    min_rank: int
     median: float
-    high: float
-    high_rank: int
+    max: float
+    max_rank: int
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "min": round(self.low, 3),
-            "min_rank": self.low_rank,
-            "median": round(self.median, 3),
-            "max": round(self.high, 3),
-            "max_rank": self.high_rank,
-        }
+        return {name: round(value, 3) for name, value in asdict(self).items()}
 
 
 def spread(values: dict[int, float]) -> Spread:
@@ -93,9 +83,6 @@ class Group:
     ranks: list[int]
     difference: str = ""
 
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class Fleet:
@@ -124,8 +111,8 @@ class Fleet:
             "ranks": len(self.ranks),
             "compile_s": self.compile_s.as_json(),
             "compilations": self.compilations.as_json(),
-            "compiled_alike": [group.as_json() for group in self.sequences],
-            "compile_cache": [group.as_json() for group in self.caches],
+            "compiled_alike": [asdict(group) for group in self.sequences],
+            "compile_cache": [asdict(group) for group in self.caches],
             "skew_s": round(self.total_skew_ms / 1000, 3),
             "skews": [skew.as_json() for skew in self.skews[:20]],
             "last_at_compiles": {str(rank): times for rank, times in self.waits_as_last.most_common(20)},
@@ -138,12 +125,11 @@ def fleet(run_id: str, figures: list[RankFigures]) -> Fleet:
     ranks = sorted(figures, key=lambda one: one.rank)
     sequences = _groups(ranks, lambda r: tuple(r.digest.sequence), _sequence_words)
     caches = _groups(ranks, lambda r: r.cache, lambda r: r.cache)
-    if len(sequences) > 1:
-        reference = next(r for r in ranks if r.rank == sequences[0].ranks[0])
-        for group in sequences[1:]:
-            group.difference = _first_difference(reference, next(r for r in ranks if r.rank == group.ranks[0]))
+    by_rank = {r.rank: r for r in ranks}
+    for group in sequences[1:]:
+        group.difference = _first_difference(by_rank[sequences[0].ranks[0]], by_rank[group.ranks[0]])
     for group in caches[1:]:
-        group.difference = _cache_difference(ranks, caches[0].ranks[0], group.ranks[0])
+        group.difference = _cache_difference(by_rank[caches[0].ranks[0]], by_rank[group.ranks[0]])
     skews, last = _skews(ranks)
     return Fleet(
         run_id=run_id,
@@ -171,7 +157,7 @@ def _sequence_words(figures: RankFigures) -> str:
         (
             counted(figures.digest.compilations, "compilation"),
             counted(figures.digest.recompiles, "recompile"),
-            counted(figures.graph_breaks, "graph break"),
+            counted(sum(group.counted_by_torch for group in figures.digest.breaks.values()), "graph break"),
         )
     )
 
@@ -193,16 +179,15 @@ def _compile_words(item: tuple[str, str, str]) -> str:
     return f"{compile_id.rstrip('b')} {frame}" + (" (backward)" if backward else "") + (f" ({cause})" if cause else "")
 
 
-def _cache_difference(ranks: list[RankFigures], reference: int, other: int) -> str:
+def _cache_difference(reference: RankFigures, other: RankFigures) -> str:
     """Why ``other`` missed the compile cache where ``reference`` (of the largest group) did not, in words."""
-    by_rank = {figures.rank: figures for figures in ranks}
-    cold = explain(by_rank[reference].digest.cache_ledger, by_rank[other].digest.cache_ledger)
+    cold = explain(reference.digest.cache_ledger, other.digest.cache_ledger)
     if not cold.groups:
         return ""
     top = cold.groups[0]
     more = f" (and {len(cold.groups) - 1} other reason(s))" if len(cold.groups) > 1 else ""
     return (
-        f"{cold.graphs} graph(s) that rank {reference} had missed here, {cold.seconds:.1f} s: {top.reason}{more}; "
+        f"{cold.graphs} graph(s) that rank {reference.rank} had missed here, {cold.seconds:.1f} s: {top.reason}{more}; "
         f"fix: {top.fix}"
     )
 

@@ -189,7 +189,7 @@ def _ranks_timeline(fleet: Fleet) -> str:
     parts = []
     for index, figures in enumerate(fleet.ranks):
         y = 4 + index * row
-        slow = figures.rank == fleet.compile_s.high_rank
+        slow = figures.rank == fleet.compile_s.max_rank
         if row >= 8 or slow or figures.rank in odd:
             label = f"rank {figures.rank}" + (" (slowest)" if slow else " (odd)" if figures.rank in odd else "")
             parts.append(f'<text x="4" y="{y + row - 1:.1f}">{escape(label)}</text>')
@@ -279,6 +279,6 @@ def _run_sections(summary: RunSummary) -> list[str]:
             "<p>torch._dynamo's DDPOptimizer cut these graphs at DDP gradient-bucket boundaries so that "
             "all-reduce overlaps backward. They are not graph breaks in your code; the bucket size is DDP's "
             "<code>bucket_cap_mb</code>.</p>",
-            _table(answers.DDP_HEADERS, answers.ddp_rows(summary), "ddp-splits"),
+            _table(answers.DDP_HEADERS, digest.ddp, "ddp-splits"),
         ]
     return sections

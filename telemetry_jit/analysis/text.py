@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from telemetry_jit.analysis import answers
 from telemetry_jit.analysis.cold_start import ColdStart
@@ -133,13 +133,10 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
     if items:
         lines.append("  what to fix first (each cause explained in docs/fixing.md):")
         for number, item in enumerate(items[:limit], start=1):
-            lines += wrapped(item.head, f"  {number:2d}. ")
-            for detail in item.details:
-                lines += wrapped(detail, "      ")
+            lines += [*wrapped(item.head, f"  {number:2d}. "), *_indented(item.details, "      ")]
         if len(items) > limit:
             lines.append(f"      ... and {len(items) - limit} more below")
-    for note in answers.notes(s):
-        lines += wrapped(note, "  ")
+    lines += _indented(answers.notes(s), "  ")
     if ranks_said:
         lines += _out_of_step_lines(out_of_step_said(run), limit)
     if s.payoff is not None:
@@ -147,8 +144,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
         if s.payoff.measured:
             lines += wrapped(answers.net_line(s.payoff), "    ")
     lines += ["", f"  {s.loop_words}: {s.wall_ms / 1000:.2f} s of wall time"]
-    for figure in answers.figure_lines(s):
-        lines += wrapped(figure, "  ")
+    lines += _indented(answers.figure_lines(s), "  ")
     if not s.digest.compilations:
         return _fitted([*lines, "  no compilation happened in this run"])
     lines += ["", "  per frame:", *_table(answers.FRAME_HEADERS, answers.frame_rows(s))]
@@ -163,7 +159,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
             "",
             f"  DDP optimizer splits: {s.digest.ddp_splits} (graphs cut at DDP gradient-bucket boundaries, not graph "
             "breaks)",
-            *_table(answers.DDP_HEADERS, answers.ddp_rows(s)),
+            *_table(answers.DDP_HEADERS, s.digest.ddp),
         ]
     return _fitted(lines)
 
@@ -174,10 +170,10 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
     time, count = fleet.compile_s, fleet.compilations
     lines = [
         f"telemetry-jit summary (run {short_run_id(fleet.run_id)}, {ranks} ranks)",
-        f"  compile time per rank: min {time.low:.2f} s (rank {time.low_rank}), median {time.median:.2f} s, "
-        f"max {time.high:.2f} s (rank {time.high_rank})",
-        f"  compilations per rank: min {count.low:.0f} (rank {count.low_rank}), median {count.median:.0f}, "
-        f"max {count.high:.0f} (rank {count.high_rank})",
+        f"  compile time per rank: min {time.min:.2f} s (rank {time.min_rank}), median {time.median:.2f} s, "
+        f"max {time.max:.2f} s (rank {time.max_rank})",
+        f"  compilations per rank: min {count.min:.0f} (rank {count.min_rank}), median {count.median:.0f}, "
+        f"max {count.max:.0f} (rank {count.max_rank})",
     ]
     if fleet.skews:
         worst = fleet.skews[0]
@@ -205,12 +201,7 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
     if len(fleet.caches) > 1 or fleet.caches[0].what != "no compile-cache lookups":
         cache_groups = "; ".join(f"{rank_list(group.ranks)} {group.what}" for group in fleet.caches[:limit])
         lines.append(f"  compile cache: {cache_groups}")
-        lines += [
-            line
-            for group in fleet.caches[1:limit]
-            if group.difference
-            for line in wrapped(f"{rank_list(group.ranks)}: {group.difference}", "    ")
-        ]
+        lines += _indented(f"{rank_list(g.ranks)}: {g.difference}" for g in fleet.caches[1:limit] if g.difference)
     return _fitted(lines)
 
 
@@ -235,10 +226,15 @@ def _out_of_step_lines(said: list[OutOfStepSaid], limit: int) -> list[str]:
     watchers = rank_list(sorted({item.said_by for item in said}))
     lines = [f"  ranks out of step (said live by {watchers}): {counts}"]
     for items in by_kind.values():
-        lines += [line for item in items[:limit] for line in wrapped(item.line, "    ")]
+        lines += _indented(item.line for item in items[:limit])
         if len(items) > limit:
             lines.append(f"    ... and {len(items) - limit} more (--json lists them)")
     return lines
+
+
+def _indented(texts: Iterable[str], indent: str = "    ") -> list[str]:
+    """Each text wrapped under ``indent``."""
+    return [line for text in texts for line in wrapped(text, indent)]
 
 
 def _speedup(payoff: Payoff | None) -> str:
@@ -282,11 +278,14 @@ def format_diff(result: RunDiff) -> str:
     if result.base.payoff is not None or result.new.payoff is not None:
         rows.append(("compile speedup", _speedup(result.base.payoff), _speedup(result.new.payoff)))
     lines = ["telemetry-jit diff (base -> new)"]
-    for side, status in result.statuses():
-        if not status.finished:
-            lines += wrapped(f"{side}: {status.headline()}", "  ")
-    for side, found in result.compiled_before():
-        lines += wrapped(f"{side}: {found.words()}. A compile or recompile it lacks is no evidence of a change", "  ")
+    sides = (("base", result.base), ("new", result.new))
+    for side, s in sides:
+        if not s.status.finished:
+            lines += wrapped(f"{side}: {s.status.headline()}", "  ")
+    for side, s in sides:
+        if s.compiled_before:  # its missing compiles prove nothing
+            words = f"{side}: {s.compiled_before.words()}. A compile or recompile it lacks is no evidence of a change"
+            lines += wrapped(words, "  ")
     lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
     if new.backward_graphs < base.backward_graphs:
         lines += [""] + wrapped(
@@ -320,41 +319,33 @@ def format_diff(result: RunDiff) -> str:
             "  ",
         )
     lines += _cold_start_lines(result.cold_start)
-    for title, modules in (
-        ("new: modules compiled to no effect", result.new_not_compiled),
-        ("fixed: modules compiled to no effect in the base run", result.fixed_not_compiled),
+    added, gone = result.new_only, result.base_only
+    for title, said in (
+        ("new: modules compiled to no effect", _indented(found.words() for found in added.not_compiled)),
+        (
+            "fixed: modules compiled to no effect in the base run",
+            _indented(found.words() for found in gone.not_compiled),
+        ),
+        ("new: frames that run eagerly", _indented(map(answers.fallback_line, added.fallbacks))),
+        (
+            "fixed: frames that ran eagerly in the base run and no longer do",
+            _indented(map(answers.fallback_line, gone.fallbacks)),
+        ),
+        ("new recompiles, by cause", [f"    {cause_words(cause)}: {n}" for cause, n in added.causes.items()]),
+        ("fixed recompiles", [f"    {cause_words(cause)}: {n}" for cause, n in gone.causes.items()]),
+        (
+            "recompiles that remain under another cause (the same frame, stage, step and batch)",
+            [f"    {cause_words(b)} -> {cause_words(n)}: {count}" for (b, n), count in result.renamed_causes.items()],
+        ),
+        (
+            "recompiles that remain, in other numbers",
+            [f"    {cause_words(cause)}: {b} -> {n}" for cause, (b, n) in result.changed_causes.items()],
+        ),
+        ("new graph breaks", [f"    {loc}  {n}x  {one_line(why)}" for (loc, why), n in added.graph_breaks.items()]),
+        ("fixed graph breaks", [f"    {loc}  {n}x  {one_line(why)}" for (loc, why), n in gone.graph_breaks.items()]),
     ):
-        if modules:
-            lines += ["", f"  {title}:"]
-            lines += [text for found in modules for text in wrapped(found.words(), "    ")]
-    for title, fallbacks in (
-        ("new: frames that run eagerly", result.new_fallbacks),
-        ("fixed: frames that ran eagerly in the base run and no longer do", result.fixed_fallbacks),
-    ):
-        if fallbacks:
-            lines += ["", f"  {title}:"]
-            lines += [text for fallback in fallbacks for text in wrapped(answers.fallback_line(fallback), "    ")]
-    for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
-        if causes:
-            lines += ["", f"  {title}:", *[f"    {cause_words(cause)}: {n}" for cause, n in causes.items()]]
-    if result.renamed_causes:
-        lines += ["", "  recompiles that remain under another cause (the same frame, stage, step and batch):"]
-        lines += [
-            f"    {cause_words(b)} -> {cause_words(n)}: {count}" for (b, n), count in result.renamed_causes.items()
-        ]
-    if result.changed_causes:
-        lines += ["", "  recompiles that remain, in other numbers:"]
-        lines += [f"    {cause_words(cause)}: {b} -> {n}" for cause, (b, n) in result.changed_causes.items()]
-    for title, breaks in (
-        ("new graph breaks", result.new_graph_breaks),
-        ("fixed graph breaks", result.fixed_graph_breaks),
-    ):
-        if breaks:
-            lines += [
-                "",
-                f"  {title}:",
-                *[f"    {loc}  {n}x  {one_line(reason)}" for (loc, reason), n in breaks.items()],
-            ]
+        if said:
+            lines += ["", f"  {title}:", *said]
     lines += ["", "  per frame (frame compiles, recompiles, compile time with backward graphs):"]
     for frame, b, n in result.frames():
         lines.append(

@@ -153,13 +153,9 @@ def _groups(ranks: list[RankFigures], key: Any, words: Any) -> list[Group]:
 
 
 def _sequence_words(figures: RankFigures) -> str:
-    return ", ".join(
-        (
-            counted(figures.digest.compilations, "compilation"),
-            counted(figures.digest.recompiles, "recompile"),
-            counted(sum(group.counted_by_torch for group in figures.digest.breaks.values()), "graph break"),
-        )
-    )
+    d = figures.digest
+    breaks = counted(sum(group.counted_by_torch for group in d.breaks.values()), "graph break")
+    return f"{counted(d.compilations, 'compilation')}, {counted(d.recompiles, 'recompile')}, {breaks}"
 
 
 def _first_difference(reference: RankFigures, other: RankFigures) -> str:

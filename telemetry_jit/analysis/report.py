@@ -161,8 +161,7 @@ def render_report(summary: RunSummary) -> str:
 
 
 def render_fleet_report(fleet: Fleet, summary: RunSummary) -> str:
-    """The report of several ranks of one run: how they spread and which are odd, a rank-by-time view that
-    shows stragglers at a glance, then one representative rank's report."""
+    """Several ranks of one run: their spread and odd ranks, a rank-by-time view, one representative rank's report."""
     text = format_fleet(fleet).splitlines()
     sections = [
         f"<h1>telemetry-jit report: {len(fleet.ranks)} ranks</h1>",

@@ -31,11 +31,6 @@ def terminal_width() -> int | None:
     return columns if columns > 0 else None
 
 
-def _text_width() -> int:
-    columns = terminal_width()
-    return _WIDTH if columns is None else max(min(_WIDTH, columns), 20)
-
-
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
     """``text``'s first line, control characters shown as ``?``, at most ``limit`` characters."""
     first = str(text).strip().split("\n", 1)[0]
@@ -46,7 +41,9 @@ def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
 def wrapped(text: object, indent: str, width: int | None = None) -> list[str]:
     """``text`` (up to 4,000 characters) as printable lines within ``width``, the first after ``indent``, the
     others two deeper."""
-    width = _text_width() if width is None else width
+    if width is None:
+        columns = terminal_width()
+        width = _WIDTH if columns is None else max(min(_WIDTH, columns), 20)
     printable = "".join(c if c.isprintable() else "?" for c in " ".join(str(text).split())[:4000])
     rest = " " * (len(indent) + 2)
     return textwrap.wrap(
@@ -57,13 +54,13 @@ def wrapped(text: object, indent: str, width: int | None = None) -> list[str]:
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     cells = [[str(h) for h in headers], *[[one_line(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    columns = terminal_width()
-    room = None if columns is None else columns - 2 - 2 * (len(widths) - 1)  # the indent, the gaps
-    narrowed = room is not None and sum(widths) > room
-    if room is not None and narrowed:
+    columns = terminal_width() or 10**6  # a pipe or a file: no table is too wide (a cell holds 100 characters)
+    room = columns - 2 - 2 * (len(widths) - 1)  # the indent, the gaps
+    narrowed = sum(widths) > room
+    if narrowed:
         fitting = _narrowed(widths, _floors(cells, widths), room)
         if fitting is None:
-            return _rows_one_field_a_line(cells, columns or _WIDTH)
+            return _rows_one_field_a_line(cells, columns)
         widths = fitting
     lines = []
     for number, row in enumerate(cells):
@@ -194,8 +191,7 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
             f"  compiled alike: {len(main.ranks)} of {ranks} ranks ({main.what}); {len(odd)} other group(s), which "
             "can desynchronise collectives and hang:"
         )
-        for group in odd[:limit]:
-            lines.append(f"    {rank_list(group.ranks)}: {group.what}; {group.difference}")
+        lines += [f"    {rank_list(group.ranks)}: {group.what}; {group.difference}" for group in odd[:limit]]
         if len(odd) > limit:
             lines.append(f"    ... and {len(odd) - limit} more groups (--json lists them)")
     if len(fleet.caches) > 1 or fleet.caches[0].what != "no compile-cache lookups":
@@ -295,13 +291,9 @@ def format_diff(result: RunDiff) -> str:
             "  ",
         )
     if result.cache_effect:
-        # where a part of the keys changed (a setting, the model's dtype), a change made the caches miss: said below
-        changed = any(group.changes for group in result.cold_start.groups)
-        so = (
-            "the difference is what the caches held; below, why they missed"
-            if changed
-            else ("this is the caches' doing, not a code change")
-        )
+        so = "this is the caches' doing, not a code change"
+        if any(group.changes for group in result.cold_start.groups):  # a change (a setting, a dtype) made them miss
+            so = "the difference is what the caches held; below, why they missed"
         lines += [""] + wrapped(
             "the compilations differ only where the compile caches served graphs (cache hits "
             f"{base.warm_start.hits} -> {new.warm_start.hits}): the same frames compiled for the same reasons, so {so} "

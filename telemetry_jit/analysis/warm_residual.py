@@ -110,13 +110,13 @@ def warm_start_json(run: TelemetryRun, residual: Residual, hits: int, misses: in
     }
 
 
-def warm_start_line(residual: Residual, hits: int, misses: int) -> str:
-    """``warm start still compiled 3.1 s: kernel loads 2.4 s, dynamo tracing 0.5 s, ...`` ("" unless warm)."""
+def warm_start_lines(residual: Residual, hits: int, misses: int) -> list[str]:
+    """``warm start: ... compiling still took 3.1 s: kernel loads 2.4 s, ...`` (none unless warm)."""
     if not hits or misses or not residual.timed:
-        return ""
+        return []
     phases = sorted(residual.breakdown().items(), key=lambda item: -item[1])
     said = ", ".join(f"{PHASE_WORDS[phase]} {seconds:.2f} s" for phase, seconds in phases if seconds >= 0.005)
-    return (
+    return [
         f"warm start: every graph came from the compile cache, and compiling still took {residual.total_s:.2f} s: "
         f"{said} (what removes which: summary --json warm_start, docs/cold-starts.md)"
-    )
+    ]

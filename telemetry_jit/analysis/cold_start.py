@@ -207,8 +207,7 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
         group.seconds += new.seconds.get(lookup.compile_id, 0.0)
         add_new(group.frames, lookup.frame, 5)
         add_new(group.steps, lookup.step, 5)
-    ordered = sorted(groups.values(), key=lambda group: -group.seconds)
-    return ColdStart(ordered, bool(base.lookups), bool(new.lookups))
+    return ColdStart(sorted(groups.values(), key=lambda group: -group.seconds), bool(base.lookups), bool(new.lookups))
 
 
 def changes(base: Parts, new: Parts) -> list[Change]:

@@ -105,12 +105,12 @@ def _timeline(summary: RunSummary) -> str:
     height = 4 * _ROW + 24
     parts.append(f'<text x="{_LEFT}" y="{height - 4}">0 s (wall time)</text>')
     parts.append(f'<text x="{_WIDTH - 60}" y="{height - 4}">{(end - start) / 1e9:.2f} s</text>')
-    shown = (
-        ""
-        if len(windows) == summary.digest.compilations
-        else (f'<p class="muted">The first {len(windows)} of {summary.digest.compilations} compilations are drawn.</p>')
+    svg = f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND
+    if len(windows) == summary.digest.compilations:
+        return svg
+    return (
+        svg + f'<p class="muted">The first {len(windows)} of {summary.digest.compilations} compilations are drawn.</p>'
     )
-    return f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND + shown
 
 
 def _break_details(summary: RunSummary) -> str:
@@ -133,8 +133,7 @@ def _break_details(summary: RunSummary) -> str:
 
 def _linked(text: str) -> str:
     """``text`` escaped, a documentation address in it a link."""
-    escaped = escape(text)
-    return re.sub(r"(https?://[^\s<]+)", r'<a href="\1">\1</a>', escaped)
+    return re.sub(r"(https?://[^\s<]+)", r'<a href="\1">\1</a>', escape(text))
 
 
 def _diagnosis(summary: RunSummary) -> str:
@@ -177,7 +176,7 @@ def render_fleet_report(fleet: Fleet, summary: RunSummary) -> str:
 
 def _ranks_timeline(fleet: Fleet) -> str:
     """One row per rank, compilations as bars (recompiles darker), the slowest rank's row marked."""
-    windows = [window for figures in fleet.ranks for window in figures.digest.windows]
+    windows = [window for digest in fleet.ranks.values() for window in digest.windows]
     if not windows:
         return '<p class="muted">No compilations.</p>'
     start = min(window.start_ns for window in windows)
@@ -186,13 +185,13 @@ def _ranks_timeline(fleet: Fleet) -> str:
     row = max(1.0, min(14.0, 700 / len(fleet.ranks)))
     odd = set(fleet.odd_ranks)
     parts = []
-    for index, figures in enumerate(fleet.ranks):
+    for index, (rank, digest) in enumerate(fleet.ranks.items()):
         y = 4 + index * row
-        slow = figures.rank == fleet.compile_s.max_rank
-        if row >= 8 or slow or figures.rank in odd:
-            label = f"rank {figures.rank}" + (" (slowest)" if slow else " (odd)" if figures.rank in odd else "")
+        slow = rank == fleet.compile_s.max_rank
+        if row >= 8 or slow or rank in odd:
+            label = f"rank {rank}" + (" (slowest)" if slow else " (odd)" if rank in odd else "")
             parts.append(f'<text x="4" y="{y + row - 1:.1f}">{escape(label)}</text>')
-        for window in figures.digest.windows:
+        for window in digest.windows:
             begin, finish = window.start_ns, window.end_ns
             x = _LEFT + (begin - start) * scale
             width = max((finish - begin) * scale, 1.0)
@@ -200,7 +199,7 @@ def _ranks_timeline(fleet: Fleet) -> str:
             height = max(row - 1, 1)
             parts.append(
                 f'<rect class="rank-compile" x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height:.1f}" '
-                f'fill="{colour}"><title>rank {figures.rank}: {(finish - begin) / 1e6:.0f} ms</title></rect>'
+                f'fill="{colour}"><title>rank {rank}: {(finish - begin) / 1e6:.0f} ms</title></rect>'
             )
     total = 4 + len(fleet.ranks) * row + 20
     parts.append(f'<text x="{_LEFT}" y="{total - 4:.0f}">0 s</text>')
@@ -236,15 +235,12 @@ def _run_sections(summary: RunSummary) -> list[str]:
     sections = [
         f"<h1>telemetry-jit report</h1><p class='muted'>run {escape(run.run_id)}, rank {run.rank} "
         f"{escape(run.node)}</p>",
-        *(
-            [f'<p id="status" class="unfinished">{escape(summary.status.headline())}</p>']
-            if not summary.status.finished
-            else []
-        ),
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
         '<p id="figures">' + "<br>".join(escape(line) for line in answers.figure_lines(summary)) + "</p>",
+        _diagnosis(summary),
     ]
-    sections.append(_diagnosis(summary))
+    if not summary.status.finished:
+        sections.insert(1, f'<p id="status" class="unfinished">{escape(summary.status.headline())}</p>')
     if summary.payoff is not None:
         account = (
             f'<p class="muted">{escape(answers.net_line(summary.payoff))}; eager steps ran the same model with '

@@ -51,27 +51,20 @@ class CacheLedger:
             self.seconds[compile_id] = self.seconds.get(compile_id, 0.0) + (span.compile_ms or 0.0) / 1000
         for event in events:
             attributes = event.attributes
-            loaded = bool(attributes.get(CacheAttr.LOADED))
-            self.loaded_hits += loaded and attributes.get(CacheAttr.STATE) == "hit"
-            if len(self.lookups) < MAX_GRAPHS:  # look-ups (and the tables they name) counted while they are kept
-                settings = str(attributes.get(CacheAttr.SETTINGS) or "")
-                if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
-                    self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
-                layer = str(attributes.get(CacheAttr.LAYER) or "")
-                code = without_line(frame)
-                n = self._seen[(code, trigger, layer)]
-                self._seen[(code, trigger, layer)] += 1
-                self.lookups[(code, trigger, layer, n)] = CacheLookupSaid(
-                    frame,
-                    compile_id,
-                    step,
-                    layer,
-                    str(attributes.get(CacheAttr.STATE) or ""),
-                    str(attributes.get(CacheAttr.KEY) or ""),
-                    _parts(attributes.get(CacheAttr.PARTS) or ()),
-                    settings,
-                    loaded,
-                )
+            loaded, state = bool(attributes.get(CacheAttr.LOADED)), str(attributes.get(CacheAttr.STATE) or "")
+            self.loaded_hits += loaded and state == "hit"
+            if len(self.lookups) >= MAX_GRAPHS:
+                continue  # look-ups (and the tables they name) counted while they are kept
+            settings = str(attributes.get(CacheAttr.SETTINGS) or "")
+            if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
+                self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
+            layer, key = str(attributes.get(CacheAttr.LAYER) or ""), str(attributes.get(CacheAttr.KEY) or "")
+            code = without_line(frame)
+            self._seen[(code, trigger, layer)] += 1
+            n, parts = self._seen[(code, trigger, layer)] - 1, _parts(attributes.get(CacheAttr.PARTS) or ())
+            self.lookups[(code, trigger, layer, n)] = CacheLookupSaid(
+                frame, compile_id, step, layer, state, key, parts, settings, loaded
+            )
 
     def explained(self) -> Iterable[tuple[GraphId, CacheLookupSaid]]:
         """The look-ups that stand for a graph: AOTAutograd's (its entry holds the backward too), else inductor's;

@@ -14,10 +14,10 @@ from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.terminal import shown
 
 _WIDTH, _ROW, _LEFT = 1100, 22, 150
-_COLOURS = {
-    TrainingSpanName.TRAINING_LOOP: "#9ecae1",
-    TrainingSpanName.VALIDATION_LOOP: "#c7e9c0",
-    TrainingSpanName.TESTING_LOOP: "#fdd0a2",
+_LOOPS = {  # each loop's colour, and its name in the legend
+    TrainingSpanName.TRAINING_LOOP: ("#9ecae1", "training loop"),
+    TrainingSpanName.VALIDATION_LOOP: ("#c7e9c0", "validation loop"),
+    TrainingSpanName.TESTING_LOOP: ("#fdd0a2", "test loop"),
 }
 
 _LEGEND = (
@@ -25,9 +25,7 @@ _LEGEND = (
     + " ".join(
         f'<span><i style="background:{colour}"></i>{escape(label)}</span>'
         for colour, label in (
-            (_COLOURS[TrainingSpanName.TRAINING_LOOP], "training loop"),
-            (_COLOURS[TrainingSpanName.VALIDATION_LOOP], "validation loop"),
-            (_COLOURS[TrainingSpanName.TESTING_LOOP], "test loop"),
+            *_LOOPS.values(),
             ("#e34a33", "compilation"),
             ("#b30000", "recompilation (the line below marks its step, its number the global step)"),
         )
@@ -66,7 +64,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], table_id: s
 def _timeline(summary: RunSummary) -> str:
     """Loops as bars on a wall-time axis (seconds from the first), compilations over them (recompiles darker), each
     recompile marked with its global step."""
-    loops = [span for span in summary.run.spans.values() if span.name in _COLOURS]
+    loops = [span for span in summary.run.spans.values() if span.name in _LOOPS]
     windows = summary.digest.windows
     if not loops and not windows:
         return '<p class="muted">No loops or compilations recorded.</p>'
@@ -87,7 +85,7 @@ def _timeline(summary: RunSummary) -> str:
         width = max(right - left, 1.5)
         parts.append(
             f'<rect class="{escape(span.name)}" x="{left:.1f}" y="{4 + row * _ROW}" width="{width:.1f}" '
-            f'height="{_ROW - 6}" fill="{_COLOURS[span.name]}"><title>{escape(title)}</title></rect>'
+            f'height="{_ROW - 6}" fill="{_LOOPS[span.name][0]}"><title>{escape(title)}</title></rect>'
         )
     for window in windows:
         left, right = x(window.start_ns), x(window.end_ns)

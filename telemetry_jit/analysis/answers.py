@@ -87,11 +87,9 @@ def fix_first(summary: RunSummary) -> list[Item]:
             reached = f", reached from your line{'s' if len(group.user_locations) > 1 else ''} {lines}" if lines else ""
             head = f"{times} inside {group.owner} ({shown(group.location)}){reached}: {group.type}"
         loops = which_loops(summary, group.loops)  # where compiling found them: code compiled once runs in later loops
-        details = [f"found compiling {loops}"] if loops else []
-        details.append(f"fix: {group.fix}")
-        if group.doc_url:
-            details.append(f"docs: {group.doc_url}")
-        items.append(Item(head, tuple(details)))
+        found = [f"found compiling {loops}"] if loops else []
+        docs = [f"docs: {group.doc_url}"] if group.doc_url else []
+        items.append(Item(head, (*found, f"fix: {group.fix}", *docs)))
     return items
 
 
@@ -196,11 +194,8 @@ def health_losses(run: TelemetryRun) -> list[str]:
     losses = []
     for name, failed in (health.get("failed_calls") or {}).items():
         if isinstance(failed, dict):
-            count = int(number(failed.get("count")))
-            losses.append(
-                f"{failed.get('callee') or name} failed {counted(count, 'time')} "
-                f"({failed.get('first_error', '')}) [{name}]"
-            )
+            times = counted(int(number(failed.get("count"))), "time")
+            losses.append(f"{failed.get('callee') or name} failed {times} ({failed.get('first_error', '')}) [{name}]")
     for exporter, counts in (health.get("exporters") or {}).items():
         if not isinstance(counts, dict):
             continue

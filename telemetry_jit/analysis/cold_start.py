@@ -122,8 +122,7 @@ class Change:
         base, new = _tensor_words(self.base, self.new)
         if self.name.startswith("autocast_state["):
             base, new = _autocast_words(base), _autocast_words(new)
-        both = f": {base} -> {new}" if base or new else ""
-        return f"{self.subject}{both}"
+        return f"{self.subject}: {base} -> {new}" if base or new else self.subject
 
 
 @dataclass

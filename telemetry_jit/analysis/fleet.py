@@ -80,11 +80,6 @@ class Fleet:
     def total_skew_ms(self) -> float:
         return sum(skew.wait_ms for skew in self.skews)
 
-    @property
-    def odd_ranks(self) -> list[int]:
-        """Ranks outside the largest group of compile sequences."""
-        return sorted(rank for group in self.sequences[1:] for rank in group.ranks)
-
     def as_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,

@@ -181,7 +181,7 @@ def _ranks_timeline(fleet: Fleet) -> str:
     end = max(window.end_ns for window in windows)
     scale = (_WIDTH - _LEFT - 10) / max(end - start, 1)
     row = max(1.0, min(14.0, 700 / len(fleet.ranks)))
-    odd = set(fleet.odd_ranks)
+    odd = {rank for group in fleet.sequences[1:] for rank in group.ranks}  # outside the largest group
     parts = []
     for index, (rank, digest) in enumerate(fleet.ranks.items()):
         y = 4 + index * row

@@ -58,7 +58,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     room = columns - 2 - 2 * (len(widths) - 1)  # the indent, the gaps
     narrowed = sum(widths) > room
     if narrowed:
-        fitting = _narrowed(widths, _floors(cells, widths), room)
+        fitting = _narrowed(cells, widths, room)
         if fitting is None:
             return _rows_one_field_a_line(cells, columns)
         widths = fitting
@@ -76,14 +76,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     return ["  " + line for line in lines]
 
 
-def _floors(cells: list[list[str]], widths: list[int]) -> list[int]:
-    """How narrow each column may be: its header and longest word (up to :data:`_MIN_COLUMN`) stay whole."""
-    longest = [max(len(word) for row in cells for word in row[i].split() or [""]) for i in range(len(widths))]
-    return [min(width, max(len(cells[0][i]), min(longest[i], _MIN_COLUMN))) for i, width in enumerate(widths)]
-
-
-def _narrowed(widths: list[int], floors: list[int], room: int) -> list[int] | None:
+def _narrowed(cells: list[list[str]], widths: list[int], room: int) -> list[int] | None:
     """Widths within ``room``, the one with most to give narrowed first; ``None`` if the floors do not fit."""
+    # how narrow each column may be: its header and longest word (up to _MIN_COLUMN) stay whole
+    longest = [max(len(word) for row in cells for word in row[i].split() or [""]) for i in range(len(widths))]
+    floors = [min(width, max(len(cells[0][i]), min(longest[i], _MIN_COLUMN))) for i, width in enumerate(widths)]
     if sum(floors) > room:
         return None
     widths = list(widths)

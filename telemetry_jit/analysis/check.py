@@ -79,12 +79,9 @@ def check(
             "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks, "
             "--no-new-recompile-causes, --no-eager-fallback, --max-skew, --ranks-compile-alike."
         )
-    for option, asked in (
-        ("--no-new-graph-breaks", budget.no_new_graph_breaks),
-        ("--no-new-recompile-causes", budget.no_new_recompile_causes),
-    ):
-        if asked and not baselines:
-            raise CannotTell(f"{option} compares with a baseline run: pass --baseline FILE.")
+    if not baselines and (budget.no_new_graph_breaks or budget.no_new_recompile_causes):
+        option = "--no-new-graph-breaks" if budget.no_new_graph_breaks else "--no-new-recompile-causes"
+        raise CannotTell(f"{option} compares with a baseline run: pass --baseline FILE.")
     judged = {id(run): summarize(run) for run in [*runs, *baselines]}
     for name, checked in (("the run", runs), ("the baseline", baselines)):
         for run in checked:

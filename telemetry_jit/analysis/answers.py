@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from telemetry_jit.analysis.digest import EXPECTED, Fallback
 from telemetry_jit.analysis.runs import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
-from telemetry_jit.analysis.warm_residual import warm_start_line
+from telemetry_jit.analysis.warm_residual import warm_start_lines
 from telemetry_jit.breaks import gist
 from telemetry_jit.records import Payoff, first_step_line
 from telemetry_jit.terminal import counted, possessive, shown
@@ -75,16 +75,9 @@ def fix_first(summary: RunSummary) -> list[Item]:
         loops = which_loops(summary, row.loops)
         if loops and summary.loop_count not in summary.loop_numbers(row.loops):
             loops += ", none in the last"  # whether the latest loop still has it: what a user who fixed it asks
-        items.append(
-            Item(
-                f"{counted(row.unexpected, 'recompile')}, {row.compile_ms / 1000:.1f} s: {title}{reason}",
-                (
-                    f"at {steps} in {where_words(row.stages, row.loaders)}{f' ({loops})' if loops else ''}: "
-                    f"{listed(row.frames, 2)}",
-                    f"fix: {row.fix}",
-                ),
-            )
-        )
+        where = f"at {steps} in {where_words(row.stages, row.loaders)}{f' ({loops})' if loops else ''}"
+        head = f"{counted(row.unexpected, 'recompile')}, {row.compile_ms / 1000:.1f} s: {title}{reason}"
+        items.append(Item(head, (f"{where}: {listed(row.frames, 2)}", f"fix: {row.fix}")))
     for group in summary.breaks:
         times = counted(group.count, "graph break")
         if group.owner == "user":
@@ -94,11 +87,9 @@ def fix_first(summary: RunSummary) -> list[Item]:
             reached = f", reached from your line{'s' if len(group.user_locations) > 1 else ''} {lines}" if lines else ""
             head = f"{times} inside {group.owner} ({shown(group.location)}){reached}: {group.type}"
         loops = which_loops(summary, group.loops)  # where compiling found them: code compiled once runs in later loops
-        details = [f"found compiling {loops}"] if loops else []
-        details.append(f"fix: {group.fix}")
-        if group.doc_url:
-            details.append(f"docs: {group.doc_url}")
-        items.append(Item(head, tuple(details)))
+        found = [f"found compiling {loops}"] if loops else []
+        docs = [f"docs: {group.doc_url}"] if group.doc_url else []
+        items.append(Item(head, (*found, f"fix: {group.fix}", *docs)))
     return items
 
 
@@ -114,18 +105,12 @@ def notes(summary: RunSummary) -> list[str]:
         lines.append(
             f"expected: {counted(count, 'recompile')}, {ms / 1000:.1f} s, {_EXPECTED_WHY[cause]}, nothing to fix"
         )
-    lines += [
-        first_step_line(
-            step.stage,
-            step.global_step,
-            step.wall_ms,
-            step.compile_ms,
-            step.phases_s,
-            which_loops(summary, [step.loop]),
-        )
-        for step in summary.first_steps
-        if step.compile_ms
-    ]
+    for step in summary.first_steps:
+        if step.compile_ms:
+            loops = which_loops(summary, [step.loop])
+            lines.append(
+                first_step_line(step.stage, step.global_step, step.wall_ms, step.compile_ms, step.phases_s, loops)
+            )
     return lines + [f"(this file has {what})" for what in summary.lacks if what not in summary.run.lacks]
 
 
@@ -181,10 +166,7 @@ def figure_lines(summary: RunSummary) -> list[str]:
     lines += [f"compile cache bypassed: {reason}" for reason in d.warm_start.bypasses[:5]]
     if d.warm_start.unavailable:
         lines.append(f"(the torch of this run did not record compile.{', compile.'.join(d.warm_start.unavailable)})")
-    lines += d.resources.lines()
-    residual = warm_start_line(d.residual, d.warm_start.hits, d.warm_start.misses)
-    if residual:
-        lines.append(residual)
+    lines += d.resources.lines() + warm_start_lines(d.residual, d.warm_start.hits, d.warm_start.misses)
     if summary.run.lost_records:
         lines.append(f"incomplete: {summary.run.lost_records} telemetry record(s) could not be written")
     lines += [f"telemetry lost: {loss}" for loss in health_losses(summary.run)]
@@ -212,11 +194,8 @@ def health_losses(run: TelemetryRun) -> list[str]:
     losses = []
     for name, failed in (health.get("failed_calls") or {}).items():
         if isinstance(failed, dict):
-            count = int(number(failed.get("count")))
-            losses.append(
-                f"{failed.get('callee') or name} failed {counted(count, 'time')} "
-                f"({failed.get('first_error', '')}) [{name}]"
-            )
+            times = counted(int(number(failed.get("count"))), "time")
+            losses.append(f"{failed.get('callee') or name} failed {times} ({failed.get('first_error', '')}) [{name}]")
     for exporter, counts in (health.get("exporters") or {}).items():
         if not isinstance(counts, dict):
             continue
@@ -282,7 +261,3 @@ def break_rows(summary: RunSummary) -> list[tuple[object, ...]]:
         )
         for group in summary.breaks
     ]
-
-
-def ddp_rows(summary: RunSummary) -> list[tuple[object, ...]]:
-    return [(frame, compile_id, splits, cap) for frame, compile_id, splits, cap in summary.digest.ddp]

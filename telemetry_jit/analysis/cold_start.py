@@ -24,7 +24,6 @@ class CacheLookupSaid:
     """One graph's look-up in one cache, as a run recorded it."""
 
     frame: str
-    trigger: str
     compile_id: str
     step: str
     layer: str
@@ -52,28 +51,20 @@ class CacheLedger:
             self.seconds[compile_id] = self.seconds.get(compile_id, 0.0) + (span.compile_ms or 0.0) / 1000
         for event in events:
             attributes = event.attributes
-            loaded = bool(attributes.get(CacheAttr.LOADED))
-            self.loaded_hits += loaded and attributes.get(CacheAttr.STATE) == "hit"
-            if len(self.lookups) < MAX_GRAPHS:  # look-ups (and the tables they name) counted while they are kept
-                settings = str(attributes.get(CacheAttr.SETTINGS) or "")
-                if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
-                    self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
-                layer = str(attributes.get(CacheAttr.LAYER) or "")
-                code = without_line(frame)
-                n = self._seen[(code, trigger, layer)]
-                self._seen[(code, trigger, layer)] += 1
-                self.lookups[(code, trigger, layer, n)] = CacheLookupSaid(
-                    frame,
-                    trigger,
-                    compile_id,
-                    step,
-                    layer,
-                    str(attributes.get(CacheAttr.STATE) or ""),
-                    str(attributes.get(CacheAttr.KEY) or ""),
-                    _parts(attributes.get(CacheAttr.PARTS) or ()),
-                    settings,
-                    loaded,
-                )
+            loaded, state = bool(attributes.get(CacheAttr.LOADED)), str(attributes.get(CacheAttr.STATE) or "")
+            self.loaded_hits += loaded and state == "hit"
+            if len(self.lookups) >= MAX_GRAPHS:
+                continue  # look-ups (and the tables they name) counted while they are kept
+            settings = str(attributes.get(CacheAttr.SETTINGS) or "")
+            if CacheAttr.SETTINGS_PARTS in attributes and settings not in self.tables:
+                self.tables[settings] = _parts(attributes[CacheAttr.SETTINGS_PARTS])
+            layer, key = str(attributes.get(CacheAttr.LAYER) or ""), str(attributes.get(CacheAttr.KEY) or "")
+            code = without_line(frame)
+            self._seen[(code, trigger, layer)] += 1
+            n, parts = self._seen[(code, trigger, layer)] - 1, _parts(attributes.get(CacheAttr.PARTS) or ())
+            self.lookups[(code, trigger, layer, n)] = CacheLookupSaid(
+                frame, compile_id, step, layer, state, key, parts, settings, loaded
+            )
 
     def explained(self) -> Iterable[tuple[GraphId, CacheLookupSaid]]:
         """The look-ups that stand for a graph: AOTAutograd's (its entry holds the backward too), else inductor's;
@@ -105,7 +96,20 @@ class Change:
 
     @property
     def kind(self) -> str:
-        return _kind(self.name, self.base, self.new)
+        head = self.name.split("[", 1)[0]
+        if self.name == "gm":
+            return "graph"
+        if self.name == "gm[process_groups]":
+            return "process_group"
+        if head == "example_inputs":
+            return "model" if "parameter " in (self.base + self.new) else "input"
+        if _torch_state(self.name):
+            return "state"
+        if "config" in head:
+            return "setting"
+        if "version" in self.name:
+            return "version"
+        return "machine" if head == "system_info" else "other"
 
     @property
     def subject(self) -> str:
@@ -118,8 +122,7 @@ class Change:
         base, new = _tensor_words(self.base, self.new)
         if self.name.startswith("autocast_state["):
             base, new = _autocast_words(base), _autocast_words(new)
-        both = f": {base} -> {new}" if base or new else ""
-        return f"{self.subject}{both}"
+        return f"{self.subject}: {base} -> {new}" if base or new else self.subject
 
 
 @dataclass
@@ -187,7 +190,7 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
         elif before.state == "bypass":
             continue  # the base run did not cache it either
         elif before.key == lookup.key:
-            reason, fix = _same_key(before)
+            reason, fix = (_LOADED, _FIX["loaded"]) if before.loaded else (_SAME_KEY, _FIX["same_key"])
         else:
             found = changes(base.full_parts(before), new.full_parts(lookup))
             reason, fix = _reason(found)
@@ -196,8 +199,7 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
         group.seconds += new.seconds.get(lookup.compile_id, 0.0)
         add_new(group.frames, lookup.frame, 5)
         add_new(group.steps, lookup.step, 5)
-    ordered = sorted(groups.values(), key=lambda group: -group.seconds)
-    return ColdStart(ordered, bool(base.lookups), bool(new.lookups))
+    return ColdStart(sorted(groups.values(), key=lambda group: -group.seconds), bool(base.lookups), bool(new.lookups))
 
 
 def changes(base: Parts, new: Parts) -> list[Change]:
@@ -208,7 +210,7 @@ def changes(base: Parts, new: Parts) -> list[Change]:
         for name in sorted(base.keys() | new.keys())
         if base.get(name, ("",))[0] != new.get(name, ("",))[0]
     ]
-    return sorted(found, key=lambda change: _ORDER.index(change.kind))
+    return sorted(found, key=lambda change: list(_NAMES).index(change.kind))
 
 
 _SAME_KEY = "the same key as in the base run, but the entry was not in this run's cache"
@@ -246,52 +248,23 @@ _FIX = {
     "machine": "compile on the kind of machine that runs the job: the cache is keyed by the device and its driver",
     "other": "keep it as it was when the cache was filled, or accept one cold start",
 }
-_NAMES = {
+_NAMES = {  # each kind of part, in the order that explains the rest first: a new release changes the rest too
+    "version": "{} changed",
+    "machine": "{}",
+    "process_group": "the process group's name baked into the graph's collectives",
     "graph": "the graph itself changed (the code dynamo traced)",
     "model": "a parameter's shape or dtype ({})",
     "input": "an input's dtype, shape or layout ({})",
+    "state": "{}",  # named by the call that sets it: _TORCH_STATE
     "setting": "setting {}",
-    "version": "{} changed",
-    "process_group": "the process group's name baked into the graph's collectives",
-    "machine": "{}",
     "other": "key part {}",
 }
-_ORDER = (
-    "version",
-    "machine",
-    "process_group",
-    "graph",
-    "model",
-    "input",
-    "state",
-    "setting",
-    "other",
-)  # a new release changes the rest too
 
 
 def without_line(frame: str) -> str:
     """``forward (model.py:55)`` -> ``forward (model.py)``: a line added above a frame, or another torch release
     moving its own code, leaves it the same frame."""
     return re.sub(r":\d+\)$", ")", frame)
-
-
-def _kind(name: str, base: str = "", new: str = "") -> str:
-    head = name.split("[", 1)[0]
-    if name == "gm":
-        return "graph"
-    if name == "gm[process_groups]":
-        return "process_group"
-    if head == "example_inputs":
-        return "model" if "parameter " in (base + new) else "input"
-    if _torch_state(name):
-        return "state"
-    if "config" in head:
-        return "setting"
-    if "version" in name:
-        return "version"
-    if head == "system_info":
-        return "machine"
-    return "other"
 
 
 # torch's global state at compile time, which the caches key by, named by the call that sets it
@@ -350,10 +323,6 @@ def _named(name: str) -> str:
         return f"graph input {rest.rstrip(']')}"
     words = _GROUP_WORDS.get(head)
     return f"{words} {rest.rstrip(']')}" if bracket and words else name
-
-
-def _same_key(before: CacheLookupSaid) -> tuple[str, str]:
-    return (_LOADED, _FIX["loaded"]) if before.loaded else (_SAME_KEY, _FIX["same_key"])
 
 
 def _reason(found: list[Change]) -> tuple[str, str]:

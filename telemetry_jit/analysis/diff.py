@@ -4,15 +4,14 @@ not count; recompiles by cause and kind of stage and, per frame, by torch's reas
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import ColdStart, explain, without_line
 from telemetry_jit.analysis.digest import EXPECTED, ONE_KIND, Fallback, FrameRow
 from telemetry_jit.analysis.runs import TelemetryRun
-from telemetry_jit.analysis.status import RunStatus
 from telemetry_jit.analysis.summary import RunSummary, summarize
-from telemetry_jit.records import CompiledBefore, NotCompiled
+from telemetry_jit.records import NotCompiled
 
 BreakKey = tuple[str, str]  # (file:line as tables show it, the first line of torch's reason)
 
@@ -47,11 +46,6 @@ def _figures_json(s: RunSummary) -> dict[str, Any]:
     }
 
 
-def _frames(s: RunSummary) -> dict[str, FrameRow]:
-    """The run's compiled frames by ``"frame (file:line)"``."""
-    return {row.label: row for row in s.digest.frames.values()}
-
-
 def cause_words(cause: str) -> str:
     """A cause as diff and check key it, with the kind of stage beside it where the key leaves it out:
     ``last_batch`` (training's) is said ``last_batch in train``, beside ``last_batch in eval``."""
@@ -61,66 +55,44 @@ def cause_words(cause: str) -> str:
     return f"{name} in train{EXPECTED if cause.endswith(EXPECTED) else ''}"
 
 
-def _only_in(fallbacks: list[Fallback], others: list[Fallback]) -> list[Fallback]:
-    elsewhere = {without_line(other.frame) for other in others}
-    return [fallback for fallback in fallbacks if without_line(fallback.frame) not in elsewhere]
+@dataclass(frozen=True)
+class OnlyIn:
+    """What one run has and the other lacks."""
+
+    graph_breaks: dict[BreakKey, int]  # by place and reason, with how often it met each
+    fallbacks: list[Fallback]  # frames that run eagerly, by name and file: a fix moves its lines
+    not_compiled: list[NotCompiled]  # modules compiled to no effect, by name and class
+    causes: dict[str, int]  # recompile causes, less the recompiles the other run met under another cause
+
+
+def _only_in(run: RunSummary, other: RunSummary, renamed: Counter[str]) -> OnlyIn:
+    """What ``run`` has that ``other`` lacks (``renamed``: ``run``'s recompiles ``other`` met under another cause)."""
+    elsewhere = {without_line(fallback.frame) for fallback in other.fallbacks}
+    causes, other_causes = run.digest.causes_by_name(), other.digest.causes_by_name()
+    return OnlyIn(
+        {key: n for key, n in sorted(run.digest.break_keys.items()) if key not in other.digest.break_keys},
+        [fallback for fallback in run.fallbacks if without_line(fallback.frame) not in elsewhere],
+        [found for found in run.not_compiled if found not in other.not_compiled],
+        {
+            cause: n - renamed[cause]
+            for cause, n in sorted(causes.items())
+            if cause not in other_causes and n > renamed[cause]
+        },
+    )
 
 
 @dataclass
 class RunDiff:
     base: RunSummary
     new: RunSummary
+    # (base cause, new cause) -> recompiles: a base-only cause whose recompiles (same frame, stage, step and batch)
+    # the new run still meets under another name (a size mismatch become a dynamic-size guard): not fixed
+    renamed_causes: dict[tuple[str, str], int] = field(init=False)
+    new_only: OnlyIn = field(init=False)
+    base_only: OnlyIn = field(init=False)
 
-    def statuses(self) -> list[tuple[str, RunStatus]]:
-        return [("base", self.base.status), ("new", self.new.status)]
-
-    def compiled_before(self) -> list[tuple[str, CompiledBefore]]:
-        """Each side that began in a process holding compiled code: its missing compiles prove nothing."""
-        return [(side, f.compiled_before) for side, f in (("base", self.base), ("new", self.new)) if f.compiled_before]
-
-    @property
-    def new_graph_breaks(self) -> dict[BreakKey, int]:
-        """Breaks only the new run has (by place and reason), with how often it met each."""
-        return {
-            key: count
-            for key, count in sorted(self.new.digest.break_keys.items())
-            if key not in self.base.digest.break_keys
-        }
-
-    @property
-    def fixed_graph_breaks(self) -> dict[BreakKey, int]:
-        """Breaks only the base run had."""
-        return {
-            key: count
-            for key, count in sorted(self.base.digest.break_keys.items())
-            if key not in self.new.digest.break_keys
-        }
-
-    @property
-    def new_fallbacks(self) -> list[Fallback]:
-        """Frames that run eagerly in the new run only (a frame by its name and file: a fix moves its lines)."""
-        return _only_in(self.new.fallbacks, self.base.fallbacks)
-
-    @property
-    def fixed_fallbacks(self) -> list[Fallback]:
-        """Frames that ran eagerly in the base run and no longer do."""
-        return _only_in(self.base.fallbacks, self.new.fallbacks)
-
-    @property
-    def new_not_compiled(self) -> list[NotCompiled]:
-        """Modules compiled to no effect in the new run only (by name and class)."""
-        return [found for found in self.new.not_compiled if found not in self.base.not_compiled]
-
-    @property
-    def fixed_not_compiled(self) -> list[NotCompiled]:
-        """Modules compiled to no effect in the base run that the new run compiles (or no longer asks to)."""
-        return [found for found in self.base.not_compiled if found not in self.new.not_compiled]
-
-    @property
-    def renamed_causes(self) -> dict[tuple[str, str], int]:
-        """``(base cause, new cause) -> recompiles``: a base-only cause whose recompiles (same frame, stage, step and
-        batch) the new run still meets under another name (a size mismatch become a dynamic-size guard): not fixed."""
-        renamed = {}
+    def __post_init__(self) -> None:
+        self.renamed_causes = {}
         new_causes = self.new.digest.causes_by_name()
         for cause, occasions in sorted(self.base.digest.occasions_by_name().items()):
             if cause in new_causes:
@@ -129,26 +101,13 @@ class RunDiff:
                 # a recompile left only as the expected price (the first switch to evaluation's grad mode, which the
                 # base run's recompile at that batch paid as well) is no recompile that remains to be fixed
                 if other != cause and not other.endswith(EXPECTED) and occasions & met:
-                    renamed[(cause, other)] = len(occasions & met)
-        return renamed
-
-    @property
-    def new_causes(self) -> dict[str, int]:
-        """Recompile causes only the new run has, less the recompiles the base run met under another cause."""
-        return self._causes_only_in(self.new, self.base, side=1)
-
-    @property
-    def fixed_causes(self) -> dict[str, int]:
-        """Recompile causes only the base run had, less the recompiles the new run still meets under another."""
-        return self._causes_only_in(self.base, self.new, side=0)
-
-    def _causes_only_in(self, run: RunSummary, other: RunSummary, side: int) -> dict[str, int]:
-        """``run``'s causes that ``other`` lacks, less those renamed (``side``: ``run``'s place in the pairs)."""
-        renamed = Counter[str]()
-        for pair, count in self.renamed_causes.items():
-            renamed[pair[side]] += count
-        counts = ((cause, n - renamed[cause]) for cause, n in sorted(run.digest.causes_by_name().items()))
-        return {cause: n for cause, n in counts if cause not in other.digest.causes_by_name() and n > 0}
+                    self.renamed_causes[(cause, other)] = len(occasions & met)
+        renamed_base, renamed_new = Counter[str](), Counter[str]()
+        for (cause, other), count in self.renamed_causes.items():
+            renamed_base[cause] += count
+            renamed_new[other] += count
+        self.new_only = _only_in(self.new, self.base, renamed_new)
+        self.base_only = _only_in(self.base, self.new, renamed_base)
 
     @property
     def changed_causes(self) -> dict[str, tuple[int, int]]:
@@ -186,7 +145,7 @@ class RunDiff:
 
     def frames(self) -> list[tuple[str, FrameRow, FrameRow]]:
         """``(frame, base row, new row)`` for every frame either run compiled."""
-        base, new = _frames(self.base), _frames(self.new)
+        base, new = ({row.label: row for row in s.digest.frames.values()} for s in (self.base, self.new))
         return [
             (frame, base.get(frame, FrameRow("", "")), new.get(frame, FrameRow("", "")))
             for frame in sorted(base.keys() | new.keys())
@@ -196,14 +155,14 @@ class RunDiff:
         return {
             "base": _figures_json(self.base),
             "new": _figures_json(self.new),
-            "new_graph_breaks": _breaks_json(self.new_graph_breaks),
-            "fixed_graph_breaks": _breaks_json(self.fixed_graph_breaks),
-            "new_eager_fallbacks": [fallback.as_json() for fallback in self.new_fallbacks],
-            "fixed_eager_fallbacks": [fallback.as_json() for fallback in self.fixed_fallbacks],
-            "new_not_compiled": [found.module for found in self.new_not_compiled],
-            "fixed_not_compiled": [found.module for found in self.fixed_not_compiled],
-            "new_recompile_causes": self.new_causes,
-            "fixed_recompile_causes": self.fixed_causes,
+            "new_graph_breaks": _breaks_json(self.new_only.graph_breaks),
+            "fixed_graph_breaks": _breaks_json(self.base_only.graph_breaks),
+            "new_eager_fallbacks": [fallback.as_json() for fallback in self.new_only.fallbacks],
+            "fixed_eager_fallbacks": [fallback.as_json() for fallback in self.base_only.fallbacks],
+            "new_not_compiled": [found.module for found in self.new_only.not_compiled],
+            "fixed_not_compiled": [found.module for found in self.base_only.not_compiled],
+            "new_recompile_causes": self.new_only.causes,
+            "fixed_recompile_causes": self.base_only.causes,
             "renamed_recompile_causes": [
                 {"base": cause, "new": other, "count": count} for (cause, other), count in self.renamed_causes.items()
             ],

@@ -17,48 +17,18 @@ from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.terminal import counted
 
 
-@dataclass
-class RankFigures:
-    """What one rank compiled, and what its watcher said of the ranks, live."""
-
-    rank: int
-    digest: RunDigest
-    said: list[OutOfStepSaid] = field(default_factory=list)
-
-    @property
-    def graph_breaks(self) -> int:
-        return sum(group.counted_by_torch for group in self.digest.breaks.values())
-
-    @property
-    def cache(self) -> str:
-        """What the compile cache did on this rank: from its look-ups, else torch's counts (2.8: remote only)."""
-        states, warm = self.digest.cache_ledger.states(), self.digest.warm_start
-        hits, misses = (states["hit"], states["miss"]) if states else (warm.hits, warm.misses)
-        if not (hits or misses):
-            return "no compile-cache lookups"
-        if not misses:
-            return "warm: every graph from the compile cache"
-        return "cold: every graph compiled" if not hits else "partly warm"
-
-
 @dataclass(frozen=True)
 class Spread:
     """A figure over the ranks: its smallest, median and largest value, and which ranks hold the ends."""
 
-    low: float
-    low_rank: int
+    min: float
+    min_rank: int
     median: float
-    high: float
-    high_rank: int
+    max: float
+    max_rank: int
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "min": round(self.low, 3),
-            "min_rank": self.low_rank,
-            "median": round(self.median, 3),
-            "max": round(self.high, 3),
-            "max_rank": self.high_rank,
-        }
+        return {name: round(value, 3) for name, value in asdict(self).items()}
 
 
 def spread(values: dict[int, float]) -> Spread:
@@ -93,14 +63,11 @@ class Group:
     ranks: list[int]
     difference: str = ""
 
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 @dataclass
 class Fleet:
     run_id: str
-    ranks: list[RankFigures]
+    ranks: dict[int, RunDigest]  # each rank's, in rank order
     compile_s: Spread
     compilations: Spread
     sequences: list[Group]  # by identical compile sequences, the largest first
@@ -113,19 +80,14 @@ class Fleet:
     def total_skew_ms(self) -> float:
         return sum(skew.wait_ms for skew in self.skews)
 
-    @property
-    def odd_ranks(self) -> list[int]:
-        """Ranks outside the largest group of compile sequences."""
-        return sorted(rank for group in self.sequences[1:] for rank in group.ranks)
-
     def as_json(self) -> dict[str, Any]:
         return {
             "run_id": self.run_id,
             "ranks": len(self.ranks),
             "compile_s": self.compile_s.as_json(),
             "compilations": self.compilations.as_json(),
-            "compiled_alike": [group.as_json() for group in self.sequences],
-            "compile_cache": [group.as_json() for group in self.caches],
+            "compiled_alike": [asdict(group) for group in self.sequences],
+            "compile_cache": [asdict(group) for group in self.caches],
             "skew_s": round(self.total_skew_ms / 1000, 3),
             "skews": [skew.as_json() for skew in self.skews[:20]],
             "last_at_compiles": {str(rank): times for rank, times in self.waits_as_last.most_common(20)},
@@ -133,52 +95,56 @@ class Fleet:
         }
 
 
-def fleet(run_id: str, figures: list[RankFigures]) -> Fleet:
-    """The fleet of one run from its ranks' figures."""
-    ranks = sorted(figures, key=lambda one: one.rank)
-    sequences = _groups(ranks, lambda r: tuple(r.digest.sequence), _sequence_words)
-    caches = _groups(ranks, lambda r: r.cache, lambda r: r.cache)
-    if len(sequences) > 1:
-        reference = next(r for r in ranks if r.rank == sequences[0].ranks[0])
-        for group in sequences[1:]:
-            group.difference = _first_difference(reference, next(r for r in ranks if r.rank == group.ranks[0]))
+def fleet(run_id: str, runs: list[TelemetryRun]) -> Fleet:
+    """The fleet of one run from its ranks' runs, in rank order."""
+    ranks = {run.rank: digest_of(run) for run in runs}
+    sequences = _groups(ranks, lambda digest: tuple(digest.sequence), _sequence_words)
+    caches = _groups(ranks, _cache_words, _cache_words)
+    for group in sequences[1:]:
+        group.difference = _first_difference(ranks[sequences[0].ranks[0]], ranks[group.ranks[0]])
     for group in caches[1:]:
         group.difference = _cache_difference(ranks, caches[0].ranks[0], group.ranks[0])
     skews, last = _skews(ranks)
     return Fleet(
         run_id=run_id,
         ranks=ranks,
-        compile_s=spread({r.rank: r.digest.compile_ms / 1000 for r in ranks}),
-        compilations=spread({r.rank: float(r.digest.compilations) for r in ranks}),
+        compile_s=spread({rank: digest.compile_ms / 1000 for rank, digest in ranks.items()}),
+        compilations=spread({rank: float(digest.compilations) for rank, digest in ranks.items()}),
         sequences=sequences,
         caches=caches,
         skews=skews,
         waits_as_last=last,
-        out_of_step=[item for r in ranks for item in r.said],
+        out_of_step=[item for run in runs for item in out_of_step_said(run)],
     )
 
 
-def _groups(ranks: list[RankFigures], key: Any, words: Any) -> list[Group]:
-    grouped: dict[Any, list[RankFigures]] = defaultdict(list)
-    for figures in ranks:
-        grouped[key(figures)].append(figures)
-    groups = [Group(words(members[0]), [m.rank for m in members]) for members in grouped.values()]
+def _groups(ranks: dict[int, RunDigest], key: Any, words: Any) -> list[Group]:
+    grouped: dict[Any, list[int]] = defaultdict(list)
+    for rank, digest in ranks.items():
+        grouped[key(digest)].append(rank)
+    groups = [Group(words(ranks[members[0]]), members) for members in grouped.values()]
     return sorted(groups, key=lambda group: (-len(group.ranks), group.ranks[0]))
 
 
-def _sequence_words(figures: RankFigures) -> str:
-    return ", ".join(
-        (
-            counted(figures.digest.compilations, "compilation"),
-            counted(figures.digest.recompiles, "recompile"),
-            counted(figures.graph_breaks, "graph break"),
-        )
-    )
+def _sequence_words(d: RunDigest) -> str:
+    breaks = counted(sum(group.counted_by_torch for group in d.breaks.values()), "graph break")
+    return f"{counted(d.compilations, 'compilation')}, {counted(d.recompiles, 'recompile')}, {breaks}"
 
 
-def _first_difference(reference: RankFigures, other: RankFigures) -> str:
+def _cache_words(digest: RunDigest) -> str:
+    """What the compile cache did on a rank: from its look-ups, else torch's counts (2.8: remote only)."""
+    states, warm = digest.cache_ledger.states(), digest.warm_start
+    hits, misses = (states["hit"], states["miss"]) if states else (warm.hits, warm.misses)
+    if not (hits or misses):
+        return "no compile-cache lookups"
+    if not misses:
+        return "warm: every graph from the compile cache"
+    return "cold: every graph compiled" if not hits else "partly warm"
+
+
+def _first_difference(reference: RunDigest, other: RunDigest) -> str:
     """Where ``other``'s compiles first differ from ``reference``'s, in words."""
-    mine, theirs = reference.digest.sequence, other.digest.sequence
+    mine, theirs = reference.sequence, other.sequence
     for index, (ours, its) in enumerate(zip(mine, theirs, strict=False)):
         if ours != its:
             return f"compile {index + 1}: {_compile_words(its)} where the others had {_compile_words(ours)}"
@@ -193,10 +159,9 @@ def _compile_words(item: tuple[str, str, str]) -> str:
     return f"{compile_id.rstrip('b')} {frame}" + (" (backward)" if backward else "") + (f" ({cause})" if cause else "")
 
 
-def _cache_difference(ranks: list[RankFigures], reference: int, other: int) -> str:
+def _cache_difference(ranks: dict[int, RunDigest], reference: int, other: int) -> str:
     """Why ``other`` missed the compile cache where ``reference`` (of the largest group) did not, in words."""
-    by_rank = {figures.rank: figures for figures in ranks}
-    cold = explain(by_rank[reference].digest.cache_ledger, by_rank[other].digest.cache_ledger)
+    cold = explain(ranks[reference].cache_ledger, ranks[other].cache_ledger)
     if not cold.groups:
         return ""
     top = cold.groups[0]
@@ -207,15 +172,16 @@ def _cache_difference(ranks: list[RankFigures], reference: int, other: int) -> s
     )
 
 
-def _skews(ranks: list[RankFigures]) -> tuple[list[Skew], Counter[int]]:
-    shared = set.intersection(*(set(figures.digest.ends) for figures in ranks)) if ranks else set()
+def _skews(ranks: dict[int, RunDigest]) -> tuple[list[Skew], Counter[int]]:
+    digests = list(ranks.values())
+    shared = set.intersection(*(set(digest.ends) for digest in digests)) if ranks else set()
     skews: list[Skew] = []
     last: Counter[int] = Counter()
     for key in shared:
-        ends = {figures.rank: figures.digest.ends[key][0] for figures in ranks}
+        ends = {rank: digest.ends[key][0] for rank, digest in ranks.items()}
         slowest = max(ends, key=lambda rank: (ends[rank], -rank))
         wait = (ends[slowest] - min(ends.values())) / 1e6
-        skews.append(Skew(key[0], ranks[0].digest.ends[key][1], wait, slowest))
+        skews.append(Skew(key[0], digests[0].ends[key][1], wait, slowest))
         if len(ranks) > 1 and wait > 0:
             last[slowest] += 1
     return sorted(skews, key=lambda skew: -skew.wait_ms), last
@@ -227,7 +193,7 @@ def fleets(runs: list[TelemetryRun]) -> list[Fleet]:
     for run in runs:
         by_run[run.run_id][run.rank] = run
     return [
-        fleet(run_id, [RankFigures(run.rank, digest_of(run), out_of_step_said(run)) for run in members.values()])
+        fleet(run_id, [members[rank] for rank in sorted(members)])
         for run_id, members in by_run.items()
         if len(members) > 1
     ]

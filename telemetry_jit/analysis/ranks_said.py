@@ -45,9 +45,7 @@ def out_of_step_said(run: TelemetryRun) -> list[OutOfStepSaid]:
                 said_by=run.rank,
             )
         )
-    stalls: dict[tuple[tuple[int, ...], int], OutOfStepSaid] = {}
-    for item in said:
-        if item.kind in ("stall", "stall_ended"):
-            stalls[(item.ranks, item.step)] = item  # the later word on one stall replaces the earlier
+    # the later word on one stall replaces the earlier
+    stalls = {(item.ranks, item.step): item for item in said if item.kind in ("stall", "stall_ended")}
     others = [item for item in said if item.kind not in ("stall", "stall_ended", "heard_again")]
     return sorted(stalls.values(), key=lambda item: -item.seconds) + others

@@ -14,10 +14,10 @@ from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.terminal import shown
 
 _WIDTH, _ROW, _LEFT = 1100, 22, 150
-_COLOURS = {
-    TrainingSpanName.TRAINING_LOOP: "#9ecae1",
-    TrainingSpanName.VALIDATION_LOOP: "#c7e9c0",
-    TrainingSpanName.TESTING_LOOP: "#fdd0a2",
+_LOOPS = {  # each loop's colour, and its name in the legend
+    TrainingSpanName.TRAINING_LOOP: ("#9ecae1", "training loop"),
+    TrainingSpanName.VALIDATION_LOOP: ("#c7e9c0", "validation loop"),
+    TrainingSpanName.TESTING_LOOP: ("#fdd0a2", "test loop"),
 }
 
 _LEGEND = (
@@ -25,9 +25,7 @@ _LEGEND = (
     + " ".join(
         f'<span><i style="background:{colour}"></i>{escape(label)}</span>'
         for colour, label in (
-            (_COLOURS[TrainingSpanName.TRAINING_LOOP], "training loop"),
-            (_COLOURS[TrainingSpanName.VALIDATION_LOOP], "validation loop"),
-            (_COLOURS[TrainingSpanName.TESTING_LOOP], "test loop"),
+            *_LOOPS.values(),
             ("#e34a33", "compilation"),
             ("#b30000", "recompilation (the line below marks its step, its number the global step)"),
         )
@@ -66,7 +64,7 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]], table_id: s
 def _timeline(summary: RunSummary) -> str:
     """Loops as bars on a wall-time axis (seconds from the first), compilations over them (recompiles darker), each
     recompile marked with its global step."""
-    loops = [span for span in summary.run.spans.values() if span.name in _COLOURS]
+    loops = [span for span in summary.run.spans.values() if span.name in _LOOPS]
     windows = summary.digest.windows
     if not loops and not windows:
         return '<p class="muted">No loops or compilations recorded.</p>'
@@ -87,7 +85,7 @@ def _timeline(summary: RunSummary) -> str:
         width = max(right - left, 1.5)
         parts.append(
             f'<rect class="{escape(span.name)}" x="{left:.1f}" y="{4 + row * _ROW}" width="{width:.1f}" '
-            f'height="{_ROW - 6}" fill="{_COLOURS[span.name]}"><title>{escape(title)}</title></rect>'
+            f'height="{_ROW - 6}" fill="{_LOOPS[span.name][0]}"><title>{escape(title)}</title></rect>'
         )
     for window in windows:
         left, right = x(window.start_ns), x(window.end_ns)
@@ -105,12 +103,12 @@ def _timeline(summary: RunSummary) -> str:
     height = 4 * _ROW + 24
     parts.append(f'<text x="{_LEFT}" y="{height - 4}">0 s (wall time)</text>')
     parts.append(f'<text x="{_WIDTH - 60}" y="{height - 4}">{(end - start) / 1e9:.2f} s</text>')
-    shown = (
-        ""
-        if len(windows) == summary.digest.compilations
-        else (f'<p class="muted">The first {len(windows)} of {summary.digest.compilations} compilations are drawn.</p>')
+    svg = f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND
+    if len(windows) == summary.digest.compilations:
+        return svg
+    return (
+        svg + f'<p class="muted">The first {len(windows)} of {summary.digest.compilations} compilations are drawn.</p>'
     )
-    return f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND + shown
 
 
 def _break_details(summary: RunSummary) -> str:
@@ -133,8 +131,7 @@ def _break_details(summary: RunSummary) -> str:
 
 def _linked(text: str) -> str:
     """``text`` escaped, a documentation address in it a link."""
-    escaped = escape(text)
-    return re.sub(r"(https?://[^\s<]+)", r'<a href="\1">\1</a>', escaped)
+    return re.sub(r"(https?://[^\s<]+)", r'<a href="\1">\1</a>', escape(text))
 
 
 def _diagnosis(summary: RunSummary) -> str:
@@ -161,8 +158,7 @@ def render_report(summary: RunSummary) -> str:
 
 
 def render_fleet_report(fleet: Fleet, summary: RunSummary) -> str:
-    """The report of several ranks of one run: how they spread and which are odd, a rank-by-time view that
-    shows stragglers at a glance, then one representative rank's report."""
+    """Several ranks of one run: their spread and odd ranks, a rank-by-time view, one representative rank's report."""
     text = format_fleet(fleet).splitlines()
     sections = [
         f"<h1>telemetry-jit report: {len(fleet.ranks)} ranks</h1>",
@@ -178,22 +174,22 @@ def render_fleet_report(fleet: Fleet, summary: RunSummary) -> str:
 
 def _ranks_timeline(fleet: Fleet) -> str:
     """One row per rank, compilations as bars (recompiles darker), the slowest rank's row marked."""
-    windows = [window for figures in fleet.ranks for window in figures.digest.windows]
+    windows = [window for digest in fleet.ranks.values() for window in digest.windows]
     if not windows:
         return '<p class="muted">No compilations.</p>'
     start = min(window.start_ns for window in windows)
     end = max(window.end_ns for window in windows)
     scale = (_WIDTH - _LEFT - 10) / max(end - start, 1)
     row = max(1.0, min(14.0, 700 / len(fleet.ranks)))
-    odd = set(fleet.odd_ranks)
+    odd = {rank for group in fleet.sequences[1:] for rank in group.ranks}  # outside the largest group
     parts = []
-    for index, figures in enumerate(fleet.ranks):
+    for index, (rank, digest) in enumerate(fleet.ranks.items()):
         y = 4 + index * row
-        slow = figures.rank == fleet.compile_s.high_rank
-        if row >= 8 or slow or figures.rank in odd:
-            label = f"rank {figures.rank}" + (" (slowest)" if slow else " (odd)" if figures.rank in odd else "")
+        slow = rank == fleet.compile_s.max_rank
+        if row >= 8 or slow or rank in odd:
+            label = f"rank {rank}" + (" (slowest)" if slow else " (odd)" if rank in odd else "")
             parts.append(f'<text x="4" y="{y + row - 1:.1f}">{escape(label)}</text>')
-        for window in figures.digest.windows:
+        for window in digest.windows:
             begin, finish = window.start_ns, window.end_ns
             x = _LEFT + (begin - start) * scale
             width = max((finish - begin) * scale, 1.0)
@@ -201,7 +197,7 @@ def _ranks_timeline(fleet: Fleet) -> str:
             height = max(row - 1, 1)
             parts.append(
                 f'<rect class="rank-compile" x="{x:.1f}" y="{y:.1f}" width="{width:.1f}" height="{height:.1f}" '
-                f'fill="{colour}"><title>rank {figures.rank}: {(finish - begin) / 1e6:.0f} ms</title></rect>'
+                f'fill="{colour}"><title>rank {rank}: {(finish - begin) / 1e6:.0f} ms</title></rect>'
             )
     total = 4 + len(fleet.ranks) * row + 20
     parts.append(f'<text x="{_LEFT}" y="{total - 4:.0f}">0 s</text>')
@@ -237,15 +233,12 @@ def _run_sections(summary: RunSummary) -> list[str]:
     sections = [
         f"<h1>telemetry-jit report</h1><p class='muted'>run {escape(run.run_id)}, rank {run.rank} "
         f"{escape(run.node)}</p>",
-        *(
-            [f'<p id="status" class="unfinished">{escape(summary.status.headline())}</p>']
-            if not summary.status.finished
-            else []
-        ),
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
         '<p id="figures">' + "<br>".join(escape(line) for line in answers.figure_lines(summary)) + "</p>",
+        _diagnosis(summary),
     ]
-    sections.append(_diagnosis(summary))
+    if not summary.status.finished:
+        sections.insert(1, f'<p id="status" class="unfinished">{escape(summary.status.headline())}</p>')
     if summary.payoff is not None:
         account = (
             f'<p class="muted">{escape(answers.net_line(summary.payoff))}; eager steps ran the same model with '
@@ -279,6 +272,6 @@ def _run_sections(summary: RunSummary) -> list[str]:
             "<p>torch._dynamo's DDPOptimizer cut these graphs at DDP gradient-bucket boundaries so that "
             "all-reduce overlaps backward. They are not graph breaks in your code; the bucket size is DDP's "
             "<code>bucket_cap_mb</code>.</p>",
-            _table(answers.DDP_HEADERS, answers.ddp_rows(summary), "ddp-splits"),
+            _table(answers.DDP_HEADERS, digest.ddp, "ddp-splits"),
         ]
     return sections

@@ -125,11 +125,10 @@ class RunResources:
         if self.device is not None:
             top = self.device
             lines.append(f"compile device memory: +{mb(top.resources.device_peak_bytes or 0)} at most, in {top.label}")
-        near = self.near_limit
-        if near:
-            worst = max(near, key=lambda c: c.resources.host_rss_bytes).resources
+        if self.near_limit:
+            worst = max(self.near_limit, key=lambda c: c.resources.host_rss_bytes).resources
             lines.append(
-                f"compile memory: {counted(len(near), 'compile')} neared the memory limit: "
+                f"compile memory: {counted(len(self.near_limit), 'compile')} neared the memory limit: "
                 + near_limit_words(worst.host_rss_bytes, worst.limit_bytes, worst.limit_source, None)
             )
         return lines

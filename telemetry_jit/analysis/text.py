@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import shutil
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from telemetry_jit.analysis import answers
 from telemetry_jit.analysis.cold_start import ColdStart
@@ -31,11 +31,6 @@ def terminal_width() -> int | None:
     return columns if columns > 0 else None
 
 
-def _text_width() -> int:
-    columns = terminal_width()
-    return _WIDTH if columns is None else max(min(_WIDTH, columns), 20)
-
-
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
     """``text``'s first line, control characters shown as ``?``, at most ``limit`` characters."""
     first = str(text).strip().split("\n", 1)[0]
@@ -46,7 +41,9 @@ def one_line(text: object, limit: int = _CELL_LIMIT) -> str:
 def wrapped(text: object, indent: str, width: int | None = None) -> list[str]:
     """``text`` (up to 4,000 characters) as printable lines within ``width``, the first after ``indent``, the
     others two deeper."""
-    width = _text_width() if width is None else width
+    if width is None:
+        columns = terminal_width()
+        width = _WIDTH if columns is None else max(min(_WIDTH, columns), 20)
     printable = "".join(c if c.isprintable() else "?" for c in " ".join(str(text).split())[:4000])
     rest = " " * (len(indent) + 2)
     return textwrap.wrap(
@@ -57,13 +54,13 @@ def wrapped(text: object, indent: str, width: int | None = None) -> list[str]:
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
     cells = [[str(h) for h in headers], *[[one_line(c) for c in row] for row in rows]]
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
-    columns = terminal_width()
-    room = None if columns is None else columns - 2 - 2 * (len(widths) - 1)  # the indent, the gaps
-    narrowed = room is not None and sum(widths) > room
-    if room is not None and narrowed:
-        fitting = _narrowed(widths, _floors(cells, widths), room)
+    columns = terminal_width() or 10**6  # a pipe or a file: no table is too wide (a cell holds 100 characters)
+    room = columns - 2 - 2 * (len(widths) - 1)  # the indent, the gaps
+    narrowed = sum(widths) > room
+    if narrowed:
+        fitting = _narrowed(cells, widths, room)
         if fitting is None:
-            return _rows_one_field_a_line(cells, columns or _WIDTH)
+            return _rows_one_field_a_line(cells, columns)
         widths = fitting
     lines = []
     for number, row in enumerate(cells):
@@ -79,14 +76,11 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     return ["  " + line for line in lines]
 
 
-def _floors(cells: list[list[str]], widths: list[int]) -> list[int]:
-    """How narrow each column may be: its header and longest word (up to :data:`_MIN_COLUMN`) stay whole."""
-    longest = [max(len(word) for row in cells for word in row[i].split() or [""]) for i in range(len(widths))]
-    return [min(width, max(len(cells[0][i]), min(longest[i], _MIN_COLUMN))) for i, width in enumerate(widths)]
-
-
-def _narrowed(widths: list[int], floors: list[int], room: int) -> list[int] | None:
+def _narrowed(cells: list[list[str]], widths: list[int], room: int) -> list[int] | None:
     """Widths within ``room``, the one with most to give narrowed first; ``None`` if the floors do not fit."""
+    # how narrow each column may be: its header and longest word (up to _MIN_COLUMN) stay whole
+    longest = [max(len(word) for row in cells for word in row[i].split() or [""]) for i in range(len(widths))]
+    floors = [min(width, max(len(cells[0][i]), min(longest[i], _MIN_COLUMN))) for i, width in enumerate(widths)]
     if sum(floors) > room:
         return None
     widths = list(widths)
@@ -133,13 +127,10 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
     if items:
         lines.append("  what to fix first (each cause explained in docs/fixing.md):")
         for number, item in enumerate(items[:limit], start=1):
-            lines += wrapped(item.head, f"  {number:2d}. ")
-            for detail in item.details:
-                lines += wrapped(detail, "      ")
+            lines += [*wrapped(item.head, f"  {number:2d}. "), *_indented(item.details, "      ")]
         if len(items) > limit:
             lines.append(f"      ... and {len(items) - limit} more below")
-    for note in answers.notes(s):
-        lines += wrapped(note, "  ")
+    lines += _indented(answers.notes(s), "  ")
     if ranks_said:
         lines += _out_of_step_lines(out_of_step_said(run), limit)
     if s.payoff is not None:
@@ -147,8 +138,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
         if s.payoff.measured:
             lines += wrapped(answers.net_line(s.payoff), "    ")
     lines += ["", f"  {s.loop_words}: {s.wall_ms / 1000:.2f} s of wall time"]
-    for figure in answers.figure_lines(s):
-        lines += wrapped(figure, "  ")
+    lines += _indented(answers.figure_lines(s), "  ")
     if not s.digest.compilations:
         return _fitted([*lines, "  no compilation happened in this run"])
     lines += ["", "  per frame:", *_table(answers.FRAME_HEADERS, answers.frame_rows(s))]
@@ -163,7 +153,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
             "",
             f"  DDP optimizer splits: {s.digest.ddp_splits} (graphs cut at DDP gradient-bucket boundaries, not graph "
             "breaks)",
-            *_table(answers.DDP_HEADERS, answers.ddp_rows(s)),
+            *_table(answers.DDP_HEADERS, s.digest.ddp),
         ]
     return _fitted(lines)
 
@@ -174,10 +164,10 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
     time, count = fleet.compile_s, fleet.compilations
     lines = [
         f"telemetry-jit summary (run {short_run_id(fleet.run_id)}, {ranks} ranks)",
-        f"  compile time per rank: min {time.low:.2f} s (rank {time.low_rank}), median {time.median:.2f} s, "
-        f"max {time.high:.2f} s (rank {time.high_rank})",
-        f"  compilations per rank: min {count.low:.0f} (rank {count.low_rank}), median {count.median:.0f}, "
-        f"max {count.high:.0f} (rank {count.high_rank})",
+        f"  compile time per rank: min {time.min:.2f} s (rank {time.min_rank}), median {time.median:.2f} s, "
+        f"max {time.max:.2f} s (rank {time.max_rank})",
+        f"  compilations per rank: min {count.min:.0f} (rank {count.min_rank}), median {count.median:.0f}, "
+        f"max {count.max:.0f} (rank {count.max_rank})",
     ]
     if fleet.skews:
         worst = fleet.skews[0]
@@ -198,19 +188,13 @@ def format_fleet(fleet: Fleet, limit: int = 6) -> str:
             f"  compiled alike: {len(main.ranks)} of {ranks} ranks ({main.what}); {len(odd)} other group(s), which "
             "can desynchronise collectives and hang:"
         )
-        for group in odd[:limit]:
-            lines.append(f"    {rank_list(group.ranks)}: {group.what}; {group.difference}")
+        lines += [f"    {rank_list(group.ranks)}: {group.what}; {group.difference}" for group in odd[:limit]]
         if len(odd) > limit:
             lines.append(f"    ... and {len(odd) - limit} more groups (--json lists them)")
     if len(fleet.caches) > 1 or fleet.caches[0].what != "no compile-cache lookups":
         cache_groups = "; ".join(f"{rank_list(group.ranks)} {group.what}" for group in fleet.caches[:limit])
         lines.append(f"  compile cache: {cache_groups}")
-        lines += [
-            line
-            for group in fleet.caches[1:limit]
-            if group.difference
-            for line in wrapped(f"{rank_list(group.ranks)}: {group.difference}", "    ")
-        ]
+        lines += _indented(f"{rank_list(g.ranks)}: {g.difference}" for g in fleet.caches[1:limit] if g.difference)
     return _fitted(lines)
 
 
@@ -235,10 +219,15 @@ def _out_of_step_lines(said: list[OutOfStepSaid], limit: int) -> list[str]:
     watchers = rank_list(sorted({item.said_by for item in said}))
     lines = [f"  ranks out of step (said live by {watchers}): {counts}"]
     for items in by_kind.values():
-        lines += [line for item in items[:limit] for line in wrapped(item.line, "    ")]
+        lines += _indented(item.line for item in items[:limit])
         if len(items) > limit:
             lines.append(f"    ... and {len(items) - limit} more (--json lists them)")
     return lines
+
+
+def _indented(texts: Iterable[str], indent: str = "    ") -> list[str]:
+    """Each text wrapped under ``indent``."""
+    return [line for text in texts for line in wrapped(text, indent)]
 
 
 def _speedup(payoff: Payoff | None) -> str:
@@ -282,11 +271,14 @@ def format_diff(result: RunDiff) -> str:
     if result.base.payoff is not None or result.new.payoff is not None:
         rows.append(("compile speedup", _speedup(result.base.payoff), _speedup(result.new.payoff)))
     lines = ["telemetry-jit diff (base -> new)"]
-    for side, status in result.statuses():
-        if not status.finished:
-            lines += wrapped(f"{side}: {status.headline()}", "  ")
-    for side, found in result.compiled_before():
-        lines += wrapped(f"{side}: {found.words()}. A compile or recompile it lacks is no evidence of a change", "  ")
+    sides = (("base", result.base), ("new", result.new))
+    for side, s in sides:
+        if not s.status.finished:
+            lines += wrapped(f"{side}: {s.status.headline()}", "  ")
+    for side, s in sides:
+        if s.compiled_before:  # its missing compiles prove nothing
+            words = f"{side}: {s.compiled_before.words()}. A compile or recompile it lacks is no evidence of a change"
+            lines += wrapped(words, "  ")
     lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
     if new.backward_graphs < base.backward_graphs:
         lines += [""] + wrapped(
@@ -296,13 +288,9 @@ def format_diff(result: RunDiff) -> str:
             "  ",
         )
     if result.cache_effect:
-        # where a part of the keys changed (a setting, the model's dtype), a change made the caches miss: said below
-        changed = any(group.changes for group in result.cold_start.groups)
-        so = (
-            "the difference is what the caches held; below, why they missed"
-            if changed
-            else ("this is the caches' doing, not a code change")
-        )
+        so = "this is the caches' doing, not a code change"
+        if any(group.changes for group in result.cold_start.groups):  # a change (a setting, a dtype) made them miss
+            so = "the difference is what the caches held; below, why they missed"
         lines += [""] + wrapped(
             "the compilations differ only where the compile caches served graphs (cache hits "
             f"{base.warm_start.hits} -> {new.warm_start.hits}): the same frames compiled for the same reasons, so {so} "
@@ -320,41 +308,33 @@ def format_diff(result: RunDiff) -> str:
             "  ",
         )
     lines += _cold_start_lines(result.cold_start)
-    for title, modules in (
-        ("new: modules compiled to no effect", result.new_not_compiled),
-        ("fixed: modules compiled to no effect in the base run", result.fixed_not_compiled),
+    added, gone = result.new_only, result.base_only
+    for title, said in (
+        ("new: modules compiled to no effect", _indented(found.words() for found in added.not_compiled)),
+        (
+            "fixed: modules compiled to no effect in the base run",
+            _indented(found.words() for found in gone.not_compiled),
+        ),
+        ("new: frames that run eagerly", _indented(map(answers.fallback_line, added.fallbacks))),
+        (
+            "fixed: frames that ran eagerly in the base run and no longer do",
+            _indented(map(answers.fallback_line, gone.fallbacks)),
+        ),
+        ("new recompiles, by cause", [f"    {cause_words(cause)}: {n}" for cause, n in added.causes.items()]),
+        ("fixed recompiles", [f"    {cause_words(cause)}: {n}" for cause, n in gone.causes.items()]),
+        (
+            "recompiles that remain under another cause (the same frame, stage, step and batch)",
+            [f"    {cause_words(b)} -> {cause_words(n)}: {count}" for (b, n), count in result.renamed_causes.items()],
+        ),
+        (
+            "recompiles that remain, in other numbers",
+            [f"    {cause_words(cause)}: {b} -> {n}" for cause, (b, n) in result.changed_causes.items()],
+        ),
+        ("new graph breaks", [f"    {loc}  {n}x  {one_line(why)}" for (loc, why), n in added.graph_breaks.items()]),
+        ("fixed graph breaks", [f"    {loc}  {n}x  {one_line(why)}" for (loc, why), n in gone.graph_breaks.items()]),
     ):
-        if modules:
-            lines += ["", f"  {title}:"]
-            lines += [text for found in modules for text in wrapped(found.words(), "    ")]
-    for title, fallbacks in (
-        ("new: frames that run eagerly", result.new_fallbacks),
-        ("fixed: frames that ran eagerly in the base run and no longer do", result.fixed_fallbacks),
-    ):
-        if fallbacks:
-            lines += ["", f"  {title}:"]
-            lines += [text for fallback in fallbacks for text in wrapped(answers.fallback_line(fallback), "    ")]
-    for title, causes in (("new recompiles, by cause", result.new_causes), ("fixed recompiles", result.fixed_causes)):
-        if causes:
-            lines += ["", f"  {title}:", *[f"    {cause_words(cause)}: {n}" for cause, n in causes.items()]]
-    if result.renamed_causes:
-        lines += ["", "  recompiles that remain under another cause (the same frame, stage, step and batch):"]
-        lines += [
-            f"    {cause_words(b)} -> {cause_words(n)}: {count}" for (b, n), count in result.renamed_causes.items()
-        ]
-    if result.changed_causes:
-        lines += ["", "  recompiles that remain, in other numbers:"]
-        lines += [f"    {cause_words(cause)}: {b} -> {n}" for cause, (b, n) in result.changed_causes.items()]
-    for title, breaks in (
-        ("new graph breaks", result.new_graph_breaks),
-        ("fixed graph breaks", result.fixed_graph_breaks),
-    ):
-        if breaks:
-            lines += [
-                "",
-                f"  {title}:",
-                *[f"    {loc}  {n}x  {one_line(reason)}" for (loc, reason), n in breaks.items()],
-            ]
+        if said:
+            lines += ["", f"  {title}:", *said]
     lines += ["", "  per frame (frame compiles, recompiles, compile time with backward graphs):"]
     for frame, b, n in result.frames():
         lines.append(

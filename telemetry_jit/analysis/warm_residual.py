@@ -63,7 +63,7 @@ def removable_by(residual: Residual, features: list[str] | None, saved_s: float)
     """Each feature of torch against the residual, with what it would save of it on this run and what it needs."""
     phases = residual.breakdown()
     has = (lambda name: name in features) if features is not None else (lambda name: True)
-    found = [
+    return [
         {
             "feature": "AOT compile: torch.compile(model).aot_compile(...) once, torch.compiler.load_compiled_function "
             "at the start",
@@ -88,8 +88,6 @@ def removable_by(residual: Residual, features: list[str] | None, saved_s: float)
             "note": f"nothing on this start: every graph came from the cache; on a machine whose cache is empty it "
             f"makes the start this warm (torch measured {saved_s:.1f} s saved by the cache here)",
         },
-    ]
-    found.append(
         {
             "feature": "none: paid once per process",
             "available": True,
@@ -97,9 +95,8 @@ def removable_by(residual: Residual, features: list[str] | None, saved_s: float)
             "saves_s": 0.0,
             "note": "loading compiled kernels and dynamo's own start-up are paid by every new process; a process "
             "that lives on (a notebook, a long-lived worker) pays them once",
-        }
-    )
-    return found
+        },
+    ]
 
 
 def warm_start_json(run: TelemetryRun, residual: Residual, hits: int, misses: int, saved_s: float) -> Any:
@@ -113,13 +110,13 @@ def warm_start_json(run: TelemetryRun, residual: Residual, hits: int, misses: in
     }
 
 
-def warm_start_line(residual: Residual, hits: int, misses: int) -> str:
-    """``warm start still compiled 3.1 s: kernel loads 2.4 s, dynamo tracing 0.5 s, ...`` ("" unless warm)."""
+def warm_start_lines(residual: Residual, hits: int, misses: int) -> list[str]:
+    """``warm start: ... compiling still took 3.1 s: kernel loads 2.4 s, ...`` (none unless warm)."""
     if not hits or misses or not residual.timed:
-        return ""
+        return []
     phases = sorted(residual.breakdown().items(), key=lambda item: -item[1])
     said = ", ".join(f"{PHASE_WORDS[phase]} {seconds:.2f} s" for phase, seconds in phases if seconds >= 0.005)
-    return (
+    return [
         f"warm start: every graph came from the compile cache, and compiling still took {residual.total_s:.2f} s: "
         f"{said} (what removes which: summary --json warm_start, docs/cold-starts.md)"
-    )
+    ]

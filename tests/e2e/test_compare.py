@@ -91,4 +91,4 @@ def test_diff_names_the_new_graph_break_by_location_in_text_and_json(runs, capsy
     assert sum(per_frame.values()) == len(new_run.find("compilation"))
     assert any(name.startswith("torch_dynamo_resume_in_forward") for name in per_frame)  # only the new run has it
     reverse = diff(telemetry_jit.read_telemetry(runs["new"])[-1], telemetry_jit.read_telemetry(runs["base"])[-1])
-    assert list(reverse.fixed_graph_breaks) == [(f"tests/models.py:{PRINT_LINE}", added["reason"])]
+    assert list(reverse.base_only.graph_breaks) == [(f"tests/models.py:{PRINT_LINE}", added["reason"])]

@@ -20,13 +20,16 @@ from telemetry_jit.compat import compile_cache
 from telemetry_jit.compat.distributed import Store, job_store
 from telemetry_jit.notices import Notices
 from telemetry_jit.probes.dynamo import TORCH
-from telemetry_jit.recording.heartbeat import (
+from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.recording.out_of_step import (
     GRAPHS_KEPT,
     LOOKUPS_KEPT,
     SETTINGS_PART,
+    Finding,
     Graph,
     Heartbeat,
     Looked,
+    OutOfStep,
     Parts,
     compile_hash,
     decode_parts,
@@ -36,8 +39,6 @@ from telemetry_jit.recording.heartbeat import (
     parts_key,
     settings_key,
 )
-from telemetry_jit.recording.listener import CompileListener
-from telemetry_jit.recording.out_of_step import Finding, OutOfStep
 from telemetry_jit.records import CompileRecord
 from telemetry_jit.terminal import error_text
 

@@ -1,4 +1,4 @@
-"""Running totals behind each loop's ``compile_summary`` event."""
+"""Running totals behind each loop's ``compile_summary`` event, and every rank's at its end."""
 
 from __future__ import annotations
 
@@ -85,3 +85,34 @@ class CompileStats(CompileListener):
             CompileAttr.THUNDER_CACHE_HITS: [hits for hits, _ in self.thunder.values()],
             CompileAttr.THUNDER_CACHE_MISSES: [misses for _, misses in self.thunder.values()],
         }
+
+
+@dataclass(frozen=True)
+class RankTotals:
+    """Every rank's compile count and compile time at the end of a loop, by rank."""
+
+    counts: list[int]
+    time_ms: list[float]
+
+    def divergence(self, skew_warning_s: float) -> str | None:
+        """What rank zero should say when ranks compiled unalike: a different number of compiles, or compile
+        times further apart than ``skew_warning_s`` (``None`` when they did not)."""
+        problems = []
+        if len(set(self.counts)) > 1:
+            problems.append(f"a different number of times ({self.counts}, by rank)")
+        seconds = [ms / 1000 for ms in self.time_ms]
+        slowest = max(range(len(seconds)), key=seconds.__getitem__)
+        fastest = min(range(len(seconds)), key=seconds.__getitem__)
+        skew = seconds[slowest] - seconds[fastest]
+        if skew > skew_warning_s:
+            problems.append(
+                f"for {skew:.1f} s longer on rank {slowest} ({seconds[slowest]:.1f} s) than on rank {fastest} "
+                f"({seconds[fastest]:.1f} s)"
+            )
+        if not problems:
+            return None
+        return (
+            f"telemetry-jit: ranks compiled {' and '.join(problems)}. Ranks that compile differently wait for "
+            "each other at the next collective, and can desynchronise and hang: see `telemetry-jit summary` over "
+            "every rank's file (a compile-cache miss on one node, a shape only some ranks see)."
+        )

@@ -17,8 +17,7 @@ from telemetry_jit.schema import COMPILE_DURATION_BOUNDS, CompileAttr, MetricNam
 
 
 def meter_providers(exporters: Iterable[object]) -> list[MeterProvider]:
-    """Where compile metrics go: each exporter that sends metrics too (OTLP), and the application's own
-    global MeterProvider when it set one."""
+    """Where compile metrics go: each exporter that sends metrics (OTLP), and the application's global MeterProvider."""
     providers = [p for e in exporters if isinstance(e, SendsMetrics) and (p := e.meter_provider) is not None]
     application = metrics.get_meter_provider()
     if isinstance(application, SdkMeterProvider):

@@ -67,8 +67,7 @@ class Looked:
 
 @dataclass(frozen=True)
 class Graph:
-    """One graph a rank compiled (the same graph on two ranks hashes the same); ``why``: a first compile, or
-    the recompile's reason."""
+    """One graph a rank compiled (equal on two ranks); ``why``: a first compile, or the recompile's reason."""
 
     hash: str
     step: int

@@ -166,8 +166,7 @@ class CompileRecorder:
             _OBSERVER.call(observer.attach)
 
     def _note_compiled_before(self) -> None:
-        """Record the frames this process compiled before the run began (a recompile it did not meet may
-        have been paid before it)."""
+        """Record the frames compiled before the run began (a recompile it did not meet may have been paid then)."""
         frames = TORCH.call(torch_compat.frames_holding_compiled_code)
         if frames is FAILED or not frames:
             return
@@ -258,8 +257,7 @@ class CompileRecorder:
             self._first_step_measured(finished)
 
     def stop(self, exception: BaseException | None = None) -> None:
-        """Record what is left and detach; with ``exception``, the compiles that failed in the step that raised
-        are marked with it."""
+        """Record what is left and detach; with ``exception``, the compiles that failed in its step are marked."""
         records = [
             *(TORCH.call(self._probe.poll, final=True) or ()),
             *(record for observer in self._observers for record in _OBSERVER.call(observer.poll) or ()),

@@ -29,11 +29,6 @@ class FirstStep:
     def wall_ms(self) -> float:
         return (self.end_ns - self.start_ns) / 1e6
 
-    @property
-    def other_ms(self) -> float:
-        """What the step spent outside compiling (running it, and what torch does not count as compiling)."""
-        return max(self.wall_ms - self.compile_ms, 0.0)
-
     def attributes(self) -> dict[str, AttributeValue]:
         attributes: dict[str, AttributeValue] = {
             StepAttr.STAGE: self.stage,
@@ -41,7 +36,8 @@ class FirstStep:
             StepAttr.WALL_MS: round(self.wall_ms, 3),
             StepAttr.COMPILE_MS: round(self.compile_ms, 3),
             StepAttr.COMPILATIONS: self.compilations,
-            StepAttr.OTHER_MS: round(self.other_ms, 3),
+            # outside compiling: running the step, and what torch does not count as compiling
+            StepAttr.OTHER_MS: round(max(self.wall_ms - self.compile_ms, 0.0), 3),
         }
         if self.batch_index is not None:
             attributes[StepAttr.BATCH_INDEX] = self.batch_index
@@ -65,7 +61,7 @@ class FirstSteps:
         if self._open is None and stage == self._stage:  # most steps: no clock to read
             return None
         now = time.time_ns()
-        finished = self._close(now) if self._open is not None else None
+        finished = self._close(now)
         if stage != self._stage:
             self._stage = stage
             self._open = FirstStep(stage, global_step, batch_index, now)
@@ -73,7 +69,7 @@ class FirstSteps:
 
     def loop_ended(self) -> FirstStep | None:
         """The loop ended (a stage of one step ends with it)."""
-        return self._close(time.time_ns()) if self._open is not None else None
+        return self._close(time.time_ns())
 
     def recorded(self, record: CompileRecord) -> None:
         step = self._open

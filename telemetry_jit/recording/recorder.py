@@ -30,11 +30,10 @@ from telemetry_jit.recording.compile_spans import compilation_span, out_of_step_
 from telemetry_jit.recording.console import CompileConsole, EagerFallbackAlert, say_line
 from telemetry_jit.recording.fallback_cost import FallbackCostMeter
 from telemetry_jit.recording.listener import CompileListener, FirstStep, FirstSteps
-from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
 from telemetry_jit.recording.out_of_step import Finding
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
 from telemetry_jit.recording.resources import ResourceMeter
-from telemetry_jit.recording.stats import CompileStats, RankTotals
+from telemetry_jit.recording.stats import CompileMetrics, CompileStats, RankTotals, meter_providers
 from telemetry_jit.records import (
     AttributeValue,
     CompileContext,

@@ -124,7 +124,7 @@ def test_metrics_count_what_the_spans_say() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from telemetry_jit.recording.metrics import CompileMetrics
+    from telemetry_jit.recording.stats import CompileMetrics
 
     reader = InMemoryMetricReader()
     metrics = CompileMetrics(MeterProvider(metric_readers=[reader]))

@@ -31,8 +31,7 @@ from datetime import timedelta
 
 from torch.distributed import TCPStore
 
-from telemetry_jit.recording.heartbeat import Graph, Heartbeat, heartbeat_key
-from telemetry_jit.recording.out_of_step import OutOfStep
+from telemetry_jit.recording.out_of_step import Graph, Heartbeat, OutOfStep, heartbeat_key
 
 PUBLISHERS = 4
 

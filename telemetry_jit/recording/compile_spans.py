@@ -28,7 +28,13 @@ def compilation_span(record: CompileRecord, context: CompileContext) -> Finished
         for graph_break in record.graph_breaks
     ]
     if record.ddp_graph_splits:
-        events.append(_ddp_split_event(record))
+        ddp = {
+            DdpAttr.SPLITS: record.ddp_graph_splits,
+            DdpAttr.SUBGRAPHS: sum(record.ddp_buckets),
+            DdpAttr.BUCKET_CAP_BYTES: record.ddp_bucket_cap_bytes,
+            DdpAttr.REASON: _DDP_REASON,
+        }
+        events.append(FinishedEvent(JitEventName.DDP_GRAPH_SPLIT.value, record.start_ns, ddp))
     events += [_cache_lookup_event(lookup, record.start_ns) for lookup in record.cache_lookups]
     if record.recompile_limit_hit:
         message = f"{record.frame or 'frame'} hit the recompile limit; it now runs eagerly"
@@ -81,12 +87,9 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
         TrainAttr.GLOBAL_STEP: context.global_step,
         TrainAttr.STAGE: context.stage,
     }
-    if context.batch_index is not None:
-        attributes[TrainAttr.BATCH_INDEX] = context.batch_index
-    if context.batches is not None:
-        attributes[TrainAttr.BATCHES] = context.batches
-    if context.loader is not None:
-        attributes[TrainAttr.LOADER] = context.loader
+    where = {TrainAttr.BATCH_INDEX: context.batch_index, TrainAttr.BATCHES: context.batches}
+    where[TrainAttr.LOADER] = context.loader
+    attributes.update((name, value) for name, value in where.items() if value is not None)  # where known
     options = {"dynamic": CompileAttr.DYNAMIC, "fullgraph": CompileAttr.FULLGRAPH, "mode": CompileAttr.MODE}
     attributes.update({options[name]: value for name, value in record.options.items() if name in options})
     if record.input_shapes:
@@ -155,16 +158,3 @@ def _cache_lookup_event(lookup: CacheLookup, time_unix_ns: int) -> FinishedEvent
     if lookup.loaded:
         attributes[CacheAttr.LOADED] = True
     return FinishedEvent(JitEventName.CACHE_LOOKUP.value, time_unix_ns, attributes)
-
-
-def _ddp_split_event(record: CompileRecord) -> FinishedEvent:
-    return FinishedEvent(
-        JitEventName.DDP_GRAPH_SPLIT.value,
-        record.start_ns,
-        {
-            DdpAttr.SPLITS: record.ddp_graph_splits,
-            DdpAttr.SUBGRAPHS: sum(record.ddp_buckets),
-            DdpAttr.BUCKET_CAP_BYTES: record.ddp_bucket_cap_bytes,
-            DdpAttr.REASON: _DDP_REASON,
-        },
-    )

@@ -1,4 +1,5 @@
-"""Live console messages while training runs: slow compilations, slow first steps, recompile storms."""
+"""Live console messages while training runs: slow compilations, slow first steps, recompile storms, frames
+that run eagerly from now on."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Callable
 
 from telemetry_jit.boundary import FAILED, call_site
-from telemetry_jit.breaks import recompile_owner, user_location
-from telemetry_jit.causes import CAUSES, Classified
+from telemetry_jit.breaks import gist, recompile_owner, user_location
+from telemetry_jit.causes import CAUSES, Classified, normalize_reason
+from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
-from telemetry_jit.recording.first_steps import FirstStep
-from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.recording.listener import CompileListener, FirstStep
 from telemetry_jit.records import CompileRecord, CompileResources
 from telemetry_jit.terminal import clean, shown
 
@@ -127,4 +128,44 @@ class CompileConsole(CompileListener):
             f"telemetry-jit: recompile storm: {frame} recompiled {len(recent)} times within "
             f"{recent[-1][0] - recent[0][0]} steps: " + "; ".join(said),
             origin=user_location((*record.callers, record.location)),
+        )
+
+
+class EagerFallbackAlert(CompileListener):
+    """Warn once per frame that runs eagerly from now on, without compilation: it hit
+    ``torch._dynamo.config.recompile_limit``, or compiling it failed and dynamo fell back (``suppress_errors``);
+    torch says so only in one log line."""
+
+    def __init__(self) -> None:
+        self._notices = Notices()
+
+    def recorded(self, record: CompileRecord) -> None:
+        step = record.context.global_step if record.context is not None else 0
+        where = shown(record.location) if record.location else "unknown location"  # as the summary writes it
+        if record.fell_back_to_eager and not record.recompile_limit_hit:
+            self._notices.warn(
+                record.frame_id,
+                f"telemetry-jit: compiling {record.frame or 'a frame'} ({where}) "
+                f"failed at step {step} and it runs eagerly from now on, without compilation: "
+                f"{gist(record.failure, 300) or 'torch gave no reason'}. `telemetry-jit check "
+                "--no-eager-fallback` fails such a run.",
+                origin=record.location,
+            )
+        if not record.recompile_limit_hit:
+            return
+        behind = record.cause.behind if record.cause is not None else ""
+        if behind in CAUSES:
+            stage = record.context.stage if record.context is not None else ""
+            fix = CAUSES[behind].fix_for(stage, recompile_owner(record.frame, record.location))
+            why = f"its recompiles were mostly: {CAUSES[behind].title}. Fix that: {fix}"
+        else:
+            why = f"its last recompile: {normalize_reason(record.recompile_reason) or 'unknown'}. Fix what changes"
+        limit, value = torch_compat.recompile_limit(record.failure)
+        self._notices.warn(
+            record.frame_id,
+            f"telemetry-jit: {record.frame or 'a frame'} ({where}) hit "
+            f"torch._dynamo.config.{limit} ({value}) at step {step} and runs "
+            f"eagerly from now on, without compilation; {why} ({CAUSES['recompile_limit'].doc}). Raising the limit "
+            "only postpones it.",
+            origin=record.location,
         )

@@ -1,18 +1,170 @@
-"""Judging the ranks' heartbeats: which rank compiles while others wait (a stall), which compiled a graph
-the others did not (divergence), which went silent. Fed heartbeats and the watcher's clock; reads no store
-and starts no thread, so every judgement is tested with made-up heartbeats."""
+"""What one rank of a distributed job publishes about itself on the job's store (where it is, what it is
+compiling and since when, the graphs it compiled as hashes, in a few hundred bytes), and the ranks' heartbeats
+judged: which rank compiles while others wait (a stall), which compiled a graph the others did not
+(divergence), which went silent. Fed heartbeats and the watcher's clock; reads no store and starts no thread,
+so every judgement is tested with made-up heartbeats."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, astuple, dataclass, field
 
-from telemetry_jit.recording.heartbeat import Graph, Heartbeat, Looked, Parts, compile_hash
-from telemetry_jit.records import AttributeValue
+from telemetry_jit.causes import normalize_reason
+from telemetry_jit.records import AttributeValue, CompileRecord
 from telemetry_jit.schema import RanksAttr
 from telemetry_jit.terminal import counted, error_text, rank_list
+
+KEY_PREFIX = "telemetry_jit/heartbeat/"
+PARTS_PREFIX = "telemetry_jit/cache_parts/"  # a rank's newest look-ups' key parts, read only when a miss is judged
+# a table of settings parts (~600 parts, ~40 KB) by its digest: written by the first rank that has it, once a job
+SETTINGS_PREFIX = "telemetry_jit/cache_settings/"
+GRAPHS_KEPT = 16  # the newest graphs a heartbeat carries; the watcher keeps what it has seen of the rest
+SETTINGS_PART = "@settings"  # the part naming a look-up's settings table by digest
+LOOKUPS_KEPT = 4  # the newest compile-cache look-ups a heartbeat carries (a compile makes one to three)
+_TEXT_LIMIT = 240
+_ADDRESS = re.compile(r"\d{8,}|0x[0-9a-f]+")  # object ids in a guard's text: each process has its own
+
+
+def heartbeat_key(rank: int) -> str:
+    return f"{KEY_PREFIX}{rank}"
+
+
+def parts_key(rank: int) -> str:
+    return f"{PARTS_PREFIX}{rank}"
+
+
+def settings_key(digest: str) -> str:
+    return f"{SETTINGS_PREFIX}{digest}"
+
+
+def compile_hash(description: str) -> str:
+    """The compile a description names (``forward (model.py:36) [0/0]``), as a hash equal on every rank that
+    compiles the same frame at the same compile id (object addresses in a reason's text left out)."""
+    return hashlib.blake2b(_ADDRESS.sub("#", description).encode(), digest_size=6).hexdigest()
+
+
+@dataclass(frozen=True)
+class Looked:
+    """One compile-cache look-up of a rank's compile; its key's parts are published apart (:func:`parts_key`)."""
+
+    compile: str  # compile_hash of what compiled
+    layer: str  # aot_autograd, fx_graph
+    n: int  # its place among that compile's look-ups in layer
+    state: str
+    key: str  # the start of torch's key
+    saved_s: float = 0.0  # what a hit saved: the entry's cold compile, as torch timed it
+
+    @property
+    def graph(self) -> str:
+        """The graph looked up: the same on every rank that looks up the same graph."""
+        return f"{self.compile}|{self.layer}|{self.n}"
+
+
+@dataclass(frozen=True)
+class Graph:
+    """One graph a rank compiled (equal on two ranks); ``why``: a first compile, or the recompile's reason."""
+
+    hash: str
+    step: int
+    frame: str
+    why: str
+
+
+def graph_of(record: CompileRecord) -> Graph:
+    """A finished compilation as a :class:`Graph`. The hash reads what every rank compiling the same graph
+    shares (frame, its file's name and line, the kind of compile, the graph's op count and breaks, the guard
+    that failed for a recompile), never a compile id, a path, an object's address or a device, which differ
+    between the ranks of one job."""
+    location = record.location.rsplit("/", 1)[-1]
+    ops = record.extra.get("graph_op_count", -1)
+    reason = normalize_reason(record.recompile_reason) if record.is_frame_recompile else ""
+    identity = (
+        f"{record.frame}|{location}|{record.trigger}|{ops}|{len(record.graph_breaks)}|{_ADDRESS.sub('#', reason)}"
+    )
+    digest = hashlib.blake2b(identity.encode(), digest_size=6).hexdigest()
+    frame = record.frame or record.frame_id
+    if record.trigger == "lazy_backward":
+        frame = f"the backward graph of {frame}"
+    why = f"recompile: {reason or 'unknown reason'}" if record.is_frame_recompile else "first compile"
+    step = record.context.global_step if record.context is not None else 0
+    return Graph(digest, step, _short(frame), _short(why))
+
+
+@dataclass
+class Heartbeat:
+    """One rank's state as published; ``seq`` grows with every publication (the watcher's clock, not the
+    rank's, times what it sees: the ranks' clocks need not agree)."""
+
+    rank: int
+    seq: int = 0
+    step: int = 0
+    stage: str = ""
+    compiling: str = ""  # what is compiling now ("" when nothing), in the recorder's words
+    compiling_s: float = 0.0  # for how long, when published
+    compiles: int = 0  # compilations begun so far: tells one compile from the next of the same frame
+    last_compile_s: float = 0.0  # how long the last finished compilation took
+    longest_compile_s: float = 0.0
+    graph_count: int = 0  # graphs recorded so far; ``graphs`` holds the newest of them
+    graphs: list[Graph] = field(default_factory=list)
+    lookups: list[Looked] = field(default_factory=list)  # the newest compile-cache look-ups
+    ended: str = ""  # "" while running; "finished", or "failed: <error>" at the end
+
+    def encode(self) -> bytes:
+        data = asdict(self)
+        data["lookups"] = [astuple(looked) for looked in self.lookups]  # lists, not objects: half the bytes
+        return json.dumps(data, separators=(",", ":")).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Heartbeat | None:
+        """The heartbeat in ``raw``; ``None`` for what no publisher wrote (another version, a cut value)."""
+        try:
+            data = json.loads(raw)
+            graphs = [Graph(str(g["hash"]), int(g["step"]), str(g["frame"]), str(g["why"])) for g in data["graphs"]]
+            lookups = [
+                Looked(str(compile_), str(layer), int(n), str(state), str(key), float(saved_s))
+                for compile_, layer, n, state, key, saved_s in data.get("lookups", ())
+            ]
+            # each scalar field converted to its default's type: what another version wrote fails here
+            scalars = {
+                name: type(default)(data[name])
+                for name, default in asdict(cls(0)).items()
+                if name not in ("graphs", "lookups")
+            }
+            return cls(**scalars, graphs=graphs, lookups=lookups)
+        except (ValueError, TypeError, KeyError):
+            return None
+
+
+Parts = dict[str, tuple[str, str]]  # a key's parts: name -> (torch's hash of it, its value where short, else "")
+
+
+def encode_parts(parts: Mapping[str, Parts | str]) -> bytes:
+    """``graph -> parts`` (or a settings table: ``name -> (hash, value)``) as published."""
+    return json.dumps(parts, separators=(",", ":")).encode()
+
+
+def decode_parts(raw: bytes) -> dict[str, Parts]:
+    """What :func:`encode_parts` wrote: graph (or name) -> parts; ``{}`` for anything else."""
+    try:
+        data = json.loads(raw)
+        return {
+            str(graph): {str(name): (str(part[0]), str(part[1])) for name, part in parts.items()}
+            for graph, parts in data.items()
+            if isinstance(parts, dict)
+        }
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError):
+        return {}
+
+
+def _short(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 3] + "..."
+
 
 STALL_MARGIN_S = 3.0  # a stall is said this long beyond the longest compile seen so far ...
 STALL_MIN_S = 5.0  # ... and never before this
@@ -127,15 +279,9 @@ class OutOfStep:
             detail = "; ".join(
                 f"rank {r} at step {step}, {ago:.1f} s before" for r, (step, ago) in list(last.items())[:8]
             )
-            findings.append(
-                Finding(
-                    "not_ended",
-                    tuple(running),
-                    f"when this rank stopped ({type(error).__name__}), {rank_list(running)} had not ended "
-                    f"(last heard: {detail})",
-                    why=error_text(error)[:240],
-                )
-            )
+            line = f"when this rank stopped ({type(error).__name__}), {rank_list(running)} had not ended "
+            line += f"(last heard: {detail})"
+            findings.append(Finding("not_ended", tuple(running), line, why=error_text(error)[:240]))
         if missing:
             findings.append(
                 Finding("not_ended", tuple(missing), f"{rank_list(missing)} never published a heartbeat in this run")
@@ -152,15 +298,9 @@ class OutOfStep:
                 seen.heard(beat, now)  # as after a heartbeat of nothing yet: done compiling if it compiled
             elif beat.seq != seen.beat.seq:
                 if seen.silent_said:
-                    findings.append(
-                        Finding(
-                            "heard_again",
-                            (rank,),
-                            f"rank {rank} is heard again after {now - seen.heard_at:.0f} s, at step {beat.step}",
-                            step=beat.step,
-                            seconds=now - seen.heard_at,
-                        )
-                    )
+                    quiet_s = now - seen.heard_at
+                    line = f"rank {rank} is heard again after {quiet_s:.0f} s, at step {beat.step}"
+                    findings.append(Finding("heard_again", (rank,), line, step=beat.step, seconds=quiet_s))
                 seen.silent_said = False
                 seen.graphs_lost |= beat.graph_count - seen.beat.graph_count > len(beat.graphs)
                 seen.heard(beat, now)
@@ -208,22 +348,16 @@ class OutOfStep:
             elapsed, waited = now - stall.began_at, waited_s[ranks[0]]
             so_far = f" ({waited:.0f} s so far)" if f"{waited:.0f}" != f"{elapsed:.0f}" else ""
             why = self._cold(ranks[0], parts)
-            findings.append(
-                Finding(
-                    "stall",
-                    tuple(ranks),
-                    f"{rank_list(ranks)} {'has' if len(ranks) == 1 else 'have'} been compiling {what} for "
-                    f"{elapsed:.0f} s ({stall.stage} step {stall.step}) while {counted(len(waiting), 'rank')} "
-                    f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}{so_far}"
-                    + (f": {why}" if why else ""),
-                    step=stall.step,
-                    stage=stall.stage,
-                    what=what,
-                    why=why,
-                    seconds=elapsed,
-                    waiting=tuple(sorted(waiting)),
-                )
+            line = (
+                f"{rank_list(ranks)} {'has' if len(ranks) == 1 else 'have'} been compiling {what} for "
+                f"{elapsed:.0f} s ({stall.stage} step {stall.step}) while {counted(len(waiting), 'rank')} "
+                f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}{so_far}"
+                + (f": {why}" if why else "")
             )
+            said = Finding(
+                "stall", tuple(ranks), line, stall.step, stall.stage, what, why, elapsed, tuple(sorted(waiting))
+            )
+            findings.append(said)
         return findings
 
     def _cold(self, rank: int, parts: PartsOf | None) -> str:
@@ -256,18 +390,10 @@ class OutOfStep:
             seconds = beat.last_compile_s if beat.compiles == key[1] and beat.last_compile_s else 0.0
             waited = sorted(stall.waiting)
             took = f" after {seconds:.1f} s" if seconds else ""
+            line = f"rank {rank} finished compiling {stall.what}{took}; {rank_list(waited)} waited for it at step "
+            line += f"{stall.waiting_step}"
             findings.append(
-                Finding(
-                    "stall_ended",
-                    (rank,),
-                    f"rank {rank} finished compiling {stall.what}{took}; {rank_list(waited)} waited for it at step "
-                    f"{stall.waiting_step}",
-                    step=stall.step,
-                    stage=stall.stage,
-                    what=stall.what,
-                    seconds=seconds,
-                    waiting=tuple(waited),
-                )
+                Finding("stall_ended", (rank,), line, stall.step, stall.stage, stall.what, "", seconds, tuple(waited))
             )
         return findings
 
@@ -315,17 +441,9 @@ class OutOfStep:
             if beat.ended or beat.compiling or seen.silent_said or quiet_s < self.silent_after_s:
                 continue
             seen.silent_said = True
-            findings.append(
-                Finding(
-                    "silent",
-                    (rank,),
-                    f"rank {rank} has not been heard from for {quiet_s:.0f} s (last at {beat.stage or 'step'} "
-                    f"step {beat.step}): it died, hangs, or holds Python's lock; what it does now is not seen",
-                    step=beat.step,
-                    stage=beat.stage,
-                    seconds=quiet_s,
-                )
-            )
+            line = f"rank {rank} has not been heard from for {quiet_s:.0f} s (last at {beat.stage or 'step'} "
+            line += f"step {beat.step}): it died, hangs, or holds Python's lock; what it does now is not seen"
+            findings.append(Finding("silent", (rank,), line, step=beat.step, stage=beat.stage, seconds=quiet_s))
         return findings
 
 

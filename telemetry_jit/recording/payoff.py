@@ -142,8 +142,7 @@ class PayoffMeter:
             return statistics.median(t * 1000 for b in self._blocks if b.eager is eager for t in b.seconds[1:])
 
         def peak(eager: bool) -> float | None:
-            peaks = [b.peak_mb for b in self._blocks if b.eager is eager and b.peak_mb is not None]
-            return max(peaks) if peaks else None
+            return max((b.peak_mb for b in self._blocks if b.eager is eager and b.peak_mb is not None), default=None)
 
         self.result = Payoff(
             eager_step_ms=per_step_ms(True),

@@ -20,13 +20,16 @@ from telemetry_jit.compat import compile_cache
 from telemetry_jit.compat.distributed import Store, job_store
 from telemetry_jit.notices import Notices
 from telemetry_jit.probes.dynamo import TORCH
-from telemetry_jit.recording.heartbeat import (
+from telemetry_jit.recording.listener import CompileListener
+from telemetry_jit.recording.out_of_step import (
     GRAPHS_KEPT,
     LOOKUPS_KEPT,
     SETTINGS_PART,
+    Finding,
     Graph,
     Heartbeat,
     Looked,
+    OutOfStep,
     Parts,
     compile_hash,
     decode_parts,
@@ -36,8 +39,6 @@ from telemetry_jit.recording.heartbeat import (
     parts_key,
     settings_key,
 )
-from telemetry_jit.recording.listener import CompileListener
-from telemetry_jit.recording.out_of_step import Finding, OutOfStep
 from telemetry_jit.records import CompileRecord
 from telemetry_jit.terminal import error_text
 
@@ -70,12 +71,11 @@ class RankWatchSettings:
         names a variable holding what it cannot mean, and what it takes."""
         settings = cls()
         switch = environ.get("TELEMETRY_JIT_RANK_WATCH", "").strip().lower()
-        if switch and switch not in ("0", "1", "true", "false", "on", "off"):
+        if switch not in ("", "0", "1", "true", "false", "on", "off"):
             raise SettingError(
                 f"TELEMETRY_JIT_RANK_WATCH={switch!r}: set it to 1 (watch ranks, the default) or 0 (do not)."
             )
-        if switch:
-            settings = replace(settings, enabled=switch in ("1", "true", "on"))
+        settings = replace(settings, enabled=switch in ("", "1", "true", "on"))
         for name, field_name, allow_zero in (
             ("TELEMETRY_JIT_HEARTBEAT_S", "interval_s", False),
             ("TELEMETRY_JIT_STALL_DELAY_S", "stall_delay_s", True),
@@ -253,8 +253,7 @@ class RankWatcher:
         self._thread.start()
 
     def stop(self, error: BaseException | None) -> None:
-        """Stop after a last look (a short run may end between two scans); with ``error``, say which ranks had
-        not ended."""
+        """Stop after a last look (a short run may end between scans); with ``error``, say which ranks had not ended."""
         self._stop.set()
         self._thread.join(self.settings.store_timeout_s + 1.0)
         if not self._thread.is_alive():  # else stuck in the store until its timeout: no last look
@@ -282,12 +281,8 @@ class RankWatcher:
         if not self._known:
             return {}
         raws = self._store.multi_get([heartbeat_key(rank) for rank in self._known])
-        beats = {}
-        for rank, raw in zip(self._known, raws, strict=True):
-            beat = Heartbeat.decode(raw)
-            if beat is not None:
-                beats[rank] = beat
-        return beats
+        beats = {rank: Heartbeat.decode(raw) for rank, raw in zip(self._known, raws, strict=True)}
+        return {rank: beat for rank, beat in beats.items() if beat is not None}
 
     def parts(self, rank: int, looked: Looked) -> Parts | None:
         """The key parts of one of ``rank``'s look-ups, its settings table merged in (asked to explain a miss);

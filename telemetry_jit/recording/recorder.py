@@ -26,17 +26,14 @@ from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.backends import Observer, backends
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
-from telemetry_jit.recording.alerts import EagerFallbackAlert, RankTotals
 from telemetry_jit.recording.compile_spans import compilation_span, out_of_step_span
-from telemetry_jit.recording.console import CompileConsole, say_line
+from telemetry_jit.recording.console import CompileConsole, EagerFallbackAlert, say_line
 from telemetry_jit.recording.fallback_cost import FallbackCostMeter
-from telemetry_jit.recording.first_steps import FirstStep, FirstSteps
-from telemetry_jit.recording.listener import CompileListener
-from telemetry_jit.recording.metrics import CompileMetrics, meter_providers
+from telemetry_jit.recording.listener import CompileListener, FirstStep, FirstSteps
 from telemetry_jit.recording.out_of_step import Finding
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
 from telemetry_jit.recording.resources import ResourceMeter
-from telemetry_jit.recording.stats import CompileStats
+from telemetry_jit.recording.stats import CompileMetrics, CompileStats, RankTotals, meter_providers
 from telemetry_jit.records import (
     AttributeValue,
     CompileContext,
@@ -79,10 +76,6 @@ class Position:
 Where = Callable[[], Position]
 
 
-def _nowhere() -> Position:
-    return Position(0, "")
-
-
 def active_span(session: Session, name: str) -> Span | None:
     """The running nv-one-logger span called ``name`` (the newest), while the session records."""
     if not session.recording:
@@ -97,19 +90,13 @@ class CompileRecorder:
     told; it becomes a ``compilation`` span under the loop span running when it began, never under a span the
     exporters drop. The first step of each stage becomes a ``first_step`` event."""
 
-    def __init__(
-        self,
-        session: Session,
-        listeners: Sequence[CompileListener] = (),
-        rank_watch: RankWatchSettings | None = None,
-    ) -> None:
+    def __init__(self, session: Session, listeners: Sequence[CompileListener] = ()) -> None:
         self.session = session
         self.listeners = list(listeners)
-        self.rank_watch = rank_watch  # None: RankWatchSettings.from_environment() at each start
         self.stats = CompileStats()
         self._notices = Notices()
         self._not_compiled: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()  # said to compile nothing
-        self._where: Where = _nowhere
+        self._where: Where = lambda: Position(0, "")
         self._rank = 0
         self._classifier = RecompileClassifier()
         self._causes: dict[str, Classified] = {}  # compile id -> its cause, for its backward graph
@@ -157,7 +144,16 @@ class CompileRecorder:
         exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
         self._run_listeners = [self.stats, *metrics, EagerFallbackAlert(), self._fallback_cost, *self.listeners]
-        self._start_rank_watch(where().stage)
+        # this rank's heartbeat published (every rank's watched, on the watcher rank) where a process group of
+        # several ranks runs; settings that cannot mean anything raise here, before training starts
+        if self._rank_watch is not None:
+            self._rank_watch.stop(None)
+        self._batch_stage = where().stage
+        self._watch_span = active_span(self.session, TrainingSpanName.APPLICATION)
+        settings, position = RankWatchSettings.from_environment(), lambda: (self._batch_step, self._batch_stage)
+        self._rank_watch = RankWatch.start(settings, position, self._out_of_step)
+        if self._rank_watch is not None:
+            self._run_listeners.append(self._rank_watch.publisher)
         if not self.session.looked_before:
             self.session.looked_before = True
             self._note_compiled_before()
@@ -169,26 +165,13 @@ class CompileRecorder:
             _OBSERVER.call(observer.attach)
 
     def _note_compiled_before(self) -> None:
-        """Record the frames this process compiled before the run began (a recompile it did not meet may
-        have been paid before it)."""
+        """Record the frames compiled before the run began (a recompile it did not meet may have been paid then)."""
         frames = TORCH.call(torch_compat.frames_holding_compiled_code)
         if frames is FAILED or not frames:
             return
         named = frames[:_MAX_NAMED]
         found = CompiledBefore(len(frames), tuple(name for name, _ in named), tuple(where for _, where in named))
         self.emit_event(None, JitEventName.COMPILED_BEFORE_RUN, found.attributes())
-
-    def _start_rank_watch(self, stage: str) -> None:
-        """Publish this rank's heartbeat (and watch every rank's, on the watcher rank) where a process group of
-        several ranks runs. Settings that cannot mean anything raise here, before training starts."""
-        if self._rank_watch is not None:
-            self._rank_watch.stop(None)
-        settings = self.rank_watch or RankWatchSettings.from_environment()
-        self._batch_stage = stage
-        self._watch_span = active_span(self.session, TrainingSpanName.APPLICATION)
-        self._rank_watch = RankWatch.start(settings, lambda: (self._batch_step, self._batch_stage), self._out_of_step)
-        if self._rank_watch is not None:
-            self._run_listeners.append(self._rank_watch.publisher)
 
     def _out_of_step(self, finding: Finding) -> None:
         """What the rank watcher found, said at once (its thread): on the console and as an event."""
@@ -273,8 +256,7 @@ class CompileRecorder:
             self._first_step_measured(finished)
 
     def stop(self, exception: BaseException | None = None) -> None:
-        """Record what is left and detach; with ``exception``, the compiles that failed in the step that raised
-        are marked with it."""
+        """Record what is left and detach; with ``exception``, the compiles that failed in its step are marked."""
         records = [
             *(TORCH.call(self._probe.poll, final=True) or ()),
             *(record for observer in self._observers for record in _OBSERVER.call(observer.poll) or ()),
@@ -391,7 +373,11 @@ class CompileRecorder:
             record.context = context
             record.cause = self._cause(record)
         except Exception as error:  # noqa: BLE001 - a telemetry bug must cost a warning, not the run
-            self._failed(error)
+            self._notices.warn(
+                "recording failed",
+                f"telemetry-jit: could not record a compilation ({error!r}); training goes on, "
+                "later failures are not reported.",
+            )
             record.context = context = CompileContext()
         self._first_steps.recorded(record)
         for listener in self._run_listeners:
@@ -432,13 +418,6 @@ class CompileRecorder:
         for listener in self._run_listeners:
             _LISTENER.call(listener.first_step, step)
         self.emit_event(None, JitEventName.FIRST_STEP, step.attributes())
-
-    def _failed(self, error: Exception) -> None:
-        self._notices.warn(
-            "recording failed",
-            f"telemetry-jit: could not record a compilation ({error!r}); training goes on, "
-            "later failures are not reported.",
-        )
 
 
 def _exported_ancestor(recorder: TrainingRecorder, span: Span | None) -> Span | None:

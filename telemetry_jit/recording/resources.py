@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from telemetry_jit.compat import host
 from telemetry_jit.notices import NOWHERE, Notices, warn_once
@@ -31,9 +31,9 @@ class _Window:
     children_cpu: dict[int, float]
     base: int  # resident bytes of this process and its counted children at the start
     cuda: tuple[int, int] | None
-    peak_tree: int = 0
-    peak_own: int = 0
-    counted: dict[int, host.Child] = field(default_factory=dict)
+    peak_tree: int  # the highest readings since: of this process and its counted children, and of it alone
+    peak_own: int
+    counted: dict[int, host.Child]  # the children that compile for it, by pid
 
 
 class ResourceMeter:
@@ -76,19 +76,10 @@ class ResourceMeter:
             rss, hwm = host.own_memory()
             workers = [pid for pid, worker in list(self._workers.items()) if worker]  # the sampler may be adding
             children = [c for pid in workers if (c := host.child(pid)) is not None]
-            window = _Window(
-                cpu=cpu,
-                reaped_cpu=reaped,
-                largest_reaped=largest,
-                rss=rss,
-                hwm=hwm,
-                started=host.clock_ticks(),
-                children_cpu={c.pid: c.cpu_s for c in children},
-                base=rss + sum(self._held(c) for c in children),
-                cuda=host.cuda_memory(),
-            )
-            window.peak_tree, window.peak_own = window.base, rss
-            window.counted = {c.pid: c for c in children}
+            base = rss + sum(self._held(c) for c in children)
+            cpus, counted = {c.pid: c.cpu_s for c in children}, {c.pid: c for c in children}
+            started, cuda = host.clock_ticks(), host.cuda_memory()
+            window = _Window(cpu, reaped, largest, rss, hwm, started, cpus, base, cuda, base, rss, counted)
         except Exception as error:  # noqa: BLE001 - a reading that fails costs the figure, never the compile
             _failed(error)
             return None

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit.analysis.summary import summarize
-from telemetry_jit.recording.figures import PREFIX
+from telemetry_jit.recording.driver import PREFIX
 from tests.e2e.conftest import Telemetry
 from tests.e2e.test_loops import STATIC_SHAPES, _compiled_model_and_optimizer, train
 from tests.models import TRAINER_DEFAULTS, Net, loader

@@ -9,8 +9,16 @@ import pytest
 
 from telemetry_jit import boundary
 from telemetry_jit.boundary import SettingError
-from telemetry_jit.recording.heartbeat import Graph, Heartbeat, Looked, Parts, compile_hash
-from telemetry_jit.recording.out_of_step import STALL_MARGIN_S, STALL_MIN_S, OutOfStep
+from telemetry_jit.recording.out_of_step import (
+    STALL_MARGIN_S,
+    STALL_MIN_S,
+    Graph,
+    Heartbeat,
+    Looked,
+    OutOfStep,
+    Parts,
+    compile_hash,
+)
 from telemetry_jit.recording.rank_watch import HeartbeatPublisher, RankWatcher, RankWatchSettings
 from telemetry_jit.schema import RanksAttr
 

@@ -14,7 +14,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 import telemetry_jit
 from telemetry_jit.causes import CAUSES, Classified
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
-from telemetry_jit.recording.alerts import EagerFallbackAlert
+from telemetry_jit.recording.console import EagerFallbackAlert
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats
@@ -124,7 +124,7 @@ def test_metrics_count_what_the_spans_say() -> None:
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
-    from telemetry_jit.recording.metrics import CompileMetrics
+    from telemetry_jit.recording.stats import CompileMetrics
 
     reader = InMemoryMetricReader()
     metrics = CompileMetrics(MeterProvider(metric_readers=[reader]))
@@ -177,7 +177,7 @@ def test_the_recompile_limit_warning_names_a_fix_the_user_can_make() -> None:
 
 
 def test_logger_figures_give_each_step_once_with_the_summarys_counts_and_cache_series_only_with_a_cache() -> None:
-    from telemetry_jit.recording.figures import CompileFigures
+    from telemetry_jit.recording.driver import CompileFigures
     from telemetry_jit.recording.stats import CompileStats
     from telemetry_jit.records import CompileContext
 

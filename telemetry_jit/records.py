@@ -478,14 +478,8 @@ class FallbackCost(_Event):
     def as_json(self) -> dict[str, object]:
         if self.not_measured:
             return {"not_measured": self.not_measured, "batches_since": self.batches_since}
-        return {
-            "compiled_batch_ms": round(self.compiled_batch_ms, 3),
-            "eager_batch_ms": round(self.eager_batch_ms, 3),
-            "compiled_batches": self.compiled_batches,
-            "eager_batches": self.eager_batches,
-            "batches_since": self.batches_since,
-            "cost_s": round(self.cost_s, 3),
-        }
+        said = ("compiled_batch_ms", "eager_batch_ms", "compiled_batches", "eager_batches", "batches_since", "cost_s")
+        return {name: round(getattr(self, name), 3) for name in said}  # the counts are ints: round leaves them
 
 
 # backends that capture graphs and run them as they are: compiling with them cannot make a step faster

@@ -426,11 +426,6 @@ def _blacklist(export_iteration_spans: bool) -> list[Any]:
     ]
 
 
-def current() -> Session | None:
-    """The session :func:`configure` started, until :func:`shutdown` ends it."""
-    return _current
-
-
 def session_of(provider: TrainingTelemetryProvider) -> Session:
     """The session recording through ``provider``; for one set up with nv-one-logger's builder API, a new one."""
     if _current is not None and _current.provider is provider:

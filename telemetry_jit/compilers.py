@@ -169,7 +169,8 @@ def compile_in_place(module: torch.nn.Module, **compile_kwargs: Any) -> Compiled
     torch_compat.compile_in_place(module, **compile_kwargs)
     call = torch_compat.compiled_call(module)
     watch = FirstCall(module, call) if call is not None else None
-    torch_compat.set_compiled_call(module, watch or call)
+    if watch is not None:  # it watches the first call, then puts the compiled call back
+        torch_compat.set_compiled_call(module, watch)
     return CompiledCodeRan(module, watch)
 
 

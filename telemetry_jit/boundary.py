@@ -5,14 +5,11 @@ at :data:`OWN_CODE` (a :class:`SettingError` is the user's to fix, and raised)."
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, Literal, ParamSpec, TypeVar
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from telemetry_jit.notices import Notices
 from telemetry_jit.terminal import error_text
@@ -30,32 +27,14 @@ class _Failed:
 
 
 FAILED: Any = _Failed()
-FaultKind = Literal["raise", "hang"]
 
 
 class InjectedFault(RuntimeError):
-    pass
+    """Raised by a fault a test injects at a call site (tests/faults.py)."""
 
 
 class SettingError(ValueError):
     """A setting of the user's that cannot mean anything, found inside a hook: raised through the guard."""
-
-
-@dataclass
-class _Fault:
-    kind: FaultKind
-    seconds: float
-    hits: int = 0  # calls that met the fault: proof the site was reached
-
-    def wrap(self, call: Callable[..., T]) -> Callable[..., T]:
-        def faulty(*args: Any, **kwargs: Any) -> T:
-            self.hits += 1
-            if self.kind == "hang":
-                time.sleep(self.seconds)
-                return call(*args, **kwargs)
-            raise InjectedFault("injected by a fault-injection test")
-
-        return faulty
 
 
 class CallSite:
@@ -66,16 +45,15 @@ class CallSite:
         self.name = name
         self.callee = callee
         self.bound = bound
-        self._fault: _Fault | None = None
-        self.fault_hits = 0  # calls the last injected fault met
+        self.fault: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None  # a test's (tests/faults.py)
 
     def __repr__(self) -> str:
         return f"CallSite({self.name!r})"
 
     def call(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)``, or :data:`FAILED` (said once, counted) when it raises."""
-        if self._fault is not None:
-            function = self._fault.wrap(function)
+        if self.fault is not None:
+            function = self.fault(function)
         try:
             return function(*args, **kwargs)
         except Exception as error:  # noqa: BLE001 - the point of the guard
@@ -89,7 +67,7 @@ class CallSite:
     def bind(self, function: Callable[..., T]) -> Callable[..., T]:
         """``function`` for a caller that guards each call itself (a Python call less than :meth:`call`, every
         step); the faulty callee while a test injects a fault here."""
-        return self._fault.wrap(function) if self._fault is not None else function
+        return self.fault(function) if self.fault is not None else function
 
 
 class Account:
@@ -184,15 +162,3 @@ def guarded(function: Callable[P, T]) -> Callable[P, T | None]:
             return None
 
     return guarded_call
-
-
-@contextlib.contextmanager
-def injected(name: str, kind: FaultKind = "raise", seconds: float = 0.0) -> Iterator[CallSite]:
-    """Make the callee of site ``name`` raise (or hang ``seconds`` first) while the block runs: for tests."""
-    site = SITES[name]
-    site._fault = fault = _Fault(kind, seconds)
-    try:
-        yield site
-    finally:
-        site._fault = None
-        site.fault_hits = fault.hits

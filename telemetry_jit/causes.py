@@ -350,7 +350,7 @@ class RecompileClassifier:
             return None
         in_first_batch = batch is not None and not first_in_mode and history.first_batches.get(mode) == batch
         sizes = _Sizes(history, dynamic, mode, batch, batch_index, batches)
-        classified = self._classify(history, normalize_reason(reason), stage, mode, limit_hit, in_first_batch, sizes)
+        classified = self._classify(sizes, normalize_reason(reason), stage, limit_hit, in_first_batch)
         if classified.cause == "other":  # another cache entry's reason may name the size that changed
             for subject in map(normalize_reason, reasons):
                 if sized := sizes.cause(subject):
@@ -361,16 +361,8 @@ class RecompileClassifier:
         history.causes[classified.cause] += 1
         return classified
 
-    def _classify(
-        self,
-        history: _FrameHistory,
-        subject: str,
-        stage: str,
-        mode: str,
-        limit_hit: bool,
-        in_first_batch: bool,
-        sizes: _Sizes,
-    ) -> Classified:
+    def _classify(self, sizes: _Sizes, subject: str, stage: str, limit_hit: bool, in_first_batch: bool) -> Classified:
+        history = sizes.history
         if limit_hit:
             behind = [cause for cause, _ in history.causes.most_common() if cause not in EXPECTED_CAUSES]
             return Classified("recompile_limit", subject, behind=behind[0] if behind else "")
@@ -383,7 +375,7 @@ class RecompileClassifier:
         if _MODULE_MODE.search(subject):  # two values as well: train() and eval()
             return Classified("module_mode", subject, expected=history.causes["module_mode"] == 0)
         size, changed = _SIZE.search(subject), _TENSOR_PROPERTY.search(subject)
-        if changed is not None and changed[2] == "dispatch key set" and mode == "eval":
+        if changed is not None and changed[2] == "dispatch key set" and sizes.mode == "eval":
             return Classified("inference_mode", subject, expected=True)
         if _requires_grad_of(subject) == "parameter":
             return Classified("trainable_params", subject, expected=True)

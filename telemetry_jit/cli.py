@@ -6,8 +6,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
+import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import fields
 from importlib import metadata
 from pathlib import Path
 
@@ -28,7 +29,8 @@ PATHS_HELP = "telemetry files written by telemetry-jit, folders of them (one fil
 
 def main(argv: Sequence[str] | None = None) -> int:
     try:
-        return _main(argv)
+        args = _parser().parse_args(argv)
+        return int(args.handler(args))
     except BrokenPipeError:  # `telemetry-jit summary ... | head`: the reader left, as it may
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
@@ -104,7 +106,9 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="fail when a frame runs eagerly after the recompile limit or a failed compile",
     )
-    gate.add_argument("--max-skew", type=float, metavar="S", help="ranks: seconds waited for the slowest in all")
+    gate.add_argument(
+        "--max-skew", type=float, metavar="S", dest="max_skew_s", help="ranks: seconds waited for the slowest in all"
+    )
     gate.add_argument("--ranks-compile-alike", action="store_true", help="ranks: every rank compiles the same")
     gate.add_argument(
         "--allow-incomplete",
@@ -117,11 +121,6 @@ def _parser() -> argparse.ArgumentParser:
 def _rank_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rank", type=int, metavar="N", help="with several ranks: this rank's full view")
     parser.add_argument("--per-rank", action="store_true", help="with several ranks: each rank's full view")
-
-
-def _main(argv: Sequence[str] | None) -> int:
-    args = _parser().parse_args(argv)
-    return int(args.handler(args))
 
 
 def _say(text: str) -> None:
@@ -269,18 +268,8 @@ def _check(args: argparse.Namespace) -> int:
     """0: within budget; 1: a budget broken (each said); 2: cannot tell; 3: the run did not finish."""
     try:
         share = None if args.max_compile_share is None else _percentage(args.max_compile_share)
-        budget = Budget(
-            max_graph_breaks=args.max_graph_breaks,
-            max_recompiles=args.max_recompiles,
-            max_unexpected_recompiles=args.max_unexpected_recompiles,
-            max_compile_share=share,
-            no_new_graph_breaks=args.no_new_graph_breaks,
-            no_new_recompile_causes=args.no_new_recompile_causes,
-            user_code_only=args.user_code_only,
-            max_skew_s=args.max_skew,
-            ranks_compile_alike=args.ranks_compile_alike,
-            no_eager_fallback=args.no_eager_fallback,
-        )
+        options = {field.name: getattr(args, field.name) for field in fields(Budget)}  # each under its name
+        budget = Budget(**{**options, "max_compile_share": share})
     except ValueError as error:  # a budget that means nothing: before any file is read
         _complain(f"check: {error}")
         return 2
@@ -343,30 +332,20 @@ def _percentage(text: str) -> float:
 
 def _write_whole(output: Path, text: str) -> bool:
     """Write ``output`` whole or not at all, through a temporary file created exclusively beside it (no name
-    another user could plant a link at)."""
+    another user could plant a link at), with the permissions the umask gives a new file."""
+    partial = output.with_name(f".{output.name}.{uuid.uuid4().hex}.partial")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
-        descriptor, partial = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent)
-    except OSError as error:
-        _complain(f"could not write {output}: {error}")
-        return False
-    try:
+        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         with os.fdopen(descriptor, "w", encoding="utf-8", errors="replace") as handle:
             handle.write(text)
-        os.chmod(partial, 0o666 & ~_umask())
         os.replace(partial, output)
     except OSError as error:
         _complain(f"could not write {output}: {error}")
         return False
     finally:
-        Path(partial).unlink(missing_ok=True)
+        partial.unlink(missing_ok=True)
     return True
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 if __name__ == "__main__":

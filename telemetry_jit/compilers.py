@@ -126,15 +126,6 @@ class FirstCall:
         self.compiled_frames = 0
         self.failed_frames = 0  # compiles that raised, which dynamo suppressed and ran the frame eagerly
 
-    @classmethod
-    def install(cls, module: torch.nn.Module) -> FirstCall | None:
-        call = torch_compat.compiled_call(module)
-        if call is None:
-            return None
-        watch = cls(module, call)
-        torch_compat.set_compiled_call(module, watch)
-        return watch
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         torch_compat.set_compiled_call(self.module, self.call)  # steps aside first: a nested call goes straight
         compiled, attempted = torch_compat.frames_compiled(), torch_compat.frames_attempted()
@@ -176,7 +167,11 @@ def compile_in_place(module: torch.nn.Module, **compile_kwargs: Any) -> Compiled
     """``module.compile(**compile_kwargs)`` such that dynamo compiles it on every supported torch (before 2.15 it
     skips torch's own layers' ``forward``), and the check a plug-in's ``compile`` returns."""
     torch_compat.compile_in_place(module, **compile_kwargs)
-    return CompiledCodeRan(module, FirstCall.install(module))
+    call = torch_compat.compiled_call(module)
+    watch = FirstCall(module, call) if call is not None else None
+    if watch is not None:  # it watches the first call, then puts the compiled call back
+        torch_compat.set_compiled_call(module, watch)
+    return CompiledCodeRan(module, watch)
 
 
 def dynamo_compile_id() -> str:

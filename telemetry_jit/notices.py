@@ -28,11 +28,6 @@ def global_rank() -> int:
     return 0
 
 
-def _several_ranks() -> bool:
-    value = os.environ.get("WORLD_SIZE", "")
-    return value.isdigit() and int(value) > 1
-
-
 class Notices:
     """Says each key's warning once; ``every_rank=False`` (the default) on rank zero only."""
 
@@ -57,7 +52,8 @@ class Notices:
         rank = global_rank()
         if not every_rank and rank != 0:
             return False
-        if every_rank and _several_ranks():
+        world_size = os.environ.get("WORLD_SIZE", "")
+        if every_rank and world_size.isdigit() and int(world_size) > 1:
             from lightning_utilities.core.rank_zero import rank_prefixed_message
 
             message = rank_prefixed_message(message, rank)

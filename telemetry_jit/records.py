@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
 from functools import cached_property
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
@@ -249,19 +249,32 @@ def _read(cls: type[R], names: type, attributes: Mapping[str, object]) -> R:
     return cls(**values)
 
 
-def _written(record: object, names: type) -> dict[str, AttributeValue]:
-    """A record's fields as its event's attributes, under their names in ``names``."""
-    return {
-        getattr(names, "CLASS" if each.name == "cls" else each.name.upper()): (
-            list(value) if isinstance(value := getattr(record, each.name), tuple) else value
-        )
-        for each in fields(record)  # type: ignore[arg-type]
-    }
+E = TypeVar("E", bound="_Event")
+
+
+class _Event:
+    """A record one event holds, each field an attribute under its name in ``NAMES`` (``cls`` under ``CLASS``)."""
+
+    NAMES: ClassVar[type]
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        return {
+            getattr(self.NAMES, "CLASS" if each.name == "cls" else each.name.upper()): (
+                list(value) if isinstance(value := getattr(self, each.name), tuple) else value
+            )
+            for each in fields(self)  # type: ignore[arg-type]
+        }
+
+    @classmethod
+    def from_attributes(cls: type[E], attributes: Mapping[str, object]) -> E:
+        return _read(cls, cls.NAMES, attributes)
 
 
 @dataclass
-class Payoff:
+class Payoff(_Event):
     """What compiling bought: step times of each mode, the speedup, when it is repaid; or why not measured."""
+
+    NAMES = PayoffAttr
 
     eager_step_ms: float = 0.0
     compiled_step_ms: float = 0.0
@@ -298,11 +311,6 @@ class Payoff:
         """Time won (positive) or lost over the loop: every step but the eager ones ran compiled."""
         compiled_steps = max(self.steps - self.blocks * self.block_steps, 0)
         return compiled_steps * self.saved_per_step_s - self.compile_s
-
-    @classmethod
-    def from_attributes(cls, attributes: Mapping[str, object]) -> Payoff:
-        """The payoff a ``compile_payoff`` event holds."""
-        return _read(cls, PayoffAttr, attributes)
 
     def attributes(self) -> dict[str, AttributeValue]:
         if not self.measured:
@@ -349,8 +357,10 @@ class Payoff:
 
 
 @dataclass(frozen=True)
-class CompiledBefore:
+class CompiledBefore(_Event):
     """The frames a process had compiled when a run's telemetry began: the run does not compile them again."""
+
+    NAMES = CompiledBeforeAttr
 
     frames: int
     names: tuple[str, ...] = ()  # the first of them
@@ -369,19 +379,13 @@ class CompiledBefore:
     def as_json(self) -> dict[str, object]:
         return {"frames": self.frames, "names": list(self.names)}
 
-    def attributes(self) -> dict[str, AttributeValue]:
-        return _written(self, CompiledBeforeAttr)
-
-    @classmethod
-    def from_attributes(cls, attributes: Mapping[str, object]) -> CompiledBefore:
-        """What a ``compiled_before_run`` event holds."""
-        return _read(cls, CompiledBeforeAttr, attributes)
-
 
 @dataclass(frozen=True)
-class NotCompiled:
+class NotCompiled(_Event):
     """A module ``Module.compile()`` was called on whose ``forward`` lies in torch's files: torch before 2.15
     compiles nothing of it (pytorch/pytorch#150915), so it runs eagerly and nothing says so."""
+
+    NAMES = NotCompiledAttr
 
     module: str  # its attribute path in the model the loop runs ("" for that model itself)
     cls: str  # "torch.nn.modules.transformer.TransformerEncoder"
@@ -411,19 +415,13 @@ class NotCompiled:
             f"`{target} = torch.compile({target})` (its state_dict keys gain `_orig_mod.`)"
         )
 
-    def attributes(self) -> dict[str, AttributeValue]:
-        return _written(self, NotCompiledAttr)
-
-    @classmethod
-    def from_attributes(cls, attributes: Mapping[str, object]) -> NotCompiled:
-        """What a ``module_not_compiled`` event holds."""
-        return _read(cls, NotCompiledAttr, attributes)
-
 
 @dataclass(frozen=True)
-class FallbackCost:
+class FallbackCost(_Event):
     """What a frame running eagerly from ``step`` on cost: median batch while compiled against after (batches that
     compiled nothing); or why not measured."""
+
+    NAMES = FallbackAttr
 
     frame: str
     location: str
@@ -477,22 +475,11 @@ class FallbackCost:
         )
         return attributes
 
-    @classmethod
-    def from_attributes(cls, attributes: Mapping[str, object]) -> FallbackCost:
-        """The cost an ``eager_fallback_cost`` event holds."""
-        return _read(cls, FallbackAttr, attributes)
-
     def as_json(self) -> dict[str, object]:
         if self.not_measured:
             return {"not_measured": self.not_measured, "batches_since": self.batches_since}
-        return {
-            "compiled_batch_ms": round(self.compiled_batch_ms, 3),
-            "eager_batch_ms": round(self.eager_batch_ms, 3),
-            "compiled_batches": self.compiled_batches,
-            "eager_batches": self.eager_batches,
-            "batches_since": self.batches_since,
-            "cost_s": round(self.cost_s, 3),
-        }
+        said = ("compiled_batch_ms", "eager_batch_ms", "compiled_batches", "eager_batches", "batches_since", "cost_s")
+        return {name: round(getattr(self, name), 3) for name in said}  # the counts are ints: round leaves them
 
 
 # backends that capture graphs and run them as they are: compiling with them cannot make a step faster

@@ -349,7 +349,9 @@ def _configure(
         )
         for exporter in all_exporters:
             provider.with_exporter(exporter)
-        blacklist = _blacklist(configuration.export_iteration_spans)
+        # not EXPORT_ALL_SPANS: nv-one-logger 2.3 then passes its default blacklist along and its recorder refuses it
+        exported = _ITERATION_SPANS if configuration.export_iteration_spans else ()
+        blacklist = [name for name in DEFAULT_SPANS_EXPORT_BLACKLIST if name not in exported]
         provider.with_export_customization(ExportCustomizationMode.BLACKLIST_SPANS, blacklist)
         provider.configure_provider()
     except BaseException:
@@ -417,18 +419,6 @@ def _safe_exporters(
         file_exporter,
     ]
     return [exporter for exporter in exporters if exporter is not None]
-
-
-def _blacklist(export_iteration_spans: bool) -> list[Any]:
-    # not EXPORT_ALL_SPANS: nv-one-logger 2.3 then passes its default blacklist along and its recorder refuses it
-    return [
-        name for name in DEFAULT_SPANS_EXPORT_BLACKLIST if not (export_iteration_spans and name in _ITERATION_SPANS)
-    ]
-
-
-def current() -> Session | None:
-    """The session :func:`configure` started, until :func:`shutdown` ends it."""
-    return _current
 
 
 def session_of(provider: TrainingTelemetryProvider) -> Session:

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import lightning.pytorch as pl  # noqa: E402
 
 import telemetry_jit  # noqa: E402
-from telemetry_jit import boundary  # noqa: E402
+from tests.faults import injected  # noqa: E402
 from tests.models import TRAINER_DEFAULTS, Net, loader  # noqa: E402
 
 
@@ -29,11 +29,11 @@ def main() -> None:
         pl.Trainer, session, jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
     )
     trainer = HookedTrainer(max_epochs=2, strategy="ddp", devices=2, **TRAINER_DEFAULTS)
-    with boundary.injected(site, kind, seconds=20.0) as injected:
+    with injected(site, kind, seconds=20.0) as fault:
         trainer.fit(Net("print"), loader(84, 4))
     telemetry_jit.shutdown()
     if trainer.is_global_zero:
-        print(f"hits>{0 if injected.fault_hits else -1} steps={trainer.global_step}")
+        print(f"hits>{0 if fault.hits else -1} steps={trainer.global_step}")
         print(telemetry_jit.format_summary(telemetry_jit.read_telemetry(folder / "telemetry.rank0.jsonl")[-1]))
 
 

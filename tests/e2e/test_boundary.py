@@ -36,6 +36,7 @@ from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import IsolatedExporter
 from tests.e2e.conftest import fresh_provider_state
 from tests.e2e.otlp_receivers import HttpReceiver
+from tests.faults import injected
 from tests.models import TRAINER_DEFAULTS, Net, loader
 from tests.words import flat
 
@@ -179,9 +180,9 @@ def test_a_callee_that_raises_costs_the_run_nothing(
         return
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with boundary.injected(site.name, "raise") as injected:
+        with injected(site.name, "raise") as fault:
             trainer, path = fit_everything(tmp_path, receiver.endpoint, scenario)
-    assert injected.fault_hits > 0, f"the {scenario} scenario never reached {site.name}: give the site a scenario"
+    assert fault.hits > 0, f"the {scenario} scenario never reached {site.name}: give the site a scenario"
     assert trainer.global_step == STEPS
     summary = flat(said_in_summary(path))
     assert f"[{site.name}]" in summary and site.callee in summary, summary
@@ -203,10 +204,10 @@ def test_a_callee_that_hangs_past_its_bound_costs_the_run_nothing(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         receiver.refuse(1)  # as for the plain run
-        with boundary.injected(site.name, "hang", seconds=20 * BOUND_S) as injected:
+        with injected(site.name, "hang", seconds=20 * BOUND_S) as fault:
             trainer, path = fit_everything(tmp_path / "hung", receiver.endpoint)
     took = time.perf_counter() - started
-    assert injected.fault_hits > 0 and trainer.global_step == STEPS
+    assert fault.hits > 0 and trainer.global_step == STEPS
     # cut off at its bound: the whole run waits at most a few bounds more than without the hang
     assert took < plain + 5 * BOUND_S, (took, plain)
     assert "not delivered" in flat(said_in_summary(path))

@@ -21,6 +21,7 @@ from telemetry_jit.recording.out_of_step import (
 )
 from telemetry_jit.recording.rank_watch import HeartbeatPublisher, RankWatcher, RankWatchSettings
 from telemetry_jit.schema import RanksAttr
+from tests.faults import injected
 
 FORWARD = "forward (model.py) [0/1, recompile: tensor 'x' size mismatch at index 0. expected 8, actual 5]"
 
@@ -298,10 +299,10 @@ def test_a_ranks_cache_look_ups_reach_the_watcher_through_a_real_store() -> None
     ]
     assert beats[0].lookups[0].graph == beats[1].lookups[0].graph
     assert watcher.parts(1, beats[1].lookups[0]) == {"gm": ("g", ""), **tables[1]}
-    with warnings.catch_warnings(), boundary.injected("ranks.read", "raise") as site:
+    with warnings.catch_warnings(), injected("ranks.read", "raise") as site:
         warnings.simplefilter("ignore")
         assert watcher.parts(0, beats[0].lookups[0]) is None  # a store that fails costs the explanation only
-    assert site.fault_hits == 1
+    assert site.hits == 1
     boundary.count_into(boundary.Account())  # say each failure again
     assert len(beats[1].encode()) < 700
     watcher.judge.scan(0.0, beats, watcher.parts)

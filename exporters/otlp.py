@@ -27,7 +27,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import ProcessResourceDetector, Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler, SamplingResult
 from opentelemetry.trace import Status, StatusCode
@@ -54,6 +54,7 @@ from .otlp_transport import (
     FailureTap,
     RetryingSpanExporter,
     bounded,
+    build_exporter,
     checked_exporters,
 )
 
@@ -136,6 +137,7 @@ class OTLPExporter(BaseExporter):
         headers: never logged.
         retry_buffer_size: spans kept from failed exports and re-sent after the next batch.
         identity: where the rank, world size and node on every span come from (``configure`` shares one).
+        span_exporter: use this OTel ``SpanExporter`` instead of building one (tests, custom transports).
 
     Raises:
         OTLPSettingsError: settings that could not send anything (a queue of 0, an endpoint that is no
@@ -167,6 +169,7 @@ class OTLPExporter(BaseExporter):
         max_request_bytes: int | None = None,
         metrics: bool | None = None,
         identity: IdentityTracker | None = None,
+        span_exporter: SpanExporter | None = None,
     ) -> None:
         super().__init__()
         arguments = locals()  # the options, each by its OTLPOptions name
@@ -175,7 +178,8 @@ class OTLPExporter(BaseExporter):
         traces = self.settings.targets["traces"]
         self.endpoint: str = traces.endpoint
         self.protocol: str = traces.protocol
-        self._exporters = checked_exporters(self.settings)  # OpenTelemetry's, by signal
+        # OpenTelemetry's, by signal
+        self._exporters = checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
         self._log_filter = FailureTap()
         self._retrying = RetryingSpanExporter(
             self._exporters["traces"],
@@ -259,7 +263,9 @@ class OTLPExporter(BaseExporter):
         if not self.settings.metrics or not self.ready:
             return None
         if self._meter_provider is None:
-            self._metrics = CountingMetricExporter(self._exporters["metrics"], self._metrics_undelivered)
+            self._metrics = CountingMetricExporter(
+                self._exporters.get("metrics") or build_exporter(self.settings, "metrics"), self._metrics_undelivered
+            )
             reader = PeriodicExportingMetricReader(
                 self._metrics,
                 export_interval_millis=self.settings.metrics_interval_ms,

@@ -674,3 +674,16 @@ def test_a_failed_fit_reaches_the_backend_as_opentelemetrys_exception_event(conf
     scope = receiver.received.requests[0].resource_spans[0].scope_spans[0]
     assert (scope.scope.name, scope.scope.version) == ("telemetry_jit", version)
     assert scope.schema_url.startswith("https://opentelemetry.io/schemas/")
+
+
+def test_a_span_exporter_of_the_users_own_carries_the_spans(configure, tmp_path: Path) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    own = InMemorySpanExporter()  # a custom transport: any OpenTelemetry SpanExporter
+    provider = configure(OTLPExporter(span_exporter=own, metrics=False))
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(8, 4))
+    telemetry_jit.shutdown()
+    names = [span.name for span in own.get_finished_spans()]
+    assert {"application", "training_loop", "compilation"} <= set(names), names
+    assert names.count("application") == len(file_run(tmp_path).find("application")) == 1

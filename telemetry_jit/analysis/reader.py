@@ -230,13 +230,8 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
     if kind in ("start", "complete", "stop"):
         span = run.spans.get(record["id"])
         if span is None:
-            span = SpanRecord(
-                span_id=record["id"],
-                name=record["name"],
-                parent_id=None,
-                start_unix_ns=_ms(record["start_event"]) if "start_event" in record else _ms(record["stop_event"]),
-                events=run._early_events.pop(record["id"], []),
-            )
+            start = _ms(record["start_event"] if "start_event" in record else record["stop_event"])
+            span = SpanRecord(record["id"], record["name"], None, start, events=run._early_events.pop(record["id"], []))
             _keep(run, span, ended=kind != "start")
         span.attributes.update(record.get("attributes") or {})
         if kind != "start":
@@ -309,8 +304,7 @@ def _count(counts: Counter[str], name: str) -> None:
 def _fold_pending(run: TelemetryRun) -> None:
     pending, run._pending = run._pending, None
     if pending is not None:
-        if run.digest is None:
-            run.digest = RunDigest()
+        run.digest = run.digest or RunDigest()
         run.digest.add(pending, run.spans)
 
 
@@ -366,12 +360,10 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
     if kind in ("span_start", "span"):
         span = run.spans.get(record["span_id"])
         if span is None:
+            start = _ns(record["start_unix_ns"])
+            events = run._early_events.pop(record["span_id"], [])
             span = SpanRecord(
-                span_id=str(record["span_id"]),
-                name=str(record["name"]),
-                parent_id=record.get("parent_id"),
-                start_unix_ns=_ns(record["start_unix_ns"]),
-                events=run._early_events.pop(record["span_id"], []),
+                str(record["span_id"]), str(record["name"]), record.get("parent_id"), start, events=events
             )
             if kind == "span" and span.name == JitSpanName.COMPILATION:
                 run._pending = span  # folded into the digest once its events have come

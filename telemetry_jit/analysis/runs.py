@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -109,9 +109,10 @@ class TelemetryRun:
     def find(self, name: str) -> list[SpanRecord]:
         return [span for span in self.spans.values() if span.name == name]
 
-    def events(self, name: str) -> Iterator[EventRecord]:
-        """Its events called ``name``, on whichever span."""
-        return (event for span in self.spans.values() for event in span.events if event.name == name)
+    def events(self, name: str, spans: Iterable[SpanRecord] | None = None) -> Iterator[EventRecord]:
+        """Its events called ``name``, on whichever span (of ``spans``, where given)."""
+        spans = self.spans.values() if spans is None else spans
+        return (event for span in spans for event in span.events if event.name == name)
 
     @property
     def roots(self) -> list[SpanRecord]:

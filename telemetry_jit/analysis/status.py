@@ -72,13 +72,7 @@ def _trained_nothing(run: TelemetryRun) -> RunStatus | None:
     """``empty`` where the run ran no loop: a fit said it trained nothing (and no training loop followed), or no
     loop and no compilation is in the file at all (no fit ran)."""
     names = {span.name for span in run.spans.values()}
-    said = [
-        event
-        for span in run.spans.values()
-        if span.name == TrainingSpanName.APPLICATION
-        for event in span.events
-        if event.name == JitEventName.TRAINED_NOTHING
-    ]
+    said = list(run.events(JitEventName.TRAINED_NOTHING, run.find(TrainingSpanName.APPLICATION)))
     if said and TrainingSpanName.TRAINING_LOOP not in names:
         return RunStatus("empty", f"fit ran no training step ({said[-1].attributes.get('reason', 'no reason given')})")
     compiled = bool(run.digest and run.digest.compilations) or JitSpanName.COMPILATION in names

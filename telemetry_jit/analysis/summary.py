@@ -19,7 +19,7 @@ from telemetry_jit.analysis.digest import (
 )
 from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
-from telemetry_jit.analysis.runs import EventRecord, SpanRecord, TelemetryRun, number
+from telemetry_jit.analysis.runs import EventRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
 from telemetry_jit.analysis.warm_residual import warm_start_json
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
@@ -152,11 +152,16 @@ class RunSummary:
 
 def summarize(run: TelemetryRun) -> RunSummary:
     digest = digest_of(run)
-    loop_name, loops = _measured_by(run)
+    loop_name = next((name for name in LOOP_WORDS if run.find(name)), TrainingSpanName.APPLICATION)
+    loops = run.find(loop_name)
     end = run.last_unix_ns
     wall_ms = sum(((span.end_unix_ns or end) - span.start_unix_ns) / 1e6 for span in loops)
     applications = run.find(TrainingSpanName.APPLICATION)
-    measured = [e for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_PAYOFF]
+    measured = list(run.events(JitEventName.COMPILE_PAYOFF, loops))
+    summaries = list(run.events(JitEventName.COMPILE_SUMMARY, loops))
+    steps = [
+        int(number(e.attributes[TrainAttr.GLOBAL_STEP])) for e in summaries if TrainAttr.GLOBAL_STEP in e.attributes
+    ]
     lacks = [*run.lacks]
     if digest.recompiles and digest.lacks_positions:
         lacks.append(_LACKS_POSITIONS)
@@ -172,9 +177,9 @@ def summarize(run: TelemetryRun) -> RunSummary:
         compile_in_loop_ms=digest.compile_ms_under(loop_name),
         payoff=Payoff.from_attributes(measured[-1].attributes) if measured else None,
         first_steps=_first_steps(run),
-        thunder_rows=_thunder_rows(loops),
+        thunder_rows=_thunder_rows(summaries),
         lacks=lacks,
-        last_step=_last_step(loops),
+        last_step=max(steps, default=None),
         fallbacks=_costed(digest.fallbacks, run),
         not_compiled=_not_compiled(run),
         compiled_before=compiled_before(run),
@@ -207,24 +212,6 @@ def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
     return [replace(fallback, cost=costs.get((fallback.frame, fallback.step))) for fallback in fallbacks]
 
 
-def _last_step(loops: list[SpanRecord]) -> int | None:
-    steps = [
-        int(number(event.attributes[TrainAttr.GLOBAL_STEP]))
-        for loop in loops
-        for event in loop.events
-        if event.name == JitEventName.COMPILE_SUMMARY and TrainAttr.GLOBAL_STEP in event.attributes
-    ]
-    return max(steps) if steps else None
-
-
-def _measured_by(run: TelemetryRun) -> tuple[str, list[SpanRecord]]:
-    for name in LOOP_WORDS:
-        loops = run.find(name)
-        if loops:
-            return name, loops
-    return TrainingSpanName.APPLICATION, []
-
-
 def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
     steps: list[tuple[int, FirstStepRow]] = []
     prefix = StepAttr.phase_time("")[: -len("_s")]
@@ -250,8 +237,7 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
     return [row for _, row in sorted(steps, key=lambda item: item[0])]
 
 
-def _thunder_rows(loops: list[SpanRecord]) -> list[ThunderRow]:
-    summaries: list[EventRecord] = [e for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY]
+def _thunder_rows(summaries: list[EventRecord]) -> list[ThunderRow]:
     return [
         ThunderRow(*row)
         for event in summaries

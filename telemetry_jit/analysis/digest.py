@@ -300,7 +300,7 @@ class RunDigest:
     _seen: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
     # training frame compiles that may yet get a lazy_backward compile of their id, with how their backward came:
     # "loaded" with them from the cache, "built" with them by inductor, "dynamic" (a dynamic dimension: built within,
-    # see _within), "unknown" (torch 2.8 records no input shapes); the latest AWAITED, older ones settled (counted)
+    # see _counts), "unknown" (torch 2.8 records no input shapes); the latest AWAITED, older ones settled (counted)
     _awaiting: dict[str, set[str]] = field(default_factory=dict, repr=False)
     _settled: Counter[str] = field(default_factory=Counter, repr=False)
     # frames compiled static in training; frames that compiled or loaded a backward graph (the first MAX_KEPT)
@@ -568,28 +568,8 @@ class RunDigest:
             self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
 
     # -- what the answers read ----------------------------------------------------------------------
-    def cause_rows(self) -> list[CauseRow]:
-        """Every recompile in exactly one row, what to fix (costliest first) before the expected price."""
-        return sorted(self.causes.values(), key=lambda row: (row.unexpected == 0, -row.compile_ms))
-
-    def break_groups(self) -> list[BreakGroup]:
-        """Breaks by place and type, the user's own code first, most first."""
-        return sorted(self.breaks.values(), key=lambda group: (group.owner != "user", -group.count))
-
     def frame_rows(self) -> list[FrameRow]:
         return sorted(self.frames.values(), key=lambda row: -row.compile_ms)
-
-    def compile_ms_under(self, loop: str) -> float:
-        """Compile ms of the compilations that happened inside a ``loop`` span (at any depth)."""
-        return sum(ms for (_, loops), ms in self.ms_by_stage_loops.items() if loop in loops)
-
-    def compile_ms_outside(self, loop: str) -> dict[str, float]:
-        """Compile ms outside every ``loop`` span, by stage, the most first."""
-        outside: dict[str, float] = {}
-        for (stage, loops), ms in self.ms_by_stage_loops.items():
-            if loop not in loops:
-                outside[stage] = outside.get(stage, 0.0) + ms
-        return dict(sorted(outside.items(), key=lambda item: -item[1]))
 
     @property
     def unexpected_recompiles(self) -> int:

@@ -164,13 +164,16 @@ def _read_record(
         key = (str(record["run"]), int(record.get("rank", 0)), int(record.get("pid", 0)))
         run = runs.get(key)
         if run is None:
-            run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")), pid=key[2])
-            run.first_line = number
+            run = runs[key] = TelemetryRun(key[0], key[1], str(record.get("node", "")), key[2], first_line=number)
         run.last_line = number
         world_size = record.get("world_size")
         if isinstance(world_size, int) and world_size > run.world_size:
             run.world_size = world_size
-        _check_version(path, record)
+        if record["kind"] == "run_start" and int(record.get("format_version", 1)) > FILE_FORMAT_VERSION:
+            raise TelemetryFileError(
+                f"{str(path)!r} was written in telemetry-jit file format {record['format_version']}, newer than this "
+                f"telemetry-jit reads ({FILE_FORMAT_VERSION}): upgrade telemetry-jit to read it."
+            )
         if record.get("name") in skip_spans:
             return
         _apply(run, record, digest)
@@ -202,14 +205,6 @@ def _valid_text(value: Any) -> Any:
     if isinstance(value, dict):
         return {_valid_text(key): _valid_text(item) for key, item in value.items()}
     return value
-
-
-def _check_version(path: Path, record: dict[str, Any]) -> None:
-    if record["kind"] == "run_start" and int(record.get("format_version", 1)) > FILE_FORMAT_VERSION:
-        raise TelemetryFileError(
-            f"{str(path)!r} was written in telemetry-jit file format {record['format_version']}, newer than this "
-            f"telemetry-jit reads ({FILE_FORMAT_VERSION}): upgrade telemetry-jit to read it."
-        )
 
 
 _RECORD_KEYS = frozenset(("kind", "run", "rank", "local_rank", "world_size", "node", "pid"))

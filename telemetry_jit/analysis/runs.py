@@ -114,13 +114,6 @@ class TelemetryRun:
         spans = self.spans.values() if spans is None else spans
         return (event for span in spans for event in span.events if event.name == name)
 
-    @property
-    def roots(self) -> list[SpanRecord]:
-        return [span for span in self.spans.values() if span.parent_id not in self.spans]
-
-    def parent(self, span: SpanRecord) -> SpanRecord | None:
-        return self.spans.get(span.parent_id) if span.parent_id else None
-
 
 def add_new(values: list[Any], value: object, limit: int) -> None:
     """Add ``value`` (not ``""`` or ``None``) to ``values`` once, while fewer than ``limit`` are kept."""

@@ -128,26 +128,30 @@ class RunSummary:
 
     @property
     def outside_ms(self) -> dict[str, float]:
-        """Compiling outside the loop, by stage (sanity check, the Tuner, a validate() after fit, ...)."""
-        return {stage: ms for stage, ms in self.digest.compile_ms_outside(self.loop_name).items() if ms > 0}
+        """Compiling outside the loop, by stage (sanity check, the Tuner, a validate() after fit, ...), the most
+        first."""
+        outside: dict[str, float] = defaultdict(float)
+        for (stage, loops), ms in self.digest.ms_by_stage_loops.items():
+            if self.loop_name not in loops:
+                outside[stage] += ms
+        return {stage: ms for stage, ms in sorted(outside.items(), key=lambda item: -item[1]) if ms > 0}
 
     @property
     def causes(self) -> list[CauseRow]:
-        return self.digest.cause_rows()
+        """Every recompile in exactly one row, what to fix (costliest first) before the expected price."""
+        return sorted(self.digest.causes.values(), key=lambda row: (row.unexpected == 0, -row.compile_ms))
 
     @property
     def breaks(self) -> list[BreakGroup]:
-        return self.digest.break_groups()
+        """Breaks by place and type, the user's own code first, most first."""
+        return sorted(self.digest.breaks.values(), key=lambda group: (group.owner != "user", -group.count))
 
     @property
     def payoff_sentence(self) -> str:
         """The payoff in one line, with the likely reason when compiling loses (breaks, recompiles in training)."""
-        if self.payoff is None:
-            return ""
-        digest = self.digest
-        return self.payoff.sentence(
-            why_slower(digest.train_breaks, digest.train_recompiles, digest.backends, digest.plain_backends)
-        )
+        d = self.digest
+        why = why_slower(d.train_breaks, d.train_recompiles, d.backends, d.plain_backends)
+        return self.payoff.sentence(why) if self.payoff is not None else ""
 
 
 def summarize(run: TelemetryRun) -> RunSummary:
@@ -159,6 +163,7 @@ def summarize(run: TelemetryRun) -> RunSummary:
     applications = run.find(TrainingSpanName.APPLICATION)
     measured = list(run.events(JitEventName.COMPILE_PAYOFF, loops))
     summaries = list(run.events(JitEventName.COMPILE_SUMMARY, loops))
+    not_compiled = run.events(JitEventName.MODULE_NOT_COMPILED)  # modules Module.compile() compiled nothing of
     steps = [
         int(number(e.attributes[TrainAttr.GLOBAL_STEP])) for e in summaries if TrainAttr.GLOBAL_STEP in e.attributes
     ]
@@ -174,14 +179,15 @@ def summarize(run: TelemetryRun) -> RunSummary:
         loop_name=loop_name,
         wall_ms=wall_ms,
         application_ms=sum(((span.end_unix_ns or end) - span.start_unix_ns) / 1e6 for span in applications),
-        compile_in_loop_ms=digest.compile_ms_under(loop_name),
+        compile_in_loop_ms=sum(ms for (_, around), ms in digest.ms_by_stage_loops.items() if loop_name in around),
         payoff=Payoff.from_attributes(measured[-1].attributes) if measured else None,
         first_steps=_first_steps(run),
         thunder_rows=_thunder_rows(summaries),
         lacks=lacks,
         last_step=max(steps, default=None),
         fallbacks=_costed(digest.fallbacks, run),
-        not_compiled=_not_compiled(run),
+        # each hooked trainer class says it: each once
+        not_compiled=list(dict.fromkeys(NotCompiled.from_attributes(e.attributes) for e in not_compiled)),
         compiled_before=compiled_before(run),
         loop_ids=tuple(loop.span_id for loop in sorted(loops, key=lambda loop: loop.start_unix_ns)),
     )
@@ -191,12 +197,6 @@ def compiled_before(run: TelemetryRun) -> CompiledBefore | None:
     """What the process had compiled when the run's compile telemetry began (``None``: nothing)."""
     said = next(run.events(JitEventName.COMPILED_BEFORE_RUN), None)
     return CompiledBefore.from_attributes(said.attributes) if said is not None else None
-
-
-def _not_compiled(run: TelemetryRun) -> list[NotCompiled]:
-    """The modules ``Module.compile()`` compiled nothing of, each once (each hooked trainer class says it)."""
-    found = (NotCompiled.from_attributes(event.attributes) for event in run.events(JitEventName.MODULE_NOT_COMPILED))
-    return list(dict.fromkeys(found))
 
 
 def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:

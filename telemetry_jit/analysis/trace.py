@@ -9,7 +9,7 @@ import stat
 from collections.abc import Sequence
 from typing import Any
 
-from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun
+from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.analysis.status import run_status
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.schema import JitSpanName
@@ -81,7 +81,8 @@ def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
         _metadata("thread_name", pid, _OWN_TID, {"name": "telemetry-jit"}),
     ]
     last = max((s.end_unix_ns or s.start_unix_ns for s in run.spans.values()), default=0)
-    for span in sorted(run.spans.values(), key=_order):
+    # parents before children when they start together, so viewers nest them
+    for span in sorted(run.spans.values(), key=lambda s: (s.start_unix_ns, -(s.end_unix_ns or s.start_unix_ns))):
         end = span.end_unix_ns if span.end_unix_ns is not None else last
         args = _args(span.attributes)
         if span.end_unix_ns is None:
@@ -176,8 +177,3 @@ def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
 
 def _metadata(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": args}
-
-
-def _order(span: SpanRecord) -> tuple[int, int]:
-    # parents before children when they start together, so viewers nest them
-    return span.start_unix_ns, -(span.end_unix_ns or span.start_unix_ns)

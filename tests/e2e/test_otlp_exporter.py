@@ -111,7 +111,7 @@ def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: P
     for span in written.spans.values():
         wire = by_key[(span.name, span.start_unix_ns)]
         assert wire.end_unix_ns == span.end_unix_ns
-        parent = written.parent(span)
+        parent = written.spans.get(span.parent_id or "")
         if parent is None:
             assert wire.parent_span_id == "" and span.name == "application"
         else:

@@ -126,10 +126,6 @@ class CauseRow:
             return f"its recompiles were mostly: {behind.title}. Fix that: {behind.fix_for(stage, self.owner)}"
         return CAUSES[self.cause].fix_for(stage, self.owner)
 
-    @property
-    def doc(self) -> str:
-        return CAUSES[self.cause].doc
-
     def as_json(self) -> dict[str, Any]:
         return {
             "cause": self.cause,
@@ -144,7 +140,7 @@ class CauseRow:
             "dataloaders": self.loaders,
             "reasons": self.reasons,
             "fix": self.fix,
-            "doc": self.doc,
+            "doc": CAUSES[self.cause].doc,
         }
 
 
@@ -163,10 +159,6 @@ class BreakGroup:
     hints: list[str]
     doc_url: str
     loops: list[str] = field(default_factory=list)  # span ids of the outermost loops compiles found them in
-
-    @property
-    def user_location(self) -> str:
-        return self.user_locations[0] if self.user_locations else ""
 
     @property
     def fix(self) -> str:
@@ -359,7 +351,13 @@ class RunDigest:
         self._warm_start(attributes, label)
         self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
         self._failure(span, label, stage)
-        self._ddp(span, label, compile_id)
+        for event in span.events:
+            if event.name == JitEventName.DDP_GRAPH_SPLIT:
+                splits = int(number(event.attributes.get(DdpAttr.SPLITS)))
+                self.ddp_splits += splits
+                if len(self.ddp) < MAX_DETAILS:
+                    cap = round(number(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES)) / 2**20, 2)
+                    self.ddp.append((label, compile_id, splits, cap))
         self._sequence(span, label, compile_id, trigger, cause, recompile)
         self.resources.add(span)
         self.residual.add(span)
@@ -539,15 +537,6 @@ class RunDigest:
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
-
-    def _ddp(self, span: SpanRecord, label: str, compile_id: str) -> None:
-        for event in span.events:
-            if event.name == JitEventName.DDP_GRAPH_SPLIT:
-                splits = int(number(event.attributes.get(DdpAttr.SPLITS)))
-                self.ddp_splits += splits
-                if len(self.ddp) < MAX_DETAILS:
-                    cap = round(number(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES)) / 2**20, 2)
-                    self.ddp.append((label, compile_id, splits, cap))
 
     def _sequence(
         self, span: SpanRecord, label: str, compile_id: str, trigger: str, cause: Classified | None, recompile: bool

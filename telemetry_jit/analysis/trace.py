@@ -36,10 +36,9 @@ def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, An
     of it joins its track); spans are ``X`` events nesting by time, their events instants. A span that never ended
     lasts to its rank's last timestamp, ``"unfinished": true``; ``otherData.runs`` counts what the reader did not
     keep."""
-    pids = _pids(runs)
-    events: list[dict[str, Any]] = []
-    for run, pid in zip(runs, pids, strict=True):
-        events += _run_events(run, pid)
+    own = [run.pid for run in runs]  # one pid per run and rank: the OS pid when every run has its own, else 1, 2, ...
+    pids = own if all(own) and len(set(own)) == len(own) else list(range(1, len(runs) + 1))
+    events = [event for run, pid in zip(runs, pids, strict=True) for event in _run_events(run, pid)]
     taken = set(pids)
     for name, document in others:
         events += _merged(name, document, taken)
@@ -61,14 +60,6 @@ def _run_said(run: TelemetryRun, pid: int) -> dict[str, Any]:
         if counts:
             said[name] = dict(counts)
     return said
-
-
-def _pids(runs: Sequence[TelemetryRun]) -> list[int]:
-    """One pid per run and rank: the OS pid when every run has its own, else 1, 2, ..."""
-    own = [run.pid for run in runs]
-    if all(own) and len(set(own)) == len(own):
-        return own
-    return list(range(1, len(runs) + 1))
 
 
 def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:

@@ -342,7 +342,7 @@ class RunDigest:
                 row.reasons[reason] += 1
             else:
                 row.other_reasons += 1
-        cause = self._cause(span, trigger, compile_id, stage, label, recompile, ms, loop)
+        cause = self._cause(span, trigger, compile_id, stage, label, recompile, loop)
         if stage == "train":
             self.train_breaks += len(breaks)
             self.train_recompiles += recompile and not (cause is not None and cause.expected)
@@ -358,7 +358,19 @@ class RunDigest:
                 if len(self.ddp) < MAX_DETAILS:
                     cap = round(number(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES)) / 2**20, 2)
                     self.ddp.append((label, compile_id, splits, cap))
-        self._sequence(span, label, compile_id, trigger, cause, recompile)
+        if len(self.sequence) < MAX_KEPT:  # the ids seen are counted as long as ends are kept: bounded
+            nth = self._seen[(compile_id, trigger)]  # ids repeat after torch._dynamo.reset()
+            self._seen[(compile_id, trigger)] += 1
+            backward = "b" if trigger == "lazy_backward" else ""
+            self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
+            end = span.end_unix_ns or span.start_unix_ns
+            self.ends[(compile_id, trigger, nth)] = (end, label)
+            title = (
+                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {ms:.1f} ms at "
+                f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
+            )
+            step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))
+            self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
         self.resources.add(span)
         self.residual.add(span)
 
@@ -404,18 +416,11 @@ class RunDigest:
         return self._settled[kind] + sum(self._counts(kind, compile_id) for compile_id in awaiting)
 
     def _cause(
-        self,
-        span: SpanRecord,
-        trigger: str,
-        compile_id: str,
-        stage: str,
-        label: str,
-        recompile: bool,
-        ms: float,
-        loop: str,
+        self, span: SpanRecord, trigger: str, compile_id: str, stage: str, label: str, recompile: bool, loop: str
     ) -> Classified | None:
         """The recompile's cause (recorded, else classified now); a backward graph's ms go to its recompile's row."""
         attributes = span.attributes
+        ms = span.compile_ms or 0.0
         if trigger == "lazy_backward":
             row = self._rows_by_id.get(compile_id)
             if row is not None and attributes.get(CompileAttr.IS_RECOMPILE):
@@ -537,24 +542,6 @@ class RunDigest:
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
-
-    def _sequence(
-        self, span: SpanRecord, label: str, compile_id: str, trigger: str, cause: Classified | None, recompile: bool
-    ) -> None:
-        attributes = span.attributes
-        end = span.end_unix_ns or span.start_unix_ns
-        if len(self.sequence) < MAX_KEPT:  # the ids seen are counted as long as ends are kept: bounded
-            key = (compile_id, trigger, self._seen[(compile_id, trigger)])  # ids repeat after torch._dynamo.reset()
-            self._seen[(compile_id, trigger)] += 1
-            backward = "b" if trigger == "lazy_backward" else ""
-            self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
-            self.ends[key] = (end, label)
-            title = (
-                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.compile_ms or 0:.1f} ms at "
-                f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
-            )
-            step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))
-            self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
 
     # -- what the answers read ----------------------------------------------------------------------
     def frame_rows(self) -> list[FrameRow]:

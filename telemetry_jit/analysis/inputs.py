@@ -28,11 +28,7 @@ def _rank_order(path: Path) -> tuple[str, int]:
 
 
 def load(
-    arguments: Sequence[str | Path],
-    *,
-    all_runs: bool = False,
-    run_id: str | None = None,
-    digest: bool = True,
+    arguments: Sequence[str | Path], *, all_runs: bool = False, run_id: str | None = None, digest: bool = True
 ) -> Loaded:
     """Read the files ``arguments`` name: of each, its last run, every run, or the run whose id starts
     with ``run_id``. Per-iteration spans are not kept (the analysis needs none of them)."""

@@ -50,10 +50,11 @@ MAX_LINE_BYTES = 64 * 2**20  # one record; a compile span is a few KB, the longe
 MAX_SPANS = 25_000  # spans kept per run (loops, checkpoints, ...): a fit has a handful, a long run one per epoch
 MAX_EVENTS = 1_000  # events kept per run of each name (the first ones, the last of them the latest said)
 MAX_EVENT_NAMES = 100  # names of events kept, and names spans and events are counted by (the rest as one)
+Runs = dict[tuple[str, int, int], TelemetryRun]  # by run id, rank and pid: one process of one run
 
 
 def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool) -> list[TelemetryRun]:
-    runs: dict[tuple[str, int, int], TelemetryRun] = {}
+    runs: Runs = {}
     skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
     damage = FileDamage()
     line = 0
@@ -132,10 +133,9 @@ def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far:
             reason = "nested too deep to be a record"
         except MemoryError:
             reason = "too large to read"
-    if not reason and not isinstance(record, dict):
-        reason = "not a record (a JSON object)"
-    if not reason:
+    if not reason and isinstance(record, dict):
         return record
+    reason = reason or "not a record (a JSON object)"
     if not raw.endswith(b"\n") and reason == "not valid JSON":
         damage.cut_short = True  # the last line, ending mid-record
         return None
@@ -152,12 +152,7 @@ def _count_bad(damage: FileDamage, number: int, reason: str) -> None:
 
 
 def _read_record(
-    path: Path,
-    number: int,
-    record: dict[str, Any],
-    runs: dict[tuple[str, int, int], TelemetryRun],
-    skip_spans: Collection[str],
-    digest: bool,
+    path: Path, number: int, record: dict[str, Any], runs: Runs, skip_spans: Collection[str], digest: bool
 ) -> None:
     if "kind" in record and "run" in record:
         # one process of one run: a file appended to by the same job twice holds two
@@ -166,9 +161,8 @@ def _read_record(
         if run is None:
             run = runs[key] = TelemetryRun(key[0], key[1], str(record.get("node", "")), key[2], first_line=number)
         run.last_line = number
-        world_size = record.get("world_size")
-        if isinstance(world_size, int) and world_size > run.world_size:
-            run.world_size = world_size
+        if isinstance(world_size := record.get("world_size"), int):
+            run.world_size = max(run.world_size, world_size)
         if record["kind"] == "run_start" and int(record.get("format_version", 1)) > FILE_FORMAT_VERSION:
             raise TelemetryFileError(
                 f"{str(path)!r} was written in telemetry-jit file format {record['format_version']}, newer than this "
@@ -233,11 +227,8 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
             span.end_unix_ns = _ms(record["stop_event"])
     elif kind in ("event", "application_error"):
         event = record["event"]
-        _attach(
-            run,
-            record["span_id"],
-            EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error"),
-        )
+        said = EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error")
+        _attach(run, record["span_id"], said)
 
 
 def _ns(value: object) -> int:

@@ -10,8 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from telemetry_jit.schema import FILE_FORMAT, CompileAttr
 
-DURATION_MS = CompileAttr.DURATION_MS
-
 if TYPE_CHECKING:
     from telemetry_jit.analysis.digest import RunDigest
 
@@ -42,10 +40,8 @@ class SpanRecord:
     def compile_ms(self) -> float | None:
         """A compilation span's compile time: its ``compile.duration_ms`` (torch's own ``duration_us``, shorter than
         the span, whose ends are torch's window around the compile), else the span's length (a file from before)."""
-        said = self.attributes.get(DURATION_MS)
-        if isinstance(said, (int, float)) and not isinstance(said, bool) and math.isfinite(said) and said >= 0:
-            return float(said)
-        return self.duration_ms
+        said = number(self.attributes.get(CompileAttr.DURATION_MS), default=-1.0)
+        return said if said >= 0 else self.duration_ms
 
 
 @dataclass

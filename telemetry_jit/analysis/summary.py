@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from telemetry_jit.analysis.digest import (
     BreakGroup,
@@ -49,14 +49,6 @@ _LACKS_STACKS = (
 )
 
 
-class ThunderRow(NamedTuple):
-    """One thunder-compiled module's cache misses and hits over a loop."""
-
-    module: str
-    misses: int
-    hits: int
-
-
 @dataclass(frozen=True)
 class FirstStepRow:
     """The first step of a stage: its wall time, and how much of it was compiling."""
@@ -96,7 +88,7 @@ class RunSummary:
     compile_in_loop_ms: float  # compiling inside that loop
     payoff: Payoff | None = None  # what compiling bought, where the run measured it
     first_steps: list[FirstStepRow] = field(default_factory=list)
-    thunder_rows: list[ThunderRow] = field(default_factory=list)
+    thunder_rows: list[tuple[str, int, int]] = field(default_factory=list)  # thunder's modules: cache misses, hits
     lacks: list[str] = field(default_factory=list)  # what the file could not tell
     last_step: int | None = None  # the global step at the end of the loop (files since compile_summary said it)
     fallbacks: list[Fallback] = field(default_factory=list)  # the digest's, with what each cost where measured
@@ -128,8 +120,7 @@ class RunSummary:
 
     @property
     def outside_ms(self) -> dict[str, float]:
-        """Compiling outside the loop, by stage (sanity check, the Tuner, a validate() after fit, ...), the most
-        first."""
+        """Compiling outside the loop, by stage (sanity check, the Tuner, a validate() after fit, ...), most first."""
         outside: dict[str, float] = defaultdict(float)
         for (stage, loops), ms in self.digest.ms_by_stage_loops.items():
             if self.loop_name not in loops:
@@ -237,9 +228,9 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
     return [row for _, row in sorted(steps, key=lambda item: item[0])]
 
 
-def _thunder_rows(summaries: list[EventRecord]) -> list[ThunderRow]:
+def _thunder_rows(summaries: list[EventRecord]) -> list[tuple[str, int, int]]:
     return [
-        ThunderRow(*row)
+        row
         for event in summaries
         for row in zip(
             event.attributes.get(CompileAttr.THUNDER_MODULES, []),

@@ -347,10 +347,8 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
         span = run.spans.get(record["span_id"])
         if span is None:
             start = _ns(record["start_unix_ns"])
-            events = run._early_events.pop(record["span_id"], [])
-            span = SpanRecord(
-                str(record["span_id"]), str(record["name"]), record.get("parent_id"), start, events=events
-            )
+            span = SpanRecord(str(record["span_id"]), str(record["name"]), record.get("parent_id"), start)
+            span.events = run._early_events.pop(record["span_id"], [])
             if kind == "span" and span.name == JitSpanName.COMPILATION:
                 run._pending = span  # folded into the digest once its events have come
             if not (digest and run._pending is span):  # with the digest, never kept

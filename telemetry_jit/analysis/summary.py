@@ -192,8 +192,6 @@ def compiled_before(run: TelemetryRun) -> CompiledBefore | None:
 
 def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
     """The fallbacks with their ``eager_fallback_cost`` (said at each loop's end: the one over most batches)."""
-    if not fallbacks:
-        return []
     costs: dict[tuple[str, int], FallbackCost] = {}
     for event in run.events(JitEventName.FALLBACK_COST):
         cost = FallbackCost.from_attributes(event.attributes)

@@ -9,7 +9,7 @@ import stat
 from collections.abc import Sequence
 from typing import Any
 
-from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun, number
 from telemetry_jit.analysis.status import run_status
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.schema import JitSpanName
@@ -145,9 +145,7 @@ def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
 
 def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
     """Another tool's trace in absolute time (``baseTimeNanoseconds`` added); pid 0 renumbered above any real pid."""
-    base_us = 0.0
-    if isinstance(document, dict) and isinstance(document.get("baseTimeNanoseconds"), (int, float)):
-        base_us = document["baseTimeNanoseconds"] / 1000
+    base_us = number(document.get("baseTimeNanoseconds")) / 1000 if isinstance(document, dict) else 0.0
     renamed: dict[Any, int] = {}
     events = []
     for event in foreign_trace_events(document):

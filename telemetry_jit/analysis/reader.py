@@ -91,15 +91,12 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
 
 def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes]]:
     """``(line number, bytes)`` of each line; a line longer than :data:`MAX_LINE_BYTES` is read no further
-    (its bytes are dropped as they come) and given as ``b""``."""
-    number = 0
-    while raw := handle.readline(MAX_LINE_BYTES):
-        number += 1
+    (its bytes are dropped as they come) and given as the marker ``_parse`` says is too long."""
+    for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES), b""), start=1):
         if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):
             while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                 pass
-            yield number, b"\x00too long"
-            continue
+            raw = b"\x00too long"
         yield number, raw
 
 

@@ -295,10 +295,7 @@ def digest_of(run: TelemetryRun) -> RunDigest:
     """The run's digest: the one folded while reading, else made now from its compilation spans."""
     if run.digest is None:
         run.digest = RunDigest()
-        compiles = sorted(
-            (span for span in run.spans.values() if span.name == JitSpanName.COMPILATION), key=lambda s: s.start_unix_ns
-        )
-        for span in compiles:
+        for span in sorted(run.find(JitSpanName.COMPILATION), key=lambda s: s.start_unix_ns):
             run.digest.add(span, run.spans)
     return run.digest
 

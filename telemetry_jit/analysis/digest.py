@@ -375,8 +375,7 @@ class RunDigest:
         self.residual.add(span)
 
     def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
-        """Note how a training frame compile's backward graph came (see ``_awaiting``), or that it came at the first
-        backward."""
+        """How a training frame compile's backward graph came (see ``_awaiting``), or that it comes at its backward."""
         shapes = attributes.get(CompileAttr.INPUT_SHAPES)
         # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
         has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
@@ -385,8 +384,7 @@ class RunDigest:
         # AOTAutograd's entry and two FX graphs (forward and backward) loaded from the compile cache
         if _cache_count(attributes, "aot_autograd", "hits") > 0 and _cache_count(attributes, "fx_graph", "hits") >= 2:
             kinds.add("loaded")
-        # inductor looked up two FX graphs: it built the backward with the forward (torch 2.15 does for a static
-        # recompile)
+        # inductor looked up two FX graphs: it built the backward with the forward (torch 2.15, a static recompile)
         elif _cache_count(attributes, "fx_graph", "hits", "misses") >= 2 and has_ops:
             kinds.add("built")
         elif _DYNAMIC_DIM.search(str(shapes)) and has_ops:

@@ -92,8 +92,7 @@ class TelemetryRun:
     lacks: list[str] = field(default_factory=list)  # what this file's format cannot tell
     # its compilations as aggregates, folded as they are read (with ``digest``, its compilation spans are not kept)
     digest: RunDigest | None = None
-    # spans (ended) and events beyond what the reader keeps of a run (analysis/reader.py, MAX_SPANS and MAX_EVENTS),
-    # by name: counted, not kept
+    # spans (ended) and events beyond what the reader keeps (reader.MAX_SPANS, MAX_EVENTS), by name: counted, not kept
     spans_not_kept: Counter[str] = field(default_factory=Counter)
     events_not_kept: Counter[str] = field(default_factory=Counter)
     # events of spans whose start is not in the file (it was deleted mid-run), until the span's end record

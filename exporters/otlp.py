@@ -179,7 +179,9 @@ class OTLPExporter(BaseExporter):
         self.endpoint: str = traces.endpoint
         self.protocol: str = traces.protocol
         # OpenTelemetry's, by signal
-        self._exporters = checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
+        self._exporters: dict[str, Any] = (
+            checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
+        )
         self._log_filter = FailureTap()
         self._retrying = RetryingSpanExporter(
             self._exporters["traces"],

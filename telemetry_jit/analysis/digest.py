@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -40,34 +40,17 @@ from telemetry_jit.terminal import frame_label, frame_shown, short
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
 MAX_NAMES = 50  # frames that missed the caches, reasons kept per row
+AWAITED = 10_000  # compile ids awaiting their backward graph: it follows its forward within a step or two
 Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by id
 
 
-def _backward_from_cache(attributes: Mapping[str, Any]) -> bool:
-    """A frame compile that loaded forward and backward from the compile cache (AOTAutograd's entry, two FX graphs)."""
-
-    def hits(kind: str) -> float:
-        return sum(number(attributes.get(f"{CompileAttr.PREFIX}cache.{kind}_{where}_hits")) for where in _WHERE)
-
-    return hits("aot_autograd") > 0 and hits("fx_graph") >= 2
-
-
-def _graphs_looked_up(attributes: Mapping[str, Any]) -> float:
-    """FX graphs inductor looked up in a frame compile: two where it built the backward with the forward (torch 2.15
-    does for a static recompile)."""
+def _cache_count(attributes: Mapping[str, Any], kind: str, *outcomes: str) -> float:
+    """A frame compile's cache counts of ``kind`` (``fx_graph``, ``aot_autograd``), local and remote."""
     return sum(
-        number(attributes.get(f"{CompileAttr.PREFIX}cache.fx_graph_{where}_{outcome}"))
-        for where in _WHERE
-        for outcome in ("hits", "misses")
+        number(attributes.get(f"{CompileAttr.PREFIX}cache.{kind}_{where}_{outcome}"))
+        for where in ("local", "remote")
+        for outcome in outcomes
     )
-
-
-_WHERE = ("local", "remote")
-
-
-def stage_kind(stage: str) -> str:
-    """``train``, ``eval`` (sanity check, validate, test, predict) or ``tuner``: where a cause's fix differs."""
-    return "eval" if stage in EVAL_STAGES else "tuner" if stage == "tuner" else "train"
 
 
 @dataclass
@@ -143,10 +126,6 @@ class CauseRow:
             return f"its recompiles were mostly: {behind.title}. Fix that: {behind.fix_for(stage, self.owner)}"
         return CAUSES[self.cause].fix_for(stage, self.owner)
 
-    @property
-    def doc(self) -> str:
-        return CAUSES[self.cause].doc
-
     def as_json(self) -> dict[str, Any]:
         return {
             "cause": self.cause,
@@ -161,7 +140,7 @@ class CauseRow:
             "dataloaders": self.loaders,
             "reasons": self.reasons,
             "fix": self.fix,
-            "doc": self.doc,
+            "doc": CAUSES[self.cause].doc,
         }
 
 
@@ -180,10 +159,6 @@ class BreakGroup:
     hints: list[str]
     doc_url: str
     loops: list[str] = field(default_factory=list)  # span ids of the outermost loops compiles found them in
-
-    @property
-    def user_location(self) -> str:
-        return self.user_locations[0] if self.user_locations else ""
 
     @property
     def fix(self) -> str:
@@ -315,12 +290,11 @@ class RunDigest:
     _classifier: RecompileClassifier = field(default_factory=RecompileClassifier, repr=False)
     _rows_by_id: dict[str, CauseRow] = field(default_factory=dict, repr=False)  # a recompile's row, for its backward
     _seen: Counter[tuple[str, str]] = field(default_factory=Counter, repr=False)
-    # frame compiles while training whose torch did not record the input shapes (torch 2.8): dynamic or not, unknown
-    _unknown_train: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)
-    # frame compiles while training whose inputs torch compiled with a dynamic dimension
-    _dynamic_train: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)
-    _cached_backward: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)  # they loaded a backward
-    _built_backward: Awaiting = field(default_factory=lambda: Awaiting(), repr=False)  # inductor built it with them
+    # training frame compiles that may yet get a lazy_backward compile of their id, with how their backward came:
+    # "loaded" with them from the cache, "built" with them by inductor, "dynamic" (a dynamic dimension: built within,
+    # see _counts), "unknown" (torch 2.8 records no input shapes); the latest AWAITED, older ones settled (counted)
+    _awaiting: dict[str, set[str]] = field(default_factory=dict, repr=False)
+    _settled: Counter[str] = field(default_factory=Counter, repr=False)
     # frames compiled static in training; frames that compiled or loaded a backward graph (the first MAX_KEPT)
     _static_train_frames: set[str] = field(default_factory=set, repr=False)
     _frames_with_backward: set[str] = field(default_factory=set, repr=False)
@@ -339,8 +313,7 @@ class RunDigest:
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
         self.backward_graphs += trigger == "lazy_backward"
         if trigger == "lazy_backward":
-            for awaiting in (self._unknown_train, self._dynamic_train, self._cached_backward, self._built_backward):
-                awaiting.ids.pop(compile_id, None)
+            self._awaiting.pop(compile_id, None)
             _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
         elif trigger == "dynamo" and stage == "train":
             self._training_frame_compile(compile_id, attributes)
@@ -356,7 +329,8 @@ class RunDigest:
         if TrainAttr.BATCH_INDEX in attributes or CompileAttr.RECOMPILE_CAUSE in attributes:
             self.lacks_positions = False
         breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
-        row = self._frame_row(attributes)
+        frame = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
+        row = self.frames.setdefault(frame, FrameRow(*frame))
         row.compiles += trigger != "lazy_backward"
         row.backward_graphs += trigger == "lazy_backward"
         row.recompiles += recompile
@@ -368,7 +342,7 @@ class RunDigest:
                 row.reasons[reason] += 1
             else:
                 row.other_reasons += 1
-        cause = self._cause(span, trigger, compile_id, stage, label, recompile, ms, loop)
+        cause = self._cause(span, trigger, compile_id, stage, label, recompile, loop)
         if stage == "train":
             self.train_breaks += len(breaks)
             self.train_recompiles += recompile and not (cause is not None and cause.expected)
@@ -377,56 +351,74 @@ class RunDigest:
         self._warm_start(attributes, label)
         self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
         self._failure(span, label, stage)
-        self._ddp(span, label, compile_id)
-        self._sequence(span, label, compile_id, trigger, cause, recompile)
+        for event in span.events:
+            if event.name == JitEventName.DDP_GRAPH_SPLIT:
+                splits = int(number(event.attributes.get(DdpAttr.SPLITS)))
+                self.ddp_splits += splits
+                if len(self.ddp) < MAX_DETAILS:
+                    cap = round(number(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES)) / 2**20, 2)
+                    self.ddp.append((label, compile_id, splits, cap))
+        if len(self.sequence) < MAX_KEPT:  # the ids seen are counted as long as ends are kept: bounded
+            nth = self._seen[(compile_id, trigger)]  # ids repeat after torch._dynamo.reset()
+            self._seen[(compile_id, trigger)] += 1
+            backward = "b" if trigger == "lazy_backward" else ""
+            self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
+            end = span.end_unix_ns or span.start_unix_ns
+            self.ends[(compile_id, trigger, nth)] = (end, label)
+            title = (
+                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {ms:.1f} ms at "
+                f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
+            )
+            step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))
+            self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
         self.resources.add(span)
         self.residual.add(span)
 
     def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
-        """Note how a training frame compile's backward graph came: loaded, built within, at the first backward, or
-        unknown."""
+        """How a training frame compile's backward graph came (see ``_awaiting``), or that it comes at its backward."""
         shapes = attributes.get(CompileAttr.INPUT_SHAPES)
         # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
         has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
-        if _backward_from_cache(attributes):
-            self._cached_backward.add(compile_id)
-            _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
-        elif _graphs_looked_up(attributes) >= 2 and has_ops:
-            self._built_backward.add(compile_id)
-            _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
-        elif _DYNAMIC_DIM.search(str(shapes)) and has_ops:
-            self._dynamic_train.add(compile_id, settled=self._within)
-        elif shapes:
-            _bounded_add(self._static_train_frames, compile_id.rsplit("/", 1)[0])
-        if has_ops and "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ()):  # torch 2.8 records none
-            self._unknown_train.add(compile_id)
-
-    def _within(self, compile_id: str) -> bool:
-        """Whether a dynamic frame compile compiled its backward within it: not where its frame's static compile
-        needed no backward (no input needs gradients: an LSTM's lengths)."""
         frame = compile_id.rsplit("/", 1)[0]
-        return frame not in self._static_train_frames or frame in self._frames_with_backward
+        kinds = set()
+        # AOTAutograd's entry and two FX graphs (forward and backward) loaded from the compile cache
+        if _cache_count(attributes, "aot_autograd", "hits") > 0 and _cache_count(attributes, "fx_graph", "hits") >= 2:
+            kinds.add("loaded")
+        # inductor looked up two FX graphs: it built the backward with the forward (torch 2.15, a static recompile)
+        elif _cache_count(attributes, "fx_graph", "hits", "misses") >= 2 and has_ops:
+            kinds.add("built")
+        elif _DYNAMIC_DIM.search(str(shapes)) and has_ops:
+            kinds.add("dynamic")
+        elif shapes:
+            _bounded_add(self._static_train_frames, frame)
+        if kinds & {"loaded", "built"}:
+            _bounded_add(self._frames_with_backward, frame)
+        if has_ops and "input_shapes" in (attributes.get(CompileAttr.UNAVAILABLE) or ()):  # torch 2.8 records none
+            kinds.add("unknown")
+        if kinds:
+            self._awaiting.setdefault(compile_id, set()).update(kinds)
+        if len(self._awaiting) > AWAITED:
+            oldest = next(iter(self._awaiting))
+            self._settled.update(kind for kind in self._awaiting.pop(oldest) if self._counts(kind, oldest))
 
-    def _frame_row(self, attributes: Mapping[str, Any]) -> FrameRow:
-        key = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
-        row = self.frames.get(key)
-        if row is None:
-            row = self.frames[key] = FrameRow(*key)
-        return row
+    def _counts(self, kind: str, compile_id: str) -> bool:
+        """Whether a compile that got no backward graph of its own counts: a dynamic one compiled its backward
+        within it, but not where its frame's static compile needed no backward (no input needs gradients: an LSTM's
+        lengths)."""
+        frame = compile_id.rsplit("/", 1)[0]
+        return kind != "dynamic" or frame not in self._static_train_frames or frame in self._frames_with_backward
+
+    def _without_backward(self, kind: str) -> int:
+        """Training frame compiles of ``kind`` (see ``_awaiting``) that got no backward graph of their own."""
+        awaiting = (compile_id for compile_id, kinds in self._awaiting.items() if kind in kinds)
+        return self._settled[kind] + sum(self._counts(kind, compile_id) for compile_id in awaiting)
 
     def _cause(
-        self,
-        span: SpanRecord,
-        trigger: str,
-        compile_id: str,
-        stage: str,
-        label: str,
-        recompile: bool,
-        ms: float,
-        loop: str,
+        self, span: SpanRecord, trigger: str, compile_id: str, stage: str, label: str, recompile: bool, loop: str
     ) -> Classified | None:
         """The recompile's cause (recorded, else classified now); a backward graph's ms go to its recompile's row."""
         attributes = span.attributes
+        ms = span.compile_ms or 0.0
         if trigger == "lazy_backward":
             row = self._rows_by_id.get(compile_id)
             if row is not None and attributes.get(CompileAttr.IS_RECOMPILE):
@@ -448,10 +440,9 @@ class RunDigest:
         if cause is None:
             return None
         # evaluation's shapes met again in training (a mask it cached) are evaluation's item, with its fix
-        kind = "eval" if cause.cause == "eval_shape" else stage_kind(stage)
-        row = self.causes.get((cause.cause, kind, cause.expected))
-        if row is None:
-            row = self.causes[(cause.cause, kind, cause.expected)] = CauseRow(cause.cause, kind)
+        eval_kind = cause.cause == "eval_shape" or stage in EVAL_STAGES
+        kind = "eval" if eval_kind else "tuner" if stage == "tuner" else "train"  # where a cause's fix differs
+        row = self.causes.setdefault((cause.cause, kind, cause.expected), CauseRow(cause.cause, kind))
         row.count += 1
         row.expected += cause.expected
         row.compile_ms += ms
@@ -492,16 +483,17 @@ class RunDigest:
         user_line = str(attributes.get(GraphBreakAttr.USER_LOCATION) or "") or user_location([*stack, location])
         text = parse_break(reason)
         kind = str(attributes.get(GraphBreakAttr.TYPE) or text.type)
-        group = self.breaks.get((location, kind))
-        if group is None:
-            group = self.breaks[(location, kind)] = BreakGroup(
+        group = self.breaks.setdefault(
+            (location, kind),
+            BreakGroup(
                 location=location,
                 owner=owner,
                 type=kind,
                 explanation=str(attributes.get(GraphBreakAttr.EXPLANATION) or text.explanation),
                 hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
                 doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
-            )
+            ),
+        )
         add_new(group.user_locations, user_line, MAX_NAMES)
         add_new(group.loops, loop, MAX_NAMES)
         group.count += 1
@@ -549,56 +541,9 @@ class RunDigest:
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
 
-    def _ddp(self, span: SpanRecord, label: str, compile_id: str) -> None:
-        for event in span.events:
-            if event.name == JitEventName.DDP_GRAPH_SPLIT:
-                splits = int(number(event.attributes.get(DdpAttr.SPLITS)))
-                self.ddp_splits += splits
-                if len(self.ddp) < MAX_DETAILS:
-                    cap = round(number(event.attributes.get(DdpAttr.BUCKET_CAP_BYTES)) / 2**20, 2)
-                    self.ddp.append((label, compile_id, splits, cap))
-
-    def _sequence(
-        self, span: SpanRecord, label: str, compile_id: str, trigger: str, cause: Classified | None, recompile: bool
-    ) -> None:
-        attributes = span.attributes
-        end = span.end_unix_ns or span.start_unix_ns
-        if len(self.sequence) < MAX_KEPT:  # the ids seen are counted as long as ends are kept: bounded
-            key = (compile_id, trigger, self._seen[(compile_id, trigger)])  # ids repeat after torch._dynamo.reset()
-            self._seen[(compile_id, trigger)] += 1
-            backward = "b" if trigger == "lazy_backward" else ""
-            self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
-            self.ends[key] = (end, label)
-            title = (
-                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {span.compile_ms or 0:.1f} ms at "
-                f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
-            )
-            step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))
-            self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
-
     # -- what the answers read ----------------------------------------------------------------------
-    def cause_rows(self) -> list[CauseRow]:
-        """Every recompile in exactly one row, what to fix (costliest first) before the expected price."""
-        return sorted(self.causes.values(), key=lambda row: (row.unexpected == 0, -row.compile_ms))
-
-    def break_groups(self) -> list[BreakGroup]:
-        """Breaks by place and type, the user's own code first, most first."""
-        return sorted(self.breaks.values(), key=lambda group: (group.owner != "user", -group.count))
-
     def frame_rows(self) -> list[FrameRow]:
         return sorted(self.frames.values(), key=lambda row: -row.compile_ms)
-
-    def compile_ms_under(self, loop: str) -> float:
-        """Compile ms of the compilations that happened inside a ``loop`` span (at any depth)."""
-        return sum(ms for (_, loops), ms in self.ms_by_stage_loops.items() if loop in loops)
-
-    def compile_ms_outside(self, loop: str) -> dict[str, float]:
-        """Compile ms outside every ``loop`` span, by stage, the most first."""
-        outside: dict[str, float] = {}
-        for (stage, loops), ms in self.ms_by_stage_loops.items():
-            if loop not in loops:
-                outside[stage] = outside.get(stage, 0.0) + ms
-        return dict(sorted(outside.items(), key=lambda item: -item[1]))
 
     @property
     def unexpected_recompiles(self) -> int:
@@ -607,19 +552,19 @@ class RunDigest:
     @property
     def backward_within_unknown(self) -> int:
         """Training frame compiles without a backward graph whose input shapes torch 2.8 did not record."""
-        return self._unknown_train.count()
+        return self._without_backward("unknown")
 
     @property
     def backward_within(self) -> int:
         """Training frame compiles that compiled their backward within them: dynamic ones (torch needs a size
         there), unless opless or of a frame whose static compile needed no backward; and those in which inductor
         looked up two FX graphs, whatever their shapes."""
-        return self._dynamic_train.count(self._within) + self._built_backward.count()
+        return self._without_backward("dynamic") + self._without_backward("built")
 
     @property
     def backward_loaded(self) -> int:
         """Training frame compiles that loaded their backward graph from the compile cache with the forward."""
-        return self._cached_backward.count()
+        return self._without_backward("loaded")
 
     def causes_by_name(self) -> Counter[str]:
         """Recompiles by :attr:`CauseRow.name`, as diff and check compare them."""
@@ -634,29 +579,6 @@ class RunDigest:
         for row in self.causes.values():
             occasions.setdefault(row.name, set()).update(row.occasions)
         return occasions
-
-
-AWAITED = 10_000  # compile ids awaiting their backward graph: it follows its forward within a step or two
-
-
-@dataclass
-class Awaiting:
-    """Frame compiles that may yet get a ``lazy_backward`` compile of their id: the latest :data:`AWAITED`, older
-    ones settled (counted, if ``settled`` says so, as getting none), so memory stays bounded."""
-
-    ids: dict[str, None] = field(default_factory=dict)  # an ordered set: the oldest first
-    settled: int = 0
-
-    def add(self, compile_id: str, settled: Callable[[str], bool] = lambda _: True) -> None:
-        self.ids[compile_id] = None
-        if len(self.ids) > AWAITED:
-            oldest = next(iter(self.ids))
-            del self.ids[oldest]
-            self.settled += settled(oldest)
-
-    def count(self, counts: Callable[[str], bool] = lambda _: True) -> int:
-        """How many got no backward graph of their own (those ``counts`` says count)."""
-        return self.settled + sum(map(counts, self.ids))
 
 
 def _bounded_add(kept: set[str], item: str) -> None:

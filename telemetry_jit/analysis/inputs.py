@@ -3,7 +3,7 @@ show: the last started (never an older one that looks better), with a note on ho
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,47 +22,32 @@ class Loaded:
     concurrent: list[str] = field(default_factory=list)  # files written by several processes at once, each said
 
 
-def expand(arguments: Sequence[str | Path]) -> list[Path]:
-    """Files as given; a folder as the ``*.jsonl`` files in it, rank files in rank order."""
-    paths: list[Path] = []
-    for argument in arguments:
-        path = Path(argument)
-        if path.is_dir():
-            paths.extend(sorted(path.glob("*.jsonl"), key=_rank_order))
-        else:
-            paths.append(path)
-    return paths
-
-
 def _rank_order(path: Path) -> tuple[str, int]:
     match = RANK_FILE.search(path.name)
     return (path.name[: match.start()] if match else path.stem, int(match.group(1)) if match else -1)
 
 
 def load(
-    arguments: Sequence[str | Path],
-    *,
-    all_runs: bool = False,
-    run_id: str | None = None,
-    skip_spans: Collection[str] = ITERATION_SPANS,
-    digest: bool = True,
+    arguments: Sequence[str | Path], *, all_runs: bool = False, run_id: str | None = None, digest: bool = True
 ) -> Loaded:
     """Read the files ``arguments`` name: of each, its last run, every run, or the run whose id starts
     with ``run_id``. Per-iteration spans are not kept (the analysis needs none of them)."""
-    loaded = Loaded(paths=expand(arguments))
+    loaded = Loaded()
+    for path in map(Path, arguments):  # a folder: the *.jsonl files in it, rank files in rank order
+        loaded.paths += sorted(path.glob("*.jsonl"), key=_rank_order) if path.is_dir() else [path]
     if not loaded.paths:
         loaded.errors.append(f"no telemetry file in {', '.join(map(str, arguments))}")
     held: dict[Path, list[TelemetryRun]] = {}
     for path in loaded.paths:
         try:
-            runs = held[path] = read_telemetry(path, skip_spans=skip_spans, digest=digest)
+            runs = held[path] = read_telemetry(path, skip_spans=ITERATION_SPANS, digest=digest)
         except (FileNotFoundError, TelemetryFileError, OSError) as error:
             loaded.errors.append(str(error))
             continue
+        ids = ", ".join(short_run_id(run.run_id) for run in runs)
         if run_id is not None:
             chosen = [run for run in runs if run.run_id.startswith(run_id)]
             if not chosen:
-                ids = ", ".join(short_run_id(run.run_id) for run in runs)
                 loaded.errors.append(f"{path} holds no run {run_id!r} (it holds {ids})")
             loaded.runs.extend(chosen[-1:])
         elif all_runs or len(runs) == 1:
@@ -71,7 +56,6 @@ def load(
             # the last started (its first record is the file's last first record): the run the user just ran,
             # finished or not, never an older one that looks better
             loaded.runs.append(runs[-1])
-            ids = ", ".join(short_run_id(run.run_id) for run in runs)
             loaded.notes.append(
                 f"{path} holds {len(runs)} runs ({ids}); showing the last started (--all-runs for all, --run ID for "
                 "one)"

@@ -50,10 +50,11 @@ MAX_LINE_BYTES = 64 * 2**20  # one record; a compile span is a few KB, the longe
 MAX_SPANS = 25_000  # spans kept per run (loops, checkpoints, ...): a fit has a handful, a long run one per epoch
 MAX_EVENTS = 1_000  # events kept per run of each name (the first ones, the last of them the latest said)
 MAX_EVENT_NAMES = 100  # names of events kept, and names spans and events are counted by (the rest as one)
+Runs = dict[tuple[str, int, int], TelemetryRun]  # by run id, rank and pid: one process of one run
 
 
 def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool) -> list[TelemetryRun]:
-    runs: dict[tuple[str, int, int], TelemetryRun] = {}
+    runs: Runs = {}
     skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
     damage = FileDamage()
     line = 0
@@ -90,15 +91,12 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
 
 def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes]]:
     """``(line number, bytes)`` of each line; a line longer than :data:`MAX_LINE_BYTES` is read no further
-    (its bytes are dropped as they come) and given as ``b""``."""
-    number = 0
-    while raw := handle.readline(MAX_LINE_BYTES):
-        number += 1
+    (its bytes are dropped as they come) and given as the marker ``_parse`` says is too long."""
+    for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES), b""), start=1):
         if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):
             while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                 pass
-            yield number, b"\x00too long"
-            continue
+            raw = b"\x00too long"
         yield number, raw
 
 
@@ -132,10 +130,9 @@ def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far:
             reason = "nested too deep to be a record"
         except MemoryError:
             reason = "too large to read"
-    if not reason and not isinstance(record, dict):
-        reason = "not a record (a JSON object)"
-    if not reason:
+    if not reason and isinstance(record, dict):
         return record
+    reason = reason or "not a record (a JSON object)"
     if not raw.endswith(b"\n") and reason == "not valid JSON":
         damage.cut_short = True  # the last line, ending mid-record
         return None
@@ -152,25 +149,22 @@ def _count_bad(damage: FileDamage, number: int, reason: str) -> None:
 
 
 def _read_record(
-    path: Path,
-    number: int,
-    record: dict[str, Any],
-    runs: dict[tuple[str, int, int], TelemetryRun],
-    skip_spans: Collection[str],
-    digest: bool,
+    path: Path, number: int, record: dict[str, Any], runs: Runs, skip_spans: Collection[str], digest: bool
 ) -> None:
     if "kind" in record and "run" in record:
         # one process of one run: a file appended to by the same job twice holds two
         key = (str(record["run"]), int(record.get("rank", 0)), int(record.get("pid", 0)))
         run = runs.get(key)
         if run is None:
-            run = runs[key] = TelemetryRun(run_id=key[0], rank=key[1], node=str(record.get("node", "")), pid=key[2])
-            run.first_line = number
+            run = runs[key] = TelemetryRun(key[0], key[1], str(record.get("node", "")), key[2], first_line=number)
         run.last_line = number
-        world_size = record.get("world_size")
-        if isinstance(world_size, int) and world_size > run.world_size:
-            run.world_size = world_size
-        _check_version(path, record)
+        if isinstance(world_size := record.get("world_size"), int):
+            run.world_size = max(run.world_size, world_size)
+        if record["kind"] == "run_start" and int(record.get("format_version", 1)) > FILE_FORMAT_VERSION:
+            raise TelemetryFileError(
+                f"{str(path)!r} was written in telemetry-jit file format {record['format_version']}, newer than this "
+                f"telemetry-jit reads ({FILE_FORMAT_VERSION}): upgrade telemetry-jit to read it."
+            )
         if record.get("name") in skip_spans:
             return
         _apply(run, record, digest)
@@ -204,14 +198,6 @@ def _valid_text(value: Any) -> Any:
     return value
 
 
-def _check_version(path: Path, record: dict[str, Any]) -> None:
-    if record["kind"] == "run_start" and int(record.get("format_version", 1)) > FILE_FORMAT_VERSION:
-        raise TelemetryFileError(
-            f"{str(path)!r} was written in telemetry-jit file format {record['format_version']}, newer than this "
-            f"telemetry-jit reads ({FILE_FORMAT_VERSION}): upgrade telemetry-jit to read it."
-        )
-
-
 _RECORD_KEYS = frozenset(("kind", "run", "rank", "local_rank", "world_size", "node", "pid"))
 _NV_ONE_LOGGER_TYPES = frozenset(("start", "stop", "complete", "event", "application_error", "telemetry_data_error"))
 _NV_LACKS = (
@@ -230,24 +216,16 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
     if kind in ("start", "complete", "stop"):
         span = run.spans.get(record["id"])
         if span is None:
-            span = SpanRecord(
-                span_id=record["id"],
-                name=record["name"],
-                parent_id=None,
-                start_unix_ns=_ms(record["start_event"]) if "start_event" in record else _ms(record["stop_event"]),
-                events=run._early_events.pop(record["id"], []),
-            )
+            start = _ms(record["start_event"] if "start_event" in record else record["stop_event"])
+            span = SpanRecord(record["id"], record["name"], None, start, events=run._early_events.pop(record["id"], []))
             _keep(run, span, ended=kind != "start")
         span.attributes.update(record.get("attributes") or {})
         if kind != "start":
             span.end_unix_ns = _ms(record["stop_event"])
     elif kind in ("event", "application_error"):
         event = record["event"]
-        _attach(
-            run,
-            record["span_id"],
-            EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error"),
-        )
+        said = EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error")
+        _attach(run, record["span_id"], said)
 
 
 def _ns(value: object) -> int:
@@ -309,8 +287,7 @@ def _count(counts: Counter[str], name: str) -> None:
 def _fold_pending(run: TelemetryRun) -> None:
     pending, run._pending = run._pending, None
     if pending is not None:
-        if run.digest is None:
-            run.digest = RunDigest()
+        run.digest = run.digest or RunDigest()
         run.digest.add(pending, run.spans)
 
 
@@ -318,10 +295,7 @@ def digest_of(run: TelemetryRun) -> RunDigest:
     """The run's digest: the one folded while reading, else made now from its compilation spans."""
     if run.digest is None:
         run.digest = RunDigest()
-        compiles = sorted(
-            (span for span in run.spans.values() if span.name == JitSpanName.COMPILATION), key=lambda s: s.start_unix_ns
-        )
-        for span in compiles:
+        for span in sorted(run.find(JitSpanName.COMPILATION), key=lambda s: s.start_unix_ns):
             run.digest.add(span, run.spans)
     return run.digest
 
@@ -366,13 +340,9 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
     if kind in ("span_start", "span"):
         span = run.spans.get(record["span_id"])
         if span is None:
-            span = SpanRecord(
-                span_id=str(record["span_id"]),
-                name=str(record["name"]),
-                parent_id=record.get("parent_id"),
-                start_unix_ns=_ns(record["start_unix_ns"]),
-                events=run._early_events.pop(record["span_id"], []),
-            )
+            start = _ns(record["start_unix_ns"])
+            span = SpanRecord(str(record["span_id"]), str(record["name"]), record.get("parent_id"), start)
+            span.events = run._early_events.pop(record["span_id"], [])
             if kind == "span" and span.name == JitSpanName.COMPILATION:
                 run._pending = span  # folded into the digest once its events have come
             if not (digest and run._pending is span):  # with the digest, never kept

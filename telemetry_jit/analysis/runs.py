@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from telemetry_jit.schema import FILE_FORMAT, CompileAttr
-
-DURATION_MS = CompileAttr.DURATION_MS
 
 if TYPE_CHECKING:
     from telemetry_jit.analysis.digest import RunDigest
@@ -42,10 +40,8 @@ class SpanRecord:
     def compile_ms(self) -> float | None:
         """A compilation span's compile time: its ``compile.duration_ms`` (torch's own ``duration_us``, shorter than
         the span, whose ends are torch's window around the compile), else the span's length (a file from before)."""
-        said = self.attributes.get(DURATION_MS)
-        if isinstance(said, (int, float)) and not isinstance(said, bool) and math.isfinite(said) and said >= 0:
-            return float(said)
-        return self.duration_ms
+        said = number(self.attributes.get(CompileAttr.DURATION_MS), default=-1.0)
+        return said if said >= 0 else self.duration_ms
 
 
 @dataclass
@@ -96,8 +92,7 @@ class TelemetryRun:
     lacks: list[str] = field(default_factory=list)  # what this file's format cannot tell
     # its compilations as aggregates, folded as they are read (with ``digest``, its compilation spans are not kept)
     digest: RunDigest | None = None
-    # spans (ended) and events beyond what the reader keeps of a run (analysis/reader.py, MAX_SPANS and MAX_EVENTS),
-    # by name: counted, not kept
+    # spans (ended) and events beyond what the reader keeps (reader.MAX_SPANS, MAX_EVENTS), by name: counted, not kept
     spans_not_kept: Counter[str] = field(default_factory=Counter)
     events_not_kept: Counter[str] = field(default_factory=Counter)
     # events of spans whose start is not in the file (it was deleted mid-run), until the span's end record
@@ -109,10 +104,12 @@ class TelemetryRun:
     def find(self, name: str) -> list[SpanRecord]:
         return [span for span in self.spans.values() if span.name == name]
 
-    def events(self, name: str) -> Iterator[EventRecord]:
-        """Its events called ``name``, on whichever span."""
-        return (event for span in self.spans.values() for event in span.events if event.name == name)
+    def events(self, name: str, spans: Iterable[SpanRecord] | None = None) -> Iterator[EventRecord]:
+        """Its events called ``name``, on whichever span (of ``spans``, where given)."""
+        spans = self.spans.values() if spans is None else spans
+        return (event for span in spans for event in span.events if event.name == name)
 
+    # public: read_telemetry's users walk the tree (docs/telemetry.md, "parent links")
     @property
     def roots(self) -> list[SpanRecord]:
         return [span for span in self.spans.values() if span.parent_id not in self.spans]

@@ -41,9 +41,8 @@ class RunStatus:
 
 def run_status(run: TelemetryRun) -> RunStatus:
     """How ``run`` ended, from what its file holds."""
-    for span in sorted(run.spans.values(), key=lambda s: s.start_unix_ns):
-        if span.name not in LOOP_SPAN_NAMES:
-            continue
+    loops = sorted((span for span in run.spans.values() if span.name in LOOP_SPAN_NAMES), key=lambda s: s.start_unix_ns)
+    for span in loops:
         errors = [event for event in span.events if event.is_error]
         if errors:
             message = str(errors[0].attributes.get("error_message") or errors[0].name)
@@ -51,7 +50,6 @@ def run_status(run: TelemetryRun) -> RunStatus:
             return RunStatus(state, f"{gist(message)} (in its {span.name})")
     if run.fragment:
         return RunStatus("incomplete", f"this file holds part of the run: {run.fragment}")
-    loops = [span for span in run.spans.values() if span.name in LOOP_SPAN_NAMES]
     unended = sorted({span.name for span in loops if span.end_unix_ns is None})
     if unended and run.health is None and run.file_format != "nv-one-logger":
         return RunStatus(
@@ -65,20 +63,10 @@ def run_status(run: TelemetryRun) -> RunStatus:
         return RunStatus("incomplete", run.damage.words())
     if run.lost_records:
         return RunStatus("incomplete", f"{run.lost_records} record(s) could not be written to its file")
-    return _trained_nothing(run) or RunStatus("finished", "")
-
-
-def _trained_nothing(run: TelemetryRun) -> RunStatus | None:
-    """``empty`` where the run ran no loop: a fit said it trained nothing (and no training loop followed), or no
-    loop and no compilation is in the file at all (no fit ran)."""
+    # empty where the run ran no loop: a fit said it trained nothing (and no training loop followed), or no loop and
+    # no compilation is in the file at all (no fit ran)
     names = {span.name for span in run.spans.values()}
-    said = [
-        event
-        for span in run.spans.values()
-        if span.name == TrainingSpanName.APPLICATION
-        for event in span.events
-        if event.name == JitEventName.TRAINED_NOTHING
-    ]
+    said = list(run.events(JitEventName.TRAINED_NOTHING, run.find(TrainingSpanName.APPLICATION)))
     if said and TrainingSpanName.TRAINING_LOOP not in names:
         return RunStatus("empty", f"fit ran no training step ({said[-1].attributes.get('reason', 'no reason given')})")
     compiled = bool(run.digest and run.digest.compilations) or JitSpanName.COMPILATION in names
@@ -88,4 +76,4 @@ def _trained_nothing(run: TelemetryRun) -> RunStatus | None:
             "it recorded no training, validation or test loop and no compilation (no fit ran, or it stopped before "
             "its first step: an empty dataset, max_steps=0, limit_train_batches=0, max_epochs=0)",
         )
-    return None
+    return RunStatus("finished", "")

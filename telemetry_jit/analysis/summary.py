@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 from telemetry_jit.analysis.digest import (
     BreakGroup,
@@ -19,7 +19,7 @@ from telemetry_jit.analysis.digest import (
 )
 from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
-from telemetry_jit.analysis.runs import EventRecord, SpanRecord, TelemetryRun, number
+from telemetry_jit.analysis.runs import EventRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status
 from telemetry_jit.analysis.warm_residual import warm_start_json
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
@@ -47,14 +47,6 @@ _LACKS_STACKS = (
     "no call stacks for graph breaks (written by an older telemetry-jit): a break in another package's code is not "
     "traced back to your line"
 )
-
-
-class ThunderRow(NamedTuple):
-    """One thunder-compiled module's cache misses and hits over a loop."""
-
-    module: str
-    misses: int
-    hits: int
 
 
 @dataclass(frozen=True)
@@ -96,7 +88,7 @@ class RunSummary:
     compile_in_loop_ms: float  # compiling inside that loop
     payoff: Payoff | None = None  # what compiling bought, where the run measured it
     first_steps: list[FirstStepRow] = field(default_factory=list)
-    thunder_rows: list[ThunderRow] = field(default_factory=list)
+    thunder_rows: list[tuple[str, int, int]] = field(default_factory=list)  # thunder's modules: cache misses, hits
     lacks: list[str] = field(default_factory=list)  # what the file could not tell
     last_step: int | None = None  # the global step at the end of the loop (files since compile_summary said it)
     fallbacks: list[Fallback] = field(default_factory=list)  # the digest's, with what each cost where measured
@@ -128,35 +120,44 @@ class RunSummary:
 
     @property
     def outside_ms(self) -> dict[str, float]:
-        """Compiling outside the loop, by stage (sanity check, the Tuner, a validate() after fit, ...)."""
-        return {stage: ms for stage, ms in self.digest.compile_ms_outside(self.loop_name).items() if ms > 0}
+        """Compiling outside the loop, by stage (sanity check, the Tuner, a validate() after fit, ...), most first."""
+        outside: dict[str, float] = defaultdict(float)
+        for (stage, loops), ms in self.digest.ms_by_stage_loops.items():
+            if self.loop_name not in loops:
+                outside[stage] += ms
+        return {stage: ms for stage, ms in sorted(outside.items(), key=lambda item: -item[1]) if ms > 0}
 
     @property
     def causes(self) -> list[CauseRow]:
-        return self.digest.cause_rows()
+        """Every recompile in exactly one row, what to fix (costliest first) before the expected price."""
+        return sorted(self.digest.causes.values(), key=lambda row: (row.unexpected == 0, -row.compile_ms))
 
     @property
     def breaks(self) -> list[BreakGroup]:
-        return self.digest.break_groups()
+        """Breaks by place and type, the user's own code first, most first."""
+        return sorted(self.digest.breaks.values(), key=lambda group: (group.owner != "user", -group.count))
 
     @property
     def payoff_sentence(self) -> str:
         """The payoff in one line, with the likely reason when compiling loses (breaks, recompiles in training)."""
-        if self.payoff is None:
-            return ""
-        digest = self.digest
-        return self.payoff.sentence(
-            why_slower(digest.train_breaks, digest.train_recompiles, digest.backends, digest.plain_backends)
-        )
+        d = self.digest
+        why = why_slower(d.train_breaks, d.train_recompiles, d.backends, d.plain_backends)
+        return self.payoff.sentence(why) if self.payoff is not None else ""
 
 
 def summarize(run: TelemetryRun) -> RunSummary:
     digest = digest_of(run)
-    loop_name, loops = _measured_by(run)
+    loop_name = next((name for name in LOOP_WORDS if run.find(name)), TrainingSpanName.APPLICATION)
+    loops = run.find(loop_name)
     end = run.last_unix_ns
     wall_ms = sum(((span.end_unix_ns or end) - span.start_unix_ns) / 1e6 for span in loops)
     applications = run.find(TrainingSpanName.APPLICATION)
-    measured = [e for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_PAYOFF]
+    measured = list(run.events(JitEventName.COMPILE_PAYOFF, loops))
+    summaries = list(run.events(JitEventName.COMPILE_SUMMARY, loops))
+    not_compiled = run.events(JitEventName.MODULE_NOT_COMPILED)  # modules Module.compile() compiled nothing of
+    steps = [
+        int(number(e.attributes[TrainAttr.GLOBAL_STEP])) for e in summaries if TrainAttr.GLOBAL_STEP in e.attributes
+    ]
     lacks = [*run.lacks]
     if digest.recompiles and digest.lacks_positions:
         lacks.append(_LACKS_POSITIONS)
@@ -169,14 +170,15 @@ def summarize(run: TelemetryRun) -> RunSummary:
         loop_name=loop_name,
         wall_ms=wall_ms,
         application_ms=sum(((span.end_unix_ns or end) - span.start_unix_ns) / 1e6 for span in applications),
-        compile_in_loop_ms=digest.compile_ms_under(loop_name),
+        compile_in_loop_ms=sum(ms for (_, around), ms in digest.ms_by_stage_loops.items() if loop_name in around),
         payoff=Payoff.from_attributes(measured[-1].attributes) if measured else None,
         first_steps=_first_steps(run),
-        thunder_rows=_thunder_rows(loops),
+        thunder_rows=_thunder_rows(summaries),
         lacks=lacks,
-        last_step=_last_step(loops),
+        last_step=max(steps, default=None),
         fallbacks=_costed(digest.fallbacks, run),
-        not_compiled=_not_compiled(run),
+        # each hooked trainer class says it: each once
+        not_compiled=list(dict.fromkeys(NotCompiled.from_attributes(e.attributes) for e in not_compiled)),
         compiled_before=compiled_before(run),
         loop_ids=tuple(loop.span_id for loop in sorted(loops, key=lambda loop: loop.start_unix_ns)),
     )
@@ -188,16 +190,8 @@ def compiled_before(run: TelemetryRun) -> CompiledBefore | None:
     return CompiledBefore.from_attributes(said.attributes) if said is not None else None
 
 
-def _not_compiled(run: TelemetryRun) -> list[NotCompiled]:
-    """The modules ``Module.compile()`` compiled nothing of, each once (each hooked trainer class says it)."""
-    found = (NotCompiled.from_attributes(event.attributes) for event in run.events(JitEventName.MODULE_NOT_COMPILED))
-    return list(dict.fromkeys(found))
-
-
 def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
     """The fallbacks with their ``eager_fallback_cost`` (said at each loop's end: the one over most batches)."""
-    if not fallbacks:
-        return []
     costs: dict[tuple[str, int], FallbackCost] = {}
     for event in run.events(JitEventName.FALLBACK_COST):
         cost = FallbackCost.from_attributes(event.attributes)
@@ -205,24 +199,6 @@ def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
         if key not in costs or cost.batches_since >= costs[key].batches_since:
             costs[key] = cost
     return [replace(fallback, cost=costs.get((fallback.frame, fallback.step))) for fallback in fallbacks]
-
-
-def _last_step(loops: list[SpanRecord]) -> int | None:
-    steps = [
-        int(number(event.attributes[TrainAttr.GLOBAL_STEP]))
-        for loop in loops
-        for event in loop.events
-        if event.name == JitEventName.COMPILE_SUMMARY and TrainAttr.GLOBAL_STEP in event.attributes
-    ]
-    return max(steps) if steps else None
-
-
-def _measured_by(run: TelemetryRun) -> tuple[str, list[SpanRecord]]:
-    for name in LOOP_WORDS:
-        loops = run.find(name)
-        if loops:
-            return name, loops
-    return TrainingSpanName.APPLICATION, []
 
 
 def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
@@ -250,10 +226,9 @@ def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
     return [row for _, row in sorted(steps, key=lambda item: item[0])]
 
 
-def _thunder_rows(loops: list[SpanRecord]) -> list[ThunderRow]:
-    summaries: list[EventRecord] = [e for loop in loops for e in loop.events if e.name == JitEventName.COMPILE_SUMMARY]
+def _thunder_rows(summaries: list[EventRecord]) -> list[tuple[str, int, int]]:
     return [
-        ThunderRow(*row)
+        row
         for event in summaries
         for row in zip(
             event.attributes.get(CompileAttr.THUNDER_MODULES, []),

@@ -9,7 +9,7 @@ import stat
 from collections.abc import Sequence
 from typing import Any
 
-from telemetry_jit.analysis.reader import SpanRecord, TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun, number
 from telemetry_jit.analysis.status import run_status
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.schema import JitSpanName
@@ -36,10 +36,9 @@ def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, An
     of it joins its track); spans are ``X`` events nesting by time, their events instants. A span that never ended
     lasts to its rank's last timestamp, ``"unfinished": true``; ``otherData.runs`` counts what the reader did not
     keep."""
-    pids = _pids(runs)
-    events: list[dict[str, Any]] = []
-    for run, pid in zip(runs, pids, strict=True):
-        events += _run_events(run, pid)
+    own = [run.pid for run in runs]  # one pid per run and rank: the OS pid when every run has its own, else 1, 2, ...
+    pids = own if all(own) and len(set(own)) == len(own) else list(range(1, len(runs) + 1))
+    events = [event for run, pid in zip(runs, pids, strict=True) for event in _run_events(run, pid)]
     taken = set(pids)
     for name, document in others:
         events += _merged(name, document, taken)
@@ -63,14 +62,6 @@ def _run_said(run: TelemetryRun, pid: int) -> dict[str, Any]:
     return said
 
 
-def _pids(runs: Sequence[TelemetryRun]) -> list[int]:
-    """One pid per run and rank: the OS pid when every run has its own, else 1, 2, ..."""
-    own = [run.pid for run in runs]
-    if all(own) and len(set(own)) == len(own):
-        return own
-    return list(range(1, len(runs) + 1))
-
-
 def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
     status = run_status(run)
     label = f"run {short_run_id(run.run_id)} rank {run.rank} {run.node}".strip()
@@ -81,7 +72,8 @@ def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
         _metadata("thread_name", pid, _OWN_TID, {"name": "telemetry-jit"}),
     ]
     last = max((s.end_unix_ns or s.start_unix_ns for s in run.spans.values()), default=0)
-    for span in sorted(run.spans.values(), key=_order):
+    # parents before children when they start together, so viewers nest them
+    for span in sorted(run.spans.values(), key=lambda s: (s.start_unix_ns, -(s.end_unix_ns or s.start_unix_ns))):
         end = span.end_unix_ns if span.end_unix_ns is not None else last
         args = _args(span.attributes)
         if span.end_unix_ns is None:
@@ -153,9 +145,7 @@ def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
 
 def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
     """Another tool's trace in absolute time (``baseTimeNanoseconds`` added); pid 0 renumbered above any real pid."""
-    base_us = 0.0
-    if isinstance(document, dict) and isinstance(document.get("baseTimeNanoseconds"), (int, float)):
-        base_us = document["baseTimeNanoseconds"] / 1000
+    base_us = number(document.get("baseTimeNanoseconds")) / 1000 if isinstance(document, dict) else 0.0
     renamed: dict[Any, int] = {}
     events = []
     for event in foreign_trace_events(document):
@@ -176,8 +166,3 @@ def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
 
 def _metadata(name: str, pid: int, tid: int, args: dict[str, Any]) -> dict[str, Any]:
     return {"ph": "M", "name": name, "ts": 0, "pid": pid, "tid": tid, "args": args}
-
-
-def _order(span: SpanRecord) -> tuple[int, int]:
-    # parents before children when they start together, so viewers nest them
-    return span.start_unix_ns, -(span.end_unix_ns or span.start_unix_ns)

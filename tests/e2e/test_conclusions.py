@@ -166,7 +166,7 @@ def test_a_break_in_the_users_exec_d_code_or_their_package_named_torch_is_theirs
 
     hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(Regressor(Built()), data(16, 8))
     run = telemetry.end()
-    (group,) = summarize(run).digest.break_groups()
+    (group,) = summarize(run).breaks
     assert group.owner == "user", group
     status, out = said("check", str(telemetry.path), "--max-graph-breaks", "0", "--user-code-only")
     assert status == 1 and "in your code, more than the 0 allowed" in out, out

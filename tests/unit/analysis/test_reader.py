@@ -242,7 +242,7 @@ def test_what_is_kept_of_many_compile_ids_spans_and_events_is_bounded(
                 kept[event.name] = kept.get(event.name, 0) + 1
         assert max(kept.values(), default=0) <= reader.MAX_EVENTS
         assert max(len(d._seen), len(d.ends), len(d._frames_with_backward), len(d._static_train_frames)) <= 15
-        assert max(len(a.ids) for a in (d._dynamic_train, d._unknown_train, d._cached_backward)) <= 5
+        assert len(d._awaiting) <= 5
         assert len(d.cache_ledger.seconds) <= 2 * cold_start.MAX_GRAPHS and len(d.cache_ledger._seen) <= 6
         assert all(len(row.reasons) <= 5 and len(row.loops) <= 4 for row in d.causes.values())
         assert all(len(row.reasons) <= 4 for row in d.frames.values())

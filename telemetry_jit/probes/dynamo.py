@@ -27,7 +27,7 @@ from telemetry_jit.causes import normalize_reason, telling_reason
 from telemetry_jit.compat import compile_cache, compile_timers
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
-from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, FrameSkipLog, GraphBreakLog, LogTap
+from telemetry_jit.probes.log_taps import GraphBreakLog, LogTap, cache_bypass_log, ddp_bucket_log, frame_skip_log
 from telemetry_jit.records import (
     CacheLookup,
     CompileContext,
@@ -91,9 +91,9 @@ class DynamoProbe:
         self._frames: dict[str, tuple[str, str]] = {}
         self._backends: dict[str, str] = {}
         self._break_log = GraphBreakLog()
-        self._ddp_log = DDPBucketLog()
-        self._skip_log = FrameSkipLog()
-        self._bypass_log = CacheBypassLog()
+        self._ddp_log = ddp_bucket_log()
+        self._skip_log = frame_skip_log()
+        self._bypass_log = cache_bypass_log()
         self._logs: list[LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
         self._lookups: list[CacheLookup] = []
         self._settings_said: set[str] = set()  # settings tables written out since attaching

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, GraphBreakLog
+from telemetry_jit.probes.log_taps import GraphBreakLog, cache_bypass_log, ddp_bucket_log
 from telemetry_jit.records import NotCompiled
 from tests.unit.test_causes import TEMPERATURE_FAILURES
 
@@ -117,17 +117,6 @@ def test_phase_times_counts_and_cache_outcome_take_only_what_torch_filled_in() -
     assert torch_compat.cache_outcome(metric) == {"fx_graph_local_hits": 2, "time_saved_s": 0.5}
 
 
-class _Tap(GraphBreakLog):
-    """The graph-break tap on a logger of the test's own."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        super().__init__()
-        self.logger = logger
-
-    def loggers(self) -> list[logging.Logger]:
-        return [self.logger]
-
-
 def test_a_tap_reads_every_record_and_shows_only_what_the_users_logging_would() -> None:
     logger = logging.getLogger("telemetry_jit.tests.tap")
     logger.setLevel(logging.WARNING)
@@ -135,7 +124,7 @@ def test_a_tap_reads_every_record_and_shows_only_what_the_users_logging_would() 
     handler = logging.Handler()
     handler.emit = lambda r: shown.append(r.getMessage())  # type: ignore[method-assign]
     logger.addHandler(handler)
-    tap = _Tap(logger)
+    tap = GraphBreakLog([logger])  # the graph-break tap on a logger of the test's own
     try:
         tap.install()
         logger.debug(BREAK)  # read, not shown: the user's logger stops at WARNING
@@ -151,10 +140,10 @@ def test_a_tap_reads_every_record_and_shows_only_what_the_users_logging_would() 
 
 
 def test_a_record_torch_reworded_never_fails_the_logging_call() -> None:
-    tap = DDPBucketLog()
+    tap = ddp_bucket_log()
     broken = record(torch_compat.DDP_LOGGER, "DDPOptimizer used bucket cap %s and created %s buckets", "many")
     assert tap.filter(broken) is False and tap.entries == []  # read failed quietly; DEBUG not shown by default
-    bypass = CacheBypassLog()
+    bypass = cache_bypass_log()
     bypass.filter(record("torch._inductor.codecache", "Bypassing FX Graph Cache because '%s'", "a reason"))
     assert bypass.entries == ["fx_graph: a reason"]
 

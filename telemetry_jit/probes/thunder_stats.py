@@ -44,7 +44,7 @@ class ThunderFunction:
 
     def __init__(self, name: str, thunder_module: torch.nn.Module, location: str) -> None:
         self.name = name
-        self.stats = thunder_compat.ThunderStats(thunder_module)
+        self.stats = thunder_compat.import_thunder().compile_stats(thunder_module)  # times in perf_counter_ns
         self._location = location
         self._misses = 0
         self._signatures: list[dict[str, str]] = []
@@ -67,7 +67,8 @@ class ThunderFunction:
         reason = _difference(self._signatures[-1], signature) if self._signatures else ""
         self._signatures = [*self._signatures[-7:], signature]
         offset = self._clock_offset_ns
-        start, traced, end = stats.last_compile_window()
+        start, traced = stats.last_trace_tracing_start, stats.last_trace_tracing_stop
+        end = max(stats.last_trace_host_execution_stop or traced, traced)  # transforms and prologue run before it
         self._pending.append(
             CompileRecord(
                 source="thunder",

@@ -67,11 +67,6 @@ def register_backend(backend: CompilerBackend) -> None:
     _BACKENDS[backend.name] = backend
 
 
-def unregister_backend(name: str) -> None:
-    """Forget the backend registered by hand as ``name`` (nothing happens where there is none)."""
-    _BACKENDS.pop(name, None)
-
-
 def compiler_backend(name: str) -> CompilerBackend:
     """The backend called ``name``; a ``LookupError`` naming those there are when none is."""
     found = {backend.name: backend for backend in backends()}.get(name)
@@ -94,11 +89,8 @@ def backends() -> list[CompilerBackend]:
 
 
 def _discover() -> dict[str, CompilerBackend]:
-    entries = {entry.name: entry for entry in metadata.entry_points(group=ENTRY_POINTS)}
-    if "torch" not in entries:  # installed before the built-ins were entry points (an old editable install)
-        entries.update((name, metadata.EntryPoint(name, value, ENTRY_POINTS)) for name, value in _BUILT_INS.items())
     found = {}
-    for entry in entries.values():
+    for entry in metadata.entry_points(group=ENTRY_POINTS):
         backend = _LOADED.get(entry.value) or _load(entry)
         if backend is not None:  # one instance per entry point, whatever sys.path does later
             found[backend.name] = _LOADED.setdefault(entry.value, backend)
@@ -116,10 +108,3 @@ def _load(entry: metadata.EntryPoint) -> CompilerBackend | None:
         return backend
     warn_once(("plug-in", entry.value), f"telemetry-jit: {entry.value} is no CompilerBackend; skipped.")
     return None
-
-
-_BUILT_INS = {
-    "torch": "telemetry_jit.compilers:TorchCompileBackend",
-    "thunder": "telemetry_jit.compilers:ThunderJitBackend",
-    "thunder-dynamo": "telemetry_jit.compilers:ThunderThroughDynamoBackend",
-}

@@ -24,15 +24,8 @@ SUPPORTED = "torch 2.8 - 2.15"
 _FIRST, _LAST = (2, 8), (2, 15)
 
 
-def version_tuple(version: str) -> tuple[int, int, int]:
-    """``"2.15.0+cu132"`` -> ``(2, 15, 0)``: release numbers only, local labels and pre-release tags dropped."""
-    numbers = [int(re.sub(r"\D.*", "", part) or 0) for part in version.split("+")[0].split(".")[:3]]
-    numbers += [0] * (3 - len(numbers))
-    return numbers[0], numbers[1], numbers[2]
-
-
-VERSION = version_tuple(torch.__version__)
-if VERSION[:2] < _FIRST:
+VERSION = tuple(int(number) for number in re.findall(r"\d+", torch.__version__)[:2])  # "2.15.0+cu132": (2, 15)
+if VERSION < _FIRST:
     raise ImportError(
         f"telemetry-jit needs torch >= 2.8 (tested: {SUPPORTED}); found torch {torch.__version__}. "
         "Upgrade torch, e.g. pip install 'torch>=2.8'."
@@ -79,9 +72,7 @@ def callback_trigger(args: Any) -> Literal["dynamo", "lazy_backward"] | None:
     trigger = args.callback_trigger
     if trigger == CallbackTrigger.DYNAMO:
         return "dynamo"
-    if trigger == CallbackTrigger.LAZY_BACKWARD:
-        return "lazy_backward"
-    return None
+    return "lazy_backward" if trigger == CallbackTrigger.LAZY_BACKWARD else None
 
 
 # -- compiling a module in place -------------------------------------------------------------------
@@ -114,7 +105,7 @@ def forward_is_skipped(module: torch.nn.Module) -> bool:
 
 # Module.compile() of torch's own layers compiles nothing before 2.15 (pytorch/pytorch#150915); measured on 2.8,
 # 2.13 (nothing) and 2.15 (one frame, Module._call_impl, shared by every layer class)
-MODULE_COMPILE_TRACES_TORCH_LAYERS = VERSION[:2] >= (2, 15)
+MODULE_COMPILE_TRACES_TORCH_LAYERS = VERSION >= (2, 15)
 _CALL_IMPL = torch.nn.Module._call_impl
 
 
@@ -220,12 +211,9 @@ _MAX_CACHE_ENTRIES = 64  # torch's recompile_limit is 8; its accumulated limit c
 
 def recompile_limit(failure: str = "") -> tuple[str, int | str]:
     """The limit a frame hit, as torch's ``failure`` text names it, and its value: ``recompile_limit`` or
-    ``accumulated_recompile_limit`` (``cache_size_limit``, ``accumulated_cache_size_limit`` before torch 2.9)."""
-    import torch._dynamo.config as config
-
+    ``accumulated_recompile_limit``."""
     name = "accumulated_recompile_limit" if "accumulated" in failure.lower() else "recompile_limit"
-    old_name = name.replace("recompile_limit", "cache_size_limit")
-    limit = getattr(config, name, None) or getattr(config, old_name, None)
+    limit = getattr(torch._dynamo.config, name, None)
     return name, int(limit) if limit is not None else "?"
 
 
@@ -265,13 +253,10 @@ def _options(frame: FrameType | None, backend: Any) -> dict[str, str | bool]:
 
 def _inductor_mode(settings: dict[str, Any]) -> str:
     """The ``mode`` whose options ``settings`` (an inductor backend's) hold: the most specific that matches."""
-    try:
-        from torch._inductor import list_mode_options
+    from torch._inductor import list_mode_options
 
-        modes = ("max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
-        found = [mode for mode in modes if list_mode_options(mode).items() <= settings.items()]
-    except Exception:  # noqa: BLE001 - a torch without the helper: the mode is not said
-        return ""
+    modes = ("max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
+    found = [mode for mode in modes if list_mode_options(mode).items() <= settings.items()]
     return max(found, key=lambda mode: len(list_mode_options(mode)), default="default")
 
 
@@ -553,7 +538,7 @@ UNAVAILABLE: dict[str, str] = _unavailable()  # fact -> the torch field it would
 def version_notes() -> list[str]:
     """What a user of this torch is told once: a release outside the tested range, facts it does not expose."""
     notes = []
-    if not _FIRST <= VERSION[:2] <= _LAST:
+    if not _FIRST <= VERSION <= _LAST:
         notes.append(
             f"telemetry-jit: torch {torch.__version__} is outside the tested {SUPPORTED}; compile telemetry may be "
             "incomplete (see docs/compatibility.md)."

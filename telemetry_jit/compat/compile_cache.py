@@ -13,7 +13,6 @@ A hit whose key ``torch.compiler.load_cache_artifacts`` loaded (``CacheArtifactM
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import importlib
 import logging
@@ -53,11 +52,7 @@ class Lookup:
     bypass_reason: str = ""
     saved_s: float = 0.0  # what a hit saved, as torch measured the original compile
     loaded: bool = False  # its key came with artifacts loaded by torch.compiler.load_cache_artifacts
-
-    @functools.cached_property
-    def settings_digest(self) -> str:
-        """:func:`settings_digest` of ``settings``, computed once for every listener."""
-        return settings_digest(self.settings)
+    settings_digest: str = ""  # :func:`settings_digest` of ``settings``, computed once for every listener
 
 
 Listener = Callable[[Lookup], None]
@@ -186,7 +181,7 @@ def _lookup(layer: str, state: str, info: dict[str, Any]) -> Lookup:
     saved_ns = info.get("time_saved_ns")
     saved_ms = info.get("time_saved_ms")
     parts = parse_parts(info.get("components") or ())
-    settings = {name: part for name, part in parts.items() if settings_group(name)}
+    settings = {name: part for name, part in parts.items() if name.split("[", 1)[0] in SETTINGS_GROUPS}
     return Lookup(
         layer=layer,
         state=state,
@@ -196,6 +191,7 @@ def _lookup(layer: str, state: str, info: dict[str, Any]) -> Lookup:
         bypass_reason=str(info.get("cache_bypass_reason") or ""),
         saved_s=float(saved_ns) / 1e9 if saved_ns else float(saved_ms or 0) / 1e3,
         loaded=str(info.get("key") or "") in _loaded_keys,
+        settings_digest=settings_digest(settings),
     )
 
 
@@ -248,12 +244,6 @@ def readable(value: str) -> str:
     if len(value) > _VALUE_CHARS or not value.isprintable():
         return ""
     return value
-
-
-def settings_group(name: str) -> str:
-    """The settings group a part belongs to (``inductor_config`` for ``inductor_config[max_autotune]``), or ""."""
-    group = name.split("[", 1)[0]
-    return group if group in SETTINGS_GROUPS else ""
 
 
 def settings_digest(settings: dict[str, tuple[str, str]]) -> str:

@@ -1,18 +1,8 @@
-"""Probe for ``torch._dynamo``: turns its compile callbacks, compilation metrics and graph-break
-counters into :class:`CompileRecord` objects.
-
-Where the facts live (read through :mod:`telemetry_jit.compat.torch`, torch 2.8 - 2.15):
-
-- ``callback_handler`` start/end callbacks bracket every compile (forward frames and lazily
-  compiled backward graphs); the graph-break counter grows only inside these windows.
-- ``CompilationMetrics`` (one per compile, appended *after* the end callback) carry torch's own
-  start/end times, code location, recompile reason and phase times.
-- The ``graph_breaks`` log artifact is the only place that names the user line of a break.
-- Under DDP, dynamo's DDPOptimizer splits graphs at gradient-bucket boundaries; it says so only in
-  its INFO log line "DDPOptimizer used bucket cap ... and created N buckets".
-
-The probe only observes: torch's callbacks record what they saw into the probe, and whoever reads it
-calls :meth:`poll`. It does no work per training step beyond :meth:`poll` noticing that nothing changed."""
+"""Probe for ``torch._dynamo``: its compile callbacks, compilation metrics, graph-break counters and log records
+(read through :mod:`telemetry_jit.compat.torch`) become :class:`CompileRecord` objects. The start and end
+callbacks bracket every compile (the graph-break counter grows only inside them); ``CompilationMetrics`` are
+appended *after* the end callback. The probe only observes: whoever reads it calls :meth:`DynamoProbe.poll`, which
+does no work per training step beyond noticing that nothing changed."""
 
 from __future__ import annotations
 
@@ -28,13 +18,7 @@ from telemetry_jit.compat import compile_cache, compile_timers
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
 from telemetry_jit.probes.log_taps import GraphBreakLog, LogTap, cache_bypass_log, ddp_bucket_log, frame_skip_log
-from telemetry_jit.records import (
-    CacheLookup,
-    CompileContext,
-    CompileRecord,
-    CompileResources,
-    GraphBreak,
-)
+from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, CompileResources, GraphBreak
 from telemetry_jit.terminal import shown
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
@@ -61,13 +45,13 @@ class _Window:
 
 class DynamoProbe:
     """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`. ``context`` is asked, and
-    ``on_compile_start`` told, as a compile begins; ``on_compile_end`` is told what ``meter`` measured of it as
-    it ends. Exceptions in any of them are caught: telemetry must never break a compile."""
+    ``on_compile_start`` told what compiles in words, as a compile begins; ``on_compile_end`` is told what
+    ``meter`` measured of it as it ends. Exceptions in any of them are caught: telemetry must never break a compile."""
 
     def __init__(
         self,
         context: Callable[[], CompileContext] | None = None,
-        on_compile_start: Callable[[str], None] | None = None,  # what compiles, in words
+        on_compile_start: Callable[[str], None] | None = None,
         on_compile_end: Callable[[CompileResources | None], None] | None = None,
         meter: WindowMeter | None = None,
     ) -> None:
@@ -289,10 +273,8 @@ class DynamoProbe:
         self._last_metric = entries[-1]
 
     def poll(self, final: bool = False) -> list[CompileRecord]:
-        """Return the compiles that finished since the last call.
-
-        Cheap when nothing happened. With ``final=True`` compiles whose metrics never appeared
-        are returned from what the callbacks alone saw."""
+        """The compiles that finished since the last call (cheap when nothing happened); with ``final=True``,
+        those whose metrics never appeared too, from what the callbacks alone saw."""
         self._collect()
         if not self._collected and not (final and self._finished):
             return []
@@ -308,7 +290,6 @@ class DynamoProbe:
         self._collected = []
         self._attribute_unclaimed_breaks(windowless)
         if final:
-            # compiles whose CompilationMetrics never appeared: what the callbacks alone saw
             records.extend(self._named(window.record) for windows in self._finished.values() for window in windows)
             self._finished.clear()
         return records
@@ -332,13 +313,10 @@ class DynamoProbe:
         self._breaks_at_poll, self._claimed = dict(now), {}
 
     def _take_window(self, compile_id: Any, forward: bool) -> _Window | None:
-        windows = self._finished.get((str(compile_id), forward))
-        if not windows:
-            return None
-        window = windows.pop(0)
-        if not windows:
-            del self._finished[(str(compile_id), forward)]
-        return window
+        windows = self._finished.pop((str(compile_id), forward), [])
+        if len(windows) > 1:
+            self._finished[(str(compile_id), forward)] = windows[1:]
+        return windows[0] if windows else None
 
     def _record(self, metric: Any, window: _Window | None) -> CompileRecord:
         """A compile from torch's CompilationMetrics, with what the callbacks saw of it (if anything)."""

@@ -144,16 +144,13 @@ def frame_where(name: str, filename: str, first_line: int, closure: Any = None) 
     where = LAYER_FRAMES.get(name) if filename == __file__ else None
     if where is not None:
         return name, where
-    if name == "inner" and filename.replace("\\", "/").endswith(_WRAP_INLINE) and closure:
+    if name == "inner" and filename.replace("\\", "/").endswith("torch/_dynamo/external_utils.py") and closure:
         wrapped = getattr(closure[0], "cell_contents", None)
         module = getattr(wrapped, "__self__", wrapped)
         forward = getattr(getattr(type(module), "forward", None), "__code__", None)
         if isinstance(module, torch.nn.Module) and forward is not None:
             return f"{type(module).__name__}.forward", f"{forward.co_filename}:{forward.co_firstlineno}"
     return name, f"{filename}:{first_line}"
-
-
-_WRAP_INLINE = "torch/_dynamo/external_utils.py"
 
 
 # -- nn.Module.compile's hook ---------------------------------------------------------------------
@@ -197,16 +194,14 @@ def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
     to a compile id already seen, in torch's order."""
     reasons: list[str] = []
     seen: set[str] = set()
-    for reason in reversed(failures[-_MAX_CACHE_ENTRIES:]):
+    # 64 entries at most: torch's recompile_limit is 8; its accumulated limit counts across code objects
+    for reason in reversed(failures[-64:]):
         compile_id = reason.split(":", 1)[0]
         if compile_id in seen:
             break
         seen.add(compile_id)
         reasons.append(reason)
     return tuple(reversed(reasons))
-
-
-_MAX_CACHE_ENTRIES = 64  # torch's recompile_limit is 8; its accumulated limit counts across code objects
 
 
 def recompile_limit(failure: str = "") -> tuple[str, int | str]:
@@ -274,13 +269,10 @@ def compile_callers(limit: int = 48) -> tuple[str, ...]:
     frame = _compile_frame(sys._getframe(1), depth=sys.getrecursionlimit())
     callers: list[str] = []
     while frame is not None and len(callers) < limit:
-        if _DYNAMO_FILES not in frame.f_code.co_filename.replace("\\", "/"):
+        if "/torch/_dynamo/" not in frame.f_code.co_filename.replace("\\", "/"):
             callers.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
         frame = frame.f_back
     return tuple(reversed(callers))
-
-
-_DYNAMO_FILES = "/torch/_dynamo/"
 
 
 def traced_stack() -> tuple[str, ...]:
@@ -317,20 +309,16 @@ def has_compiled_code_for(module: torch.nn.Module) -> bool:
     return any(code is not None and _debug_get_cache_entry_list(code) for code in codes)
 
 
-# dynamo's name for the code after a graph break (torch_dynamo_resume_in_forward_at_58), 2.8 - 2.15
-RESUME_PREFIX = "torch_dynamo_resume_in_"
-
-
 def frames_holding_compiled_code() -> list[tuple[str, str]]:
     """``(name, "file:line")`` of each frame dynamo holds compiled code for now, graph breaks' resume functions
-    left out (``convert_frame.input_codes``, 2.8 - 2.15; ``[]`` where a torch lacks it)."""
+    (``torch_dynamo_resume_in_forward_at_58``) left out (``convert_frame.input_codes``, 2.8 - 2.15)."""
     from torch._dynamo import convert_frame
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     frames = []
-    for reference in list(getattr(getattr(convert_frame, "input_codes", None), "seen", ())):
+    for reference in list(convert_frame.input_codes.seen):
         code = reference()
-        if code is None or code.co_name.startswith(RESUME_PREFIX) or not _debug_get_cache_entry_list(code):
+        if code is None or code.co_name.startswith("torch_dynamo_resume_in_") or not _debug_get_cache_entry_list(code):
             continue
         frames.append(frame_where(code.co_name, code.co_filename, code.co_firstlineno))  # named as the tables name it
     return frames

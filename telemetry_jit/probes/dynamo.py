@@ -40,7 +40,6 @@ class _Window:
     breaks_before: dict[str, int]
     measuring: Any = None  # the meter's readings at the start
     timers: dict[str, int] = field(default_factory=dict)  # torch's timers at the start (compile_timers)
-    phases_s: dict[str, float] = field(default_factory=dict)  # what they timed within it
 
 
 class DynamoProbe:
@@ -140,43 +139,24 @@ class DynamoProbe:
                 return
             self._collect()
             frame_id = torch_compat.compile_frame_id(args.compile_id)
-            callers: tuple[str, ...] = ()
-            reasons: tuple[str, ...] = ()
-            where = None
-            options: dict[str, str | bool] = {}
+            record = CompileRecord("dynamo", args.compile_id, trigger, 0, 0, backend=self._backends.get(frame_id, ""))
             if trigger == "dynamo":
-                backend, where, options = torch_compat.current_compile()
-                callers = torch_compat.compile_callers()
+                record.backend, where, record.options = torch_compat.current_compile()
+                record.callers = torch_compat.compile_callers()
                 if torch_compat.compile_attempt(args.compile_id) > 0:
-                    reasons = torch_compat.recompile_reasons_in_progress()
-                self._backends[frame_id] = backend
-                if where is not None:
-                    self._frames[frame_id] = where
-            else:
-                backend = self._backends.get(frame_id, "")
+                    record.recompile_reasons = torch_compat.recompile_reasons_in_progress()
+                    # torch's metrics name the most recent entry's reason; one entry may say more
+                    record.recompile_reason = telling_reason(record.recompile_reasons)
+                self._backends[frame_id] = record.backend
+                if where is not None:  # one frame compiled for several modules names each compile's own
+                    record.frame, record.location = self._frames[frame_id] = where
             for log in self._logs:
                 log.entries.clear()
             self._lookups.clear()
-            context = self._context() if self._context is not None else None
+            record.context = self._context() if self._context is not None else None
             if self._on_compile_start is not None:
-                self._on_compile_start(self._describe(args.compile_id, trigger, reasons))
-            frame, location = where if where is not None else ("", "")
-            record = CompileRecord(
-                source="dynamo",
-                compile_id=args.compile_id,
-                trigger=trigger,
-                start_ns=time.time_ns(),
-                end_ns=0,
-                backend=backend,
-                frame=frame,  # one frame compiled for several modules names each compile's own
-                location=location,
-                # torch's metrics name the most recent entry's reason; one entry may say more
-                recompile_reason=telling_reason(reasons) if reasons else "",
-                recompile_reasons=reasons,
-                context=context,
-                callers=callers,
-                options=options,
-            )
+                self._on_compile_start(self._describe(args.compile_id, trigger, record.recompile_reasons))
+            record.start_ns = time.time_ns()
             self._open = _Window(
                 record,
                 breaks_before=dict(torch_compat.graph_break_counts()),
@@ -209,7 +189,7 @@ class DynamoProbe:
                 return
             record = window.record
             record.end_ns = time.time_ns()
-            window.phases_s = compile_timers.since(window.timers)
+            record.phase_times_s = compile_timers.since(window.timers)
             record.graph_breaks = self._graph_breaks_since(window.breaks_before, record.callers)
             record.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
             record.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
@@ -331,7 +311,6 @@ class DynamoProbe:
         else:
             record = window.record
             record.compile_id = compile_id
-            record.phase_times_s = window.phases_s
         if metric.is_forward is False:
             record.trigger = "lazy_backward"
         if not record.recompile_reasons:

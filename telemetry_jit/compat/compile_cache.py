@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 import logging
 import re
 from collections.abc import Callable
@@ -66,12 +65,9 @@ _aot_parts: tuple[str, str] = ("", "")  # the last key whose parts torch logged,
 _told_from_log = ""  # the key of an AOTAutograd miss told from the log: its later event is not told again
 
 
-def watch(listener: Listener) -> bool:
-    """Tell ``listener`` every cache look-up until :func:`unwatch`; ``False`` where this torch cannot."""
+def watch(listener: Listener) -> None:
+    """Tell ``listener`` every cache look-up until :func:`unwatch`."""
     global _installed
-    logger = getattr(_dynamo_utils, "ChromiumEventLogger", None)
-    if not callable(getattr(logger, "log_instant_event", None)):
-        return False
     if listener not in _listeners:
         _listeners.append(listener)
     if _installed is None:
@@ -85,7 +81,6 @@ def watch(listener: Listener) -> bool:
         wrapper = torch.compiler.disable(log_instant_event, recursive=True)  # see compat.torch.never_traced
         _dynamo_utils.ChromiumEventLogger.log_instant_event = wrapper  # type: ignore[method-assign]
         _installed = (wrapper, previous)
-    return True
 
 
 MAX_LOADED_KEYS = 100_000
@@ -93,19 +88,14 @@ _loaded_keys: set[str] = set()
 _loading_watched = False
 
 
-def watch_loaded_artifacts() -> bool:
-    """Remember the keys of every mega-cache artifact loaded from now on, whatever name loads it; ``False``
-    where this torch has no ``CacheArtifactManager.populate_caches``."""
+def watch_loaded_artifacts() -> None:
+    """Remember the keys of every mega-cache artifact loaded from now on, whatever name loads it."""
     global _loading_watched
     if _loading_watched:
-        return True
-    try:
-        manager = getattr(importlib.import_module("torch.compiler._cache"), "CacheArtifactManager", None)
-    except ImportError:
-        return False
-    previous = getattr(manager, "populate_caches", None)
-    if manager is None or not callable(previous):
-        return False
+        return
+    from torch.compiler._cache import CacheArtifactManager as manager
+
+    previous = manager.populate_caches
 
     def populate_caches(artifacts: Any) -> Any:
         info = previous(artifacts)
@@ -114,9 +104,8 @@ def watch_loaded_artifacts() -> bool:
                 _loaded_keys.update(str(key) for key in keys[: max(MAX_LOADED_KEYS - len(_loaded_keys), 0)])
         return info
 
-    manager.populate_caches = staticmethod(populate_caches)
+    manager.populate_caches = staticmethod(populate_caches)  # type: ignore[method-assign]
     _loading_watched = True
-    return True
 
 
 def unwatch(listener: Listener) -> None:

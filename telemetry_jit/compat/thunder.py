@@ -113,9 +113,6 @@ class ThunderGraph:
     splits: list[tuple[str, str]]  # why thunder left an op to torch: (reason, "file:line" of the op)
 
 
-_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-
-
 def split_graph(compiler: Any, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple[Any, ThunderGraph]:
     """Run ``compiler`` on a dynamo graph; return its split graph and what thunder made of it. Call it under
     ``torch_compat.eager_graph_modules``: generating a piece's code lazily in thunder's interpreter fails."""
@@ -129,13 +126,9 @@ def split_graph(compiler: Any, graph: torch.fx.GraphModule, example_inputs: list
         text = f"thunder split ({reason.reason_type.name}): {reason.info}"
         if reason.exception:
             text += f"\n{reason.exception}"
-        node = nodes.get(_node_name(reason.info or ""))
-        frames = _STACK_FRAME.findall((node.meta.get("stack_trace") or "") if node is not None else "")
+        named = re.search(r"name: (\S+)", reason.info or "")  # thunder's reasons read "node with name: <name> and ..."
+        node = nodes.get(named.group(1)) if named else None
+        trace = (node.meta.get("stack_trace") or "") if node is not None else ""
+        frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
         splits.append((text, f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""))
     return split, ThunderGraph(len(compiler.subgraph_infos) - 1, modules, splits)
-
-
-def _node_name(info: str) -> str:
-    # thunder's split reasons read "node with name: <name> and target: ..."
-    match = re.search(r"name: (\S+)", info)
-    return match.group(1) if match else ""

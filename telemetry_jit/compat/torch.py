@@ -219,7 +219,9 @@ def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool
     frame = _compile_frame(sys._getframe(1))
     if frame is None:
         return "", None, _options(None, None)
-    backend = _innermost_backend(frame.f_locals["compiler_fn"])
+    backend = frame.f_locals["compiler_fn"]
+    while hasattr(backend, "_torchdynamo_orig_backend"):  # torch >= 2.10's eval_frame.innermost_backend (2.8 lacks it)
+        backend = backend._torchdynamo_orig_backend
     name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
     code = frame.f_locals.get("code")
     where = (
@@ -339,13 +341,6 @@ def eager_graph_modules() -> Iterator[None]:
 
     with _use_lazy_graph_module(False):
         yield
-
-
-def _innermost_backend(backend: Any) -> Any:
-    # torch >= 2.10's eval_frame.innermost_backend does the same; older torch has no such helper
-    while hasattr(backend, "_torchdynamo_orig_backend"):
-        backend = backend._torchdynamo_orig_backend
-    return backend
 
 
 # -- compile ids: "<frame>/<attempt>", with prefixes for compiled autograd ("!0/1") and suffixes for restarts --
@@ -481,16 +476,10 @@ def input_shapes(metric: Any) -> list[str]:
             break
         if not str(name).startswith("l_") or "_parameters_" in name or "_buffers_" in name:
             continue  # an intermediate node, or a module's own tensor (static by default)
-        if isinstance(shape, list):
-            said.append(f"{_input_name(str(name))}: [{', '.join(str(dim) for dim in shape)}]")
+        if isinstance(shape, list):  # named as the user wrote the argument: l_x_ is x, l_args_0_ args[0]
+            argument = re.sub(r"^(args|kwargs)_(\w+)$", r"\1[\2]", str(name).removeprefix("l_").removesuffix("_"))
+            said.append(f"{argument}: [{', '.join(str(dim) for dim in shape)}]")
     return said
-
-
-def _input_name(node: str) -> str:
-    """A placeholder's name as the user wrote the argument: ``l_x_`` is ``x``, ``l_args_0_`` ``args[0]``."""
-    name = node.removeprefix("l_").removesuffix("_")
-    found = re.fullmatch(r"(args|kwargs)_(\w+)", name)
-    return f"{found[1]}[{found[2]}]" if found else name
 
 
 def cache_outcome(metric: Any) -> dict[str, float]:

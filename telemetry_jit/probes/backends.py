@@ -4,6 +4,7 @@ Found through the entry point group ``telemetry_jit.compilers`` or registered wi
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -52,7 +53,6 @@ class CompilerBackend(Protocol):
 
 
 _BACKENDS: dict[str, CompilerBackend] = {}  # registered by hand
-_FOUND: dict[tuple[str, ...], dict[str, CompilerBackend]] = {}  # by sys.path: the entry points found on it
 _LOADED: dict[str, CompilerBackend] = {}  # by entry point value
 
 
@@ -81,14 +81,12 @@ def compiler_backend(name: str) -> CompilerBackend:
 
 def backends() -> list[CompilerBackend]:
     """The backends installed packages declare (entry points) and those registered by hand, which win."""
-    key = tuple(sys.path)
-    if key not in _FOUND:
-        _FOUND.clear()
-        _FOUND[key] = _discover()
-    return list({**_FOUND[key], **_BACKENDS}.values())
+    return list({**_discover(tuple(sys.path)), **_BACKENDS}.values())
 
 
-def _discover() -> dict[str, CompilerBackend]:
+@functools.lru_cache(maxsize=1)
+def _discover(path: tuple[str, ...]) -> dict[str, CompilerBackend]:
+    """The entry points found on ``path`` (``sys.path``): looked for again when it changes."""
     found = {}
     for entry in metadata.entry_points(group=ENTRY_POINTS):
         backend = _LOADED.get(entry.value) or _load(entry)

@@ -23,7 +23,8 @@ from typing import Any
 import torch
 from torch._dynamo import utils as _dynamo_utils
 
-_LAYERS = (("autograd_cache_", "aot_autograd"), ("fx_graph_cache_", "fx_graph"))
+_EVENT = re.compile(r"(autograd|fx_graph)_cache_(hit|miss|bypass)")  # an instant event that is a look-up
+_LAYERS = {"autograd": "aot_autograd", "fx_graph": "fx_graph"}
 _STATES = ("hit", "miss", "bypass")
 _PART = re.compile(r"\[(\w+)\] ([^:\n]+): (.*)", re.DOTALL)
 _TENSOR = re.compile(
@@ -159,11 +160,8 @@ def _tell_lookup(lookup: Lookup | None) -> None:
 
 def parse_lookup(event_name: str, metadata: Any) -> Lookup | None:
     """A :class:`Lookup` from an instant event's name and ``CacheInfo``; ``None`` for other events."""
-    found = next((pair for pair in _LAYERS if event_name.startswith(pair[0])), None)
-    if found is None or event_name[len(found[0]) :] not in _STATES:
-        return None
-    prefix, layer = found
-    return _lookup(layer, event_name[len(prefix) :], metadata if isinstance(metadata, dict) else {})
+    found = _EVENT.fullmatch(event_name)
+    return _lookup(_LAYERS[found[1]], found[2], metadata if isinstance(metadata, dict) else {}) if found else None
 
 
 def _lookup(layer: str, state: str, info: dict[str, Any]) -> Lookup:

@@ -153,17 +153,16 @@ def _cgroup_limits() -> list[tuple[int, str]]:
         else:
             continue
         for root in roots:
-            folder = Path(root + path)
-            while folder.is_relative_to(root):
+            leaf = Path(root + path)
+            for folder in [leaf, *leaf.parents]:
+                if not folder.is_relative_to(root):
+                    break
                 try:
                     text = (folder / name).read_text().strip()
                 except OSError:
                     text = ""
                 if text.isdigit():
                     found.append((int(text), f"the cgroup's {name} ({folder / name})"))
-                if str(folder) == root:
-                    break
-                folder = folder.parent
     return found
 
 

@@ -53,12 +53,10 @@ def add_compile_callbacks(on_start: Callback, on_end: Callback) -> None:
 
 
 def remove_compile_callbacks(on_start: Callback, on_end: Callback) -> None:
-    for remove, callback in (
-        (callback_handler.remove_start_callback, on_start),
-        (callback_handler.remove_end_callback, on_end),
-    ):
-        with contextlib.suppress(ValueError):  # torch._dynamo.reset() clears all callbacks
-            remove(callback)
+    with contextlib.suppress(ValueError):  # torch._dynamo.reset() clears all callbacks
+        callback_handler.remove_start_callback(on_start)
+    with contextlib.suppress(ValueError):
+        callback_handler.remove_end_callback(on_end)
 
 
 def compile_start_callbacks() -> Sequence[Callback]:

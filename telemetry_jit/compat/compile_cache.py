@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 from torch._dynamo import utils as _dynamo_utils
+from torch._prims_common import make_contiguous_strides_for
 
 _EVENT = re.compile(r"(autograd|fx_graph)_cache_(hit|miss|bypass)")  # an instant event that is a look-up
 _LAYERS = {"autograd": "aot_autograd", "fx_graph": "fx_graph"}
@@ -208,11 +209,7 @@ def parse_parts(lines: Any) -> dict[str, tuple[str, str]]:
 
 def process_groups(code: str) -> str:
     """The process groups a graph's collectives run on, by the names torch bakes into its code: ``"'1', '3'"``."""
-    names = set()
-    for arguments in _COLLECTIVE.findall(code):
-        quoted = re.findall(r"'([^']*)'", arguments)
-        if quoted:
-            names.add(quoted[-1])
+    names = {quoted[-1] for arguments in _COLLECTIVE.findall(code) if (quoted := re.findall(r"'([^']*)'", arguments))}
     return ", ".join(f"'{name}'" for name in sorted(names))
 
 
@@ -222,11 +219,8 @@ def readable(value: str) -> str:
     tensor = _TENSOR.match(value)
     if tensor is not None:
         dtype, shape, stride, device, index = tensor.groups()
-        sizes = [int(size) for size in re.findall(r"-?\d+", shape)]
-        contiguous = [1] * len(sizes)
-        for dim in range(len(sizes) - 2, -1, -1):
-            contiguous[dim] = contiguous[dim + 1] * max(sizes[dim + 1], 1)
-        layout = "" if [int(step) for step in re.findall(r"-?\d+", stride)] == contiguous else f" stride {stride}"
+        contiguous = make_contiguous_strides_for([int(size) for size in re.findall(r"-?\d+", shape)])
+        layout = "" if tuple(int(step) for step in re.findall(r"-?\d+", stride)) == contiguous else f" stride {stride}"
         return f"{dtype}[{shape}]{layout} {device}{':' + index if index else ''}"
     if len(value) > _VALUE_CHARS or not value.isprintable():
         return ""

@@ -6,6 +6,7 @@ does no work per training step beyond noticing that nothing changed."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -194,8 +195,7 @@ class DynamoProbe:
             record.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
             record.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
             self._ddp_log.entries.clear()
-            record.cache_bypasses = list(self._bypass_log.entries)
-            self._bypass_log.entries.clear()
+            record.cache_bypasses, self._bypass_log.entries = self._bypass_log.entries, []
             record.cache_lookups, self._lookups = self._lookups, []
             self._finished.setdefault((record.compile_id, record.trigger == "dynamo"), []).append(window)
         except Exception as error:  # noqa: BLE001
@@ -338,11 +338,7 @@ class DynamoProbe:
 def _stack(callers: tuple[str, ...], traced: tuple[str, ...], location: str) -> tuple[str, ...]:
     """The frames that led to a graph break, outermost first, each once: the compiled frame's callers,
     the line dynamo was tracing in it, the line that broke."""
-    stack: list[str] = []
-    for frame in (*callers, *traced, location):
-        if frame and (not stack or stack[-1] != frame):
-            stack.append(frame)
-    return tuple(stack)
+    return tuple(frame for frame, _ in itertools.groupby(f for f in (*callers, *traced, location) if f))
 
 
 def _warn(error: Exception) -> None:

@@ -88,7 +88,7 @@ class CompileTelemetry:
                 )
         else:
             self._owns_application = session.start_application()
-        self._driver.start(self._position, rank=self._rank, model=self.model)
+        self._driver.start(lambda: Position(self.global_step, self.stage), rank=self._rank, model=self.model)
         if self.payoff_settings is not None:
             self._driver.payoff_started(self.payoff_settings)
 
@@ -110,6 +110,3 @@ class CompileTelemetry:
         if self._owns_application:  # it started the application: its end is the session's
             self._owns_application = False
             self._driver.session.shutdown()
-
-    def _position(self) -> Position:
-        return Position(self.global_step, self.stage)

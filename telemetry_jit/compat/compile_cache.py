@@ -13,9 +13,7 @@ A hit whose key ``torch.compiler.load_cache_artifacts`` loaded (``CacheArtifactM
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
-import importlib
 import logging
 import re
 from collections.abc import Callable
@@ -24,8 +22,10 @@ from typing import Any
 
 import torch
 from torch._dynamo import utils as _dynamo_utils
+from torch._prims_common import make_contiguous_strides_for
 
-_LAYERS = (("autograd_cache_", "aot_autograd"), ("fx_graph_cache_", "fx_graph"))
+_EVENT = re.compile(r"(autograd|fx_graph)_cache_(hit|miss|bypass)")  # an instant event that is a look-up
+_LAYERS = {"autograd": "aot_autograd", "fx_graph": "fx_graph"}
 _STATES = ("hit", "miss", "bypass")
 _PART = re.compile(r"\[(\w+)\] ([^:\n]+): (.*)", re.DOTALL)
 _TENSOR = re.compile(
@@ -53,11 +53,7 @@ class Lookup:
     bypass_reason: str = ""
     saved_s: float = 0.0  # what a hit saved, as torch measured the original compile
     loaded: bool = False  # its key came with artifacts loaded by torch.compiler.load_cache_artifacts
-
-    @functools.cached_property
-    def settings_digest(self) -> str:
-        """:func:`settings_digest` of ``settings``, computed once for every listener."""
-        return settings_digest(self.settings)
+    settings_digest: str = ""  # :func:`settings_digest` of ``settings``, computed once for every listener
 
 
 Listener = Callable[[Lookup], None]
@@ -71,12 +67,9 @@ _aot_parts: tuple[str, str] = ("", "")  # the last key whose parts torch logged,
 _told_from_log = ""  # the key of an AOTAutograd miss told from the log: its later event is not told again
 
 
-def watch(listener: Listener) -> bool:
-    """Tell ``listener`` every cache look-up until :func:`unwatch`; ``False`` where this torch cannot."""
+def watch(listener: Listener) -> None:
+    """Tell ``listener`` every cache look-up until :func:`unwatch`."""
     global _installed
-    logger = getattr(_dynamo_utils, "ChromiumEventLogger", None)
-    if not callable(getattr(logger, "log_instant_event", None)):
-        return False
     if listener not in _listeners:
         _listeners.append(listener)
     if _installed is None:
@@ -90,7 +83,6 @@ def watch(listener: Listener) -> bool:
         wrapper = torch.compiler.disable(log_instant_event, recursive=True)  # see compat.torch.never_traced
         _dynamo_utils.ChromiumEventLogger.log_instant_event = wrapper  # type: ignore[method-assign]
         _installed = (wrapper, previous)
-    return True
 
 
 MAX_LOADED_KEYS = 100_000
@@ -98,19 +90,14 @@ _loaded_keys: set[str] = set()
 _loading_watched = False
 
 
-def watch_loaded_artifacts() -> bool:
-    """Remember the keys of every mega-cache artifact loaded from now on, whatever name loads it; ``False``
-    where this torch has no ``CacheArtifactManager.populate_caches``."""
+def watch_loaded_artifacts() -> None:
+    """Remember the keys of every mega-cache artifact loaded from now on, whatever name loads it."""
     global _loading_watched
     if _loading_watched:
-        return True
-    try:
-        manager = getattr(importlib.import_module("torch.compiler._cache"), "CacheArtifactManager", None)
-    except ImportError:
-        return False
-    previous = getattr(manager, "populate_caches", None)
-    if manager is None or not callable(previous):
-        return False
+        return
+    from torch.compiler._cache import CacheArtifactManager as manager
+
+    previous = manager.populate_caches
 
     def populate_caches(artifacts: Any) -> Any:
         info = previous(artifacts)
@@ -119,9 +106,8 @@ def watch_loaded_artifacts() -> bool:
                 _loaded_keys.update(str(key) for key in keys[: max(MAX_LOADED_KEYS - len(_loaded_keys), 0)])
         return info
 
-    manager.populate_caches = staticmethod(populate_caches)
+    manager.populate_caches = staticmethod(populate_caches)  # type: ignore[method-assign]
     _loading_watched = True
-    return True
 
 
 def unwatch(listener: Listener) -> None:
@@ -175,18 +161,15 @@ def _tell_lookup(lookup: Lookup | None) -> None:
 
 def parse_lookup(event_name: str, metadata: Any) -> Lookup | None:
     """A :class:`Lookup` from an instant event's name and ``CacheInfo``; ``None`` for other events."""
-    found = next((pair for pair in _LAYERS if event_name.startswith(pair[0])), None)
-    if found is None or event_name[len(found[0]) :] not in _STATES:
-        return None
-    prefix, layer = found
-    return _lookup(layer, event_name[len(prefix) :], metadata if isinstance(metadata, dict) else {})
+    found = _EVENT.fullmatch(event_name)
+    return _lookup(_LAYERS[found[1]], found[2], metadata if isinstance(metadata, dict) else {}) if found else None
 
 
 def _lookup(layer: str, state: str, info: dict[str, Any]) -> Lookup:
     saved_ns = info.get("time_saved_ns")
     saved_ms = info.get("time_saved_ms")
     parts = parse_parts(info.get("components") or ())
-    settings = {name: part for name, part in parts.items() if settings_group(name)}
+    settings = {name: part for name, part in parts.items() if name.split("[", 1)[0] in SETTINGS_GROUPS}
     return Lookup(
         layer=layer,
         state=state,
@@ -196,6 +179,7 @@ def _lookup(layer: str, state: str, info: dict[str, Any]) -> Lookup:
         bypass_reason=str(info.get("cache_bypass_reason") or ""),
         saved_s=float(saved_ns) / 1e9 if saved_ns else float(saved_ms or 0) / 1e3,
         loaded=str(info.get("key") or "") in _loaded_keys,
+        settings_digest=settings_digest(settings),
     )
 
 
@@ -225,11 +209,7 @@ def parse_parts(lines: Any) -> dict[str, tuple[str, str]]:
 
 def process_groups(code: str) -> str:
     """The process groups a graph's collectives run on, by the names torch bakes into its code: ``"'1', '3'"``."""
-    names = set()
-    for arguments in _COLLECTIVE.findall(code):
-        quoted = re.findall(r"'([^']*)'", arguments)
-        if quoted:
-            names.add(quoted[-1])
+    names = {quoted[-1] for arguments in _COLLECTIVE.findall(code) if (quoted := re.findall(r"'([^']*)'", arguments))}
     return ", ".join(f"'{name}'" for name in sorted(names))
 
 
@@ -239,21 +219,12 @@ def readable(value: str) -> str:
     tensor = _TENSOR.match(value)
     if tensor is not None:
         dtype, shape, stride, device, index = tensor.groups()
-        sizes = [int(size) for size in re.findall(r"-?\d+", shape)]
-        contiguous = [1] * len(sizes)
-        for dim in range(len(sizes) - 2, -1, -1):
-            contiguous[dim] = contiguous[dim + 1] * max(sizes[dim + 1], 1)
-        layout = "" if [int(step) for step in re.findall(r"-?\d+", stride)] == contiguous else f" stride {stride}"
+        contiguous = make_contiguous_strides_for([int(size) for size in re.findall(r"-?\d+", shape)])
+        layout = "" if tuple(int(step) for step in re.findall(r"-?\d+", stride)) == contiguous else f" stride {stride}"
         return f"{dtype}[{shape}]{layout} {device}{':' + index if index else ''}"
     if len(value) > _VALUE_CHARS or not value.isprintable():
         return ""
     return value
-
-
-def settings_group(name: str) -> str:
-    """The settings group a part belongs to (``inductor_config`` for ``inductor_config[max_autotune]``), or ""."""
-    group = name.split("[", 1)[0]
-    return group if group in SETTINGS_GROUPS else ""
 
 
 def settings_digest(settings: dict[str, tuple[str, str]]) -> str:

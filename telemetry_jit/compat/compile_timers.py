@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch._dynamo import utils as _dynamo_utils
 
@@ -30,20 +28,15 @@ def features() -> list[str]:
     return [name for name, present in offered.items() if present]
 
 
-def _timers() -> dict[str, Any]:
-    timers = getattr(_dynamo_utils, "compilation_time_metrics", None)
-    return timers if isinstance(timers, dict) else {}
-
-
 def snapshot() -> dict[str, int]:
     """How many entries each timer read holds now (cheap: a few dictionary look-ups)."""
-    timers = _timers()
+    timers = _dynamo_utils.compilation_time_metrics
     return {name: len(timers.get(name) or ()) for names in PHASES.values() for name in names}
 
 
 def since(before: dict[str, int]) -> dict[str, float]:
     """Seconds per phase the timers recorded since ``before``; a phase torch did not time is absent."""
-    timers = _timers()
+    timers = _dynamo_utils.compilation_time_metrics
     tails = {name: (timers.get(name) or [])[before.get(name, 0) :] for names in PHASES.values() for name in names}
     seconds = {
         phase: sum(float(t) for name in names for t in tails[name])

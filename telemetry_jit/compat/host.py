@@ -115,24 +115,19 @@ def clock_ticks() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * _TICKS)
 
 
-def parse_size(text: str) -> int:
-    """``"8G"``, ``"512MiB"``, ``"1000000"`` -> bytes (K, M, G, T are powers of 1024)."""
-    match = _SIZE.fullmatch(text)
-    if match is None:
-        raise ValueError(f"{text!r} is not a size: give bytes or a number with K, M, G or T (e.g. 8G)")
-    number, unit = float(match.group(1)), match.group(2).lower()
-    return int(number * 1024 ** ("kmgt".index(unit) + 1 if unit else 0))
-
-
 def memory_limit() -> tuple[int, str]:
     """The memory this process may use and what says so: ``TELEMETRY_JIT_MEMORY_LIMIT``, else the tightest
     cgroup limit up to the root, else the machine's memory; ``(0, "")`` where none can be read."""
     given = os.environ.get(MEMORY_LIMIT_VARIABLE, "").strip()
-    if given:
-        try:
-            return parse_size(given), MEMORY_LIMIT_VARIABLE
-        except ValueError as error:
-            raise ValueError(f"{MEMORY_LIMIT_VARIABLE}={given!r}: {error}; or unset it") from None
+    if given:  # 8G, 512MiB, 1000000: K, M, G, T are powers of 1024
+        size = _SIZE.fullmatch(given)
+        if size is None:
+            raise ValueError(
+                f"{MEMORY_LIMIT_VARIABLE}={given!r} is not a size: give bytes or a number with K, M, G or T (e.g. 8G); "
+                "or unset it"
+            )
+        unit = size.group(2).lower()
+        return int(float(size.group(1)) * 1024 ** ("kmgt".index(unit) + 1 if unit else 0)), MEMORY_LIMIT_VARIABLE
     limits = [(limit, where) for limit, where in _cgroup_limits() if 0 < limit < _UNLIMITED]
     if limits:
         return min(limits)
@@ -158,17 +153,16 @@ def _cgroup_limits() -> list[tuple[int, str]]:
         else:
             continue
         for root in roots:
-            folder = Path(root + path)
-            while folder.is_relative_to(root):
+            leaf = Path(root + path)
+            for folder in [leaf, *leaf.parents]:
+                if not folder.is_relative_to(root):
+                    break
                 try:
                     text = (folder / name).read_text().strip()
                 except OSError:
                     text = ""
                 if text.isdigit():
                     found.append((int(text), f"the cgroup's {name} ({folder / name})"))
-                if str(folder) == root:
-                    break
-                folder = folder.parent
     return found
 
 

@@ -1,11 +1,5 @@
-"""The nv-one-logger adapter: the internals of nv-one-logger 2.3 that telemetry-jit relies on.
-
-Its public API (``TrainingTelemetryProvider``, the ``callbacks`` module, ``Span``/``Event``) is used
-directly; what it does not offer publicly is here: handing an already finished span to the
-recorder's exporters through its own export filter and error handling, trimming the event list
-nv-one-logger keeps on a running span, forgetting the per-process configuration, and its
-per-iteration bookkeeping without the iteration spans nobody exports (:class:`IterationBookkeeping`).
-"""
+"""The nv-one-logger adapter: the internals of nv-one-logger 2.3 that telemetry-jit relies on (its public API,
+``TrainingTelemetryProvider``, the ``callbacks`` module, ``Span``/``Event``, is used directly)."""
 
 from __future__ import annotations
 
@@ -47,8 +41,8 @@ class _DisableWatch(logging.Handler):
 
 
 def when_disabled(said: Callable[[str], None]) -> None:
-    """Call ``said(error)`` when nv-one-logger disables itself after an error in its own code (its
-    error strategy says so only in its log file). Replaces an earlier watch."""
+    """Call ``said(error)`` when nv-one-logger disables itself after an error in its own code (its error strategy
+    says so only in its log file). Replaces an earlier watch."""
     logger = logging.getLogger("nv_one_logger")  # its modules' loggers propagate here
     for handler in [h for h in logger.handlers if isinstance(h, _DisableWatch)]:
         logger.removeHandler(handler)
@@ -77,14 +71,13 @@ def application_ended(provider: Any) -> bool:
 
 
 def is_exported(recorder: DefaultRecorder, span: Any) -> bool:
-    """Whether the recorder's export filter (nv-one-logger's span blacklist) lets ``span`` through
-    (the filter reads only ``span.name``)."""
+    """Whether the recorder's export filter (its span blacklist, which reads only ``span.name``) lets it through."""
     return recorder._should_export_span(span)
 
 
 def export_each(recorder: DefaultRecorder, span: S, deliver: Callable[[Exporter, S], None]) -> None:
-    """``deliver(exporter, span)`` for each of the recorder's exporters, through the recorder's own
-    export filter and per-exporter error handling (a span recorded after it ended, handed over whole)."""
+    """``deliver(exporter, span)`` for each of the recorder's exporters, through its export filter and
+    per-exporter error handling (a span recorded after it ended, handed over whole)."""
     if not is_exported(recorder, span):
         return
     for exporter in recorder._exporters:
@@ -97,16 +90,13 @@ def exporters(recorder: DefaultRecorder) -> list[Exporter]:
 
 
 def is_running(span: Span) -> bool:
-    """``span.active``, without formatting every event of the span into an assertion message first
-    (``Span.active`` does, on every call)."""
+    """``span.active``, without formatting every event of the span into an assertion message (as it does)."""
     return span.stop_event is None
 
 
 def forget_configuration() -> None:
-    """Forget the process's nv-one-logger configuration, so the next ``instance()`` is unconfigured.
-
-    nv-one-logger allows one configuration per process; tests and benchmarks need several.
-    """
+    """Forget the process's nv-one-logger configuration (it allows one per process; tests and benchmarks need
+    several): the next ``instance()`` is unconfigured."""
     from nv_one_logger.core.internal.singleton import SingletonMeta
 
     SingletonMeta._instances.clear()
@@ -134,16 +124,12 @@ _new_timestamp, _wall_clock, _perf_counter = object.__new__, time.time, time.per
 class IterationBookkeeping:
     """nv-one-logger's per-iteration calls, at a fraction of their cost when nobody sees the spans.
 
-    ``TrainingRecorder.on_training_single_iteration_start/end`` update its timers and counters, send
-    ``training_metrics_update`` every N iterations, and start and stop an iteration span, which
-    costs most of the ~200 us a step and which nv-one-logger's default blacklist keeps from every
-    exporter. When the iteration spans would not be exported and the installed nv-one-logger is one
-    this was verified against, the fast path does the same bookkeeping without the span: exporters
-    receive the same records, nv-one-logger's timers read the same once an iteration ends (while a
-    training iteration after the first runs, its start is held here, not on the timer: nv-one-logger
-    reads a running window only to end it, which the fast path does). Otherwise (iteration spans
-    exported, an unverified nv-one-logger, or ``fast=False``) it calls nv-one-logger's own methods.
-    """
+    ``TrainingRecorder.on_training_single_iteration_start/end`` also start and stop an iteration span, most of
+    the ~200 us a step, which nv-one-logger's default blacklist keeps from every exporter. When the spans would
+    not be exported and the installed nv-one-logger is one this was verified against, the fast path does the same
+    bookkeeping without the span: exporters receive the same records, nv-one-logger's timers read the same once an
+    iteration ends (a running training iteration's start, past the first, is held here: nv-one-logger reads a
+    running window only to end it). Otherwise (or ``fast=False``) it calls nv-one-logger's own methods."""
 
     def __init__(self, recorder: TrainingRecorder, fast: bool = True) -> None:
         self.recorder = recorder
@@ -160,9 +146,7 @@ class IterationBookkeeping:
         self._training_timer, self._validation_timer = timers[_TRAINING], timers[_VALIDATION]
 
     def _own_path(self, call: Any, now: TracingTimestamp) -> None:
-        """nv-one-logger's own per-iteration ``call``, while it records (its recorder would log a
-        warning for each call it skips)."""
-        if telemetry_enabled():
+        if telemetry_enabled():  # its recorder would log a warning for each call it skips
             call(now)
 
     def training_start(self) -> None:
@@ -177,13 +161,9 @@ class IterationBookkeeping:
             self._own_path(self.recorder.on_training_single_iteration_start, TracingTimestamp.now())
 
     def training_end(self) -> None:
-        """End the iteration :meth:`training_start` began, if one is running (Lightning may skip a
-        batch's end).
-
-        The fast path is TrainingRecorder.on_training_single_iteration_end (2.3.1) step 1 inline; step 2
-        (the metrics update, which checks again whether it is due) runs only when due; step 3 stops
-        the span, which the fast path never started. Once nv-one-logger has stopped recording, the
-        fast path keeps its timers going (nobody reads them then) and sends nothing."""
+        """End the iteration :meth:`training_start` began, if one is running (Lightning may skip a batch's end).
+        The fast path is TrainingRecorder.on_training_single_iteration_end (2.3.1) inline without stopping the
+        span; once nv-one-logger has stopped recording, it keeps its timers going and sends nothing."""
         timer = self._training_timer
         started = self._training_started
         if started is None:
@@ -244,7 +224,7 @@ class IterationBookkeeping:
                 del loop.events[1:]
 
     def _count_flops(self, samples: int, config: Any) -> None:
-        state = self.recorder._training_state
+        state = self._state
         assert_that(
             config.flops_per_sample and config.flops_per_sample > 0,
             "flops_per_sample must be set to a positive value when is_log_throughput_enabled is True",

@@ -1,5 +1,4 @@
-"""The lightning-thunder adapter: importing it on the torch versions users have, and reading
-``thunder.compile_stats``.
+"""The lightning-thunder adapter: importing it on the torch versions users have, and its compilers.
 
 lightning-thunder 0.2.6 lists torch's named-tensor methods in its op table at import; torch 2.13 removed them.
 Only when they are missing, :func:`import_thunder` adds stand-ins that raise, imports thunder, and removes them
@@ -23,7 +22,6 @@ SUPPORTED = "lightning-thunder 0.2.x (0.2.6 tested) with torch 2.8 - 2.13"
 
 _log = logging.getLogger(__name__)
 _import_error: ImportError | None = None
-_bridged: tuple[str, ...] = ()  # the named-tensor methods stood in for while thunder imported
 
 
 def _removed(name: str):  # noqa: ANN202 - a stand-in with the name thunder's table expects
@@ -37,7 +35,7 @@ def _removed(name: str):  # noqa: ANN202 - a stand-in with the name thunder's ta
 
 def import_thunder() -> ModuleType:
     """Import and return ``thunder``, bridging torch's removed named-tensor methods; ``ImportError`` if it can't."""
-    global _import_error, _bridged
+    global _import_error
     if _import_error is not None:
         raise _import_error
     if sys.modules.get("thunder") is not None:
@@ -52,7 +50,6 @@ def import_thunder() -> ModuleType:
         )
         for name in missing:
             setattr(torch.Tensor, name, _removed(name))
-        _bridged = tuple(missing)
     try:
         with warnings.catch_warnings():
             # thunder says this at import on every machine without NVIDIA's Transformer Engine (all CPUs):
@@ -79,32 +76,6 @@ def import_thunder() -> ModuleType:
         for name in missing:
             delattr(torch.Tensor, name)
     return thunder
-
-
-def bridged_methods() -> tuple[str, ...]:
-    """The ``Tensor`` methods :func:`import_thunder` stood in for (and removed again)."""
-    return _bridged
-
-
-class ThunderStats:
-    """What ``thunder.compile_stats`` says about one jitted module (times in ``time.perf_counter_ns``)."""
-
-    def __init__(self, thunder_module: Any) -> None:
-        self._stats = import_thunder().compile_stats(thunder_module)
-
-    @property
-    def cache_hits(self) -> int:
-        return self._stats.cache_hits
-
-    @property
-    def cache_misses(self) -> int:
-        return self._stats.cache_misses
-
-    def last_compile_window(self) -> tuple[int, int, int]:
-        """``(tracing start, tracing end, end)`` of the last cache miss (transforms and prologue run before its end)."""
-        stats = self._stats
-        start, traced = stats.last_trace_tracing_start, stats.last_trace_tracing_stop
-        return start, traced, max(stats.last_trace_host_execution_stop or traced, traced)
 
 
 def _transforms(nvtx_ranges: bool) -> list[Any]:
@@ -142,9 +113,6 @@ class ThunderGraph:
     splits: list[tuple[str, str]]  # why thunder left an op to torch: (reason, "file:line" of the op)
 
 
-_STACK_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
-
-
 def split_graph(compiler: Any, graph: torch.fx.GraphModule, example_inputs: list[Any]) -> tuple[Any, ThunderGraph]:
     """Run ``compiler`` on a dynamo graph; return its split graph and what thunder made of it. Call it under
     ``torch_compat.eager_graph_modules``: generating a piece's code lazily in thunder's interpreter fails."""
@@ -158,13 +126,9 @@ def split_graph(compiler: Any, graph: torch.fx.GraphModule, example_inputs: list
         text = f"thunder split ({reason.reason_type.name}): {reason.info}"
         if reason.exception:
             text += f"\n{reason.exception}"
-        node = nodes.get(_node_name(reason.info or ""))
-        frames = _STACK_FRAME.findall((node.meta.get("stack_trace") or "") if node is not None else "")
+        named = re.search(r"name: (\S+)", reason.info or "")  # thunder's reasons read "node with name: <name> and ..."
+        node = nodes.get(named.group(1)) if named else None
+        trace = (node.meta.get("stack_trace") or "") if node is not None else ""
+        frames = re.findall(r'File "([^"]+)", line (\d+)', trace)
         splits.append((text, f"{frames[-1][0]}:{frames[-1][1]}" if frames else ""))
     return split, ThunderGraph(len(compiler.subgraph_infos) - 1, modules, splits)
-
-
-def _node_name(info: str) -> str:
-    # thunder's split reasons read "node with name: <name> and target: ..."
-    match = re.search(r"name: (\S+)", info)
-    return match.group(1) if match else ""

@@ -24,15 +24,8 @@ SUPPORTED = "torch 2.8 - 2.15"
 _FIRST, _LAST = (2, 8), (2, 15)
 
 
-def version_tuple(version: str) -> tuple[int, int, int]:
-    """``"2.15.0+cu132"`` -> ``(2, 15, 0)``: release numbers only, local labels and pre-release tags dropped."""
-    numbers = [int(re.sub(r"\D.*", "", part) or 0) for part in version.split("+")[0].split(".")[:3]]
-    numbers += [0] * (3 - len(numbers))
-    return numbers[0], numbers[1], numbers[2]
-
-
-VERSION = version_tuple(torch.__version__)
-if VERSION[:2] < _FIRST:
+VERSION = tuple(int(number) for number in re.findall(r"\d+", torch.__version__)[:2])  # "2.15.0+cu132": (2, 15)
+if VERSION < _FIRST:
     raise ImportError(
         f"telemetry-jit needs torch >= 2.8 (tested: {SUPPORTED}); found torch {torch.__version__}. "
         "Upgrade torch, e.g. pip install 'torch>=2.8'."
@@ -60,12 +53,10 @@ def add_compile_callbacks(on_start: Callback, on_end: Callback) -> None:
 
 
 def remove_compile_callbacks(on_start: Callback, on_end: Callback) -> None:
-    for remove, callback in (
-        (callback_handler.remove_start_callback, on_start),
-        (callback_handler.remove_end_callback, on_end),
-    ):
-        with contextlib.suppress(ValueError):  # torch._dynamo.reset() clears all callbacks
-            remove(callback)
+    with contextlib.suppress(ValueError):  # torch._dynamo.reset() clears all callbacks
+        callback_handler.remove_start_callback(on_start)
+    with contextlib.suppress(ValueError):
+        callback_handler.remove_end_callback(on_end)
 
 
 def compile_start_callbacks() -> Sequence[Callback]:
@@ -79,9 +70,7 @@ def callback_trigger(args: Any) -> Literal["dynamo", "lazy_backward"] | None:
     trigger = args.callback_trigger
     if trigger == CallbackTrigger.DYNAMO:
         return "dynamo"
-    if trigger == CallbackTrigger.LAZY_BACKWARD:
-        return "lazy_backward"
-    return None
+    return "lazy_backward" if trigger == CallbackTrigger.LAZY_BACKWARD else None
 
 
 # -- compiling a module in place -------------------------------------------------------------------
@@ -114,7 +103,7 @@ def forward_is_skipped(module: torch.nn.Module) -> bool:
 
 # Module.compile() of torch's own layers compiles nothing before 2.15 (pytorch/pytorch#150915); measured on 2.8,
 # 2.13 (nothing) and 2.15 (one frame, Module._call_impl, shared by every layer class)
-MODULE_COMPILE_TRACES_TORCH_LAYERS = VERSION[:2] >= (2, 15)
+MODULE_COMPILE_TRACES_TORCH_LAYERS = VERSION >= (2, 15)
 _CALL_IMPL = torch.nn.Module._call_impl
 
 
@@ -153,16 +142,13 @@ def frame_where(name: str, filename: str, first_line: int, closure: Any = None) 
     where = LAYER_FRAMES.get(name) if filename == __file__ else None
     if where is not None:
         return name, where
-    if name == "inner" and filename.replace("\\", "/").endswith(_WRAP_INLINE) and closure:
+    if name == "inner" and filename.replace("\\", "/").endswith("torch/_dynamo/external_utils.py") and closure:
         wrapped = getattr(closure[0], "cell_contents", None)
         module = getattr(wrapped, "__self__", wrapped)
         forward = getattr(getattr(type(module), "forward", None), "__code__", None)
         if isinstance(module, torch.nn.Module) and forward is not None:
             return f"{type(module).__name__}.forward", f"{forward.co_filename}:{forward.co_firstlineno}"
     return name, f"{filename}:{first_line}"
-
-
-_WRAP_INLINE = "torch/_dynamo/external_utils.py"
 
 
 # -- nn.Module.compile's hook ---------------------------------------------------------------------
@@ -206,7 +192,8 @@ def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
     to a compile id already seen, in torch's order."""
     reasons: list[str] = []
     seen: set[str] = set()
-    for reason in reversed(failures[-_MAX_CACHE_ENTRIES:]):
+    # 64 entries at most: torch's recompile_limit is 8; its accumulated limit counts across code objects
+    for reason in reversed(failures[-64:]):
         compile_id = reason.split(":", 1)[0]
         if compile_id in seen:
             break
@@ -215,17 +202,11 @@ def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
     return tuple(reversed(reasons))
 
 
-_MAX_CACHE_ENTRIES = 64  # torch's recompile_limit is 8; its accumulated limit counts across code objects
-
-
 def recompile_limit(failure: str = "") -> tuple[str, int | str]:
     """The limit a frame hit, as torch's ``failure`` text names it, and its value: ``recompile_limit`` or
-    ``accumulated_recompile_limit`` (``cache_size_limit``, ``accumulated_cache_size_limit`` before torch 2.9)."""
-    import torch._dynamo.config as config
-
+    ``accumulated_recompile_limit``."""
     name = "accumulated_recompile_limit" if "accumulated" in failure.lower() else "recompile_limit"
-    old_name = name.replace("recompile_limit", "cache_size_limit")
-    limit = getattr(config, name, None) or getattr(config, old_name, None)
+    limit = getattr(torch._dynamo.config, name, None)
     return name, int(limit) if limit is not None else "?"
 
 
@@ -236,7 +217,9 @@ def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool
     frame = _compile_frame(sys._getframe(1))
     if frame is None:
         return "", None, _options(None, None)
-    backend = _innermost_backend(frame.f_locals["compiler_fn"])
+    backend = frame.f_locals["compiler_fn"]
+    while hasattr(backend, "_torchdynamo_orig_backend"):  # torch >= 2.10's eval_frame.innermost_backend (2.8 lacks it)
+        backend = backend._torchdynamo_orig_backend
     name = getattr(backend, "compiler_name", None) or getattr(backend, "__name__", None)
     code = frame.f_locals.get("code")
     where = (
@@ -265,13 +248,10 @@ def _options(frame: FrameType | None, backend: Any) -> dict[str, str | bool]:
 
 def _inductor_mode(settings: dict[str, Any]) -> str:
     """The ``mode`` whose options ``settings`` (an inductor backend's) hold: the most specific that matches."""
-    try:
-        from torch._inductor import list_mode_options
+    from torch._inductor import list_mode_options
 
-        modes = ("max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
-        found = [mode for mode in modes if list_mode_options(mode).items() <= settings.items()]
-    except Exception:  # noqa: BLE001 - a torch without the helper: the mode is not said
-        return ""
+    modes = ("max-autotune", "max-autotune-no-cudagraphs", "reduce-overhead")
+    found = [mode for mode in modes if list_mode_options(mode).items() <= settings.items()]
     return max(found, key=lambda mode: len(list_mode_options(mode)), default="default")
 
 
@@ -289,13 +269,10 @@ def compile_callers(limit: int = 48) -> tuple[str, ...]:
     frame = _compile_frame(sys._getframe(1), depth=sys.getrecursionlimit())
     callers: list[str] = []
     while frame is not None and len(callers) < limit:
-        if _DYNAMO_FILES not in frame.f_code.co_filename.replace("\\", "/"):
+        if "/torch/_dynamo/" not in frame.f_code.co_filename.replace("\\", "/"):
             callers.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
         frame = frame.f_back
     return tuple(reversed(callers))
-
-
-_DYNAMO_FILES = "/torch/_dynamo/"
 
 
 def traced_stack() -> tuple[str, ...]:
@@ -332,20 +309,16 @@ def has_compiled_code_for(module: torch.nn.Module) -> bool:
     return any(code is not None and _debug_get_cache_entry_list(code) for code in codes)
 
 
-# dynamo's name for the code after a graph break (torch_dynamo_resume_in_forward_at_58), 2.8 - 2.15
-RESUME_PREFIX = "torch_dynamo_resume_in_"
-
-
 def frames_holding_compiled_code() -> list[tuple[str, str]]:
     """``(name, "file:line")`` of each frame dynamo holds compiled code for now, graph breaks' resume functions
-    left out (``convert_frame.input_codes``, 2.8 - 2.15; ``[]`` where a torch lacks it)."""
+    (``torch_dynamo_resume_in_forward_at_58``) left out (``convert_frame.input_codes``, 2.8 - 2.15)."""
     from torch._dynamo import convert_frame
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
     frames = []
-    for reference in list(getattr(getattr(convert_frame, "input_codes", None), "seen", ())):
+    for reference in list(convert_frame.input_codes.seen):
         code = reference()
-        if code is None or code.co_name.startswith(RESUME_PREFIX) or not _debug_get_cache_entry_list(code):
+        if code is None or code.co_name.startswith("torch_dynamo_resume_in_") or not _debug_get_cache_entry_list(code):
             continue
         frames.append(frame_where(code.co_name, code.co_filename, code.co_firstlineno))  # named as the tables name it
     return frames
@@ -366,13 +339,6 @@ def eager_graph_modules() -> Iterator[None]:
 
     with _use_lazy_graph_module(False):
         yield
-
-
-def _innermost_backend(backend: Any) -> Any:
-    # torch >= 2.10's eval_frame.innermost_backend does the same; older torch has no such helper
-    while hasattr(backend, "_torchdynamo_orig_backend"):
-        backend = backend._torchdynamo_orig_backend
-    return backend
 
 
 # -- compile ids: "<frame>/<attempt>", with prefixes for compiled autograd ("!0/1") and suffixes for restarts --
@@ -508,16 +474,10 @@ def input_shapes(metric: Any) -> list[str]:
             break
         if not str(name).startswith("l_") or "_parameters_" in name or "_buffers_" in name:
             continue  # an intermediate node, or a module's own tensor (static by default)
-        if isinstance(shape, list):
-            said.append(f"{_input_name(str(name))}: [{', '.join(str(dim) for dim in shape)}]")
+        if isinstance(shape, list):  # named as the user wrote the argument: l_x_ is x, l_args_0_ args[0]
+            argument = re.sub(r"^(args|kwargs)_(\w+)$", r"\1[\2]", str(name).removeprefix("l_").removesuffix("_"))
+            said.append(f"{argument}: [{', '.join(str(dim) for dim in shape)}]")
     return said
-
-
-def _input_name(node: str) -> str:
-    """A placeholder's name as the user wrote the argument: ``l_x_`` is ``x``, ``l_args_0_`` ``args[0]``."""
-    name = node.removeprefix("l_").removesuffix("_")
-    found = re.fullmatch(r"(args|kwargs)_(\w+)", name)
-    return f"{found[1]}[{found[2]}]" if found else name
 
 
 def cache_outcome(metric: Any) -> dict[str, float]:
@@ -553,7 +513,7 @@ UNAVAILABLE: dict[str, str] = _unavailable()  # fact -> the torch field it would
 def version_notes() -> list[str]:
     """What a user of this torch is told once: a release outside the tested range, facts it does not expose."""
     notes = []
-    if not _FIRST <= VERSION[:2] <= _LAST:
+    if not _FIRST <= VERSION <= _LAST:
         notes.append(
             f"telemetry-jit: torch {torch.__version__} is outside the tested {SUPPORTED}; compile telemetry may be "
             "incomplete (see docs/compatibility.md)."

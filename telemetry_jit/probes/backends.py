@@ -4,6 +4,7 @@ Found through the entry point group ``telemetry_jit.compilers`` or registered wi
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable
 from importlib import metadata
@@ -52,7 +53,6 @@ class CompilerBackend(Protocol):
 
 
 _BACKENDS: dict[str, CompilerBackend] = {}  # registered by hand
-_FOUND: dict[tuple[str, ...], dict[str, CompilerBackend]] = {}  # by sys.path: the entry points found on it
 _LOADED: dict[str, CompilerBackend] = {}  # by entry point value
 
 
@@ -65,11 +65,6 @@ def register_backend(backend: CompilerBackend) -> None:
             f"got {backend!r}."
         )
     _BACKENDS[backend.name] = backend
-
-
-def unregister_backend(name: str) -> None:
-    """Forget the backend registered by hand as ``name`` (nothing happens where there is none)."""
-    _BACKENDS.pop(name, None)
 
 
 def compiler_backend(name: str) -> CompilerBackend:
@@ -86,19 +81,14 @@ def compiler_backend(name: str) -> CompilerBackend:
 
 def backends() -> list[CompilerBackend]:
     """The backends installed packages declare (entry points) and those registered by hand, which win."""
-    key = tuple(sys.path)
-    if key not in _FOUND:
-        _FOUND.clear()
-        _FOUND[key] = _discover()
-    return list({**_FOUND[key], **_BACKENDS}.values())
+    return list({**_discover(tuple(sys.path)), **_BACKENDS}.values())
 
 
-def _discover() -> dict[str, CompilerBackend]:
-    entries = {entry.name: entry for entry in metadata.entry_points(group=ENTRY_POINTS)}
-    if "torch" not in entries:  # installed before the built-ins were entry points (an old editable install)
-        entries.update((name, metadata.EntryPoint(name, value, ENTRY_POINTS)) for name, value in _BUILT_INS.items())
+@functools.lru_cache(maxsize=1)
+def _discover(path: tuple[str, ...]) -> dict[str, CompilerBackend]:
+    """The entry points found on ``path`` (``sys.path``): looked for again when it changes."""
     found = {}
-    for entry in entries.values():
+    for entry in metadata.entry_points(group=ENTRY_POINTS):
         backend = _LOADED.get(entry.value) or _load(entry)
         if backend is not None:  # one instance per entry point, whatever sys.path does later
             found[backend.name] = _LOADED.setdefault(entry.value, backend)
@@ -116,10 +106,3 @@ def _load(entry: metadata.EntryPoint) -> CompilerBackend | None:
         return backend
     warn_once(("plug-in", entry.value), f"telemetry-jit: {entry.value} is no CompilerBackend; skipped.")
     return None
-
-
-_BUILT_INS = {
-    "torch": "telemetry_jit.compilers:TorchCompileBackend",
-    "thunder": "telemetry_jit.compilers:ThunderJitBackend",
-    "thunder-dynamo": "telemetry_jit.compilers:ThunderThroughDynamoBackend",
-}

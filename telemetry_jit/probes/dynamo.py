@@ -1,21 +1,12 @@
-"""Probe for ``torch._dynamo``: turns its compile callbacks, compilation metrics and graph-break
-counters into :class:`CompileRecord` objects.
-
-Where the facts live (read through :mod:`telemetry_jit.compat.torch`, torch 2.8 - 2.15):
-
-- ``callback_handler`` start/end callbacks bracket every compile (forward frames and lazily
-  compiled backward graphs); the graph-break counter grows only inside these windows.
-- ``CompilationMetrics`` (one per compile, appended *after* the end callback) carry torch's own
-  start/end times, code location, recompile reason and phase times.
-- The ``graph_breaks`` log artifact is the only place that names the user line of a break.
-- Under DDP, dynamo's DDPOptimizer splits graphs at gradient-bucket boundaries; it says so only in
-  its INFO log line "DDPOptimizer used bucket cap ... and created N buckets".
-
-The probe only observes: torch's callbacks record what they saw into the probe, and whoever reads it
-calls :meth:`poll`. It does no work per training step beyond :meth:`poll` noticing that nothing changed."""
+"""Probe for ``torch._dynamo``: its compile callbacks, compilation metrics, graph-break counters and log records
+(read through :mod:`telemetry_jit.compat.torch`) become :class:`CompileRecord` objects. The start and end
+callbacks bracket every compile (the graph-break counter grows only inside them); ``CompilationMetrics`` are
+appended *after* the end callback. The probe only observes: whoever reads it calls :meth:`DynamoProbe.poll`, which
+does no work per training step beyond noticing that nothing changed."""
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,14 +18,8 @@ from telemetry_jit.causes import normalize_reason, telling_reason
 from telemetry_jit.compat import compile_cache, compile_timers
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
-from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, FrameSkipLog, GraphBreakLog, LogTap
-from telemetry_jit.records import (
-    CacheLookup,
-    CompileContext,
-    CompileRecord,
-    CompileResources,
-    GraphBreak,
-)
+from telemetry_jit.probes.log_taps import GraphBreakLog, LogTap, cache_bypass_log, ddp_bucket_log, frame_skip_log
+from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, CompileResources, GraphBreak
 from telemetry_jit.terminal import shown
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
@@ -56,18 +41,17 @@ class _Window:
     breaks_before: dict[str, int]
     measuring: Any = None  # the meter's readings at the start
     timers: dict[str, int] = field(default_factory=dict)  # torch's timers at the start (compile_timers)
-    phases_s: dict[str, float] = field(default_factory=dict)  # what they timed within it
 
 
 class DynamoProbe:
     """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`. ``context`` is asked, and
-    ``on_compile_start`` told, as a compile begins; ``on_compile_end`` is told what ``meter`` measured of it as
-    it ends. Exceptions in any of them are caught: telemetry must never break a compile."""
+    ``on_compile_start`` told what compiles in words, as a compile begins; ``on_compile_end`` is told what
+    ``meter`` measured of it as it ends. Exceptions in any of them are caught: telemetry must never break a compile."""
 
     def __init__(
         self,
         context: Callable[[], CompileContext] | None = None,
-        on_compile_start: Callable[[str], None] | None = None,  # what compiles, in words
+        on_compile_start: Callable[[str], None] | None = None,
         on_compile_end: Callable[[CompileResources | None], None] | None = None,
         meter: WindowMeter | None = None,
     ) -> None:
@@ -91,9 +75,9 @@ class DynamoProbe:
         self._frames: dict[str, tuple[str, str]] = {}
         self._backends: dict[str, str] = {}
         self._break_log = GraphBreakLog()
-        self._ddp_log = DDPBucketLog()
-        self._skip_log = FrameSkipLog()
-        self._bypass_log = CacheBypassLog()
+        self._ddp_log = ddp_bucket_log()
+        self._skip_log = frame_skip_log()
+        self._bypass_log = cache_bypass_log()
         self._logs: list[LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
         self._lookups: list[CacheLookup] = []
         self._settings_said: set[str] = set()  # settings tables written out since attaching
@@ -156,43 +140,24 @@ class DynamoProbe:
                 return
             self._collect()
             frame_id = torch_compat.compile_frame_id(args.compile_id)
-            callers: tuple[str, ...] = ()
-            reasons: tuple[str, ...] = ()
-            where = None
-            options: dict[str, str | bool] = {}
+            record = CompileRecord("dynamo", args.compile_id, trigger, 0, 0, backend=self._backends.get(frame_id, ""))
             if trigger == "dynamo":
-                backend, where, options = torch_compat.current_compile()
-                callers = torch_compat.compile_callers()
+                record.backend, where, record.options = torch_compat.current_compile()
+                record.callers = torch_compat.compile_callers()
                 if torch_compat.compile_attempt(args.compile_id) > 0:
-                    reasons = torch_compat.recompile_reasons_in_progress()
-                self._backends[frame_id] = backend
-                if where is not None:
-                    self._frames[frame_id] = where
-            else:
-                backend = self._backends.get(frame_id, "")
+                    record.recompile_reasons = torch_compat.recompile_reasons_in_progress()
+                    # torch's metrics name the most recent entry's reason; one entry may say more
+                    record.recompile_reason = telling_reason(record.recompile_reasons)
+                self._backends[frame_id] = record.backend
+                if where is not None:  # one frame compiled for several modules names each compile's own
+                    record.frame, record.location = self._frames[frame_id] = where
             for log in self._logs:
                 log.entries.clear()
             self._lookups.clear()
-            context = self._context() if self._context is not None else None
+            record.context = self._context() if self._context is not None else None
             if self._on_compile_start is not None:
-                self._on_compile_start(self._describe(args.compile_id, trigger, reasons))
-            frame, location = where if where is not None else ("", "")
-            record = CompileRecord(
-                source="dynamo",
-                compile_id=args.compile_id,
-                trigger=trigger,
-                start_ns=time.time_ns(),
-                end_ns=0,
-                backend=backend,
-                frame=frame,  # one frame compiled for several modules names each compile's own
-                location=location,
-                # torch's metrics name the most recent entry's reason; one entry may say more
-                recompile_reason=telling_reason(reasons) if reasons else "",
-                recompile_reasons=reasons,
-                context=context,
-                callers=callers,
-                options=options,
-            )
+                self._on_compile_start(self._describe(args.compile_id, trigger, record.recompile_reasons))
+            record.start_ns = time.time_ns()
             self._open = _Window(
                 record,
                 breaks_before=dict(torch_compat.graph_break_counts()),
@@ -225,13 +190,12 @@ class DynamoProbe:
                 return
             record = window.record
             record.end_ns = time.time_ns()
-            window.phases_s = compile_timers.since(window.timers)
+            record.phase_times_s = compile_timers.since(window.timers)
             record.graph_breaks = self._graph_breaks_since(window.breaks_before, record.callers)
             record.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
             record.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
             self._ddp_log.entries.clear()
-            record.cache_bypasses = list(self._bypass_log.entries)
-            self._bypass_log.entries.clear()
+            record.cache_bypasses, self._bypass_log.entries = self._bypass_log.entries, []
             record.cache_lookups, self._lookups = self._lookups, []
             self._finished.setdefault((record.compile_id, record.trigger == "dynamo"), []).append(window)
         except Exception as error:  # noqa: BLE001
@@ -289,10 +253,8 @@ class DynamoProbe:
         self._last_metric = entries[-1]
 
     def poll(self, final: bool = False) -> list[CompileRecord]:
-        """Return the compiles that finished since the last call.
-
-        Cheap when nothing happened. With ``final=True`` compiles whose metrics never appeared
-        are returned from what the callbacks alone saw."""
+        """The compiles that finished since the last call (cheap when nothing happened); with ``final=True``,
+        those whose metrics never appeared too, from what the callbacks alone saw."""
         self._collect()
         if not self._collected and not (final and self._finished):
             return []
@@ -308,7 +270,6 @@ class DynamoProbe:
         self._collected = []
         self._attribute_unclaimed_breaks(windowless)
         if final:
-            # compiles whose CompilationMetrics never appeared: what the callbacks alone saw
             records.extend(self._named(window.record) for windows in self._finished.values() for window in windows)
             self._finished.clear()
         return records
@@ -332,13 +293,10 @@ class DynamoProbe:
         self._breaks_at_poll, self._claimed = dict(now), {}
 
     def _take_window(self, compile_id: Any, forward: bool) -> _Window | None:
-        windows = self._finished.get((str(compile_id), forward))
-        if not windows:
-            return None
-        window = windows.pop(0)
-        if not windows:
-            del self._finished[(str(compile_id), forward)]
-        return window
+        windows = self._finished.pop((str(compile_id), forward), [])
+        if len(windows) > 1:
+            self._finished[(str(compile_id), forward)] = windows[1:]
+        return windows[0] if windows else None
 
     def _record(self, metric: Any, window: _Window | None) -> CompileRecord:
         """A compile from torch's CompilationMetrics, with what the callbacks saw of it (if anything)."""
@@ -353,7 +311,6 @@ class DynamoProbe:
         else:
             record = window.record
             record.compile_id = compile_id
-            record.phase_times_s = window.phases_s
         if metric.is_forward is False:
             record.trigger = "lazy_backward"
         if not record.recompile_reasons:
@@ -381,11 +338,7 @@ class DynamoProbe:
 def _stack(callers: tuple[str, ...], traced: tuple[str, ...], location: str) -> tuple[str, ...]:
     """The frames that led to a graph break, outermost first, each once: the compiled frame's callers,
     the line dynamo was tracing in it, the line that broke."""
-    stack: list[str] = []
-    for frame in (*callers, *traced, location):
-        if frame and (not stack or stack[-1] != frame):
-            stack.append(frame)
-    return tuple(stack)
+    return tuple(frame for frame, _ in itertools.groupby(f for f in (*callers, *traced, location) if f))
 
 
 def _warn(error: Exception) -> None:

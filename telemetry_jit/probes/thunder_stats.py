@@ -30,24 +30,15 @@ def _signature(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, str]:
     return signature
 
 
-def _difference(before: dict[str, str], after: dict[str, str]) -> str:
-    names = list(dict.fromkeys([*before, *after]))
-    return "; ".join(
-        f"{name}: {before.get(name, 'absent')} -> {after.get(name, 'absent')}"
-        for name in names
-        if before.get(name) != after.get(name)
-    )
-
-
 class ThunderFunction:
     """One thunder-compiled function: each new cache miss becomes a :class:`CompileRecord`."""
 
     def __init__(self, name: str, thunder_module: torch.nn.Module, location: str) -> None:
         self.name = name
-        self.stats = thunder_compat.ThunderStats(thunder_module)
+        self.stats = thunder_compat.import_thunder().compile_stats(thunder_module)  # times in perf_counter_ns
         self._location = location
         self._misses = 0
-        self._signatures: list[dict[str, str]] = []
+        self._signature: dict[str, str] = {}  # of the last miss
         self._clock_offset_ns = time.time_ns() - time.perf_counter_ns()
         self._pending: deque[CompileRecord] = deque(maxlen=10_000)  # until a recorder takes them
 
@@ -63,11 +54,16 @@ class ThunderFunction:
         if stats.cache_misses == self._misses:
             return
         self._misses = stats.cache_misses
-        signature = _signature(args, kwargs)
-        reason = _difference(self._signatures[-1], signature) if self._signatures else ""
-        self._signatures = [*self._signatures[-7:], signature]
+        before, after = self._signature, _signature(args, kwargs)
+        reason = "; ".join(
+            f"{name}: {before.get(name, 'absent')} -> {after.get(name, 'absent')}"
+            for name in dict.fromkeys([*before, *after])
+            if before and before.get(name) != after.get(name)
+        )
+        self._signature = after
         offset = self._clock_offset_ns
-        start, traced, end = stats.last_compile_window()
+        start, traced = stats.last_trace_tracing_start, stats.last_trace_tracing_stop
+        end = max(stats.last_trace_host_execution_stop or traced, traced)  # transforms and prologue run before it
         self._pending.append(
             CompileRecord(
                 source="thunder",

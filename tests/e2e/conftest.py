@@ -17,6 +17,7 @@ from telemetry_jit import identity
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.thunder import import_thunder
+from telemetry_jit.probes import backends
 from tests.e2e.dynamo_facts import reset_compile_state
 
 
@@ -72,3 +73,8 @@ def telemetry(tmp_path: Path) -> Iterator[Telemetry]:
         warnings.simplefilter("ignore")
         telemetry_jit.shutdown()
     fresh_provider_state()
+
+
+def unregister_backend(name: str) -> None:
+    """Forget the compiler backend a test registered by hand as ``name`` (nothing happens where there is none)."""
+    backends._BACKENDS.pop(name, None)

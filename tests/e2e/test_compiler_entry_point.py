@@ -18,9 +18,8 @@ import torch
 import telemetry_jit
 from telemetry_jit import CompileRecord, GraphBreak
 from telemetry_jit.analysis.summary import summarize
-from telemetry_jit.probes.backends import unregister_backend
 from telemetry_jit.records import why_slower
-from tests.e2e.conftest import fresh_provider_state
+from tests.e2e.conftest import fresh_provider_state, unregister_backend
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 

@@ -16,8 +16,7 @@ import torch
 
 import telemetry_jit
 from telemetry_jit import CompileRecord
-from telemetry_jit.probes.backends import unregister_backend
-from tests.e2e.conftest import fresh_provider_state
+from tests.e2e.conftest import fresh_provider_state, unregister_backend
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from telemetry_jit.compat import compile_cache
-from telemetry_jit.probes.log_taps import CacheBypassLog
+from telemetry_jit.probes.log_taps import LogTap, cache_bypass_log
 
 GM = """GraphModule()
 
@@ -29,7 +29,7 @@ COMPONENTS = [
 ]
 
 
-def compile_watched(*taps: CacheBypassLog) -> list[compile_cache.Lookup]:
+def compile_watched(*taps: LogTap) -> list[compile_cache.Lookup]:
     """The look-ups a real inductor compile hands the watcher (with ``taps`` installed meanwhile)."""
     seen: list[compile_cache.Lookup] = []
     for tap in taps:
@@ -102,7 +102,7 @@ def test_an_aot_autograd_miss_is_told_once_with_its_parts_before_the_graph_compi
     miss before (read by the cache log tap): told then, with the key's parts, before inductor's own look-ups made
     while compiling that graph, and not told again when torch's event comes."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # an empty cache: every look-up misses
-    seen = compile_watched(CacheBypassLog())
+    seen = compile_watched(cache_bypass_log())
     layers = [(lookup.layer, lookup.state) for lookup in seen]
     assert layers[0] == ("aot_autograd", "miss"), layers  # before the FX graph cache's look-ups inside its compile
     assert "fx_graph" in {layer for layer, _ in layers}

@@ -5,19 +5,8 @@ from __future__ import annotations
 import logging
 
 from telemetry_jit.compat import torch as torch_compat
-from telemetry_jit.probes.log_taps import CacheBypassLog, DDPBucketLog, GraphBreakLog
+from telemetry_jit.probes.log_taps import GraphBreakLog, cache_bypass_log, ddp_bucket_log
 from tests.unit.compat.test_torch import BREAK, record
-
-
-class _Tap(GraphBreakLog):
-    """The graph-break tap on a logger of the test's own."""
-
-    def __init__(self, logger: logging.Logger) -> None:
-        super().__init__()
-        self.logger = logger
-
-    def loggers(self) -> list[logging.Logger]:
-        return [self.logger]
 
 
 def test_a_tap_reads_every_record_and_shows_only_what_the_users_logging_would() -> None:
@@ -27,7 +16,7 @@ def test_a_tap_reads_every_record_and_shows_only_what_the_users_logging_would() 
     handler = logging.Handler()
     handler.emit = lambda r: shown.append(r.getMessage())  # type: ignore[method-assign]
     logger.addHandler(handler)
-    tap = _Tap(logger)
+    tap = GraphBreakLog([logger])  # the graph-break tap on a logger of the test's own
     try:
         tap.install()
         logger.debug(BREAK)  # read, not shown: the user's logger stops at WARNING
@@ -43,9 +32,9 @@ def test_a_tap_reads_every_record_and_shows_only_what_the_users_logging_would() 
 
 
 def test_a_record_torch_reworded_never_fails_the_logging_call() -> None:
-    tap = DDPBucketLog()
+    tap = ddp_bucket_log()
     broken = record(torch_compat.DDP_LOGGER, "DDPOptimizer used bucket cap %s and created %s buckets", "many")
     assert tap.filter(broken) is False and tap.entries == []  # read failed quietly; DEBUG not shown by default
-    bypass = CacheBypassLog()
+    bypass = cache_bypass_log()
     bypass.filter(record("torch._inductor.codecache", "Bypassing FX Graph Cache because '%s'", "a reason"))
     assert bypass.entries == ["fx_graph: a reason"]

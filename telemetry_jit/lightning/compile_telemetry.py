@@ -4,9 +4,7 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Iterator
-from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
@@ -191,10 +189,10 @@ def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Positi
 
 def _stage(trainer: pl.Trainer, tuner: bool = False) -> str:
     """Lightning's stage (``train``, ``validate``, ...), or ``tuner`` while the Tuner's trials run (``tuner``: the
-    trainer has the Tuner's callback, which empties ``trainer.callbacks`` while its trials run)."""
-    stage = trainer.state.stage
-    if tuner and _in_tuner():
+    trainer has the Tuner's callback, which Lightning takes out of ``trainer.callbacks`` while its trials run)."""
+    if tuner and not _has_tuner(trainer):
         return "tuner"
+    stage = trainer.state.stage
     return stage.value if stage is not None else ""
 
 
@@ -203,17 +201,6 @@ def _has_tuner(trainer: pl.Trainer) -> bool:
     return any(isinstance(callback, (BatchSizeFinder, LearningRateFinder)) for callback in callbacks)
 
 
-def _in_tuner() -> bool:
-    """Whether a tuner's trial runs now (its code is on the stack): asked when a compile begins."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if _TUNER_FILES in frame.f_code.co_filename.replace("\\", "/"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-_TUNER_FILES = "/lightning/pytorch/tuner/"
 _SETTINGS = ("console", "console_all_ranks", "skew_warning_s", "log_figures", "log_figures_per_rank")
 _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batches
     "train": "num_training_batches",

@@ -13,19 +13,18 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
-from typing_extensions import TypeVar
+from typing_extensions import TypeVar, override
 
 from telemetry_jit import identity
 from telemetry_jit.boundary import OWN_CODE, guarded, own_code_failed
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
 from telemetry_jit.lightning.payoff_callback import CompilePayoffCallback
-from telemetry_jit.lightning.ranks import RankTelemetry
 from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.payoff import PayoffSettings
-from telemetry_jit.session import Session, resolve
+from telemetry_jit.session import Configuration, Session, configuration, resolve
 from telemetry_jit.terminal import clean
 
 TrainerT = TypeVar("TrainerT", bound=pl.Trainer)
@@ -94,6 +93,41 @@ def hook_trainer_cls(
     given = training_telemetry_provider if isinstance(training_telemetry_provider, Session) else None
     telemetry = _Telemetry(RankTelemetry(given), compiles, telemetry_callback, payoff_callback)
     return _hooked_class(trainer_cls, telemetry, jit_config), telemetry_callback
+
+
+class RankTelemetry(Callback):
+    """Tell the session which rank this process is (known by ``setup``); in a spawned rank (the callbacks are
+    pickled into it, this one carrying the configuration) start a session as ``configure`` did, ending it at
+    teardown. It must come before the other telemetry callbacks, whose ``setup`` needs the session."""
+
+    def __init__(self, session: Session | None = None) -> None:
+        self.session = session  # the session given to hook_trainer_cls (None: the one running)
+        self._configuration: Configuration | None = None
+        self._owned: Session | None = None  # the session this callback started (in a spawned rank)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"configuration": configuration()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self._configuration = state["configuration"]
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        session = resolve(self.session)
+        if not session.recording and self._configuration is not None and not session.ended:
+            # a spawned rank: its module-level configure (if any) was the script's re-import, which records nothing
+            session = self._owned = self._configuration.apply(
+                trainer.global_rank, trainer.local_rank, trainer.world_size
+            )
+            session.start_application()
+        session.set_rank(trainer.global_rank, trainer.local_rank, trainer.world_size)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        owned, self._owned = self._owned, None
+        if owned is not None:  # nobody else ends a spawned rank's session
+            owned.shutdown()
 
 
 _HOOKS = tuple(name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown"))

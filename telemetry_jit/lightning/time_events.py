@@ -70,11 +70,9 @@ class TimeEventCallback(Callback):
         self.failures_recorded = 0  # Lightning's on_exception and HookedTrainer's call both may say one failure
         # training loops begun: Lightning starts none in a fit that has nothing to train (its loop is skipped)
         self.training_starts = 0
-        if not call_on_app_start:
-            return
-        if self._session.recording:
+        if call_on_app_start and self._session.recording:
             self._session.start_application()
-        else:
+        elif call_on_app_start:
             self._warn_not_configured()
 
     @property
@@ -197,9 +195,8 @@ class TimeEventCallback(Callback):
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._session.recording:
             config = self._provider.config.telemetry_config
-            iterations = self._bookkeeping()
             enabled = config is not None and config.is_validation_iterations_enabled
-            self._validation_iterations = iterations if enabled else None
+            self._validation_iterations = self._bookkeeping() if enabled else None
             _CALLBACKS.call(one_logger.on_validation_start)
 
     @override

@@ -7,6 +7,7 @@ import contextlib
 import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
 import lightning.pytorch as pl
@@ -135,25 +136,21 @@ _HOOKS = tuple(name for name in vars(Callback) if name.startswith("on_") or name
 _CALLED_DIRECTLY = ("on_save_checkpoint", "on_load_checkpoint")
 
 
+@dataclass(eq=False)  # a callback compares by identity
 class _Telemetry(Callback):
     """The callbacks every trainer of one hooked class shares, as one callback, in the order they must run:
     ranks first, compile summaries before the loop spans they go on end. One, because Lightning spends about
     15 us a step per callback, implemented or not; a hook none implements is ``None``, which Lightning's
     dispatcher skips without its profiler context."""
 
-    def __init__(
-        self,
-        ranks: RankTelemetry,
-        compiles: CompileTelemetryCallback | None,
-        time_events: Any,
-        payoff: CompilePayoffCallback | None = None,
-    ) -> None:
-        self.ranks = ranks
-        self.compiles = compiles
-        self.time_events = time_events
-        self.payoff = payoff
+    ranks: RankTelemetry
+    compiles: CompileTelemetryCallback | None
+    time_events: Any
+    payoff: CompilePayoffCallback | None = None
+
+    def __post_init__(self) -> None:
         # the payoff's event goes on the training loop before the time events end it
-        order = (ranks, compiles, payoff, time_events)
+        order = (self.ranks, self.compiles, self.payoff, self.time_events)
         self.callbacks = [callback for callback in order if callback is not None]
         for hook in _HOOKS:
             implementers = [getattr(cb, hook) for cb in self.callbacks if _implements(cb, hook)]

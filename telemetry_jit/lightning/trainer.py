@@ -46,8 +46,7 @@ def hook_trainer_cls(
 ) -> tuple[type[TrainerT], CallbackT]:
     """Return ``(HookedTrainer, callback)``: a subclass of ``trainer_cls`` carrying telemetry.
 
-    nv-one-logger's arguments and return value; ``trainer_cls`` itself is left untouched, so a plain
-    ``Trainer`` built later has no telemetry and two calls give two independent classes.
+    nv-one-logger's arguments and return value; ``trainer_cls`` is left untouched (two calls, two classes).
 
     Args:
         training_telemetry_provider: the ``Session`` of ``telemetry_jit.configure``, or nv-one-logger's provider.

@@ -4,13 +4,9 @@
 from __future__ import annotations
 
 import functools
-import sys
-from collections.abc import Iterator
-from types import FrameType
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from lightning.pytorch.callbacks import BatchSizeFinder, Callback, LearningRateFinder
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
@@ -72,18 +68,18 @@ class CompileTelemetryCallback(Callback):
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.driver.resolve()  # a spawned rank's own, or configured late
+        bar = trainer.progress_bar_callback  # lines printed through it keep its bar whole
         console = self.console if self.console_all_ranks or trainer.is_global_zero else None
-        if console is not None and self._print_fn is None:
-            bar = trainer.progress_bar_callback
-            console.print_fn = bar.print if bar is not None else None
         if console is not None:
+            if self._print_fn is None:  # one of its own is kept
+                console.print_fn = bar.print if bar is not None else None
             console.stage_names = {stage: BY_ITSELF[stage]} if stage in BY_ITSELF else {}
         self.recorder.listeners = [console] if console is not None else []
         self._tuner = _has_tuner(trainer)
         self.driver.skew_warning_s, self.driver.log_figures_per_rank = self.skew_warning_s, self.log_figures_per_rank
         logs = [(logger.log_metrics, type(logger).__name__) for logger in trainer.loggers] if self.log_figures else []
         self.driver.log_to(logs, trainer.loggers)
-        self.driver.say = functools.partial(self.say, trainer)
+        self.driver.say = functools.partial(say_line, bar.print if bar is not None else rank_zero_info)
         self.driver.start(functools.partial(_position, trainer, self), rank=trainer.global_rank)
         self._steps = lightning_compat.global_step_counter(trainer)
 
@@ -98,41 +94,31 @@ class CompileTelemetryCallback(Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
     ) -> None:
         # a training batch's stage is "train" but in the Tuner's trials: no lookup at every step
-        self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, True) if self._tuner else "train")
+        self._batch_started(trainer, batch_idx, _stage(trainer, True) if self._tuner else "train")
 
     @override
     def on_validation_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
-        self._batch_started(trainer, pl_module, batch_idx, _stage(trainer, self._tuner), dataloader_idx)
+        self._batch_started(trainer, batch_idx, _stage(trainer, self._tuner), dataloader_idx)
 
     on_test_batch_start = on_predict_batch_start = on_validation_batch_start
 
     # no batch-end hooks: a batch's compiles are recorded when the next batch starts or the loop ends
-    def _batch_started(
-        self,
-        trainer: pl.Trainer,
-        pl_module: pl.LightningModule,
-        batch_idx: int,
-        stage: str,
-        dataloader_idx: int | None = None,
-    ) -> None:
-        self.loader = dataloader_idx if dataloader_idx is not None and _loaders(trainer) > 1 else None
+    def _batch_started(self, trainer: pl.Trainer, batch_idx: int, stage: str, loader: int | None = None) -> None:
+        self.loader = loader if loader is not None and _loaders(trainer) > 1 else None
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
+            pl_module = trainer.lightning_module
             self.recorder.watch_thunder(pl_module)
             self._steps = lightning_compat.global_step_counter(trainer)
             if stage != "sanity_check":  # before the first training epoch, which JitTransform compiles for
-                self.recorder.check_compiled_modules(_with_selectors(pl_module))
+                modules = pl_module.named_modules()  # with the JitConfig selector selecting each
+                self.recorder.check_compiled_modules((name, selector_for(pl_module, name), m) for name, m in modules)
         # figures are logged up to the step this batch logs at, as _position says it (the steps before it are
         # over); a figure of this loop's own step stays pending through the rest of its batches
         step = self._steps.completed  # trainer.global_step, without its four properties
         log_step = step if stage == "train" else lightning_compat.logging_step(trainer)
         self.driver.batch_started(step, batch_idx, stage, self.loader, log_step)
-
-    def say(self, trainer: pl.Trainer, line: str) -> None:
-        """A line on the console: through the progress bar when there is one (it keeps its bar whole)."""
-        bar = trainer.progress_bar_callback
-        say_line(bar.print if bar is not None else rank_zero_info, line)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -174,12 +160,6 @@ class CompileTelemetryCallback(Callback):
         )
 
 
-def _with_selectors(pl_module: pl.LightningModule) -> Iterator[tuple[str, str, torch.nn.Module]]:
-    """Each module of ``pl_module`` with its attribute path and the JitConfig selector that selects it."""
-    for name, module in pl_module.named_modules():
-        yield name, selector_for(pl_module, name), module
-
-
 def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Position:
     stage = _stage(trainer, callback._tuner)
     # compile figures go to the loggers at the step Lightning logs that stage's own metrics at
@@ -191,10 +171,10 @@ def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Positi
 
 def _stage(trainer: pl.Trainer, tuner: bool = False) -> str:
     """Lightning's stage (``train``, ``validate``, ...), or ``tuner`` while the Tuner's trials run (``tuner``: the
-    trainer has the Tuner's callback, which empties ``trainer.callbacks`` while its trials run)."""
-    stage = trainer.state.stage
-    if tuner and _in_tuner():
+    trainer has the Tuner's callback, which Lightning takes out of ``trainer.callbacks`` while its trials run)."""
+    if tuner and not _has_tuner(trainer):
         return "tuner"
+    stage = trainer.state.stage
     return stage.value if stage is not None else ""
 
 
@@ -203,17 +183,6 @@ def _has_tuner(trainer: pl.Trainer) -> bool:
     return any(isinstance(callback, (BatchSizeFinder, LearningRateFinder)) for callback in callbacks)
 
 
-def _in_tuner() -> bool:
-    """Whether a tuner's trial runs now (its code is on the stack): asked when a compile begins."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if _TUNER_FILES in frame.f_code.co_filename.replace("\\", "/"):
-            return True
-        frame = frame.f_back
-    return False
-
-
-_TUNER_FILES = "/lightning/pytorch/tuner/"
 _SETTINGS = ("console", "console_all_ranks", "skew_warning_s", "log_figures", "log_figures_per_rank")
 _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batches
     "train": "num_training_batches",
@@ -226,15 +195,13 @@ _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batc
 
 def _loaders(trainer: pl.Trainer) -> int:
     """How many dataloaders the running evaluation loop has."""
-    stage = trainer.state.stage
-    counts = getattr(trainer, _BATCH_COUNTS.get(stage.value if stage is not None else "", ""), None)
+    counts = getattr(trainer, _BATCH_COUNTS.get(_stage(trainer), ""), None)
     return len(counts) if isinstance(counts, list) else 1
 
 
 def _batches(trainer: pl.Trainer, stage: str, loader: int | None) -> int | None:
     """How many batches the running loop's dataloader has (the ``loader``-th, for several), where finite."""
-    name = _BATCH_COUNTS.get(stage)
-    counts = getattr(trainer, name, None) if name is not None else None
+    counts = getattr(trainer, _BATCH_COUNTS.get(stage, ""), None)
     if isinstance(counts, list):
         counts = counts[loader or 0] if len(counts) > (loader or 0) else None
     return int(counts) if isinstance(counts, (int, float)) and counts != float("inf") else None

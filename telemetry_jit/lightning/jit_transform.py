@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import inspect
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ class JitConfigError(ValueError, AssertionError):
 
 
 SELECTOR_STYLES = ("auto", "glob", "nemo")
+_LOOPS = {"validate": "validation", "test": "testing", "predict": "prediction"}  # Trainer.state.fn -> its loop
 THUNDER_BACKENDS = {"jit": "thunder", "dynamo": "thunder-dynamo"}  # JitConfig.thunder_backend -> the backend
 
 
@@ -86,14 +87,9 @@ class JitConfig:
                 f"JitConfig.module_selector must be a str such as 'model.layers.*', "
                 f"got {type(self.module_selector).__name__}."
             )
-        if self.selector_style not in SELECTOR_STYLES:
-            raise JitConfigError(
-                f"JitConfig.selector_style must be one of {list(SELECTOR_STYLES)}, got {self.selector_style!r}."
-            )
-        if self.thunder_backend not in THUNDER_BACKENDS:
-            raise JitConfigError(
-                f"JitConfig.thunder_backend must be one of {list(THUNDER_BACKENDS)}, got {self.thunder_backend!r}."
-            )
+        for name, allowed in (("selector_style", SELECTOR_STYLES), ("thunder_backend", THUNDER_BACKENDS)):
+            if getattr(self, name) not in allowed:
+                raise JitConfigError(f"JitConfig.{name} must be one of {list(allowed)}, got {getattr(self, name)!r}.")
         _split_selector(self.module_selector)  # raises on a malformed selector
         if not isinstance(self.torch_kwargs, dict):
             raise TypeError(f"JitConfig.torch_kwargs must be a dict, got {type(self.torch_kwargs).__name__}.")
@@ -145,10 +141,11 @@ def select_modules(root: torch.nn.Module, selector: str) -> list[tuple[str, torc
     ``LookupError`` (listing the names where matching stopped) or ``TypeError`` (an atom names a non-module)."""
     level: list[tuple[str, torch.nn.Module]] = [("", root)]
     for depth, atom in enumerate(_split_selector(selector)):
-        matched: list[tuple[str, torch.nn.Module]] = []
-        for prefix, module in level:
-            for name, child in _matching_children(module, atom):
-                matched.append((f"{prefix}.{name}" if prefix else name, child))
+        matched = [
+            (f"{prefix}.{name}" if prefix else name, child)
+            for prefix, module in level
+            for name, child in _matching_children(module, atom)
+        ]
         if not matched:
             path = ".".join(selector.split(".")[:depth]) or "<root>"
             existing = sorted({name for _, module in level for name, _ in module.named_children()})
@@ -212,21 +209,16 @@ def select(root: torch.nn.Module, config: JitConfig) -> list[tuple[str, torch.nn
     return selected
 
 
-def _matching_children(module: torch.nn.Module, atom: str) -> Iterator[tuple[str, torch.nn.Module]]:
-    if _GLOB_CHARS.isdisjoint(atom):
-        child = getattr(module, atom, None)
-        if child is None:
-            return
-        if not isinstance(child, torch.nn.Module):
-            raise TypeError(
-                f"JitConfig.module_selector names {atom!r}, which is a {type(child).__name__}, "
-                f"not an nn.Module, on {type(module).__name__}."
-            )
-        yield atom, child
-        return
-    for name, child in module.named_children():
-        if fnmatch.fnmatchcase(name, atom):
-            yield name, child
+def _matching_children(module: torch.nn.Module, atom: str) -> list[tuple[str, torch.nn.Module]]:
+    if not _GLOB_CHARS.isdisjoint(atom):
+        return [(name, child) for name, child in module.named_children() if fnmatch.fnmatchcase(name, atom)]
+    child = getattr(module, atom, None)
+    if child is not None and not isinstance(child, torch.nn.Module):
+        raise TypeError(
+            f"JitConfig.module_selector names {atom!r}, which is a {type(child).__name__}, "
+            f"not an nn.Module, on {type(module).__name__}."
+        )
+    return [] if child is None else [(atom, child)]
 
 
 def _as_list(config: JitConfig | Sequence[JitConfig]) -> list[JitConfig]:
@@ -283,27 +275,21 @@ class JitTransform(Callback):
         self._compile(pl_module)
 
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.state.fn == "validate":
+        if trainer.state.fn != "fit":  # validate, test, predict: in a fit, the training epoch compiles
             self._compile(pl_module)
 
-    def on_test_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._compile(pl_module)
-
-    on_predict_start = on_test_start
+    on_test_start = on_predict_start = on_validation_start
 
     # by the end of the first epoch (or of a validate/test/predict run) the compiled code has run
     def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._check_compiled_code_ran(pl_module, "the first training epoch")
 
     def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.state.fn == "validate":
-            self._check_compiled_code_ran(pl_module, "validation")
+        loop = _LOOPS.get(trainer.state.fn or "")  # none in a fit: the first training epoch's end checks
+        if loop is not None:
+            self._check_compiled_code_ran(pl_module, loop)
 
-    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._check_compiled_code_ran(pl_module, "testing")
-
-    def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._check_compiled_code_ran(pl_module, "prediction")
+    on_test_end = on_predict_end = on_validation_end
 
     def _check_compiled_code_ran(self, pl_module: pl.LightningModule, loop: str) -> None:
         """Say once per module that its compiled code never ran, and why."""

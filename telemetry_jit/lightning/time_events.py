@@ -27,12 +27,21 @@ _CALLBACKS = call_site("nv_one_logger.callbacks", "nv-one-logger's time-event ca
 _ITERATIONS = call_site("nv_one_logger.iterations", "nv-one-logger's per-iteration bookkeeping")
 
 
-class TimeEventCallback(Callback):
-    """nv-one-logger's ``TimeEventCallback``, on lightning 2.5 and 2.6: the same hooks, spans and
-    ``on_*`` methods.
+def _explicit_call(call: Callable[[], None]) -> Callable[[TimeEventCallback], None]:
+    """One of nv-one-logger's explicit calls (``on_model_init_start``, ...) as a guarded method of the callback."""
 
-    Implicit: training loop and iterations, validation loop and iterations, checkpoint saves
-    (through ``HookedTrainer.save_checkpoint``). Explicit: the ``on_*`` methods below.
+    def explicit(self: TimeEventCallback) -> None:
+        self._explicit(call)
+
+    explicit.__name__ = call.__name__
+    explicit.__qualname__ = f"TimeEventCallback.{call.__name__}"
+    return guarded(explicit)
+
+
+class TimeEventCallback(Callback):
+    """nv-one-logger's ``TimeEventCallback``, on lightning 2.5 and 2.6: the same hooks, spans and ``on_*`` methods
+    (the training and validation loops and iterations; checkpoint saves through ``HookedTrainer.save_checkpoint``;
+    the explicit ``on_*`` calls, e.g. ``callback.on_model_init_start()``).
 
     Args:
         training_telemetry_provider: the configured ``TrainingTelemetryProvider``.
@@ -40,12 +49,6 @@ class TimeEventCallback(Callback):
         iteration_fast_path: do nv-one-logger's per-iteration bookkeeping without the iteration
             spans when they are not exported (its default): the same exported records at a fraction
             of the per-step cost (see :class:`~telemetry_jit.compat.nv_one_logger.IterationBookkeeping`).
-
-    Example::
-
-        callback = TimeEventCallback(TrainingTelemetryProvider.instance())
-        trainer = Trainer(callbacks=[callback])
-        callback.on_model_init_start()
     """
 
     def __init__(
@@ -67,11 +70,9 @@ class TimeEventCallback(Callback):
         self.failures_recorded = 0  # Lightning's on_exception and HookedTrainer's call both may say one failure
         # training loops begun: Lightning starts none in a fit that has nothing to train (its loop is skipped)
         self.training_starts = 0
-        if not call_on_app_start:
-            return
-        if self._session.recording:
+        if call_on_app_start and self._session.recording:
             self._session.start_application()
-        else:
+        elif call_on_app_start:
             self._warn_not_configured()
 
     @property
@@ -194,9 +195,8 @@ class TimeEventCallback(Callback):
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._session.recording:
             config = self._provider.config.telemetry_config
-            iterations = self._bookkeeping()
             enabled = config is not None and config.is_validation_iterations_enabled
-            self._validation_iterations = iterations if enabled else None
+            self._validation_iterations = self._bookkeeping() if enabled else None
             _CALLBACKS.call(one_logger.on_validation_start)
 
     @override
@@ -290,8 +290,7 @@ class TimeEventCallback(Callback):
         if self._session.recording:
             _CALLBACKS.call(one_logger.on_save_checkpoint_end)
 
-    # -- explicit calls, as in nv-one-logger ---------------------------------------------------
-    def _explicit(self, call: Any) -> None:
+    def _explicit(self, call: Callable[[], None]) -> None:
         if self._session.recording:
             _CALLBACKS.call(call)
         else:
@@ -305,45 +304,17 @@ class TimeEventCallback(Callback):
         elif self._session.recording and nv_one_logger_compat.application_running(self._provider):
             _CALLBACKS.call(one_logger.on_app_end)
 
-    @guarded
-    def on_model_init_start(self) -> None:
-        self._explicit(one_logger.on_model_init_start)
-
-    @guarded
-    def on_model_init_end(self) -> None:
-        self._explicit(one_logger.on_model_init_end)
-
-    @guarded
-    def on_dataloader_init_start(self) -> None:
-        self._explicit(one_logger.on_dataloader_init_start)
-
-    @guarded
-    def on_dataloader_init_end(self) -> None:
-        self._explicit(one_logger.on_dataloader_init_end)
-
-    @guarded
-    def on_optimizer_init_start(self) -> None:
-        self._explicit(one_logger.on_optimizer_init_start)
-
-    @guarded
-    def on_optimizer_init_end(self) -> None:
-        self._explicit(one_logger.on_optimizer_init_end)
-
-    @guarded
-    def on_load_checkpoint_start(self) -> None:
-        self._explicit(one_logger.on_load_checkpoint_start)
-
-    @guarded
-    def on_load_checkpoint_end(self) -> None:
-        self._explicit(one_logger.on_load_checkpoint_end)
-
-    @guarded
-    def on_testing_start(self) -> None:
-        self._explicit(one_logger.on_testing_start)
-
-    @guarded
-    def on_testing_end(self) -> None:
-        self._explicit(one_logger.on_testing_end)
+    # -- explicit calls, as in nv-one-logger: recorded, or a warning that nothing is --------------
+    on_model_init_start = _explicit_call(one_logger.on_model_init_start)
+    on_model_init_end = _explicit_call(one_logger.on_model_init_end)
+    on_dataloader_init_start = _explicit_call(one_logger.on_dataloader_init_start)
+    on_dataloader_init_end = _explicit_call(one_logger.on_dataloader_init_end)
+    on_optimizer_init_start = _explicit_call(one_logger.on_optimizer_init_start)
+    on_optimizer_init_end = _explicit_call(one_logger.on_optimizer_init_end)
+    on_load_checkpoint_start = _explicit_call(one_logger.on_load_checkpoint_start)
+    on_load_checkpoint_end = _explicit_call(one_logger.on_load_checkpoint_end)
+    on_testing_start = _explicit_call(one_logger.on_testing_start)
+    on_testing_end = _explicit_call(one_logger.on_testing_end)
 
 
 def _why_nothing(trainer: pl.Trainer) -> str:

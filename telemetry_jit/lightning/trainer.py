@@ -4,46 +4,38 @@ mutates the class it is given and adds compile telemetry and ``JitTransform``.""
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar, overload
+from dataclasses import dataclass
+from typing import Any, cast
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
+from typing_extensions import TypeVar, override
 
 from telemetry_jit import identity
 from telemetry_jit.boundary import OWN_CODE, guarded, own_code_failed
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
 from telemetry_jit.lightning.payoff_callback import CompilePayoffCallback
-from telemetry_jit.lightning.ranks import RankTelemetry
 from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
 from telemetry_jit.recording.payoff import PayoffSettings
-from telemetry_jit.session import Session, resolve
+from telemetry_jit.session import Configuration, Session, configuration, resolve
 from telemetry_jit.terminal import clean
 
-
-def _as_callback_list(callbacks: Any) -> list[Callback]:
-    if callbacks is None:
-        return []
-    if isinstance(callbacks, Callback):
-        return [callbacks]
-    return list(callbacks)
-
-
 TrainerT = TypeVar("TrainerT", bound=pl.Trainer)
-CallbackT = TypeVar("CallbackT", bound=Callback)
+CallbackT = TypeVar("CallbackT", bound=Callback, default=TimeEventCallback)  # no callback given: a TimeEventCallback
 
 
-@overload
 def hook_trainer_cls(
     trainer_cls: type[TrainerT],
     training_telemetry_provider: Session | TrainingTelemetryProvider,
-    telemetry_callback: None = None,
+    telemetry_callback: CallbackT | None = None,
     *,
     jit_config: JitConfig | Sequence[JitConfig] | None = None,
     compile_telemetry: bool = True,
@@ -51,40 +43,10 @@ def hook_trainer_cls(
     live_all_ranks: bool = False,
     log_figures: bool = True,
     payoff: bool | PayoffSettings = False,
-) -> tuple[type[TrainerT], TimeEventCallback]: ...
-
-
-@overload
-def hook_trainer_cls(
-    trainer_cls: type[TrainerT],
-    training_telemetry_provider: Session | TrainingTelemetryProvider,
-    telemetry_callback: CallbackT,
-    *,
-    jit_config: JitConfig | Sequence[JitConfig] | None = None,
-    compile_telemetry: bool = True,
-    live: bool | CompileConsole = True,
-    live_all_ranks: bool = False,
-    log_figures: bool = True,
-    payoff: bool | PayoffSettings = False,
-) -> tuple[type[TrainerT], CallbackT]: ...
-
-
-def hook_trainer_cls(
-    trainer_cls: type[TrainerT],
-    training_telemetry_provider: Session | TrainingTelemetryProvider,
-    telemetry_callback: Callback | None = None,
-    *,
-    jit_config: JitConfig | Sequence[JitConfig] | None = None,
-    compile_telemetry: bool = True,
-    live: bool | CompileConsole = True,
-    live_all_ranks: bool = False,
-    log_figures: bool = True,
-    payoff: bool | PayoffSettings = False,
-) -> tuple[type[TrainerT], Callback]:
+) -> tuple[type[TrainerT], CallbackT]:
     """Return ``(HookedTrainer, callback)``: a subclass of ``trainer_cls`` carrying telemetry.
 
-    nv-one-logger's arguments and return value; ``trainer_cls`` itself is left untouched, so a plain
-    ``Trainer`` built later has no telemetry and two calls give two independent classes.
+    nv-one-logger's arguments and return value; ``trainer_cls`` is left untouched (two calls, two classes).
 
     Args:
         training_telemetry_provider: the ``Session`` of ``telemetry_jit.configure``, or nv-one-logger's provider.
@@ -112,7 +74,7 @@ def hook_trainer_cls(
     if not isinstance(live, (bool, CompileConsole)):
         raise TypeError(f"hook_trainer_cls(live=...) takes True, False or a CompileConsole, got {live!r}.")
     if telemetry_callback is None:
-        telemetry_callback = TimeEventCallback(training_telemetry_provider)
+        telemetry_callback = cast(CallbackT, TimeEventCallback(training_telemetry_provider))
     compiles = None
     if compile_telemetry:
         console = live if isinstance(live, CompileConsole) else (CompileConsole() if live else None)
@@ -133,30 +95,61 @@ def hook_trainer_cls(
     return _hooked_class(trainer_cls, telemetry, jit_config), telemetry_callback
 
 
+class RankTelemetry(Callback):
+    """Tell the session which rank this process is (known by ``setup``); in a spawned rank (the callbacks are
+    pickled into it, this one carrying the configuration) start a session as ``configure`` did, ending it at
+    teardown. It must come before the other telemetry callbacks, whose ``setup`` needs the session."""
+
+    def __init__(self, session: Session | None = None) -> None:
+        self.session = session  # the session given to hook_trainer_cls (None: the one running)
+        self._configuration: Configuration | None = None
+        self._owned: Session | None = None  # the session this callback started (in a spawned rank)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"configuration": configuration()}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__()  # type: ignore[misc]
+        self._configuration = state["configuration"]
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        session = resolve(self.session)
+        if not session.recording and self._configuration is not None and not session.ended:
+            # a spawned rank: its module-level configure (if any) was the script's re-import, which records nothing
+            session = self._owned = self._configuration.apply(
+                trainer.global_rank, trainer.local_rank, trainer.world_size
+            )
+            session.start_application()
+        session.set_rank(trainer.global_rank, trainer.local_rank, trainer.world_size)
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        owned, self._owned = self._owned, None
+        if owned is not None:  # nobody else ends a spawned rank's session
+            owned.shutdown()
+
+
 _HOOKS = tuple(name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown"))
 # hooks Lightning calls directly on every callback, not through its dispatcher that skips non-callables
 _CALLED_DIRECTLY = ("on_save_checkpoint", "on_load_checkpoint")
 
 
+@dataclass(eq=False)  # a callback compares by identity
 class _Telemetry(Callback):
     """The callbacks every trainer of one hooked class shares, as one callback, in the order they must run:
     ranks first, compile summaries before the loop spans they go on end. One, because Lightning spends about
     15 us a step per callback, implemented or not; a hook none implements is ``None``, which Lightning's
     dispatcher skips without its profiler context."""
 
-    def __init__(
-        self,
-        ranks: RankTelemetry,
-        compiles: CompileTelemetryCallback | None,
-        time_events: Any,
-        payoff: CompilePayoffCallback | None = None,
-    ) -> None:
-        self.ranks = ranks
-        self.compiles = compiles
-        self.time_events = time_events
-        self.payoff = payoff
+    ranks: RankTelemetry
+    compiles: CompileTelemetryCallback | None
+    time_events: Any
+    payoff: CompilePayoffCallback | None = None
+
+    def __post_init__(self) -> None:
         # the payoff's event goes on the training loop before the time events end it
-        order = (ranks, compiles, payoff, time_events)
+        order = (self.ranks, self.compiles, self.payoff, self.time_events)
         self.callbacks = [callback for callback in order if callback is not None]
         for hook in _HOOKS:
             implementers = [getattr(cb, hook) for cb in self.callbacks if _implements(cb, hook)]
@@ -207,49 +200,21 @@ def _hooked_class(
 
     class HookedTrainer(trainer_cls):  # type: ignore[valid-type, misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
+            given = kwargs.get("callbacks") or []
             ours = [telemetry, *telemetry.callbacks]
-            callbacks = [cb for cb in _as_callback_list(kwargs.get("callbacks")) if not any(cb is c for c in ours)]
+            callbacks = [
+                cb for cb in ([given] if isinstance(given, Callback) else given) if not any(cb is c for c in ours)
+            ]
             if jit_config is not None and not any(isinstance(cb, JitTransform) for cb in callbacks):
                 callbacks.append(JitTransform(jit_config))
             kwargs["callbacks"] = [telemetry, *callbacks]
             super().__init__(*args, **kwargs)
-            self._nv_one_logger_callback = telemetry.time_events
-            self._compile_telemetry = telemetry.compiles
-            self._compile_payoff = telemetry.payoff
-
-        @property
-        def nv_one_logger_callback(self) -> Callback:
-            """The time-event callback, for the explicit ``on_*`` calls."""
-            return self._nv_one_logger_callback
-
-        @property
-        def compile_telemetry(self) -> CompileTelemetryCallback | None:
-            """The compile-telemetry callback (``last_stats``: the totals of the last loop)."""
-            return self._compile_telemetry
-
-        def fit(self, *args: Any, **kwargs: Any) -> None:
-            with _recording(self, telemetry, "fit"):
-                return super().fit(*args, **kwargs)
-
-        def validate(self, *args: Any, **kwargs: Any) -> Any:
-            with _recording(self, telemetry, "validate"):
-                return super().validate(*args, **kwargs)
-
-        def test(self, *args: Any, **kwargs: Any) -> Any:
-            with _recording(self, telemetry, "test"):
-                return super().test(*args, **kwargs)
-
-        def predict(self, *args: Any, **kwargs: Any) -> Any:
-            with _recording(self, telemetry, "predict"):
-                return super().predict(*args, **kwargs)
-
-        @property
-        def compile_payoff(self) -> CompilePayoffCallback | None:
-            """The payoff callback (``last_payoff``: what compiling bought), with ``payoff=True``."""
-            return self._compile_payoff
+            self.nv_one_logger_callback = telemetry.time_events  # for the explicit on_* calls
+            self.compile_telemetry = telemetry.compiles  # its last_stats: the totals of the last loop
+            self.compile_payoff = telemetry.payoff  # with payoff=True; its last_payoff: what compiling bought
 
         def save_checkpoint(self, *args: Any, **kwargs: Any) -> Any:
-            callback = self._nv_one_logger_callback
+            callback = telemetry.time_events
             callback.on_save_checkpoint_start(global_step=self.global_step)
             try:
                 result = super().save_checkpoint(*args, **kwargs)
@@ -262,39 +227,35 @@ def _hooked_class(
             # the class lives in a closure: ddp_spawn and friends rebuild it from its ingredients
             return _rebuild_hooked_trainer, (trainer_cls, telemetry, jit_config), self.__dict__
 
+    for call in ("fit", "validate", "test", "predict"):
+        setattr(HookedTrainer, call, _recorded(getattr(trainer_cls, call), call, telemetry))
     HookedTrainer.__name__ = HookedTrainer.__qualname__ = f"Hooked{trainer_cls.__name__}"
     return HookedTrainer
 
 
-class _OneRecorder:
-    """Which thread's trainer records: nv-one-logger keeps one training loop per process."""
+def _recorded(method: Callable[..., Any], call: str, telemetry: _Telemetry) -> Callable[..., Any]:
+    @functools.wraps(method)
+    def recorded(self: pl.Trainer, *args: Any, **kwargs: Any) -> Any:
+        with _recording(self, telemetry, call):
+            return method(self, *args, **kwargs)
 
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.owner: int | None = None  # the recording thread
-
-    def take(self) -> bool:
-        """Whether this thread records (again, for a call nested in its own)."""
-        with self._lock:
-            if self.owner is None:
-                self.owner = threading.get_ident()
-            return self.owner == threading.get_ident()
-
-    def give_back(self) -> None:
-        with self._lock:
-            if self.owner == threading.get_ident():
-                self.owner = None
+    return recorded
 
 
-_ONE_RECORDER = _OneRecorder()
+# the thread whose trainer records ("thread"): nv-one-logger keeps one training loop per process
+_RECORDING: dict[str, int] = {}
+_RECORDING_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
 def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterator[None]:
     """Run one trainer call with telemetry, or without it (said once) while another thread's records. An error
     anywhere inside is recorded (``on_exception`` misses what raises outside Lightning's loops)."""
-    nested = _ONE_RECORDER.owner == threading.get_ident()
-    if _ONE_RECORDER.take():
+    me = threading.get_ident()
+    with _RECORDING_LOCK:
+        nested = _RECORDING.get("thread") == me
+        records = _RECORDING.setdefault("thread", me) == me
+    if records:
         time_events = telemetry.time_events if isinstance(telemetry.time_events, TimeEventCallback) else None
         training_starts = time_events.training_starts if time_events is not None else 0
         failures = time_events.failures_recorded if time_events is not None else 0
@@ -311,7 +272,8 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterato
                 time_events.on_fit_ended(trainer, training_starts)
         finally:
             if not nested:
-                _ONE_RECORDER.give_back()
+                with _RECORDING_LOCK:
+                    del _RECORDING["thread"]
                 _say_where_to_read(trainer, telemetry)
         return
     warn_once(

@@ -162,8 +162,11 @@ class IterationBookkeeping:
 
     def training_end(self) -> None:
         """End the iteration :meth:`training_start` began, if one is running (Lightning may skip a batch's end).
-        The fast path is TrainingRecorder.on_training_single_iteration_end (2.3.1) inline without stopping the
-        span; once nv-one-logger has stopped recording, it keeps its timers going and sends nothing."""
+
+        The fast path is TrainingRecorder.on_training_single_iteration_end (2.3.1) step 1 inline; step 2
+        (the metrics update, which checks again whether it is due) runs only when due; step 3 stops
+        the span, which the fast path never started. Recheck these three on an nv-one-logger upgrade. Once
+        nv-one-logger has stopped recording, the fast path keeps its timers going and sends nothing."""
         timer = self._training_timer
         started = self._training_started
         if started is None:

@@ -228,16 +228,16 @@ def _hooked_class(
             return _rebuild_hooked_trainer, (trainer_cls, telemetry, jit_config), self.__dict__
 
     for call in ("fit", "validate", "test", "predict"):
-        setattr(HookedTrainer, call, _recorded(getattr(trainer_cls, call), call, telemetry))
+        setattr(HookedTrainer, call, _recorded(trainer_cls, call, telemetry))
     HookedTrainer.__name__ = HookedTrainer.__qualname__ = f"Hooked{trainer_cls.__name__}"
     return HookedTrainer
 
 
-def _recorded(method: Callable[..., Any], call: str, telemetry: _Telemetry) -> Callable[..., Any]:
-    @functools.wraps(method)
+def _recorded(trainer_cls: type[pl.Trainer], call: str, telemetry: _Telemetry) -> Callable[..., Any]:
+    @functools.wraps(getattr(trainer_cls, call))
     def recorded(self: pl.Trainer, *args: Any, **kwargs: Any) -> Any:
-        with _recording(self, telemetry, call):
-            return method(self, *args, **kwargs)
+        with _recording(self, telemetry, call):  # the method looked up now, as super() would: a later patch holds
+            return getattr(trainer_cls, call)(self, *args, **kwargs)
 
     return recorded
 

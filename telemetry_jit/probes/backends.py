@@ -87,8 +87,11 @@ def backends() -> list[CompilerBackend]:
 @functools.lru_cache(maxsize=1)
 def _discover(path: tuple[str, ...]) -> dict[str, CompilerBackend]:
     """The entry points found on ``path`` (``sys.path``): looked for again when it changes."""
+    entries = {entry.name: entry for entry in metadata.entry_points(group=ENTRY_POINTS)}
+    if "torch" not in entries:  # no metadata declares the built-ins: a source checkout, an old editable install
+        entries.update((name, metadata.EntryPoint(name, value, ENTRY_POINTS)) for name, value in _BUILT_INS.items())
     found = {}
-    for entry in metadata.entry_points(group=ENTRY_POINTS):
+    for entry in entries.values():
         backend = _LOADED.get(entry.value) or _load(entry)
         if backend is not None:  # one instance per entry point, whatever sys.path does later
             found[backend.name] = _LOADED.setdefault(entry.value, backend)
@@ -106,3 +109,10 @@ def _load(entry: metadata.EntryPoint) -> CompilerBackend | None:
         return backend
     warn_once(("plug-in", entry.value), f"telemetry-jit: {entry.value} is no CompilerBackend; skipped.")
     return None
+
+
+_BUILT_INS = {
+    "torch": "telemetry_jit.compilers:TorchCompileBackend",
+    "thunder": "telemetry_jit.compilers:ThunderJitBackend",
+    "thunder-dynamo": "telemetry_jit.compilers:ThunderThroughDynamoBackend",
+}

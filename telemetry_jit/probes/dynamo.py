@@ -41,6 +41,7 @@ class _Window:
     breaks_before: dict[str, int]
     measuring: Any = None  # the meter's readings at the start
     timers: dict[str, int] = field(default_factory=dict)  # torch's timers at the start (compile_timers)
+    phases_s: dict[str, float] = field(default_factory=dict)  # what they timed within it: said with its metrics
 
 
 class DynamoProbe:
@@ -190,7 +191,7 @@ class DynamoProbe:
                 return
             record = window.record
             record.end_ns = time.time_ns()
-            record.phase_times_s = compile_timers.since(window.timers)
+            window.phases_s = compile_timers.since(window.timers)
             record.graph_breaks = self._graph_breaks_since(window.breaks_before, record.callers)
             record.ddp_buckets = [buckets for _, buckets in self._ddp_log.entries]
             record.ddp_bucket_cap_bytes = max((cap for cap, _ in self._ddp_log.entries), default=0)
@@ -311,6 +312,7 @@ class DynamoProbe:
         else:
             record = window.record
             record.compile_id = compile_id
+            record.phase_times_s = window.phases_s
         if metric.is_forward is False:
             record.trigger = "lazy_backward"
         if not record.recompile_reasons:

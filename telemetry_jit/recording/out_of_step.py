@@ -355,7 +355,15 @@ class OutOfStep:
                 + (f": {why}" if why else "")
             )
             said = Finding(
-                "stall", tuple(ranks), line, stall.step, stall.stage, what, why, elapsed, tuple(sorted(waiting))
+                "stall",
+                tuple(ranks),
+                line,
+                step=stall.step,
+                stage=stall.stage,
+                what=what,
+                why=why,
+                seconds=elapsed,
+                waiting=tuple(sorted(waiting)),
             )
             findings.append(said)
         return findings
@@ -393,7 +401,16 @@ class OutOfStep:
             line = f"rank {rank} finished compiling {stall.what}{took}; {rank_list(waited)} waited for it at step "
             line += f"{stall.waiting_step}"
             findings.append(
-                Finding("stall_ended", (rank,), line, stall.step, stall.stage, stall.what, "", seconds, tuple(waited))
+                Finding(
+                    "stall_ended",
+                    (rank,),
+                    line,
+                    step=stall.step,
+                    stage=stall.stage,
+                    what=stall.what,
+                    seconds=seconds,
+                    waiting=tuple(waited),
+                )
             )
         return findings
 

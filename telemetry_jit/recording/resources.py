@@ -77,9 +77,20 @@ class ResourceMeter:
             workers = [pid for pid, worker in list(self._workers.items()) if worker]  # the sampler may be adding
             children = [c for pid in workers if (c := host.child(pid)) is not None]
             base = rss + sum(self._held(c) for c in children)
-            cpus, counted = {c.pid: c.cpu_s for c in children}, {c.pid: c for c in children}
-            started, cuda = host.clock_ticks(), host.cuda_memory()
-            window = _Window(cpu, reaped, largest, rss, hwm, started, cpus, base, cuda, base, rss, counted)
+            window = _Window(
+                cpu=cpu,
+                reaped_cpu=reaped,
+                largest_reaped=largest,
+                rss=rss,
+                hwm=hwm,
+                started=host.clock_ticks(),
+                children_cpu={c.pid: c.cpu_s for c in children},
+                base=base,
+                cuda=host.cuda_memory(),
+                peak_tree=base,
+                peak_own=rss,
+                counted={c.pid: c for c in children},
+            )
         except Exception as error:  # noqa: BLE001 - a reading that fails costs the figure, never the compile
             _failed(error)
             return None

@@ -147,6 +147,15 @@ def test_the_inductor_mode_is_read_back_from_the_options_torch_compile_gives_it(
     assert torch_compat._inductor_mode(backend.config) == mode
 
 
+def test_an_option_whose_value_cannot_be_compared_leaves_the_mode_unsaid_and_the_compile_recorded() -> None:
+    class Unanswerable:  # an option value whose == raises, as an array's truth value does
+        def __eq__(self, other: object) -> bool:
+            raise ValueError("the truth value of an array is ambiguous")
+
+    settings = {name: Unanswerable() for name in torch._TorchCompileInductorWrapper("max-autotune", None, False).config}
+    assert torch_compat._inductor_mode(settings) == ""
+
+
 def test_input_shapes_read_only_the_inputs_of_torchs_record_of_every_node() -> None:
     """torch writes every node's shape (megabytes for a large model) as a dict's repr: the inputs are read from it,
     parameters and intermediate nodes passed over, whatever the rest of it holds (parsing it whole cost a llama's

@@ -51,8 +51,9 @@ from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.lightning.trainer import _Telemetry
 
 TELEMETRY_PACKAGES = {"telemetry_jit", "exporters", "nv_one_logger", "opentelemetry"}
-# HookedTrainer.fit (validate, test, predict) only wraps Trainer's own: the training under it is not telemetry's
-ENTRY_POINT = re.compile(r"HookedTrainer\.(fit|validate|test|predict)$")
+# HookedTrainer's fit (validate, test, predict: trainer.py's ``recorded``) only wraps Trainer's own: the training
+# under it is not telemetry's
+ENTRY_POINT = re.compile(r"_recorded\.<locals>\.recorded$")
 FRAME = re.compile(r"(?P<function>.*) \((?P<path>[^():]*)(?::\d+)?\)$")
 
 

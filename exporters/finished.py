@@ -37,7 +37,11 @@ class FinishedEvent:
 
     def exported_attributes(self) -> dict[str, AttributeValue]:
         """Its attributes as nv-one-logger exports them (it adds the time in milliseconds)."""
-        return {**self.attributes, _TIMESTAMP_MSEC: self.time_unix_ns // 1_000_000}
+        return {**self.attributes, _TIMESTAMP_MSEC: self.time_msec}
+
+    @property
+    def time_msec(self) -> int:
+        return self.time_unix_ns // 1_000_000
 
 
 @dataclass(slots=True)
@@ -54,7 +58,11 @@ class FinishedSpan:
 
     def exported_attributes(self) -> dict[str, AttributeValue]:
         """Its attributes as nv-one-logger exports them (it adds the duration in milliseconds)."""
-        return {**self.attributes, _DURATION_MSEC: (self.end_unix_ns - self.start_unix_ns) // 1_000_000}
+        return {**self.attributes, _DURATION_MSEC: self.duration_msec}
+
+    @property
+    def duration_msec(self) -> int:
+        return (self.end_unix_ns - self.start_unix_ns) // 1_000_000
 
     def as_nv_one_logger(self) -> tuple[Span, list[Event]]:
         start, end = _timestamp(self.start_unix_ns), _timestamp(self.end_unix_ns)
@@ -74,11 +82,11 @@ class FinishedSpan:
                 else Event(event.name, time, Attributes(dict(event.attributes)))
             )
             # nv-one-logger derives the milliseconds from a float; the exact ones, as the whole path writes them
-            nv_event.attributes.add(_TIMESTAMP_MSEC, event.exported_attributes()[_TIMESTAMP_MSEC])
+            nv_event.attributes.add(_TIMESTAMP_MSEC, event.time_msec)
             span.add_event(nv_event)
             events.append(nv_event)
         span.stop(stop_time=end)
-        span.add_attribute(_DURATION_MSEC, self.exported_attributes()[_DURATION_MSEC])
+        span.add_attribute(_DURATION_MSEC, self.duration_msec)
         return span, events
 
 

@@ -69,17 +69,18 @@ class CompileTelemetryCallback(Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         self.driver.resolve()  # a spawned rank's own, or configured late
         bar = trainer.progress_bar_callback  # lines printed through it keep its bar whole
+        bar_print = bar.print if bar is not None else None
         console = self.console if self.console_all_ranks or trainer.is_global_zero else None
         if console is not None:
             if self._print_fn is None:  # one of its own is kept
-                console.print_fn = bar.print if bar is not None else None
+                console.print_fn = bar_print
             console.stage_names = {stage: BY_ITSELF[stage]} if stage in BY_ITSELF else {}
         self.recorder.listeners = [console] if console is not None else []
         self._tuner = _has_tuner(trainer)
         self.driver.skew_warning_s, self.driver.log_figures_per_rank = self.skew_warning_s, self.log_figures_per_rank
         logs = [(logger.log_metrics, type(logger).__name__) for logger in trainer.loggers] if self.log_figures else []
         self.driver.log_to(logs, trainer.loggers)
-        self.driver.say = functools.partial(say_line, bar.print if bar is not None else rank_zero_info)
+        self.driver.say = functools.partial(say_line, bar_print or rank_zero_info)
         self.driver.start(functools.partial(_position, trainer, self), rank=trainer.global_rank)
         self._steps = lightning_compat.global_step_counter(trainer)
 

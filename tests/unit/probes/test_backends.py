@@ -3,6 +3,7 @@ an installed package's is found without being imported by hand, and a broken one
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -41,3 +42,23 @@ def test_an_installed_plug_in_is_found_and_a_broken_one_is_said(
     monkeypatch.undo()
     with pytest.raises(LookupError, match="no compiler backend 'toy-found'"):
         compiler_backend("toy-found")  # uninstalled: gone
+
+
+@pytest.mark.any_torch
+def test_the_built_ins_are_the_ones_pyproject_declares_and_are_found_where_no_metadata_says_so(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from telemetry_jit.probes import backends as module
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # the test extras install tomli there
+        import tomli as tomllib
+    project = tomllib.loads((Path(__file__).resolve().parents[3] / "pyproject.toml").read_text())["project"]
+    assert project["entry-points"]["telemetry_jit.compilers"] == module._BUILT_INS
+    monkeypatch.setattr(module.metadata, "entry_points", lambda **_: [])  # a source checkout: no dist-info
+    module._discover.cache_clear()
+    try:
+        assert set(module._BUILT_INS) <= set(module._discover(("no metadata",)))
+    finally:
+        module._discover.cache_clear()

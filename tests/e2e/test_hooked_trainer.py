@@ -60,6 +60,27 @@ def test_the_given_class_is_not_mutated(telemetry: Telemetry) -> None:
     assert hooked.callbacks[0].callbacks[1:] == [hooked.compile_telemetry, callback]
 
 
+def test_a_patch_of_the_given_class_after_hooking_is_what_its_calls_run(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # fit/validate/test/predict look the given class's method up at each call, as super() would: a patch made
+    # after hooking (a profiler's, a test double) runs, under telemetry's spans
+    class UsersTrainer(pl.Trainer):
+        pass
+
+    HookedTrainer, _ = hook_trainer_cls(UsersTrainer, telemetry.provider)
+    calls = []
+
+    def patched(self: pl.Trainer, *args: Any, **kwargs: Any) -> Any:
+        calls.append(type(self).__name__)
+        return pl.Trainer.validate(self, *args, **kwargs)
+
+    monkeypatch.setattr(UsersTrainer, "validate", patched, raising=False)
+    HookedTrainer(**TRAINER_DEFAULTS).validate(Net(), loader(8, 4), verbose=False)
+    assert calls == ["HookedUsersTrainer"]
+    assert len(telemetry.end().find("validation_loop")) == 1
+
+
 def test_hooking_twice_starts_one_application_span(telemetry: Telemetry) -> None:
     hook_trainer_cls(pl.Trainer, telemetry.provider)
     hook_trainer_cls(pl.Trainer, telemetry.provider)

@@ -19,8 +19,7 @@ from telemetry_jit.analysis.digest import (
 )
 from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
-from telemetry_jit.analysis.runs import EventRecord, TelemetryRun, number
-from telemetry_jit.analysis.status import RunStatus, run_status
+from telemetry_jit.analysis.runs import EventRecord, RunStatus, TelemetryRun, number, run_status
 from telemetry_jit.analysis.warm_residual import warm_start_json
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
@@ -60,17 +59,13 @@ class FirstStepRow:
     phases_s: dict[str, float]
     loop: str = ""  # the span id of the outermost loop it ran in (its fit's training loop)
 
-    @property
-    def other_ms(self) -> float:
-        return max(self.wall_ms - self.compile_ms, 0.0)
-
     def as_json(self) -> dict[str, Any]:
         return {
             "stage": self.stage,
             "global_step": self.global_step,
             "wall_s": round(self.wall_ms / 1000, 3),
             "compile_s": round(self.compile_ms / 1000, 3),
-            "other_s": round(self.other_ms / 1000, 3),
+            "other_s": round(max(self.wall_ms - self.compile_ms, 0.0) / 1000, 3),
             "compile_phases_s": {phase: round(seconds, 3) for phase, seconds in self.phases_s.items()},
         }
 
@@ -242,7 +237,7 @@ def _thunder_rows(summaries: list[EventRecord]) -> list[tuple[str, int, int]]:
 def summary_json(run: TelemetryRun) -> dict[str, object]:
     """One run's summary for tools (``telemetry-jit summary --json``; the schema is in docs/telemetry.md)."""
     s = summarize(run)
-    d = s.digest
+    d, warm = s.digest, s.digest.warm_start
     return {
         "run_id": run.run_id,
         "rank": run.rank,
@@ -275,13 +270,13 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "compiled_before_run": s.compiled_before.as_json() if s.compiled_before is not None else None,
         "failed_compilations": d.failed,
         "compile_cache": {
-            "lookups": d.warm_start.lookups,
-            "hits": d.warm_start.hits,
-            "misses": d.warm_start.misses,
-            "saved_s": round(d.warm_start.saved_s, 3),
+            "lookups": warm.lookups,
+            "hits": warm.hits,
+            "misses": warm.misses,
+            "saved_s": round(warm.saved_s, 3),
         },
         "compile_resources": d.resources.as_json(),
-        "warm_start": warm_start_json(run, d.residual, d.warm_start.hits, d.warm_start.misses, d.warm_start.saved_s),
+        "warm_start": warm_start_json(run, d.residual, warm.hits, warm.misses, warm.saved_s),
         "loop_count": s.loop_count,
         "recompile_causes": [{**row.as_json(), "loops": s.loop_numbers(row.loops)} for row in s.causes],
         "graph_breaks": [{**group.as_json(), "loops": s.loop_numbers(group.loops)} for group in s.breaks],

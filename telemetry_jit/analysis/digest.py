@@ -356,15 +356,13 @@ class RunDigest:
         if len(self.sequence) < MAX_KEPT:  # the ids seen are counted as long as ends are kept: bounded
             nth = self._seen[(compile_id, trigger)]  # ids repeat after torch._dynamo.reset()
             self._seen[(compile_id, trigger)] += 1
-            backward = "b" if trigger == "lazy_backward" else ""
-            self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
+            said_id = compile_id + ("b" if trigger == "lazy_backward" else "")
+            self.sequence.append((said_id, label, cause.cause if cause is not None else ""))
             end = span.end_unix_ns or span.start_unix_ns
             self.ends[(compile_id, trigger, nth)] = (end, label)
-            title = (
-                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {ms:.1f} ms at "
-                f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
-            )
             step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))
+            title = f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {ms:.1f} ms at step {step} "
+            title += str(attributes.get(CompileAttr.RECOMPILE_REASON, ""))
             self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
         self.resources.add(span)
         self.residual.add(span)
@@ -477,17 +475,16 @@ class RunDigest:
         user_line = str(attributes.get(GraphBreakAttr.USER_LOCATION) or "") or user_location([*stack, location])
         text = parse_break(reason)
         kind = str(attributes.get(GraphBreakAttr.TYPE) or text.type)
-        group = self.breaks.setdefault(
-            (location, kind),
-            BreakGroup(
+        if (location, kind) not in self.breaks:  # the first break of its group says its text
+            self.breaks[(location, kind)] = BreakGroup(
                 location=location,
                 owner=owner,
                 type=kind,
                 explanation=str(attributes.get(GraphBreakAttr.EXPLANATION) or text.explanation),
                 hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
                 doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
-            ),
-        )
+            )
+        group = self.breaks[(location, kind)]
         add_new(group.user_locations, user_line, MAX_NAMES)
         add_new(group.loops, loop, MAX_NAMES)
         group.count += 1

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -62,7 +62,11 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
     skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
     damage = FileDamage()
     line = 0
-    for line, raw in _lines(handle):  # noqa: B007 - the count is read after the loop
+    for line, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES), b""), start=1):
+        if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):  # too long: read no further, its bytes dropped
+            while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+                pass
+            raw = b"\x00too long"  # the marker _parse says is too long
         if skipped and any(needle in raw for needle in skipped):
             continue
         record = _parse(path, raw, line, damage, runs_so_far=bool(runs))
@@ -91,17 +95,6 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
             _infer_parents(run)
         digest_of(run)
     return list(runs.values())
-
-
-def _lines(handle: BinaryIO) -> Iterator[tuple[int, bytes]]:
-    """``(line number, bytes)`` of each line; a line longer than :data:`MAX_LINE_BYTES` is read no further
-    (its bytes are dropped as they come) and given as the marker ``_parse`` says is too long."""
-    for number, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES), b""), start=1):
-        if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):
-            while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
-                pass
-            raw = b"\x00too long"
-        yield number, raw
 
 
 ITERATION_SPANS = (
@@ -352,8 +345,7 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
             if not (digest and run._pending is span):  # with the digest, never kept
                 _keep(run, span, ended=kind == "span")
         run.last_unix_ns = max(run.last_unix_ns, span.start_unix_ns)
-        if not run.first_unix_ns or span.start_unix_ns < run.first_unix_ns:
-            run.first_unix_ns = span.start_unix_ns
+        run.first_unix_ns = min(run.first_unix_ns or span.start_unix_ns, span.start_unix_ns)
         if kind == "span":
             span.end_unix_ns = _ns(record["end_unix_ns"])
             span.attributes = _attributes(record.get("attributes", {}))

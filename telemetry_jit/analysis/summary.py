@@ -197,41 +197,35 @@ def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
 
 
 def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
-    steps: list[tuple[int, FirstStepRow]] = []
     prefix = StepAttr.phase_time("")[: -len("_s")]
-    for span in run.spans.values():
-        for event in span.events:
-            if event.name != JitEventName.FIRST_STEP:
-                continue
-            attributes = event.attributes
-            phases: dict[str, float] = defaultdict(float)
-            for name, value in attributes.items():
-                if name.startswith(prefix) and name.endswith("_s"):
-                    phases[name[len(prefix) : -len("_s")]] += number(value)
-            loops = [span, *loops_around(span, run.spans)]  # the loop it was said on, and those around it
-            row = FirstStepRow(
-                stage_named(str(attributes.get(StepAttr.STAGE, "")), loops),
-                int(number(attributes.get(StepAttr.GLOBAL_STEP))),
-                number(attributes.get(StepAttr.WALL_MS)),
-                number(attributes.get(StepAttr.COMPILE_MS)),
-                dict(phases),
-                loop=outermost_loop(loops),
-            )
-            steps.append((event.time_unix_ns, row))
-    return [row for _, row in sorted(steps, key=lambda item: item[0])]
+    said = [
+        (event, span) for span in run.spans.values() for event in span.events if event.name == JitEventName.FIRST_STEP
+    ]
+    rows = []
+    for event, span in sorted(said, key=lambda pair: pair[0].time_unix_ns):
+        attributes = event.attributes
+        phases: dict[str, float] = defaultdict(float)
+        for name, value in attributes.items():
+            if name.startswith(prefix) and name.endswith("_s"):
+                phases[name[len(prefix) : -len("_s")]] += number(value)
+        loops = [span, *loops_around(span, run.spans)]  # the loop it was said on, and those around it
+        row = FirstStepRow(
+            stage_named(str(attributes.get(StepAttr.STAGE, "")), loops),
+            int(number(attributes.get(StepAttr.GLOBAL_STEP))),
+            number(attributes.get(StepAttr.WALL_MS)),
+            number(attributes.get(StepAttr.COMPILE_MS)),
+            dict(phases),
+            loop=outermost_loop(loops),
+        )
+        rows.append(row)
+    return rows
 
 
 def _thunder_rows(summaries: list[EventRecord]) -> list[tuple[str, int, int]]:
-    return [
-        row
-        for event in summaries
-        for row in zip(
-            event.attributes.get(CompileAttr.THUNDER_MODULES, []),
-            event.attributes.get(CompileAttr.THUNDER_CACHE_MISSES, []),
-            event.attributes.get(CompileAttr.THUNDER_CACHE_HITS, []),
-            strict=False,
-        )
-    ]
+    """Thunder's modules with their cache misses and hits, as each ``compile_summary`` says them."""
+    said = (CompileAttr.THUNDER_MODULES, CompileAttr.THUNDER_CACHE_MISSES, CompileAttr.THUNDER_CACHE_HITS)
+    columns = ([event.attributes.get(name, []) for name in said] for event in summaries)
+    return [row for modules, misses, hits in columns for row in zip(modules, misses, hits, strict=False)]
 
 
 def summary_json(run: TelemetryRun) -> dict[str, object]:

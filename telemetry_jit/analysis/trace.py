@@ -89,12 +89,8 @@ MAX_MERGED_BYTES = 2**30  # another tool's trace: torch.profiler exports of long
 
 
 def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
-    """Another tool's trace (``trace --with``): a regular file of at most :data:`MAX_MERGED_BYTES`.
-
-    Raises:
-        ValueError: no regular file (a device, a FIFO), too large or deep, not JSON, not a Trace Event document.
-        OSError: it cannot be read.
-    """
+    """Another tool's trace (``trace --with``): a regular file of at most :data:`MAX_MERGED_BYTES`. ValueError
+    says why a file is none (a device or FIFO, too large or deep, not JSON, no Trace Event document)."""
     # opened without waiting: a FIFO's open would block until some process writes to it
     with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):

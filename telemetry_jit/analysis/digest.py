@@ -453,9 +453,8 @@ class RunDigest:
         if cause.behind:
             row.behind[cause.behind] += 1
         if len(row.occasions) < 1000:
-            row.occasions.add(
-                (without_line(frame_label(*frame)), stage, step, _whole(attributes.get(TrainAttr.BATCH_INDEX)))
-            )
+            batch = _whole(attributes.get(TrainAttr.BATCH_INDEX))
+            row.occasions.add((without_line(frame_label(*frame)), stage, step, batch))
         if len(self._rows_by_id) > 10_000:  # a backward graph follows its forward within a step or two
             self._rows_by_id.clear()
         self._rows_by_id[compile_id] = row
@@ -526,9 +525,8 @@ class RunDigest:
                 reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
                 step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
                 said = normalize_reason(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
-                self.fallbacks.append(
-                    Fallback(frame_label(*frame), step, stage, limit, said, shown=frame_shown(*frame))
-                )
+                where = frame_shown(*frame)
+                self.fallbacks.append(Fallback(frame_label(*frame), step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")

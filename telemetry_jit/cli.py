@@ -15,9 +15,8 @@ from pathlib import Path
 from telemetry_jit.analysis.check import Budget, CannotTell, Unfinished, check
 from telemetry_jit.analysis.diff import diff
 from telemetry_jit.analysis.fleet import Fleet, fleets
-from telemetry_jit.analysis.inputs import Loaded, load
 from telemetry_jit.analysis.json_output import to_json
-from telemetry_jit.analysis.reader import TelemetryRun
+from telemetry_jit.analysis.reader import Loaded, TelemetryRun, load
 from telemetry_jit.analysis.report import render_fleet_report, render_report
 from telemetry_jit.analysis.summary import compiled_before, summarize, summary_json
 from telemetry_jit.analysis.text import format_cold_start, format_diff, format_fleet, format_summary

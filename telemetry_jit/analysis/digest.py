@@ -42,6 +42,7 @@ MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
 MAX_NAMES = 50  # frames that missed the caches, reasons kept per row
 AWAITED = 10_000  # compile ids awaiting their backward graph: it follows its forward within a step or two
 Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by id
+Frame = tuple[str, str]  # a compiled frame's name and location ("file:line")
 
 
 def _cache_count(attributes: Mapping[str, Any], kind: str, *outcomes: str) -> float:
@@ -197,14 +198,8 @@ class Fallback:
     shown: str = ""  # the frame as the user reads it (``frame_shown``); ``frame`` is the key runs compare by
 
     def as_json(self) -> dict[str, Any]:
-        return {
-            "frame": self.frame,
-            "step": self.step,
-            "stage": self.stage,
-            "recompile_limit": self.limit_hit,
-            "reason": self.reason,
-            "cost": self.cost.as_json() if self.cost is not None else None,
-        }
+        said = {"frame": self.frame, "step": self.step, "stage": self.stage, "recompile_limit": self.limit_hit}
+        return {**said, "reason": self.reason, "cost": self.cost.as_json() if self.cost is not None else None}
 
 
 @dataclass
@@ -258,7 +253,7 @@ class RunDigest:
     compile_ms: float = 0.0
     # compile ms by stage and the kinds of loop span around it (at any depth): inside a loop, or outside it
     ms_by_stage_loops: dict[tuple[str, frozenset[str]], float] = field(default_factory=dict)
-    frames: dict[tuple[str, str], FrameRow] = field(default_factory=dict)
+    frames: dict[Frame, FrameRow] = field(default_factory=dict)
     causes: dict[tuple[str, str, bool], CauseRow] = field(default_factory=dict)
     breaks: dict[tuple[str, str], BreakGroup] = field(default_factory=dict)
     break_count: int = 0
@@ -307,7 +302,8 @@ class RunDigest:
         compile_id = str(attributes.get(CompileAttr.ID) or "")
         around = loops_around(span, others)
         stage = stage_named(str(attributes.get(TrainAttr.STAGE) or ""), around)
-        label = frame_label(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
+        frame = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
+        label = frame_label(*frame)
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
@@ -329,8 +325,7 @@ class RunDigest:
         if TrainAttr.BATCH_INDEX in attributes or CompileAttr.RECOMPILE_CAUSE in attributes:
             self.lacks_positions = False
         breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
-        frame = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
-        row = self.frames.setdefault(frame, FrameRow(*frame))
+        row = self.frames.get(frame) or self.frames.setdefault(frame, FrameRow(*frame))
         row.compiles += trigger != "lazy_backward"
         row.backward_graphs += trigger == "lazy_backward"
         row.recompiles += recompile
@@ -342,7 +337,7 @@ class RunDigest:
                 row.reasons[reason] += 1
             else:
                 row.other_reasons += 1
-        cause = self._cause(span, trigger, compile_id, stage, label, recompile, loop)
+        cause = self._cause(span, trigger, compile_id, stage, frame, recompile, loop)
         if stage == "train":
             self.train_breaks += len(breaks)
             self.train_recompiles += recompile and not (cause is not None and cause.expected)
@@ -350,7 +345,7 @@ class RunDigest:
             self._break(event, label, compile_id, loop)
         self._warm_start(attributes, label)
         self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
-        self._failure(span, label, stage)
+        self._failure(span, frame, stage)
         for event in span.events:
             if event.name == JitEventName.DDP_GRAPH_SPLIT:
                 splits = int(number(event.attributes.get(DdpAttr.SPLITS)))
@@ -361,15 +356,13 @@ class RunDigest:
         if len(self.sequence) < MAX_KEPT:  # the ids seen are counted as long as ends are kept: bounded
             nth = self._seen[(compile_id, trigger)]  # ids repeat after torch._dynamo.reset()
             self._seen[(compile_id, trigger)] += 1
-            backward = "b" if trigger == "lazy_backward" else ""
-            self.sequence.append((f"{compile_id}{backward}", label, cause.cause if cause is not None else ""))
+            said_id = compile_id + ("b" if trigger == "lazy_backward" else "")
+            self.sequence.append((said_id, label, cause.cause if cause is not None else ""))
             end = span.end_unix_ns or span.start_unix_ns
             self.ends[(compile_id, trigger, nth)] = (end, label)
-            title = (
-                f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {ms:.1f} ms at "
-                f"step {attributes.get(TrainAttr.GLOBAL_STEP, '')} {attributes.get(CompileAttr.RECOMPILE_REASON, '')}"
-            )
             step = str(attributes.get(TrainAttr.GLOBAL_STEP, ""))
+            title = f"{attributes.get(CompileAttr.FRAME, '')} {compile_id} ({trigger}) {ms:.1f} ms at step {step} "
+            title += str(attributes.get(CompileAttr.RECOMPILE_REASON, ""))
             self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
         self.resources.add(span)
         self.residual.add(span)
@@ -414,7 +407,7 @@ class RunDigest:
         return self._settled[kind] + sum(self._counts(kind, compile_id) for compile_id in awaiting)
 
     def _cause(
-        self, span: SpanRecord, trigger: str, compile_id: str, stage: str, label: str, recompile: bool, loop: str
+        self, span: SpanRecord, trigger: str, compile_id: str, stage: str, frame: Frame, recompile: bool, loop: str
     ) -> Classified | None:
         """The recompile's cause (recorded, else classified now); a backward graph's ms go to its recompile's row."""
         attributes = span.attributes
@@ -442,28 +435,26 @@ class RunDigest:
         # evaluation's shapes met again in training (a mask it cached) are evaluation's item, with its fix
         eval_kind = cause.cause == "eval_shape" or stage in EVAL_STAGES
         kind = "eval" if eval_kind else "tuner" if stage == "tuner" else "train"  # where a cause's fix differs
-        row = self.causes.setdefault((cause.cause, kind, cause.expected), CauseRow(cause.cause, kind))
+        key = (cause.cause, kind, cause.expected)
+        row = self.causes.get(key) or self.causes.setdefault(key, CauseRow(cause.cause, kind))
         row.count += 1
         row.expected += cause.expected
         row.compile_ms += ms
-        frame, location = (str(attributes.get(name) or "") for name in (CompileAttr.FRAME, CompileAttr.LOCATION))
-        owner = recompile_owner(frame, location)
+        owner = recompile_owner(*frame)
         row.owner = owner if row.owner in ("", owner) else "user"
         step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
         if step != row._last_step and step not in row.steps:  # counted in bounded memory: steps only grow
             row.step_count += 1
         row._last_step = step
-        loader = _whole(attributes.get(TrainAttr.LOADER))
-        shown_label = frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
-        for values, value in ((row.frames, shown_label), (row.steps, step), (row.stages, stage or "unknown")):
+        kept = (row.frames, frame_shown(*frame)), (row.steps, step), (row.stages, stage or "unknown"), (row.loops, loop)
+        for values, value in (*kept, (row.loaders, _whole(attributes.get(TrainAttr.LOADER)))):
             add_new(values, value, MAX_NAMES)
-        add_new(row.loaders, loader, MAX_NAMES)
-        add_new(row.loops, loop, MAX_NAMES)
         add_new(row.reasons, cause.subject, 5)
         if cause.behind:
             row.behind[cause.behind] += 1
         if len(row.occasions) < 1000:
-            row.occasions.add((without_line(label), stage, step, _whole(attributes.get(TrainAttr.BATCH_INDEX))))
+            batch = _whole(attributes.get(TrainAttr.BATCH_INDEX))
+            row.occasions.add((without_line(frame_label(*frame)), stage, step, batch))
         if len(self._rows_by_id) > 10_000:  # a backward graph follows its forward within a step or two
             self._rows_by_id.clear()
         self._rows_by_id[compile_id] = row
@@ -483,17 +474,16 @@ class RunDigest:
         user_line = str(attributes.get(GraphBreakAttr.USER_LOCATION) or "") or user_location([*stack, location])
         text = parse_break(reason)
         kind = str(attributes.get(GraphBreakAttr.TYPE) or text.type)
-        group = self.breaks.setdefault(
-            (location, kind),
-            BreakGroup(
+        if (location, kind) not in self.breaks:  # the first break of its group says its text
+            self.breaks[(location, kind)] = BreakGroup(
                 location=location,
                 owner=owner,
                 type=kind,
                 explanation=str(attributes.get(GraphBreakAttr.EXPLANATION) or text.explanation),
                 hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
                 doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
-            ),
-        )
+            )
+        group = self.breaks[(location, kind)]
         add_new(group.user_locations, user_line, MAX_NAMES)
         add_new(group.loops, loop, MAX_NAMES)
         group.count += 1
@@ -521,11 +511,11 @@ class RunDigest:
                 add_new(warm.missed_frames, label, MAX_NAMES)
             elif name == CompileAttr.cache("time_saved_s"):
                 warm.saved_s += number(value)
-        for fact in attributes.get(CompileAttr.UNAVAILABLE) or ():
-            if str(fact).startswith("cache.") and str(fact) not in warm.unavailable:
-                warm.unavailable.append(str(fact))
+        for fact in map(str, attributes.get(CompileAttr.UNAVAILABLE) or ()):
+            if fact.startswith("cache."):
+                add_new(warm.unavailable, fact, MAX_NAMES)
 
-    def _failure(self, span: SpanRecord, label: str, stage: str) -> None:
+    def _failure(self, span: SpanRecord, frame: Frame, stage: str) -> None:
         attributes = span.attributes
         if attributes.get(CompileAttr.FELL_BACK_TO_EAGER):
             limit = _limit_hit(span)
@@ -535,8 +525,8 @@ class RunDigest:
                 reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
                 step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
                 said = normalize_reason(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
-                where = frame_shown(attributes.get(CompileAttr.FRAME), attributes.get(CompileAttr.LOCATION))
-                self.fallbacks.append(Fallback(label, step, stage, limit, said, shown=where))
+                where = frame_shown(*frame)
+                self.fallbacks.append(Fallback(frame_label(*frame), step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")

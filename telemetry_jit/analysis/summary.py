@@ -19,8 +19,7 @@ from telemetry_jit.analysis.digest import (
 )
 from telemetry_jit.analysis.ranks_said import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
-from telemetry_jit.analysis.runs import EventRecord, TelemetryRun, number
-from telemetry_jit.analysis.status import RunStatus, run_status
+from telemetry_jit.analysis.runs import EventRecord, RunStatus, TelemetryRun, number, run_status
 from telemetry_jit.analysis.warm_residual import warm_start_json
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
@@ -60,17 +59,13 @@ class FirstStepRow:
     phases_s: dict[str, float]
     loop: str = ""  # the span id of the outermost loop it ran in (its fit's training loop)
 
-    @property
-    def other_ms(self) -> float:
-        return max(self.wall_ms - self.compile_ms, 0.0)
-
     def as_json(self) -> dict[str, Any]:
         return {
             "stage": self.stage,
             "global_step": self.global_step,
             "wall_s": round(self.wall_ms / 1000, 3),
             "compile_s": round(self.compile_ms / 1000, 3),
-            "other_s": round(self.other_ms / 1000, 3),
+            "other_s": round(max(self.wall_ms - self.compile_ms, 0.0) / 1000, 3),
             "compile_phases_s": {phase: round(seconds, 3) for phase, seconds in self.phases_s.items()},
         }
 
@@ -202,47 +197,41 @@ def _costed(fallbacks: list[Fallback], run: TelemetryRun) -> list[Fallback]:
 
 
 def _first_steps(run: TelemetryRun) -> list[FirstStepRow]:
-    steps: list[tuple[int, FirstStepRow]] = []
     prefix = StepAttr.phase_time("")[: -len("_s")]
-    for span in run.spans.values():
-        for event in span.events:
-            if event.name != JitEventName.FIRST_STEP:
-                continue
-            attributes = event.attributes
-            phases: dict[str, float] = defaultdict(float)
-            for name, value in attributes.items():
-                if name.startswith(prefix) and name.endswith("_s"):
-                    phases[name[len(prefix) : -len("_s")]] += number(value)
-            loops = [span, *loops_around(span, run.spans)]  # the loop it was said on, and those around it
-            row = FirstStepRow(
-                stage_named(str(attributes.get(StepAttr.STAGE, "")), loops),
-                int(number(attributes.get(StepAttr.GLOBAL_STEP))),
-                number(attributes.get(StepAttr.WALL_MS)),
-                number(attributes.get(StepAttr.COMPILE_MS)),
-                dict(phases),
-                loop=outermost_loop(loops),
-            )
-            steps.append((event.time_unix_ns, row))
-    return [row for _, row in sorted(steps, key=lambda item: item[0])]
+    said = [
+        (event, span) for span in run.spans.values() for event in span.events if event.name == JitEventName.FIRST_STEP
+    ]
+    rows = []
+    for event, span in sorted(said, key=lambda pair: pair[0].time_unix_ns):
+        attributes = event.attributes
+        phases: dict[str, float] = defaultdict(float)
+        for name, value in attributes.items():
+            if name.startswith(prefix) and name.endswith("_s"):
+                phases[name[len(prefix) : -len("_s")]] += number(value)
+        loops = [span, *loops_around(span, run.spans)]  # the loop it was said on, and those around it
+        row = FirstStepRow(
+            stage_named(str(attributes.get(StepAttr.STAGE, "")), loops),
+            int(number(attributes.get(StepAttr.GLOBAL_STEP))),
+            number(attributes.get(StepAttr.WALL_MS)),
+            number(attributes.get(StepAttr.COMPILE_MS)),
+            dict(phases),
+            loop=outermost_loop(loops),
+        )
+        rows.append(row)
+    return rows
 
 
 def _thunder_rows(summaries: list[EventRecord]) -> list[tuple[str, int, int]]:
-    return [
-        row
-        for event in summaries
-        for row in zip(
-            event.attributes.get(CompileAttr.THUNDER_MODULES, []),
-            event.attributes.get(CompileAttr.THUNDER_CACHE_MISSES, []),
-            event.attributes.get(CompileAttr.THUNDER_CACHE_HITS, []),
-            strict=False,
-        )
-    ]
+    """Thunder's modules with their cache misses and hits, as each ``compile_summary`` says them."""
+    said = (CompileAttr.THUNDER_MODULES, CompileAttr.THUNDER_CACHE_MISSES, CompileAttr.THUNDER_CACHE_HITS)
+    columns = ([event.attributes.get(name, []) for name in said] for event in summaries)
+    return [row for modules, misses, hits in columns for row in zip(modules, misses, hits, strict=False)]
 
 
 def summary_json(run: TelemetryRun) -> dict[str, object]:
     """One run's summary for tools (``telemetry-jit summary --json``; the schema is in docs/telemetry.md)."""
     s = summarize(run)
-    d = s.digest
+    d, warm = s.digest, s.digest.warm_start
     return {
         "run_id": run.run_id,
         "rank": run.rank,
@@ -275,13 +264,13 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "compiled_before_run": s.compiled_before.as_json() if s.compiled_before is not None else None,
         "failed_compilations": d.failed,
         "compile_cache": {
-            "lookups": d.warm_start.lookups,
-            "hits": d.warm_start.hits,
-            "misses": d.warm_start.misses,
-            "saved_s": round(d.warm_start.saved_s, 3),
+            "lookups": warm.lookups,
+            "hits": warm.hits,
+            "misses": warm.misses,
+            "saved_s": round(warm.saved_s, 3),
         },
         "compile_resources": d.resources.as_json(),
-        "warm_start": warm_start_json(run, d.residual, d.warm_start.hits, d.warm_start.misses, d.warm_start.saved_s),
+        "warm_start": warm_start_json(run, d.residual, warm.hits, warm.misses, warm.saved_s),
         "loop_count": s.loop_count,
         "recompile_causes": [{**row.as_json(), "loops": s.loop_numbers(row.loops)} for row in s.causes],
         "graph_breaks": [{**group.as_json(), "loops": s.loop_numbers(group.loops)} for group in s.breaks],

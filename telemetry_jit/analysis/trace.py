@@ -9,8 +9,7 @@ import stat
 from collections.abc import Sequence
 from typing import Any
 
-from telemetry_jit.analysis.runs import TelemetryRun, number
-from telemetry_jit.analysis.status import run_status
+from telemetry_jit.analysis.runs import TelemetryRun, number, run_status
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.schema import JitSpanName
 
@@ -33,33 +32,25 @@ _NO_PROCESS_PIDS = 2**22
 def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, Any]] = ()) -> dict[str, Any]:
     """The runs as a Trace Event document in absolute time (:data:`TIME_ORIGIN`), ``others`` (``(name, document)``:
     tlparse's, ``torch.profiler``'s) merged in. Each run and rank is a process (its OS pid where known, so a profile
-    of it joins its track); spans are ``X`` events nesting by time, their events instants. A span that never ended
-    lasts to its rank's last timestamp, ``"unfinished": true``; ``otherData.runs`` counts what the reader did not
-    keep."""
+    of it joins its track); a span that never ended lasts to its rank's last timestamp, ``"unfinished": true``."""
     own = [run.pid for run in runs]  # one pid per run and rank: the OS pid when every run has its own, else 1, 2, ...
     pids = own if all(own) and len(set(own)) == len(own) else list(range(1, len(runs) + 1))
     events = [event for run, pid in zip(runs, pids, strict=True) for event in _run_events(run, pid)]
     taken = set(pids)
     for name, document in others:
         events += _merged(name, document, taken)
+    said = []  # each run's track, and the spans and events beyond what the reader keeps (not drawn), by name
+    for run, pid in zip(runs, pids, strict=True):
+        track: dict[str, Any] = {"run": run.run_id, "rank": run.rank, "pid": pid}
+        for name, counts in (("spans_not_drawn", run.spans_not_kept), ("events_not_drawn", run.events_not_kept)):
+            if counts:
+                track[name] = dict(counts)
+        said.append(track)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {
-            "producer": "telemetry-jit",
-            "time_origin": TIME_ORIGIN,
-            "runs": [_run_said(run, pid) for run, pid in zip(runs, pids, strict=True)],
-        },
+        "otherData": {"producer": "telemetry-jit", "time_origin": TIME_ORIGIN, "runs": said},
     }
-
-
-def _run_said(run: TelemetryRun, pid: int) -> dict[str, Any]:
-    """A run's track, and the spans and events beyond what the reader keeps (not drawn), by name."""
-    said: dict[str, Any] = {"run": run.run_id, "rank": run.rank, "pid": pid}
-    for name, counts in (("spans_not_drawn", run.spans_not_kept), ("events_not_drawn", run.events_not_kept)):
-        if counts:
-            said[name] = dict(counts)
-    return said
 
 
 def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
@@ -78,44 +69,28 @@ def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:
         args = _args(span.attributes)
         if span.end_unix_ns is None:
             args["unfinished"] = True
-        events.append(
-            {
-                "name": span.name,
-                "cat": "compile" if span.name == JitSpanName.COMPILATION else "training",
-                "ph": "X",
-                "ts": span.start_unix_ns / 1000,
-                "dur": max(end - span.start_unix_ns, 0) / 1000,
-                "pid": pid,
-                "tid": _OWN_TID,
-                "args": args,
-            }
-        )
+        cat = "compile" if span.name == JitSpanName.COMPILATION else "training"
+        duration = max(end - span.start_unix_ns, 0) / 1000
+        events.append(_event(span.name, cat, pid, args, ph="X", ts=span.start_unix_ns / 1000, dur=duration))
         for event in span.events:
+            cat = "error" if event.is_error else "event"
             events.append(
-                {
-                    "name": event.name,
-                    "cat": "error" if event.is_error else "event",
-                    "ph": "i",
-                    "s": "t",
-                    "ts": event.time_unix_ns / 1000,
-                    "pid": pid,
-                    "tid": _OWN_TID,
-                    "args": _args(event.attributes),
-                }
+                _event(event.name, cat, pid, _args(event.attributes), ph="i", s="t", ts=event.time_unix_ns / 1000)
             )
     return events
+
+
+def _event(name: str, cat: str, pid: int, args: dict[str, Any], **kind: object) -> dict[str, Any]:
+    """A span (``ph="X"``) or an instant (``ph="i"``) on the run's own thread."""
+    return {"name": name, "cat": cat, **kind, "pid": pid, "tid": _OWN_TID, "args": args}
 
 
 MAX_MERGED_BYTES = 2**30  # another tool's trace: torch.profiler exports of long runs reach hundreds of MB
 
 
 def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
-    """Another tool's trace (``trace --with``): a regular file of at most :data:`MAX_MERGED_BYTES`.
-
-    Raises:
-        ValueError: no regular file (a device, a FIFO), too large or deep, not JSON, not a Trace Event document.
-        OSError: it cannot be read.
-    """
+    """Another tool's trace (``trace --with``): a regular file of at most :data:`MAX_MERGED_BYTES`. ValueError
+    says why a file is none (a device or FIFO, too large or deep, not JSON, no Trace Event document)."""
     # opened without waiting: a FIFO's open would block until some process writes to it
     with os.fdopen(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
         if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):

@@ -29,7 +29,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import Tra
 from typing_extensions import override
 
 import telemetry_jit
-from telemetry_jit.analysis.status import run_status
+from telemetry_jit.analysis.runs import run_status
 from telemetry_jit.exporters import IsolatedExporter
 from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.recording.recorder import CompileRecorder

@@ -14,7 +14,7 @@ from lightning.pytorch.utilities.warnings import PossibleUserWarning
 from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
-from telemetry_jit.analysis.status import run_status
+from telemetry_jit.analysis.runs import run_status
 from telemetry_jit.cli import main as cli
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader

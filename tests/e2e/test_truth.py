@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import telemetry_jit
 from telemetry_jit import cli
-from telemetry_jit.analysis.status import run_status
+from telemetry_jit.analysis.runs import run_status
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.compat import torch as torch_compat

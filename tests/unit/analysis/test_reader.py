@@ -12,8 +12,7 @@ import pytest
 
 from telemetry_jit import cli
 from telemetry_jit.analysis import cold_start, digest, reader
-from telemetry_jit.analysis.inputs import load
-from telemetry_jit.analysis.reader import read_telemetry
+from telemetry_jit.analysis.reader import load, read_telemetry
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.analysis.trace import to_trace_events

@@ -1,8 +1,5 @@
-"""Export nv-one-logger spans to any OpenTelemetry backend over OTLP (gRPC or HTTP/protobuf).
-
-One OTel span per nv-one-logger span, queued to the SDK's batch processor (a background thread sends), with
-parent contexts passed explicitly (docs/exporters.md says why not ``nv-one-logger-otel``). What is sent where
-is :mod:`.otlp_settings`; how it gets there, :mod:`.otlp_transport`; this module translates.
+"""Export nv-one-logger spans over OTLP (gRPC or HTTP/protobuf): one OTel span each, parents passed explicitly
+(docs/exporters.md says why not ``nv-one-logger-otel``). Where to is :mod:`.otlp_settings`; how, :mod:`.otlp_transport`.
 """
 
 from __future__ import annotations
@@ -76,8 +73,8 @@ _Method = TypeVar("_Method", bound=Callable[..., None])
 
 
 def _through_the_sdk(method: _Method) -> _Method:
-    """An exporter call, its state checked as nv-one-logger's ``BaseExporter`` checks it, whose OpenTelemetry part
-    fails alone: said once and counted, never raised into training."""
+    """An exporter call, its state checked as ``BaseExporter`` does, whose OpenTelemetry part fails alone (said once
+    and counted, never raised into training)."""
 
     @functools.wraps(method)
     def call(self: BaseExporter, *args: Any) -> None:
@@ -88,9 +85,8 @@ def _through_the_sdk(method: _Method) -> _Method:
 
 
 class KeepCompiles(Sampler):
-    """The user's sampler (``OTEL_TRACES_SAMPLER``) for every span, except compile spans, which are always kept:
-    they are rare and what the telemetry is for. All ranks of a run share one trace id, so a ratio keeps or
-    drops a run's other spans together."""
+    """The user's sampler (``OTEL_TRACES_SAMPLER``) for every span but compile spans, always kept. All ranks share
+    one trace id, so a ratio keeps or drops a run's other spans together."""
 
     def __init__(self, inner: Sampler) -> None:
         self.inner = inner
@@ -178,9 +174,8 @@ class OTLPExporter(BaseExporter):
         traces = self.settings.targets["traces"]
         self.endpoint: str = traces.endpoint
         self.protocol: str = traces.protocol
-        # OpenTelemetry's, by signal
         self._exporters: dict[str, Any] = (
-            checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
+            {"traces": span_exporter} if span_exporter else checked_exporters(self.settings)
         )
         self._log_filter = FailureTap()
         self._retrying = RetryingSpanExporter(
@@ -210,8 +205,7 @@ class OTLPExporter(BaseExporter):
         return self.settings.service_name or environment_service_name() or self._default_service_name
 
     def with_service_name(self, service_name: str) -> None:
-        """Name the service where neither the arguments nor the environment do (``configure``'s application
-        name: the user cannot leave it out, so it is no choice made in code)."""
+        """Name the service where neither the arguments nor the environment do (``configure``'s application name)."""
         self._default_service_name = service_name
 
     def __repr__(self) -> str:  # headers and passwords stay out of logs
@@ -238,8 +232,7 @@ class OTLPExporter(BaseExporter):
 
     @override
     def initialize(self) -> None:
-        """With the service named (``configure`` names it), build the providers now, so nothing is left to fail
-        mid-run."""
+        """With the service named, build the providers now, so nothing is left to fail mid-run."""
         super().initialize()
         tap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
         if self.service_name is not None:
@@ -385,8 +378,8 @@ class OTLPExporter(BaseExporter):
             self._sampled_out += 1
 
     def _failed(self, otel_span: trace.Span, error_type: str, message: str, run: bool = True) -> None:
-        """Status ERROR and ``error.type`` (semantic conventions) on a span an error ended; when the error ended
-        the run (not a compile that fell back to eager), the root span gets them too when it ends."""
+        """Status ERROR and ``error.type`` on a span an error ended; with ``run`` (not a compile that fell back to
+        eager), on the root span too when it ends."""
         if otel_span.is_recording():
             otel_span.set_status(Status(StatusCode.ERROR, message))
             otel_span.set_attribute("error.type", error_type)
@@ -472,8 +465,7 @@ _TYPED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Interrupt|
 
 
 def exception_attributes(message: str, type_name: str | None = None, stacktrace: str | None = None) -> dict[str, str]:
-    """OpenTelemetry's ``exception`` event (semantic conventions): ``exception.type``, ``.message`` and
-    ``.stacktrace``; a message written ``Type: text`` gives its type where none is known."""
+    """OpenTelemetry's ``exception`` event attributes; a message ``Type: text`` gives its type if none is known."""
     if type_name is None:
         typed = _TYPED.match(message)
         type_name, message = (typed.group(1), typed.group(2)) if typed else ("Error", message)
@@ -491,8 +483,8 @@ def _application_name() -> str | None:
 
 
 def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """Attributes as OTel takes them (primitives and lists of one primitive type), under OpenTelemetry's names
-    for them (``telemetry_jit.*``, durations in seconds), one name per fact; an empty text is no fact, not sent."""
+    """Attributes as OTel takes them (primitives, lists of one type), under their OTel names (seconds), one name
+    per fact; an empty text is no fact, not sent."""
     converted: dict[str, Any] = {}
     for name, value in attributes.items():
         renamed = otel_name(name)

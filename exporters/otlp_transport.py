@@ -1,6 +1,5 @@
-"""Getting OTLP data to the collector: one builder for the trace and metric exporters of either
-protocol, re-sending what a failed export carried, counting what was delivered, and stopping within a
-bound whatever the collector does."""
+"""Getting OTLP data to the collector: OpenTelemetry's exporters built and checked, what a failed export carried
+sent again, what was delivered counted, and every stop bounded whatever the collector does."""
 
 from __future__ import annotations
 
@@ -66,9 +65,8 @@ _SETTINGS_LOGGERS = (
 
 
 def checked_exporters(settings: OTLPSettings) -> dict[str, Any]:
-    """OpenTelemetry's exporters as ``settings`` say, built now: a variable they read themselves and would refuse
-    mid-run, or warn of and replace by a default (compression, temporality, histogram aggregation), is refused
-    before training, naming the variable; so is a protocol not installed."""
+    """OpenTelemetry's exporters, built now: a variable they read themselves and would refuse mid-run or replace by
+    a default (compression, temporality) is refused before training, naming it; so is a protocol not installed."""
     signals: tuple[Signal, ...] = ("traces", "metrics") if settings.metrics else ("traces",)
     built: dict[str, Any] = {}
     with sdk_said(*_SETTINGS_LOGGERS) as said:
@@ -117,9 +115,8 @@ def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
 
 
 class CountingMetricExporter(MetricExporter):
-    """OpenTelemetry's metric exporter, its exports counted and a failure said through ``on_failure`` (with
-    the reason when the exporter raised): the SDK's reader only logs it, and a backend that takes traces only
-    refuses every metrics request."""
+    """OpenTelemetry's metric exporter, its exports counted and a failure said through ``on_failure`` (the SDK's
+    reader only logs it, and a backend that takes traces only refuses every metrics request)."""
 
     def __init__(self, inner: MetricExporter, on_failure: Callable[[str], None]) -> None:
         super().__init__(
@@ -179,8 +176,8 @@ _ABOUT_METRICS = re.compile(r"\bexport(?:ing)? metrics\b", re.IGNORECASE)
 
 
 class FailureTap(logging.Filter):
-    """Keeps OpenTelemetry's own failure lines off the console (the exporter says once, in its own words, what
-    failed) and remembers the first, for that message, and the last, to tell "too large" from "down"."""
+    """Keeps OpenTelemetry's failure lines off the console (the exporter says it once) and remembers the first, for
+    that message, and the last, to tell "too large" from "down"."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -214,12 +211,10 @@ def request_bytes(spans: Sequence[ReadableSpan]) -> int:
 class RetryingSpanExporter(SpanExporter):
     """Sends each batch in requests a receiver accepts, and never lets a backlog jam delivery.
 
-    OpenTelemetry's exporter retries one request within its timeout; this keeps what a longer outage failed
-    (the newest ``capacity`` spans) for after the next batch, in requests of at most ``max_batch`` spans and
-    ``max_bytes`` bytes. A request refused while the receiver takes others (or as too large) is halved; a span
-    no receiver would take is dropped and counted. Whatever OpenTelemetry's logs say (logging may be silenced),
-    a failure halves the next requests and each delivery doubles them up to ``max_batch``.
-    """
+    OpenTelemetry's exporter retries one request within its timeout; this keeps what a longer outage failed (the
+    newest ``capacity`` spans) for after the next batch, in requests of at most ``max_batch`` spans and ``max_bytes``
+    bytes. A request refused while others pass (or as too large) is halved; a span no request takes is dropped and
+    counted. A failure halves the next requests (logging may be silenced); each delivery doubles them again."""
 
     def __init__(
         self,

@@ -14,7 +14,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from importlib import metadata
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
@@ -69,10 +69,7 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"  # the semantic conventio
 ALWAYS_KEPT = frozenset(name.value for name in JitSpanName)
 
 
-_Method = TypeVar("_Method", bound=Callable[..., None])
-
-
-def _through_the_sdk(method: _Method) -> _Method:
+def _through_the_sdk(method: Callable[..., None]) -> Callable[..., None]:
     """An exporter call, its state checked as ``BaseExporter`` does, whose OpenTelemetry part fails alone (said once
     and counted, never raised into training)."""
 
@@ -81,7 +78,7 @@ def _through_the_sdk(method: _Method) -> _Method:
         self._check_state()
         _SDK.call(method, self, *args)
 
-    return cast(_Method, call)
+    return call
 
 
 class KeepCompiles(Sampler):
@@ -202,7 +199,7 @@ class OTLPExporter(BaseExporter):
     @property
     def service_name(self) -> str | None:
         """``service.name``: the argument, else the environment's, else ``configure``'s application name."""
-        return self.settings.service_name or environment_service_name() or self._default_service_name
+        return self.settings.options.service_name or environment_service_name() or self._default_service_name
 
     def with_service_name(self, service_name: str) -> None:
         """Name the service where neither the arguments nor the environment do (``configure``'s application name)."""
@@ -226,7 +223,7 @@ class OTLPExporter(BaseExporter):
                 attributes[f"telemetry_jit.version.{key}"] = metadata.version(package)
         if "telemetry_jit.version.telemetry_jit" in attributes:
             attributes["service.version"] = attributes["telemetry_jit.version.telemetry_jit"]
-        attributes.update(self.settings.resource_attributes)
+        attributes.update(self.settings.options.resource_attributes or {})
         # the process and its runtime (pid, Python) as OpenTelemetry's own detector describes them, beneath
         return ProcessResourceDetector().detect().merge(Resource.create(attributes))
 
@@ -430,10 +427,7 @@ class OTLPExporter(BaseExporter):
         untap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
-            self._warn(
-                "undelivered" if self.dropped else "recovered",
-                f"telemetry-jit: {self!r}: {self.account()}",
-            )
+            self._warn("undelivered" if self.dropped else "recovered", f"telemetry-jit: {self!r}: {self.account()}")
         super().close()
 
     def account(self) -> str:
@@ -443,17 +437,14 @@ class OTLPExporter(BaseExporter):
             f"{retrying.delivered} of {self._ended} spans delivered ({retrying.resent} of them re-sent after "
             f"{retrying.failures} failed exports), {self.dropped} dropped"
         )
-        causes = [
-            f"{retrying.refused} too large for any request" if retrying.refused else "",
-            f"{retrying.overflowed} beyond the backlog of {retrying.capacity}" if retrying.overflowed else "",
-        ]
         given_up = self.dropped - retrying.refused - retrying.overflowed
-        if given_up > 0:
-            causes.append(
-                f"{given_up} still waiting when the export timeout of {self.settings.flush_timeout_s:g} s at close "
-                "ran out (collector unreachable, refusing or too slow)"
-            )
-        said = [cause for cause in causes if cause]
+        causes = {
+            f"{retrying.refused} too large for any request": retrying.refused,
+            f"{retrying.overflowed} beyond the backlog of {retrying.capacity}": retrying.overflowed,
+            f"{given_up} still waiting when the export timeout of {self.settings.flush_timeout_s:g} s at close ran out "
+            "(collector unreachable, refusing or too slow)": given_up > 0,
+        }
+        said = [cause for cause, count in causes.items() if count]
         return account + (f": {'; '.join(said)}." if said else ".")
 
     @property

@@ -157,12 +157,9 @@ class Target:
 class OTLPSettings:
     """:class:`OTLPOptions` and the environment resolved; the arguments apply to both signals."""
 
+    options: OTLPOptions  # what was asked (service name, TLS, resource attributes: used as given)
     targets: Mapping[Signal, Target]
-    service_name: str | None
     flush_timeout_s: float  # bounds a flush and the wait at close
-    insecure: bool | None
-    certificate_file: str | None
-    resource_attributes: Mapping[str, Any]
     batch: Mapping[str, float]  # BatchSpanProcessor's arguments
     metrics: bool
     max_request_bytes: int  # one request's bound (receivers refuse larger ones)
@@ -206,12 +203,9 @@ class OTLPSettings:
             metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
         _check_sdk_variables()
         return cls(
+            options=options,
             targets={"traces": traces, "metrics": _target(options, "metrics", traces)},
-            service_name=options.service_name,
             flush_timeout_s=batch.get("export_timeout_millis", traces.timeout_s * 1000) / 1000,
-            insecure=options.insecure,
-            certificate_file=options.certificate_file,
-            resource_attributes=dict(options.resource_attributes or {}),
             batch=batch,
             metrics=metrics,
             max_request_bytes=_positive(

@@ -105,13 +105,14 @@ def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
             "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
         ) from None
     common = {"endpoint": target.endpoint, "headers": dict(target.headers) or None, "timeout": target.timeout_s}
+    certificate = settings.options.certificate_file
     # given no headers, OpenTelemetry's exporter parses the headers variables itself: its parser is not let print one
     with sdk_said("opentelemetry.util.re"):
         if target.protocol == "grpc":
-            return exporter_class(insecure=settings.insecure, credentials=_grpc_credentials(settings), **common)
-        return exporter_class(
-            certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
-        )
+            return exporter_class(
+                insecure=settings.options.insecure, credentials=_grpc_credentials(certificate), **common
+            )
+        return exporter_class(certificate_file=certificate, session=_session_trusting_the_given_certificate(), **common)
 
 
 class CountingMetricExporter(MetricExporter):
@@ -146,12 +147,12 @@ class CountingMetricExporter(MetricExporter):
         self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
-def _grpc_credentials(settings: OTLPSettings) -> Any:
-    if not settings.certificate_file:
+def _grpc_credentials(certificate_file: str | None) -> Any:
+    if not certificate_file:
         return None
     import grpc
 
-    with open(settings.certificate_file, "rb") as handle:
+    with open(certificate_file, "rb") as handle:
         return grpc.ssl_channel_credentials(handle.read())
 
 

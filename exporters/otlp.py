@@ -322,21 +322,12 @@ class OTLPExporter(BaseExporter):
     @override
     @_through_the_sdk
     def export_start(self, span: Span) -> None:
-        self._spans[span.id] = self._tracer.start_span(
-            span.name_str,
-            context=self._parent_context(span.parent_span),
-            start_time=unix_ns(span.start_event.timestamp),
-            attributes=self._with_identity(span.attributes.to_json()),
-        )
+        start = unix_ns(span.start_event.timestamp)
+        self._spans[span.id] = self._start(span.name_str, span.parent_span, start, span.attributes.to_json())
 
     @_through_the_sdk
     def export_finished_span(self, span: FinishedSpan) -> None:
-        otel_span = self._tracer.start_span(
-            span.name,
-            context=self._parent_context(span.parent),
-            start_time=span.start_unix_ns,
-            attributes=self._with_identity(span.exported_attributes()),
-        )
+        otel_span = self._start(span.name, span.parent, span.start_unix_ns, span.exported_attributes())
         for event in span.events:
             if not event.error:
                 otel_span.add_event(event.name, _attributes(event.exported_attributes()), timestamp=event.time_unix_ns)
@@ -350,10 +341,11 @@ class OTLPExporter(BaseExporter):
         """``attributes`` as OTel values, with this process's rank, world size and node."""
         return _attributes({**attributes, **self.identity.current().as_attributes()})
 
-    def _parent_context(self, parent: Span | None) -> Any:
+    def _start(self, name: str, parent: Span | None, start_ns: int, attributes: Mapping[str, Any]) -> trace.Span:
         while parent is not None and parent.id not in self._spans:
             parent = parent.parent_span  # the export filter dropped it: hang under its nearest exported ancestor
-        return trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
+        context = trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
+        return self._tracer.start_span(name, context, start_time=start_ns, attributes=self._with_identity(attributes))
 
     @override
     @_through_the_sdk

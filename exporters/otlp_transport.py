@@ -49,10 +49,6 @@ OTEL_LOGGERS = (
 )
 
 
-_DISTRIBUTIONS = {  # protocol -> (OpenTelemetry's package, the distribution that has it)
-    "grpc": ("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry-exporter-otlp-proto-grpc"),
-    "http/protobuf": ("opentelemetry.exporter.otlp.proto.http", "opentelemetry-exporter-otlp-proto-http"),
-}
 _CLASSES = {"traces": ("trace_exporter", "OTLPSpanExporter"), "metrics": ("metric_exporter", "OTLPMetricExporter")}
 
 
@@ -96,12 +92,12 @@ def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
     """OpenTelemetry's OTLP exporter (a ``SpanExporter`` or ``MetricExporter``) for ``signal``, as the settings say."""
     target = settings.targets[signal]
     module, name = _CLASSES[signal]  # imported when first built
-    package, distribution = _DISTRIBUTIONS[target.protocol]
+    package = f"opentelemetry.exporter.otlp.proto.{target.protocol.removesuffix('/protobuf')}"  # .grpc, .http
     try:
         exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
     except ImportError:
         raise OTLPSettingsError(
-            f"OTLP over {target.protocol} needs {distribution}, which is not installed here: "
+            f"OTLP over {target.protocol} needs {package.replace('.', '-')}, which is not installed here: "
             "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
         ) from None
     common = {"endpoint": target.endpoint, "headers": dict(target.headers) or None, "timeout": target.timeout_s}
@@ -236,7 +232,7 @@ class RetryingSpanExporter(SpanExporter):
         self._request_spans = self.max_batch  # at most this many spans a request, for now
         self.max_bytes = max_bytes
         self.tap = tap
-        self.pending: deque[ReadableSpan] = deque()
+        self.pending: deque[ReadableSpan] = deque(maxlen=capacity)  # the oldest go first
         self.delivered = 0
         self.resent = 0  # of ``delivered``: spans a failed export had kept
         self.refused = 0  # spans dropped as too large for any request
@@ -320,10 +316,8 @@ class RetryingSpanExporter(SpanExporter):
         with self._lock:
             if not self._counting:
                 return
+            self.overflowed += max(len(self.pending) + len(spans) - self.capacity, 0)
             self.pending.extend(spans)
-            while len(self.pending) > self.capacity:
-                self.pending.popleft()  # the oldest go first
-                self.overflowed += 1
 
     def _refuse(self, spans: list[ReadableSpan], why: str) -> None:
         with self._lock:

@@ -56,9 +56,7 @@ def _parsed(url: str) -> ParseResult:
 def redact_url(url: str) -> str:
     """``url`` with its user info (a token often rides there), query values and fragment replaced by ``***``."""
     parsed = _parsed(url)
-    netloc = parsed.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    netloc = "***@" + parsed.netloc.rsplit("@", 1)[1] if "@" in parsed.netloc else parsed.netloc
     pairs = parse_qsl(parsed.query, keep_blank_values=True) if "=" in parsed.query else []
     query = urlencode([(key, "***") for key, _ in pairs], safe="*") if pairs else "***" if parsed.query else ""
     redacted = parsed._replace(netloc=netloc, query=query, fragment="***" if parsed.fragment else "")

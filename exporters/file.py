@@ -1,14 +1,11 @@
 """A crash-safe JSON Lines exporter for nv-one-logger spans and events.
 
-Every record is one line, written with a single ``write(2)`` on a file opened with ``O_APPEND``, so a process
-killed at any moment leaves complete lines that all parse. A short or failed write is cut back off the file and
-counted (``records_lost``, written once writing works again). A file deleted or moved away while the run writes
-it is created again at the same path (its first record ``continues``; the moved one's last, ``moved_on``). The
-exporter owns its descriptor or holds none: never a descriptor number it gave up.
-
-File policy: never clobber; append only to a file telemetry-jit wrote; each rank its own file
-(``name.rank<R>.jsonl``), which a process that learns its rank late (rank 0 of a DDP launch) moves to.
-docs/telemetry.md and docs/reliability.md say the rest.
+Each record is one line, one ``write(2)`` on an ``O_APPEND`` file: a process killed at any moment leaves lines that
+all parse. A short or failed write is cut back off and counted (``records_lost``, written once writing works). A file
+deleted or moved away mid-run is created again at the path (first record ``continues``; the moved one's last,
+``moved_on``). The exporter owns its descriptor or holds none, never a number it gave up. File policy: never clobber;
+append only to a file telemetry-jit wrote; each rank its own file (``name.rank<R>.jsonl``), which a process that
+learns its rank late (rank 0 of a DDP launch) moves to. docs/telemetry.md and docs/reliability.md say the rest.
 """
 
 from __future__ import annotations
@@ -426,8 +423,6 @@ def _check_writable(path: Path) -> None:
 
 
 def _file_type(path: Path) -> str:
-    mode = path.stat().st_mode
-    for test, name in ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISSOCK, "socket")):
-        if test(mode):
-            return name
-    return "device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "special file"
+    names = {stat.S_IFDIR: "directory", stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFSOCK: "socket"}
+    names |= {stat.S_IFCHR: "device", stat.S_IFBLK: "device"}
+    return names.get(stat.S_IFMT(path.stat().st_mode), "special file")

@@ -1,7 +1,5 @@
-"""Spans that are complete when they are recorded (a compilation), handed to exporters whole: one call (one
-write, one OTel span) without nv-one-logger's span, event and attribute objects where the exporter takes it
-(``export_finished_span``), else through its usual calls (:func:`export_finished`).
-"""
+"""Spans complete when recorded (a compilation), handed to exporters whole: one call (one write, one OTel span),
+no nv-one-logger objects, where the exporter takes it (``export_finished_span``), else its usual calls."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Export nv-one-logger spans to any OpenTelemetry backend over OTLP (gRPC or HTTP/protobuf).
-
-One OTel span per nv-one-logger span, queued to the SDK's batch processor (a background thread sends), with
-parent contexts passed explicitly (docs/exporters.md says why not ``nv-one-logger-otel``). What is sent where
-is :mod:`.otlp_settings`; how it gets there, :mod:`.otlp_transport`; this module translates.
+"""Export nv-one-logger spans over OTLP (gRPC or HTTP/protobuf): one OTel span each, parents passed explicitly
+(docs/exporters.md says why not ``nv-one-logger-otel``). Where to is :mod:`.otlp_settings`; how, :mod:`.otlp_transport`.
 """
 
 from __future__ import annotations
@@ -17,7 +14,7 @@ import socket
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from importlib import metadata
-from typing import Any, TypeVar, cast
+from typing import Any
 
 from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
@@ -72,25 +69,21 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"  # the semantic conventio
 ALWAYS_KEPT = frozenset(name.value for name in JitSpanName)
 
 
-_Method = TypeVar("_Method", bound=Callable[..., None])
-
-
-def _through_the_sdk(method: _Method) -> _Method:
-    """An exporter call, its state checked as nv-one-logger's ``BaseExporter`` checks it, whose OpenTelemetry part
-    fails alone: said once and counted, never raised into training."""
+def _through_the_sdk(method: Callable[..., None]) -> Callable[..., None]:
+    """An exporter call, its state checked as ``BaseExporter`` does, whose OpenTelemetry part fails alone (said once
+    and counted, never raised into training)."""
 
     @functools.wraps(method)
     def call(self: BaseExporter, *args: Any) -> None:
         self._check_state()
         _SDK.call(method, self, *args)
 
-    return cast(_Method, call)
+    return call
 
 
 class KeepCompiles(Sampler):
-    """The user's sampler (``OTEL_TRACES_SAMPLER``) for every span, except compile spans, which are always kept:
-    they are rare and what the telemetry is for. All ranks of a run share one trace id, so a ratio keeps or
-    drops a run's other spans together."""
+    """The user's sampler (``OTEL_TRACES_SAMPLER``) for every span but compile spans, always kept. All ranks share
+    one trace id, so a ratio keeps or drops a run's other spans together."""
 
     def __init__(self, inner: Sampler) -> None:
         self.inner = inner
@@ -178,9 +171,8 @@ class OTLPExporter(BaseExporter):
         traces = self.settings.targets["traces"]
         self.endpoint: str = traces.endpoint
         self.protocol: str = traces.protocol
-        # OpenTelemetry's, by signal
         self._exporters: dict[str, Any] = (
-            checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
+            {"traces": span_exporter} if span_exporter else checked_exporters(self.settings)
         )
         self._log_filter = FailureTap()
         self._retrying = RetryingSpanExporter(
@@ -207,11 +199,10 @@ class OTLPExporter(BaseExporter):
     @property
     def service_name(self) -> str | None:
         """``service.name``: the argument, else the environment's, else ``configure``'s application name."""
-        return self.settings.service_name or environment_service_name() or self._default_service_name
+        return self.settings.options.service_name or environment_service_name() or self._default_service_name
 
     def with_service_name(self, service_name: str) -> None:
-        """Name the service where neither the arguments nor the environment do (``configure``'s application
-        name: the user cannot leave it out, so it is no choice made in code)."""
+        """Name the service where neither the arguments nor the environment do (``configure``'s application name)."""
         self._default_service_name = service_name
 
     def __repr__(self) -> str:  # headers and passwords stay out of logs
@@ -232,14 +223,13 @@ class OTLPExporter(BaseExporter):
                 attributes[f"telemetry_jit.version.{key}"] = metadata.version(package)
         if "telemetry_jit.version.telemetry_jit" in attributes:
             attributes["service.version"] = attributes["telemetry_jit.version.telemetry_jit"]
-        attributes.update(self.settings.resource_attributes)
+        attributes.update(self.settings.options.resource_attributes or {})
         # the process and its runtime (pid, Python) as OpenTelemetry's own detector describes them, beneath
         return ProcessResourceDetector().detect().merge(Resource.create(attributes))
 
     @override
     def initialize(self) -> None:
-        """With the service named (``configure`` names it), build the providers now, so nothing is left to fail
-        mid-run."""
+        """With the service named, build the providers now, so nothing is left to fail mid-run."""
         super().initialize()
         tap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
         if self.service_name is not None:
@@ -332,21 +322,12 @@ class OTLPExporter(BaseExporter):
     @override
     @_through_the_sdk
     def export_start(self, span: Span) -> None:
-        self._spans[span.id] = self._tracer.start_span(
-            span.name_str,
-            context=self._parent_context(span.parent_span),
-            start_time=unix_ns(span.start_event.timestamp),
-            attributes=self._with_identity(span.attributes.to_json()),
-        )
+        start = unix_ns(span.start_event.timestamp)
+        self._spans[span.id] = self._start(span.name_str, span.parent_span, start, span.attributes.to_json())
 
     @_through_the_sdk
     def export_finished_span(self, span: FinishedSpan) -> None:
-        otel_span = self._tracer.start_span(
-            span.name,
-            context=self._parent_context(span.parent),
-            start_time=span.start_unix_ns,
-            attributes=self._with_identity(span.exported_attributes()),
-        )
+        otel_span = self._start(span.name, span.parent, span.start_unix_ns, span.exported_attributes())
         for event in span.events:
             if not event.error:
                 otel_span.add_event(event.name, _attributes(event.exported_attributes()), timestamp=event.time_unix_ns)
@@ -360,10 +341,11 @@ class OTLPExporter(BaseExporter):
         """``attributes`` as OTel values, with this process's rank, world size and node."""
         return _attributes({**attributes, **self.identity.current().as_attributes()})
 
-    def _parent_context(self, parent: Span | None) -> Any:
+    def _start(self, name: str, parent: Span | None, start_ns: int, attributes: Mapping[str, Any]) -> trace.Span:
         while parent is not None and parent.id not in self._spans:
             parent = parent.parent_span  # the export filter dropped it: hang under its nearest exported ancestor
-        return trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
+        context = trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
+        return self._tracer.start_span(name, context, start_time=start_ns, attributes=self._with_identity(attributes))
 
     @override
     @_through_the_sdk
@@ -385,8 +367,8 @@ class OTLPExporter(BaseExporter):
             self._sampled_out += 1
 
     def _failed(self, otel_span: trace.Span, error_type: str, message: str, run: bool = True) -> None:
-        """Status ERROR and ``error.type`` (semantic conventions) on a span an error ended; when the error ended
-        the run (not a compile that fell back to eager), the root span gets them too when it ends."""
+        """Status ERROR and ``error.type`` on a span an error ended; with ``run`` (not a compile that fell back to
+        eager), on the root span too when it ends."""
         if otel_span.is_recording():
             otel_span.set_status(Status(StatusCode.ERROR, message))
             otel_span.set_attribute("error.type", error_type)
@@ -437,10 +419,7 @@ class OTLPExporter(BaseExporter):
         untap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
-            self._warn(
-                "undelivered" if self.dropped else "recovered",
-                f"telemetry-jit: {self!r}: {self.account()}",
-            )
+            self._warn("undelivered" if self.dropped else "recovered", f"telemetry-jit: {self!r}: {self.account()}")
         super().close()
 
     def account(self) -> str:
@@ -450,17 +429,14 @@ class OTLPExporter(BaseExporter):
             f"{retrying.delivered} of {self._ended} spans delivered ({retrying.resent} of them re-sent after "
             f"{retrying.failures} failed exports), {self.dropped} dropped"
         )
-        causes = [
-            f"{retrying.refused} too large for any request" if retrying.refused else "",
-            f"{retrying.overflowed} beyond the backlog of {retrying.capacity}" if retrying.overflowed else "",
-        ]
         given_up = self.dropped - retrying.refused - retrying.overflowed
-        if given_up > 0:
-            causes.append(
-                f"{given_up} still waiting when the export timeout of {self.settings.flush_timeout_s:g} s at close "
-                "ran out (collector unreachable, refusing or too slow)"
-            )
-        said = [cause for cause in causes if cause]
+        causes = {
+            f"{retrying.refused} too large for any request": retrying.refused,
+            f"{retrying.overflowed} beyond the backlog of {retrying.capacity}": retrying.overflowed,
+            f"{given_up} still waiting when the export timeout of {self.settings.flush_timeout_s:g} s at close ran out "
+            "(collector unreachable, refusing or too slow)": given_up > 0,
+        }
+        said = [cause for cause, count in causes.items() if count]
         return account + (f": {'; '.join(said)}." if said else ".")
 
     @property
@@ -472,8 +448,7 @@ _TYPED = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Unsupported|Interrupt|
 
 
 def exception_attributes(message: str, type_name: str | None = None, stacktrace: str | None = None) -> dict[str, str]:
-    """OpenTelemetry's ``exception`` event (semantic conventions): ``exception.type``, ``.message`` and
-    ``.stacktrace``; a message written ``Type: text`` gives its type where none is known."""
+    """OpenTelemetry's ``exception`` event attributes; a message ``Type: text`` gives its type if none is known."""
     if type_name is None:
         typed = _TYPED.match(message)
         type_name, message = (typed.group(1), typed.group(2)) if typed else ("Error", message)
@@ -491,8 +466,8 @@ def _application_name() -> str | None:
 
 
 def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """Attributes as OTel takes them (primitives and lists of one primitive type), under OpenTelemetry's names
-    for them (``telemetry_jit.*``, durations in seconds), one name per fact; an empty text is no fact, not sent."""
+    """Attributes as OTel takes them (primitives, lists of one type), under their OTel names (seconds), one name
+    per fact; an empty text is no fact, not sent."""
     converted: dict[str, Any] = {}
     for name, value in attributes.items():
         renamed = otel_name(name)

@@ -1,10 +1,6 @@
-"""What an OTLP exporter sends where: arguments over OpenTelemetry's standard variables over defaults,
-resolved and checked once, when the exporter is built (docs/exporters.md: which, and why here).
-
-Where the SDK reads a variable itself, its own object is built now and what it would warn of and replace by a
-default is refused; our own rules are only for what it does not check (a value with which nothing would be sent
-or every request lost). An empty variable counts as unset, as the OpenTelemetry specification says.
-"""
+"""What an OTLP exporter sends where: arguments over OpenTelemetry's variables over defaults, checked when the
+exporter is built (docs/exporters.md). Where the SDK reads a variable itself, what it would replace by a default
+is refused; our own rules cover what it does not check. An empty variable counts as unset (the specification)."""
 
 from __future__ import annotations
 
@@ -58,12 +54,9 @@ def _parsed(url: str) -> ParseResult:
 
 
 def redact_url(url: str) -> str:
-    """``url`` with whatever may hold a secret replaced by ``***``: the user info (``https://***@host``, a token
-    often rides there), every query value (``?api_key=***``) and the fragment."""
+    """``url`` with its user info (a token often rides there), query values and fragment replaced by ``***``."""
     parsed = _parsed(url)
-    netloc = parsed.netloc
-    if "@" in netloc:
-        netloc = "***@" + netloc.rsplit("@", 1)[1]
+    netloc = "***@" + parsed.netloc.rsplit("@", 1)[1] if "@" in parsed.netloc else parsed.netloc
     pairs = parse_qsl(parsed.query, keep_blank_values=True) if "=" in parsed.query else []
     query = urlencode([(key, "***") for key, _ in pairs], safe="*") if pairs else "***" if parsed.query else ""
     redacted = parsed._replace(netloc=netloc, query=query, fragment="***" if parsed.fragment else "")
@@ -90,8 +83,7 @@ _SHORTEST_SECRET = 3
 
 @contextlib.contextmanager
 def sdk_said(*loggers: str) -> Iterator[list[str]]:
-    """What OpenTelemetry's SDK warns of while it reads the environment, collected and kept off the console
-    (telemetry-jit refuses instead; some lines repeat a malformed header's secret)."""
+    """The SDK's warnings meanwhile, collected and kept off the console (some repeat a malformed header's secret)."""
     said: list[str] = []
 
     def collect(record: logging.LogRecord) -> bool:
@@ -107,8 +99,7 @@ def sdk_said(*loggers: str) -> Iterator[list[str]]:
 
 
 def tap_sdk_loggers(tap: _Filter, loggers: Iterable[str]) -> None:
-    """``tap`` first among the filters of ``loggers``: a filter that drops a line stops the others (gRPC's exporter
-    puts the SDK's DuplicateFilter on its logger, which drops a line whose format it saw in the last 20 s)."""
+    # first: gRPC's exporter puts the SDK's DuplicateFilter on its logger, which drops a line seen in the last 20 s
     for name in loggers:
         logging.getLogger(name).filters.insert(0, tap)
 
@@ -162,15 +153,11 @@ class Target:
 
 @dataclass(frozen=True)
 class OTLPSettings:
-    """The settings an OTLP exporter runs with, resolved from :class:`OTLPOptions` and the environment; the
-    arguments apply to both signals."""
+    """:class:`OTLPOptions` and the environment resolved; the arguments apply to both signals."""
 
+    options: OTLPOptions  # what was asked (service name, TLS, resource attributes: used as given)
     targets: Mapping[Signal, Target]
-    service_name: str | None
     flush_timeout_s: float  # bounds a flush and the wait at close
-    insecure: bool | None
-    certificate_file: str | None
-    resource_attributes: Mapping[str, Any]
     batch: Mapping[str, float]  # BatchSpanProcessor's arguments
     metrics: bool
     max_request_bytes: int  # one request's bound (receivers refuse larger ones)
@@ -196,11 +183,7 @@ class OTLPSettings:
 
     @classmethod
     def resolve(cls, options: OTLPOptions) -> OTLPSettings:
-        """Arguments over variables over defaults, checked, with those OpenTelemetry's SDK reads itself.
-
-        Raises:
-            OTLPSettingsError: naming the setting, its value and what is valid.
-        """
+        """Arguments over variables over defaults, checked; an error names the setting, its value and what is valid."""
         traces = _target(options, "traces")
         batch = {
             name: value
@@ -213,15 +196,14 @@ class OTLPSettings:
                 f"is larger than max_queue_size ({batch['max_queue_size']:g}, OTEL_BSP_MAX_QUEUE_SIZE): "
                 "a batch is taken from the queue, so it must be at most as large."
             )
-        metrics = _metrics_wanted() if options.metrics is None else options.metrics
+        if (metrics := options.metrics) is None:
+            known = ("otlp", "none", "console", "prometheus")
+            metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
         _check_sdk_variables()
         return cls(
+            options=options,
             targets={"traces": traces, "metrics": _target(options, "metrics", traces)},
-            service_name=options.service_name,
             flush_timeout_s=batch.get("export_timeout_millis", traces.timeout_s * 1000) / 1000,
-            insecure=options.insecure,
-            certificate_file=options.certificate_file,
-            resource_attributes=dict(options.resource_attributes or {}),
             batch=batch,
             metrics=metrics,
             max_request_bytes=_positive(
@@ -276,11 +258,6 @@ def _exporter_names(variable: str, default: str, known: tuple[str, ...], use: st
     return names
 
 
-def _metrics_wanted() -> bool:
-    known = ("otlp", "none", "console", "prometheus")
-    return "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
-
-
 _SIGNALS = ("", "TRACES_", "METRICS_")
 # variables the SDK reads itself and takes anything for (anything but "true" is false): ours say true or false
 _BOOLEANS = ("OTEL_SDK_DISABLED", *(f"OTEL_EXPORTER_OTLP_{s}INSECURE" for s in _SIGNALS))
@@ -296,8 +273,7 @@ _FILES = tuple(
 
 
 def _check_sdk_variables() -> None:
-    """The variables the SDK reads itself, checked now: it would raise at the first span (during training), or
-    quietly use its default."""
+    """The variables the SDK reads itself: it would raise at the first span (mid-run), or quietly use its default."""
     try:
         SpanLimits()  # the span limits (OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT, ...), read as the SDK reads them
     except ValueError as error:
@@ -327,17 +303,14 @@ def environment_service_name() -> str | None:
 
 
 def _traces_sampler() -> Sampler | None:
-    """The sampler ``OTEL_TRACES_SAMPLER`` names, built by the SDK (``None``: its default); one the SDK would
-    replace by sampling everything is an error."""
+    """``OTEL_TRACES_SAMPLER``'s sampler as the SDK builds it (``None``: unset); one it would replace is an error."""
     if _environ("OTEL_TRACES_SAMPLER") is None:
         return None
     with sdk_said("opentelemetry.sdk.trace.sampling") as said:
         sampler = TracerProvider(shutdown_on_exit=False).sampler  # the SDK reads both variables here
     if said:
-        given = f"OTEL_TRACES_SAMPLER={os.environ.get('OTEL_TRACES_SAMPLER')!r}"
-        argument = os.environ.get("OTEL_TRACES_SAMPLER_ARG")
-        if argument is not None:
-            given += f", OTEL_TRACES_SAMPLER_ARG={argument!r}"
+        variables = ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG")
+        given = ", ".join(f"{name}={os.environ[name]!r}" for name in variables if name in os.environ)
         raise OTLPSettingsError(
             f"{given}: OpenTelemetry would not use it ({said[0].rstrip('.')}). Use always_on, always_off, "
             "traceidratio or parentbased_* (with a ratio from 0 to 1 in OTEL_TRACES_SAMPLER_ARG)."
@@ -384,8 +357,7 @@ def _protocol(given: str | None, variables: tuple[str, ...]) -> Protocol:
 
 
 def _endpoint(protocol: Protocol, signal: Signal, given: str | None, base: bool) -> str | None:
-    """``given``, else the signal's own variable, else (with ``base``) ``OTEL_EXPORTER_OTLP_ENDPOINT`` (with
-    ``/v1/<signal>`` for HTTP), as OpenTelemetry reads them; checked. None: none set."""
+    """``given``, else the signal's variable, else (with ``base``) the shared one (+ ``/v1/<signal>`` for HTTP)."""
     value, source = _given_or_variable(given, "endpoint", _variables(signal, "ENDPOINT")[:1])
     if value is None and base and (shared := _environ("OTEL_EXPORTER_OTLP_ENDPOINT")) is not None:
         value = shared.strip().rstrip("/") + f"/v1/{signal}" if protocol == "http/protobuf" else shared.strip()
@@ -415,8 +387,8 @@ def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
 
 
 def _headers(given: Mapping[str, str] | str | None, variables: tuple[str, ...]) -> dict[str, str]:
-    """Headers as OpenTelemetry reads them; values never shown (the SDK's parser is not let print a malformed
-    one), and a control character (a line break would end the header and lose every request) refused."""
+    """Headers as OpenTelemetry reads them, values never shown; a control character (a line break would end the
+    header and lose every request) refused."""
     text, source = _given_or_variable(given, "headers", variables)
     if text is None:
         return {}

@@ -1,6 +1,5 @@
-"""Getting OTLP data to the collector: one builder for the trace and metric exporters of either
-protocol, re-sending what a failed export carried, counting what was delivered, and stopping within a
-bound whatever the collector does."""
+"""Getting OTLP data to the collector: OpenTelemetry's exporters built and checked, what a failed export carried
+sent again, what was delivered counted, and every stop bounded whatever the collector does."""
 
 from __future__ import annotations
 
@@ -50,10 +49,6 @@ OTEL_LOGGERS = (
 )
 
 
-_DISTRIBUTIONS = {  # protocol -> (OpenTelemetry's package, the distribution that has it)
-    "grpc": ("opentelemetry.exporter.otlp.proto.grpc", "opentelemetry-exporter-otlp-proto-grpc"),
-    "http/protobuf": ("opentelemetry.exporter.otlp.proto.http", "opentelemetry-exporter-otlp-proto-http"),
-}
 _CLASSES = {"traces": ("trace_exporter", "OTLPSpanExporter"), "metrics": ("metric_exporter", "OTLPMetricExporter")}
 
 
@@ -66,9 +61,8 @@ _SETTINGS_LOGGERS = (
 
 
 def checked_exporters(settings: OTLPSettings) -> dict[str, Any]:
-    """OpenTelemetry's exporters as ``settings`` say, built now: a variable they read themselves and would refuse
-    mid-run, or warn of and replace by a default (compression, temporality, histogram aggregation), is refused
-    before training, naming the variable; so is a protocol not installed."""
+    """OpenTelemetry's exporters, built now: a variable they read themselves and would refuse mid-run or replace by
+    a default (compression, temporality) is refused before training, naming it; so is a protocol not installed."""
     signals: tuple[Signal, ...] = ("traces", "metrics") if settings.metrics else ("traces",)
     built: dict[str, Any] = {}
     with sdk_said(*_SETTINGS_LOGGERS) as said:
@@ -98,28 +92,28 @@ def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
     """OpenTelemetry's OTLP exporter (a ``SpanExporter`` or ``MetricExporter``) for ``signal``, as the settings say."""
     target = settings.targets[signal]
     module, name = _CLASSES[signal]  # imported when first built
-    package, distribution = _DISTRIBUTIONS[target.protocol]
+    package = f"opentelemetry.exporter.otlp.proto.{target.protocol.removesuffix('/protobuf')}"  # .grpc, .http
     try:
         exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
     except ImportError:
         raise OTLPSettingsError(
-            f"OTLP over {target.protocol} needs {distribution}, which is not installed here: "
+            f"OTLP over {target.protocol} needs {package.replace('.', '-')}, which is not installed here: "
             "pip install 'telemetry-jit[otlp]' (the file exporter needs none of it)."
         ) from None
     common = {"endpoint": target.endpoint, "headers": dict(target.headers) or None, "timeout": target.timeout_s}
+    certificate = settings.options.certificate_file
     # given no headers, OpenTelemetry's exporter parses the headers variables itself: its parser is not let print one
     with sdk_said("opentelemetry.util.re"):
         if target.protocol == "grpc":
-            return exporter_class(insecure=settings.insecure, credentials=_grpc_credentials(settings), **common)
-        return exporter_class(
-            certificate_file=settings.certificate_file, session=_session_trusting_the_given_certificate(), **common
-        )
+            return exporter_class(
+                insecure=settings.options.insecure, credentials=_grpc_credentials(certificate), **common
+            )
+        return exporter_class(certificate_file=certificate, session=_session_trusting_the_given_certificate(), **common)
 
 
 class CountingMetricExporter(MetricExporter):
-    """OpenTelemetry's metric exporter, its exports counted and a failure said through ``on_failure`` (with
-    the reason when the exporter raised): the SDK's reader only logs it, and a backend that takes traces only
-    refuses every metrics request."""
+    """OpenTelemetry's metric exporter, its exports counted and a failure said through ``on_failure`` (the SDK's
+    reader only logs it, and a backend that takes traces only refuses every metrics request)."""
 
     def __init__(self, inner: MetricExporter, on_failure: Callable[[str], None]) -> None:
         super().__init__(
@@ -149,12 +143,12 @@ class CountingMetricExporter(MetricExporter):
         self.inner.shutdown(timeout_millis=timeout_millis, **kwargs)
 
 
-def _grpc_credentials(settings: OTLPSettings) -> Any:
-    if not settings.certificate_file:
+def _grpc_credentials(certificate_file: str | None) -> Any:
+    if not certificate_file:
         return None
     import grpc
 
-    with open(settings.certificate_file, "rb") as handle:
+    with open(certificate_file, "rb") as handle:
         return grpc.ssl_channel_credentials(handle.read())
 
 
@@ -179,8 +173,8 @@ _ABOUT_METRICS = re.compile(r"\bexport(?:ing)? metrics\b", re.IGNORECASE)
 
 
 class FailureTap(logging.Filter):
-    """Keeps OpenTelemetry's own failure lines off the console (the exporter says once, in its own words, what
-    failed) and remembers the first, for that message, and the last, to tell "too large" from "down"."""
+    """Keeps OpenTelemetry's failure lines off the console (the exporter says it once) and remembers the first, for
+    that message, and the last, to tell "too large" from "down"."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -214,12 +208,10 @@ def request_bytes(spans: Sequence[ReadableSpan]) -> int:
 class RetryingSpanExporter(SpanExporter):
     """Sends each batch in requests a receiver accepts, and never lets a backlog jam delivery.
 
-    OpenTelemetry's exporter retries one request within its timeout; this keeps what a longer outage failed
-    (the newest ``capacity`` spans) for after the next batch, in requests of at most ``max_batch`` spans and
-    ``max_bytes`` bytes. A request refused while the receiver takes others (or as too large) is halved; a span
-    no receiver would take is dropped and counted. Whatever OpenTelemetry's logs say (logging may be silenced),
-    a failure halves the next requests and each delivery doubles them up to ``max_batch``.
-    """
+    OpenTelemetry's exporter retries one request within its timeout; this keeps what a longer outage failed (the
+    newest ``capacity`` spans) for after the next batch, in requests of at most ``max_batch`` spans and ``max_bytes``
+    bytes. A request refused while others pass (or as too large) is halved; a span no request takes is dropped and
+    counted. A failure halves the next requests (logging may be silenced); each delivery doubles them again."""
 
     def __init__(
         self,
@@ -240,7 +232,7 @@ class RetryingSpanExporter(SpanExporter):
         self._request_spans = self.max_batch  # at most this many spans a request, for now
         self.max_bytes = max_bytes
         self.tap = tap
-        self.pending: deque[ReadableSpan] = deque()
+        self.pending: deque[ReadableSpan] = deque(maxlen=capacity)  # the oldest go first
         self.delivered = 0
         self.resent = 0  # of ``delivered``: spans a failed export had kept
         self.refused = 0  # spans dropped as too large for any request
@@ -324,10 +316,8 @@ class RetryingSpanExporter(SpanExporter):
         with self._lock:
             if not self._counting:
                 return
+            self.overflowed += max(len(self.pending) + len(spans) - self.capacity, 0)
             self.pending.extend(spans)
-            while len(self.pending) > self.capacity:
-                self.pending.popleft()  # the oldest go first
-                self.overflowed += 1
 
     def _refuse(self, spans: list[ReadableSpan], why: str) -> None:
         with self._lock:

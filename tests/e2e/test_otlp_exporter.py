@@ -308,7 +308,7 @@ def test_standard_variables_configure_it_and_arguments_win(monkeypatch: pytest.M
     assert OTLPExporter().endpoint == "http://traces:4318/v1/traces"
     explicit = OTLPExporter("127.0.0.1:4317", protocol="grpc", headers="a=b", service_name="arg", timeout=1)
     settings, traces = explicit.settings, explicit.settings.targets["traces"]
-    assert (traces.protocol, traces.endpoint, traces.headers, settings.service_name, traces.timeout_s) == (
+    assert (traces.protocol, traces.endpoint, traces.headers, settings.options.service_name, traces.timeout_s) == (
         "grpc",
         "127.0.0.1:4317",
         {"a": "b"},

@@ -93,15 +93,13 @@ class Account:
                 origin="telemetry-jit:0",
             )
 
-    def failures(self) -> dict[str, tuple[int, str]]:
-        with self._lock:
-            return dict(self._failed)
-
     def by_site(self) -> dict[str, dict[str, object]]:
         """``{name: {"callee": ..., "count": ..., "first_error": ...}}`` for the telemetry file's account."""
+        with self._lock:
+            failed = dict(self._failed)
         return {
             name: {"callee": SITES[name].callee, "count": count, "first_error": first_error}
-            for name, (count, first_error) in self.failures().items()
+            for name, (count, first_error) in failed.items()
         }
 
 

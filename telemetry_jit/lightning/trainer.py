@@ -73,23 +73,22 @@ def hook_trainer_cls(
         JitTransform(jit_config)  # fail now, before any trainer is built, on a bad config
     if not isinstance(live, (bool, CompileConsole)):
         raise TypeError(f"hook_trainer_cls(live=...) takes True, False or a CompileConsole, got {live!r}.")
+    if not isinstance(payoff, (bool, PayoffSettings)):
+        raise TypeError(f"hook_trainer_cls(payoff=...) takes True, False or a PayoffSettings, got {payoff!r}.")
+    if payoff is not False and not compile_telemetry:
+        raise ValueError(
+            "hook_trainer_cls(payoff=...) measures with the compile telemetry: keep compile_telemetry=True."
+        )
     if telemetry_callback is None:
         telemetry_callback = cast(CallbackT, TimeEventCallback(training_telemetry_provider))
-    compiles = None
+    compiles = payoff_callback = None
     if compile_telemetry:
         console = live if isinstance(live, CompileConsole) else (CompileConsole() if live else None)
         compiles = CompileTelemetryCallback(
             training_telemetry_provider, console, console_all_ranks=live_all_ranks, log_figures=log_figures
         )
-    if payoff is not False and compiles is None:
-        raise ValueError(
-            "hook_trainer_cls(payoff=...) measures with the compile telemetry: keep compile_telemetry=True."
-        )
-    if not isinstance(payoff, (bool, PayoffSettings)):
-        raise TypeError(f"hook_trainer_cls(payoff=...) takes True, False or a PayoffSettings, got {payoff!r}.")
-    payoff_callback = None
-    if payoff is not False and compiles is not None:
-        payoff_callback = CompilePayoffCallback(compiles, payoff if isinstance(payoff, PayoffSettings) else None)
+        if payoff is not False:
+            payoff_callback = CompilePayoffCallback(compiles, payoff if isinstance(payoff, PayoffSettings) else None)
     given = training_telemetry_provider if isinstance(training_telemetry_provider, Session) else None
     telemetry = _Telemetry(RankTelemetry(given), compiles, telemetry_callback, payoff_callback)
     return _hooked_class(trainer_cls, telemetry, jit_config), telemetry_callback

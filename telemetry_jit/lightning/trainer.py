@@ -99,17 +99,13 @@ class RankTelemetry(Callback):
     pickled into it, this one carrying the configuration) start a session as ``configure`` did, ending it at
     teardown. It must come before the other telemetry callbacks, whose ``setup`` needs the session."""
 
-    def __init__(self, session: Session | None = None) -> None:
+    def __init__(self, session: Session | None = None, launched_with: Configuration | None = None) -> None:
         self.session = session  # the session given to hook_trainer_cls (None: the one running)
-        self._configuration: Configuration | None = None
+        self._configuration = launched_with  # in a spawned rank: the launching process's
         self._owned: Session | None = None  # the session this callback started (in a spawned rank)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"configuration": configuration()}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
-        self._configuration = state["configuration"]
+    def __reduce__(self) -> tuple[Any, ...]:
+        return RankTelemetry, (None, configuration())
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

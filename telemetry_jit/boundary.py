@@ -9,6 +9,7 @@ import functools
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from telemetry_jit.notices import Notices
@@ -37,18 +38,16 @@ class SettingError(ValueError):
     """A setting of the user's that cannot mean anything, found inside a hook: raised through the guard."""
 
 
+@dataclass(eq=False)
 class CallSite:
     """One place where telemetry calls code it does not own: ``name`` dotted and unique, ``callee`` in words,
-    ``bound`` what bounds its time off the training thread (``""``: on the caller's, so a test cannot hang it)."""
+    ``bound`` what bounds its time off the training thread (``""``: on the caller's, so a test cannot hang it),
+    ``fault`` a test's (tests/faults.py)."""
 
-    def __init__(self, name: str, callee: str, bound: str = "") -> None:
-        self.name = name
-        self.callee = callee
-        self.bound = bound
-        self.fault: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None  # a test's (tests/faults.py)
-
-    def __repr__(self) -> str:
-        return f"CallSite({self.name!r})"
+    name: str
+    callee: str = field(repr=False)
+    bound: str = field(default="", repr=False)
+    fault: Callable[[Callable[..., Any]], Callable[..., Any]] | None = field(default=None, repr=False)
 
     def call(self, function: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``function(*args, **kwargs)``, or :data:`FAILED` (said once, counted) when it raises."""
@@ -93,15 +92,13 @@ class Account:
                 origin="telemetry-jit:0",
             )
 
-    def failures(self) -> dict[str, tuple[int, str]]:
-        with self._lock:
-            return dict(self._failed)
-
     def by_site(self) -> dict[str, dict[str, object]]:
         """``{name: {"callee": ..., "count": ..., "first_error": ...}}`` for the telemetry file's account."""
+        with self._lock:
+            failed = dict(self._failed)
         return {
             name: {"callee": SITES[name].callee, "count": count, "first_error": first_error}
-            for name, (count, first_error) in self.failures().items()
+            for name, (count, first_error) in failed.items()
         }
 
 

@@ -115,68 +115,50 @@ def compile_with_thunder(module: torch.nn.Module, name: str, profile: bool = Fal
     return compiled
 
 
-class FirstCall:
-    """The call installed on a module compiled in place until its first call: it notes how many frames dynamo
-    compiled during that call, then steps aside."""
-
-    def __init__(self, module: torch.nn.Module, call: Callable[..., Any]) -> None:
-        self.module = module
-        self.call = call
-        self.called = False
-        self.compiled_frames = 0
-        self.failed_frames = 0  # compiles that raised, which dynamo suppressed and ran the frame eagerly
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        torch_compat.set_compiled_call(self.module, self.call)  # steps aside first: a nested call goes straight
-        compiled, attempted = torch_compat.frames_compiled(), torch_compat.frames_attempted()
-        try:
-            return self.call(*args, **kwargs)
-        finally:
-            self.called = True
-            self.compiled_frames = torch_compat.frames_compiled() - compiled
-            self.failed_frames = torch_compat.frames_attempted() - attempted - self.compiled_frames
-
-
 class CompiledCodeRan:
     """Whether a module's compiled code has run: thunder's cache was consulted, or dynamo compiled a frame at its
-    first call or holds compiled code for it; ``called``: whether anything called it, where that is watched."""
+    first call or holds compiled code for it. With ``watch``, it is installed on the module until the first call
+    (noting the frames dynamo compiled in it, then stepping aside) and knows ``called`` and ``failed`` (dynamo set
+    out to compile that call and the compile raised, so it ran eagerly)."""
 
-    def __init__(self, module: torch.nn.Module, watch: FirstCall | None = None) -> None:
-        self.module, self.watch = module, watch
+    def __init__(self, module: torch.nn.Module, watch: bool = False) -> None:
+        self.module = module
+        self.called = self.failed = False
+        self._compiled_frames = 0
+        self._call = torch_compat.compiled_call(module) if watch else None
+        if self._call is not None:
+            torch_compat.set_compiled_call(module, self._first_call)
+
+    def _first_call(self, *args: Any, **kwargs: Any) -> Any:
+        assert self._call is not None  # installed only with one
+        torch_compat.set_compiled_call(self.module, self._call)  # steps aside first: a nested call goes straight
+        compiled, attempted = torch_compat.frames_compiled(), torch_compat.frames_attempted()
+        try:
+            return self._call(*args, **kwargs)
+        finally:
+            self.called = True
+            self._compiled_frames = torch_compat.frames_compiled() - compiled
+            self.failed = torch_compat.frames_attempted() - attempted > self._compiled_frames
 
     def __call__(self) -> bool:
-        call, watch = torch_compat.compiled_call(self.module), self.watch
+        call = torch_compat.compiled_call(self.module)
         if isinstance(call, ThunderCompiled):
             stats = call.function.stats
             return stats.cache_hits + stats.cache_misses > 0
-        if watch is not None and not watch.called:
+        if self._call is not None and not self.called:
             return False
-        return bool(watch is not None and watch.compiled_frames) or torch_compat.has_compiled_code_for(self.module)
-
-    @property
-    def called(self) -> bool:
-        return self.watch is not None and self.watch.called
-
-    @property
-    def failed(self) -> bool:
-        """Whether dynamo set out to compile the module's first call and the compile raised."""
-        return self.watch is not None and self.watch.failed_frames > 0
+        return self._compiled_frames > 0 or torch_compat.has_compiled_code_for(self.module)
 
 
 def compile_in_place(module: torch.nn.Module, **compile_kwargs: Any) -> CompiledCodeRan:
     """``module.compile(**compile_kwargs)`` such that dynamo compiles it on every supported torch (before 2.15 it
     skips torch's own layers' ``forward``), and the check a plug-in's ``compile`` returns."""
     torch_compat.compile_in_place(module, **compile_kwargs)
-    call = torch_compat.compiled_call(module)
-    watch = FirstCall(module, call) if call is not None else None
-    if watch is not None:  # it watches the first call, then puts the compiled call back
-        torch_compat.set_compiled_call(module, watch)
-    return CompiledCodeRan(module, watch)
+    return CompiledCodeRan(module, watch=True)
 
 
-def dynamo_compile_id() -> str:
-    """The id of dynamo's compile in progress (``"0/1"``; ``""`` outside one): a backend's key for ``take_splits``."""
-    return torch_compat.current_compile_id()
+# inside a torch.compile backend: the id of dynamo's compile in progress ("0/1"), the key of ``take_splits``
+dynamo_compile_id = torch_compat.current_compile_id
 
 
 # -- the built-in backends: JitConfig(use_torch=True) is "torch", use_thunder=True "thunder" or "thunder-dynamo" --

@@ -117,10 +117,9 @@ class Session:
         if self.ended:
             return
         self.identity.update(rank, local_rank, world_size)
-        for exporter in self._all_exporters():
-            tracker = exporter.identity if isinstance(exporter, RankAware) else None
-            if tracker is not None and tracker is not self.identity:
-                tracker.update(rank, local_rank, world_size)  # one built by hand, through nv-one-logger's builder
+        for exporter in self._all_exporters():  # one built by hand, through nv-one-logger's builder, has its own
+            if isinstance(exporter, RankAware) and exporter.identity not in (None, self.identity):
+                exporter.identity.update(rank, local_rank, world_size)
 
     def health(self) -> dict[str, Any]:
         """Failed calls by call site and each exporter's delivery: the file's last record."""
@@ -156,7 +155,11 @@ class Session:
         for exporter in [e for e in self.exporters if e not in files and e.ready]:
             _CLOSE.call(exporter.close)
         for file in [e for e in files if e.ready]:
-            self._close_file(file)
+            try:
+                file.close()
+            except Exception as error:  # noqa: BLE001 - shutdown runs at interpreter exit too: nothing may escape
+                message = f"telemetry-jit: could not close {file.path} ({error!r})."
+                self.account.notices.warn("closing the file", message, every_rank=True)
 
     def reading_hint(self) -> str:
         """Where this run's file is and the command that reads it ("" without a file)."""
@@ -170,13 +173,6 @@ class Session:
 
     def _all_exporters(self) -> list[Exporter]:
         return nv_one_logger_compat.exporters(self.provider.recorder) if self.provider.one_logger_ready else []
-
-    def _close_file(self, exporter: FileExporter) -> None:
-        try:
-            exporter.close()
-        except Exception as error:  # noqa: BLE001 - shutdown runs at interpreter exit too: nothing may escape
-            message = f"telemetry-jit: could not close {exporter.path} ({error!r})."
-            self.account.notices.warn("closing the file", message, every_rank=True)
 
 
 _current: Session | None = None  # the session in effect, from configure() to shutdown()

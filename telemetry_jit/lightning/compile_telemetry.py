@@ -58,12 +58,9 @@ class CompileTelemetryCallback(Callback):
         self.loader: int | None = None  # the running evaluation loop's dataloader, where it has several
         self._tuner = False  # the trainer has the Tuner's callback: its trials are a stage of their own
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __reduce__(self) -> tuple[Any, ...]:
         # the provider is per process: a spawned rank uses its own
-        return {name: getattr(self, name) for name in _SETTINGS}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(None, **state)  # type: ignore[misc]
+        return type(self), (None, *(getattr(self, name) for name in _SETTINGS))
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -184,7 +181,7 @@ def _has_tuner(trainer: pl.Trainer) -> bool:
     return any(isinstance(callback, (BatchSizeFinder, LearningRateFinder)) for callback in callbacks)
 
 
-_SETTINGS = ("console", "console_all_ranks", "skew_warning_s", "log_figures", "log_figures_per_rank")
+_SETTINGS = ("console", "console_all_ranks", "skew_warning_s", "log_figures", "log_figures_per_rank")  # in order
 _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batches
     "train": "num_training_batches",
     "sanity_check": "num_sanity_val_batches",

@@ -222,14 +222,13 @@ def _matching_children(module: torch.nn.Module, atom: str) -> list[tuple[str, to
 
 
 def _as_list(config: JitConfig | Sequence[JitConfig]) -> list[JitConfig]:
-    items: list[object] = list(config) if isinstance(config, (list, tuple)) else [config]
-    configs = [item for item in items if isinstance(item, JitConfig)]
-    if len(configs) < len(items):
-        wrong = next(item for item in items if not isinstance(item, JitConfig))
-        raise TypeError(
-            f"JitTransform takes a JitConfig or a list of JitConfig, got {type(wrong).__name__}. "
-            "Build one with telemetry_jit.JitConfig(use_torch=True, ...)."
-        )
+    configs: list[Any] = list(config) if isinstance(config, (list, tuple)) else [config]
+    for item in configs:
+        if not isinstance(item, JitConfig):
+            raise TypeError(
+                f"JitTransform takes a JitConfig or a list of JitConfig, got {type(item).__name__}. "
+                "Build one with telemetry_jit.JitConfig(use_torch=True, ...)."
+            )
     return configs
 
 

@@ -79,12 +79,9 @@ class TimeEventCallback(Callback):
     def _provider(self) -> TrainingTelemetryProvider:
         return self._session.provider
 
-    def __getstate__(self) -> dict[str, Any]:
+    def __reduce__(self) -> tuple[Any, ...]:
         # the session is per process: a spawned rank records through its own, found at setup
-        return {"iteration_fast_path": self.iteration_fast_path}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(None, call_on_app_start=False, **state)  # type: ignore[misc]
+        return type(self), (None, False, self.iteration_fast_path)
 
     def _bookkeeping(self) -> IterationBookkeeping:
         """nv-one-logger's per-iteration calls, for the recorder of this configuration."""

@@ -73,23 +73,22 @@ def hook_trainer_cls(
         JitTransform(jit_config)  # fail now, before any trainer is built, on a bad config
     if not isinstance(live, (bool, CompileConsole)):
         raise TypeError(f"hook_trainer_cls(live=...) takes True, False or a CompileConsole, got {live!r}.")
+    if not isinstance(payoff, (bool, PayoffSettings)):
+        raise TypeError(f"hook_trainer_cls(payoff=...) takes True, False or a PayoffSettings, got {payoff!r}.")
+    if payoff is not False and not compile_telemetry:
+        raise ValueError(
+            "hook_trainer_cls(payoff=...) measures with the compile telemetry: keep compile_telemetry=True."
+        )
     if telemetry_callback is None:
         telemetry_callback = cast(CallbackT, TimeEventCallback(training_telemetry_provider))
-    compiles = None
+    compiles = payoff_callback = None
     if compile_telemetry:
         console = live if isinstance(live, CompileConsole) else (CompileConsole() if live else None)
         compiles = CompileTelemetryCallback(
             training_telemetry_provider, console, console_all_ranks=live_all_ranks, log_figures=log_figures
         )
-    if payoff is not False and compiles is None:
-        raise ValueError(
-            "hook_trainer_cls(payoff=...) measures with the compile telemetry: keep compile_telemetry=True."
-        )
-    if not isinstance(payoff, (bool, PayoffSettings)):
-        raise TypeError(f"hook_trainer_cls(payoff=...) takes True, False or a PayoffSettings, got {payoff!r}.")
-    payoff_callback = None
-    if payoff is not False and compiles is not None:
-        payoff_callback = CompilePayoffCallback(compiles, payoff if isinstance(payoff, PayoffSettings) else None)
+        if payoff is not False:
+            payoff_callback = CompilePayoffCallback(compiles, payoff if isinstance(payoff, PayoffSettings) else None)
     given = training_telemetry_provider if isinstance(training_telemetry_provider, Session) else None
     telemetry = _Telemetry(RankTelemetry(given), compiles, telemetry_callback, payoff_callback)
     return _hooked_class(trainer_cls, telemetry, jit_config), telemetry_callback
@@ -100,17 +99,13 @@ class RankTelemetry(Callback):
     pickled into it, this one carrying the configuration) start a session as ``configure`` did, ending it at
     teardown. It must come before the other telemetry callbacks, whose ``setup`` needs the session."""
 
-    def __init__(self, session: Session | None = None) -> None:
+    def __init__(self, session: Session | None = None, launched_with: Configuration | None = None) -> None:
         self.session = session  # the session given to hook_trainer_cls (None: the one running)
-        self._configuration: Configuration | None = None
+        self._configuration = launched_with  # in a spawned rank: the launching process's
         self._owned: Session | None = None  # the session this callback started (in a spawned rank)
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"configuration": configuration()}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__()  # type: ignore[misc]
-        self._configuration = state["configuration"]
+    def __reduce__(self) -> tuple[Any, ...]:
+        return RankTelemetry, (None, configuration())
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:

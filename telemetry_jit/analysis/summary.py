@@ -17,7 +17,7 @@ from telemetry_jit.analysis.digest import (
     outermost_loop,
     stage_named,
 )
-from telemetry_jit.analysis.ranks_said import out_of_step_said
+from telemetry_jit.analysis.fleet import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.runs import EventRecord, TelemetryRun, number
 from telemetry_jit.analysis.status import RunStatus, run_status

@@ -11,8 +11,7 @@ from collections.abc import Iterable, Sequence
 from telemetry_jit.analysis import answers
 from telemetry_jit.analysis.cold_start import ColdStart
 from telemetry_jit.analysis.diff import RunDiff, cause_words
-from telemetry_jit.analysis.fleet import Fleet
-from telemetry_jit.analysis.ranks_said import OutOfStepSaid, out_of_step_said
+from telemetry_jit.analysis.fleet import Fleet, OutOfStepSaid, out_of_step_said
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.identity import short_run_id
@@ -56,18 +55,15 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str
     widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
     columns = terminal_width() or 10**6  # a pipe or a file: no table is too wide (a cell holds 100 characters)
     room = columns - 2 - 2 * (len(widths) - 1)  # the indent, the gaps
-    narrowed = sum(widths) > room
-    if narrowed:
+    if sum(widths) > room:
         fitting = _narrowed(cells, widths, room)
         if fitting is None:
             return _rows_one_field_a_line(cells, columns)
         widths = fitting
     lines = []
     for number, row in enumerate(cells):
-        parts = [
-            textwrap.wrap(c, w, break_on_hyphens=False) or [""] if narrowed else [c]
-            for c, w in zip(row, widths, strict=True)
-        ]
+        # a cell no wider than its column (stripped, one line, printable) stays whole
+        parts = [textwrap.wrap(c, w, break_on_hyphens=False) or [""] for c, w in zip(row, widths, strict=True)]
         for depth in range(max(len(part) for part in parts)):
             texts = [part[depth] if depth < len(part) else "" for part in parts]
             lines.append("  ".join(t.ljust(width) for t, width in zip(texts, widths, strict=True)).rstrip())
@@ -240,18 +236,14 @@ def _percent(fraction: float | None, places: int) -> str:
 
 def format_cold_start(cold: ColdStart) -> str:
     """The compile-cache misses a run had where its baseline had the graphs, and why; "" where none."""
-    return _fitted(_cold_start_lines(cold))
-
-
-def _cold_start_lines(cold: ColdStart) -> list[str]:
     if not cold.groups:
-        return []
+        return ""
     lines = ["", f"  compile cache: {cold.graphs} graph(s) missed that the base run had, {cold.seconds:.1f} s:"]
     for group in cold.groups:
         where = answers.listed(group.frames) + (f", step {answers.listed(group.steps)}" if group.steps else "")
         lines += wrapped(f"{group.graphs} graph(s), {group.seconds:.1f} s: {group.reason} (in {where})", "    ")
         lines += wrapped(f"fix: {group.fix}", "      ")
-    return lines
+    return _fitted(lines)
 
 
 def format_diff(result: RunDiff) -> str:
@@ -307,7 +299,7 @@ def format_diff(result: RunDiff) -> str:
             "change's.",
             "  ",
         )
-    lines += _cold_start_lines(result.cold_start)
+    lines += format_cold_start(result.cold_start).splitlines()
     added, gone = result.new_only, result.base_only
     for title, said in (
         ("new: modules compiled to no effect", _indented(found.words() for found in added.not_compiled)),

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from telemetry_jit.analysis.cold_start import warm_start_lines
 from telemetry_jit.analysis.digest import EXPECTED, Fallback
 from telemetry_jit.analysis.runs import TelemetryRun, number
 from telemetry_jit.analysis.summary import LOOP_WORDS, STAGE_WORDS, RunSummary
-from telemetry_jit.analysis.warm_residual import warm_start_lines
 from telemetry_jit.breaks import gist
 from telemetry_jit.records import Payoff, first_step_line
 from telemetry_jit.terminal import counted, possessive, shown

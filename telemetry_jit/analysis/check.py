@@ -6,11 +6,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from telemetry_jit.analysis.answers import fallback_line
 from telemetry_jit.analysis.diff import EXPECTED, RunDiff, cause_words
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.summary import RunSummary, summarize
+from telemetry_jit.analysis.text import fallback_line
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.terminal import counted, possessive
 

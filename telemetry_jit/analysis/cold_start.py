@@ -79,10 +79,6 @@ class CacheLedger:
             if (lookup.layer == "aot_autograd") == (lookup.compile_id in used):
                 yield graph, lookup
 
-    def states(self) -> Counter[str]:
-        """Graphs by what the cache did for them (``hit``, ``miss``), one look-up per graph."""
-        return Counter(lookup.state for _, lookup in self.explained())
-
     def full_parts(self, lookup: CacheLookupSaid) -> Parts:
         return {**self.tables.get(lookup.settings, {}), **lookup.parts}
 
@@ -305,9 +301,6 @@ def _autocast_words(value: str) -> str:
     return dtype.removeprefix("torch.")
 
 
-_GROUP_WORDS = {"inductor_config": "inductor's", "inductor_config_comms": "inductor's comms"}
-
-
 def _tensor_words(base: str, new: str) -> tuple[str, str]:
     """Two tensors' metadata without the device they share: ``float32[32, 16]`` where only dtype or shape differ."""
     base, new = base.removeprefix("parameter "), new.removeprefix("parameter ")
@@ -322,7 +315,7 @@ def _named(name: str) -> str:
     head, bracket, rest = name.partition("[")
     if head == "example_inputs":
         return f"graph input {rest.rstrip(']')}"
-    words = _GROUP_WORDS.get(head)
+    words = {"inductor_config": "inductor's", "inductor_config_comms": "inductor's comms"}.get(head)
     return f"{words} {rest.rstrip(']')}" if bracket and words else name
 
 

@@ -172,8 +172,8 @@ def _sequence_words(d: RunDigest) -> str:
 
 def _cache_words(digest: RunDigest) -> str:
     """What the compile cache did on a rank: from its look-ups, else torch's counts (2.8: remote only)."""
-    states, warm = digest.cache_ledger.states(), digest.warm_start
-    hits, misses = (states["hit"], states["miss"]) if states else (warm.hits, warm.misses)
+    states = Counter(lookup.state for _, lookup in digest.cache_ledger.explained())  # one look-up per graph
+    hits, misses = (states["hit"], states["miss"]) if states else (digest.warm_start.hits, digest.warm_start.misses)
     if not (hits or misses):
         return "no compile-cache lookups"
     if not misses:

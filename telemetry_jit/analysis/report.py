@@ -103,11 +103,9 @@ def _timeline(summary: RunSummary) -> str:
     parts.append(f'<text x="{_LEFT}" y="{height - 4}">0 s (wall time)</text>')
     parts.append(f'<text x="{_WIDTH - 60}" y="{height - 4}">{(end - start) / 1e9:.2f} s</text>')
     svg = f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND
-    if len(windows) == summary.digest.compilations:
-        return svg
-    return (
-        svg + f'<p class="muted">The first {len(windows)} of {summary.digest.compilations} compilations are drawn.</p>'
-    )
+    compilations = summary.digest.compilations
+    note = f'<p class="muted">The first {len(windows)} of {compilations} compilations are drawn.</p>'
+    return svg if len(windows) == compilations else svg + note
 
 
 def _break_details(summary: RunSummary) -> str:

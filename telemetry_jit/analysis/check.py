@@ -6,11 +6,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from telemetry_jit.analysis.answers import fallback_line
 from telemetry_jit.analysis.diff import EXPECTED, RunDiff, cause_words
 from telemetry_jit.analysis.fleet import fleets
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.summary import RunSummary, summarize
+from telemetry_jit.analysis.text import fallback_line
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.terminal import counted, possessive
 
@@ -37,12 +37,6 @@ class Budget:
     max_skew_s: float | None = None  # ranks: seconds waited for the slowest rank, over every shared compile
     ranks_compile_alike: bool = False  # ranks: one compile sequence for every rank
     no_eager_fallback: bool = False  # no frame may run eagerly after the recompile limit or a failed compile
-
-    @property
-    def empty(self) -> bool:
-        """No budget given (``user_code_only`` only says how breaks are counted)."""
-        given = (value for name, value in vars(self).items() if name != "user_code_only")
-        return all(value is None or value is False for value in given)
 
     def __post_init__(self) -> None:
         """A budget below zero (or not a number) would be judged and mean nothing: refused, naming the option."""
@@ -73,7 +67,8 @@ def check(
     """
     runs = [runs] if isinstance(runs, TelemetryRun) else list(runs)
     baselines = [baseline] if isinstance(baseline, TelemetryRun) else list(baseline or [])
-    if budget.empty:
+    given = (value for name, value in vars(budget).items() if name != "user_code_only")  # says how breaks count
+    if all(value is None or value is False for value in given):
         raise CannotTell(
             "no budget given, so nothing would be checked: pass at least one of --max-graph-breaks, "
             "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks, "

@@ -1,6 +1,7 @@
 """Why a run started cold where another started warm: each graph the new run missed in the compile cache, explained
-by the parts of torch's cache key (recorded with each ``cache_lookup``, docs/cold-starts.md) whose hashes differ. A
-graph is the same in two runs when it is the same frame's (name and file, not line) n-th look-up in one cache."""
+by the parts of torch's cache key (recorded with each ``cache_lookup``) whose hashes differ; a graph is the same in
+two runs when it is the same frame's (name and file, not line) n-th look-up in one cache. And what a warm start
+still costs: its compile time by phase (torch's timers), which torch feature removes which (docs/cold-starts.md)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.runs import SpanRecord, add_new
-from telemetry_jit.schema import CacheAttr, JitEventName
+from telemetry_jit.analysis.runs import SpanRecord, TelemetryRun, add_new, number
+from telemetry_jit.schema import CacheAttr, CompileAttr, JitEventName, WarmStartAttr
 from telemetry_jit.terminal import counted
 
 MAX_GRAPHS = 5000  # look-ups kept per run
@@ -77,10 +78,6 @@ class CacheLedger:
         for graph, lookup in self.lookups.items():
             if (lookup.layer == "aot_autograd") == (lookup.compile_id in used):
                 yield graph, lookup
-
-    def states(self) -> Counter[str]:
-        """Graphs by what the cache did for them (``hit``, ``miss``), one look-up per graph."""
-        return Counter(lookup.state for _, lookup in self.explained())
 
     def full_parts(self, lookup: CacheLookupSaid) -> Parts:
         return {**self.tables.get(lookup.settings, {}), **lookup.parts}
@@ -304,9 +301,6 @@ def _autocast_words(value: str) -> str:
     return dtype.removeprefix("torch.")
 
 
-_GROUP_WORDS = {"inductor_config": "inductor's", "inductor_config_comms": "inductor's comms"}
-
-
 def _tensor_words(base: str, new: str) -> tuple[str, str]:
     """Two tensors' metadata without the device they share: ``float32[32, 16]`` where only dtype or shape differ."""
     base, new = base.removeprefix("parameter "), new.removeprefix("parameter ")
@@ -321,7 +315,7 @@ def _named(name: str) -> str:
     head, bracket, rest = name.partition("[")
     if head == "example_inputs":
         return f"graph input {rest.rstrip(']')}"
-    words = _GROUP_WORDS.get(head)
+    words = {"inductor_config": "inductor's", "inductor_config_comms": "inductor's comms"}.get(head)
     return f"{words} {rest.rstrip(']')}" if bracket and words else name
 
 
@@ -345,3 +339,115 @@ def _parts(lines: Any) -> Parts:
         digest, _, value = rest.partition("\t")
         parts[name] = (digest, value)
     return parts
+
+
+PHASE_WORDS = {
+    "dynamo_tracing": "dynamo tracing",
+    "guards": "building guards",
+    "cache_load": "cache loads",
+    "kernel_load": "kernel loads",
+    "recompiles": "recompiles",
+    "rest": "the rest",
+}
+
+
+@dataclass
+class Residual:
+    """Compile seconds by phase, folded one ``compilation`` span at a time (frame compiles of the first attempt:
+    a recompile's time is its own phase, whatever it spent it on)."""
+
+    total_s: float = 0.0
+    phases_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WarmStartAttr.PHASES, 0.0))
+    recompiles_s: float = 0.0
+    timed: bool = False  # some span carried torch's timers (a file from before, another torch: not)
+
+    def add(self, span: SpanRecord) -> None:
+        attributes = span.attributes
+        seconds = (span.compile_ms or 0.0) / 1000
+        self.total_s += seconds
+        if attributes.get(CompileAttr.IS_RECOMPILE):
+            self.recompiles_s += seconds
+            return
+        for phase in WarmStartAttr.PHASES:
+            name = CompileAttr.phase_time(phase)
+            if name in attributes:
+                self.timed = True
+                self.phases_s[phase] += number(attributes[name])
+
+    def breakdown(self) -> dict[str, float]:
+        """Seconds by phase, the rest what torch's timers did not cover: they add up to :attr:`total_s`."""
+        phases = {phase: round(seconds, 3) for phase, seconds in self.phases_s.items()}
+        phases["recompiles"] = round(self.recompiles_s, 3)
+        phases["rest"] = round(max(self.total_s - sum(self.phases_s.values()) - self.recompiles_s, 0.0), 3)
+        return phases
+
+
+def torch_features(run: TelemetryRun) -> list[str] | None:
+    """What the recording torch offered (``compile_summary``'s ``compile.torch_features``); ``None``: not said."""
+    for event in run.events(JitEventName.COMPILE_SUMMARY):
+        if WarmStartAttr.TORCH_FEATURES in event.attributes:
+            return [str(name) for name in event.attributes[WarmStartAttr.TORCH_FEATURES] or ()]
+    return None
+
+
+def removable_by(residual: Residual, features: list[str] | None, saved_s: float) -> list[dict[str, Any]]:
+    """Each feature of torch against the residual, with what it would save of it on this run and what it needs."""
+    phases = residual.breakdown()
+    has = (lambda name: name in features) if features is not None else (lambda name: True)
+    return [
+        {
+            "feature": "AOT compile: torch.compile(model).aot_compile(...) once, torch.compiler.load_compiled_function "
+            "at the start",
+            "available": has("aot_compile"),
+            "removes": ["dynamo_tracing", "guards", "cache_load"],
+            "saves_s": round(phases["dynamo_tracing"] + phases["guards"] + phases["cache_load"], 3),
+            "note": "the saved function is loaded whole instead of traced and looked up (its guards and graphs with "
+            "it); its kernels are still loaded. It needs a graph without breaks (fullgraph)",
+        },
+        {
+            "feature": 'torch.compiler.set_stance("eager_on_recompile")',
+            "available": has("set_stance"),
+            "removes": ["recompiles"],
+            "saves_s": phases["recompiles"],
+            "note": "recompiles are not compiled: those calls run eagerly (slower steps)",
+        },
+        {
+            "feature": "mega-cache: torch.compiler.save_cache_artifacts / load_cache_artifacts",
+            "available": has("cache_artifacts"),
+            "removes": [],
+            "saves_s": 0.0,
+            "note": f"nothing on this start: every graph came from the cache; on a machine whose cache is empty it "
+            f"makes the start this warm (torch measured {saved_s:.1f} s saved by the cache here)",
+        },
+        {
+            "feature": "none: paid once per process",
+            "available": True,
+            "removes": ["kernel_load", "rest"],
+            "saves_s": 0.0,
+            "note": "loading compiled kernels and dynamo's own start-up are paid by every new process; a process "
+            "that lives on (a notebook, a long-lived worker) pays them once",
+        },
+    ]
+
+
+def warm_start_json(run: TelemetryRun, residual: Residual, hits: int, misses: int, saved_s: float) -> Any:
+    """``summary --json``'s ``warm_start``: ``null`` unless the caches served every graph (hits, no misses)."""
+    if not hits or misses or not residual.timed:
+        return None
+    return {
+        "compile_s": round(residual.total_s, 3),
+        "phases": residual.breakdown(),
+        "removable_by": removable_by(residual, torch_features(run), saved_s),
+    }
+
+
+def warm_start_lines(residual: Residual, hits: int, misses: int) -> list[str]:
+    """``warm start: ... compiling still took 3.1 s: kernel loads 2.4 s, ...`` (none unless warm)."""
+    if not hits or misses or not residual.timed:
+        return []
+    phases = sorted(residual.breakdown().items(), key=lambda item: -item[1])
+    said = ", ".join(f"{PHASE_WORDS[phase]} {seconds:.2f} s" for phase, seconds in phases if seconds >= 0.005)
+    return [
+        f"warm start: every graph came from the compile cache, and compiling still took {residual.total_s:.2f} s: "
+        f"{said} (what removes which: summary --json warm_start, docs/cold-starts.md)"
+    ]

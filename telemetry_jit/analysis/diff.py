@@ -122,7 +122,7 @@ class RunDiff:
         """The runs differ only in the graphs the compile caches served: not a code change."""
         base, new = self.base.digest, self.new.digest
         return (
-            base.frame_compiles + base.backward_graphs != new.frame_compiles + new.backward_graphs
+            base.backward_graphs != new.backward_graphs
             and base.warm_start.hits != new.warm_start.hits
             and base.frame_compiles == new.frame_compiles
             and base.causes_by_name() == new.causes_by_name()

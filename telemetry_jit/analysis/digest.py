@@ -10,10 +10,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.cold_start import CacheLedger, without_line
+from telemetry_jit.analysis.cold_start import CacheLedger, Residual, without_line
 from telemetry_jit.analysis.resources import RunResources
 from telemetry_jit.analysis.runs import EventRecord, SpanRecord, add_new, number
-from telemetry_jit.analysis.warm_residual import Residual
 from telemetry_jit.breaks import (
     BreakText,
     break_fix,

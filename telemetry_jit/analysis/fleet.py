@@ -1,6 +1,6 @@
 """Many ranks of one run as one answer, whose length does not grow with the rank count: how compile time and
 counts spread, which ranks compiled differently or missed the cache, and how long ranks waited for the slowest at
-each shared compile (the skew that ends jobs at the collective watchdog)."""
+each shared compile (the skew that ends jobs at the collective watchdog); and what the rank watcher said live."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from typing import Any
 
 from telemetry_jit.analysis.cold_start import explain
 from telemetry_jit.analysis.digest import RunDigest
-from telemetry_jit.analysis.ranks_said import OutOfStepSaid, out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
-from telemetry_jit.analysis.runs import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun, number
+from telemetry_jit.schema import JitEventName, RanksAttr
 from telemetry_jit.terminal import counted
 
 
@@ -35,6 +35,47 @@ def spread(values: dict[int, float]) -> Spread:
     low = min(values, key=lambda rank: (values[rank], rank))
     high = max(values, key=lambda rank: (values[rank], -rank))
     return Spread(values[low], low, statistics.median(values.values()), values[high], high)
+
+
+@dataclass(frozen=True)
+class OutOfStepSaid:
+    """One ``ranks_out_of_step`` event: a stall, a graph only some ranks compiled, a silent or unended rank."""
+
+    kind: str
+    ranks: tuple[int, ...]
+    rank_count: int
+    step: int
+    seconds: float
+    waiting: int
+    line: str
+    said_by: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ranks": list(self.ranks), "seconds": round(self.seconds, 3)}
+
+
+def out_of_step_said(run: TelemetryRun) -> list[OutOfStepSaid]:
+    """What the watcher on this run's rank said: a stall once (its last word), every other finding as said."""
+    said: list[OutOfStepSaid] = []
+    for event in run.events(JitEventName.RANKS_OUT_OF_STEP):
+        a = event.attributes
+        ranks = a.get(RanksAttr.RANKS)
+        said.append(
+            OutOfStepSaid(
+                kind=str(a.get(RanksAttr.KIND, "")),
+                ranks=tuple(int(r) for r in ranks) if isinstance(ranks, list) else (),
+                rank_count=int(number(a.get(RanksAttr.RANK_COUNT))),
+                step=int(number(a.get(RanksAttr.STEP))),
+                seconds=float(a.get(RanksAttr.SECONDS) or 0.0),
+                waiting=int(number(a.get(RanksAttr.WAITING))),
+                line=str(a.get(RanksAttr.LINE, "")),
+                said_by=run.rank,
+            )
+        )
+    # the later word on one stall replaces the earlier
+    stalls = {(item.ranks, item.step): item for item in said if item.kind in ("stall", "stall_ended")}
+    others = [item for item in said if item.kind not in ("stall", "stall_ended", "heard_again")]
+    return sorted(stalls.values(), key=lambda item: -item.seconds) + others
 
 
 @dataclass(frozen=True)
@@ -98,32 +139,30 @@ class Fleet:
 def fleet(run_id: str, runs: list[TelemetryRun]) -> Fleet:
     """The fleet of one run from its ranks' runs, in rank order."""
     ranks = {run.rank: digest_of(run) for run in runs}
-    sequences = _groups(ranks, lambda digest: tuple(digest.sequence), _sequence_words)
-    caches = _groups(ranks, _cache_words, _cache_words)
-    for group in sequences[1:]:
-        group.difference = _first_difference(ranks[sequences[0].ranks[0]], ranks[group.ranks[0]])
-    for group in caches[1:]:
-        group.difference = _cache_difference(ranks, caches[0].ranks[0], group.ranks[0])
     skews, last = _skews(ranks)
     return Fleet(
         run_id=run_id,
         ranks=ranks,
         compile_s=spread({rank: digest.compile_ms / 1000 for rank, digest in ranks.items()}),
         compilations=spread({rank: float(digest.compilations) for rank, digest in ranks.items()}),
-        sequences=sequences,
-        caches=caches,
+        sequences=_groups(ranks, lambda digest: tuple(digest.sequence), _sequence_words, _first_difference),
+        caches=_groups(ranks, _cache_words, _cache_words, _cache_difference),
         skews=skews,
         waits_as_last=last,
         out_of_step=[item for run in runs for item in out_of_step_said(run)],
     )
 
 
-def _groups(ranks: dict[int, RunDigest], key: Any, words: Any) -> list[Group]:
+def _groups(ranks: dict[int, RunDigest], key: Any, words: Any, difference: Any) -> list[Group]:
+    """Ranks alike by ``key``, the largest group first; how each other group differs from it, in words."""
     grouped: dict[Any, list[int]] = defaultdict(list)
     for rank, digest in ranks.items():
         grouped[key(digest)].append(rank)
     groups = [Group(words(ranks[members[0]]), members) for members in grouped.values()]
-    return sorted(groups, key=lambda group: (-len(group.ranks), group.ranks[0]))
+    groups.sort(key=lambda group: (-len(group.ranks), group.ranks[0]))
+    for group in groups[1:]:
+        group.difference = difference(ranks, groups[0].ranks[0], group.ranks[0])
+    return groups
 
 
 def _sequence_words(d: RunDigest) -> str:
@@ -133,8 +172,8 @@ def _sequence_words(d: RunDigest) -> str:
 
 def _cache_words(digest: RunDigest) -> str:
     """What the compile cache did on a rank: from its look-ups, else torch's counts (2.8: remote only)."""
-    states, warm = digest.cache_ledger.states(), digest.warm_start
-    hits, misses = (states["hit"], states["miss"]) if states else (warm.hits, warm.misses)
+    states = Counter(lookup.state for _, lookup in digest.cache_ledger.explained())  # one look-up per graph
+    hits, misses = (states["hit"], states["miss"]) if states else (digest.warm_start.hits, digest.warm_start.misses)
     if not (hits or misses):
         return "no compile-cache lookups"
     if not misses:
@@ -142,9 +181,9 @@ def _cache_words(digest: RunDigest) -> str:
     return "cold: every graph compiled" if not hits else "partly warm"
 
 
-def _first_difference(reference: RunDigest, other: RunDigest) -> str:
+def _first_difference(ranks: dict[int, RunDigest], reference: int, other: int) -> str:
     """Where ``other``'s compiles first differ from ``reference``'s, in words."""
-    mine, theirs = reference.sequence, other.sequence
+    mine, theirs = ranks[reference].sequence, ranks[other].sequence
     for index, (ours, its) in enumerate(zip(mine, theirs, strict=False)):
         if ours != its:
             return f"compile {index + 1}: {_compile_words(its)} where the others had {_compile_words(ours)}"

@@ -6,10 +6,9 @@ import re
 from collections.abc import Sequence
 from html import escape
 
-from telemetry_jit.analysis import answers
+from telemetry_jit.analysis import text
 from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.summary import RunSummary
-from telemetry_jit.analysis.text import format_fleet
 from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.terminal import shown
 
@@ -104,11 +103,9 @@ def _timeline(summary: RunSummary) -> str:
     parts.append(f'<text x="{_LEFT}" y="{height - 4}">0 s (wall time)</text>')
     parts.append(f'<text x="{_WIDTH - 60}" y="{height - 4}">{(end - start) / 1e9:.2f} s</text>')
     svg = f'<svg id="timeline" width="{_WIDTH}" height="{height}" role="img">{"".join(parts)}</svg>' + _LEGEND
-    if len(windows) == summary.digest.compilations:
-        return svg
-    return (
-        svg + f'<p class="muted">The first {len(windows)} of {summary.digest.compilations} compilations are drawn.</p>'
-    )
+    compilations = summary.digest.compilations
+    note = f'<p class="muted">The first {len(windows)} of {compilations} compilations are drawn.</p>'
+    return svg if len(windows) == compilations else svg + note
 
 
 def _break_details(summary: RunSummary) -> str:
@@ -136,8 +133,8 @@ def _linked(text: str) -> str:
 
 def _diagnosis(summary: RunSummary) -> str:
     """The first screen: what to fix first, the expected price, the first steps (the summary's words)."""
-    items = answers.fix_first(summary)
-    notes = answers.notes(summary)
+    items = text.fix_first(summary)
+    notes = text.notes(summary)
     if not items and not notes:
         return '<div id="diagnosis"><p>Nothing to fix: no recompile and no graph break.</p></div>'
     listed = "".join(
@@ -159,11 +156,11 @@ def render_report(summary: RunSummary) -> str:
 
 def render_fleet_report(fleet: Fleet, summary: RunSummary) -> str:
     """Several ranks of one run: their spread and odd ranks, a rank-by-time view, one representative rank's report."""
-    text = format_fleet(fleet).splitlines()
+    fleet_lines = text.format_fleet(fleet).splitlines()
     sections = [
         f"<h1>telemetry-jit report: {len(fleet.ranks)} ranks</h1>",
         f"<p class='muted'>run {escape(fleet.run_id)}</p>",
-        '<div id="fleet"><pre>' + escape("\n".join(line.strip() for line in text[1:])) + "</pre></div>",
+        '<div id="fleet"><pre>' + escape("\n".join(line.strip() for line in fleet_lines[1:])) + "</pre></div>",
         "<h2>Compilations by rank over time</h2>",
         _ranks_timeline(fleet),
         f"<h2>Rank {summary.run.rank}, for its group</h2>",
@@ -234,14 +231,14 @@ def _run_sections(summary: RunSummary) -> list[str]:
         f"<h1>telemetry-jit report</h1><p class='muted'>run {escape(run.run_id)}, rank {run.rank} "
         f"{escape(run.node)}</p>",
         '<div class="cards">' + "".join(f'<div class="card"><b>{v}</b>{escape(k)}</div>' for v, k in cards) + "</div>",
-        '<p id="figures">' + "<br>".join(escape(line) for line in answers.figure_lines(summary)) + "</p>",
+        '<p id="figures">' + "<br>".join(escape(line) for line in text.figure_lines(summary)) + "</p>",
         _diagnosis(summary),
     ]
     if not summary.status.finished:
         sections.insert(1, f'<p id="status" class="unfinished">{escape(summary.status.headline())}</p>')
     if summary.payoff is not None:
         account = (
-            f'<p class="muted">{escape(answers.net_line(summary.payoff))}; eager steps ran the same model with '
+            f'<p class="muted">{escape(text.net_line(summary.payoff))}; eager steps ran the same model with '
             'torch.compiler.set_stance("force_eager"), in blocks between compiled ones.</p>'
             if summary.payoff.measured
             else ""
@@ -254,15 +251,15 @@ def _run_sections(summary: RunSummary) -> list[str]:
         "<h2>Timeline</h2>",
         _timeline(summary),
         "<h2>Compilations per frame</h2>",
-        _table(answers.FRAME_HEADERS, answers.frame_rows(summary), "frames"),
+        _table(text.FRAME_HEADERS, text.frame_rows(summary), "frames"),
     ]
     if summary.thunder_rows:
-        sections += ["<h2>Thunder cache</h2>", _table(answers.THUNDER_HEADERS, summary.thunder_rows, "thunder")]
+        sections += ["<h2>Thunder cache</h2>", _table(text.THUNDER_HEADERS, summary.thunder_rows, "thunder")]
     sections += [
         "<h2>Recompiles by cause</h2>",
-        _table(answers.CAUSE_HEADERS, answers.cause_rows(summary), "causes"),
+        _table(text.CAUSE_HEADERS, text.cause_rows(summary), "causes"),
         "<h2>Graph breaks by place</h2>",
-        _table(answers.BREAK_HEADERS, answers.break_rows(summary), "breaks"),
+        _table(text.BREAK_HEADERS, text.break_rows(summary), "breaks"),
         "<h2>Every graph break</h2>",
         _break_details(summary),
     ]
@@ -272,6 +269,6 @@ def _run_sections(summary: RunSummary) -> list[str]:
             "<p>torch._dynamo's DDPOptimizer cut these graphs at DDP gradient-bucket boundaries so that "
             "all-reduce overlaps backward. They are not graph breaks in your code; the bucket size is DDP's "
             "<code>bucket_cap_mb</code>.</p>",
-            _table(answers.DDP_HEADERS, digest.ddp, "ddp-splits"),
+            _table(text.DDP_HEADERS, digest.ddp, "ddp-splits"),
         ]
     return sections

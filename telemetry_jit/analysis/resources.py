@@ -118,9 +118,8 @@ class RunResources:
         of_limit = f" of the {mb(highest.limit_bytes)} it may use" if highest.limit_bytes else ""
         lines = [
             f"compile resources: {self.cpu_s:.1f} s of CPU over {counted(self.measured, 'compile')}{workers}; "
-            f"host memory "
-            f"+{mb(largest.resources.host_peak_bytes)} at most, in {largest.label} (the process and its compile "
-            f"workers at {mb(highest.host_rss_bytes)}{of_limit})"
+            f"host memory +{mb(largest.resources.host_peak_bytes)} at most, in {largest.label} (the process and its "
+            f"compile workers at {mb(highest.host_rss_bytes)}{of_limit})"
         ]
         if self.device is not None:
             top = self.device

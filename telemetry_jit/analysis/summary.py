@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from telemetry_jit.analysis.cold_start import warm_start_json
 from telemetry_jit.analysis.digest import (
     BreakGroup,
     CauseRow,
@@ -17,10 +18,9 @@ from telemetry_jit.analysis.digest import (
     outermost_loop,
     stage_named,
 )
-from telemetry_jit.analysis.ranks_said import out_of_step_said
+from telemetry_jit.analysis.fleet import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.runs import EventRecord, RunStatus, TelemetryRun, number, run_status
-from telemetry_jit.analysis.warm_residual import warm_start_json
 from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 from telemetry_jit.terminal import counted, frame_label

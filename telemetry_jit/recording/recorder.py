@@ -16,13 +16,13 @@ from nv_one_logger.core.event import Event
 from nv_one_logger.core.span import Span
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
+from telemetry_jit import identity
 from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.causes import Classified, RecompileClassifier
 from telemetry_jit.compat import compile_timers
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.exporters.finished import export_finished
-from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.backends import Observer, backends
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
@@ -126,7 +126,7 @@ class CompileRecorder:
         """Begin a run: ``where()`` says where the loop is (asked when a compile begins)."""
         self._meter.start()  # first: a TELEMETRY_JIT_MEMORY_LIMIT that is no size raises before anything starts
         self._where, self._rank = where, rank
-        parent = forked_from()
+        parent = identity.forked_from
         if parent is not None:
             warn_once(
                 "forked child",

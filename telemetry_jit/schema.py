@@ -299,15 +299,10 @@ def otel_name(name: str) -> tuple[str, float] | None:
     ``telemetry_jit.compile.duration``, 0.001); ``None`` for nv-one-logger's own or one :func:`otel_dropped`."""
     if name in _IDENTITY:
         return OTEL_NAMESPACE + name, 1.0
-    if not name.startswith(_RECORDED):
+    if not name.startswith(_RECORDED) or otel_dropped(name):
         return None
     scale = 0.001 if name.endswith("_ms") or "_ms_" in name else 1.0
-    renamed = _RENAMED.get(name, name)
-    if renamed is None:
-        return None
-    if renamed == name:
-        renamed = re.sub(r"_(ms|s)$", "", renamed)
-    return OTEL_NAMESPACE + renamed, scale
+    return OTEL_NAMESPACE + (_RENAMED.get(name) or re.sub(r"_(ms|s)$", "", name)), scale
 
 
 def otel_dropped(name: str) -> bool:

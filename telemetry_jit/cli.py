@@ -161,9 +161,14 @@ def _summary(args: argparse.Namespace) -> int:
     loaded = _load(args.paths, args)
     runs, found = _chosen(loaded, args)
     status = 1 if loaded.errors else 0
-    base = _baseline(args.baseline) if args.baseline else None
-    if args.baseline and base is None:
-        return 1
+    base = None
+    if args.baseline:  # its last run, to compare with
+        baseline = load([args.baseline], digest=True)
+        for error in baseline.errors:
+            _complain(error)
+        if baseline.errors or not baseline.runs:
+            return 1
+        base = baseline.runs[-1]
     if args.json:
         said = [summary_json(run) for run in runs]
         if base is not None:
@@ -182,14 +187,6 @@ def _summary(args: argparse.Namespace) -> int:
         shown.append(format_summary(run, ranks_said=run.run_id not in in_fleets) + explained)
     _say("\n\n".join(shown))
     return status if runs or found else 1
-
-
-def _baseline(path: str) -> TelemetryRun | None:
-    """The last run of ``path``, to compare with; ``None`` (said) where it holds none."""
-    loaded = load([path], digest=True)
-    for error in loaded.errors:
-        _complain(error)
-    return loaded.runs[-1] if loaded.runs and not loaded.errors else None
 
 
 def _default_output(paths: Sequence[str], suffix: str) -> Path:

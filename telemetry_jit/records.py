@@ -226,9 +226,7 @@ class CompileRecord:
 
     @property
     def duration_ms(self) -> float:
-        if self.own_duration_ns is not None:
-            return self.own_duration_ns / 1e6
-        return (self.end_ns - self.start_ns) / 1e6
+        return (self.own_duration_ns if self.own_duration_ns is not None else self.end_ns - self.start_ns) / 1e6
 
     @property
     def frame_id(self) -> str:

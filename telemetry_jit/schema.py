@@ -327,6 +327,4 @@ RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")  # what rank_file names, for read
 
 def rank_file(path: Path, rank: int | str, world_size: int) -> Path:
     """Where one rank writes: ``path`` for a single process, else ``<stem>.rank<R><suffix>`` (``"*"``: all)."""
-    if world_size <= 1:
-        return path
-    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+    return path if world_size <= 1 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")

@@ -15,7 +15,7 @@ import random
 import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import asdict, fields
 from importlib import metadata
 from typing import Any, TypeVar, cast
 
@@ -358,7 +358,7 @@ class OTLPExporter(BaseExporter):
 
     def _with_identity(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
         """``attributes`` as OTel values, with this process's rank, world size and node."""
-        return _attributes({**attributes, **self.identity.current().as_attributes()})
+        return _attributes({**attributes, **asdict(self.identity.current())})
 
     def _parent_context(self, parent: Span | None) -> Any:
         while parent is not None and parent.id not in self._spans:

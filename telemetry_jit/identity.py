@@ -35,10 +35,7 @@ class ProcessIdentity:
     rank: int
     local_rank: int
     world_size: int
-    node: str
-
-    def as_attributes(self) -> dict[str, int | str]:
-        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size, "node": self.node}
+    node: str  # the fields, in this order, are the attributes that say which process wrote a record
 
 
 def _number(names: tuple[str, ...], default: int, minimum: int = 0) -> int:

@@ -34,8 +34,7 @@ class GraphBreak:
     location: str = ""  # "file:line" of the innermost frame that broke, empty when unknown
     # False for breaks torch logs but leaves out of counters["graph_break"] (data-dependent branching)
     counted_by_torch: bool = True
-    # what split the graph: "thunder" for an op thunder.dynamo.ThunderCompiler left to torch (a split of dynamo's
-    # graph), or a plug-in backend's name
+    # who split the graph: "dynamo", "thunder" (an op thunder.dynamo.ThunderCompiler left to torch), or a plug-in
     compiler: str = "dynamo"
     # the frames that led to the break, outermost first ("file:line"), where torch names them
     stack: tuple[str, ...] = ()

@@ -88,6 +88,8 @@ class CompileAttr:
     TRIGGER: Final = "compile.trigger"
     UNAVAILABLE: Final = "compile.unavailable"
     WALL_TIME_MS: Final = "compile.wall_time_ms"
+    TORCH_FEATURES: Final = "compile.torch_features"  # of set_stance, cache_artifacts, aot_compile: those torch has
+    WARM_PHASES: Final = ("dynamo_tracing", "guards", "cache_load", "kernel_load")  # a warm start's residual phases
     PREFIX: Final = "compile."  # + a torch or thunder count, e.g. compile.inductor_fx_local_cache_hit_count
 
     @staticmethod
@@ -248,13 +250,6 @@ class ResourceAttr:
     LIMIT_BYTES: Final = "compile.resources.memory_limit_bytes"  # the memory the process may use
     LIMIT_SOURCE: Final = "compile.resources.memory_limit_source"  # what says so (a cgroup file, the machine)
     NEAR_LIMIT: Final = "compile.resources.near_memory_limit"  # its peak reached 80 % of that limit
-
-
-class WarmStartAttr:
-    """A warm start's residual compile phases (``compile.time.<phase>_s``) and the torch features against it."""
-
-    PHASES: Final = ("dynamo_tracing", "guards", "cache_load", "kernel_load")
-    TORCH_FEATURES: Final = "compile.torch_features"  # set_stance, cache_artifacts, aot_compile: those it has
 
 
 class MetricName:

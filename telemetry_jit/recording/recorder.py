@@ -48,7 +48,6 @@ from telemetry_jit.schema import (
     JitEventName,
     TrainAttr,
     TrainingSpanName,
-    WarmStartAttr,
 )
 from telemetry_jit.session import Session
 from telemetry_jit.terminal import error_text
@@ -288,7 +287,7 @@ class CompileRecorder:
         }
         attributes = stats.attributes(time.perf_counter() - self._started_at)
         attributes[TrainAttr.GLOBAL_STEP] = self._where().global_step  # the loop's last: "N steps since"
-        attributes[WarmStartAttr.TORCH_FEATURES] = compile_timers.features()
+        attributes[CompileAttr.TORCH_FEATURES] = compile_timers.features()
         if by_rank is not None:
             attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
             attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]

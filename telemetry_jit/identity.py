@@ -7,9 +7,9 @@ import os
 import re
 import socket
 import sys
+import traceback
 import uuid
 from dataclasses import dataclass, replace
-from types import FrameType
 
 RUN_ID_VARIABLE = "TELEMETRY_JIT_RUN_ID"
 
@@ -137,12 +137,10 @@ def reimporting_main() -> bool:
     spawned (a DataLoader worker): that is not the run."""
     # multiprocessing runs the script under this name while it prepares a spawned process, before it
     # knows its parent (parent_process() is still None then)
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
-            return True
-        frame = frame.f_back
-    return False
+    return any(
+        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__"
+        for frame, _ in traceback.walk_stack(sys._getframe(1))
+    )
 
 
 def short_run_id(run_id: str) -> str:

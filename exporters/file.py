@@ -18,6 +18,7 @@ import stat
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -304,7 +305,7 @@ class FileExporter(BaseExporter):
         """Move to this rank's file once the process learns its rank, taking this run's records along."""
         self._identity_version = self.identity.version
         me = self.identity.current()
-        self._stamp = "," + _encode({"run": self.run_id, **me.as_attributes(), "pid": os.getpid()})[1:] + "\n"
+        self._stamp = "," + _encode({"run": self.run_id, **asdict(me), "pid": os.getpid()})[1:] + "\n"
         target = rank_file(self.base_path, me.rank, me.world_size)
         with self._lock:
             if target == self.path or not self.ready:

@@ -12,7 +12,7 @@ import random
 import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import fields
+from dataclasses import asdict, fields
 from importlib import metadata
 from typing import Any
 
@@ -339,7 +339,7 @@ class OTLPExporter(BaseExporter):
 
     def _with_identity(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
         """``attributes`` as OTel values, with this process's rank, world size and node."""
-        return _attributes({**attributes, **self.identity.current().as_attributes()})
+        return _attributes({**attributes, **asdict(self.identity.current())})
 
     def _start(self, name: str, parent: Span | None, start_ns: int, attributes: Mapping[str, Any]) -> trace.Span:
         while parent is not None and parent.id not in self._spans:

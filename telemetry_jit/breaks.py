@@ -63,10 +63,7 @@ def recompile_owner(frame: str, location: str) -> Owner:
 
 def user_location(stack: tuple[str, ...] | list[str]) -> str:
     """The innermost frame of ``stack`` (outermost first) in the user's code: the line that led there."""
-    for frame in reversed(stack):
-        if owner_of(frame) == "user":
-            return frame
-    return ""
+    return next((frame for frame in reversed(stack) if owner_of(frame) == "user"), "")
 
 
 @dataclass(frozen=True)

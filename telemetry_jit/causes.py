@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 DOCS = "docs/fixing.md"
 
@@ -15,11 +15,11 @@ DOCS = "docs/fixing.md"
 class Cause:
     """One kind of recompile: what happened and its fix (``eval_fix`` where the training fix would do harm)."""
 
-    id: str
     title: str
     fix: str
     eval_fix: str = ""
     in_the_frame: bool = False  # the fix changes the compiled frame's own code
+    id: str = ""
 
     @property
     def doc(self) -> str:
@@ -58,35 +58,30 @@ _SPECIALIZED = (
 )
 
 CAUSES: dict[str, Cause] = {
-    cause.id: cause
-    for cause in (
-        Cause(
-            "stage_switch",
+    name: replace(cause, id=name)  # each knows its id (its section of docs/fixing.md)
+    for name, cause in {
+        "stage_switch": Cause(
             "switching between calls with and without gradients (training and validation/test/predict, or a "
             "torch.no_grad() call)",
             "expected: a compiled frame compiles once more for each grad mode it runs in (with gradients for "
             "training, without for validation); nothing to fix",
         ),
-        Cause(
-            "inference_mode",
+        "inference_mode": Cause(
             "validate/test/predict ran outside fit under inference mode (Lightning's default), whose tensors the "
             "training graphs' guards refuse",
             "expected: once per frame; Trainer(inference_mode=False) evaluates under no_grad instead, which the graphs "
             "compiled for fit's validation accept, and avoids it",
         ),
-        Cause(
-            "tuner",
+        "tuner": Cause(
             "the Tuner's trials changed the batch size (or learning rate) on purpose",
             "expected: the trials run a few steps at each size; nothing to fix",
         ),
-        Cause(
-            "shared_code",
+        "shared_code": Cause(
             "one function compiled again for another caller in the same batch (e.g. one layer class called on the "
             "batch, then on activations that need gradients; two networks of one class on their own inputs)",
             "expected: one compile per kind of call, paid once in the frame's first batch; nothing to fix",
         ),
-        Cause(
-            "last_batch",
+        "last_batch": Cause(
             "the last batch of an epoch is smaller than the others",
             "drop the smaller last batch with DataLoader(..., drop_last=True), or compile for changing batch "
             "sizes with JitConfig(torch_kwargs={'dynamic': True}) (torch.compile(dynamic=True))",
@@ -94,23 +89,20 @@ CAUSES: dict[str, Cause] = {
             f"dynamic with torch._dynamo.mark_dynamic(tensor, 0) {_AT_THE_CALL}; or pad the last batch to the full "
             "size (and leave the padding out of the metrics); drop_last=True would leave samples unevaluated",
         ),
-        Cause(
-            "eval_shape",
+        "eval_shape": Cause(
             "validation/test batches are shaped unlike training batches",
             "give validation and test batches the training shapes (same batch size and sequence length, e.g. pad "
             "to the training length), or, where the tensor whose size changes is an input of the compiled call (not "
             "a module's own tensor, which torch keeps static), compile for changing shapes with "
             "JitConfig(torch_kwargs={'dynamic': True}) (torch.compile(dynamic=True))",
         ),
-        Cause(
-            "changing_dim",
+        "changing_dim": Cause(
             "a dimension keeps changing between calls",
             f"mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim) {_AT_THE_CALL}; or compile "
             "with dynamic=True (JitConfig(torch_kwargs={'dynamic': True}), or torch.compile(..., dynamic=True)); "
             "or, where shapes must stay static, pad inputs to a few fixed sizes (one compile each)",
         ),
-        Cause(
-            "specialized",
+        "specialized": Cause(
             "torch compiled a dynamic dimension for one size or a range of sizes (the traced code depends on it: a "
             "guard on its size), and a call fell outside it",
             f"{_SPECIALIZED}, or keep the calls within the range: pad the batch, or drop an epoch's smaller last batch "
@@ -118,8 +110,7 @@ CAUSES: dict[str, Cause] = {
             f"{_SPECIALIZED}, or pad the batch to a size within it (and leave the padding out of the metrics); "
             "drop_last=True would leave samples unevaluated",
         ),
-        Cause(
-            "size_one",
+        "size_one": Cause(
             "a dimension compiled dynamic met a size of 0 or 1 (a batch of one): torch compiles those sizes apart from "
             "every other (its dynamic sizes are at least 2: the guard '2 <= x.size()[0]')",
             "a batch of one compiles a graph of its own, once per frame and stage, not again; to avoid it, keep "
@@ -129,55 +120,48 @@ CAUSES: dict[str, Cause] = {
             "batch to two and leave the padded row out of the outputs and metrics (or accept the one compile): every "
             "sample keeps its prediction",
         ),
-        Cause(
-            "python_value",
+        "python_value": Cause(
             "a Python number or attribute is burned into the graph",
             "keep what the compiled code reads the same from call to call: hold numbers that change in tensors (a "
             "buffer registered in __init__, updated in place) and give attributes it checks (x is None) their value "
             "before the first call",
             in_the_frame=True,
         ),
-        Cause(
-            "break_value",
+        "break_value": Cause(
             "a number a graph break left behind (read with .item() before the break) is burned into the code after it",
             "fix the graph break where the frame was split (the graph breaks name it, with its fix; for .item(), "
             "torch._dynamo.config.capture_scalar_outputs = True keeps the number in the graph): this recompile "
             "goes with it",
             in_the_frame=True,
         ),
-        Cause(
-            "module_mode",
+        "module_mode": Cause(
             "a module switched between train() and eval() (its training flag, read by dropout or batch norm, is "
             "part of what was compiled)",
             "expected: a compiled frame compiles once more for each mode its modules run in (model.train(), "
             "model.eval()); nothing to fix",
         ),
-        Cause(
-            "trainable_params",
+        "trainable_params": Cause(
             "which parameters train changed (layers frozen or unfrozen, e.g. by Lightning's BackboneFinetuning): "
             "a parameter's requires_grad is part of what the compiled code was made for",
             "expected: a compiled frame compiles once more for each set of trainable parameters it runs with; nothing "
             "to fix (freeze and unfreeze between epochs, not at every step)",
         ),
-        Cause(
-            "tensor_property",
+        "tensor_property": Cause(
             "an input changed dtype, device or requires_grad",
             "give the compiled module the same kind of tensor at every call (cast once, e.g. x.float(); move it to "
             "one device; detach inputs that need no gradient)",
         ),
-        Cause(
-            "recompile_limit",
+        "recompile_limit": Cause(
             "the frame hit torch's recompile limit (torch._dynamo.config.recompile_limit, or "
             "accumulated_recompile_limit) and now runs eagerly",
             "fix the cause of this frame's other recompiles; raising the limit only postpones it",
         ),
-        Cause(
-            "other",
+        "other": Cause(
             "another guard failed",
             "read torch's reason (TORCH_LOGS=recompiles_verbose prints every guard that failed); docs/fixing.md "
             "lists what each guard means",
         ),
-    )
+    }.items()
 }
 # a stage that runs by itself when its Trainer method is called (not within fit): named by that call
 BY_ITSELF = {"validate": "validate()"}

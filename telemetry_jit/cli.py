@@ -160,9 +160,14 @@ def _summary(args: argparse.Namespace) -> int:
     loaded = _load(args.paths, args)
     runs, found = _chosen(loaded, args)
     status = 1 if loaded.errors else 0
-    base = _baseline(args.baseline) if args.baseline else None
-    if args.baseline and base is None:
-        return 1
+    base = None
+    if args.baseline:  # its last run, to compare with
+        baseline = load([args.baseline], digest=True)
+        for error in baseline.errors:
+            _complain(error)
+        if baseline.errors or not baseline.runs:
+            return 1
+        base = baseline.runs[-1]
     if args.json:
         said = [summary_json(run) for run in runs]
         if base is not None:
@@ -170,27 +175,17 @@ def _summary(args: argparse.Namespace) -> int:
                 facts["cache_misses_explained"] = diff(base, run).cold_start.as_json()
         _say(to_json({"runs": said, "fleets": [f.as_json() for f in found]}, indent=2))
         return status
-    shown = []
-    for fleet in found:
-        representative = fleet.sequences[0].ranks[0]
-        shown.append(
-            format_fleet(fleet) + f"\n  (rank {representative} speaks for its group below; --rank N or "
-            "--per-rank for others)\n"
-        )
+    shown = [
+        format_fleet(fleet) + f"\n  (rank {fleet.sequences[0].ranks[0]} speaks for its group below; --rank N or "
+        "--per-rank for others)\n"
+        for fleet in found
+    ]
     in_fleets = {fleet.run_id for fleet in found}
     for run in runs:
         explained = "\n" + format_cold_start(diff(base, run).cold_start) if base is not None else ""
         shown.append(format_summary(run, ranks_said=run.run_id not in in_fleets) + explained)
     _say("\n\n".join(shown))
     return status if runs or found else 1
-
-
-def _baseline(path: str) -> TelemetryRun | None:
-    """The last run of ``path``, to compare with; ``None`` (said) where it holds none."""
-    loaded = load([path], digest=True)
-    for error in loaded.errors:
-        _complain(error)
-    return loaded.runs[-1] if loaded.runs and not loaded.errors else None
 
 
 def _default_output(paths: Sequence[str], suffix: str) -> Path:
@@ -219,10 +214,7 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     summary = summarize(runs[0])
     html = render_fleet_report(found[0], summary) if found else render_report(summary)
-    if not _write_whole(output, html):
-        return 1
-    _say(f"wrote {output}")
-    return 1 if loaded.errors else 0
+    return _write_whole(output, html, loaded, f"wrote {output}")
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -240,15 +232,13 @@ def _trace(args: argparse.Namespace) -> int:
             _complain(f"trace: cannot merge {path}: {error}")
             return 2
         others.append((Path(path).name, document))
-    if not _write_whole(output, to_json(to_trace_events(loaded.runs, others))):
-        return 1
     runs = len({run.run_id for run in loaded.runs})
     merged = f", with {', '.join(name for name, _ in others)}" if others else ""
-    _say(
+    said = (
         f"wrote {output}: {runs} run(s), {len(loaded.runs)} track(s) (one per run and rank){merged}; "
         "open it in https://ui.perfetto.dev or chrome://tracing"
     )
-    return 1 if loaded.errors else 0
+    return _write_whole(output, to_json(to_trace_events(loaded.runs, others)), loaded, said)
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -282,13 +272,9 @@ def _check(args: argparse.Namespace) -> int:
     if loaded.concurrent:
         _complain("check: cannot tell which run to judge: several processes wrote one file at once (see above)")
         return 2
+    compared = baseline.runs if baseline is not None else None
     try:
-        broken = check(
-            loaded.runs,
-            budget,
-            baseline=baseline.runs if baseline is not None else None,
-            allow_incomplete=args.allow_incomplete,
-        )
+        broken = check(loaded.runs, budget, baseline=compared, allow_incomplete=args.allow_incomplete)
     except CannotTell as error:
         _complain(f"check: cannot tell: {error}")
         return 2
@@ -329,9 +315,9 @@ def _percentage(text: str) -> float:
     return value / 100
 
 
-def _write_whole(output: Path, text: str) -> bool:
+def _write_whole(output: Path, text: str, loaded: Loaded, said: str) -> int:
     """Write ``output`` whole or not at all, through a temporary file created exclusively beside it (no name
-    another user could plant a link at), with the permissions the umask gives a new file."""
+    another user could plant a link at), with the permissions the umask gives a new file; then say ``said``."""
     partial = output.with_name(f".{output.name}.{uuid.uuid4().hex}.partial")
     try:
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -341,10 +327,11 @@ def _write_whole(output: Path, text: str) -> bool:
         os.replace(partial, output)
     except OSError as error:
         _complain(f"could not write {output}: {error}")
-        return False
+        return 1
     finally:
         partial.unlink(missing_ok=True)
-    return True
+    _say(said)
+    return 1 if loaded.errors else 0
 
 
 if __name__ == "__main__":

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import re
 import socket
+import sys
+import traceback
 import uuid
 from dataclasses import dataclass, replace
-from types import FrameType
 
 RUN_ID_VARIABLE = "TELEMETRY_JIT_RUN_ID"
 
@@ -34,10 +35,7 @@ class ProcessIdentity:
     rank: int
     local_rank: int
     world_size: int
-    node: str
-
-    def as_attributes(self) -> dict[str, int | str]:
-        return {"rank": self.rank, "local_rank": self.local_rank, "world_size": self.world_size, "node": self.node}
+    node: str  # the fields, in this order, are the attributes that say which process wrote a record
 
 
 def _number(names: tuple[str, ...], default: int, minimum: int = 0) -> int:
@@ -58,18 +56,9 @@ def _number(names: tuple[str, ...], default: int, minimum: int = 0) -> int:
     return default
 
 
-_forked_from: int | None = None
-
-
-def forked_from() -> int | None:
-    """The pid of the process this one was forked from after configuring telemetry (off here), else ``None``."""
-    return _forked_from
-
-
-def note_fork(parent: int | None) -> None:
-    """Called in a forked child (``None``: once it configured telemetry of its own)."""
-    global _forked_from
-    _forked_from = parent
+# the pid of the process this one was forked from after configuring telemetry (off here; session.py sets it in a
+# forked child, and clears it once the child configures telemetry of its own), else None
+forked_from: int | None = None
 
 
 def from_environment() -> ProcessIdentity:
@@ -108,16 +97,16 @@ class IdentityTracker:
             self.version += 1
 
 
-def launcher_job_id() -> tuple[str, str] | None:
-    """``(launcher, job id)`` from the first launcher variable that names this job, else ``None``."""
+def _launcher_job_id() -> str | None:
+    """``<launcher>-<job id>`` from the first launcher variable that names this job, else ``None``."""
     for variable, launcher in LAUNCHER_JOB_IDS:
         value = os.environ.get(variable, "").strip()
         if value and value.lower() != "none":
             step = os.environ.get("SLURM_STEP_ID", "").strip() if launcher == "slurm" else ""
-            return launcher, f"{value}.{step}" if step else value
+            return f"{launcher}-{value}.{step}" if step else f"{launcher}-{value}"
     if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
         # torchrun on several nodes without --rdzv-id: every rank of the job meets at one address
-        return "torchrun", f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        return f"torchrun-{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     return None
 
 
@@ -130,8 +119,8 @@ def run_id() -> str:
     global _made_up
     value = os.environ.get(RUN_ID_VARIABLE, "").strip()
     if not value:
-        found = launcher_job_id()
-        value = f"{found[0]}-{found[1]}" if found else uuid.uuid4().hex
+        found = _launcher_job_id()
+        value = found or uuid.uuid4().hex
         _made_up = None if found else value
         os.environ[RUN_ID_VARIABLE] = value
     return value
@@ -146,16 +135,12 @@ def next_run() -> None:
 def reimporting_main() -> bool:
     """Whether the user's script is being imported again as ``__mp_main__`` in a process ``multiprocessing``
     spawned (a DataLoader worker): that is not the run."""
-    import sys
-
     # multiprocessing runs the script under this name while it prepares a spawned process, before it
     # knows its parent (parent_process() is still None then)
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None:
-        if frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__":
-            return True
-        frame = frame.f_back
-    return False
+    return any(
+        frame.f_code.co_name == "<module>" and frame.f_globals.get("__name__") == "__mp_main__"
+        for frame, _ in traceback.walk_stack(sys._getframe(1))
+    )
 
 
 def short_run_id(run_id: str) -> str:

@@ -18,9 +18,6 @@ from telemetry_jit.terminal import counted, frame_shown
 if TYPE_CHECKING:
     from nv_one_logger.core.span import Span
 
-Source = str  # which probe saw the compile: "dynamo", "thunder", or a plug-in backend's name
-Trigger = str  # what started it: "dynamo", "lazy_backward" (at the first backward), "thunder", or a plug-in's name
-Compiler = str  # what split the graph: "dynamo", "thunder", or a plug-in backend's name
 AttributeValue = str | bool | int | float | list[str] | list[int] | list[float] | list[bool]
 
 
@@ -37,14 +34,10 @@ class GraphBreak:
     location: str = ""  # "file:line" of the innermost frame that broke, empty when unknown
     # False for breaks torch logs but leaves out of counters["graph_break"] (data-dependent branching)
     counted_by_torch: bool = True
-    # "thunder" for an op thunder.dynamo.ThunderCompiler left to torch (a split of dynamo's graph)
-    compiler: Compiler = "dynamo"
+    # who split the graph: "dynamo", "thunder" (an op thunder.dynamo.ThunderCompiler left to torch), or a plug-in
+    compiler: str = "dynamo"
     # the frames that led to the break, outermost first ("file:line"), where torch names them
     stack: tuple[str, ...] = ()
-
-    @property
-    def summary(self) -> str:
-        return self.reason.strip().split("\n", 1)[0]
 
     @cached_property
     def owner(self) -> str:
@@ -78,12 +71,49 @@ class CacheLookup:
     loaded: bool = False  # served by artifacts loaded with torch.compiler.load_cache_artifacts
 
 
+E = TypeVar("E", bound="_Event")
+
+
+class _Event:
+    """A record an event or span holds, each field an attribute under its name in ``NAMES`` (``cls``: ``CLASS``)."""
+
+    NAMES: ClassVar[type]
+
+    def attributes(self) -> dict[str, AttributeValue]:
+        return {
+            getattr(self.NAMES, "CLASS" if each.name == "cls" else each.name.upper()): (
+                list(value) if isinstance(value := getattr(self, each.name), tuple) else value
+            )
+            for each in fields(self)  # type: ignore[arg-type]
+        }
+
+    @classmethod
+    def from_attributes(cls: type[E], attributes: Mapping[str, object]) -> E:
+        """A missing or non-finite number reads as 0, an optional one missing as ``None``."""
+        values: dict[str, object] = {}
+        for each in fields(cls):  # type: ignore[arg-type]
+            value = attributes.get(getattr(cls.NAMES, "CLASS" if each.name == "cls" else each.name.upper()))
+            kind = str(each.type)
+            if kind == "str":
+                values[each.name] = str(value or "")
+            elif kind.startswith("tuple"):
+                values[each.name] = tuple(map(str, value)) if isinstance(value, list) else ()
+            elif value is None and "None" in kind:
+                values[each.name] = None
+            else:
+                number = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+                values[each.name] = int(number) if kind.startswith("int") else number
+        return cls(**values)
+
+
 NEAR_LIMIT_SHARE = 0.8  # a compile whose host peak reaches this share of the memory the process may use is warned of
 
 
 @dataclass(frozen=True)
-class CompileResources:
+class CompileResources(_Event):
     """What one compilation cost the host: CPU seconds (its compile workers' included) and resident memory."""
+
+    NAMES = ResourceAttr
 
     cpu_s: float = 0.0
     worker_cpu_s: float = 0.0  # of cpu_s, the child processes'
@@ -111,11 +141,6 @@ class CompileResources:
             attributes[ResourceAttr.LIMIT_SOURCE] = self.limit_source
             attributes[ResourceAttr.NEAR_LIMIT] = self.near_limit
         return attributes
-
-    @classmethod
-    def from_attributes(cls, attributes: Mapping[str, object]) -> CompileResources | None:
-        """What a ``compilation`` span's attributes hold; ``None`` where they hold no resources."""
-        return _read(cls, ResourceAttr, attributes) if ResourceAttr.CPU_S in attributes else None
 
     def words(self) -> str:
         workers = f" ({self.worker_cpu_s:.1f} s in compile workers and compilers)" if self.worker_cpu_s >= 0.05 else ""
@@ -160,9 +185,9 @@ class CompileContext:
 class CompileRecord:
     """One finished compilation, with its real start and end (epoch nanoseconds)."""
 
-    source: Source
+    source: str  # which probe saw the compile: "dynamo", "thunder", or a plug-in backend's name
     compile_id: str
-    trigger: Trigger
+    trigger: str  # what started it: "dynamo", "lazy_backward" (at the first backward), "thunder", or a plug-in's name
     start_ns: int
     end_ns: int
     backend: str = ""
@@ -200,9 +225,7 @@ class CompileRecord:
 
     @property
     def duration_ms(self) -> float:
-        if self.own_duration_ns is not None:
-            return self.own_duration_ns / 1e6
-        return (self.end_ns - self.start_ns) / 1e6
+        return (self.own_duration_ns if self.own_duration_ns is not None else self.end_ns - self.start_ns) / 1e6
 
     @property
     def frame_id(self) -> str:
@@ -225,49 +248,6 @@ class CompileRecord:
     def ddp_graph_splits(self) -> int:
         """Cuts DDPOptimizer made at gradient-bucket boundaries: not graph breaks in user code."""
         return sum(buckets - 1 for buckets in self.ddp_buckets if buckets > 1)
-
-
-R = TypeVar("R")
-
-
-def _read(cls: type[R], names: type, attributes: Mapping[str, object]) -> R:
-    """``cls`` from an event's attributes, each field under its name in ``names`` (``cls`` under ``CLASS``): a
-    missing or non-finite number reads as 0, an optional one missing as ``None``."""
-    values: dict[str, object] = {}
-    for each in fields(cls):  # type: ignore[arg-type]
-        value = attributes.get(getattr(names, "CLASS" if each.name == "cls" else each.name.upper()))
-        kind = str(each.type)
-        if kind == "str":
-            values[each.name] = str(value or "")
-        elif kind.startswith("tuple"):
-            values[each.name] = tuple(map(str, value)) if isinstance(value, list) else ()
-        elif value is None and "None" in kind:
-            values[each.name] = None
-        else:
-            number = float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
-            values[each.name] = int(number) if kind.startswith("int") else number
-    return cls(**values)
-
-
-E = TypeVar("E", bound="_Event")
-
-
-class _Event:
-    """A record one event holds, each field an attribute under its name in ``NAMES`` (``cls`` under ``CLASS``)."""
-
-    NAMES: ClassVar[type]
-
-    def attributes(self) -> dict[str, AttributeValue]:
-        return {
-            getattr(self.NAMES, "CLASS" if each.name == "cls" else each.name.upper()): (
-                list(value) if isinstance(value := getattr(self, each.name), tuple) else value
-            )
-            for each in fields(self)  # type: ignore[arg-type]
-        }
-
-    @classmethod
-    def from_attributes(cls: type[E], attributes: Mapping[str, object]) -> E:
-        return _read(cls, cls.NAMES, attributes)
 
 
 @dataclass
@@ -462,18 +442,15 @@ class FallbackCost(_Event):
             FallbackAttr.BATCHES_SINCE: self.batches_since,
         }
         if self.not_measured:
-            attributes[FallbackAttr.NOT_MEASURED] = self.not_measured
-            return attributes
-        attributes.update(
-            {
-                FallbackAttr.COMPILED_BATCH_MS: round(self.compiled_batch_ms, 4),
-                FallbackAttr.EAGER_BATCH_MS: round(self.eager_batch_ms, 4),
-                FallbackAttr.COMPILED_BATCHES: self.compiled_batches,
-                FallbackAttr.EAGER_BATCHES: self.eager_batches,
-                FallbackAttr.COST_S: round(self.cost_s, 4),
-            }
-        )
-        return attributes
+            return {**attributes, FallbackAttr.NOT_MEASURED: self.not_measured}
+        return {
+            **attributes,
+            FallbackAttr.COMPILED_BATCH_MS: round(self.compiled_batch_ms, 4),
+            FallbackAttr.EAGER_BATCH_MS: round(self.eager_batch_ms, 4),
+            FallbackAttr.COMPILED_BATCHES: self.compiled_batches,
+            FallbackAttr.EAGER_BATCHES: self.eager_batches,
+            FallbackAttr.COST_S: round(self.cost_s, 4),
+        }
 
     def as_json(self) -> dict[str, object]:
         if self.not_measured:
@@ -486,12 +463,7 @@ class FallbackCost(_Event):
 NOT_OPTIMIZING = frozenset(("eager", "aot_eager", "aot_eager_decomp_partition", "aot_eager_default_partitioner"))
 
 
-def why_slower(
-    graph_breaks: int,
-    recompiles: int,
-    backends: AbstractSet[str] = frozenset(),
-    plain_backends: AbstractSet[str] = frozenset(),
-) -> str:
+def why_slower(graph_breaks: int, recompiles: int, backends: AbstractSet[str], plain_backends: AbstractSet[str]) -> str:
     """The likely reason compiled steps are slower than eager: the backends (``plain_backends``: plug-ins that do
     not optimise), graph breaks and unexpected recompiles."""
     plain = sorted(backends & NOT_OPTIMIZING | plain_backends)

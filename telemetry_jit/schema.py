@@ -88,6 +88,8 @@ class CompileAttr:
     TRIGGER: Final = "compile.trigger"
     UNAVAILABLE: Final = "compile.unavailable"
     WALL_TIME_MS: Final = "compile.wall_time_ms"
+    TORCH_FEATURES: Final = "compile.torch_features"  # of set_stance, cache_artifacts, aot_compile: those torch has
+    WARM_PHASES: Final = ("dynamo_tracing", "guards", "cache_load", "kernel_load")  # a warm start's residual phases
     PREFIX: Final = "compile."  # + a torch or thunder count, e.g. compile.inductor_fx_local_cache_hit_count
 
     @staticmethod
@@ -250,13 +252,6 @@ class ResourceAttr:
     NEAR_LIMIT: Final = "compile.resources.near_memory_limit"  # its peak reached 80 % of that limit
 
 
-class WarmStartAttr:
-    """A warm start's residual compile phases (``compile.time.<phase>_s``) and the torch features against it."""
-
-    PHASES: Final = ("dynamo_tracing", "guards", "cache_load", "kernel_load")
-    TORCH_FEATURES: Final = "compile.torch_features"  # set_stance, cache_artifacts, aot_compile: those it has
-
-
 class MetricName:
     """The OpenTelemetry metrics recorded next to the spans."""
 
@@ -299,15 +294,10 @@ def otel_name(name: str) -> tuple[str, float] | None:
     ``telemetry_jit.compile.duration``, 0.001); ``None`` for nv-one-logger's own or one :func:`otel_dropped`."""
     if name in _IDENTITY:
         return OTEL_NAMESPACE + name, 1.0
-    if not name.startswith(_RECORDED):
+    if not name.startswith(_RECORDED) or otel_dropped(name):
         return None
     scale = 0.001 if name.endswith("_ms") or "_ms_" in name else 1.0
-    renamed = _RENAMED.get(name, name)
-    if renamed is None:
-        return None
-    if renamed == name:
-        renamed = re.sub(r"_(ms|s)$", "", renamed)
-    return OTEL_NAMESPACE + renamed, scale
+    return OTEL_NAMESPACE + (_RENAMED.get(name) or re.sub(r"_(ms|s)$", "", name)), scale
 
 
 def otel_dropped(name: str) -> bool:
@@ -332,6 +322,4 @@ RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")  # what rank_file names, for read
 
 def rank_file(path: Path, rank: int | str, world_size: int) -> Path:
     """Where one rank writes: ``path`` for a single process, else ``<stem>.rank<R><suffix>`` (``"*"``: all)."""
-    if world_size <= 1:
-        return path
-    return path.with_name(f"{path.stem}.rank{rank}{path.suffix}")
+    return path if world_size <= 1 else path.with_name(f"{path.stem}.rank{rank}{path.suffix}")

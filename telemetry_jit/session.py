@@ -240,7 +240,7 @@ def _after_fork_in_child() -> None:
     session.ended = True
     atexit.unregister(shutdown)
     nv_one_logger_compat.disable()
-    identity.note_fork(os.getppid())
+    identity.forked_from = os.getppid()
 
 
 if hasattr(os, "register_at_fork"):
@@ -298,8 +298,8 @@ def _configure(
             origin=user_line(),
         )
         return _current
-    if identity.forked_from() is not None:
-        identity.note_fork(None)  # a forked child configuring its own telemetry: the parent's is not its own
+    if identity.forked_from is not None:
+        identity.forked_from = None  # a forked child configuring its own telemetry: the parent's is not its own
         nv_one_logger_compat.forget_configuration()
     provider = TrainingTelemetryProvider.instance()
     if provider.one_logger_ready:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from telemetry_jit.analysis.runs import SpanRecord, TelemetryRun, add_new, number
-from telemetry_jit.schema import CacheAttr, CompileAttr, JitEventName, WarmStartAttr
+from telemetry_jit.schema import CacheAttr, CompileAttr, JitEventName
 from telemetry_jit.terminal import counted
 
 MAX_GRAPHS = 5000  # look-ups kept per run
@@ -357,7 +357,7 @@ class Residual:
     a recompile's time is its own phase, whatever it spent it on)."""
 
     total_s: float = 0.0
-    phases_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(WarmStartAttr.PHASES, 0.0))
+    phases_s: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CompileAttr.WARM_PHASES, 0.0))
     recompiles_s: float = 0.0
     timed: bool = False  # some span carried torch's timers (a file from before, another torch: not)
 
@@ -368,7 +368,7 @@ class Residual:
         if attributes.get(CompileAttr.IS_RECOMPILE):
             self.recompiles_s += seconds
             return
-        for phase in WarmStartAttr.PHASES:
+        for phase in CompileAttr.WARM_PHASES:
             name = CompileAttr.phase_time(phase)
             if name in attributes:
                 self.timed = True
@@ -385,8 +385,8 @@ class Residual:
 def torch_features(run: TelemetryRun) -> list[str] | None:
     """What the recording torch offered (``compile_summary``'s ``compile.torch_features``); ``None``: not said."""
     for event in run.events(JitEventName.COMPILE_SUMMARY):
-        if WarmStartAttr.TORCH_FEATURES in event.attributes:
-            return [str(name) for name in event.attributes[WarmStartAttr.TORCH_FEATURES] or ()]
+        if CompileAttr.TORCH_FEATURES in event.attributes:
+            return [str(name) for name in event.attributes[CompileAttr.TORCH_FEATURES] or ()]
     return None
 
 

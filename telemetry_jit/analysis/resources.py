@@ -8,7 +8,7 @@ from typing import Any
 
 from telemetry_jit.analysis.runs import SpanRecord
 from telemetry_jit.records import CompileResources, mb, near_limit_words
-from telemetry_jit.schema import CompileAttr
+from telemetry_jit.schema import CompileAttr, ResourceAttr
 from telemetry_jit.terminal import counted, frame_shown
 
 
@@ -61,9 +61,9 @@ class RunResources:
 
     def add(self, span: SpanRecord) -> None:
         """One ``compilation`` span (nothing where it holds no resources: an older file, not Linux)."""
-        resources = CompileResources.from_attributes(span.attributes)
-        if resources is None:
+        if ResourceAttr.CPU_S not in span.attributes:
             return
+        resources = CompileResources.from_attributes(span.attributes)
         attributes = span.attributes
         cost = CompileCost(
             compile_id=str(attributes.get(CompileAttr.ID) or ""),

@@ -293,7 +293,7 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterato
 def _say_where_to_read(trainer: pl.Trainer, telemetry: _Telemetry) -> None:
     """After a trainer call: where the telemetry is and the command that reads it, once per session."""
     session = resolve(telemetry.ranks.session)
-    if identity.forked_from() is not None or not session.recording:
+    if identity.forked_from is not None or not session.recording:
         return  # a forked child (its parent's session, not its own) or an ended session: no file of this call's
     hint = session.reading_hint() if trainer.is_global_zero and session.configuration is not None else ""
     if hint and not session.said_where:

@@ -16,13 +16,13 @@ from nv_one_logger.core.event import Event
 from nv_one_logger.core.span import Span
 from nv_one_logger.training_telemetry.api.training_recorder import TrainingRecorder
 
+from telemetry_jit import identity
 from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.causes import Classified, RecompileClassifier
 from telemetry_jit.compat import compile_timers
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.exporters.finished import export_finished
-from telemetry_jit.identity import forked_from
 from telemetry_jit.notices import Notices, warn_once
 from telemetry_jit.probes.backends import Observer, backends
 from telemetry_jit.probes.dynamo import TORCH, DynamoProbe
@@ -48,7 +48,6 @@ from telemetry_jit.schema import (
     JitEventName,
     TrainAttr,
     TrainingSpanName,
-    WarmStartAttr,
 )
 from telemetry_jit.session import Session
 from telemetry_jit.terminal import error_text
@@ -126,7 +125,7 @@ class CompileRecorder:
         """Begin a run: ``where()`` says where the loop is (asked when a compile begins)."""
         self._meter.start()  # first: a TELEMETRY_JIT_MEMORY_LIMIT that is no size raises before anything starts
         self._where, self._rank = where, rank
-        parent = forked_from()
+        parent = identity.forked_from
         if parent is not None:
             warn_once(
                 "forked child",
@@ -288,7 +287,7 @@ class CompileRecorder:
         }
         attributes = stats.attributes(time.perf_counter() - self._started_at)
         attributes[TrainAttr.GLOBAL_STEP] = self._where().global_step  # the loop's last: "N steps since"
-        attributes[WarmStartAttr.TORCH_FEATURES] = compile_timers.features()
+        attributes[CompileAttr.TORCH_FEATURES] = compile_timers.features()
         if by_rank is not None:
             attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
             attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]

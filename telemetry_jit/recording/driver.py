@@ -229,9 +229,8 @@ class TelemetryDriver:
             self.payoff.abandon()
 
     def payoff_finished(self, steps: int, log_step: int, *, say_measured: bool, say_not: bool) -> Payoff | None:
-        """The payoff of the loop that ran ``steps`` steps, or why it has none: its ``compile_payoff`` event, its
-        figures at ``log_step``, its line (when measured, ``say_measured``; else ``say_not``); ``None`` when it
-        was not measured for."""
+        """The loop's payoff (or why it has none) over ``steps`` steps: its event, its figures at ``log_step``, its
+        line (``say_measured``, else ``say_not``); ``None`` when it was not measured for."""
         meter, self.payoff = self.payoff, None
         if meter is None:
             return None

@@ -257,9 +257,8 @@ class OutOfStep:
         return max(STALL_MIN_S, self._longest_s + STALL_MARGIN_S)
 
     def scan(self, now: float, beats: Mapping[int, Heartbeat], parts: PartsOf | None = None) -> list[Finding]:
-        """What the heartbeats read at ``now`` (the watcher's monotonic clock) say that was not said yet;
-        ``parts`` reads a look-up's key parts, asked only when a stalling rank missed a graph another rank hit
-        with another key."""
+        """What the heartbeats read at ``now`` (the watcher's monotonic clock) say that was not said yet; ``parts``
+        reads a look-up's key parts (when a stalling rank missed a graph another rank hit with another key)."""
         findings = self._heard(now, beats)
         findings += self._stalls_now(now, parts)
         findings += self._divergent()
@@ -415,10 +414,8 @@ class OutOfStep:
             others_count = self.world_size - len(group)
             who = "no other rank compiled" if len(group) == 1 else f"the other {counted(others_count, 'rank')} did not"
             graphs = "a graph" if len(digests) == 1 else f"{len(digests)} graphs"
-            line = f"{rank_list(group)} compiled {graphs} for {frame} at step {step} that {who}"
-            findings.append(
-                Finding("divergent_graph", group, f"{line} ({why})", step=step, what=frame, why=why, graph=digests[0])
-            )
+            line = f"{rank_list(group)} compiled {graphs} for {frame} at step {step} that {who} ({why})"
+            findings.append(Finding("divergent_graph", group, line, step=step, what=frame, why=why, graph=digests[0]))
         return findings
 
     def _silent(self, now: float) -> list[Finding]:

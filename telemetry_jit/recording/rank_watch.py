@@ -178,9 +178,8 @@ class HeartbeatPublisher(CompileListener):
         self._wake.set()
 
     def looked_up(self, lookup: compile_cache.Lookup) -> None:
-        """A compile-cache look-up of the compile under way, told by torch's caches (``compile_cache.watch``, inside
-        torch's compile: cheap, never raises), for the next heartbeat; its key's parts and its settings table
-        (once a job) are published apart."""
+        """A compile-cache look-up (``compile_cache.watch``, inside torch's compile: cheap, never raises) for the
+        next heartbeat; its key's parts and its settings table (once a job) are published apart."""
         digest, layer = lookup.settings_digest, lookup.layer
         with self._lock:
             n = self._looked_in[layer] = self._looked_in.get(layer, -1) + 1
@@ -327,14 +326,13 @@ class RankWatch:
         settings.check_watcher(world_size)
         publisher = HeartbeatPublisher(store, rank, position, settings.interval_s)
         TORCH.call(compile_cache.watch, publisher.looked_up)
+        publisher.start()
         watcher = None
         if rank == settings.watcher_rank:
             reader = _STORE.call(job_store, settings.store_timeout_s)  # its own connection: never queues behind
             if reader is not FAILED and not isinstance(reader, str):
                 watcher = RankWatcher(reader[0], world_size, settings, say)
-        publisher.start()
-        if watcher is not None:
-            watcher.start()
+                watcher.start()
         return cls(publisher, watcher, settings)
 
     def loop_ended(self) -> None:

@@ -85,10 +85,9 @@ def active_span(session: Session, name: str) -> Span | None:
 
 
 class CompileRecorder:
-    """Records the compilations the probes observe between :meth:`start` and :meth:`stop`: each gets its
-    context and, for a recompile, its cause; the listeners (:attr:`stats`, metrics, alerts, ``listeners``) are
-    told; it becomes a ``compilation`` span under the loop span running when it began, never under a span the
-    exporters drop. The first step of each stage becomes a ``first_step`` event."""
+    """Records the compilations the probes observe between :meth:`start` and :meth:`stop`: each gets its context
+    and a recompile its cause; the listeners are told; it becomes a ``compilation`` span under the loop span running
+    when it began (never one the exporters drop). The first step of each stage becomes a ``first_step`` event."""
 
     def __init__(self, session: Session, listeners: Sequence[CompileListener] = ()) -> None:
         self.session = session
@@ -166,8 +165,7 @@ class CompileRecorder:
     def _out_of_step(self, finding: Finding) -> None:
         """What the rank watcher found, said at once (its thread): on the console and as an event."""
         console = next((listener for listener in self.listeners if isinstance(listener, CompileConsole)), None)
-        print_fn = console.print_fn if console is not None and console.print_fn is not None else _log.warning
-        say_line(print_fn, f"telemetry-jit: {finding.line}")
+        say_line(console and console.print_fn or _log.warning, f"telemetry-jit: {finding.line}")
         recorder = self._recorder()
         parent = self._watch_span
         if recorder is not None and parent is not None and nv_one_logger_compat.is_running(parent):

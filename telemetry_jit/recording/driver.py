@@ -218,10 +218,8 @@ class TelemetryDriver:
         if meter is None or meter.result is not None:
             return
         meter.step_ended()
-        if meter.result is not None:  # measured at this step
-            measured = self._costed(meter.result, steps=0)
-            if say:
-                self.say(self._payoff_line(measured))
+        if meter.result is not None and say:  # measured at this step
+            self.say(self._payoff_line(self._costed(meter.result, steps=0)))
 
     def payoff_abandoned(self) -> None:
         """The step running has no end to time (the loop failed or ended within it)."""

@@ -1,9 +1,7 @@
-"""Ranks out of step, said while it happens: every rank publishes its heartbeat on the job's own c10d store
-(no new server, no new port), and one rank watches them all (docs/distributed.md, "Ranks out of step").
-
-Both run on threads of their own, off the training step: a step only updates two numbers the publisher
-reads. Whatever the store does (refuses, times out, vanishes with a dead rank) costs one warning and
-stops that thread, never the run."""
+"""Ranks out of step, said while it happens: every rank publishes its heartbeat on the job's own c10d store (no
+new server, no new port), one rank watches them all (docs/distributed.md, "Ranks out of step"). Both run on
+threads of their own, off the training step (a step only updates two numbers the publisher reads); whatever the
+store does (refuses, times out, vanishes with a dead rank) costs one warning and stops that thread, never the run."""
 
 from __future__ import annotations
 

@@ -124,11 +124,8 @@ class Heartbeat:
                 for compile_, layer, n, state, key, saved_s in data.get("lookups", ())
             ]
             # each scalar field converted to its default's type: what another version wrote fails here
-            scalars = {
-                name: type(default)(data[name])
-                for name, default in asdict(cls(0)).items()
-                if name not in ("graphs", "lookups")
-            }
+            defaults = {name: default for name, default in asdict(cls(0)).items() if name not in ("graphs", "lookups")}
+            scalars = {name: type(default)(data[name]) for name, default in defaults.items()}
             return cls(**scalars, graphs=graphs, lookups=lookups)
         except (ValueError, TypeError, KeyError):
             return None

@@ -357,9 +357,8 @@ class OutOfStep:
             for other, seen in sorted(self._ranks.items()):
                 hit = seen.hits.get(miss.graph) if other != rank else None
                 if hit is not None:
-                    return f"it missed {CACHE_NAMES.get(miss.layer, miss.layer)} where rank {other} hit; " + _differs(
-                        rank, miss, other, hit, parts
-                    )
+                    cache = CACHE_NAMES.get(miss.layer, miss.layer)
+                    return f"it missed {cache} where rank {other} hit; {_differs(rank, miss, other, hit, parts)}"
         if misses:
             missed = CACHE_NAMES.get(misses[0].layer, misses[0].layer)
             return f"it missed {missed} (no other rank was heard hitting this graph)"

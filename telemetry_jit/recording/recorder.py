@@ -166,8 +166,7 @@ class CompileRecorder:
         """What the rank watcher found, said at once (its thread): on the console and as an event."""
         console = next((listener for listener in self.listeners if isinstance(listener, CompileConsole)), None)
         say_line(console and console.print_fn or _log.warning, f"telemetry-jit: {finding.line}")
-        recorder = self._recorder()
-        parent = self._watch_span
+        recorder, parent = self._recorder(), self._watch_span
         if recorder is not None and parent is not None and nv_one_logger_compat.is_running(parent):
             span = out_of_step_span(finding.attributes(), finding.seconds if "stall" in finding.kind else 0.0, parent)
             _EXPORT.call(nv_one_logger_compat.export_each, recorder, span, export_finished)

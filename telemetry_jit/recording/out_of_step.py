@@ -18,10 +18,6 @@ from telemetry_jit.records import AttributeValue, CompileRecord
 from telemetry_jit.schema import RanksAttr
 from telemetry_jit.terminal import counted, error_text, rank_list
 
-KEY_PREFIX = "telemetry_jit/heartbeat/"
-PARTS_PREFIX = "telemetry_jit/cache_parts/"  # a rank's newest look-ups' key parts, read only when a miss is judged
-# a table of settings parts (~600 parts, ~40 KB) by its digest: written by the first rank that has it, once a job
-SETTINGS_PREFIX = "telemetry_jit/cache_settings/"
 GRAPHS_KEPT = 16  # the newest graphs a heartbeat carries; the watcher keeps what it has seen of the rest
 SETTINGS_PART = "@settings"  # the part naming a look-up's settings table by digest
 LOOKUPS_KEPT = 4  # the newest compile-cache look-ups a heartbeat carries (a compile makes one to three)
@@ -30,15 +26,16 @@ _ADDRESS = re.compile(r"\d{8,}|0x[0-9a-f]+")  # object ids in a guard's text: ea
 
 
 def heartbeat_key(rank: int) -> str:
-    return f"{KEY_PREFIX}{rank}"
+    return f"telemetry_jit/heartbeat/{rank}"
 
 
 def parts_key(rank: int) -> str:
-    return f"{PARTS_PREFIX}{rank}"
+    return f"telemetry_jit/cache_parts/{rank}"  # a rank's newest look-ups' key parts, read only when a miss is judged
 
 
 def settings_key(digest: str) -> str:
-    return f"{SETTINGS_PREFIX}{digest}"
+    # a table of settings parts (~600 parts, ~40 KB) by its digest: written by the first rank that has it, once a job
+    return f"telemetry_jit/cache_settings/{digest}"
 
 
 def compile_hash(description: str) -> str:

@@ -55,9 +55,8 @@ def compilation_span(record: CompileRecord, context: CompileContext) -> Finished
 
 
 def out_of_step_span(attributes: dict[str, AttributeValue], seconds: float, parent: Span | None) -> FinishedSpan:
-    """What the rank watcher said, as a span ending now (a stall's spans its length) holding the
-    ``ranks_out_of_step`` event: exported at once, so an OTLP backend has it while the job still runs (an event
-    on the running application span would reach it only when the run ends)."""
+    """What the rank watcher said, as a span ending now (a stall's spans its length) holding its event, exported
+    at once: an OTLP backend has it while the job runs (an event on the application span would come at its end)."""
     now = time.time_ns()
     return FinishedSpan(
         name=JitSpanName.RANKS_OUT_OF_STEP.value,

@@ -15,7 +15,7 @@ from telemetry_jit.causes import CAUSES, Classified, normalize_reason
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.listener import CompileListener, FirstStep
-from telemetry_jit.records import CompileRecord, CompileResources
+from telemetry_jit.records import CompileRecord, CompileResources, first_step_line
 from telemetry_jit.terminal import clean, shown
 
 _log = logging.getLogger("telemetry_jit")
@@ -97,7 +97,9 @@ class CompileConsole(CompileListener):
 
     def first_step(self, step: FirstStep) -> None:
         if step.wall_ms >= self.threshold_s * 1000 and step.compilations:
-            self._say(f"telemetry-jit: {step.line(self.stage_names.get(step.stage, step.stage))}")
+            stage = self.stage_names.get(step.stage, step.stage)
+            line = first_step_line(stage, step.global_step, step.wall_ms, step.compile_ms, step.phases_s)
+            self._say(f"telemetry-jit: {line}")
 
     def recorded(self, record: CompileRecord) -> None:
         """Watch for a frame that keeps recompiling."""
@@ -132,9 +134,8 @@ class CompileConsole(CompileListener):
 
 
 class EagerFallbackAlert(CompileListener):
-    """Warn once per frame that runs eagerly from now on, without compilation: it hit
-    ``torch._dynamo.config.recompile_limit``, or compiling it failed and dynamo fell back (``suppress_errors``);
-    torch says so only in one log line."""
+    """Warn once per frame that runs eagerly from now on (its recompile limit hit, or its compile failed under
+    ``suppress_errors``): torch says so only in one log line."""
 
     def __init__(self) -> None:
         self._notices = Notices()

@@ -102,24 +102,6 @@ class CompileFigures(CompileListener):
         return [(step, {f"{PREFIX}time_s": seconds, **totals}) for step, seconds in pending.items()]
 
 
-def per_rank_figures(by_rank: RankTotals) -> dict[str, float]:
-    """Every rank's figures, logged by rank zero: ``compile/rank<R>/compilations`` and ``.../total_time_s``."""
-    figures: dict[str, float] = {}
-    for rank, (count, ms) in enumerate(zip(by_rank.counts, by_rank.time_ms, strict=True)):
-        figures[f"{PREFIX}rank{rank}/compilations"] = count
-        figures[f"{PREFIX}rank{rank}/total_time_s"] = round(ms / 1000, 6)
-    return figures
-
-
-def payoff_figures(payoff: Payoff) -> dict[str, float]:
-    """The payoff as logger figures: ``compile/payoff_speedup``, ``compile/payoff_eager_step_ms``, ..."""
-    return {
-        f"{PREFIX}payoff_{name.removeprefix('payoff.')}": value
-        for name, value in payoff.attributes().items()
-        if isinstance(value, (int, float))
-    }
-
-
 class TelemetryDriver:
     """One run's compile telemetry: ``given`` is the session to record through (``None``: the running one)."""
 
@@ -133,7 +115,6 @@ class TelemetryDriver:
         self._logs: list[GuardedLog] = []
         self._loggers: list[Any] = []
         self.payoff: PayoffMeter | None = None  # measuring what compiling buys
-        self._payoff_said = False
         self.say: Callable[[str], None] = lambda line: say_line(_log.warning, line)  # a console line
 
     def resolve(self) -> Session:
@@ -201,12 +182,20 @@ class TelemetryDriver:
                 if warning is not None:
                     self.session.account.notices.warn(("skew", loop, step), warning)
                 if self.log_figures_per_rank:  # the loggers log on rank zero: it logs every rank's
-                    self.log(per_rank_figures(by_rank), step=step)
+                    figures: dict[str, float] = {}
+                    for rank, (count, ms) in enumerate(zip(by_rank.counts, by_rank.time_ms, strict=True)):
+                        figures[f"{PREFIX}rank{rank}/compilations"] = count
+                        figures[f"{PREFIX}rank{rank}/total_time_s"] = round(ms / 1000, 6)
+                    self.log(figures, step=step)
         stats = self.recorder.emit_summary(span, by_rank)
         if self.figures is not None:
             self.log_figures()
+            # W&B's summary keeps a metric's last value: there compile/time_s becomes the run's total (W&B has no
+            # summing summary to ask for)
             for logger in self._loggers:
-                _totals_in_summary(logger, stats)
+                experiment = getattr(logger, "experiment", None) if type(logger).__name__ == "WandbLogger" else None
+                if (summary := getattr(experiment, "summary", None)) is not None:
+                    LOG_METRICS.call(summary.update, {f"{PREFIX}time_s": round(stats.total_time_ms / 1000, 6)})
         return stats
 
     def payoff_started(self, settings: PayoffSettings, on_cuda: bool | None = None) -> None:
@@ -214,9 +203,7 @@ class TelemetryDriver:
         in use in this process), so that steps are timed to the end of their GPU work."""
         if on_cuda is None:
             on_cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
-        recorder = self.recorder
-        self.payoff = PayoffMeter(settings, compilations=lambda: recorder.stats.count, on_cuda=on_cuda)
-        self._payoff_said = False
+        self.payoff = PayoffMeter(settings, compilations=lambda: self.recorder.stats.count, on_cuda=on_cuda)
 
     def step_started(self, step: int) -> None:
         """An optimizer step begins (for the payoff): one step however many batches it took."""
@@ -228,14 +215,11 @@ class TelemetryDriver:
     def step_ended(self, say: bool) -> None:
         """An optimizer step ended; ``say``: the payoff's line when it is first measured."""
         meter = self.payoff
-        if meter is None:
+        if meter is None or meter.result is not None:
             return
         meter.step_ended()
-        if meter.result is not None and not self._payoff_said:
-            self._payoff_said = True
-            measured = self._costed(meter.result, steps=0)
-            if say:
-                self.say(self._payoff_line(measured))
+        if meter.result is not None and say:  # measured at this step
+            self.say(self._payoff_line(self._costed(meter.result, steps=0)))
 
     def payoff_abandoned(self) -> None:
         """The step running has no end to time (the loop failed or ended within it)."""
@@ -243,17 +227,17 @@ class TelemetryDriver:
             self.payoff.abandon()
 
     def payoff_finished(self, steps: int, log_step: int, *, say_measured: bool, say_not: bool) -> Payoff | None:
-        """The payoff of the loop that ran ``steps`` steps, or why it has none: its ``compile_payoff`` event, its
-        figures at ``log_step``, its line (when measured, ``say_measured``; else ``say_not``); ``None`` when it
-        was not measured for."""
+        """The loop's payoff (or why it has none) over ``steps`` steps: its event, its figures at ``log_step``, its
+        line (``say_measured``, else ``say_not``); ``None`` when it was not measured for."""
         meter, self.payoff = self.payoff, None
         if meter is None:
             return None
         meter.abandon()
         payoff = self._costed(meter.result or Payoff(not_measured=meter.why_not()), steps)
         self.recorder.emit_event(None, JitEventName.COMPILE_PAYOFF, payoff.attributes())
-        if payoff.measured:
-            self.log(payoff_figures(payoff), step=log_step)
+        if payoff.measured:  # compile/payoff_speedup, compile/payoff_eager_step_ms, ...
+            numbers = {name: value for name, value in payoff.attributes().items() if isinstance(value, (int, float))}
+            self.log({f"{PREFIX}payoff_{name.removeprefix('payoff.')}": v for name, v in numbers.items()}, log_step)
         if say_measured if payoff.measured else say_not:
             self.say(self._payoff_line(payoff))
         return payoff
@@ -268,12 +252,3 @@ class TelemetryDriver:
         stats = self.recorder.stats
         why = why_slower(stats.train_graph_breaks, stats.train_recompiles, stats.backends, stats.plain_backends)
         return f"telemetry-jit: compile payoff: {payoff.sentence(why)}"
-
-
-def _totals_in_summary(logger: Any, stats: CompileStats) -> None:
-    """W&B's summary keeps a metric's last value: there ``compile/time_s`` becomes the run's total (W&B has no
-    summing summary to ask for)."""
-    experiment = getattr(logger, "experiment", None) if type(logger).__name__ == "WandbLogger" else None
-    summary = getattr(experiment, "summary", None)
-    if summary is not None:
-        LOG_METRICS.call(summary.update, {f"{PREFIX}time_s": round(stats.total_time_ms / 1000, 6)})

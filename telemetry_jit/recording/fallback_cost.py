@@ -1,11 +1,8 @@
-"""What a frame that falls back to eager costs, from the training batches around the fallback.
-
-A frame that hits torch's recompile limit, or whose compile fails under ``suppress_errors``, runs its
-original Python from then on. Each training batch that compiled nothing is timed (from its start to the
-next training batch's, what the user waits for) and kept with the fallback it came after: the median batch
-before a fallback, while the frame ran compiled, against the median batch after it is that fallback's cost
-per batch. Batches that compiled, batches followed by another stage (validation) and batches a payoff
-measurement ran eagerly are not timed."""
+"""What a frame that falls back to eager (its recompile limit hit, or its compile failed under
+``suppress_errors``) costs: the median training batch after the fallback against the median before it, while the
+frame ran compiled. A batch is timed from its start to the next training batch's (what the user waits for);
+batches that compiled, that another stage (validation) follows, or that a payoff measurement ran eagerly are not
+timed."""
 
 from __future__ import annotations
 
@@ -91,9 +88,7 @@ class FallbackCostMeter(CompileListener):
 
     def costs(self) -> list[FallbackCost]:
         """Each fallback's cost so far: the batches after it against the compiled batches before it."""
-        spans = self._spans
-        if len(spans) == 1:
-            return []  # no fallback
+        spans = self._spans  # the first: before any fallback
         # a frame that fell back runs eagerly to the loop's end, past any later fallback of another frame
         return [
             _cost(before.last_timed, span, batches_since=self._batches - span.first_batch)

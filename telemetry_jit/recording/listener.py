@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from telemetry_jit.records import AttributeValue, CompileRecord, CompileResources, first_step_line
+from telemetry_jit.records import AttributeValue, CompileRecord, CompileResources
 from telemetry_jit.schema import StepAttr
 
 
@@ -43,10 +43,6 @@ class FirstStep:
             attributes[StepAttr.BATCH_INDEX] = self.batch_index
         attributes.update({StepAttr.phase_time(phase): round(s, 6) for phase, s in self.phases_s.items()})
         return attributes
-
-    def line(self, stage: str = "") -> str:
-        """The console's words for it, its stage named ``stage`` where given."""
-        return first_step_line(stage or self.stage, self.global_step, self.wall_ms, self.compile_ms, self.phases_s)
 
 
 class FirstSteps:

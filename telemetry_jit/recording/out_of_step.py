@@ -1,8 +1,7 @@
-"""What one rank of a distributed job publishes about itself on the job's store (where it is, what it is
-compiling and since when, the graphs it compiled as hashes, in a few hundred bytes), and the ranks' heartbeats
-judged: which rank compiles while others wait (a stall), which compiled a graph the others did not
-(divergence), which went silent. Fed heartbeats and the watcher's clock; reads no store and starts no thread,
-so every judgement is tested with made-up heartbeats."""
+"""A rank's heartbeat (where it is, what it compiles and since when, its graphs as hashes: a few hundred bytes),
+and the ranks' heartbeats judged: a rank compiling while others wait (stall), a graph only some compiled
+(divergence), a rank gone silent. It reads no store and starts no thread: every judgement is tested with made-up
+heartbeats."""
 
 from __future__ import annotations
 
@@ -19,10 +18,6 @@ from telemetry_jit.records import AttributeValue, CompileRecord
 from telemetry_jit.schema import RanksAttr
 from telemetry_jit.terminal import counted, error_text, rank_list
 
-KEY_PREFIX = "telemetry_jit/heartbeat/"
-PARTS_PREFIX = "telemetry_jit/cache_parts/"  # a rank's newest look-ups' key parts, read only when a miss is judged
-# a table of settings parts (~600 parts, ~40 KB) by its digest: written by the first rank that has it, once a job
-SETTINGS_PREFIX = "telemetry_jit/cache_settings/"
 GRAPHS_KEPT = 16  # the newest graphs a heartbeat carries; the watcher keeps what it has seen of the rest
 SETTINGS_PART = "@settings"  # the part naming a look-up's settings table by digest
 LOOKUPS_KEPT = 4  # the newest compile-cache look-ups a heartbeat carries (a compile makes one to three)
@@ -31,15 +26,16 @@ _ADDRESS = re.compile(r"\d{8,}|0x[0-9a-f]+")  # object ids in a guard's text: ea
 
 
 def heartbeat_key(rank: int) -> str:
-    return f"{KEY_PREFIX}{rank}"
+    return f"telemetry_jit/heartbeat/{rank}"
 
 
 def parts_key(rank: int) -> str:
-    return f"{PARTS_PREFIX}{rank}"
+    return f"telemetry_jit/cache_parts/{rank}"  # a rank's newest look-ups' key parts, read only when a miss is judged
 
 
 def settings_key(digest: str) -> str:
-    return f"{SETTINGS_PREFIX}{digest}"
+    # a table of settings parts (~600 parts, ~40 KB) by its digest: written by the first rank that has it, once a job
+    return f"telemetry_jit/cache_settings/{digest}"
 
 
 def compile_hash(description: str) -> str:
@@ -76,17 +72,12 @@ class Graph:
 
 
 def graph_of(record: CompileRecord) -> Graph:
-    """A finished compilation as a :class:`Graph`. The hash reads what every rank compiling the same graph
-    shares (frame, its file's name and line, the kind of compile, the graph's op count and breaks, the guard
-    that failed for a recompile), never a compile id, a path, an object's address or a device, which differ
-    between the ranks of one job."""
+    """A finished compilation as a :class:`Graph`, hashed from what every rank compiling it shares (frame, file
+    name and line, kind, op count, breaks, a recompile's guard), never what differs (compile id, path, device)."""
     location = record.location.rsplit("/", 1)[-1]
     ops = record.extra.get("graph_op_count", -1)
     reason = normalize_reason(record.recompile_reason) if record.is_frame_recompile else ""
-    identity = (
-        f"{record.frame}|{location}|{record.trigger}|{ops}|{len(record.graph_breaks)}|{_ADDRESS.sub('#', reason)}"
-    )
-    digest = hashlib.blake2b(identity.encode(), digest_size=6).hexdigest()
+    digest = compile_hash(f"{record.frame}|{location}|{record.trigger}|{ops}|{len(record.graph_breaks)}|{reason}")
     frame = record.frame or record.frame_id
     if record.trigger == "lazy_backward":
         frame = f"the backward graph of {frame}"
@@ -130,11 +121,8 @@ class Heartbeat:
                 for compile_, layer, n, state, key, saved_s in data.get("lookups", ())
             ]
             # each scalar field converted to its default's type: what another version wrote fails here
-            scalars = {
-                name: type(default)(data[name])
-                for name, default in asdict(cls(0)).items()
-                if name not in ("graphs", "lookups")
-            }
+            defaults = {name: default for name, default in asdict(cls(0)).items() if name not in ("graphs", "lookups")}
+            scalars = {name: type(default)(data[name]) for name, default in defaults.items()}
             return cls(**scalars, graphs=graphs, lookups=lookups)
         except (ValueError, TypeError, KeyError):
             return None
@@ -221,8 +209,7 @@ class _Rank:
     compiled_at: float = -math.inf
 
     def heard(self, beat: Heartbeat, now: float) -> None:
-        done = not beat.compiling and (self.beat.compiling or beat.compiles != self.beat.compiles)
-        if done:
+        if not beat.compiling and (self.beat.compiling or beat.compiles != self.beat.compiles):  # done compiling
             self.compiled_at = now
         self.beat, self.heard_at = beat, now
 
@@ -237,6 +224,11 @@ class _Stall:
     said: bool = False
     waiting: set[int] = field(default_factory=set)
     waiting_step: int = 0
+
+    def finding(
+        self, kind: str, ranks: tuple[int, ...], line: str, seconds: float, waiting: tuple[int, ...], why: str = ""
+    ) -> Finding:
+        return Finding(kind, ranks, line, self.step, self.stage, self.what, why, seconds, waiting)
 
 
 class OutOfStep:
@@ -259,9 +251,8 @@ class OutOfStep:
         return max(STALL_MIN_S, self._longest_s + STALL_MARGIN_S)
 
     def scan(self, now: float, beats: Mapping[int, Heartbeat], parts: PartsOf | None = None) -> list[Finding]:
-        """What the heartbeats read at ``now`` (the watcher's monotonic clock) say that was not said yet;
-        ``parts`` reads a look-up's key parts, asked only when a stalling rank missed a graph another rank hit
-        with another key."""
+        """What the heartbeats read at ``now`` (the watcher's monotonic clock) say that was not said yet; ``parts``
+        reads a look-up's key parts (when a stalling rank missed a graph another rank hit with another key)."""
         findings = self._heard(now, beats)
         findings += self._stalls_now(now, parts)
         findings += self._divergent()
@@ -275,10 +266,8 @@ class OutOfStep:
         missing = sorted(set(range(self.world_size)) - set(self._ranks))
         findings = []
         if running:
-            last = {r: (self._ranks[r].beat.step, now - self._ranks[r].heard_at) for r in running}
-            detail = "; ".join(
-                f"rank {r} at step {step}, {ago:.1f} s before" for r, (step, ago) in list(last.items())[:8]
-            )
+            last = [(r, self._ranks[r].beat.step, now - self._ranks[r].heard_at) for r in running[:8]]
+            detail = "; ".join(f"rank {r} at step {step}, {ago:.1f} s before" for r, step, ago in last)
             line = f"when this rank stopped ({type(error).__name__}), {rank_list(running)} had not ended "
             line += f"(last heard: {detail})"
             findings.append(Finding("not_ended", tuple(running), line, why=error_text(error)[:240]))
@@ -318,14 +307,11 @@ class OutOfStep:
         compiling = {r: seen for r, seen in self._ranks.items() if seen.beat.compiling and not seen.beat.ended}
         findings = self._ended_stalls(compiling)
         for rank, seen in compiling.items():
-            key = (rank, seen.beat.compiles)
-            if key not in self._stalls:
-                self._stalls[key] = _Stall(
-                    what=seen.beat.compiling,
-                    step=seen.beat.step,
-                    stage=seen.beat.stage,
-                    began_at=seen.heard_at - seen.beat.compiling_s,
-                    next_at_s=self.delay_s(),
+            beat = seen.beat
+            if (rank, beat.compiles) not in self._stalls:
+                began_at = seen.heard_at - beat.compiling_s
+                self._stalls[rank, beat.compiles] = _Stall(
+                    beat.compiling, beat.step, beat.stage, began_at, self.delay_s()
                 )
         waiting = {r: seen for r, seen in self._ranks.items() if r not in compiling and not seen.beat.ended}
         due: dict[tuple[str, int], list[int]] = {}
@@ -354,18 +340,7 @@ class OutOfStep:
                 f"{'waits' if len(waiting) == 1 else 'wait'} at step {stall.waiting_step}{so_far}"
                 + (f": {why}" if why else "")
             )
-            said = Finding(
-                "stall",
-                tuple(ranks),
-                line,
-                step=stall.step,
-                stage=stall.stage,
-                what=what,
-                why=why,
-                seconds=elapsed,
-                waiting=tuple(sorted(waiting)),
-            )
-            findings.append(said)
+            findings.append(stall.finding("stall", tuple(ranks), line, elapsed, tuple(sorted(waiting)), why))
         return findings
 
     def _cold(self, rank: int, parts: PartsOf | None) -> str:
@@ -379,9 +354,8 @@ class OutOfStep:
             for other, seen in sorted(self._ranks.items()):
                 hit = seen.hits.get(miss.graph) if other != rank else None
                 if hit is not None:
-                    return f"it missed {CACHE_NAMES.get(miss.layer, miss.layer)} where rank {other} hit; " + _differs(
-                        rank, miss, other, hit, parts
-                    )
+                    cache = CACHE_NAMES.get(miss.layer, miss.layer)
+                    return f"it missed {cache} where rank {other} hit; {_differs(rank, miss, other, hit, parts)}"
         if misses:
             missed = CACHE_NAMES.get(misses[0].layer, misses[0].layer)
             return f"it missed {missed} (no other rank was heard hitting this graph)"
@@ -400,18 +374,7 @@ class OutOfStep:
             took = f" after {seconds:.1f} s" if seconds else ""
             line = f"rank {rank} finished compiling {stall.what}{took}; {rank_list(waited)} waited for it at step "
             line += f"{stall.waiting_step}"
-            findings.append(
-                Finding(
-                    "stall_ended",
-                    (rank,),
-                    line,
-                    step=stall.step,
-                    stage=stall.stage,
-                    what=stall.what,
-                    seconds=seconds,
-                    waiting=tuple(waited),
-                )
-            )
+            findings.append(stall.finding("stall_ended", (rank,), line, seconds, tuple(waited)))
         return findings
 
     def _divergent(self) -> list[Finding]:
@@ -444,10 +407,8 @@ class OutOfStep:
             others_count = self.world_size - len(group)
             who = "no other rank compiled" if len(group) == 1 else f"the other {counted(others_count, 'rank')} did not"
             graphs = "a graph" if len(digests) == 1 else f"{len(digests)} graphs"
-            line = f"{rank_list(group)} compiled {graphs} for {frame} at step {step} that {who}"
-            findings.append(
-                Finding("divergent_graph", group, f"{line} ({why})", step=step, what=frame, why=why, graph=digests[0])
-            )
+            line = f"{rank_list(group)} compiled {graphs} for {frame} at step {step} that {who} ({why})"
+            findings.append(Finding("divergent_graph", group, line, step=step, what=frame, why=why, graph=digests[0]))
         return findings
 
     def _silent(self, now: float) -> list[Finding]:

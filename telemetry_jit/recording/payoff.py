@@ -1,10 +1,7 @@
-"""Is compiling worth it? Compiled and eager steps of the same model timed in the same run.
-
-Once compiling has settled (no compilation for ``settle_steps`` training steps), blocks of steps run
-compiled and eagerly (``torch.compiler.set_stance("force_eager")``) in the order compiled, eager, eager,
-compiled, ... so that a drift in the machine's speed cancels out; each mode's step time is the median of its
-steps, the first of each block left out. A compilation during the measurement voids it until compiling
-settles anew."""
+"""Is compiling worth it? Compiled and eager steps of the same model timed in the same run: once nothing has
+compiled for ``settle_steps`` steps, blocks of steps run compiled and eagerly (``set_stance("force_eager")``) in
+the order compiled, eager, eager, compiled, ... so that a drift in the machine's speed cancels out; each mode's
+step time is the median of its steps, each block's first left out. A compilation starts the measurement over."""
 
 from __future__ import annotations
 
@@ -86,7 +83,8 @@ class PayoffMeter:
         if stance is FAILED:
             self._blocks = []  # it did not run eagerly: start over (the failure is said once)
             return
-        self._synchronize()
+        if self.on_cuda:
+            torch.cuda.synchronize()
         self._running = (block, stance, time.perf_counter())
 
     @property
@@ -100,7 +98,8 @@ class PayoffMeter:
             return
         block, stance, started = self._running
         self._running = None
-        self._synchronize()
+        if self.on_cuda:
+            torch.cuda.synchronize()
         block.seconds.append(time.perf_counter() - started)
         if stance is not None:
             _leave_eager(stance)
@@ -153,10 +152,6 @@ class PayoffMeter:
             eager_peak_mb=peak(True),
             compiled_peak_mb=peak(False),
         )
-
-    def _synchronize(self) -> None:
-        if self.on_cuda:
-            torch.cuda.synchronize()
 
 
 def _force_eager() -> contextlib.AbstractContextManager[object]:

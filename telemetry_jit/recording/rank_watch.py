@@ -1,9 +1,7 @@
-"""Ranks out of step, said while it happens: every rank publishes its heartbeat on the job's own c10d store
-(no new server, no new port), and one rank watches them all (docs/distributed.md, "Ranks out of step").
-
-Both run on threads of their own, off the training step: a step only updates two numbers the publisher
-reads. Whatever the store does (refuses, times out, vanishes with a dead rank) costs one warning and
-stops that thread, never the run."""
+"""Ranks out of step, said while it happens: every rank publishes its heartbeat on the job's own c10d store (no
+new server, no new port), one rank watches them all (docs/distributed.md, "Ranks out of step"). Both run on
+threads of their own, off the training step (a step only updates two numbers the publisher reads); whatever the
+store does (refuses, times out, vanishes with a dead rank) costs one warning and stops that thread, never the run."""
 
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from telemetry_jit.boundary import FAILED, SettingError, call_site
 from telemetry_jit.compat import compile_cache
@@ -69,13 +67,12 @@ class RankWatchSettings:
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> RankWatchSettings:
         """The defaults, overridden by the ``TELEMETRY_JIT_*`` variables set; ``SettingError`` (a ``ValueError``)
         names a variable holding what it cannot mean, and what it takes."""
-        settings = cls()
         switch = environ.get("TELEMETRY_JIT_RANK_WATCH", "").strip().lower()
         if switch not in ("", "0", "1", "true", "false", "on", "off"):
             raise SettingError(
                 f"TELEMETRY_JIT_RANK_WATCH={switch!r}: set it to 1 (watch ranks, the default) or 0 (do not)."
             )
-        settings = replace(settings, enabled=switch in ("", "1", "true", "on"))
+        given: dict[str, float] = {}
         for name, field_name, allow_zero in (
             ("TELEMETRY_JIT_HEARTBEAT_S", "interval_s", False),
             ("TELEMETRY_JIT_STALL_DELAY_S", "stall_delay_s", True),
@@ -90,17 +87,16 @@ class RankWatchSettings:
                 value = math.nan
             if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
                 raise SettingError(f"{name}={raw!r}: give a number of seconds above zero (for example {name}=5).")
-            settings = replace(settings, **{field_name: value})  # type: ignore[arg-type]  # a seconds field
+            given[field_name] = value
         rank = environ.get("TELEMETRY_JIT_WATCHER_RANK", "").strip()
-        if rank:
-            if not (rank.isascii() and rank.isdigit()):  # "²".isdigit() is true, and int() refuses it
-                raise SettingError(
-                    f"TELEMETRY_JIT_WATCHER_RANK={rank!r}: give a rank number in ASCII digits (0 is the default)."
-                )
-            settings = replace(settings, watcher_rank=int(rank))
-            world = environ.get("WORLD_SIZE", "").strip()
-            if world.isascii() and world.isdigit():
-                settings.check_watcher(int(world))
+        if rank and not (rank.isascii() and rank.isdigit()):  # "²".isdigit() is true, and int() refuses it
+            raise SettingError(
+                f"TELEMETRY_JIT_WATCHER_RANK={rank!r}: give a rank number in ASCII digits (0 is the default)."
+            )
+        settings = cls(switch in ("", "1", "true", "on"), watcher_rank=int(rank or 0), **given)
+        world = environ.get("WORLD_SIZE", "").strip()
+        if rank and world.isascii() and world.isdigit():
+            settings.check_watcher(int(world))
         return settings
 
     def check_watcher(self, world_size: int) -> None:
@@ -179,28 +175,21 @@ class HeartbeatPublisher(CompileListener):
             self._beat.graph_count += 1
         self._wake.set()
 
-    def looked_up(
-        self, layer: str, state: str, key: str, parts: Parts, settings: tuple[str, Parts], saved_s: float
-    ) -> None:
-        """A compile-cache look-up of the compile under way (inside torch's compile: cheap, never raises), for
-        the next heartbeat, its key's parts apart; ``settings``: its table's digest and table, published once."""
-        digest, table = settings
+    def looked_up(self, lookup: compile_cache.Lookup) -> None:
+        """A compile-cache look-up (``compile_cache.watch``, inside torch's compile: cheap, never raises) for the
+        next heartbeat; its key's parts and its settings table (once a job) are published apart."""
+        digest, layer = lookup.settings_digest, lookup.layer
         with self._lock:
             n = self._looked_in[layer] = self._looked_in.get(layer, -1) + 1
-            looked = Looked(self._compile, layer, n, state, key[:12], round(saved_s, 3))
+            looked = Looked(self._compile, layer, n, lookup.state, lookup.key[:12], round(lookup.saved_s, 3))
             self._lookups.append(looked)
-            self._parts[looked.graph] = {**parts, SETTINGS_PART: (digest, "")} if digest else dict(parts)
+            self._parts[looked.graph] = {**lookup.parts, SETTINGS_PART: (digest, "")} if digest else dict(lookup.parts)
             self._parts = {seen.graph: self._parts[seen.graph] for seen in self._lookups if seen.graph in self._parts}
             if digest and digest not in self._tables_said:
                 self._tables_said.add(digest)
-                self._tables[digest] = table
+                self._tables[digest] = lookup.settings
             self._parts_changed = True
         self._wake.set()
-
-    def cache_listener(self, lookup: compile_cache.Lookup) -> None:
-        """:meth:`looked_up`, told by torch's caches (``compile_cache.watch``)."""
-        settings = (lookup.settings_digest, lookup.settings)
-        self.looked_up(lookup.layer, lookup.state, lookup.key, lookup.parts, settings, lookup.saved_s)
 
     def _run(self) -> None:
         while True:
@@ -334,15 +323,14 @@ class RankWatch:
         store, rank, world_size = found
         settings.check_watcher(world_size)
         publisher = HeartbeatPublisher(store, rank, position, settings.interval_s)
-        TORCH.call(compile_cache.watch, publisher.cache_listener)
+        TORCH.call(compile_cache.watch, publisher.looked_up)
+        publisher.start()
         watcher = None
         if rank == settings.watcher_rank:
             reader = _STORE.call(job_store, settings.store_timeout_s)  # its own connection: never queues behind
             if reader is not FAILED and not isinstance(reader, str):
                 watcher = RankWatcher(reader[0], world_size, settings, say)
-        publisher.start()
-        if watcher is not None:
-            watcher.start()
+                watcher.start()
         return cls(publisher, watcher, settings)
 
     def loop_ended(self) -> None:
@@ -353,7 +341,7 @@ class RankWatch:
             self.watcher.look()
 
     def stop(self, error: BaseException | None) -> None:
-        TORCH.call(compile_cache.unwatch, self.publisher.cache_listener)
+        TORCH.call(compile_cache.unwatch, self.publisher.looked_up)
         ended = "finished" if error is None else f"failed: {error_text(error)}"[:240]
         self.publisher.stop(ended, self.settings.store_timeout_s + 1.0)
         if self.watcher is not None:

@@ -84,23 +84,16 @@ def active_span(session: Session, name: str) -> Span | None:
 
 
 class CompileRecorder:
-    """Records the compilations the probes observe between :meth:`start` and :meth:`stop`: each gets its
-    context and, for a recompile, its cause; the listeners (:attr:`stats`, metrics, alerts, ``listeners``) are
-    told; it becomes a ``compilation`` span under the loop span running when it began, never under a span the
-    exporters drop. The first step of each stage becomes a ``first_step`` event."""
+    """Records the compilations the probes observe between :meth:`start` and :meth:`stop`: each gets its context
+    and a recompile its cause; the listeners are told; it becomes a ``compilation`` span under the loop span running
+    when it began (never one the exporters drop). The first step of each stage becomes a ``first_step`` event."""
 
     def __init__(self, session: Session, listeners: Sequence[CompileListener] = ()) -> None:
         self.session = session
         self.listeners = list(listeners)
-        self.stats = CompileStats()
         self._notices = Notices()
         self._not_compiled: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()  # said to compile nothing
-        self._where: Where = lambda: Position(0, "")
         self._rank = 0
-        self._classifier = RecompileClassifier()
-        self._causes: dict[str, Classified] = {}  # compile id -> its cause, for its backward graph
-        self._first_steps = FirstSteps()
-        self._fallback_cost = FallbackCostMeter()
         self._meter = ResourceMeter()
         self._probe = DynamoProbe(
             context=self._context,
@@ -109,22 +102,29 @@ class CompileRecorder:
             meter=self._meter,
         )
         self._run_listeners: list[CompileListener] = []
-        self._started_at = 0.0
-        self._batch_step = 0
-        self._batch_index: int | None = None
         self._batch_loader: int | None = None
-        self._batch_stage = ""
         self._stage_batches: dict[str, int | None] = {}  # stage -> its loop's batches, as the driver last said
         self._rank_watch: RankWatch | None = None
         self._watch_span: Span | None = None
         self._observers: list[Observer] = []  # the backends' own, for the run (thunder's, a plug-in's)
         self._plain: set[str] = set()  # the backends that say they do not optimise
+        self._reset(lambda: Position(0, ""))
+
+    def _reset(self, where: Where) -> None:
+        """A run's own state, fresh."""
+        self._where, self.stats, self._started_at = where, CompileStats(), time.perf_counter()
+        self._batch_step, self._batch_stage = where().global_step, where().stage
+        self._batch_index: int | None = None
+        self._classifier, self._first_steps = RecompileClassifier(), FirstSteps()
+        self._fallback_cost = FallbackCostMeter()
+        self._causes: dict[str, Classified] = {}  # compile id -> its cause, for its backward graph
 
     # -- lifecycle, driven by the trainer callback or a loop ---------------------------------
     def start(self, where: Where, rank: int = 0) -> None:
         """Begin a run: ``where()`` says where the loop is (asked when a compile begins)."""
         self._meter.start()  # first: a TELEMETRY_JIT_MEMORY_LIMIT that is no size raises before anything starts
-        self._where, self._rank = where, rank
+        self._rank = rank
+        self._reset(where)
         parent = identity.forked_from
         if parent is not None:
             warn_once(
@@ -134,11 +134,6 @@ class CompileRecorder:
                 "its own. Start workers with the spawn method, or configure telemetry in each of them.",
                 every_rank=True,
             )
-        self.stats = CompileStats()
-        self._started_at = time.perf_counter()
-        self._batch_step, self._batch_index = where().global_step, None
-        self._classifier, self._causes, self._first_steps = RecompileClassifier(), {}, FirstSteps()
-        self._fallback_cost = FallbackCostMeter()
         recorder = self._recorder()
         exporters = nv_one_logger_compat.exporters(recorder) if recorder is not None else []
         metrics = [m for p in meter_providers(exporters) if (m := _METRICS.call(CompileMetrics, p)) is not FAILED]
@@ -147,15 +142,18 @@ class CompileRecorder:
         # several ranks runs; settings that cannot mean anything raise here, before training starts
         if self._rank_watch is not None:
             self._rank_watch.stop(None)
-        self._batch_stage = where().stage
         self._watch_span = active_span(self.session, TrainingSpanName.APPLICATION)
         settings, position = RankWatchSettings.from_environment(), lambda: (self._batch_step, self._batch_stage)
         self._rank_watch = RankWatch.start(settings, position, self._out_of_step)
         if self._rank_watch is not None:
             self._run_listeners.append(self._rank_watch.publisher)
-        if not self.session.looked_before:
+        if not self.session.looked_before:  # the frames compiled before: a recompile not met may have been paid then
             self.session.looked_before = True
-            self._note_compiled_before()
+            frames = TORCH.call(torch_compat.frames_holding_compiled_code)
+            if frames is not FAILED and frames:
+                named = frames[:_MAX_NAMED]
+                before = CompiledBefore(len(frames), tuple(name for name, _ in named), tuple(at for _, at in named))
+                self.emit_event(None, JitEventName.COMPILED_BEFORE_RUN, before.attributes())
         self._probe.attach()
         found = backends()
         self._observers = [o for b in found if (o := _OBSERVER.call(b.observer)) is not FAILED and o is not None]
@@ -163,22 +161,11 @@ class CompileRecorder:
         for observer in self._observers:
             _OBSERVER.call(observer.attach)
 
-    def _note_compiled_before(self) -> None:
-        """Record the frames compiled before the run began (a recompile it did not meet may have been paid then)."""
-        frames = TORCH.call(torch_compat.frames_holding_compiled_code)
-        if frames is FAILED or not frames:
-            return
-        named = frames[:_MAX_NAMED]
-        found = CompiledBefore(len(frames), tuple(name for name, _ in named), tuple(where for _, where in named))
-        self.emit_event(None, JitEventName.COMPILED_BEFORE_RUN, found.attributes())
-
     def _out_of_step(self, finding: Finding) -> None:
         """What the rank watcher found, said at once (its thread): on the console and as an event."""
         console = next((listener for listener in self.listeners if isinstance(listener, CompileConsole)), None)
-        print_fn = console.print_fn if console is not None and console.print_fn is not None else _log.warning
-        say_line(print_fn, f"telemetry-jit: {finding.line}")
-        recorder = self._recorder()
-        parent = self._watch_span
+        say_line(console and console.print_fn or _log.warning, f"telemetry-jit: {finding.line}")
+        recorder, parent = self._recorder(), self._watch_span
         if recorder is not None and parent is not None and nv_one_logger_compat.is_running(parent):
             span = out_of_step_span(finding.attributes(), finding.seconds if "stall" in finding.kind else 0.0, parent)
             _EXPORT.call(nv_one_logger_compat.export_each, recorder, span, export_finished)
@@ -349,14 +336,14 @@ class CompileRecorder:
         return replace(context, stage=self._batch_stage, batches=batches, log_step=None)
 
     def _current_parent(self) -> Span | None:
+        """The newest loop span running, or its nearest ancestor the exporters keep."""
         recorder = self._recorder()
         if recorder is None:
             return None
-        for name in LOOP_SPAN_NAMES:
-            spans = recorder.get_active_spans_by_name(name)
-            if spans:
-                return _exported_ancestor(recorder, spans[-1])
-        return None
+        span = next((s[-1] for name in LOOP_SPAN_NAMES if (s := recorder.get_active_spans_by_name(name))), None)
+        while span is not None and not nv_one_logger_compat.is_exported(recorder, span):
+            span = span.parent_span
+        return span
 
     def record(self, record: CompileRecord) -> None:
         """Record one finished compilation: tell each listener, then export its span; a failure costs a warning."""
@@ -417,9 +404,3 @@ class CompileRecorder:
         for listener in self._run_listeners:
             _LISTENER.call(listener.first_step, step)
         self.emit_event(None, JitEventName.FIRST_STEP, step.attributes())
-
-
-def _exported_ancestor(recorder: TrainingRecorder, span: Span | None) -> Span | None:
-    while span is not None and not nv_one_logger_compat.is_exported(recorder, span):
-        span = span.parent_span
-    return span

@@ -9,6 +9,7 @@ import pytest
 
 from telemetry_jit import boundary
 from telemetry_jit.boundary import SettingError
+from telemetry_jit.compat.compile_cache import Lookup
 from telemetry_jit.recording.out_of_step import (
     STALL_MARGIN_S,
     STALL_MIN_S,
@@ -266,7 +267,7 @@ def test_look_ups_are_numbered_per_compile_and_cache_however_many_it_makes() -> 
     for description in (COLD, "forward (model.py:12) [1/0]"):
         publisher.compile_started(description)
         for _ in range(6):
-            publisher.looked_up("fx_graph", "miss", "f", {}, ("", {}), 0.0)
+            publisher.looked_up(Lookup("fx_graph", "miss", "f"))
     publisher._publish()
     assert [(looked.compile, looked.n) for looked in publisher._beat.lookups] == [
         (compile_hash("forward (model.py:12) [1/0]"), n) for n in range(2, 6)
@@ -285,7 +286,10 @@ def test_a_ranks_cache_look_ups_reach_the_watcher_through_a_real_store() -> None
         publisher = HeartbeatPublisher(store, rank, lambda: (0, "train"), interval_s=60.0)
         publisher.compile_started(COLD)
         table = tables[digest == "d1"]
-        publisher.looked_up("aot_autograd", state, f"akey{digest}", {"gm": ("g", "")}, (digest, table), 2.0)
+        parts = {"gm": ("g", "")}
+        publisher.looked_up(
+            Lookup("aot_autograd", state, f"akey{digest}", parts, table, saved_s=2.0, settings_digest=digest)
+        )
         if rank != 1:
             publisher.compile_finished()
         publisher._publish()

@@ -19,13 +19,12 @@ _CACHE_LOAD = "AOTAutogradCache.inductor_load"  # holds the kernel loads of a wa
 
 def features() -> list[str]:
     """What this torch offers against a warm start's residual, by ``torch.compiler``'s functions."""
-    compiler = torch.compiler
     offered = {
-        "set_stance": hasattr(compiler, "set_stance"),
-        "cache_artifacts": hasattr(compiler, "save_cache_artifacts") and hasattr(compiler, "load_cache_artifacts"),
-        "aot_compile": hasattr(compiler, "load_compiled_function"),
+        "set_stance": ("set_stance",),
+        "cache_artifacts": ("save_cache_artifacts", "load_cache_artifacts"),
+        "aot_compile": ("load_compiled_function",),
     }
-    return [name for name, present in offered.items() if present]
+    return [name for name, functions in offered.items() if all(hasattr(torch.compiler, f) for f in functions)]
 
 
 def snapshot() -> dict[str, int]:

@@ -143,12 +143,11 @@ class DynamoProbe:
             frame_id = torch_compat.compile_frame_id(args.compile_id)
             record = CompileRecord("dynamo", args.compile_id, trigger, 0, 0, backend=self._backends.get(frame_id, ""))
             if trigger == "dynamo":
-                record.backend, where, record.options = torch_compat.current_compile()
-                record.callers = torch_compat.compile_callers()
+                record.backend, where, record.options, record.callers, reasons = torch_compat.current_compile()
                 if torch_compat.compile_attempt(args.compile_id) > 0:
-                    record.recompile_reasons = torch_compat.recompile_reasons_in_progress()
+                    record.recompile_reasons = reasons
                     # torch's metrics name the most recent entry's reason; one entry may say more
-                    record.recompile_reason = telling_reason(record.recompile_reasons)
+                    record.recompile_reason = telling_reason(reasons)
                 self._backends[frame_id] = record.backend
                 if where is not None:  # one frame compiled for several modules names each compile's own
                     record.frame, record.location = self._frames[frame_id] = where

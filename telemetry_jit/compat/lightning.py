@@ -9,16 +9,14 @@ import lightning.pytorch as pl
 
 
 def logging_step(trainer: pl.Trainer) -> int:
-    """The step Lightning's loggers log at now (``_batches_that_stepped``: during a fit's validation one behind
-    ``global_step``), or ``global_step`` where Lightning lacks it."""
-    stepped = getattr(getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None), "_batches_that_stepped", None)
-    return stepped if isinstance(stepped, int) else trainer.global_step
+    """The step Lightning's loggers log at now (during a fit's validation one behind ``global_step``)."""
+    return trainer.fit_loop.epoch_loop._batches_that_stepped
 
 
 def is_last_batch(trainer: pl.Trainer) -> bool:
     """Whether the running batch is its epoch's last, as Lightning knows by fetching ahead (a loader without a
     length too); ``False`` where Lightning does not say."""
-    loop: Any = getattr(trainer, "_active_loop", None)  # fit, evaluation or prediction loop; Lightning >= 2.0
+    loop: Any = trainer._active_loop  # fit, evaluation or prediction loop
     loop = getattr(loop, "epoch_loop", loop)  # fit: its training epoch loop
     return getattr(getattr(loop, "batch_progress", None), "is_last_batch", False) is True
 

@@ -14,7 +14,7 @@ import logging
 import re
 import sys
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from types import CodeType, FrameType
 from typing import Any, Literal, TypeVar
 
@@ -190,11 +190,10 @@ def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
     return tuple(reversed(reasons))
 
 
-def recompile_limit(failure: str = "") -> tuple[str, int | str]:
+def recompile_limit(failure: str = "") -> tuple[str, int]:
     """``recompile_limit`` or ``accumulated_recompile_limit``, as torch's ``failure`` text names it, and its value."""
     name = "accumulated_recompile_limit" if "accumulated" in failure.lower() else "recompile_limit"
-    limit = getattr(torch._dynamo.config, name, None)
-    return name, int(limit) if limit is not None else "?"
+    return name, int(getattr(torch._dynamo.config, name))
 
 
 # -- the compile in progress ---------------------------------------------------------------------
@@ -435,25 +434,16 @@ def input_shapes(metric: Any) -> list[str]:
     """The graph's input shapes as torch decided them (``x: [s77, 4]``: a symbol is a dynamic dimension), from
     ``CompilationMetrics.graph_node_shapes``, parameters and buffers left out; empty where torch lacks it."""
     shapes = getattr(metric, "graph_node_shapes", None)
-    if isinstance(shapes, str):
-        # torch writes the repr of every node's shape: megabytes for a large model, which parsing whole would
-        # cost the training step a second; only the inputs' entries are read
-        found: Iterator[tuple[Any, Any]] = (
-            (m[1], [d.strip().strip("'") for d in m[2].split(",") if d.strip()]) for m in _NODE_SHAPE.finditer(shapes)
-        )
-    elif isinstance(shapes, dict):
-        found = iter(shapes.items())
-    else:
-        return []
     said: list[str] = []
-    for name, shape in found:
+    # torch writes the repr of every node's shape: megabytes for a large model, which parsing whole would cost the
+    # training step a second; only the inputs' entries are read
+    for found in _NODE_SHAPE.finditer(shapes if isinstance(shapes, str) else ""):
+        name, shape = found[1], [dim.strip().strip("'") for dim in found[2].split(",") if dim.strip()]
         if len(said) == _MAX_INPUT_SHAPES:
             break
-        if not str(name).startswith("l_") or "_parameters_" in name or "_buffers_" in name:
-            continue  # an intermediate node, or a module's own tensor (static by default)
-        if isinstance(shape, list):  # named as the user wrote the argument: l_x_ is x, l_args_0_ args[0]
-            argument = re.sub(r"^(args|kwargs)_(\w+)$", r"\1[\2]", str(name).removeprefix("l_").removesuffix("_"))
-            said.append(f"{argument}: [{', '.join(str(dim) for dim in shape)}]")
+        if "_parameters_" not in name and "_buffers_" not in name:  # not a module's own tensor (static by default)
+            argument = re.sub(r"^(args|kwargs)_(\w+)$", r"\1[\2]", name.removeprefix("l_").removesuffix("_"))
+            said.append(f"{argument}: [{', '.join(shape)}]")  # as the user wrote it: l_x_ is x, l_args_0_ args[0]
     return said
 
 

@@ -1,8 +1,6 @@
 """Probe for ``torch._dynamo``: its compile callbacks, compilation metrics, graph-break counters and log records
-(read through :mod:`telemetry_jit.compat.torch`) become :class:`CompileRecord` objects. The start and end
-callbacks bracket every compile (the graph-break counter grows only inside them); ``CompilationMetrics`` are
-appended *after* the end callback. The probe only observes: whoever reads it calls :meth:`DynamoProbe.poll`, which
-does no work per training step beyond noticing that nothing changed."""
+(through :mod:`telemetry_jit.compat.torch`) become :class:`CompileRecord` objects. The callbacks bracket every
+compile (the graph-break counter grows only inside them); ``CompilationMetrics`` come *after* the end callback."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from telemetry_jit.boundary import call_site
 from telemetry_jit.breaks import is_restart_note
@@ -23,14 +21,6 @@ from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, Co
 from telemetry_jit.terminal import shown
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
-
-
-class WindowMeter(Protocol):
-    """Measures what a compile costs the host between its start and end callbacks (recording.resources)."""
-
-    def begin(self) -> Any: ...
-
-    def end(self, window: Any) -> CompileResources | None: ...
 
 
 @dataclass
@@ -54,7 +44,7 @@ class DynamoProbe:
         context: Callable[[], CompileContext] | None = None,
         on_compile_start: Callable[[str], None] | None = None,
         on_compile_end: Callable[[CompileResources | None], None] | None = None,
-        meter: WindowMeter | None = None,
+        meter: Any = None,  # recording.resources' meter: begin() at the start callback, end(begun) at the end
     ) -> None:
         self._context = context
         self._meter = meter
@@ -125,9 +115,8 @@ class DynamoProbe:
             torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
 
     def has_news(self) -> bool:
-        """Whether :meth:`poll` has something to do: torch recorded a compile since the last poll, or
-        ``torch._dynamo.reset()`` cleared the callbacks. Cheap: called at every training step, it calls no
-        torch function (torch clears and appends to these containers in place)."""
+        """Whether torch recorded a compile since the last :meth:`poll`, or ``torch._dynamo.reset()`` cleared the
+        callbacks. Called every step: it calls no torch function (torch changes these containers in place)."""
         metrics = self._metrics
         if self._collected or (metrics and metrics[-1] is not self._last_metric):
             return True

@@ -2,8 +2,7 @@
 hashed into it (torch 2.8 - 2.15), from ``ChromiumEventLogger.log_instant_event`` (``autograd_cache_<state>``,
 ``fx_graph_cache_<state>``; a part is a line ``[<hash>] <name>: <value>``). torch >= 2.13 computes AOTAutograd's
 parts only while its logger is open to DEBUG (the dynamo probe's log tap opens it); torch 2.8 - 2.12 send its
-event after compiling the graph it missed, so a miss is also read from torch's log (:func:`read_log`).
-"""
+event after compiling the graph it missed, so a miss is also read from torch's log (:func:`read_log`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Where a compile's time went by torch's own timers: every ``dynamo_timed`` region appends its seconds to
-``torch._dynamo.utils.compilation_time_metrics`` (name -> list), so the entries a compile added are its own
-(regions named alike in torch 2.8 - 2.15; a release without one gives no figure for it).
-"""
+"""Where a compile's time went by torch's own timers: every ``dynamo_timed`` region (named alike in torch 2.8 - 2.15)
+appends its seconds to ``torch._dynamo.utils.compilation_time_metrics``, so the entries a compile added are its own."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Lightning's internals telemetry-jit reads: the step its loggers log at, its counter of optimizer steps,
-whether the running batch is its epoch's last."""
+"""Lightning's internals telemetry-jit reads: its loggers' step, its optimizer-step counter, an epoch's last batch."""
 
 from __future__ import annotations
 
@@ -14,8 +13,7 @@ def logging_step(trainer: pl.Trainer) -> int:
 
 
 def is_last_batch(trainer: pl.Trainer) -> bool:
-    """Whether the running batch is its epoch's last, as Lightning knows by fetching ahead (a loader without a
-    length too); ``False`` where Lightning does not say."""
+    """Whether the running batch is its epoch's last, as Lightning knows, fetching ahead (loaders of no length too)."""
     loop: Any = trainer._active_loop  # fit, evaluation or prediction loop
     loop = getattr(loop, "epoch_loop", loop)  # fit: its training epoch loop
     return getattr(getattr(loop, "batch_progress", None), "is_last_batch", False) is True

@@ -1,9 +1,6 @@
-"""The torch adapter: every internal of ``torch._dynamo`` that telemetry-jit reads, for torch 2.8 - 2.15.
-
-Each fact comes from the most stable surface torch offers: compile callbacks, ``CompilationMetrics``, dynamo's
-counters, and only where nothing else names it, a log record or dynamo's ``_compile`` frame. A fact this torch
-does not expose is listed in :data:`UNAVAILABLE` and marked on every span, never recorded as an empty value.
-"""
+"""The torch adapter: every internal of ``torch._dynamo`` that telemetry-jit reads, for torch 2.8 - 2.15, from the
+most stable surface torch offers (compile callbacks, ``CompilationMetrics``, counters; only where nothing else names
+it, a log record or dynamo's ``_compile`` frame). A fact this torch lacks is listed in :data:`UNAVAILABLE`."""
 
 from __future__ import annotations
 

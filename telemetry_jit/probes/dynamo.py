@@ -326,8 +326,7 @@ class DynamoProbe:
 
 
 def _stack(callers: tuple[str, ...], traced: tuple[str, ...], location: str) -> tuple[str, ...]:
-    """The frames that led to a graph break, outermost first, each once: the compiled frame's callers,
-    the line dynamo was tracing in it, the line that broke."""
+    """The frames that led to a graph break, each once: the compiled frame's callers, the traced line, the break."""
     return tuple(frame for frame, _ in itertools.groupby(f for f in (*callers, *traced, location) if f))
 
 

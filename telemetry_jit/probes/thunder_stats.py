@@ -103,8 +103,7 @@ def sources_in(model: torch.nn.Module) -> list[ThunderSource]:
 
 
 class ThunderWatch:
-    """A thunder backend's :class:`~telemetry_jit.probes.backends.Observer` of its compilations (of ``kind``) on
-    the models it is shown."""
+    """A thunder backend's :class:`~telemetry_jit.probes.backends.Observer` of its ``kind`` of compilations."""
 
     def __init__(self, kind: type[ThunderSource] = ThunderSource) -> None:
         self._kind = kind

@@ -225,9 +225,8 @@ def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool
 
 
 def _options(frame: FrameType | None, backend: Any) -> dict[str, str | bool]:
-    """The options a compile runs with: ``dynamic`` (``"true"``, ``"false"`` or torch's default ``"auto"``),
-    ``fullgraph`` and, for inductor, ``mode``. Read while dynamo compiles: torch.compile patches ``dynamic``
-    into dynamo's config around the call; ``fullgraph`` is ``_compile``'s ``one_graph``."""
+    """``dynamic`` (``"true"``, ``"false"`` or ``"auto"``: torch.compile patches dynamo's config around the call),
+    ``fullgraph`` (``_compile``'s ``one_graph``) and, for inductor, ``mode`` of the compile running."""
     config = torch._dynamo.config
     dynamic = "true" if not config.assume_static_by_default else "auto" if config.automatic_dynamic_shapes else "false"
     options: dict[str, str | bool] = {"dynamic": dynamic}

@@ -35,9 +35,8 @@ class _Window:
 
 
 class DynamoProbe:
-    """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`. ``context`` is asked, and
-    ``on_compile_start`` told what compiles in words, as a compile begins; ``on_compile_end`` is told what
-    ``meter`` measured of it as it ends. Exceptions in any of them are caught: telemetry must never break a compile."""
+    """Observes torch._dynamo compiles from :meth:`attach` to :meth:`detach`: calls ``context``, ``on_compile_start``
+    (what compiles, in words) as one begins, ``on_compile_end`` (what ``meter`` measured) as it ends; never raises."""
 
     def __init__(
         self,

@@ -39,15 +39,10 @@ def global_step_counter(trainer: pl.Trainer) -> StepCounter:
     """Lightning's tracker of optimizer steps, whose ``completed`` is ``trainer.global_step`` (one attribute read
     a batch instead of four properties), else the property. Taken at each loop's first batch: the module decides
     which tracker counts, and a restored checkpoint fills them before that."""
-    loop: Any = getattr(getattr(trainer, "fit_loop", None), "epoch_loop", None)
+    loop = trainer.fit_loop.epoch_loop
     module = trainer.lightning_module
-    try:
-        if module is None or module.automatic_optimization:
-            counter = loop.automatic_optimization.optim_progress.optimizer.step.total
-        else:
-            counter = loop.manual_optimization.optim_step_progress.total
-    except AttributeError:
-        return _GlobalStepProperty(trainer)
-    if getattr(counter, "completed", None) != trainer.global_step:
-        return _GlobalStepProperty(trainer)
-    return counter
+    if module is None or module.automatic_optimization:
+        counter: StepCounter = loop.automatic_optimization.optim_progress.optimizer.step.total
+    else:
+        counter = loop.manual_optimization.optim_step_progress.total
+    return counter if counter.completed == trainer.global_step else _GlobalStepProperty(trainer)

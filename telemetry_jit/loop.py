@@ -79,15 +79,14 @@ class CompileTelemetry:
     def _start(self) -> None:
         session = self._driver.resolve()
         self._steps = 0
-        if not session.recording:
-            if not (session.inert or session.ended):
-                warn_once(
-                    "loop not configured",
-                    "telemetry-jit: the telemetry provider is not configured, so compilations are only counted. "
-                    "Call telemetry_jit.configure(app_name, file=...) first.",
-                )
-        else:
+        if session.recording:
             self._owns_application = session.start_application()
+        elif not (session.inert or session.ended):
+            warn_once(
+                "loop not configured",
+                "telemetry-jit: the telemetry provider is not configured, so compilations are only counted. "
+                "Call telemetry_jit.configure(app_name, file=...) first.",
+            )
         self._driver.start(lambda: Position(self.global_step, self.stage), rank=self._rank, model=self.model)
         if self.payoff_settings is not None:
             self._driver.payoff_started(self.payoff_settings)

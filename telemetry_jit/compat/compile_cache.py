@@ -1,14 +1,8 @@
-"""torch's compile-cache look-ups as they happen: which cache, hit, miss or bypass, the key and the parts
-torch hashed into it (torch 2.8 - 2.15).
-
-Every release hands each look-up of AOTAutograd's and inductor's FX graph cache whole to
-``ChromiumEventLogger.log_instant_event`` (``autograd_cache_<state>``, ``fx_graph_cache_<state>``); a part is a
-line ``[<hash>] <name>: <value>``. torch >= 2.13 computes AOTAutograd's parts only while its logger is open to
-DEBUG (the dynamo probe's log tap opens it); torch 2.8 - 2.12 make AOTAutograd's event after compiling the graph
-it missed, so a miss is also read from torch's log (:func:`read_log`), where it is said before compiling.
-A hit whose key ``torch.compiler.load_cache_artifacts`` loaded (``CacheArtifactManager.populate_caches``) is
-:attr:`Lookup.loaded`.
-"""
+"""torch's compile-cache look-ups as they happen: which cache, hit, miss or bypass, the key and the parts torch
+hashed into it (torch 2.8 - 2.15), from ``ChromiumEventLogger.log_instant_event`` (``autograd_cache_<state>``,
+``fx_graph_cache_<state>``; a part is a line ``[<hash>] <name>: <value>``). torch >= 2.13 computes AOTAutograd's
+parts only while its logger is open to DEBUG (the dynamo probe's log tap opens it); torch 2.8 - 2.12 send its
+event after compiling the graph it missed, so a miss is also read from torch's log (:func:`read_log`)."""
 
 from __future__ import annotations
 
@@ -152,8 +146,7 @@ def _tell(event_name: str, metadata: Any) -> None:
         pass
 
 
-def _tell_lookup(lookup: Lookup | None) -> None:
-    """Its callers catch what a listener raises."""
+def _tell_lookup(lookup: Lookup | None) -> None:  # its callers catch what a listener raises
     if lookup is not None:
         for listener in list(_listeners):
             listener(lookup)

@@ -1,7 +1,5 @@
-"""Where a compile's time went by torch's own timers: every ``dynamo_timed`` region appends its seconds to
-``torch._dynamo.utils.compilation_time_metrics`` (name -> list), so the entries a compile added are its own
-(regions named alike in torch 2.8 - 2.15; a release without one gives no figure for it).
-"""
+"""Where a compile's time went by torch's own timers: every ``dynamo_timed`` region (named alike in torch 2.8 - 2.15)
+appends its seconds to ``torch._dynamo.utils.compilation_time_metrics``, so the entries a compile added are its own."""
 
 from __future__ import annotations
 
@@ -19,13 +17,12 @@ _CACHE_LOAD = "AOTAutogradCache.inductor_load"  # holds the kernel loads of a wa
 
 def features() -> list[str]:
     """What this torch offers against a warm start's residual, by ``torch.compiler``'s functions."""
-    compiler = torch.compiler
     offered = {
-        "set_stance": hasattr(compiler, "set_stance"),
-        "cache_artifacts": hasattr(compiler, "save_cache_artifacts") and hasattr(compiler, "load_cache_artifacts"),
-        "aot_compile": hasattr(compiler, "load_compiled_function"),
+        "set_stance": ("set_stance",),
+        "cache_artifacts": ("save_cache_artifacts", "load_cache_artifacts"),
+        "aot_compile": ("load_compiled_function",),
     }
-    return [name for name, present in offered.items() if present]
+    return [name for name, functions in offered.items() if all(hasattr(torch.compiler, f) for f in functions)]
 
 
 def snapshot() -> dict[str, int]:

@@ -1,8 +1,6 @@
 """What the host says about this process and its children: CPU time, resident memory, the memory it may use
-(Linux ``/proc`` and cgroups; elsewhere every reading is ``None`` or empty).
-
-Nothing here resets a peak counter (``VmHWM``, torch's ``max_memory_allocated``): a user's own figure would shrink.
-"""
+(Linux ``/proc`` and cgroups; elsewhere every reading is ``None`` or empty). Nothing here resets a peak counter
+(``VmHWM``, torch's ``max_memory_allocated``): a user's own figure would shrink."""
 
 from __future__ import annotations
 
@@ -25,14 +23,13 @@ ON_LINUX = sys.platform.startswith("linux") and Path("/proc/self/stat").exists()
 
 @dataclass(frozen=True)
 class Child:
-    """A process below this one, as ``/proc/<pid>/stat`` says (CPU seconds with its reaped children's; start in
-    clock ticks since boot)."""
+    """A process below this one, as ``/proc/<pid>/stat`` says."""
 
     pid: int
     parent: int
-    cpu_s: float
+    cpu_s: float  # with its reaped children's
     rss_bytes: int
-    started: int
+    started: int  # in clock ticks since boot
 
 
 _statm: tuple[int, int] | None = None  # (pid, descriptor): /proc/self/statm kept open, read with pread
@@ -76,8 +73,7 @@ def child(pid: int) -> Child | None:
 
 
 class ChildWatch:
-    """The processes below this one: each :meth:`update` lists ``/proc`` and reads only the new ones (the kernel
-    here keeps no ``children`` lists)."""
+    """The processes below this one: :meth:`update` lists ``/proc``, reads only new ones (no ``children`` lists)."""
 
     def __init__(self) -> None:
         self.root = os.getpid()

@@ -41,8 +41,7 @@ class _DisableWatch(logging.Handler):
 
 
 def when_disabled(said: Callable[[str], None]) -> None:
-    """Call ``said(error)`` when nv-one-logger disables itself after an error in its own code (its error strategy
-    says so only in its log file). Replaces an earlier watch."""
+    """Call ``said(error)`` when nv-one-logger disables itself (only its log says so); replaces an earlier watch."""
     logger = logging.getLogger("nv_one_logger")  # its modules' loggers propagate here
     for handler in [h for h in logger.handlers if isinstance(h, _DisableWatch)]:
         logger.removeHandler(handler)
@@ -76,8 +75,8 @@ def is_exported(recorder: DefaultRecorder, span: Any) -> bool:
 
 
 def export_each(recorder: DefaultRecorder, span: S, deliver: Callable[[Exporter, S], None]) -> None:
-    """``deliver(exporter, span)`` for each of the recorder's exporters, through its export filter and
-    per-exporter error handling (a span recorded after it ended, handed over whole)."""
+    """``deliver(exporter, span)`` (a span recorded after it ended, whole) for each of the recorder's exporters,
+    through its export filter and per-exporter error handling."""
     if not is_exported(recorder, span):
         return
     for exporter in recorder._exporters:
@@ -95,8 +94,7 @@ def is_running(span: Span) -> bool:
 
 
 def forget_configuration() -> None:
-    """Forget the process's nv-one-logger configuration (it allows one per process; tests and benchmarks need
-    several): the next ``instance()`` is unconfigured."""
+    """Forget the process's nv-one-logger configuration (one per process; tests and benchmarks need several)."""
     from nv_one_logger.core.internal.singleton import SingletonMeta
 
     SingletonMeta._instances.clear()

@@ -1,9 +1,6 @@
-"""The lightning-thunder adapter: importing it on the torch versions users have, and its compilers.
-
-lightning-thunder 0.2.6 lists torch's named-tensor methods in its op table at import; torch 2.13 removed them.
-Only when they are missing, :func:`import_thunder` adds stand-ins that raise, imports thunder, and removes them
-again. A thunder that still cannot import (torch 2.14) fails with the same clear error every time.
-"""
+"""The lightning-thunder adapter: importing it on the torch versions users have, and its compilers. thunder 0.2.6
+lists torch's named-tensor methods in its op table at import; torch 2.13 removed them: :func:`import_thunder` adds
+stand-ins that raise only for the import. A thunder that still cannot import fails with one clear error each time."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""The torch adapter: every internal of ``torch._dynamo`` that telemetry-jit reads, for torch 2.8 - 2.15.
-
-Each fact comes from the most stable surface torch offers: compile callbacks, ``CompilationMetrics``, dynamo's
-counters, and only where nothing else names it, a log record or dynamo's ``_compile`` frame. A fact this torch
-does not expose is listed in :data:`UNAVAILABLE` and marked on every span, never recorded as an empty value.
-"""
+"""The torch adapter: every internal of ``torch._dynamo`` that telemetry-jit reads, for torch 2.8 - 2.15, from the
+most stable surface torch offers (compile callbacks, ``CompilationMetrics``, counters; only where nothing else names
+it, a log record or dynamo's ``_compile`` frame). A fact this torch lacks is listed in :data:`UNAVAILABLE`."""
 
 from __future__ import annotations
 
@@ -14,7 +11,7 @@ import logging
 import re
 import sys
 import types
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from types import CodeType, FrameType
 from typing import Any, Literal, TypeVar
 
@@ -60,24 +57,24 @@ def remove_compile_callbacks(on_start: Callback, on_end: Callback) -> None:
 
 
 def compile_start_callbacks() -> Sequence[Callback]:
-    """torch's live list of start callbacks (read it, do not change it): cheap to check every step."""
-    return callback_handler.start_callbacks
+    return callback_handler.start_callbacks  # torch's live list (read it, do not change it): cheap every step
+
+
+_TRIGGERS: dict[Any, Literal["dynamo", "lazy_backward"]] = {
+    CallbackTrigger.DYNAMO: "dynamo",  # a frame compile
+    CallbackTrigger.LAZY_BACKWARD: "lazy_backward",  # its backward graph, compiled at the first backward
+}
 
 
 def callback_trigger(args: Any) -> Literal["dynamo", "lazy_backward"] | None:
-    """``"dynamo"`` (a frame compile), ``"lazy_backward"`` (its backward graph, compiled at the first
-    backward) or ``None`` for what is not a compilation (runtime autotuning, CUDA-graph recording)."""
-    trigger = args.callback_trigger
-    if trigger == CallbackTrigger.DYNAMO:
-        return "dynamo"
-    return "lazy_backward" if trigger == CallbackTrigger.LAZY_BACKWARD else None
+    """What compiles, ``None`` for what is not a compilation (runtime autotuning, CUDA-graph recording)."""
+    return _TRIGGERS.get(args.callback_trigger)
 
 
 # -- compiling a module in place -------------------------------------------------------------------
 def compile_in_place(module: torch.nn.Module, **torch_kwargs: Any) -> None:
-    """Compile ``module`` where it is (``state_dict`` keys unchanged): ``module.compile(**torch_kwargs)``, or, for
-    torch's own layers (whose ``forward`` dynamo skips), a function of ours per layer class that calls it: each
-    class compiles as its own frame on every release, its instances share it."""
+    """``module.compile(**torch_kwargs)`` (``state_dict`` keys unchanged); for torch's own layers (whose ``forward``
+    dynamo skips) a function of ours per layer class: its own frame on every release, shared by its instances."""
     if not forward_is_skipped(module):
         module.compile(**torch_kwargs)
         return
@@ -89,8 +86,7 @@ def compile_in_place(module: torch.nn.Module, **torch_kwargs: Any) -> None:
 
 
 def check_compile_arguments(**torch_kwargs: Any) -> None:
-    """Raise what ``torch.compile(**torch_kwargs)`` raises for bad arguments, compiling nothing (torch checks
-    them when it wraps a function)."""
+    """Raise what ``torch.compile(**torch_kwargs)`` raises for bad arguments, compiling nothing."""
     torch.compile(lambda: None, **torch_kwargs)
 
 
@@ -126,8 +122,7 @@ LAYER_FRAMES: dict[str, str] = {}  # "Linear.forward" -> where the class's forwa
 
 
 def _layer_call(cls: type) -> Callable[..., Any]:
-    """:func:`_calls_its_module` with its own code object named ``<Class>.forward``: dynamo keeps compiled code
-    per code object, and names the frame by it."""
+    """:func:`_calls_its_module` as its own code object ``<Class>.forward``: dynamo keys and names frames by it."""
     name = f"{cls.__name__}.forward"
     forward = getattr(getattr(cls, "forward", None), "__code__", None)
     LAYER_FRAMES[name] = f"{forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
@@ -164,27 +159,17 @@ def set_compiled_call(module: torch.nn.Module, call: Callable[..., Any] | None) 
 
 # -- what torch counted --------------------------------------------------------------------------
 def compilation_metrics() -> Sequence[Any]:
-    """torch's own list of ``CompilationMetrics``, newest last (the live deque: cheap to peek at)."""
-    return _dynamo_utils._compilation_metrics
+    return _dynamo_utils._compilation_metrics  # torch's CompilationMetrics, newest last (the live deque)
 
 
 def graph_break_counts() -> dict[str, int]:
-    """``counters["graph_break"]``: graph-break reason -> how often dynamo counted it."""
-    return _dynamo_utils.counters["graph_break"]
+    return _dynamo_utils.counters["graph_break"]  # graph-break reason -> how often dynamo counted it
 
 
 def recompile_reason_in_progress() -> str:
     """torch's reason for the recompile now running, before its CompilationMetrics exist."""
     context = _dynamo_utils.get_metrics_context()
     return str(getattr(context, "_metrics", {}).get("recompile_reason") or "")
-
-
-def recompile_reasons_in_progress() -> tuple[str, ...]:
-    """Why each of the frame's cache entries refused the call now recompiling (torch's ``guard_failures``);
-    empty outside a recompile."""
-    frame = _compile_frame(sys._getframe(1))
-    code = frame.f_locals.get("code") if frame is not None else None
-    return last_recompiles_reasons(_dynamo_utils.guard_failures.get(code, ()) if code is not None else ())
 
 
 def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
@@ -202,21 +187,22 @@ def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
     return tuple(reversed(reasons))
 
 
-def recompile_limit(failure: str = "") -> tuple[str, int | str]:
-    """The limit a frame hit, as torch's ``failure`` text names it, and its value: ``recompile_limit`` or
-    ``accumulated_recompile_limit``."""
+def recompile_limit(failure: str = "") -> tuple[str, int]:
+    """``recompile_limit`` or ``accumulated_recompile_limit``, as torch's ``failure`` text names it, and its value."""
     name = "accumulated_recompile_limit" if "accumulated" in failure.lower() else "recompile_limit"
-    limit = getattr(torch._dynamo.config, name, None)
-    return name, int(limit) if limit is not None else "?"
+    return name, int(getattr(torch._dynamo.config, name))
 
 
 # -- the compile in progress ---------------------------------------------------------------------
-def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool]]:
-    """The backend name, the frame (:func:`frame_where`) and the options (:func:`_options`) of the compile in
-    progress, from dynamo's ``_compile`` frame (its arguments alike from 2.8 to 2.15)."""
-    frame = _compile_frame(sys._getframe(1))
+def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool], tuple[str, ...], tuple[str, ...]]:
+    """The backend name, the frame (:func:`frame_where`), the options (:func:`_options`), the callers (``file:line``,
+    outermost first, dynamo's left out) and why each cache entry refused the call (torch's ``guard_failures``) of
+    the compile in progress, from dynamo's ``_compile`` frame (its arguments alike from 2.8 to 2.15)."""
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None and not (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
+        frame = frame.f_back
     if frame is None:
-        return "", None, _options(None, None)
+        return "", None, _options(None, None), (), ()
     backend = frame.f_locals["compiler_fn"]
     while hasattr(backend, "_torchdynamo_orig_backend"):  # torch >= 2.10's eval_frame.innermost_backend (2.8 lacks it)
         backend = backend._torchdynamo_orig_backend
@@ -227,13 +213,20 @@ def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool
         if isinstance(code, CodeType)
         else None
     )
-    return str(name or type(backend).__name__), where, _options(frame, backend)
+    callers: list[str] = []
+    caller: FrameType | None = frame
+    while caller is not None and len(callers) < 48:
+        if "/torch/_dynamo/" not in caller.f_code.co_filename.replace("\\", "/"):
+            callers.append(f"{caller.f_code.co_filename}:{caller.f_lineno}")
+        caller = caller.f_back
+    failures = _dynamo_utils.guard_failures.get(code, ()) if code is not None else ()
+    name = str(name or type(backend).__name__)
+    return name, where, _options(frame, backend), tuple(reversed(callers)), last_recompiles_reasons(failures)
 
 
 def _options(frame: FrameType | None, backend: Any) -> dict[str, str | bool]:
-    """The options a compile runs with: ``dynamic`` (``"true"``, ``"false"`` or torch's default ``"auto"``),
-    ``fullgraph`` and, for inductor, ``mode``. Read while dynamo compiles: torch.compile patches ``dynamic``
-    into dynamo's config around the call; ``fullgraph`` is ``_compile``'s ``one_graph``."""
+    """``dynamic`` (``"true"``, ``"false"`` or ``"auto"``: torch.compile patches dynamo's config around the call),
+    ``fullgraph`` (``_compile``'s ``one_graph``) and, for inductor, ``mode`` of the compile running."""
     config = torch._dynamo.config
     dynamic = "true" if not config.assume_static_by_default else "auto" if config.automatic_dynamic_shapes else "false"
     options: dict[str, str | bool] = {"dynamic": dynamic}
@@ -258,34 +251,12 @@ def _inductor_mode(settings: dict[str, Any]) -> str:
     return max(found, key=lambda mode: len(list_mode_options(mode)), default="default")
 
 
-def _compile_frame(frame: FrameType | None, depth: int = 48) -> FrameType | None:
-    """dynamo's ``_compile`` frame above ``frame``, if it is within ``depth`` frames."""
-    for _ in range(depth):
-        if frame is None or (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
-            return frame
-        frame = frame.f_back
-    return None
-
-
-def compile_callers(limit: int = 48) -> tuple[str, ...]:
-    """The frames that called the frame being compiled (``file:line``, outermost first, dynamo's left out)."""
-    frame = _compile_frame(sys._getframe(1), depth=sys.getrecursionlimit())
-    callers: list[str] = []
-    while frame is not None and len(callers) < limit:
-        if "/torch/_dynamo/" not in frame.f_code.co_filename.replace("\\", "/"):
-            callers.append(f"{frame.f_code.co_filename}:{frame.f_lineno}")
-        frame = frame.f_back
-    return tuple(reversed(callers))
-
-
 def traced_stack() -> tuple[str, ...]:
     """Where dynamo is tracing now (``file:line``, outermost first); empty outside a trace."""
     from torch._guards import TracingContext
 
     context = TracingContext.try_get()
-    if context is None:
-        return ()
-    return tuple(f"{summary.filename}:{summary.lineno}" for summary in context.extract_stack())
+    return tuple(f"{frame.filename}:{frame.lineno}" for frame in (context.extract_stack() if context else ()))
 
 
 def frames_compiled() -> int:
@@ -335,13 +306,11 @@ def current_compile_id() -> str:
     return "" if compile_id is None else str(compile_id)
 
 
-@contextlib.contextmanager
-def eager_graph_modules() -> Iterator[None]:
+def eager_graph_modules() -> contextlib.AbstractContextManager[None]:
     """GraphModules built inside generate their code at once: thunder's interpreter cannot trigger the lazy way."""
     from torch.fx._lazy_graph_module import _use_lazy_graph_module
 
-    with _use_lazy_graph_module(False):
-        yield
+    return _use_lazy_graph_module(False)
 
 
 # -- compile ids: "<frame>/<attempt>", with prefixes for compiled autograd ("!0/1") and suffixes for restarts --
@@ -461,25 +430,16 @@ def input_shapes(metric: Any) -> list[str]:
     """The graph's input shapes as torch decided them (``x: [s77, 4]``: a symbol is a dynamic dimension), from
     ``CompilationMetrics.graph_node_shapes``, parameters and buffers left out; empty where torch lacks it."""
     shapes = getattr(metric, "graph_node_shapes", None)
-    if isinstance(shapes, str):
-        # torch writes the repr of every node's shape: megabytes for a large model, which parsing whole would
-        # cost the training step a second; only the inputs' entries are read
-        found: Iterator[tuple[Any, Any]] = (
-            (m[1], [d.strip().strip("'") for d in m[2].split(",") if d.strip()]) for m in _NODE_SHAPE.finditer(shapes)
-        )
-    elif isinstance(shapes, dict):
-        found = iter(shapes.items())
-    else:
-        return []
     said: list[str] = []
-    for name, shape in found:
+    # torch writes the repr of every node's shape: megabytes for a large model, which parsing whole would cost the
+    # training step a second; only the inputs' entries are read
+    for found in _NODE_SHAPE.finditer(shapes if isinstance(shapes, str) else ""):
+        name, shape = found[1], [dim.strip().strip("'") for dim in found[2].split(",") if dim.strip()]
         if len(said) == _MAX_INPUT_SHAPES:
             break
-        if not str(name).startswith("l_") or "_parameters_" in name or "_buffers_" in name:
-            continue  # an intermediate node, or a module's own tensor (static by default)
-        if isinstance(shape, list):  # named as the user wrote the argument: l_x_ is x, l_args_0_ args[0]
-            argument = re.sub(r"^(args|kwargs)_(\w+)$", r"\1[\2]", str(name).removeprefix("l_").removesuffix("_"))
-            said.append(f"{argument}: [{', '.join(str(dim) for dim in shape)}]")
+        if "_parameters_" not in name and "_buffers_" not in name:  # not a module's own tensor (static by default)
+            argument = re.sub(r"^(args|kwargs)_(\w+)$", r"\1[\2]", name.removeprefix("l_").removesuffix("_"))
+            said.append(f"{argument}: [{', '.join(shape)}]")  # as the user wrote it: l_x_ is x, l_args_0_ args[0]
     return said
 
 

@@ -1,6 +1,5 @@
-"""Compilers as plug-ins (README.md, "Compilers are plug-ins"), the built-in ones included: a backend compiles
-a module in place and may bring an observer of what its compiler did, polled beside torch._dynamo's probe.
-Found through the entry point group ``telemetry_jit.compilers`` or registered with :func:`register_backend`."""
+"""Compilers as plug-ins (README.md, "Compilers are plug-ins"), the built-in ones too: found through the entry point
+group ``telemetry_jit.compilers`` or registered with :func:`register_backend`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Probe for ``torch._dynamo``: its compile callbacks, compilation metrics, graph-break counters and log records
-(read through :mod:`telemetry_jit.compat.torch`) become :class:`CompileRecord` objects. The start and end
-callbacks bracket every compile (the graph-break counter grows only inside them); ``CompilationMetrics`` are
-appended *after* the end callback. The probe only observes: whoever reads it calls :meth:`DynamoProbe.poll`, which
-does no work per training step beyond noticing that nothing changed."""
+(through :mod:`telemetry_jit.compat.torch`) become :class:`CompileRecord` objects. The callbacks bracket every
+compile (the graph-break counter grows only inside them); ``CompilationMetrics`` come *after* the end callback."""
 
 from __future__ import annotations
 
@@ -10,7 +8,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from telemetry_jit.boundary import call_site
 from telemetry_jit.breaks import is_restart_note
@@ -25,14 +23,6 @@ from telemetry_jit.terminal import shown
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
 
 
-class WindowMeter(Protocol):
-    """Measures what a compile costs the host between its start and end callbacks (recording.resources)."""
-
-    def begin(self) -> Any: ...
-
-    def end(self, window: Any) -> CompileResources | None: ...
-
-
 @dataclass
 class _Window:
     """What the callbacks saw of one compile: its record so far, and the readings taken at its start."""
@@ -45,16 +35,15 @@ class _Window:
 
 
 class DynamoProbe:
-    """Observes torch._dynamo compiles between :meth:`attach` and :meth:`detach`. ``context`` is asked, and
-    ``on_compile_start`` told what compiles in words, as a compile begins; ``on_compile_end`` is told what
-    ``meter`` measured of it as it ends. Exceptions in any of them are caught: telemetry must never break a compile."""
+    """Observes torch._dynamo compiles from :meth:`attach` to :meth:`detach`: calls ``context``, ``on_compile_start``
+    (what compiles, in words) as one begins, ``on_compile_end`` (what ``meter`` measured) as it ends; never raises."""
 
     def __init__(
         self,
         context: Callable[[], CompileContext] | None = None,
         on_compile_start: Callable[[str], None] | None = None,
         on_compile_end: Callable[[CompileResources | None], None] | None = None,
-        meter: WindowMeter | None = None,
+        meter: Any = None,  # recording.resources' meter: begin() at the start callback, end(begun) at the end
     ) -> None:
         self._context = context
         self._meter = meter
@@ -125,9 +114,8 @@ class DynamoProbe:
             torch_compat.add_compile_callbacks(self._start_callback, self._end_callback)
 
     def has_news(self) -> bool:
-        """Whether :meth:`poll` has something to do: torch recorded a compile since the last poll, or
-        ``torch._dynamo.reset()`` cleared the callbacks. Cheap: called at every training step, it calls no
-        torch function (torch clears and appends to these containers in place)."""
+        """Whether torch recorded a compile since the last :meth:`poll`, or ``torch._dynamo.reset()`` cleared the
+        callbacks. Called every step: it calls no torch function (torch changes these containers in place)."""
         metrics = self._metrics
         if self._collected or (metrics and metrics[-1] is not self._last_metric):
             return True
@@ -143,12 +131,11 @@ class DynamoProbe:
             frame_id = torch_compat.compile_frame_id(args.compile_id)
             record = CompileRecord("dynamo", args.compile_id, trigger, 0, 0, backend=self._backends.get(frame_id, ""))
             if trigger == "dynamo":
-                record.backend, where, record.options = torch_compat.current_compile()
-                record.callers = torch_compat.compile_callers()
+                record.backend, where, record.options, record.callers, reasons = torch_compat.current_compile()
                 if torch_compat.compile_attempt(args.compile_id) > 0:
-                    record.recompile_reasons = torch_compat.recompile_reasons_in_progress()
+                    record.recompile_reasons = reasons
                     # torch's metrics name the most recent entry's reason; one entry may say more
-                    record.recompile_reason = telling_reason(record.recompile_reasons)
+                    record.recompile_reason = telling_reason(reasons)
                 self._backends[frame_id] = record.backend
                 if where is not None:  # one frame compiled for several modules names each compile's own
                     record.frame, record.location = self._frames[frame_id] = where
@@ -338,8 +325,7 @@ class DynamoProbe:
 
 
 def _stack(callers: tuple[str, ...], traced: tuple[str, ...], location: str) -> tuple[str, ...]:
-    """The frames that led to a graph break, outermost first, each once: the compiled frame's callers,
-    the line dynamo was tracing in it, the line that broke."""
+    """The frames that led to a graph break, each once: the compiled frame's callers, the traced line, the break."""
     return tuple(frame for frame, _ in itertools.groupby(f for f in (*callers, *traced, location) if f))
 
 

@@ -1,7 +1,5 @@
-"""Readers of torch's log records: the only place some facts of a compile are said (a graph break's user
-line, DDPOptimizer's buckets, why a compile cache was bypassed, a frame dynamo gave up on). Each tap opens
-its loggers while installed and reads every record first, leaving the user's console as it was; what a
-record means is parsed in :mod:`telemetry_jit.compat.torch`, so a reworded message is mended there."""
+"""Readers of torch's log records, the only place some facts of a compile are said (a graph break's user line,
+DDPOptimizer's buckets, a cache bypass, a frame dynamo gave up on); :mod:`telemetry_jit.compat.torch` parses them."""
 
 from __future__ import annotations
 
@@ -15,9 +13,8 @@ from telemetry_jit.compat import torch as torch_compat
 
 
 class LogTap(logging.Filter):
-    """Keeps what ``parse`` makes of each record of ``loggers`` while installed (``None``: nothing). Each logger
-    is opened down to ``level``; a filter (not a handler) reads every record, then lets through only what the
-    user's logging configuration would have shown (all of it where they enabled the logger, e.g. ``TORCH_LOGS``)."""
+    """Keeps what ``parse`` makes of each record of ``loggers`` (opened down to ``level``) while installed; a filter
+    (not a handler) reads every record, then lets through only what the user's logging would have shown."""
 
     def __init__(
         self, loggers: Sequence[logging.Logger], parse: Callable[[logging.LogRecord], Any], level: int = logging.INFO
@@ -61,15 +58,14 @@ def _graph_break(record: logging.LogRecord) -> tuple[str, str, tuple[str, ...]] 
 
 
 class GraphBreakLog(LogTap):
-    """``(location, reason, traced stack)`` from dynamo's ``graph_breaks`` log artifact, one per logged
-    break; the traced stack is where dynamo was tracing when it logged it (the compiled frame's line)."""
+    """``(location, reason, traced stack)`` per break in dynamo's ``graph_breaks`` artifact; the traced stack is
+    where dynamo was tracing as it logged it."""
 
     def __init__(self, loggers: Sequence[logging.Logger] = ()) -> None:
         super().__init__(loggers or torch_compat.graph_break_loggers(), _graph_break, logging.DEBUG)
 
     def take(self, reason: str) -> tuple[str, tuple[str, ...]]:
-        """Pop the first logged break whose text contains ``reason``'s first line: its location and the
-        traced stack (empty when none was logged)."""
+        """Pop the first logged break holding ``reason``'s first line: its location and traced stack (or empty)."""
         head = reason.strip().split("\n", 1)[0]
         for index, (location, text, traced) in enumerate(self.entries):
             if head in text:
@@ -96,8 +92,7 @@ def _cache_bypass(record: logging.LogRecord) -> str | None:
 
 
 def cache_bypass_log() -> LogTap:
-    """Why the FX graph or AOTAutograd cache was bypassed, from torch's INFO lines. Open down to DEBUG: there
-    torch 2.13 and later compute the parts of AOTAutograd's cache keys (8-10 ms a graph). Its records also tell
-    an AOTAutograd miss before the graph compiles (:func:`~telemetry_jit.compat.compile_cache.read_log`)."""
+    """Why the FX graph or AOTAutograd cache was bypassed (torch's INFO lines); open down to DEBUG, where torch
+    >= 2.13 computes AOTAutograd's key parts (8-10 ms a graph) and logs a miss before compiling (``read_log``)."""
     loggers = [logging.getLogger(name) for name in torch_compat.CACHE_BYPASS_LOGGERS]
     return LogTap(loggers, _cache_bypass, logging.DEBUG)

@@ -1,7 +1,5 @@
-"""Probe for thunder: after each call of a thunder-compiled function, a new cache miss in
-``thunder.compile_stats`` becomes a :class:`CompileRecord` with thunder's own timestamps (tracing start to
-the end of the host window that ran transforms). Compiling is :mod:`telemetry_jit.compilers`' job; each of
-its compilations is a :class:`ThunderSource` a :class:`ThunderWatch` finds on the model trained."""
+"""Probe for thunder: a new cache miss in ``thunder.compile_stats`` after a call becomes a :class:`CompileRecord`
+with thunder's own timestamps. :mod:`telemetry_jit.compilers` installs each :class:`ThunderSource` watched."""
 
 from __future__ import annotations
 
@@ -105,8 +103,7 @@ def sources_in(model: torch.nn.Module) -> list[ThunderSource]:
 
 
 class ThunderWatch:
-    """A thunder backend's :class:`~telemetry_jit.probes.backends.Observer` of its compilations (of ``kind``) on
-    the models it is shown."""
+    """A thunder backend's :class:`~telemetry_jit.probes.backends.Observer` of its ``kind`` of compilations."""
 
     def __init__(self, kind: type[ThunderSource] = ThunderSource) -> None:
         self._kind = kind

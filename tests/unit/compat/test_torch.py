@@ -167,6 +167,6 @@ def test_input_shapes_read_only_the_inputs_of_torchs_record_of_every_node() -> N
     )
     said = torch_compat.input_shapes(SimpleNamespace(graph_node_shapes=shapes))
     assert said == ["x: [s77, 4, s53]", "kwargs[mask]: [s77]"]
-    assert torch_compat.input_shapes(SimpleNamespace(graph_node_shapes={"l_y_": [2, 3], "relu": [2, 3]})) == [
+    assert torch_compat.input_shapes(SimpleNamespace(graph_node_shapes="{'l_y_': [2, 3], 'relu': [2, 3]}")) == [
         "y: [2, 3]"
     ]

@@ -1,7 +1,6 @@
 """telemetry-jit: compile telemetry for Lightning training with torch.compile and Lightning Thunder. Names are
 imported when first used: reading files never imports torch, Lightning, nv-one-logger or OpenTelemetry."""
 
-# ruff: noqa: F401  (the TYPE_CHECKING imports are the lazy names, whose __all__ is made from _MODULES)
 from __future__ import annotations
 
 import importlib
@@ -37,7 +36,37 @@ _MODULES = {
     "session": ("configure", "flush", "Session", "shutdown"),
 }
 _WHERE = {name: module for module, names in _MODULES.items() for name in names}
-__all__ = sorted(_WHERE)
+__all__ = [
+    "CompileConsole",
+    "CompilePayoffCallback",
+    "CompilerBackend",
+    "CompileRecord",
+    "CompileStats",
+    "CompileTelemetry",
+    "CompileTelemetryCallback",
+    "CompiledCodeRan",
+    "FabricCompileTelemetry",
+    "GraphBreak",
+    "JitConfig",
+    "JitEventName",
+    "JitSpanName",
+    "JitTransform",
+    "Payoff",
+    "PayoffSettings",
+    "Session",
+    "TimeEventCallback",
+    "compile_in_place",
+    "configure",
+    "dynamo_compile_id",
+    "flush",
+    "format_summary",
+    "hook_trainer_cls",
+    "read_telemetry",
+    "register_backend",
+    "resolve_root",
+    "select_modules",
+    "shutdown",
+]
 
 
 def __getattr__(name: str) -> Any:

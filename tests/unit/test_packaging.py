@@ -126,3 +126,14 @@ def test_unit_tests_mirror_the_source_tree() -> None:
         if not (roots.get(module.parts[0], ROOT / "telemetry_jit") / module).is_file():
             strays.append(str(relative))
     assert not strays, f"unit tests named for no module (move them beside their module's name): {strays}"
+
+
+def test_the_public_names_are_a_literal_all_that_type_checkers_read() -> None:
+    # mypy and pyright read only a literal __all__: a computed one leaves users' `from telemetry_jit import X`
+    # "not explicitly exported" under --strict
+    import telemetry_jit
+
+    tree = ast.parse(Path(telemetry_jit.__file__).read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__")
+    assert isinstance(node.value, ast.List)
+    assert sorted(element.value for element in node.value.elts) == sorted(telemetry_jit._WHERE)

@@ -60,7 +60,7 @@ class CompileTelemetryCallback(Callback):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the provider is per process: a spawned rank uses its own
-        return type(self), (None, *(getattr(self, name) for name in _SETTINGS))
+        return functools.partial(type(self), None, **{name: getattr(self, name) for name in _SETTINGS}), ()
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -181,7 +181,7 @@ def _has_tuner(trainer: pl.Trainer) -> bool:
     return any(isinstance(callback, (BatchSizeFinder, LearningRateFinder)) for callback in callbacks)
 
 
-_SETTINGS = ("console", "console_all_ranks", "skew_warning_s", "log_figures", "log_figures_per_rank")  # in order
+_SETTINGS = ("console", "console_all_ranks", "skew_warning_s", "log_figures", "log_figures_per_rank")
 _BATCH_COUNTS = {  # Lightning's stage -> the Trainer property counting its batches
     "train": "num_training_batches",
     "sanity_check": "num_sanity_val_batches",

@@ -3,6 +3,7 @@ loops and iterations, checkpoint saves, and the explicit ``on_*`` calls."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -81,7 +82,9 @@ class TimeEventCallback(Callback):
 
     def __reduce__(self) -> tuple[Any, ...]:
         # the session is per process: a spawned rank records through its own, found at setup
-        return type(self), (None, False, self.iteration_fast_path)
+        return functools.partial(
+            type(self), None, call_on_app_start=False, iteration_fast_path=self.iteration_fast_path
+        ), ()
 
     def _bookkeeping(self) -> IterationBookkeeping:
         """nv-one-logger's per-iteration calls, for the recorder of this configuration."""

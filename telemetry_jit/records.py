@@ -39,6 +39,11 @@ class GraphBreak:
     # the frames that led to the break, outermost first ("file:line"), where torch names them
     stack: tuple[str, ...] = ()
 
+    @property
+    def summary(self) -> str:
+        """The reason's first line, as spans and summaries show it."""
+        return self.reason.strip().split("\n", 1)[0]
+
     @cached_property
     def owner(self) -> str:
         return owner_of(self.location)

@@ -121,7 +121,7 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
 def graph_break_attributes(graph_break: GraphBreak) -> dict[str, AttributeValue]:
     text = graph_break.text
     attributes: dict[str, AttributeValue] = {
-        GraphBreakAttr.REASON: graph_break.reason.strip().split("\n", 1)[0],
+        GraphBreakAttr.REASON: graph_break.summary,
         GraphBreakAttr.REASON_FULL: graph_break.reason,
         GraphBreakAttr.LOCATION: graph_break.location,
         GraphBreakAttr.COUNTED_BY_TORCH: graph_break.counted_by_torch,

@@ -12,7 +12,7 @@ import random
 import re
 import socket
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, fields
+from dataclasses import fields
 from importlib import metadata
 from typing import Any
 
@@ -172,7 +172,7 @@ class OTLPExporter(BaseExporter):
         self.endpoint: str = traces.endpoint
         self.protocol: str = traces.protocol
         self._exporters: dict[str, Any] = (
-            {"traces": span_exporter} if span_exporter else checked_exporters(self.settings)
+            checked_exporters(self.settings) if span_exporter is None else {"traces": span_exporter}
         )
         self._log_filter = FailureTap()
         self._retrying = RetryingSpanExporter(
@@ -339,7 +339,7 @@ class OTLPExporter(BaseExporter):
 
     def _with_identity(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
         """``attributes`` as OTel values, with this process's rank, world size and node."""
-        return _attributes({**attributes, **asdict(self.identity.current())})
+        return _attributes({**attributes, **vars(self.identity.current())})  # not asdict: it deep-copies, every span
 
     def _start(self, name: str, parent: Span | None, start_ns: int, attributes: Mapping[str, Any]) -> trace.Span:
         while parent is not None and parent.id not in self._spans:

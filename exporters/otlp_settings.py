@@ -9,7 +9,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
 from urllib.parse import ParseResult, parse_qsl, unquote, urlencode, urlparse, urlunparse
 
@@ -201,7 +201,8 @@ class OTLPSettings:
             metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
         _check_sdk_variables()
         return cls(
-            options=options,
+            # a copy: the mapping the user passed may change after configure
+            options=replace(options, resource_attributes=dict(options.resource_attributes or {})),
             targets={"traces": traces, "metrics": _target(options, "metrics", traces)},
             flush_timeout_s=batch.get("export_timeout_millis", traces.timeout_s * 1000) / 1000,
             batch=batch,

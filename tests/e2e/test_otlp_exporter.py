@@ -679,7 +679,11 @@ def test_a_failed_fit_reaches_the_backend_as_opentelemetrys_exception_event(conf
 def test_a_span_exporter_of_the_users_own_carries_the_spans(configure, tmp_path: Path) -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    own = InMemorySpanExporter()  # a custom transport: any OpenTelemetry SpanExporter
+    class Holding(InMemorySpanExporter):  # a custom transport: any OpenTelemetry SpanExporter, even a falsy one
+        def __len__(self) -> int:
+            return len(self.get_finished_spans())
+
+    own = Holding()
     provider = configure(OTLPExporter(span_exporter=own, metrics=False))
     HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, provider, jit_config=JIT)
     HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net("print"), loader(8, 4))

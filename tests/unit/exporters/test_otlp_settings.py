@@ -409,3 +409,10 @@ def test_what_opentelemetrys_exporters_would_not_use_is_refused_as_they_are_buil
     monkeypatch.setenv(variable, value)
     with pytest.raises(OTLPSettingsError, match=f"{variable}={value!r}: OpenTelemetry's exporter would not use it"):
         OTLPExporter("http://127.0.0.1:4317", protocol=protocol)
+
+
+def test_resource_attributes_are_the_ones_given_not_a_later_change_of_the_users_mapping() -> None:
+    given = {"team": "vision"}
+    settings = resolve(resource_attributes=given)
+    given["team"] = "changed"
+    assert settings.options.resource_attributes == {"team": "vision"}

@@ -187,10 +187,12 @@ def last_recompiles_reasons(failures: Sequence[str]) -> tuple[str, ...]:
     return tuple(reversed(reasons))
 
 
-def recompile_limit(failure: str = "") -> tuple[str, int]:
-    """``recompile_limit`` or ``accumulated_recompile_limit``, as torch's ``failure`` text names it, and its value."""
+def recompile_limit(failure: str = "") -> tuple[str, int | str]:
+    """``recompile_limit`` or ``accumulated_recompile_limit``, as torch's ``failure`` text names it, and its value
+    (``"?"`` where a torch renamed it: the warning that the frame runs eagerly still goes out)."""
     name = "accumulated_recompile_limit" if "accumulated" in failure.lower() else "recompile_limit"
-    return name, int(getattr(torch._dynamo.config, name))
+    limit = getattr(torch._dynamo.config, name, None)
+    return name, int(limit) if limit is not None else "?"
 
 
 # -- the compile in progress ---------------------------------------------------------------------

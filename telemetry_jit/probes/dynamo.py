@@ -8,7 +8,7 @@ import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from telemetry_jit.boundary import call_site
 from telemetry_jit.breaks import is_restart_note
@@ -21,6 +21,14 @@ from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, Co
 from telemetry_jit.terminal import shown
 
 TORCH = call_site("torch.dynamo_probe", "reading what torch._dynamo compiled (its metrics, counters and callbacks)")
+
+
+class WindowMeter(Protocol):
+    """Measures what a compile costs the host between its start and end callbacks (recording.resources)."""
+
+    def begin(self) -> Any: ...
+
+    def end(self, window: Any) -> CompileResources | None: ...
 
 
 @dataclass
@@ -43,7 +51,7 @@ class DynamoProbe:
         context: Callable[[], CompileContext] | None = None,
         on_compile_start: Callable[[str], None] | None = None,
         on_compile_end: Callable[[CompileResources | None], None] | None = None,
-        meter: Any = None,  # recording.resources' meter: begin() at the start callback, end(begun) at the end
+        meter: WindowMeter | None = None,
     ) -> None:
         self._context = context
         self._meter = meter

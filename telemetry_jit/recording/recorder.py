@@ -113,7 +113,8 @@ class CompileRecorder:
     def _reset(self, where: Where) -> None:
         """A run's own state, fresh."""
         self._where, self.stats, self._started_at = where, CompileStats(), time.perf_counter()
-        self._batch_step, self._batch_stage = where().global_step, where().stage
+        position = where()
+        self._batch_step, self._batch_stage = position.global_step, position.stage
         self._batch_index: int | None = None
         self._classifier, self._first_steps = RecompileClassifier(), FirstSteps()
         self._fallback_cost = FallbackCostMeter()
@@ -164,7 +165,8 @@ class CompileRecorder:
     def _out_of_step(self, finding: Finding) -> None:
         """What the rank watcher found, said at once (its thread): on the console and as an event."""
         console = next((listener for listener in self.listeners if isinstance(listener, CompileConsole)), None)
-        say_line(console and console.print_fn or _log.warning, f"telemetry-jit: {finding.line}")
+        print_fn = console.print_fn if console is not None and console.print_fn is not None else _log.warning
+        say_line(print_fn, f"telemetry-jit: {finding.line}")
         recorder, parent = self._recorder(), self._watch_span
         if recorder is not None and parent is not None and nv_one_logger_compat.is_running(parent):
             span = out_of_step_span(finding.attributes(), finding.seconds if "stall" in finding.kind else 0.0, parent)
@@ -340,7 +342,8 @@ class CompileRecorder:
         recorder = self._recorder()
         if recorder is None:
             return None
-        span = next((s[-1] for name in LOOP_SPAN_NAMES if (s := recorder.get_active_spans_by_name(name))), None)
+        running = (spans[-1] for name in LOOP_SPAN_NAMES if (spans := recorder.get_active_spans_by_name(name)))
+        span = next(running, None)
         while span is not None and not nv_one_logger_compat.is_exported(recorder, span):
             span = span.parent_span
         return span

@@ -14,9 +14,11 @@ import errno
 import functools
 import json
 import os
+import secrets
 import stat
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -30,7 +32,7 @@ from typing_extensions import override
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import Notices
-from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, rank_file
+from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, RecordKey, rank_file
 
 from .finished import FinishedSpan, unix_ns
 
@@ -97,6 +99,11 @@ class FileExporter(BaseExporter):
         self._identity_version = -1  # the identity fields go on every record; refreshed when it changes
         self._stamp = ""  # the identity fields, encoded once: ',"run":...,"pid":...}' closes every record
         self._lock = threading.Lock()
+        # what proves the run whole (docs/reliability.md): every record carries this writer's id and its number in
+        # the writer's sequence (from 0, the run_start), and the last, run_end, counts what was written by kind
+        self.writer_id = secrets.token_hex(6)
+        self._seq = 0
+        self._written: Counter[str] = Counter()  # records appended, by kind
         self._whole: set[Any] = set()  # ids of spans written whole at export_start
         self.lost_records = 0  # records a failed write could not put in the file
         self._unreported_losses = 0
@@ -200,6 +207,10 @@ class FileExporter(BaseExporter):
                     "lost at close",
                     f"telemetry-jit: {self.lost_records} telemetry record(s) could not be written to {self.path}.",
                 )
+            if self.ready and self._fd is not None:
+                # the run's last word: what it wrote, by kind; a reader holding fewer knows what is missing
+                end = {"kind": "run_end", RecordKey.RECORDS: self._seq, RecordKey.WRITTEN: dict(self._written)}
+                self._append(self._line(end), end["kind"])
             self._give_up_fd()
             super().close()  # under the lock: a record waiting for it finds the exporter closed
 
@@ -213,24 +224,26 @@ class FileExporter(BaseExporter):
         """Append ``records`` in one write: all of them, or none (then they are counted as lost)."""
         if self._identity_version != self.identity.version:
             self._follow_identity()
-        lines = b"".join(self._line(record) for record in records)
+        bodies = [_encode(record)[:-1] for record in records]  # encoded outside the lock; numbered inside it
         with self._lock:
             if not self.ready:
                 raise ExportError(f"FileExporter({self.path}) is not open")
             self._reopen_if_gone()
             self._report_losses()
-            if self._fd is None or not self._append(lines):
+            lines = b"".join(self._stamped(body) for body in bodies)  # a lost record's number is a gap: it is missing
+            if self._fd is None or not self._append(lines, *(str(record["kind"]) for record in records)):
                 self.lost_records += len(records)
                 self._unreported_losses += len(records)
 
-    def _append(self, line: bytes) -> bool:
-        """Append whole lines, or leave the file as it was and say why."""
+    def _append(self, line: bytes, *kinds: str) -> bool:
+        """Append whole lines (records of ``kinds``, counted once written), or leave the file as it was and say why."""
         fd = self._fd
         assert fd is not None, "written only while open"
         written = 0
         try:
             while written < len(line):
                 written += os.write(fd, line[written:])
+            self._written.update(kinds)
             return True
         except OSError as error:
             if written:
@@ -247,12 +260,17 @@ class FileExporter(BaseExporter):
             return False
 
     def _line(self, record: dict[str, Any]) -> bytes:
-        return (_encode(record)[:-1] + self._stamp).encode()
+        """``record``'s line, numbered (under the lock: numbers follow the file's order)."""
+        return self._stamped(_encode(record)[:-1])
+
+    def _stamped(self, body: str) -> bytes:
+        seq, self._seq = self._seq, self._seq + 1
+        return f'{body},"{RecordKey.SEQ}":{seq}{self._stamp}'.encode()
 
     def _report_losses(self) -> bool:
         """Write the count of records lost since it was last written; whether none is left unwritten."""
         lost = self._unreported_losses
-        if lost and self._fd is not None and self._append(self._line({"kind": "records_lost", "count": lost})):
+        if lost and self._fd is not None and self._append(self._line({"kind": "records_lost", "count": lost}), "records_lost"):
             self._unreported_losses = 0
         return not self._unreported_losses
 
@@ -273,7 +291,7 @@ class FileExporter(BaseExporter):
                 f"telemetry-jit: {self.path} was deleted or moved while this run was writing it; "
                 "the records that follow go to a new file at the same path.",
             )
-            self._append(self._line({"kind": "moved_on", "detail": _MOVED_ON}))  # the moved file's last word
+            self._append(self._line({"kind": "moved_on", "detail": _MOVED_ON}), "moved_on")  # the moved file's last word
             self._give_up_fd()
             self._next_reopen = 0.0
         if time.monotonic() < self._next_reopen:
@@ -289,7 +307,7 @@ class FileExporter(BaseExporter):
                 "once it can be.",
             )
             return
-        self._append(self._line({**_RUN_START, "continues": _CONTINUES}))
+        self._append(self._line({**_RUN_START, "continues": _CONTINUES}), "run_start")
 
     def _open_file(self, path: Path) -> None:
         assert self._fd is None, "one descriptor at a time"
@@ -305,7 +323,8 @@ class FileExporter(BaseExporter):
         """Move to this rank's file once the process learns its rank, taking this run's records along."""
         self._identity_version = self.identity.version
         me = self.identity.current()
-        self._stamp = "," + _encode({"run": self.run_id, **asdict(me), "pid": os.getpid()})[1:] + "\n"
+        stamp = {RecordKey.WRITER: self.writer_id, "run": self.run_id, **asdict(me), "pid": os.getpid()}
+        self._stamp = "," + _encode(stamp)[1:] + "\n"
         target = rank_file(self.base_path, me.rank, me.world_size)
         with self._lock:
             if target == self.path or not self.ready:

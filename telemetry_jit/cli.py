@@ -103,7 +103,13 @@ def _parser() -> argparse.ArgumentParser:
     gate.add_argument(
         "--no-eager-fallback",
         action="store_true",
-        help="fail when a frame runs eagerly after the recompile limit or a failed compile",
+        help="fail when a frame runs eagerly after the recompile limit or a failed compile, compiling was switched "
+        "off, or compiled code never ran",
+    )
+    gate.add_argument(
+        "--no-early-stop",
+        action="store_true",
+        help="fail when a loop stopped before its length (max_time, should_stop, fast_dev_run, limit_train_batches)",
     )
     gate.add_argument(
         "--max-skew", type=float, metavar="S", dest="max_skew_s", help="ranks: seconds waited for the slowest in all"

@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING, ClassVar, TypeVar
 
 from telemetry_jit.breaks import BreakText, break_fix, owner_of, parse_break, user_location
 from telemetry_jit.causes import Classified
-from telemetry_jit.schema import CompiledBeforeAttr, FallbackAttr, NotCompiledAttr, PayoffAttr, ResourceAttr
+from telemetry_jit.schema import (
+    CompiledBeforeAttr,
+    FallbackAttr,
+    NotCompiledAttr,
+    NotRunAttr,
+    PayoffAttr,
+    ResourceAttr,
+    StopAttr,
+)
 from telemetry_jit.terminal import counted, frame_shown
 
 if TYPE_CHECKING:
@@ -399,6 +407,34 @@ class NotCompiled(_Event):
             f"validate, test or predict) and compile it {by_jit_transform}once, where the model is built (__init__): "
             f"`{target} = torch.compile({target})` (its state_dict keys gain `_orig_mod.`)"
         )
+
+
+@dataclass(frozen=True)
+class CompileNotRun(_Event):
+    """Compiled code that did not run: compiling switched off for the process (``TORCH_COMPILE_DISABLE=1``,
+    ``torch._dynamo.config.disable``), or a module compiled whose compiled code never ran (its forward is
+    ``torch.compiler.disable``-d, nothing called it, its compile failed)."""
+
+    NAMES = NotRunAttr
+
+    reason: str  # "disabled" or "never_ran"
+    module: str = ""  # the module whose compiled code never ran ("" where compiling was switched off for all)
+    detail: str = ""  # why, in words
+
+    def words(self) -> str:
+        if self.reason == "disabled":
+            return f"compiling was switched off ({self.detail}): every frame ran eagerly, nothing was compiled"
+        return f"the compiled code of {self.module or 'the model'} never ran ({self.detail}): it ran eagerly"
+
+
+@dataclass(frozen=True)
+class StoppedEarly(_Event):
+    """A loop that ended before the length it was given, and by what (``max_time``, ``should_stop``, ...)."""
+
+    NAMES = StopAttr
+
+    reason: str  # "max_time", "should_stop", "fast_dev_run", "limit_train_batches", "max_steps"
+    detail: str = ""  # in words, with the figures ("max_time 0:00:05 reached at step 12 of 40")
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,8 @@ class JitEventName(_Name):
     MODULE_NOT_COMPILED = "module_not_compiled"
     COMPILED_BEFORE_RUN = "compiled_before_run"
     TRAINED_NOTHING = "trained_nothing"  # a fit that returned without a training step (on the application span)
+    COMPILE_NOT_RUN = "compile_not_run"  # compiling was disabled, or a module's compiled code never ran
+    STOPPED_EARLY = "stopped_early"  # a loop ended before the length it was given (max_time, should_stop, ...)
 
 
 class CompileAttr:
@@ -316,7 +318,36 @@ LOOP_SPAN_NAMES = (
 
 # The JSON Lines file telemetry_jit.exporters.FileExporter writes; the reader refuses a newer version.
 FILE_FORMAT = "telemetry-jit"
-FILE_FORMAT_VERSION = 1
+FILE_FORMAT_VERSION = 2  # 2: every record numbered by its writer (RecordKey), the last, run_end, counting them
+NUMBERED_SINCE = 2  # the first format whose records prove a run whole (docs/reliability.md)
+
+
+class RecordKey:
+    """What every record of a file carries besides its own fields (format 2 on), and the counts of ``run_end``."""
+
+    WRITER: Final = "writer"  # the writer's id: one file exporter of one process
+    SEQ: Final = "seq"  # the record's number in its writer's sequence: 0 is its run_start
+    RECORDS: Final = "records"  # run_end: how many records were numbered before it
+    WRITTEN: Final = "written"  # run_end: the records written, by kind
+
+
+# call sites (boundary.call_site names) whose failure loses a record the file would have held: what each loses
+RECORD_LOSING_SITES: Final = {"nv_one_logger.export": "compile span", "nv_one_logger.event": "event"}
+
+
+class NotRunAttr:
+    """Attributes of ``compile_not_run`` events: compiling switched off, or compiled code that never ran."""
+
+    REASON: Final = "not_run.reason"  # "disabled" (TORCH_COMPILE_DISABLE, dynamo's config) or "never_ran"
+    MODULE: Final = "not_run.module"  # the module whose compiled code never ran ("" for the whole process)
+    DETAIL: Final = "not_run.detail"  # why, in words
+
+
+class StopAttr:
+    """Attributes of ``stopped_early`` events: what ended a loop before its length."""
+
+    REASON: Final = "stop.reason"  # "max_time", "should_stop", "fast_dev_run", "limit_train_batches", ...
+    DETAIL: Final = "stop.detail"  # in words, with the figures
 RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")  # what rank_file names, for readers
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from telemetry_jit.analysis.diff import EXPECTED, RunDiff, cause_words
 from telemetry_jit.analysis.fleet import fleets
-from telemetry_jit.analysis.runs import TelemetryRun
+from telemetry_jit.analysis.runs import TelemetryRun, missing_ranks
 from telemetry_jit.analysis.summary import RunSummary, summarize
 from telemetry_jit.analysis.text import fallback_line
 from telemetry_jit.causes import CAUSES
@@ -37,6 +37,7 @@ class Budget:
     max_skew_s: float | None = None  # ranks: seconds waited for the slowest rank, over every shared compile
     ranks_compile_alike: bool = False  # ranks: one compile sequence for every rank
     no_eager_fallback: bool = False  # no frame may run eagerly after the recompile limit or a failed compile
+    no_early_stop: bool = False  # the run must have run every loop to its length (no max_time, should_stop, ...)
 
     def __post_init__(self) -> None:
         """A budget below zero (or not a number) would be judged and mean nothing: refused, naming the option."""
@@ -72,7 +73,7 @@ def check(
         raise CannotTell(
             "no budget given, so nothing would be checked: pass at least one of --max-graph-breaks, "
             "--max-recompiles, --max-unexpected-recompiles, --max-compile-share, --no-new-graph-breaks, "
-            "--no-new-recompile-causes, --no-eager-fallback, --max-skew, --ranks-compile-alike."
+            "--no-new-recompile-causes, --no-eager-fallback, --no-early-stop, --max-skew, --ranks-compile-alike."
         )
     if not baselines and (budget.no_new_graph_breaks or budget.no_new_recompile_causes):
         option = "--no-new-graph-breaks" if budget.no_new_graph_breaks else "--no-new-recompile-causes"
@@ -85,10 +86,21 @@ def check(
                 raise Unfinished(f"{name} (rank {run.rank}) trained nothing: {status.detail}.")
             if status.finished or allow_incomplete:
                 continue
-            problem = Unfinished if status.state != "incomplete" else CannotTell  # records are missing: unseen
+            # records proven missing (named) make a run that did not finish; lines unread, a part moved away: unseen
+            problem = Unfinished if status.state != "incomplete" or status.missing else CannotTell
             raise problem(
                 f"{name} (rank {run.rank}) {status.state}: {status.detail}. Its figures cover part of a run; pass "
                 "--allow-incomplete to judge them anyway."
+            )
+    one_rank = len({run.rank for run in runs}) <= 1
+    if one_rank and (budget.max_skew_s is not None or budget.ranks_compile_alike):
+        raise CannotTell("--max-skew and --ranks-compile-alike compare ranks: pass every rank's file (or a folder).")
+    for name, checked in (("the run", runs), ("the baseline", baselines)):
+        absent = missing_ranks(checked)
+        if absent and not allow_incomplete:
+            raise Unfinished(
+                f"{name} is missing {'; '.join(absent)}. Its figures cover part of a job; pass --allow-incomplete "
+                "to judge the ranks given anyway."
             )
     by_rank = {run.rank: judged[id(run)] for run in baselines}
     broken = []
@@ -96,10 +108,8 @@ def check(
         prefix = f"rank {run.rank}: " if len(runs) > 1 else ""
         reference = by_rank.get(run.rank, judged[id(baselines[0])] if baselines else None)
         broken += [prefix + reason for reason in _check_one(judged[id(run)], budget, reference)]
-    if len({run.rank for run in runs}) > 1:
+    if not one_rank:
         broken += _check_fleet(runs, budget)
-    elif budget.max_skew_s is not None or budget.ranks_compile_alike:
-        raise CannotTell("--max-skew and --ranks-compile-alike compare ranks: pass every rank's file (or a folder).")
     return broken
 
 
@@ -132,6 +142,9 @@ def _check_one(new: RunSummary, budget: Budget, baseline: RunSummary | None) -> 
     if budget.no_eager_fallback:
         broken += [fallback_line(fallback, new.last_step) for fallback in new.fallbacks]
         broken += [found.words() for found in new.not_compiled]
+        broken += new.not_run
+    if budget.no_early_stop and new.status.stopped_early:
+        broken.append(f"the run stopped early: {new.status.stopped_early}")
     if budget.no_new_recompile_causes and baseline is not None:
         # as diff says them: a recompile the baseline met too (the same frame, stage, step and batch) under
         # another cause's name is no new one

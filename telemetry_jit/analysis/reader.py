@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from telemetry_jit.analysis.digest import RunDigest
-from telemetry_jit.analysis.runs import EventRecord, FileDamage, SpanRecord, TelemetryRun
+from telemetry_jit.analysis.runs import EventRecord, FileDamage, SpanRecord, TelemetryRun, WriterTally
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.notices import say
-from telemetry_jit.schema import FILE_FORMAT_VERSION, RANK_FILE, JitSpanName, TrainingSpanName
+from telemetry_jit.schema import FILE_FORMAT_VERSION, RANK_FILE, JitSpanName, RecordKey, TrainingSpanName
 
 
 class TelemetryFileError(ValueError):
@@ -55,10 +55,15 @@ MAX_SPANS = 25_000  # spans kept per run (loops, checkpoints, ...): a fit has a 
 MAX_EVENTS = 1_000  # events kept per run of each name (the first ones, the last of them the latest said)
 MAX_EVENT_NAMES = 100  # names of events kept, and names spans and events are counted by (the rest as one)
 Runs = dict[tuple[str, int, int], TelemetryRun]  # by run id, rank and pid: one process of one run
+Writers = dict[str, WriterTally]  # a file's writers, by id: their numbered records (what proves a run whole)
+# the writer's stamp closes every record: its number and id come first in it (exporters/file.py writes them so)
+_STAMP = re.compile(rb',"' + RecordKey.SEQ.encode() + rb'":(\d{1,18}),"' + RecordKey.WRITER.encode() + rb'":"([0-9a-f]{1,32})"')
+_KIND = re.compile(rb'\{"kind":"([a-z_]{1,32})"')
 
 
 def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool) -> list[TelemetryRun]:
     runs: Runs = {}
+    writers: Writers = {}
     skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
     damage = FileDamage()
     line = 0
@@ -68,12 +73,13 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
                 pass
             raw = b"\x00too long"  # the marker _parse says is too long
         if skipped and any(needle in raw for needle in skipped):
+            _tally_skipped(raw, writers)
             continue
         record = _parse(path, raw, line, damage, runs_so_far=bool(runs))
         if record is None:
             continue
         try:
-            _read_record(path, line, record, runs, skip_spans, digest)
+            _read_record(path, line, record, runs, skip_spans, digest, writers)
         except OverflowError:  # a number no integer holds ("rank": 1e400): a bad line, counted
             _count_bad(damage, line, "a number out of range")
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -139,6 +145,19 @@ def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far:
     return None
 
 
+def _tally_skipped(raw: bytes, writers: Writers) -> None:
+    """Count a record read without being parsed (a per-iteration span) in its writer's numbers: the last stamp of
+    the line is its writer's (a string in the record holds no unescaped quote, so it cannot fake one)."""
+    at = raw.rfind(b',"' + RecordKey.SEQ.encode() + b'":')
+    stamp = _STAMP.match(raw, at) if at >= 0 else None
+    kind = _KIND.match(raw)
+    if stamp is None or kind is None:
+        return
+    tally = writers.setdefault(stamp.group(2).decode(), WriterTally(stamp.group(2).decode()))
+    tally.add(int(stamp.group(1)), kind.group(1).decode())
+    tally.iterations += 1
+
+
 def _count_bad(damage: FileDamage, number: int, reason: str) -> None:
     damage.bad_lines += 1
     if damage.bad_lines == 1:
@@ -146,7 +165,13 @@ def _count_bad(damage: FileDamage, number: int, reason: str) -> None:
 
 
 def _read_record(
-    path: Path, number: int, record: dict[str, Any], runs: Runs, skip_spans: Collection[str], digest: bool
+    path: Path,
+    number: int,
+    record: dict[str, Any],
+    runs: Runs,
+    skip_spans: Collection[str],
+    digest: bool,
+    writers: Writers,
 ) -> None:
     if "kind" in record and "run" in record:
         # one process of one run: a file appended to by the same job twice holds two
@@ -162,6 +187,7 @@ def _read_record(
                 f"{str(path)!r} was written in telemetry-jit file format {record['format_version']}, newer than this "
                 f"telemetry-jit reads ({FILE_FORMAT_VERSION}): upgrade telemetry-jit to read it."
             )
+        _number(run, record, writers)
         if record.get("name") in skip_spans:
             return
         _apply(run, record, digest)
@@ -175,6 +201,21 @@ def _read_record(
             f"{str(path)!r} is not a telemetry file: line {number} is neither a telemetry-jit record "
             "('kind'/'run') nor an nv-one-logger FileExporter record ('type')."
         )
+
+
+def _number(run: TelemetryRun, record: dict[str, Any], writers: Writers) -> None:
+    """Count ``record`` in its writer's numbers, where it carries one (format 2 on)."""
+    writer, seq = record.get(RecordKey.WRITER), record.get(RecordKey.SEQ)
+    if not isinstance(writer, str) or isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+        run.unnumbered += 1
+        return
+    tally = run.writers.get(writer)
+    if tally is None:
+        tally = run.writers[writer] = writers.setdefault(writer, WriterTally(writer))
+    kind = str(record["kind"])
+    tally.add(seq, kind)
+    if kind == "run_end":
+        tally.closed(record, seq)
 
 
 # JSON may escape a lone surrogate (torch text from a file name that is not UTF-8, say); decoded, it is
@@ -195,7 +236,9 @@ def _valid_text(value: Any) -> Any:
     return value
 
 
-_RECORD_KEYS = frozenset(("kind", "run", "rank", "local_rank", "world_size", "node", "pid"))
+_RECORD_KEYS = frozenset(
+    ("kind", "run", "rank", "local_rank", "world_size", "node", "pid", RecordKey.WRITER, RecordKey.SEQ)
+)
 _NV_ONE_LOGGER_TYPES = frozenset(("start", "stop", "complete", "event", "application_error", "telemetry_data_error"))
 _NV_LACKS = (
     "no parent links: each span is put under the innermost span whose time contains it",

@@ -21,7 +21,7 @@ from telemetry_jit.analysis.digest import (
 from telemetry_jit.analysis.fleet import out_of_step_said
 from telemetry_jit.analysis.reader import digest_of
 from telemetry_jit.analysis.runs import EventRecord, RunStatus, TelemetryRun, number, run_status
-from telemetry_jit.records import CompiledBefore, FallbackCost, NotCompiled, Payoff, why_slower
+from telemetry_jit.records import CompiledBefore, CompileNotRun, FallbackCost, NotCompiled, Payoff, why_slower
 from telemetry_jit.schema import CompileAttr, JitEventName, StepAttr, TrainAttr, TrainingSpanName
 from telemetry_jit.terminal import counted, frame_label
 
@@ -88,6 +88,7 @@ class RunSummary:
     last_step: int | None = None  # the global step at the end of the loop (files since compile_summary said it)
     fallbacks: list[Fallback] = field(default_factory=list)  # the digest's, with what each cost where measured
     not_compiled: list[NotCompiled] = field(default_factory=list)  # modules Module.compile() compiled nothing of
+    not_run: list[str] = field(default_factory=list)  # compiling switched off, compiled code that never ran: words
     compiled_before: CompiledBefore | None = None  # what the process had compiled when the run began
     loop_ids: tuple[str, ...] = ()  # that loop's spans, in the order they started
 
@@ -175,6 +176,11 @@ def summarize(run: TelemetryRun) -> RunSummary:
         # each hooked trainer class says it: each once
         not_compiled=list(dict.fromkeys(NotCompiled.from_attributes(e.attributes) for e in not_compiled)),
         compiled_before=compiled_before(run),
+        not_run=list(
+            dict.fromkeys(
+                CompileNotRun.from_attributes(e.attributes).words() for e in run.events(JitEventName.COMPILE_NOT_RUN)
+            )
+        ),
         loop_ids=tuple(loop.span_id for loop in sorted(loops, key=lambda loop: loop.start_unix_ns)),
     )
 
@@ -262,6 +268,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
             for found in s.not_compiled
         ],
         "compiled_before_run": s.compiled_before.as_json() if s.compiled_before is not None else None,
+        "compiled_code_not_run": s.not_run,
         "failed_compilations": d.failed,
         "compile_cache": {
             "lookups": warm.lookups,

@@ -167,6 +167,7 @@ def fix_first(summary: RunSummary) -> list[Item]:
     """What to fix first: modules compiled to no effect, recompile causes by cost (training's and evaluation's
     apart: their fixes differ), then graph breaks, the user's own first, each with the user's lines that led there."""
     items = [Item(found.words(), (f"fix: {found.fix()}",)) for found in summary.not_compiled]
+    items += [Item(words, ()) for words in summary.not_run]
     for row in summary.causes:
         if not row.unexpected:
             continue
@@ -371,6 +372,7 @@ def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -
     lines = [f"telemetry-jit summary ({source}, rank {run.rank})"]
     if not s.status.finished:
         lines += wrapped(s.status.headline(), "  ")
+    lines += [line for note in s.status.notes() for line in wrapped(note, "  ")]
     lines += [f"  (this file format has {what})" for what in run.lacks]
     items = fix_first(s)
     if items:

@@ -3,6 +3,7 @@ trained nothing is ``empty``, and ``check`` passes neither."""
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -152,3 +153,127 @@ def test_a_fit_resumed_from_a_finished_checkpoint_says_it_trained_nothing_and_wh
     HookedTrainer(max_steps=2, **TRAINER_DEFAULTS).fit(Net(), loader(16, 4), ckpt_path=str(checkpoint))
     status = run_status(telemetry.end())
     assert status.state == "empty" and "reached max_steps=2 already" in status.detail, status
+
+
+# -- records that prove a run whole: a file that lost part of its run never reads as whole --------------------------
+
+JIT = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
+
+
+class CopyTruncate(pl.Callback):
+    """logrotate's ``copytruncate`` at ``step``: the file copied aside, then cut to nothing in place (the writer,
+    same inode, notices nothing and goes on appending)."""
+
+    def __init__(self, path: Path, step: int) -> None:
+        self.path, self.step = path, step
+
+    def on_train_batch_start(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == self.step:
+            self.path.with_suffix(".jsonl.1").write_bytes(self.path.read_bytes())
+            os.truncate(self.path, 0)
+
+
+def _compiled_fit(telemetry: Telemetry, callbacks: list[pl.Callback] | None = None, **options: Any) -> None:
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False, jit_config=JIT)
+    settings = {"max_epochs": 1, **TRAINER_DEFAULTS, **options}
+    HookedTrainer(callbacks=callbacks or [], **settings).fit(Net(), loader(50, 4), loader(8, 4))
+
+
+def _check(path: Path, capsys: pytest.CaptureFixture, *budget: str) -> tuple[int, str]:
+    capsys.readouterr()
+    code = cli(["check", str(path), *(budget or ("--max-recompiles", "100", "--max-graph-breaks", "0"))])
+    said = capsys.readouterr()
+    return code, said.out + said.err
+
+
+def test_a_whole_run_proves_itself_whole(telemetry: Telemetry, capsys: pytest.CaptureFixture) -> None:
+    _compiled_fit(telemetry)
+    status = run_status(telemetry.end())
+    assert status.finished and status.whole is True and not status.unproven, status
+    assert _check(telemetry.path, capsys) == (0, f"telemetry-jit check: {telemetry.path} is within budget.\n")
+
+
+def test_a_file_cut_in_place_by_copytruncate_is_missing_its_head(
+    telemetry: Telemetry, capsys: pytest.CaptureFixture
+) -> None:
+    _compiled_fit(telemetry, [CopyTruncate(telemetry.path, step=9)])
+    status = run_status(telemetry.end())
+    assert status.state == "incomplete" and status.missing[0].startswith("the head (records 0 to "), status
+    assert "copytruncate" in status.missing[0]
+    code, said = _check(telemetry.path, capsys, "--max-recompiles", "2", "--max-graph-breaks", "0")
+    assert code == 3 and "the head (records 0 to" in said, said
+    # the rotated copy holds the head and no closing record: not whole either
+    rotated = telemetry.path.with_suffix(".jsonl.1")
+    code, said = _check(rotated, capsys, "--max-recompiles", "2")
+    assert code == 3 and "killed" in said and "no closing record" in said, said
+
+
+@pytest.mark.parametrize("cut", ["first 20 lines", "a middle line", "the health line", "lines of another run"])
+def test_a_file_missing_any_of_its_lines_names_what_is_missing(
+    telemetry: Telemetry, capsys: pytest.CaptureFixture, cut: str
+) -> None:
+    _compiled_fit(telemetry)
+    telemetry.end()
+    lines = telemetry.path.read_text().splitlines(keepends=True)
+    health = next(i for i, line in enumerate(lines) if line.startswith('{"kind":"health"'))
+    if cut == "first 20 lines":
+        kept, named = lines[20:], "the head (records 0 to 19"
+    elif cut == "a middle line":
+        kept, named = lines[:10] + lines[11:], "record 10"
+    elif cut == "the health line":
+        kept, named = lines[:health] + lines[health + 1 :], "1 health record"
+    else:  # a spliced file: the same run's lines 10 to 20 copied in again at its end
+        kept, named = lines + lines[10:20], "10 records read twice"
+    telemetry.path.write_text("".join(kept))
+    code, said = _check(telemetry.path, capsys)
+    assert code == 3 and named in said, said
+
+
+def test_compile_spans_that_failed_to_export_make_the_run_incomplete(
+    telemetry: Telemetry, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from telemetry_jit.recording import compile_spans
+
+    exported = []
+
+    def failing_twice(*args: Any) -> Any:  # the 1st and 2nd compile span cannot be built: never exported
+        exported.append(args)
+        if len(exported) in (1, 2):
+            raise OSError("the exporter failed")
+        return original(*args)
+
+    original = compile_spans.record_attributes
+    monkeypatch.setattr(compile_spans, "record_attributes", failing_twice)
+    _compiled_fit(telemetry)
+    run = telemetry.end()
+    assert len(exported) >= 3 and len(run.find("compilation")) == len(exported) - 2
+    status = run_status(run)
+    assert status.state == "incomplete", status
+    assert status.missing == (
+        "2 compile spans that failed to export (its health record counts them, at nv_one_logger.export)",
+    ), status
+    code, said = _check(telemetry.path, capsys, "--max-recompiles", "100")
+    assert code == 3 and "2 compile spans that failed to export" in said, said
+
+
+def test_a_run_killed_while_telemetry_closed_after_every_loop_ended_is_killed(
+    telemetry: Telemetry, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from telemetry_jit.exporters import FileExporter
+
+    killed_at = telemetry.path.with_name("killed.jsonl")
+    close = FileExporter.close
+
+    def killed_here(self: FileExporter) -> None:  # what a SIGKILL now leaves: the file as it is (O_APPEND, unbuffered)
+        killed_at.write_bytes(self.path.read_bytes())
+        close(self)
+
+    monkeypatch.setattr(FileExporter, "close", killed_here)
+    _compiled_fit(telemetry)
+    telemetry.end()
+    run = telemetry_jit.read_telemetry(killed_at)[-1]
+    assert all(span.end_unix_ns is not None for span in run.find("training_loop"))  # every loop ended
+    status = run_status(run)
+    assert status.state == "killed" and "no closing record (run_end)" in status.detail, status
+    code, said = _check(killed_at, capsys)
+    assert code == 3 and "killed" in said, said

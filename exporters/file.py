@@ -270,7 +270,11 @@ class FileExporter(BaseExporter):
     def _report_losses(self) -> bool:
         """Write the count of records lost since it was last written; whether none is left unwritten."""
         lost = self._unreported_losses
-        if lost and self._fd is not None and self._append(self._line({"kind": "records_lost", "count": lost}), "records_lost"):
+        if (
+            lost
+            and self._fd is not None
+            and self._append(self._line({"kind": "records_lost", "count": lost}), "records_lost")
+        ):
             self._unreported_losses = 0
         return not self._unreported_losses
 
@@ -291,7 +295,9 @@ class FileExporter(BaseExporter):
                 f"telemetry-jit: {self.path} was deleted or moved while this run was writing it; "
                 "the records that follow go to a new file at the same path.",
             )
-            self._append(self._line({"kind": "moved_on", "detail": _MOVED_ON}), "moved_on")  # the moved file's last word
+            self._append(
+                self._line({"kind": "moved_on", "detail": _MOVED_ON}), "moved_on"
+            )  # the moved file's last word
             self._give_up_fd()
             self._next_reopen = 0.0
         if time.monotonic() < self._next_reopen:

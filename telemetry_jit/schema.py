@@ -348,6 +348,8 @@ class StopAttr:
 
     REASON: Final = "stop.reason"  # "max_time", "should_stop", "fast_dev_run", "limit_train_batches", ...
     DETAIL: Final = "stop.detail"  # in words, with the figures
+
+
 RANK_FILE = re.compile(r"\.rank(\d+)\.jsonl$")  # what rank_file names, for readers
 
 

@@ -57,7 +57,9 @@ MAX_EVENT_NAMES = 100  # names of events kept, and names spans and events are co
 Runs = dict[tuple[str, int, int], TelemetryRun]  # by run id, rank and pid: one process of one run
 Writers = dict[str, WriterTally]  # a file's writers, by id: their numbered records (what proves a run whole)
 # the writer's stamp closes every record: its number and id come first in it (exporters/file.py writes them so)
-_STAMP = re.compile(rb',"' + RecordKey.SEQ.encode() + rb'":(\d{1,18}),"' + RecordKey.WRITER.encode() + rb'":"([0-9a-f]{1,32})"')
+_STAMP = re.compile(
+    rb',"' + RecordKey.SEQ.encode() + rb'":(\d{1,18}),"' + RecordKey.WRITER.encode() + rb'":"([0-9a-f]{1,32})"'
+)
 _KIND = re.compile(rb'\{"kind":"([a-z_]{1,32})"')
 
 

@@ -316,7 +316,9 @@ def missing_parts(run: TelemetryRun) -> list[str]:
     held = (run.digest.compilations if run.digest else len(run.find(JitSpanName.COMPILATION))) + run.spans_not_kept[
         JitSpanName.COMPILATION
     ]
-    said = max((int(number(e.attributes.get(CompileAttr.COUNT))) for e in run.events(JitEventName.COMPILE_SUMMARY)), default=0)
+    said = max(
+        (int(number(e.attributes.get(CompileAttr.COUNT))) for e in run.events(JitEventName.COMPILE_SUMMARY)), default=0
+    )
     if said - held > lost_exports:
         parts.append(
             f"{counted(said - held - lost_exports, 'compile span')} (its compile_summary counts {said} compiles, "

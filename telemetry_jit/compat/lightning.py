@@ -55,3 +55,39 @@ def global_step_counter(trainer: pl.Trainer) -> StepCounter:
     if getattr(counter, "completed", None) != trainer.global_step:
         return _GlobalStepProperty(trainer)
     return counter
+
+
+def stopped_early(trainer: pl.Trainer) -> tuple[str, str] | None:
+    """What ended a fit's training before the length it was given (``fast_dev_run``, ``max_time``,
+    ``should_stop`` before its last epoch or step, ``limit_train_batches``), and in words; ``None`` where nothing
+    did. Asked at the training loop's end."""
+    step = trainer.global_step
+    if trainer.fast_dev_run:
+        return "fast_dev_run", f"fast_dev_run={trainer.fast_dev_run} (a smoke test) ended training at step {step}"
+    from lightning.pytorch.callbacks import Timer
+
+    timer = next((callback for callback in trainer.callbacks if isinstance(callback, Timer)), None)
+    left = timer.time_remaining("train") if timer is not None else None
+    if left is not None and left <= 0:
+        return "max_time", f"max_time ran out at step {step} (after {timer.time_elapsed('train'):.1f} s of training)"
+    max_steps, max_epochs = trainer.max_steps, trainer.max_epochs
+    loop: Any = getattr(trainer, "fit_loop", None)
+    batches = getattr(getattr(getattr(loop, "epoch_loop", None), "batch_progress", None), "current", None)
+    in_epoch = getattr(batches, "completed", None)
+    per_epoch = trainer.num_training_batches
+    epoch_cut = isinstance(in_epoch, int) and isinstance(per_epoch, int) and 0 < in_epoch < per_epoch
+    epochs_left = max_epochs is not None and max_epochs >= 0 and trainer.current_epoch < max_epochs
+    if trainer.should_stop and not (max_steps >= 0 and step >= max_steps) and (epoch_cut or epochs_left):
+        return "should_stop", f"trainer.should_stop (EarlyStopping, or the model) ended training at step {step}"
+    limit = trainer.limit_train_batches
+    try:
+        full = len(trainer.train_dataloader)  # type: ignore[arg-type]
+    except TypeError:  # no loader, or one without a length: a limit below 1.0 (or any count) cuts it, as far as known
+        full = None
+    cut = limit < 1.0 if isinstance(limit, float) else full is None or limit < full
+    if limit is not None and cut:
+        return (
+            "limit_train_batches",
+            f"limit_train_batches={limit}: each epoch ran {per_epoch} of its {full or 'unknown number of'} batches",
+        )
+    return None

@@ -8,6 +8,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import os
 import re
 import sys
 import types
@@ -101,6 +102,17 @@ def forward_is_skipped(module: torch.nn.Module) -> bool:
 # 2.13 (nothing) and 2.15 (one frame, Module._call_impl, shared by every layer class)
 MODULE_COMPILE_TRACES_TORCH_LAYERS = VERSION >= (2, 15)
 _CALL_IMPL = torch.nn.Module._call_impl
+
+
+def compiling_disabled() -> str:
+    """Why dynamo compiles nothing in this process, in words (``TORCH_COMPILE_DISABLE=1``, its config); ``""``
+    where it compiles."""
+    config = getattr(getattr(torch, "_dynamo", None), "config", None)
+    if not getattr(config, "disable", False):
+        return ""
+    if os.environ.get("TORCH_COMPILE_DISABLE", "").strip().lower() in ("1", "true", "yes", "on"):
+        return "TORCH_COMPILE_DISABLE=1"
+    return "torch._dynamo.config.disable = True"
 
 
 def compiles_nothing(module: torch.nn.Module) -> bool:

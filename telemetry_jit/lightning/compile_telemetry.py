@@ -19,6 +19,7 @@ from telemetry_jit.recording.console import CompileConsole, say_line
 from telemetry_jit.recording.driver import TelemetryDriver
 from telemetry_jit.recording.recorder import Position, active_span
 from telemetry_jit.recording.stats import CompileStats
+from telemetry_jit.records import StoppedEarly
 from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.session import Session
 
@@ -120,6 +121,9 @@ class CompileTelemetryCallback(Callback):
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        stopped = lightning_compat.stopped_early(trainer)  # said on the training loop, before its summary
+        if stopped is not None:
+            self.driver.stopped_early(StoppedEarly(*stopped))
         self._summarize(trainer, TrainingSpanName.TRAINING_LOOP)
 
     @override

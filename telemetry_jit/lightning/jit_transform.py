@@ -17,6 +17,8 @@ from lightning.pytorch.utilities import rank_zero_info
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.probes.backends import compiler_backend
+from telemetry_jit.recording.driver import TelemetryDriver
+from telemetry_jit.records import CompileNotRun
 from telemetry_jit.terminal import clean
 
 _GLOB_CHARS = frozenset("*?[")
@@ -232,6 +234,15 @@ def _as_list(config: JitConfig | Sequence[JitConfig]) -> list[JitConfig]:
     return configs
 
 
+def _driver_of(trainer: pl.Trainer | None) -> TelemetryDriver | None:
+    """The telemetry driver recording ``trainer``'s run (a hooked trainer's callback holds it), if one does."""
+    for callback in getattr(trainer, "callbacks", None) or []:
+        for each in (callback, *getattr(callback, "callbacks", ())):
+            if isinstance(driver := getattr(each, "driver", None), TelemetryDriver):
+                return driver
+    return None
+
+
 class JitTransform(Callback):
     """Compile the modules that ``JitConfig`` selects, once, at the start of the first training epoch (as NeMo:
     adapters added earlier, e.g. by PEFT, are included), or of a validate/test/predict run. The compiler's
@@ -329,6 +340,10 @@ class JitTransform(Callback):
                 f"telemetry-jit: JitTransform compiled {name or '<root>'} ({type(module).__name__}.forward{where}), "
                 f"but its compiled code never ran in {loop}: {why}, so compiling it changed nothing. Fix: {advice}.",
             )
+            # and a record of it, which check --no-eager-fallback fails, where a telemetry callback records the run
+            driver = _driver_of(getattr(pl_module, "_trainer", None))
+            if driver is not None:
+                driver.compile_not_run(CompileNotRun("never_ran", name or type(module).__name__, f"in {loop}: {why}"))
 
     def _compile(self, pl_module: pl.LightningModule) -> None:
         if getattr(pl_module, "_compiled", False) is True:

@@ -13,13 +13,14 @@ import torch
 from nv_one_logger.core.span import Span
 
 from telemetry_jit.boundary import FAILED, call_site
+from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.console import say_line
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.payoff import PayoffMeter, PayoffSettings
 from telemetry_jit.recording.recorder import CompileRecorder, Position
 from telemetry_jit.recording.stats import CompileStats, RankTotals
-from telemetry_jit.records import CompileRecord, Payoff, why_slower
+from telemetry_jit.records import CompileNotRun, CompileRecord, Payoff, StoppedEarly, why_slower
 from telemetry_jit.schema import JitEventName
 from telemetry_jit.session import Session, resolve
 
@@ -116,6 +117,7 @@ class TelemetryDriver:
         self._loggers: list[Any] = []
         self.payoff: PayoffMeter | None = None  # measuring what compiling buys
         self.say: Callable[[str], None] = lambda line: say_line(_log.warning, line)  # a console line
+        self._disabled_checked = False  # whether this run's first batch asked if compiling is switched off
 
     def resolve(self) -> Session:
         """The session again: one configured since the adapter was made, or a spawned rank's own."""
@@ -136,6 +138,7 @@ class TelemetryDriver:
     def start(self, where: Callable[[], Position], rank: int = 0, model: torch.nn.Module | None = None) -> None:
         """A run begins: ``where()`` says where the loop is; thunder's compiles in ``model`` are recorded."""
         self.recorder.start(where, rank=rank)
+        self._disabled_checked = False
         if model is not None:
             self.recorder.watch_thunder(model)
 
@@ -144,6 +147,11 @@ class TelemetryDriver:
     ) -> None:
         """A batch begins; the figures of the steps before ``log_step`` go to the loggers."""
         self.recorder.batch_started(step, batch, stage, loader)
+        if not self._disabled_checked:  # at the first batch: its loop span runs, to hold the record
+            self._disabled_checked = True
+            disabled = torch_compat.compiling_disabled()
+            if disabled:
+                self.compile_not_run(CompileNotRun("disabled", detail=disabled))
         if self.figures is not None and self.figures.pending:
             self.log_figures(log_step)
 
@@ -197,6 +205,15 @@ class TelemetryDriver:
                 if (summary := getattr(experiment, "summary", None)) is not None:
                     LOG_METRICS.call(summary.update, {f"{PREFIX}time_s": round(stats.total_time_ms / 1000, 6)})
         return stats
+
+    def compile_not_run(self, found: CompileNotRun) -> None:
+        """Compiled code did not run (compiling switched off, a module's compiled code never ran): a record on the
+        loop running, which ``check --no-eager-fallback`` fails."""
+        self.recorder.emit_event(None, JitEventName.COMPILE_NOT_RUN, found.attributes())
+
+    def stopped_early(self, found: StoppedEarly) -> None:
+        """A loop ended before the length it was given: a record on the loop running (``check --no-early-stop``)."""
+        self.recorder.emit_event(None, JitEventName.STOPPED_EARLY, found.attributes())
 
     def payoff_started(self, settings: PayoffSettings, on_cuda: bool | None = None) -> None:
         """Measure what compiling buys from now on; ``on_cuda``: the loop's device is a GPU (default: CUDA is

@@ -147,6 +147,13 @@ def test_two_process_ddp_records_every_rank(strategy: str, tmp_path: Path, capsy
     assert "1 other group(s), which can desynchronise collectives and hang:" in out
     assert f"rank 1: {counts[1]} compilations" in out and "more compiles, from" in out
     assert "ranks out of step (said live by rank 0)" in out
+    # both rank files: the job, whole; one rank's file alone is one rank of two, never a whole run (its records say
+    # world_size 2)
+    assert cli.main(["check", *map(str, files), "--max-recompiles", "100"]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", str(files[0]), "--max-recompiles", "100"]) == 3
+    err = flat(capsys.readouterr().err)
+    assert "is missing run " in err and ": rank 1 of 2 (its records say world_size 2" in err, err
 
 
 SPLIT_SCRIPT = textwrap.dedent(

@@ -3,7 +3,9 @@ trained nothing is ``empty``, and ``check`` passes neither."""
 
 from __future__ import annotations
 
+import json
 import os
+import time
 import warnings
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from telemetry_jit.analysis.runs import run_status
 from telemetry_jit.cli import main as cli
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
+from tests.words import flat
 
 pytestmark = pytest.mark.any_torch
 
@@ -277,3 +280,85 @@ def test_a_run_killed_while_telemetry_closed_after_every_loop_ended_is_killed(
     assert status.state == "killed" and "no closing record (run_end)" in status.detail, status
     code, said = _check(killed_at, capsys)
     assert code == 3 and "killed" in said, said
+
+
+# -- facts the gate needs, written as records ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["TORCH_COMPILE_DISABLE=1", "torch._dynamo.config.disable = True"])
+def test_compiling_switched_off_is_a_record_the_eager_fallback_budget_fails(
+    telemetry: Telemetry, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    if how.startswith("TORCH_COMPILE_DISABLE"):  # torch reads it at import, as its config's default
+        monkeypatch.setenv("TORCH_COMPILE_DISABLE", "1")
+    net = Net()
+    with torch._dynamo.config.patch(disable=True):
+        _compiled_fit_of(telemetry, net)
+    run = telemetry.end()
+    said = [{k: v for k, v in e.attributes.items() if k.startswith("not_run.")} for e in run.events("compile_not_run")]
+    assert {"not_run.reason": "disabled", "not_run.module": "", "not_run.detail": how} in said, said
+    # and JitTransform's module, whose compiled code never ran
+    assert any(e["not_run.reason"] == "never_ran" and e["not_run.module"] == type(net.model).__name__ for e in said)
+    code, words = _check(telemetry.path, capsys, "--no-eager-fallback")
+    assert code == 1 and f"compiling was switched off ({how})" in flat(words) and "never ran" in words, words
+    assert cli(["check", str(telemetry.path), "--max-recompiles", "100"]) == 0  # said only where it is asked
+    capsys.readouterr()
+    assert cli(["summary", "--json", str(telemetry.path)]) == 0
+    assert json.loads(capsys.readouterr().out)["runs"][0]["compiled_code_not_run"][0].startswith("compiling was")
+
+
+def _compiled_fit_of(telemetry: Telemetry, net: pl.LightningModule, **options: Any) -> None:
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False, jit_config=JIT)
+    HookedTrainer(**{"max_epochs": 1, **TRAINER_DEFAULTS, **options}).fit(net, loader(48, 4))
+
+
+class StopAt(pl.Callback):
+    def on_train_batch_end(self, trainer: pl.Trainer, *args: Any) -> None:
+        if trainer.global_step == 3:
+            trainer.should_stop = True
+
+
+class Slow(pl.Callback):
+    def on_train_batch_end(self, *args: Any) -> None:
+        time.sleep(0.4)
+
+
+@pytest.mark.parametrize(
+    ("how", "options", "words"),
+    [
+        (
+            "should_stop",
+            {"callbacks": [StopAt()]},
+            "trainer.should_stop (EarlyStopping, or the model) ended training at step 3",
+        ),
+        ("max_time", {"callbacks": [Slow()], "max_time": {"seconds": 1}}, "max_time ran out at step"),
+        ("fast_dev_run", {"fast_dev_run": 2}, "fast_dev_run=2 (a smoke test) ended training at step 2"),
+        (
+            "limit_train_batches",
+            {"limit_train_batches": 3},
+            "limit_train_batches=3: each epoch ran 3 of its 12 batches",
+        ),
+    ],
+)
+def test_a_run_stopped_early_says_so_and_a_budget_can_refuse_it(
+    telemetry: Telemetry, capsys: pytest.CaptureFixture, how: str, options: dict[str, Any], words: str
+) -> None:
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
+    HookedTrainer(**{"max_epochs": 1, **TRAINER_DEFAULTS, **options}).fit(Net(), loader(48, 4))
+    status = run_status(telemetry.end())
+    assert status.finished and words in status.stopped_early, status
+    capsys.readouterr()
+    assert cli(["summary", str(telemetry.path)]) == 0
+    assert f"this run STOPPED EARLY: {words}" in flat(capsys.readouterr().out)
+    assert cli(["summary", "--json", str(telemetry.path)]) == 0
+    assert words in json.loads(capsys.readouterr().out)["runs"][0]["status"]["stopped_early"]
+    code, said = _check(telemetry.path, capsys, "--max-recompiles", "100", "--no-early-stop")
+    assert code == 1 and f"the run stopped early: {words}" in flat(said), said
+    assert _check(telemetry.path, capsys, "--max-recompiles", "100")[0] == 0
+
+
+def test_a_run_that_ran_its_length_did_not_stop_early(telemetry: Telemetry, capsys: pytest.CaptureFixture) -> None:
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
+    HookedTrainer(**{"max_steps": 3, **TRAINER_DEFAULTS}).fit(Net(), loader(48, 4))  # max_steps is its length
+    assert run_status(telemetry.end()).stopped_early == ""
+    assert _check(telemetry.path, capsys, "--no-early-stop")[0] == 0

@@ -216,6 +216,7 @@ def _number(run: TelemetryRun, record: dict[str, Any], writers: Writers) -> None
         tally = run.writers[writer] = writers.setdefault(writer, WriterTally(writer))
     kind = str(record["kind"])
     tally.add(seq, kind)
+    tally.iterations += kind == "span" and record.get("name") in ITERATION_SPANS
     if kind == "run_end":
         tally.closed(record, seq)
 

@@ -316,3 +316,30 @@ def test_a_file_that_holds_an_empty_run_after_a_real_one_shows_the_last_started_
     assert "showing the last started" in err and "TRAINED NOTHING" in out
     # the run the user means is the one just started: never an older, complete one in its place
     assert cli.main(["check", str(path), "--max-recompiles", "100"]) == 3
+
+
+def test_records_read_without_being_parsed_still_count_in_their_writers_numbers(tmp_path: Path) -> None:
+    """Per-iteration spans are skipped unparsed (millions of them); their numbers are read from the stamp that
+    closes each line, so a whole file has no gap, and one without them lacks exactly those."""
+    from telemetry_jit.analysis.runs import run_status
+
+    stamp = ',"run":"r","rank":0,"local_rank":0,"world_size":1,"node":"n","pid":1}'
+    records = [
+        '{"kind":"run_start","format":"telemetry-jit","format_version":2',
+        '{"kind":"span_start","span_id":"a","parent_id":null,"name":"application","start_unix_ns":1',
+        '{"kind":"span_start","span_id":"i","parent_id":"a","name":"training_single_iteration","start_unix_ns":2',
+        '{"kind":"span","span_id":"i","parent_id":"a","name":"training_single_iteration","start_unix_ns":2,'
+        '"end_unix_ns":3,"attributes":{"seq":99}',  # an attribute of that name is no stamp: the last one is
+        '{"kind":"span","span_id":"a","parent_id":null,"name":"application","start_unix_ns":1,"end_unix_ns":4,'
+        '"attributes":{}',
+        '{"kind":"run_end","records":5,"written":{"run_start":1,"span_start":2,"span":2}',
+    ]
+    lines = [f'{body},"seq":{seq},"writer":"ab12"{stamp}\n' for seq, body in enumerate(records)]
+    path = tmp_path / "t.jsonl"
+    path.write_text("".join(lines))
+    (run,) = load([path]).runs
+    assert run.writers["ab12"].ranges == [[0, 5]] and run.writers["ab12"].iterations == 2
+    assert run_status(run).whole is True
+    path.write_text("".join(lines[:2] + lines[4:]))
+    status = run_status(load([path]).runs[0])
+    assert status.missing == ("records 2 to 3", "by kind, 1 span record, 1 span_start record"), status

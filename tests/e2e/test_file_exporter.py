@@ -242,10 +242,13 @@ def test_an_exporter_without_whole_spans_gets_the_same_compile_records_through_s
     telemetry_jit.shutdown()
     fresh_provider_state()
     records = [[json.loads(line) for line in path.read_text().splitlines()] for path in (whole, calls)]
+    ends = [file.pop() for file in records]  # each writer's closing count of what it wrote
     assert records[0].pop()["kind"] == "health"  # the session's own file ends with its account
     assert len(records[0]) == len(records[1])
+    assert ends[0]["written"] == {**ends[1]["written"], "health": 1} and ends[0]["records"] == ends[1]["records"] + 1
     for mine, theirs in zip(*records, strict=True):
         (fields, clocks), (their_fields, their_clocks) = _clocks_apart(mine), _clocks_apart(theirs)
+        assert fields.pop("writer") != their_fields.pop("writer")  # each file its own writer, numbered alike
         assert fields == their_fields
         # nv-one-logger keeps times as float seconds: within a microsecond of the exact nanoseconds
         assert all(abs(a - b) < 1000 for a, b in zip(clocks, their_clocks, strict=True))

@@ -18,7 +18,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from telemetry_jit.analysis.digest import RunDigest
-from telemetry_jit.analysis.runs import EventRecord, FileDamage, SpanRecord, TelemetryRun, WriterTally
+from telemetry_jit.analysis.runs import (
+    EventRecord,
+    FileDamage,
+    SpanRecord,
+    TelemetryRun,
+    WriterTally,
+    missing_ranks,
+)
 from telemetry_jit.identity import short_run_id
 from telemetry_jit.notices import say
 from telemetry_jit.schema import FILE_FORMAT_VERSION, RANK_FILE, JitSpanName, RecordKey, TrainingSpanName
@@ -465,6 +472,8 @@ def load(
         _one_job_per_rank_set(loaded, held)
     loaded.doubtful_ranks = rank_problems(loaded.runs)
     loaded.notes += loaded.doubtful_ranks + loaded.concurrent
+    # a job's rank files are whole only together (check refuses a part, exit 3)
+    loaded.notes += [f"not the whole job: missing {absent}" for absent in missing_ranks(loaded.runs)]
     return loaded
 
 

@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from telemetry_jit.analysis.reader import read_telemetry
+from telemetry_jit import cli
+from telemetry_jit.analysis.reader import load, read_telemetry
 from telemetry_jit.analysis.runs import WriterTally, missing_ranks, run_status
 
 pytestmark = pytest.mark.any_torch
@@ -188,9 +189,11 @@ def test_one_rank_of_a_job_is_missing_its_other_ranks(tmp_path: Path) -> None:
     path = tmp_path / "t.rank0.jsonl"
     path.write_text("".join(json.dumps({**r, "world_size": 2}) + "\n" for r in _numbered(_body())))
     (run,) = read_telemetry(path)
-    assert missing_ranks([run]) == [
-        "run r1: rank 1 of 2 (its records say world_size 2; pass every rank's file, or the folder)"
-    ]
+    words = "run r1: rank 1 of 2 (its records say world_size 2; pass every rank's file, or the folder)"
+    assert missing_ranks([run]) == [words]
+    assert f"not the whole job: missing {words}" in load([path]).notes  # what summary says
+    assert cli.main(["check", str(path), "--max-recompiles", "5"]) == 3
+    assert cli.main(["check", str(path), "--max-recompiles", "5", "--allow-incomplete"]) == 0
 
 
 def test_the_tally_keeps_ranges_of_numbers() -> None:

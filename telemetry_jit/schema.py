@@ -41,6 +41,7 @@ class JitEventName(_Name):
     MODULE_NOT_COMPILED = "module_not_compiled"
     COMPILED_BEFORE_RUN = "compiled_before_run"
     TRAINED_NOTHING = "trained_nothing"  # a fit that returned without a training step (on the application span)
+    COMPILE_PROGRESS = "compile_progress"  # a compile still running, every PROGRESS_EVERY_S (on the loop span)
 
 
 class CompileAttr:
@@ -69,6 +70,9 @@ class CompileAttr:
     GRAPH_BREAK_COUNT: Final = "compile.graph_break_count"
     GRAPH_BREAKS: Final = "compile.graph_breaks"
     ID: Final = "compile.id"
+    IN_PROGRESS: Final = "compile.in_progress"  # a compile_progress event's: what compiles, in words
+    ELAPSED_S: Final = "compile.elapsed_s"  # a compile_progress event's: seconds since the compile began
+    PHASE: Final = "compile.phase"  # a compile_progress event's: torch's innermost timed region now ('' unknown)
     IS_RECOMPILE: Final = "compile.is_recompile"
     LOCATION: Final = "compile.location"
     RECOMPILE_COUNT: Final = "compile.recompile_count"

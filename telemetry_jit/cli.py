@@ -19,7 +19,7 @@ from telemetry_jit.analysis.json_output import to_json
 from telemetry_jit.analysis.reader import Loaded, TelemetryRun, load
 from telemetry_jit.analysis.report import render_fleet_report, render_report
 from telemetry_jit.analysis.summary import compiled_before, summarize, summary_json
-from telemetry_jit.analysis.text import format_cold_start, format_diff, format_fleet, format_summary
+from telemetry_jit.analysis.text import fitted, format_cold_start, format_diff, format_fleet, format_summary, wrapped
 from telemetry_jit.analysis.trace import read_foreign_trace, to_trace_events
 from telemetry_jit.terminal import clean
 
@@ -133,7 +133,7 @@ def _say(text: str) -> None:
 
 
 def _complain(text: str) -> None:
-    print(clean(f"telemetry-jit: {text}"), file=sys.stderr)
+    print(fitted(clean(f"telemetry-jit: {text}"), sys.stderr), file=sys.stderr)
 
 
 def _load(paths: Sequence[str], args: argparse.Namespace, digest: bool = True) -> Loaded:
@@ -182,8 +182,17 @@ def _summary(args: argparse.Namespace) -> int:
         _say(to_json({"runs": said, "fleets": [f.as_json() for f in found]}, indent=2))
         return status
     shown = [
-        format_fleet(fleet) + f"\n  (rank {fleet.sequences[0].ranks[0]} speaks for its group below; --rank N or "
-        "--per-rank for others)\n"
+        "\n".join(
+            [
+                format_fleet(fleet),
+                *wrapped(
+                    f"(rank {fleet.sequences[0].ranks[0]} speaks for its group below; --rank N or --per-rank for "
+                    "others)",
+                    "  ",
+                ),
+            ]
+        )
+        + "\n"
         for fleet in found
     ]
     in_fleets = {fleet.run_id for fleet in found}

@@ -43,6 +43,7 @@ class JitEventName(_Name):
     TRAINED_NOTHING = "trained_nothing"  # a fit that returned without a training step (on the application span)
     COMPILE_NOT_RUN = "compile_not_run"  # compiling was disabled, or a module's compiled code never ran
     STOPPED_EARLY = "stopped_early"  # a loop ended before the length it was given (max_time, should_stop, ...)
+    COMPILE_PROGRESS = "compile_progress"  # a compile still running, every PROGRESS_EVERY_S (on the loop span)
 
 
 class CompileAttr:
@@ -71,6 +72,9 @@ class CompileAttr:
     GRAPH_BREAK_COUNT: Final = "compile.graph_break_count"
     GRAPH_BREAKS: Final = "compile.graph_breaks"
     ID: Final = "compile.id"
+    IN_PROGRESS: Final = "compile.in_progress"  # a compile_progress event's: what compiles, in words
+    ELAPSED_S: Final = "compile.elapsed_s"  # a compile_progress event's: seconds since the compile began
+    PHASE: Final = "compile.phase"  # a compile_progress event's: torch's innermost timed region now ('' unknown)
     IS_RECOMPILE: Final = "compile.is_recompile"
     LOCATION: Final = "compile.location"
     RECOMPILE_COUNT: Final = "compile.recompile_count"

@@ -390,19 +390,28 @@ def torch_features(run: TelemetryRun) -> list[str] | None:
     return None
 
 
-def removable_by(residual: Residual, features: list[str] | None, saved_s: float) -> list[dict[str, Any]]:
+def removable_by(
+    residual: Residual, features: list[str] | None, saved_s: float, graph_breaks: int = 0
+) -> list[dict[str, Any]]:
     """Each feature of torch against the residual, with what it would save of it on this run and what it needs."""
     phases = residual.breakdown()
     has = (lambda name: name in features) if features is not None else (lambda name: True)
+    aot_note = (
+        "the saved function is loaded whole instead of traced and looked up (its guards and graphs with it); its "
+        "kernels are still loaded. It needs a graph without breaks (fullgraph)"
+    )
+    if graph_breaks:  # AOT compile takes one whole graph: a run that breaks cannot use it until its breaks go
+        aot_note = f"not for this run: its {counted(graph_breaks, 'graph break')} split the model, and {aot_note}"
     return [
         {
             "feature": "AOT compile: torch.compile(model).aot_compile(...) once, torch.compiler.load_compiled_function "
             "at the start",
-            "available": has("aot_compile"),
+            "available": has("aot_compile") and not graph_breaks,
             "removes": ["dynamo_tracing", "guards", "cache_load"],
-            "saves_s": round(phases["dynamo_tracing"] + phases["guards"] + phases["cache_load"], 3),
-            "note": "the saved function is loaded whole instead of traced and looked up (its guards and graphs with "
-            "it); its kernels are still loaded. It needs a graph without breaks (fullgraph)",
+            "saves_s": 0.0
+            if graph_breaks
+            else round(phases["dynamo_tracing"] + phases["guards"] + phases["cache_load"], 3),
+            "note": aot_note,
         },
         {
             "feature": 'torch.compiler.set_stance("eager_on_recompile")',
@@ -430,14 +439,16 @@ def removable_by(residual: Residual, features: list[str] | None, saved_s: float)
     ]
 
 
-def warm_start_json(run: TelemetryRun, residual: Residual, hits: int, misses: int, saved_s: float) -> Any:
+def warm_start_json(
+    run: TelemetryRun, residual: Residual, hits: int, misses: int, saved_s: float, graph_breaks: int = 0
+) -> Any:
     """``summary --json``'s ``warm_start``: ``null`` unless the caches served every graph (hits, no misses)."""
     if not hits or misses or not residual.timed:
         return None
     return {
         "compile_s": round(residual.total_s, 3),
         "phases": residual.breakdown(),
-        "removable_by": removable_by(residual, torch_features(run), saved_s),
+        "removable_by": removable_by(residual, torch_features(run), saved_s, graph_breaks),
     }
 
 

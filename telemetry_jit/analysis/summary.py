@@ -277,7 +277,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
             "saved_s": round(warm.saved_s, 3),
         },
         "compile_resources": d.resources.as_json(),
-        "warm_start": warm_start_json(run, d.residual, warm.hits, warm.misses, warm.saved_s),
+        "warm_start": warm_start_json(run, d.residual, warm.hits, warm.misses, warm.saved_s, d.break_count),
         "loop_count": s.loop_count,
         "recompile_causes": [{**row.as_json(), "loops": s.loop_numbers(row.loops)} for row in s.causes],
         "graph_breaks": [{**group.as_json(), "loops": s.loop_numbers(group.loops)} for group in s.breaks],

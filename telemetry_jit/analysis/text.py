@@ -6,10 +6,12 @@ report hold the whole text."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TextIO
 
 from telemetry_jit.analysis.cold_start import ColdStart, warm_start_lines
 from telemetry_jit.analysis.diff import RunDiff, cause_words
@@ -28,10 +30,28 @@ _WIDTH = 118  # running text's width on a wide terminal, or where the width is n
 _MIN_COLUMN = 16  # a table column is not wrapped narrower than its header, its longest word or this
 
 
-def terminal_width() -> int | None:
-    """``COLUMNS``, else standard output's terminal width; ``None`` for a pipe or a file."""
-    columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+def terminal_width(stream: TextIO | None = None) -> int | None:
+    """``COLUMNS``, else the terminal width of ``stream`` (standard output by default); ``None`` for a pipe or a
+    file."""
+    if stream is None:
+        columns = shutil.get_terminal_size(fallback=(0, 0)).columns
+    elif os.environ.get("COLUMNS", "").strip().isdigit():
+        columns = int(os.environ["COLUMNS"])
+    else:
+        try:
+            columns = os.get_terminal_size(stream.fileno()).columns if stream.isatty() else 0
+        except (OSError, ValueError, AttributeError):  # closed, or a stream with no descriptor (captured)
+            columns = 0
     return columns if columns > 0 else None
+
+
+def fitted(text: str, stream: TextIO) -> str:
+    """``text``, each of its lines wrapped to ``stream``'s terminal (continuations two deeper); as it is for a
+    pipe or a file, which tools read whole."""
+    columns = terminal_width(stream)
+    if columns is None:
+        return text
+    return "\n".join(line for part in text.split("\n") for line in wrapped(part, "", max(columns, 20)))
 
 
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:

@@ -3,6 +3,8 @@ appends its seconds to ``torch._dynamo.utils.compilation_time_metrics``, so the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch._dynamo import utils as _dynamo_utils
 
@@ -44,3 +46,16 @@ def since(before: dict[str, int]) -> dict[str, float]:
         # compile loads its kernels apart, and hashing torch's files holds none)
         seconds["cache_load"] -= min(seconds["kernel_load"], sum(float(t) for t in tails[_CACHE_LOAD]))
     return seconds
+
+
+def phase_reader() -> Callable[[], str]:
+    """Called on the compiling thread: a function any thread may call for the innermost of torch's timed regions
+    that thread is in now (``bytecode_tracing``, ``backend_compile``, ``compile_fx_inner``, ...); '' where this
+    torch keeps no such stack. torch keeps the stack per thread, so it is taken here, where the compile runs."""
+    try:
+        stack = _dynamo_utils.get_chromium_event_logger().get_stack()
+    except Exception:  # noqa: BLE001 - a torch without the event logger: no phase, never a failed compile
+        return lambda: ""
+    if not isinstance(stack, list):
+        return lambda: ""
+    return lambda: next(iter(stack[-1:]), "")  # a slice: the compile may pop the stack between a check and a read

@@ -84,6 +84,11 @@ class CompileConsole(CompileListener):
     def compile_measured(self, resources: CompileResources) -> None:
         self._resources = resources
 
+    def compile_progress(self, description: str, elapsed_s: float, phase: str) -> None:
+        where = f", in torch's {phase}" if phase else ""
+        seconds = f"{elapsed_s:.1f}" if elapsed_s < 10 else f"{elapsed_s:.0f}"
+        self._say(f"telemetry-jit: still compiling {description}: {seconds} s so far{where}")
+
     def compile_finished(self) -> None:
         timer, self._timer = self._timer, None
         if timer is None:

@@ -99,6 +99,10 @@ class CompileListener:
     def compile_finished(self) -> None:
         """The compilation that began last ended."""
 
+    def compile_progress(self, description: str, elapsed_s: float, phase: str) -> None:
+        """The compilation that began last still runs, ``elapsed_s`` in, inside torch's ``phase`` ('' unknown):
+        called every ``recording.progress.PROGRESS_EVERY_S`` seconds from a timer thread."""
+
     def recorded(self, record: CompileRecord) -> None:
         """Once per compilation: ``record.context`` says where training was, ``record.cause`` why it recompiled."""
 

@@ -31,6 +31,7 @@ from telemetry_jit.recording.console import CompileConsole, EagerFallbackAlert, 
 from telemetry_jit.recording.fallback_cost import FallbackCostMeter
 from telemetry_jit.recording.listener import CompileListener, FirstStep, FirstSteps
 from telemetry_jit.recording.out_of_step import Finding
+from telemetry_jit.recording.progress import CompileProgress
 from telemetry_jit.recording.rank_watch import RankWatch, RankWatchSettings
 from telemetry_jit.recording.resources import ResourceMeter
 from telemetry_jit.recording.stats import CompileMetrics, CompileStats, RankTotals, meter_providers
@@ -101,6 +102,7 @@ class CompileRecorder:
             on_compile_end=self._compile_finished,
             meter=self._meter,
         )
+        self._progress = CompileProgress(self._compile_in_progress)
         self._run_listeners: list[CompileListener] = []
         self._batch_loader: int | None = None
         self._stage_batches: dict[str, int | None] = {}  # stage -> its loop's batches, as the driver last said
@@ -314,10 +316,22 @@ class CompileRecorder:
         )
 
     def _compile_started(self, description: str) -> None:
+        self._progress.start(description)
         for listener in self._run_listeners:
             _LISTENER.call(listener.compile_started, description)
 
+    def _compile_in_progress(self, description: str, elapsed_s: float, phase: str) -> None:
+        attributes: dict[str, AttributeValue] = {
+            CompileAttr.IN_PROGRESS: description,
+            CompileAttr.ELAPSED_S: round(elapsed_s, 3),
+            CompileAttr.PHASE: phase,
+        }
+        self.emit_event(None, JitEventName.COMPILE_PROGRESS, attributes)
+        for listener in self._run_listeners:
+            _LISTENER.call(listener.compile_progress, description, elapsed_s, phase)
+
     def _compile_finished(self, resources: CompileResources | None) -> None:
+        self._progress.stop()
         for listener in self._run_listeners:
             if resources is not None:
                 _LISTENER.call(listener.compile_measured, resources)

@@ -13,6 +13,7 @@ import torch
 
 from telemetry_jit import CompileConsole, hook_trainer_cls
 from telemetry_jit.analysis.text import format_summary
+from telemetry_jit.recording import progress
 from tests import models
 from tests.e2e.conftest import Telemetry
 from tests.models import TRAINER_DEFAULTS, Net, loader
@@ -135,3 +136,30 @@ def test_console_thresholds_given_to_hook_trainer_cls_are_kept_at_every_fit(tele
         assert not [r for r in caplog.records if r.name == "telemetry_jit"]
     with pytest.raises(TypeError, match="CompileConsole"):
         hook_trainer_cls(pl.Trainer, telemetry.provider, live="yes")
+
+
+def test_a_long_compile_says_how_far_it_is_every_so_often_on_the_console_and_the_loop_span(
+    telemetry: Telemetry, caplog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(progress, "PROGRESS_EVERY_S", 0.4)  # 30 s in a real run
+    caplog.set_level(logging.WARNING, logger="telemetry_jit")
+    model = Net()
+    model.model.compile(backend=slow_backend)  # each compile runs at least 1.3 s
+    HookedTrainer, _ = hook_trainer_cls(pl.Trainer, telemetry.provider)
+    HookedTrainer(max_epochs=1, limit_train_batches=2, **TRAINER_DEFAULTS).fit(model, loader(8, 4))
+    lines = [r.getMessage() for r in caplog.records if r.name == "telemetry_jit"]
+    still = [line for line in lines if line.startswith(f"telemetry-jit: still compiling forward ({models.__file__}:")]
+    assert still, lines
+    # said while it ran: between the compile's first line and its last
+    assert lines.index(still[0]) < next(i for i, line in enumerate(lines) if line.startswith("telemetry-jit: compiled"))
+    run = telemetry.end()
+    (compile_span,) = [span for span in run.find("compilation") if span.attributes["compile.id"] == "0/0"]
+    ticks = list(run.events("compile_progress"))
+    assert ticks and all(f"({models.__file__}:" in tick.attributes["compile.in_progress"] for tick in ticks)
+    elapsed = [tick.attributes["compile.elapsed_s"] for tick in ticks]
+    assert elapsed == sorted(elapsed) and elapsed[0] >= 0.4
+    # torch's own region, read from the compiling thread's stack (the backend runs inside dynamo's compile)
+    assert all(tick.attributes["compile.phase"] for tick in ticks), [tick.attributes for tick in ticks]
+    # every tick fell inside a compile: none after its end (a later tick would be a line about a finished compile)
+    first = [tick for tick in ticks if "[0/0]" in tick.attributes["compile.in_progress"]]
+    assert first and all(tick.time_unix_ns <= compile_span.end_unix_ns for tick in first)

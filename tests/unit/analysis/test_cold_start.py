@@ -3,6 +3,7 @@ that changed, a key that did not change, graphs the base run never had, and grap
 
 from __future__ import annotations
 
+from telemetry_jit.analysis import cold_start
 from telemetry_jit.analysis.cold_start import CacheLedger, explain
 from telemetry_jit.analysis.runs import EventRecord, SpanRecord
 
@@ -199,3 +200,15 @@ def test_another_cpu_thread_count_is_named_with_the_settings_that_choose_it() ->
     )
     assert group.reason.endswith("by default the machine's cores): 2 -> 1")
     assert "set it as the run that filled the cache did" in group.fix
+
+
+def test_aot_compile_is_offered_only_to_a_run_without_graph_breaks() -> None:
+    residual = cold_start.Residual(total_s=4.0, timed=True)
+    residual.phases_s.update(dynamo_tracing=2.0, guards=0.5, cache_load=0.7)
+    features = ["set_stance", "cache_artifacts", "aot_compile"]
+    whole = cold_start.removable_by(residual, features, saved_s=10.0)[0]
+    assert whole["feature"].startswith("AOT compile") and whole["available"] and whole["saves_s"] == 3.2
+    broken = cold_start.removable_by(residual, features, saved_s=10.0, graph_breaks=3)[0]
+    # AOT compile takes one whole graph: a run whose model breaks into pieces cannot load it, so it saves nothing
+    assert not broken["available"] and broken["saves_s"] == 0.0
+    assert broken["note"].startswith("not for this run: its 3 graph breaks split the model")

@@ -108,3 +108,20 @@ def test_two_processes_claiming_one_rank_and_a_rank_beyond_the_job_are_said(
     beyond = rewritten(NEW, tmp_path / "beyond.jsonl", rank=5, world_size=2)
     assert cli.main(["summary", str(beyond)]) == 0
     assert "rank 5 is no rank of a job of 2 ranks" in capsys.readouterr().err
+
+
+def test_every_line_of_the_fleet_view_and_the_notes_fits_a_narrow_terminal(
+    tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    rank_copies(tmp_path, 4, odd=3, late_ms=2500)
+    assert cli.main(["summary", str(tmp_path)]) == 0
+    assert cli.main(["check", str(tmp_path / "run.rank0.jsonl"), "--max-skew", "1"]) == 2
+    said = capsys.readouterr()
+    assert "(rank 0 speaks for its group below" in said.out and "compare ranks" in said.err
+    too_wide = [line for line in (said.out + said.err).splitlines() if len(line) > 60]
+    assert too_wide == []
+    monkeypatch.delenv("COLUMNS")  # a pipe or a file: the note whole on one line, as tools read it
+    assert cli.main(["check", str(tmp_path / "run.rank0.jsonl"), "--max-skew", "1"]) == 2
+    (note,) = capsys.readouterr().err.splitlines()
+    assert note.startswith("telemetry-jit: check: cannot tell") and note.endswith("(or a folder).")

@@ -11,6 +11,7 @@ import os
 import random
 import re
 import socket
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from importlib import metadata
@@ -195,6 +196,7 @@ class OTLPExporter(BaseExporter):
         self._failure: str | None = None  # the type of the error that ended a span, for the root span's status
         self._metrics: CountingMetricExporter | None = None
         self._accounted = False  # the end-of-run account said: what fails later is in it, not said again
+        self._threads_before: frozenset[threading.Thread] = frozenset()
         self.dropped = 0  # spans lost, known once the exporter is closed
 
     @property
@@ -232,6 +234,7 @@ class OTLPExporter(BaseExporter):
     def initialize(self) -> None:
         """With the service named, build the providers now, so nothing is left to fail mid-run."""
         super().initialize()
+        self._threads_before = frozenset(threading.enumerate())  # export threads not ours (otlp_late)
         tap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
         if self.service_name is not None:
             _ = self._tracer, self.meter_provider
@@ -421,7 +424,7 @@ class OTLPExporter(BaseExporter):
         if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
         # an export given up on still runs and logs as it fails: held, as during the run, until it ends
-        untap_when_exports_end(self._log_filter, OTEL_LOGGERS)
+        untap_when_exports_end(self._log_filter, OTEL_LOGGERS, others=self._threads_before)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
             self._warn("undelivered" if self.dropped else "recovered", f"telemetry-jit: {self!r}: {self.account()}")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from .otlp_settings import untap_sdk_loggers
 
@@ -17,15 +17,18 @@ EXPORT_THREADS = ("OtelBatch", "OtelPeriodicExportingMetricReader", "telemetry-j
 
 
 def untap_when_exports_end(
-    tap: logging.Filter | Callable[[logging.LogRecord], bool], loggers: Iterable[str]
+    tap: logging.Filter | Callable[[logging.LogRecord], bool],
+    loggers: Iterable[str],
+    others: Collection[threading.Thread] = (),
 ) -> threading.Thread | None:
     """Take ``tap`` off OpenTelemetry's ``loggers`` now if no export runs, else once every export thread running
-    now has ended (on a thread of its own, returned)."""
+    now has ended (on a thread of its own, returned). ``others``: threads not waited for (an OpenTelemetry setup
+    of the user's own, running before the exporter started, whose metric reader never ends)."""
     loggers = tuple(loggers)
     running = [
         thread
         for thread in threading.enumerate()
-        if thread is not threading.current_thread() and thread.name.startswith(EXPORT_THREADS)
+        if thread.name.startswith(EXPORT_THREADS) and thread is not threading.current_thread() and thread not in others
     ]
     if not running:
         untap_sdk_loggers(tap, loggers)

@@ -1,6 +1,6 @@
 """The user's own package, installed with ``pip install .`` (not editable) into site-packages, is the user's code:
 a graph break in it counts for ``check --user-code-only``. Whose a package is goes by where it came from (PEP 610's
-``direct_url.json``), not by where it sits; one from an index stays a third party's."""
+``direct_url.json``), not by where it sits (tests/unit/test_breaks.py has the other origins)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from telemetry_jit.breaks import owner_of
 
 pytestmark = pytest.mark.any_torch
 
@@ -103,20 +101,3 @@ def test_a_break_in_the_users_package_installed_with_pip_counts_as_theirs(tmp_pa
         if (record := json.loads(line)).get("attributes", {}).get("graph_break.owner")
     ]
     assert owners and set(owners) == {"user"}, owners
-
-
-def test_a_package_from_an_index_stays_a_third_partys(tmp_path: Path) -> None:
-    """The same layout with no PEP 610 record (pip writes none for an index's wheel), or one naming a download."""
-    site_packages = tmp_path / "lib" / "python3.11" / "site-packages"
-    (site_packages / "thirdparty").mkdir(parents=True)
-    info = site_packages / "thirdparty-2.0.dist-info"
-    info.mkdir()
-    (info / "RECORD").write_text("thirdparty/__init__.py,,\n")
-    assert owner_of(f"{site_packages}/thirdparty/__init__.py:3") == "thirdparty"
-    downloaded = site_packages / "other"
-    downloaded.mkdir()
-    (site_packages / "other-1.0.dist-info").mkdir()
-    record = {"url": "https://example.org/other-1.0.tar.gz", "archive_info": {}}
-    (site_packages / "other-1.0.dist-info" / "direct_url.json").write_text(json.dumps(record))
-    assert owner_of(f"{downloaded}/x.py:1") == "other"
-    assert owner_of("/venv/lib/python3.11/site-packages/torch/nn/modules/module.py:9") == "torch"

@@ -11,6 +11,7 @@ import os
 import random
 import re
 import socket
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from importlib import metadata
@@ -37,13 +38,13 @@ from telemetry_jit.notices import NOWHERE, Notices
 from telemetry_jit.schema import JitSpanName, otel_dropped, otel_name
 
 from .finished import FinishedSpan, unix_ns
+from .otlp_late import untap_when_exports_end
 from .otlp_settings import (
     OTLPOptions,
     OTLPSettings,
     environment_service_name,
     redact_url,
     tap_sdk_loggers,
-    untap_sdk_loggers,
 )
 from .otlp_transport import (
     OTEL_LOGGERS,
@@ -194,6 +195,8 @@ class OTLPExporter(BaseExporter):
         self._default_service_name: str | None = None  # configure's application name: the environment's wins
         self._failure: str | None = None  # the type of the error that ended a span, for the root span's status
         self._metrics: CountingMetricExporter | None = None
+        self._accounted = False  # the end-of-run account said: what fails later is in it, not said again
+        self._threads_before: frozenset[threading.Thread] = frozenset()
         self.dropped = 0  # spans lost, known once the exporter is closed
 
     @property
@@ -231,6 +234,7 @@ class OTLPExporter(BaseExporter):
     def initialize(self) -> None:
         """With the service named, build the providers now, so nothing is left to fail mid-run."""
         super().initialize()
+        self._threads_before = frozenset(threading.enumerate())  # export threads not ours (otlp_late)
         tap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
         if self.service_name is not None:
             _ = self._tracer, self.meter_provider
@@ -269,7 +273,10 @@ class OTLPExporter(BaseExporter):
         return self._meter_provider
 
     def _warn(self, kind: str, message: str) -> None:
-        """Said once per ``kind``, on every rank (each has its own exporter), with no source line under it."""
+        """Said once per ``kind``, on every rank (each has its own exporter), with no source line under it; nothing
+        after the end-of-run account (an export given up on at close fails later, on OpenTelemetry's thread)."""
+        if self._accounted:
+            return
         self._notices.warn(kind, message, every_rank=True, origin=NOWHERE)
 
     def _undelivered(self) -> None:
@@ -416,10 +423,12 @@ class OTLPExporter(BaseExporter):
         finished = bounded(shutdowns, self.settings.flush_timeout_s)
         if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
-        untap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
+        # an export given up on still runs and logs as it fails: held, as during the run, until it ends
+        untap_when_exports_end(self._log_filter, OTEL_LOGGERS, others=self._threads_before)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
             self._warn("undelivered" if self.dropped else "recovered", f"telemetry-jit: {self!r}: {self.account()}")
+        self._accounted = True
         super().close()
 
     def account(self) -> str:

@@ -4,6 +4,7 @@ is refused; our own rules cover what it does not check. An empty variable counts
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import os
@@ -18,6 +19,7 @@ from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.util.re import parse_env_headers
 
+from telemetry_jit import redaction
 from telemetry_jit.notices import NOWHERE, warn_once
 
 Protocol = Literal["grpc", "http/protobuf"]
@@ -73,12 +75,25 @@ def _url_secrets(url: str) -> list[str]:
     parts += [parsed.query, parsed.fragment] if parsed.query or parsed.fragment else []
     parts += [value for _, value in parse_qsl(parsed.query, keep_blank_values=True)]
     parts += [parsed.username or "", parsed.password or ""]
-    return [part for part in {*parts, *(unquote(part) for part in parts)} if len(part) >= _SHORTEST_SECRET]
+    found = {*parts, *(unquote(part) for part in parts)}
+    if parsed.username or parsed.password:  # as an HTTP client sends them (Basic), which a collector may echo
+        pair = f"{unquote(parsed.username or '')}:{unquote(parsed.password or '')}".encode()
+        found.add(base64.b64encode(pair).decode())
+    return [part for part in found if len(part) >= redaction.SHORTEST_SECRET]
 
 
-# texts shorter than this are no credential (a tenant id "1", a flag "on"); replaced everywhere they would make an
-# error unreadable ("127.0.0.1" as "***27.0.0.***") and hide nothing
-_SHORTEST_SECRET = 3
+def configured_secrets() -> set[str]:
+    """Every secret the ``OTEL_*`` variables hold, whichever of them the settings use: an exporter OpenTelemetry
+    builds reads a variable that an argument overrode here (headers given as ``{}``), and its SDK's lines echo it."""
+    found: set[str] = set()
+    for signal in _SIGNALS:
+        if (text := _environ(f"OTEL_EXPORTER_OTLP_{signal}HEADERS")) is not None:
+            for pair in text.split(","):
+                value = pair.partition("=")[2].strip()
+                found.update((value, unquote(value)))
+        if (url := _environ(f"OTEL_EXPORTER_OTLP_{signal}ENDPOINT")) is not None:
+            found.update(_url_secrets(url.strip()))
+    return found
 
 
 @contextlib.contextmanager
@@ -166,13 +181,19 @@ class OTLPSettings:
     sampler: Sampler | None  # OTEL_TRACES_SAMPLER's, as OpenTelemetry builds it (None: the SDK's default)
 
     def scrub(self, text: str) -> str:
-        """``text`` (an error OpenTelemetry or a transport wrote) with the endpoints' and headers' secrets hidden."""
-        secrets = {secret for target in self.targets.values() for secret in _url_secrets(target.endpoint)}
-        headers = [value for target in self.targets.values() for value in target.headers.values()]
-        secrets.update(value for value in headers if len(value) >= _SHORTEST_SECRET)
-        for secret in sorted(secrets, key=len, reverse=True):
-            text = text.replace(secret, "***")
-        return text
+        """``text`` (an error OpenTelemetry or a transport wrote, a collector's answer) with the endpoints' and
+        headers' secrets hidden, and any stretch of 8 characters or more of one (:mod:`telemetry_jit.redaction`)."""
+        whole: set[str] = set()
+        grams: set[str] = set()
+        for secret in self.secrets():
+            redaction.add_secret(secret, whole, grams)
+        return redaction.scrub(redaction.scrub_with(text, whole, grams))
+
+    def secrets(self) -> set[str]:
+        """What no text may show: header values and an endpoint's credentials, as configured and as sent."""
+        found = {secret for target in self.targets.values() for secret in _url_secrets(target.endpoint)}
+        found.update(value for target in self.targets.values() for value in target.headers.values())
+        return found
 
     def __repr__(self) -> str:
         traces = self.targets["traces"]
@@ -184,6 +205,7 @@ class OTLPSettings:
     @classmethod
     def resolve(cls, options: OTLPOptions) -> OTLPSettings:
         """Arguments over variables over defaults, checked; an error names the setting, its value and what is valid."""
+        redaction.register(configured_secrets())  # before anything can fail and say why
         traces = _target(options, "traces")
         batch = {
             name: value
@@ -200,7 +222,7 @@ class OTLPSettings:
             known = ("otlp", "none", "console", "prometheus")
             metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
         _check_sdk_variables()
-        return cls(
+        settings = cls(
             # a copy: the mapping the user passed may change after configure
             options=replace(options, resource_attributes=dict(options.resource_attributes or {})),
             targets={"traces": traces, "metrics": _target(options, "metrics", traces)},
@@ -218,6 +240,9 @@ class OTLPSettings:
             ),
             sampler=_traces_sampler(),
         )
+        # hidden from every warning and record from now on, whoever says it
+        redaction.register(settings.secrets() | configured_secrets())
+        return settings
 
 
 def _target(options: OTLPOptions, signal: Signal, traces: Target | None = None) -> Target:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 from telemetry_jit.notices import Notices
+from telemetry_jit.redaction import scrub
 from telemetry_jit.terminal import error_text
 
 T = TypeVar("T")
@@ -79,7 +80,7 @@ class Account:
 
     def failed(self, site: CallSite, error: BaseException, function: object = None) -> None:
         with self._lock:
-            count, first_error = self._failed.get(site.name, (0, error_text(error)[:500]))
+            count, first_error = self._failed.get(site.name, (0, scrub(error_text(error))[:500]))  # the file keeps it
             self._failed[site.name] = (count + 1, first_error)
         if count == 0:
             name = ".".join(str(getattr(function, "__qualname__", "")).split(".")[-2:])

@@ -3,9 +3,14 @@ the recording and the analysis of files."""
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote, urlparse
 
 from telemetry_jit.terminal import shown
 
@@ -20,7 +25,7 @@ def is_restart_note(reason: str) -> bool:
 
 Owner = str  # "user", "torch", "lightning", "python", or another installed package's name
 
-_PACKAGE_DIRS = re.compile(r"[/\\](?:site|dist)-packages[/\\]([^/\\]+)")
+_PACKAGE_DIRS = re.compile(r"^(.*[/\\](?:site|dist)-packages)[/\\]([^/\\]+)")
 _STDLIB = re.compile(r"[/\\]lib[/\\]python3\.\d+[/\\]")
 _LIGHTNING = frozenset(("lightning", "pytorch_lightning", "lightning_fabric", "lightning_utilities"))
 _TORCH = frozenset(("torch", "functorch", "torchgen"))
@@ -46,13 +51,59 @@ def owner_of(location: str) -> Owner:
         return next((owner for prefix, owner in _NOT_USERS_CODE if path.startswith(prefix)), "user")
     package = _PACKAGE_DIRS.search(path)
     if package is not None:
-        name = package.group(1).removesuffix(".py")
-        return "torch" if name in _TORCH else "lightning" if name in _LIGHTNING else name
+        name = package.group(2).removesuffix(".py")
+        if name in _TORCH or name in _LIGHTNING:
+            return "torch" if name in _TORCH else "lightning"
+        return "user" if installed_from_the_users_own(package.group(1), name) else name
     if _STDLIB.search(path):
         return "python"
     if _OWN.search(path):
         return "telemetry-jit"  # its in-place compile and first-call watch, where installed editable
     return "torch" if _TORCH_SOURCE.search(path) else "user"  # a torch built from source runs in place
+
+
+@functools.lru_cache(maxsize=256)
+def installed_from_the_users_own(site_packages: str, name: str) -> bool:
+    """Whether the package ``name`` in ``site_packages`` was installed from the user's own source: its
+    distribution's PEP 610 record (``direct_url.json``) names a local directory (``pip install .``), or a file
+    under the project (the working directory: a wheel built there). One from an index has no such record."""
+    found = _direct_url(Path(site_packages), name)
+    if found is None or not found.get("url", "").startswith("file:"):
+        return False
+    if "dir_info" in found:
+        return True
+    where = Path(unquote(urlparse(found["url"]).path)).resolve()
+    return where.is_relative_to(Path(os.getcwd()).resolve())
+
+
+def _direct_url(site_packages: Path, name: str) -> dict[str, str] | None:
+    """The ``direct_url.json`` of the distribution in ``site_packages`` that installed the top-level ``name``."""
+    try:
+        infos = sorted(entry for entry in os.listdir(site_packages) if entry.endswith(".dist-info"))
+    except OSError:
+        return None
+    wanted = name.lower().replace("-", "_")
+    # the distribution named as its package first (the usual case), then any whose files hold it
+    infos.sort(key=lambda info: info.partition("-")[0].lower().replace(".", "_") != wanted)
+    for info in infos:
+        folder = site_packages / info
+        if info.partition("-")[0].lower().replace(".", "_") != wanted and not _holds(folder, name):
+            continue
+        try:
+            found = json.loads((folder / "direct_url.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None  # installed from an index (no record), or a record that says nothing
+        return found if isinstance(found, dict) else None
+    return None
+
+
+def _holds(dist_info: Path, name: str) -> bool:
+    """Whether the distribution of ``dist_info`` installed the top-level package or module ``name``."""
+    try:
+        with open(dist_info / "RECORD", encoding="utf-8") as record:
+            return any(line.startswith((f"{name}/", f"{name}.py,")) for line in record)
+    except OSError:
+        return False
 
 
 def recompile_owner(frame: str, location: str) -> Owner:

@@ -111,19 +111,35 @@ def _launcher_job_id() -> str | None:
 
 
 _made_up: str | None = None  # the run id this process made up (no launcher or user gave one)
+# the run id this process put into the environment, and what the variable held before (None: unset), put back
+# when the run ends
+_put: tuple[str, str | None] | None = None
 
 
 def run_id() -> str:
     """This job's run id, alike in every rank: ``TELEMETRY_JIT_RUN_ID``, else the launcher's job id
     (``slurm-<job>.<step>``, ...), else a new one, put into the environment for the ranks this process launches."""
-    global _made_up
+    global _made_up, _put
     value = os.environ.get(RUN_ID_VARIABLE, "").strip()
     if not value:
         found = _launcher_job_id()
         value = found or uuid.uuid4().hex
         _made_up = None if found else value
+        _put = (value, os.environ.get(RUN_ID_VARIABLE) if _put is None else _put[1])
         os.environ[RUN_ID_VARIABLE] = value
     return value
+
+
+def leave_environment() -> None:
+    """The run over: the run id this process put into the environment (for the ranks it launched) is taken out
+    again, so the process is left as it was found."""
+    global _put
+    if _put is not None and os.environ.get(RUN_ID_VARIABLE) == _put[0]:  # not one the user set meanwhile
+        if _put[1] is None:
+            del os.environ[RUN_ID_VARIABLE]
+        else:
+            os.environ[RUN_ID_VARIABLE] = _put[1]
+    _put = None
 
 
 def next_run() -> None:

@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Hashable
 from types import FrameType
 
+from telemetry_jit.redaction import scrub
 from telemetry_jit.terminal import clean
 
 
@@ -83,7 +84,7 @@ def say(message: str, category: type[Warning] = UserWarning) -> None:
 
 
 def _warn(message: str, category: type[Warning], origin: str, stacklevel: int) -> None:
-    message = clean(message)  # names and reasons in it come from code and data
+    message = scrub(clean(message))  # names and reasons in it come from code and data; a collector's, a secret
     path, _, line = origin.rpartition(":")
     try:
         if path and line.isdigit():

@@ -160,6 +160,7 @@ class Session:
             except Exception as error:  # noqa: BLE001 - shutdown runs at interpreter exit too: nothing may escape
                 message = f"telemetry-jit: could not close {file.path} ({error!r})."
                 self.account.notices.warn("closing the file", message, every_rank=True)
+        identity.leave_environment()  # the run id it set for the ranks it launched
 
     def reading_hint(self) -> str:
         """Where this run's file is and the command that reads it ("" without a file)."""

@@ -110,12 +110,35 @@ def read_foreign_trace(path: str | os.PathLike[str]) -> Any:
     return document
 
 
+# what a Trace Event may hold (the Trace Event Format, as Chrome and Perfetto read it): only these are copied from
+# another tool's trace, so a JSON file that is something else (a config with a password) adds nothing to ours
+TRACE_EVENT_FIELDS = frozenset(
+    ("name", "cat", "ph", "ts", "tts", "dur", "tdur", "pid", "tid", "id", "id2", "bp", "scope", "s", "args", "cname")
+    + ("sf", "stack", "esf", "estack", "bind_id", "flow_in", "flow_out", "use_async_tts")
+)
+# the phases of the Trace Event Format: duration, complete, instant, counter, async, flow, sample, object,
+# metadata, memory dump, mark, clock sync and context events
+PHASES = frozenset("BEXiICbnSTpFestfPONDMVvRc()")
+_NOT_A_TRACE = "--with takes a Chrome or Perfetto trace (JSON: an object with traceEvents, or a list of events)"
+
+
 def foreign_trace_events(document: Any) -> list[dict[str, Any]]:
-    """The events of a Trace Event document (a list, or an object with ``traceEvents``); ValueError if neither."""
+    """The events of a Trace Event document (a list of events, or an object with ``traceEvents``), each with only
+    its Trace Event fields; ValueError naming the first element that is no event (an object with a phase ``ph``
+    and, where given, a numeric ``ts``)."""
     events = document.get("traceEvents") if isinstance(document, dict) else document
     if not isinstance(events, list):
-        raise ValueError("not a Trace Event document (a list of events, or an object with traceEvents)")
-    return [event for event in events if isinstance(event, dict)]
+        raise ValueError(f"not a Trace Event document: {_NOT_A_TRACE}")
+    for index, event in enumerate(events):
+        phase = event.get("ph") if isinstance(event, dict) else None
+        if not isinstance(phase, str) or phase not in PHASES:
+            raise ValueError(
+                f"element {index} of its events is no trace event (it has no phase 'ph' the Trace Event Format "
+                f"defines): {_NOT_A_TRACE}; nothing of it is copied"
+            )
+        if "ts" in event and (isinstance(event["ts"], bool) or not isinstance(event["ts"], (int, float))):
+            raise ValueError(f"element {index} of its events has a 'ts' that is no number: {_NOT_A_TRACE}")
+    return [{key: value for key, value in event.items() if key in TRACE_EVENT_FIELDS} for event in events]
 
 
 def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
@@ -123,8 +146,7 @@ def _merged(name: str, document: Any, taken: set[int]) -> list[dict[str, Any]]:
     base_us = number(document.get("baseTimeNanoseconds")) / 1000 if isinstance(document, dict) else 0.0
     renamed: dict[Any, int] = {}
     events = []
-    for event in foreign_trace_events(document):
-        event = dict(event)
+    for event in foreign_trace_events(document):  # copies, of the events' known fields only
         if isinstance(event.get("ts"), (int, float)) and event.get("ph") != "M":
             event["ts"] = event["ts"] + base_us
         if event.get("pid") in (0, None):  # a pid of a real process stays: the profile of a run's process joins it

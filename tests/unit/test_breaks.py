@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from telemetry_jit.breaks import gist
+from telemetry_jit.breaks import gist, owner_of
 
 pytestmark = pytest.mark.any_torch
 
@@ -28,3 +30,29 @@ def test_an_errors_gist_is_its_first_paragraph_and_the_users_line() -> None:
         "reached from your line /home/me/train.py:40 in "
         "training_step: `loss = self.net(x)`)"
     )
+
+
+def _installed(site_packages, name: str, direct_url: dict | None) -> str:
+    """A package ``name`` laid out as pip installs it, with its PEP 610 record; a location in it."""
+    (site_packages / name).mkdir(parents=True)
+    info = site_packages / f"{name}-1.0.dist-info"
+    info.mkdir()
+    (info / "RECORD").write_text(f"{name}/__init__.py,,\n")
+    if direct_url is not None:
+        (info / "direct_url.json").write_text(json.dumps(direct_url))
+    return f"{site_packages / name / '__init__.py'}:7"
+
+
+def test_a_package_is_the_users_by_where_it_was_installed_from(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    project, site_packages = tmp_path / "project", tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+    (project / "dist").mkdir(parents=True)
+    monkeypatch.chdir(project)
+    local_directory = {"url": (tmp_path / "elsewhere").as_uri(), "dir_info": {}}  # pip install /path/to/src
+    assert owner_of(_installed(site_packages, "mine", local_directory)) == "user"
+    built_here = {"url": (project / "dist" / "ours-1.0-py3-none-any.whl").as_uri(), "archive_info": {}}
+    assert owner_of(_installed(site_packages, "ours", built_here)) == "user"
+    downloaded = {"url": (tmp_path / "downloads" / "theirs-1.0.whl").as_uri(), "archive_info": {}}
+    assert owner_of(_installed(site_packages, "theirs", downloaded)) == "theirs"
+    assert owner_of(_installed(site_packages, "indexed", None)) == "indexed"  # from an index: no record
+    from_git = {"url": "https://github.com/x/y.git", "vcs_info": {"vcs": "git", "commit_id": "ab"}}
+    assert owner_of(_installed(site_packages, "cloned", from_git)) == "cloned"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -57,3 +58,34 @@ def test_trace_with_a_named_pipe_is_refused_without_waiting_for_a_writer(
         pytest.fail("trace --with a FIFO blocked until a writer came")
     assert outcome == [2]
     assert "not a regular file" in capsys.readouterr().err
+
+
+def test_trace_with_a_json_list_that_is_no_trace_is_refused_and_nothing_of_it_copied(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps([{"name": "db", "user": "ci", "password": "hunter2-sekrit"}]))
+    assert _trace_with(tmp_path, str(config)) == 2
+    err = capsys.readouterr().err
+    assert "element 0 of its events is no trace event" in err and "Chrome or Perfetto trace" in err, err
+    assert not (tmp_path / "out.trace.json").exists()
+    assert "hunter2" not in err
+
+
+def test_trace_with_copies_only_the_fields_of_trace_events(tmp_path: Path) -> None:
+    profile = tmp_path / "profile.json"
+    event = {"ph": "X", "name": "aten::mm", "cat": "cpu_op", "ts": 1.5, "dur": 2, "pid": 7, "tid": 7, "args": {"n": 1}}
+    document = {"traceEvents": [{**event, "password": "hunter2-sekrit"}], "deviceProperties": [{"token": "t0k3n-x"}]}
+    profile.write_text(json.dumps(document))
+    assert _trace_with(tmp_path, str(profile)) == 0
+    written = (tmp_path / "out.trace.json").read_text()
+    assert "hunter2" not in written and "t0k3n" not in written and "password" not in written
+    (merged,) = [e for e in json.loads(written)["traceEvents"] if e.get("name") == "aten::mm"]
+    assert merged == event  # every field the Trace Event Format defines, as it was
+
+
+def test_trace_with_events_of_no_numeric_time_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    odd = tmp_path / "odd.json"
+    odd.write_text(json.dumps([{"ph": "X", "name": "a", "ts": "soon"}]))
+    assert _trace_with(tmp_path, str(odd)) == 2
+    assert "'ts' that is no number" in capsys.readouterr().err

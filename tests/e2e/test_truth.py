@@ -28,6 +28,7 @@ from telemetry_jit.analysis.runs import run_status
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.recording.fallback_cost import FallbackCostMeter
 from tests.e2e import dynamo_facts
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Block
@@ -687,6 +688,36 @@ def test_a_fallback_says_what_running_eagerly_costs_against_the_same_frame_compi
     assert status == 1 and words in flat(out)
     (costed,) = summary_json(run)["fell_back_to_eager"]
     assert costed["cost"]["batches_since"] == 19 and costed["cost"]["cost_s"] == pytest.approx(cost.cost_s, abs=1e-3)
+
+
+@pytest.mark.parametrize("eager_ms", [(9.0, 12.0, 10.0, 8.5), (20.0, 21.0, 19.5, 20.5)], ids=["noise", "slower"])
+@torch._dynamo.config.patch(recompile_limit=2)
+def test_a_fallbacks_cost_is_said_only_where_its_batches_tell_it_from_noise(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch, eager_ms: tuple[float, ...]
+) -> None:
+    """Issue 63: a fallback's cost from medians of noisy batches was printed as fact, by check too. The batches'
+    times are the test's (a clock it drives: each training step's length, by step), the run real."""
+    lengths = [10.0 + (step % 4 - 1.5) for step in range(11)] + [eager_ms[step % 4] for step in range(19)]
+    starts = [int(sum(lengths[:step]) * 1e6) for step in range(len(lengths) + 1)]
+    timed = FallbackCostMeter.batch_started
+    monkeypatch.setattr(
+        FallbackCostMeter, "batch_started", lambda meter, stage, step, now_ns: timed(meter, stage, step, starts[step])
+    )
+    loader = DataLoader(TensorDataset(torch.randn(8 * 30, 8, generator=torch.Generator().manual_seed(0))), 8)
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(RetaggingLater(8), loader)
+    run = telemetry.end()
+    (fallback,) = summarize(run).fallbacks
+    cost = fallback.cost
+    assert cost is not None and fallback.step == 11 and (cost.compiled_batches, cost.eager_batches) == (9, 17)
+    status, out = said("check", str(telemetry.path), "--no-eager-fallback")
+    line = next(line for line in out.splitlines() if "runs eagerly from step 11" in line)
+    if eager_ms[0] < 15:  # the eager batches as long as the compiled ones, give or take
+        assert cost.extra_low_ms is not None and cost.extra_low_ms < 0 < cost.extra_high_ms
+        assert "not enough batches to tell what it costs" in line and "holds zero" in line
+        assert "costs " not in line and "saves " not in line
+    else:
+        assert cost.told and f"costs {cost.extra_ms:.1f} ms a training batch (95% interval " in line
+    assert status == 1 and cost.words() in line
 
 
 def exploding(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.cold_start import ColdStart, explain, without_line
+from telemetry_jit.analysis.cold_start import ColdStart, explain, option_changed, without_line
 from telemetry_jit.analysis.digest import EXPECTED, ONE_KIND, Fallback, FrameRow
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.summary import RunSummary, summarize
@@ -150,7 +150,23 @@ class RunDiff:
         base, new = self.base.digest.cache_ledger, self.new.digest.cache_ledger
         if (self.base.run.run_id, self.base.run.rank) == (self.new.run.run_id, self.new.run.rank):
             return ColdStart([], bool(base.lookups), bool(new.lookups))
-        return explain(base, new)
+        cold = explain(base, new)
+        changed = self.changed_options
+        if changed:
+            option_changed(cold.groups, changed)
+        return cold
+
+    @property
+    def changed_options(self) -> list[str]:
+        """The torch.compile options (dynamic, mode, fullgraph) the runs compiled with that differ: ``dynamic:
+        false -> true``."""
+        base, new = self.base.digest.compile_options, self.new.digest.compile_options
+        return [
+            f"{name.removeprefix('compile.')}: {', '.join(sorted(base.get(name, ()))) or '?'} -> "
+            f"{', '.join(sorted(new.get(name, ()))) or '?'}"
+            for name in sorted(base.keys() | new.keys())
+            if base.get(name, set()) != new.get(name, set())
+        ]
 
     def frames(self) -> list[tuple[str, FrameRow, FrameRow]]:
         """``(frame, base row, new row)`` for every frame either run compiled."""
@@ -186,6 +202,7 @@ class RunDiff:
                 }
                 for frame, b, n in self.frames()
             ],
+            "changed_compile_options": self.changed_options,
             "cache_effect_only": self.cache_effect,
             "caches_differ": self.caches_differ,
             "cache_misses_explained": self.cold_start.as_json(),

@@ -277,6 +277,8 @@ class RunDigest:
     ends: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)  # key -> (end ns, frame)
     backends: set[str] = field(default_factory=set)
     plain_backends: set[str] = field(default_factory=set)  # of those, the ones that said they do not optimise
+    # the torch.compile options compiles were made with (compile.dynamic, .mode, .fullgraph): attribute -> values
+    compile_options: dict[str, set[str]] = field(default_factory=dict)
     lacks_positions: bool = True  # no span says where in its epoch it was (written before they were recorded)
     lacks_stacks: bool = True  # no break says whose code it is in
     train_breaks: int = 0  # graph breaks of frames compiled while training: what runs inside a timed step
@@ -317,6 +319,9 @@ class RunDigest:
         self.compile_ms += ms
         key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
+        for option in (CompileAttr.DYNAMIC, CompileAttr.MODE, CompileAttr.FULLGRAPH):
+            if option in attributes:
+                self.compile_options.setdefault(option, set()).add(str(attributes[option]).lower())
         if attributes.get(CompileAttr.BACKEND):
             self.backends.add(str(attributes[CompileAttr.BACKEND]))
             if attributes.get(CompileAttr.BACKEND_OPTIMIZES) is False:

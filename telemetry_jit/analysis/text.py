@@ -525,6 +525,8 @@ def format_diff(result: RunDiff) -> str:
             words = f"{side}: {s.compiled_before.words()}. A compile or recompile it lacks is no evidence of a change"
             lines += wrapped(words, "  ")
     lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
+    if result.changed_options:  # a change of option, not of the user's code: what it changes follows from it
+        lines += [""] + wrapped(f"torch.compile options changed: {'; '.join(result.changed_options)}", "  ")
     if new.backward_graphs < base.backward_graphs:
         lines += [""] + wrapped(
             "fewer backward graphs need not mean less compiled: a graph with dynamic shapes (dynamic=True, "

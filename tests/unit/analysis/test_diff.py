@@ -98,3 +98,30 @@ def test_one_new_recompile_is_matched_to_one_old_one(capsys: pytest.CaptureFixtu
     assert renamed == [("last_batch in eval", "specialized in eval", 1)], renamed
     assert facts["fixed_recompile_causes"] == {"recompile_limit in eval": 1}
     assert facts["new_recompile_causes"] == {}
+
+
+def _with_option(path: Path, out: Path, dynamic: str) -> str:
+    lines = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("name") == "compilation":
+            record["attributes"]["compile.dynamic"] = dynamic
+        lines.append(json.dumps(record))
+    out.write_text("\n".join(lines) + "\n")
+    return str(out)
+
+
+def test_a_miss_where_only_dynamic_changed_names_the_option_not_a_change_of_the_model(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """Issue 63: "nothing to fix if you changed the model on purpose" where only dynamic=True changed."""
+    base = _with_option(DATA / "quickstart-warm-after-fix.jsonl", tmp_path / "base.jsonl", "auto")
+    new = _with_option(DATA / "quickstart-cold-before-fix.jsonl", tmp_path / "new.jsonl", "true")
+    assert cli.main(["diff", base, new]) == 0
+    out = flat(capsys.readouterr().out)
+    assert "torch.compile options changed: dynamic: auto -> true" in out
+    assert "the torch.compile option dynamic: auto -> true changed between the runs" in out
+    assert "nothing to fix if the code or the data changed on purpose" not in out
+    facts = json.loads((cli.main(["diff", base, new, "--json"]), capsys.readouterr().out)[1])
+    assert facts["new"]["compile_s"] >= facts["cache_misses_explained"]["compile_s"]
+    assert facts["changed_compile_options"] == ["dynamic: auto -> true"]

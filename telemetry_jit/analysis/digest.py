@@ -271,6 +271,7 @@ class RunDigest:
     limit_hits: int = 0
     failed: int = 0
     first_failure: str = ""
+    first_failure_graph: str = ""  # the graph that failed first: "the backward graph of forward (model.py:5) [0/0]"
     windows: list[Window] = field(default_factory=list)
     # the compile sequence, for comparing ranks: (compile id, frame, cause), and when each compile ended
     sequence: list[tuple[str, str, str]] = field(default_factory=list)
@@ -308,7 +309,8 @@ class RunDigest:
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
-        self.backward_graphs += trigger == "lazy_backward"
+        built = not attributes.get(CompileAttr.FAILED)  # a backward compile that raised built no backward graph
+        self.backward_graphs += trigger == "lazy_backward" and built
         if trigger == "lazy_backward":
             self._awaiting.pop(compile_id, None)
             _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
@@ -331,7 +333,7 @@ class RunDigest:
         breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
         row = self.frames.get(frame) or self.frames.setdefault(frame, FrameRow(*frame))
         row.compiles += trigger != "lazy_backward"
-        row.backward_graphs += trigger == "lazy_backward"
+        row.backward_graphs += trigger == "lazy_backward" and built
         row.recompiles += recompile
         row.breaks += len(breaks)
         row.compile_ms += ms
@@ -349,7 +351,7 @@ class RunDigest:
             self._break(event, label, compile_id, loop)
         self._warm_start(attributes, label)
         self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
-        self._failure(span, frame, stage)
+        self._failure(span, frame, stage, trigger)
         for event in span.events:
             if event.name == JitEventName.DDP_GRAPH_SPLIT:
                 splits = int(number(event.attributes.get(DdpAttr.SPLITS)))
@@ -519,7 +521,7 @@ class RunDigest:
             if fact.startswith("cache."):
                 add_new(warm.unavailable, fact, MAX_NAMES)
 
-    def _failure(self, span: SpanRecord, frame: Frame, stage: str) -> None:
+    def _failure(self, span: SpanRecord, frame: Frame, stage: str, trigger: str) -> None:
         attributes = span.attributes
         if attributes.get(CompileAttr.FELL_BACK_TO_EAGER):
             limit = _limit_hit(span)
@@ -533,7 +535,10 @@ class RunDigest:
                 self.fallbacks.append(Fallback(frame_label(*frame), step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
-            self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
+            if not self.first_failure_graph:
+                self.first_failure = str(attributes.get(CompileAttr.FAILURE) or "")
+                graph = f"{frame_shown(*frame)} [{attributes.get(CompileAttr.ID) or '?'}]"
+                self.first_failure_graph = f"the backward graph of {graph}" if trigger == "lazy_backward" else graph
 
     # -- what the answers read ----------------------------------------------------------------------
     def frame_rows(self) -> list[FrameRow]:

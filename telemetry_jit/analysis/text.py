@@ -275,7 +275,7 @@ def figure_lines(summary: RunSummary) -> list[str]:
         lines.append(f"fell back to eager: {d.fallback_count} (recompile limit hit: {d.limit_hits})")
         lines += [f"  {fallback_line(fallback, summary.last_step)}" for fallback in summary.fallbacks[:5]]
     if d.failed:
-        lines.append(f"failed compilations: {d.failed}, first: {gist(d.first_failure)}")
+        lines.append(f"failed compilations: {d.failed}, first: {d.first_failure_graph}: {gist(d.first_failure)}")
     return lines
 
 

@@ -29,6 +29,7 @@ from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.recording.fallback_cost import FallbackCostMeter
+from telemetry_jit.terminal import frame_shown
 from tests.e2e import dynamo_facts
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Block
@@ -749,6 +750,44 @@ def test_a_compile_that_fails_under_suppress_errors_is_said_at_once_and_fails_th
     assert raised in short_paths(flat(out))
     status, out = said("check", str(telemetry.path), "--no-eager-fallback")
     assert status == 1 and expected in short_paths(flat(out))
+
+
+def _backward_compiler_raises(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+    raise RuntimeError("backward compiler exploded")
+
+
+@pytest.mark.parametrize("suppress_errors", [False, True])
+def test_a_backward_compile_that_raised_is_not_said_compiled_nor_counted_and_its_graph_is_named(
+    telemetry: Telemetry, suppress_errors: bool
+) -> None:
+    """Issue 63: a backward compile that raised (InductorError there) was said live as "compiled the backward graph
+    of forward ... in 8.1 s" and counted among backward graphs; "failed compilations: 1" named no graph. A backward
+    compile raises into training whatever suppress_errors says: it runs at the first backward, not in dynamo."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(fw_compiler=lambda gm, inputs: gm.forward, bw_compiler=_backward_compiler_raises)
+    lines: list[str] = []
+    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": backend})
+    console = telemetry_jit.CompileConsole(threshold_s=0.0, print_fn=lines.append)  # every compile said
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config, live=console)[0]
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    with torch._dynamo.config.patch(suppress_errors=suppress_errors), pytest.raises(RuntimeError, match="exploded"):
+        trainer.fit(Regressor(), data(16, 8))
+    backward = [line for line in lines if "backward graph of" in line]
+    assert len(backward) == 2 and backward[0].endswith(" ...") and " failed after " in backward[1], lines
+    assert backward[1].endswith("RuntimeError: backward compiler exploded")
+    assert "compiled the backward" not in "".join(lines)
+    assert any(line.startswith("telemetry-jit: compiled ") for line in lines)  # the forward, which did compile
+    stats = trainer.compile_telemetry.last_stats  # what compile/backward_graphs is logged from
+    assert stats is not None and (stats.frame_compiles, stats.backward_graphs) == (1, 0)
+    run = telemetry.end()
+    digest = summarize(run).digest
+    assert (digest.frame_compiles, digest.backward_graphs, digest.failed) == (1, 0, 1)
+    (frame,) = summarize(run).digest.frame_rows()
+    out = short_paths(said("summary", str(telemetry.path))[1])
+    assert "1 frame compile (0 of them recompiles), " in out and "backward graph" not in out.split("failed")[0]
+    failed = f"failed compilations: 1, first: the backward graph of {frame_shown(frame.frame, frame.location)} [0/0]"
+    assert short_paths(failed) + ": RuntimeError: backward compiler exploded" in out, out
 
 
 # -- one root cause, one item ------------------------------------------------------------------------

@@ -235,7 +235,10 @@ def figure_lines(summary: RunSummary) -> list[str]:
             else ""
         )
         lines.append(f"compiling outside {loop}: {sum(outside.values()) / 1000:.2f} s ({parts}){whole}")
-    compiled = f"{counted(d.frame_compiles, 'frame compile')} ({d.recompiles} of them recompiles)"
+    # an attempt torch refused at the recompile limit compiled nothing: counted apart (torch's record, and --json's
+    # frame_compiles, hold it among the frame compiles and recompiles)
+    refused = min(d.limit_hits, d.recompiles)
+    compiled = f"{counted(d.frame_compiles - refused, 'frame compile')} ({d.recompiles - refused} of them recompiles)"
     if d.backward_graphs:
         compiled += f" and {counted(d.backward_graphs, 'backward graph')}"
     if d.backward_within:  # torch compiled these backward graphs within their frame's compile: no span of their own
@@ -256,6 +259,11 @@ def figure_lines(summary: RunSummary) -> list[str]:
         compiled += f" (and {graphs} loaded from the compile cache within {within})"
     if d.thunder_compiles:
         compiled += f", {counted(d.thunder_compiles, 'thunder compile')}"
+    if refused:
+        compiled += (
+            f"; {counted(refused, 'more attempt')} refused at the recompile limit, which compiled nothing (the frame "
+            "runs eagerly)"
+        )
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {counted(d.break_count, 'graph break')}")
     if d.warm_start.lookups:
         lines.append(f"compile cache: {d.warm_start.line}")

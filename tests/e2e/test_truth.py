@@ -583,6 +583,10 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     assert "burned into the graph. Fix that: keep what the compiled code reads" in rows["recompile_limit"].fix
     status, out = said("summary", str(telemetry.path))
     assert "fell back to eager: 1 (recompile limit hit: 1)" in out
+    # torch's record counts the refused attempt among the frame compiles (--json too); the line says it apart
+    digest = summarize(run).digest
+    assert (digest.frame_compiles, digest.recompiles) == (4, 3)  # 0/0, 0/1, 0/2 and the refused 0/3
+    assert "compiled: 3 frame compiles (2 of them recompiles); 1 more attempt refused at the recompile limit, " in out
     # the gate that refuses a silent slowdown names the frame and the step it went eager from
     (fallback,) = summarize(run).digest.fallbacks
     since = 6 - fallback.step  # 48 samples in batches of 8: the loop ends at step 6

@@ -102,7 +102,27 @@ class CompileTelemetryCallback(Callback):
 
     on_test_batch_start = on_predict_batch_start = on_validation_batch_start
 
-    # no batch-end hooks: a batch's compiles are recorded when the next batch starts or the loop ends
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.driver.batch_ended()  # a first step ends with its batch (one attribute read on the others)
+
+    @override
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self.driver.batch_ended()
+
+    on_test_batch_end = on_predict_batch_end = on_validation_batch_end
+
+    # a batch's compiles are recorded when the next batch starts or the loop ends (its end only ends a first step)
     def _batch_started(self, trainer: pl.Trainer, batch_idx: int, stage: str, loader: int | None = None) -> None:
         self.loader = loader if loader is not None and _loaders(trainer) > 1 else None
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch

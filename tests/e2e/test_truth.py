@@ -794,6 +794,22 @@ def test_a_backward_compile_that_raised_is_not_said_compiled_nor_counted_and_its
     assert short_paths(failed) + ": RuntimeError: backward compiler exploded" in out, out
 
 
+class SlowAfterItsFirstBatch(Regressor):
+    """Spends 1.5 s after its first training batch has ended (in its batch-end hook, which Lightning calls after the
+    callbacks'), before the next batch starts."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == 0:
+            time.sleep(1.5)
+
+
+def test_a_first_step_ends_at_its_batchs_end_not_at_the_next_batchs_start(telemetry: Telemetry) -> None:
+    """Issue 63: a first step's "running" time ran to the next batch's start (0.62 s more than the batch)."""
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(SlowAfterItsFirstBatch(), data(32, 8))
+    (first,) = [step for step in summary_json(telemetry.end())["first_steps"] if step["stage"] == "train"]
+    assert first["compile_s"] > 0 and first["other_s"] < 1.0, first  # a tiny model's batch, not the 1.5 s after it
+
+
 # -- one root cause, one item ------------------------------------------------------------------------
 class Encoded(pl.LightningModule):
     """nn.TransformerEncoder breaks inside torch (``_detect_is_causal_mask`` calls ``.item()``); training and

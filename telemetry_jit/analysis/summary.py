@@ -263,6 +263,9 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         ],
         "compiled_before_run": s.compiled_before.as_json() if s.compiled_before is not None else None,
         "failed_compilations": d.failed,
+        "first_failed_compilation": (
+            {"graph": d.first_failure_graph, "error": d.first_failure} if d.first_failure_graph else None
+        ),
         "compile_cache": {
             "lookups": warm.lookups,
             "hits": warm.hits,

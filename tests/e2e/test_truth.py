@@ -792,6 +792,8 @@ def test_a_backward_compile_that_raised_is_not_said_compiled_nor_counted_and_its
     assert "1 frame compile (0 of them recompiles), " in out and "backward graph" not in out.split("failed")[0]
     failed = f"failed compilations: 1, first: the backward graph of {frame_shown(frame.frame, frame.location)} [0/0]"
     assert short_paths(failed) + ": RuntimeError: backward compiler exploded" in out, out
+    first = summary_json(run)["first_failed_compilation"]
+    assert first["graph"].startswith("the backward graph of ") and first["error"].endswith("compiler exploded")
 
 
 class SlowAfterItsFirstBatch(Regressor):

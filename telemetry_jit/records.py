@@ -453,10 +453,19 @@ class FallbackCost(_Event):
     eager_batches: int = 0
     batches_since: int = 0  # training batches from its fallback to the loop's end
     not_measured: str = ""
+    # a 95% interval of what a batch takes longer eagerly (None: too few batches for one, or a file without it)
+    extra_low_ms: float | None = None
+    extra_high_ms: float | None = None
 
     @property
     def extra_ms(self) -> float:
         return self.eager_batch_ms - self.compiled_batch_ms
+
+    @property
+    def told(self) -> bool:
+        """Whether the batches tell a cost (or a saving) apart from noise: its interval holds no zero."""
+        low, high = self.extra_low_ms, self.extra_high_ms
+        return not self.not_measured and low is not None and high is not None and (low > 0 or high < 0)
 
     @property
     def cost_s(self) -> float:
@@ -469,10 +478,16 @@ class FallbackCost(_Event):
             f"{self.eager_batch_ms:.1f} ms against {self.compiled_batch_ms:.1f} ms while compiled, medians of "
             f"{self.eager_batches} and {self.compiled_batches} batches"
         )
-        verb = "costs" if self.extra_ms >= 0 else "saves"
+        low, high = self.extra_low_ms, self.extra_high_ms
+        if low is None or high is None:
+            return f"not enough batches to tell what it costs: {medians}, too few for a 95% interval"
+        interval = f"{low:.1f} to {high:.1f} ms a batch"
+        if not self.told:
+            return f"not enough batches to tell what it costs: {medians}; the 95% interval, {interval}, holds zero"
+        verb, extra = ("costs", f"{interval}") if self.extra_ms >= 0 else ("saves", f"{-high:.1f} to {-low:.1f} ms")
         return (
-            f"{verb} {abs(self.extra_ms):.1f} ms a training batch ({medians}), {abs(self.cost_s):.2f} s over the "
-            f"{self.batches_since} batches since"
+            f"{verb} {abs(self.extra_ms):.1f} ms a training batch (95% interval {extra}; {medians}), "
+            f"{abs(self.cost_s):.2f} s over the {self.batches_since} batches since"
         )
 
     def attributes(self) -> dict[str, AttributeValue]:
@@ -491,13 +506,18 @@ class FallbackCost(_Event):
             FallbackAttr.COMPILED_BATCHES: self.compiled_batches,
             FallbackAttr.EAGER_BATCHES: self.eager_batches,
             FallbackAttr.COST_S: round(self.cost_s, 4),
+            **({FallbackAttr.EXTRA_LOW_MS: round(self.extra_low_ms, 4)} if self.extra_low_ms is not None else {}),
+            **({FallbackAttr.EXTRA_HIGH_MS: round(self.extra_high_ms, 4)} if self.extra_high_ms is not None else {}),
         }
 
     def as_json(self) -> dict[str, object]:
         if self.not_measured:
             return {"not_measured": self.not_measured, "batches_since": self.batches_since}
         said = ("compiled_batch_ms", "eager_batch_ms", "compiled_batches", "eager_batches", "batches_since", "cost_s")
-        return {name: round(getattr(self, name), 3) for name in said}  # the counts are ints: round leaves them
+        figures: dict[str, object] = {name: round(getattr(self, name), 3) for name in said}  # ints stay ints
+        low, high = self.extra_low_ms, self.extra_high_ms
+        figures["extra_ms_interval"] = [round(low, 3), round(high, 3)] if low is not None and high is not None else None
+        return {**figures, "told": self.told}
 
 
 # backends that capture graphs and run them as they are: compiling with them cannot make a step faster

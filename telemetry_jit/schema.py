@@ -225,6 +225,8 @@ class FallbackAttr:
     EAGER_BATCHES: Final = "fallback.eager_batches"  # batches timed after
     BATCHES_SINCE: Final = "fallback.batches_since"  # training batches it ran eagerly in, to the loop's end
     COST_S: Final = "fallback.cost_s"  # (eager - compiled median) x batches since
+    EXTRA_LOW_MS: Final = "fallback.extra_low_ms"  # a 95% interval of what a batch takes longer eagerly: its low end
+    EXTRA_HIGH_MS: Final = "fallback.extra_high_ms"  # and its high end (both absent: too few batches for one)
     NOT_MEASURED: Final = "fallback.not_measured"  # why there is no measurement
 
 

@@ -175,6 +175,7 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
     """Why ``new`` missed what ``base`` had: for each graph ``new`` missed whose counterpart ``base`` compiled
     (a miss, its entry then written) or loaded (a hit)."""
     groups: dict[str, MissGroup] = {}
+    timed: set[str] = set()  # compile ids whose seconds are counted: one compile's, however many graphs it missed
     for graph, lookup in new.explained():
         if lookup.state != "miss":
             continue
@@ -193,10 +194,30 @@ def explain(base: CacheLedger, new: CacheLedger) -> ColdStart:
             reason, fix = _reason(found)
         group = groups.setdefault(reason, MissGroup(reason, fix, changes=found[:10]))
         group.graphs += 1
-        group.seconds += new.seconds.get(lookup.compile_id, 0.0)
+        if lookup.compile_id not in timed:
+            timed.add(lookup.compile_id)
+            group.seconds += new.seconds.get(lookup.compile_id, 0.0)
         add_new(group.frames, lookup.frame, 5)
         add_new(group.steps, lookup.step, 5)
     return ColdStart(sorted(groups.values(), key=lambda group: -group.seconds), bool(base.lookups), bool(new.lookups))
+
+
+# the fixes that put a miss down to a change of the user's code, model or data: where only a torch.compile option
+# changed between the runs, that option is what changed (dynamic=True traces other graphs, with symbolic sizes)
+CODE_FIXES = ("new", "graph", "model", "input")
+
+
+def option_changed(groups: list[MissGroup], options: list[str]) -> None:
+    """``groups`` whose fix says the code or data changed, told instead that ``options`` (``dynamic: False ->
+    True``) changed; the other groups as they are."""
+    said = {_FIX[key] for key in CODE_FIXES}
+    for group in groups:
+        if group.fix in said:
+            group.fix = (
+                f"the torch.compile option {' and '.join(options)} changed between the runs, and torch compiles "
+                "other graphs under it (the caches are keyed by them): nothing to fix if you changed it on purpose; "
+                "the next run with it starts warm"
+            )
 
 
 def changes(base: Parts, new: Parts) -> list[Change]:

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from telemetry_jit.analysis.cold_start import ColdStart, explain, without_line
+from telemetry_jit.analysis.cold_start import ColdStart, explain, option_changed, without_line
 from telemetry_jit.analysis.digest import EXPECTED, ONE_KIND, Fallback, FrameRow
 from telemetry_jit.analysis.runs import TelemetryRun
 from telemetry_jit.analysis.summary import RunSummary, summarize
@@ -94,14 +94,23 @@ class RunDiff:
     def __post_init__(self) -> None:
         self.renamed_causes = {}
         new_causes = self.new.digest.causes_by_name()
-        for cause, occasions in sorted(self.base.digest.occasions_by_name().items()):
+        # one new recompile stands for one base recompile: a batch where the base run recompiled under two causes
+        # (a last batch, then the recompile limit) and the new run once is one renamed recompile, not two
+        unmatched = {other: set(met) for other, met in self.new.digest.occasions_by_name().items()}
+        base = self.base.digest.occasions_by_name()
+        # the refused attempt at the recompile limit compiled nothing: the recompiles that did are matched first
+        for cause in sorted(base, key=lambda name: (name.startswith("recompile_limit"), name)):
             if cause in new_causes:
                 continue
-            for other, met in sorted(self.new.digest.occasions_by_name().items()):
+            left = set(base[cause])
+            for other, met in sorted(unmatched.items()):
                 # a recompile left only as the expected price (the first switch to evaluation's grad mode, which the
                 # base run's recompile at that batch paid as well) is no recompile that remains to be fixed
-                if other != cause and not other.endswith(EXPECTED) and occasions & met:
-                    self.renamed_causes[(cause, other)] = len(occasions & met)
+                shared = left & met
+                if other != cause and not other.endswith(EXPECTED) and shared:
+                    self.renamed_causes[(cause, other)] = len(shared)
+                    met -= shared
+                    left -= shared
         renamed_base, renamed_new = Counter[str](), Counter[str]()
         for (cause, other), count in self.renamed_causes.items():
             renamed_base[cause] += count
@@ -141,7 +150,23 @@ class RunDiff:
         base, new = self.base.digest.cache_ledger, self.new.digest.cache_ledger
         if (self.base.run.run_id, self.base.run.rank) == (self.new.run.run_id, self.new.run.rank):
             return ColdStart([], bool(base.lookups), bool(new.lookups))
-        return explain(base, new)
+        cold = explain(base, new)
+        changed = self.changed_options
+        if changed:
+            option_changed(cold.groups, changed)
+        return cold
+
+    @property
+    def changed_options(self) -> list[str]:
+        """The torch.compile options (dynamic, mode, fullgraph) the runs compiled with that differ: ``dynamic:
+        false -> true``."""
+        base, new = self.base.digest.compile_options, self.new.digest.compile_options
+        return [
+            f"{name.removeprefix('compile.')}: {', '.join(sorted(base.get(name, ()))) or '?'} -> "
+            f"{', '.join(sorted(new.get(name, ()))) or '?'}"
+            for name in sorted(base.keys() | new.keys())
+            if base.get(name, set()) != new.get(name, set())
+        ]
 
     def frames(self) -> list[tuple[str, FrameRow, FrameRow]]:
         """``(frame, base row, new row)`` for every frame either run compiled."""
@@ -177,6 +202,7 @@ class RunDiff:
                 }
                 for frame, b, n in self.frames()
             ],
+            "changed_compile_options": self.changed_options,
             "cache_effect_only": self.cache_effect,
             "caches_differ": self.caches_differ,
             "cache_misses_explained": self.cold_start.as_json(),

@@ -271,12 +271,15 @@ class RunDigest:
     limit_hits: int = 0
     failed: int = 0
     first_failure: str = ""
+    first_failure_graph: str = ""  # the graph that failed first: "the backward graph of forward (model.py:5) [0/0]"
     windows: list[Window] = field(default_factory=list)
     # the compile sequence, for comparing ranks: (compile id, frame, cause), and when each compile ended
     sequence: list[tuple[str, str, str]] = field(default_factory=list)
     ends: dict[tuple[str, str, int], tuple[int, str]] = field(default_factory=dict)  # key -> (end ns, frame)
     backends: set[str] = field(default_factory=set)
     plain_backends: set[str] = field(default_factory=set)  # of those, the ones that said they do not optimise
+    # the torch.compile options compiles were made with (compile.dynamic, .mode, .fullgraph): attribute -> values
+    compile_options: dict[str, set[str]] = field(default_factory=dict)
     lacks_positions: bool = True  # no span says where in its epoch it was (written before they were recorded)
     lacks_stacks: bool = True  # no break says whose code it is in
     train_breaks: int = 0  # graph breaks of frames compiled while training: what runs inside a timed step
@@ -306,7 +309,8 @@ class RunDigest:
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
-        self.backward_graphs += trigger == "lazy_backward"
+        built = not attributes.get(CompileAttr.FAILED)  # a backward compile that raised built no backward graph
+        self.backward_graphs += trigger == "lazy_backward" and built
         if trigger == "lazy_backward":
             self._awaiting.pop(compile_id, None)
             _bounded_add(self._frames_with_backward, compile_id.rsplit("/", 1)[0])
@@ -317,6 +321,9 @@ class RunDigest:
         self.compile_ms += ms
         key, loop = (stage or "unknown", frozenset(loop.name for loop in around)), outermost_loop(around)
         self.ms_by_stage_loops[key] = self.ms_by_stage_loops.get(key, 0.0) + ms
+        for option in (CompileAttr.DYNAMIC, CompileAttr.MODE, CompileAttr.FULLGRAPH):
+            if option in attributes:
+                self.compile_options.setdefault(option, set()).add(str(attributes[option]).lower())
         if attributes.get(CompileAttr.BACKEND):
             self.backends.add(str(attributes[CompileAttr.BACKEND]))
             if attributes.get(CompileAttr.BACKEND_OPTIMIZES) is False:
@@ -326,7 +333,7 @@ class RunDigest:
         breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
         row = self.frames.get(frame) or self.frames.setdefault(frame, FrameRow(*frame))
         row.compiles += trigger != "lazy_backward"
-        row.backward_graphs += trigger == "lazy_backward"
+        row.backward_graphs += trigger == "lazy_backward" and built
         row.recompiles += recompile
         row.breaks += len(breaks)
         row.compile_ms += ms
@@ -344,7 +351,7 @@ class RunDigest:
             self._break(event, label, compile_id, loop)
         self._warm_start(attributes, label)
         self.cache_ledger.add(span, label, trigger, compile_id, str(attributes.get(TrainAttr.GLOBAL_STEP, "")))
-        self._failure(span, frame, stage)
+        self._failure(span, frame, stage, trigger)
         for event in span.events:
             if event.name == JitEventName.DDP_GRAPH_SPLIT:
                 splits = int(number(event.attributes.get(DdpAttr.SPLITS)))
@@ -514,7 +521,7 @@ class RunDigest:
             if fact.startswith("cache."):
                 add_new(warm.unavailable, fact, MAX_NAMES)
 
-    def _failure(self, span: SpanRecord, frame: Frame, stage: str) -> None:
+    def _failure(self, span: SpanRecord, frame: Frame, stage: str, trigger: str) -> None:
         attributes = span.attributes
         if attributes.get(CompileAttr.FELL_BACK_TO_EAGER):
             limit = _limit_hit(span)
@@ -528,7 +535,10 @@ class RunDigest:
                 self.fallbacks.append(Fallback(frame_label(*frame), step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
-            self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
+            if not self.first_failure_graph:
+                self.first_failure = str(attributes.get(CompileAttr.FAILURE) or "")
+                graph = f"{frame_shown(*frame)} [{attributes.get(CompileAttr.ID) or '?'}]"
+                self.first_failure_graph = f"the backward graph of {graph}" if trigger == "lazy_backward" else graph
 
     # -- what the answers read ----------------------------------------------------------------------
     def frame_rows(self) -> list[FrameRow]:

@@ -270,6 +270,9 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "compiled_before_run": s.compiled_before.as_json() if s.compiled_before is not None else None,
         "compiled_code_not_run": s.not_run,
         "failed_compilations": d.failed,
+        "first_failed_compilation": (
+            {"graph": d.first_failure_graph, "error": d.first_failure} if d.first_failure_graph else None
+        ),
         "compile_cache": {
             "lookups": warm.lookups,
             "hits": warm.hits,

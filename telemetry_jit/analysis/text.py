@@ -256,7 +256,10 @@ def figure_lines(summary: RunSummary) -> list[str]:
             else ""
         )
         lines.append(f"compiling outside {loop}: {sum(outside.values()) / 1000:.2f} s ({parts}){whole}")
-    compiled = f"{counted(d.frame_compiles, 'frame compile')} ({d.recompiles} of them recompiles)"
+    # an attempt torch refused at the recompile limit compiled nothing: counted apart (torch's record, and --json's
+    # frame_compiles, hold it among the frame compiles and recompiles)
+    refused = min(d.limit_hits, d.recompiles)
+    compiled = f"{counted(d.frame_compiles - refused, 'frame compile')} ({d.recompiles - refused} of them recompiles)"
     if d.backward_graphs:
         compiled += f" and {counted(d.backward_graphs, 'backward graph')}"
     if d.backward_within:  # torch compiled these backward graphs within their frame's compile: no span of their own
@@ -277,6 +280,11 @@ def figure_lines(summary: RunSummary) -> list[str]:
         compiled += f" (and {graphs} loaded from the compile cache within {within})"
     if d.thunder_compiles:
         compiled += f", {counted(d.thunder_compiles, 'thunder compile')}"
+    if refused:
+        compiled += (
+            f"; {counted(refused, 'more attempt')} refused at the recompile limit, which compiled nothing (the frame "
+            "runs eagerly)"
+        )
     lines.append(f"compiled: {compiled}, {d.compile_ms / 1000:.2f} s in all; {counted(d.break_count, 'graph break')}")
     if d.warm_start.lookups:
         lines.append(f"compile cache: {d.warm_start.line}")
@@ -296,7 +304,7 @@ def figure_lines(summary: RunSummary) -> list[str]:
         lines.append(f"fell back to eager: {d.fallback_count} (recompile limit hit: {d.limit_hits})")
         lines += [f"  {fallback_line(fallback, summary.last_step)}" for fallback in summary.fallbacks[:5]]
     if d.failed:
-        lines.append(f"failed compilations: {d.failed}, first: {gist(d.first_failure)}")
+        lines.append(f"failed compilations: {d.failed}, first: {d.first_failure_graph}: {gist(d.first_failure)}")
     return lines
 
 
@@ -547,6 +555,8 @@ def format_diff(result: RunDiff) -> str:
             words = f"{side}: {s.compiled_before.words()}. A compile or recompile it lacks is no evidence of a change"
             lines += wrapped(words, "  ")
     lines += [f"  {name:<16}{b:>12}  ->  {n}" for name, b, n in rows]
+    if result.changed_options:  # a change of option, not of the user's code: what it changes follows from it
+        lines += [""] + wrapped(f"torch.compile options changed: {'; '.join(result.changed_options)}", "  ")
     if new.backward_graphs < base.backward_graphs:
         lines += [""] + wrapped(
             "fewer backward graphs need not mean less compiled: a graph with dynamic shapes (dynamic=True, "

@@ -103,7 +103,27 @@ class CompileTelemetryCallback(Callback):
 
     on_test_batch_start = on_predict_batch_start = on_validation_batch_start
 
-    # no batch-end hooks: a batch's compiles are recorded when the next batch starts or the loop ends
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        self.driver.batch_ended()  # a first step ends with its batch (one attribute read on the others)
+
+    @override
+    def on_validation_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        self.driver.batch_ended()
+
+    on_test_batch_end = on_predict_batch_end = on_validation_batch_end
+
+    # a batch's compiles are recorded when the next batch starts or the loop ends (its end only ends a first step)
     def _batch_started(self, trainer: pl.Trainer, batch_idx: int, stage: str, loader: int | None = None) -> None:
         self.loader = loader if loader is not None and _loaders(trainer) > 1 else None
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
@@ -116,8 +136,7 @@ class CompileTelemetryCallback(Callback):
         # figures are logged up to the step this batch logs at, as _position says it (the steps before it are
         # over); a figure of this loop's own step stays pending through the rest of its batches
         step = self._steps.completed  # trainer.global_step, without its four properties
-        log_step = step if stage == "train" else lightning_compat.logging_step(trainer)
-        self.driver.batch_started(step, batch_idx, stage, self.loader, log_step)
+        self.driver.batch_started(step, batch_idx, stage, self.loader, lightning_compat.logging_step(trainer))
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -156,7 +175,7 @@ class CompileTelemetryCallback(Callback):
         self.last_stats = self.driver.loop_ended(
             active_span(self.driver.session, loop_name),
             loop=loop_name,
-            step=trainer.global_step,
+            step=lightning_compat.logging_step(trainer),  # where each rank's figures are logged
             world_size=trainer.world_size,
             gather=trainer.strategy.all_gather,
         )
@@ -164,8 +183,10 @@ class CompileTelemetryCallback(Callback):
 
 def _position(trainer: pl.Trainer, callback: CompileTelemetryCallback) -> Position:
     stage = _stage(trainer, callback._tuner)
-    # compile figures go to the loggers at the step Lightning logs that stage's own metrics at
-    log_step = None if stage == "train" else lightning_compat.logging_step(trainer)
+    # compile figures go to the loggers at the step Lightning logs that batch's own metrics at: the batches that
+    # stepped (not global_step, which counts optimizer steps: two a batch under manual optimization with two
+    # optimizers, and one more mid-batch after the first); during a fit's validation, one behind global_step
+    log_step = lightning_compat.logging_step(trainer)
     batches = _batches(trainer, stage, callback.loader)
     last = batches is None and lightning_compat.is_last_batch(trainer)  # a loader of no length knows at its end
     return Position(trainer.global_step, stage, batches, log_step, last_batch=last)

@@ -8,6 +8,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
 from typing_extensions import override
 
+from telemetry_jit.compat import lightning as lightning_compat
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.recording.driver import TelemetryDriver
 from telemetry_jit.recording.payoff import PayoffSettings
@@ -58,5 +59,6 @@ class CompilePayoffCallback(Callback):
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         steps = trainer.global_step  # the training loop still runs
-        payoff = self._driver.payoff_finished(steps, steps, say_measured=False, say_not=trainer.is_global_zero)
+        log_step = lightning_compat.logging_step(trainer)  # batches that stepped: not optimizer steps
+        payoff = self._driver.payoff_finished(steps, log_step, say_measured=False, say_not=trainer.is_global_zero)
         self.last_payoff = payoff or self.last_payoff

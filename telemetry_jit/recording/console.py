@@ -4,6 +4,7 @@ that run eagerly from now on."""
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from collections import Counter, defaultdict, deque
@@ -55,6 +56,7 @@ class CompileConsole(CompileListener):
         self._announced = False
         self._started = 0.0
         self._what = ""
+        self._raising: BaseException | None = None
         self._resources: CompileResources | None = None
         # frame id -> (step, cause, stage) of its last recompiles
         self._recent: dict[str, deque[tuple[int, Classified | None, str]]] = defaultdict(
@@ -73,6 +75,7 @@ class CompileConsole(CompileListener):
         self.compile_finished()
         self._what, self._started, self._announced = description, time.perf_counter(), False
         self._resources = None
+        self._raising = sys.exc_info()[1]  # an exception being handled already (a compile inside an except block)
         self._timer = threading.Timer(self.threshold_s, self._announce)
         self._timer.daemon = True
         self._timer.start()
@@ -98,7 +101,14 @@ class CompileConsole(CompileListener):
         large = resources is not None and resources.host_peak_bytes >= LARGE_COMPILE_BYTES
         if self._announced or large:
             cost = f": {resources.words()}" if resources is not None else ""
-            self._say(f"telemetry-jit: compiled {self._what} in {time.perf_counter() - self._started:.1f} s{cost}")
+            seconds = time.perf_counter() - self._started
+            # torch ends a compile's callbacks in a finally: an exception in flight there is the compile's own
+            error = sys.exc_info()[1]
+            if error is not None and error is not self._raising:
+                why = gist(f"{type(error).__name__}: {error}", 300)
+                self._say(f"telemetry-jit: compiling {self._what} failed after {seconds:.1f} s{cost}: {why}")
+            else:
+                self._say(f"telemetry-jit: compiled {self._what} in {seconds:.1f} s{cost}")
 
     def first_step(self, step: FirstStep) -> None:
         if step.wall_ms >= self.threshold_s * 1000 and step.compilations:

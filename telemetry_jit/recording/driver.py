@@ -155,6 +155,10 @@ class TelemetryDriver:
         if self.figures is not None and self.figures.pending:
             self.log_figures(log_step)
 
+    def batch_ended(self) -> None:
+        """The batch running ended (for adapters with batch-end hooks): a stage's first step ends with it."""
+        self.recorder.batch_ended()
+
     def log_figures(self, current_step: int | None = None) -> None:
         """Each step's figures once it is over (``None``: the loop ended, all): one value per key per step."""
         if self.figures is not None:

@@ -1,13 +1,16 @@
 """What a frame that falls back to eager (its recompile limit hit, or its compile failed under
 ``suppress_errors``) costs: the median training batch after the fallback against the median before it, while the
-frame ran compiled. A batch is timed from its start to the next training batch's (what the user waits for);
-batches that compiled, that another stage (validation) follows, or that a payoff measurement ran eagerly are not
-timed."""
+frame ran compiled, with a 95% interval of the difference (distribution-free: batch times are skewed by the
+odd stall, and a few batches say little). A batch is timed from its start to the next training batch's (what the
+user waits for); batches that compiled, that another stage (validation) follows, or that a payoff measurement ran
+eagerly are not timed."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from telemetry_jit.recording.listener import CompileListener
@@ -17,6 +20,7 @@ TIMED_STAGE = "train"
 MAX_SAMPLES = 64  # batches kept on each side of a fallback: the newest before it, the first after it
 LEAST_SAMPLES = 3  # a median of fewer batches says too little
 MAX_FALLBACKS = 20
+Z_95 = 1.959964  # the standard normal's 97.5th percentile: a two-sided 95% interval
 
 
 @dataclass
@@ -104,11 +108,26 @@ def _cost(compiled: deque[int], span: _Span, batches_since: int) -> FallbackCost
     elif len(eager) < LEAST_SAMPLES:
         why = f"{len(eager)} training batch(es) ran after it, with nothing compiling"
     else:
+        interval = shift_interval(eager, compiled)
         return replace(
             base,
             compiled_batch_ms=statistics.median(compiled) / 1e6,
             eager_batch_ms=statistics.median(eager) / 1e6,
             compiled_batches=len(compiled),
             eager_batches=len(eager),
+            extra_low_ms=interval[0] / 1e6 if interval is not None else None,
+            extra_high_ms=interval[1] / 1e6 if interval is not None else None,
         )
     return replace(base, not_measured=f"{why}; a measurement needs {LEAST_SAMPLES}")
+
+
+def shift_interval(after: Sequence[int], before: Sequence[int]) -> tuple[float, float] | None:
+    """A 95% interval of how much longer a batch ``after`` takes than one ``before`` (the Hodges-Lehmann shift's,
+    from the Mann-Whitney test: the ``k``-th smallest and largest of every pairwise difference); ``None`` where
+    there are too few batches for one (3 and 3: every ordering is likelier than 5%)."""
+    n, m = len(after), len(before)
+    k = round(n * m / 2 - Z_95 * math.sqrt(n * m * (n + m + 1) / 12))
+    if k < 1:
+        return None
+    differences = sorted(a - b for a in after for b in before)  # 64 x 64 at most, once per fallback at a loop's end
+    return float(differences[k - 1]), float(differences[-k])

@@ -63,13 +63,21 @@ class FirstSteps:
             self._open = FirstStep(stage, global_step, batch_index, now)
         return finished
 
+    def batch_ended(self) -> None:
+        """The batch running ended (where the adapter says so: Lightning's batch-end hooks): a first step's wall time
+        ends here, not at the next batch's start (Lightning's hooks and the next batch's loading in between). Its
+        compiles are taken at the next batch's start, which closes it."""
+        step = self._open
+        if step is not None and not step.end_ns:  # most batches: nothing open
+            step.end_ns = time.time_ns()
+
     def loop_ended(self) -> FirstStep | None:
         """The loop ended (a stage of one step ends with it)."""
         return self._close(time.time_ns())
 
     def recorded(self, record: CompileRecord) -> None:
         step = self._open
-        if step is None or record.start_ns < step.start_ns:
+        if step is None or record.start_ns < step.start_ns or (step.end_ns and record.start_ns >= step.end_ns):
             return
         step.compile_ms += record.duration_ms
         step.compilations += 1
@@ -80,7 +88,7 @@ class FirstSteps:
 
     def _close(self, now: int) -> FirstStep | None:
         step, self._open = self._open, None
-        if step is not None:
+        if step is not None and not step.end_ns:  # its batch's end not said: the next batch's start
             step.end_ns = now
         return step
 

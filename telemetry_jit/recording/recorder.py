@@ -231,6 +231,10 @@ class CompileRecorder:
             self._first_step_measured(finished)
         self._fallback_cost.batch_started(stage, global_step, time.perf_counter_ns())
 
+    def batch_ended(self) -> None:
+        """The batch running ended (an adapter with batch-end hooks says so): a first step ends here."""
+        self._first_steps.batch_ended()
+
     def running_eagerly(self, global_step: int) -> None:
         """``global_step`` runs eagerly on purpose (a payoff measurement): no batch to judge a fallback by."""
         self._fallback_cost.running_eagerly(global_step)

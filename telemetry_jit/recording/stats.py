@@ -49,7 +49,7 @@ class CompileStats(CompileListener):
 
     def recorded(self, record: CompileRecord) -> None:
         self.count += 1
-        self.backward_graphs += record.trigger == "lazy_backward"
+        self.backward_graphs += record.trigger == "lazy_backward" and not record.failure  # one that raised built none
         self.thunder_compiles += record.trigger == "thunder"
         self.frame_compiles += record.trigger not in ("lazy_backward", "thunder")
         self.total_time_ms += record.duration_ms

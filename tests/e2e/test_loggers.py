@@ -355,3 +355,73 @@ def test_a_failed_fit_still_logs_the_compiles_of_the_step_it_failed_in(telemetry
     assert {step: values for step, values in logged["compile/time_s"].items()} == {
         step: [pytest.approx(seconds, abs=1e-3)] for step, seconds in expected.items()
     }
+
+
+class TwoOptimizers(pl.LightningModule):
+    """A GAN's shape under manual optimization: a generator and a discriminator, each compiled and stepped by its own
+    optimizer in every batch, so that ``trainer.global_step`` advances twice a batch; the generator's loss logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.automatic_optimization = False
+        self.generator = torch.compile(torch.nn.Linear(8, 8), backend="eager")
+        self.discriminator = torch.compile(torch.nn.Linear(8, 1), backend="eager")
+
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        g_opt, d_opt = self.optimizers()
+        fake = self.generator(batch[0])
+        g_loss = self.discriminator(fake).mean()
+        g_opt.zero_grad()
+        self.manual_backward(g_loss)
+        g_opt.step()
+        d_loss = self.discriminator(fake.detach()).square().mean()  # compiled again in the smaller last batch
+        d_opt.zero_grad()
+        self.manual_backward(d_loss)
+        d_opt.step()
+        self.log("g_loss", g_loss)
+
+    def configure_optimizers(self) -> list[torch.optim.Optimizer]:
+        return [
+            torch.optim.SGD(self.generator.parameters(), 0.01),
+            torch.optim.SGD(self.discriminator.parameters(), 0.01),
+        ]
+
+
+@pytest.mark.parametrize("fit", ["manual_two_optimizers", "accumulate_grad_batches"])
+def test_compile_figures_go_to_the_step_lightning_logs_that_batchs_own_metrics_at(
+    telemetry: Telemetry, tmp_path: Path, fit: str
+) -> None:
+    """Issue 63: under manual optimization with two optimizers ``trainer.global_step`` is twice the batch, and a
+    batch's compile row went to step 18 where Lightning logs its ``g_loss`` at 9. Read back from a real CSVLogger:
+    each batch's compile seconds at the step of that batch's own metric."""
+    from lightning.pytorch.loggers import CSVLogger
+
+    logger = CSVLogger(tmp_path / "csv", name="run")
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)[0]
+    defaults = {**TRAINER_DEFAULTS, "logger": logger, "log_every_n_steps": 1, "max_epochs": 1}
+    if fit == "manual_two_optimizers":
+        module, metric, accumulate = TwoOptimizers(), "g_loss", 1
+        HookedTrainer(**defaults).fit(module, loader(18, 4))  # 5 batches, the last of 2: compiled again
+    else:
+        module, metric, accumulate = LoggedLoss(), "loss", 2
+        module.model = torch.compile(module.model, backend="eager")
+        HookedTrainer(accumulate_grad_batches=2, **defaults).fit(module, loader(18, 4))
+    run = telemetry.end()
+    with open(Path(logger.log_dir) / "metrics.csv") as file:
+        rows = list(csv.DictReader(file))
+    compiled: dict[int, float] = defaultdict(float)  # batch -> its compile seconds, from the telemetry file
+    for span in run.find("compilation"):
+        compiled[int(span.attributes["train.batch_index"])] += span.attributes["compile.duration_ms"] / 1000
+    assert set(compiled) == {0, 4}, compiled  # the first batch, and the smaller last one
+    # the steps Lightning logged the metric at: the batches that stepped before (under accumulation it logs the
+    # batch that steps, with the batches before it in the same step)
+    metric_steps = [int(row["step"]) for row in rows if row.get(metric)]
+    assert metric_steps == sorted({batch // accumulate for batch in range(5)}), metric_steps
+    logged = {int(row["step"]): float(row["compile/time_s"]) for row in rows if row.get("compile/time_s")}
+    expected: dict[int, float] = defaultdict(float)
+    for batch, seconds in compiled.items():
+        expected[batch // accumulate] += seconds
+    assert set(logged) == set(expected), (logged, expected, metric_steps)
+    for step, seconds in expected.items():
+        assert logged[step] == pytest.approx(seconds, abs=1e-3)

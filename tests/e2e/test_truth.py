@@ -28,6 +28,8 @@ from telemetry_jit.analysis.runs import run_status
 from telemetry_jit.analysis.summary import summarize, summary_json
 from telemetry_jit.causes import CAUSES
 from telemetry_jit.compat import torch as torch_compat
+from telemetry_jit.recording.fallback_cost import FallbackCostMeter
+from telemetry_jit.terminal import frame_shown
 from tests.e2e import dynamo_facts
 from tests.e2e.conftest import Telemetry, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Block
@@ -581,6 +583,10 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     assert "burned into the graph. Fix that: keep what the compiled code reads" in rows["recompile_limit"].fix
     status, out = said("summary", str(telemetry.path))
     assert "fell back to eager: 1 (recompile limit hit: 1)" in out
+    # torch's record counts the refused attempt among the frame compiles (--json too); the line says it apart
+    digest = summarize(run).digest
+    assert (digest.frame_compiles, digest.recompiles) == (4, 3)  # 0/0, 0/1, 0/2 and the refused 0/3
+    assert "compiled: 3 frame compiles (2 of them recompiles); 1 more attempt refused at the recompile limit, " in out
     # the gate that refuses a silent slowdown names the frame and the step it went eager from
     (fallback,) = summarize(run).digest.fallbacks
     since = 6 - fallback.step  # 48 samples in batches of 8: the loop ends at step 6
@@ -689,6 +695,36 @@ def test_a_fallback_says_what_running_eagerly_costs_against_the_same_frame_compi
     assert costed["cost"]["batches_since"] == 19 and costed["cost"]["cost_s"] == pytest.approx(cost.cost_s, abs=1e-3)
 
 
+@pytest.mark.parametrize("eager_ms", [(9.0, 12.0, 10.0, 8.5), (20.0, 21.0, 19.5, 20.5)], ids=["noise", "slower"])
+@torch._dynamo.config.patch(recompile_limit=2)
+def test_a_fallbacks_cost_is_said_only_where_its_batches_tell_it_from_noise(
+    telemetry: Telemetry, monkeypatch: pytest.MonkeyPatch, eager_ms: tuple[float, ...]
+) -> None:
+    """Issue 63: a fallback's cost from medians of noisy batches was printed as fact, by check too. The batches'
+    times are the test's (a clock it drives: each training step's length, by step), the run real."""
+    lengths = [10.0 + (step % 4 - 1.5) for step in range(11)] + [eager_ms[step % 4] for step in range(19)]
+    starts = [int(sum(lengths[:step]) * 1e6) for step in range(len(lengths) + 1)]
+    timed = FallbackCostMeter.batch_started
+    monkeypatch.setattr(
+        FallbackCostMeter, "batch_started", lambda meter, stage, step, now_ns: timed(meter, stage, step, starts[step])
+    )
+    loader = DataLoader(TensorDataset(torch.randn(8 * 30, 8, generator=torch.Generator().manual_seed(0))), 8)
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(RetaggingLater(8), loader)
+    run = telemetry.end()
+    (fallback,) = summarize(run).fallbacks
+    cost = fallback.cost
+    assert cost is not None and fallback.step == 11 and (cost.compiled_batches, cost.eager_batches) == (9, 17)
+    status, out = said("check", str(telemetry.path), "--no-eager-fallback")
+    line = next(line for line in out.splitlines() if "runs eagerly from step 11" in line)
+    if eager_ms[0] < 15:  # the eager batches as long as the compiled ones, give or take
+        assert cost.extra_low_ms is not None and cost.extra_low_ms < 0 < cost.extra_high_ms
+        assert "not enough batches to tell what it costs" in line and "holds zero" in line
+        assert "costs " not in line and "saves " not in line
+    else:
+        assert cost.told and f"costs {cost.extra_ms:.1f} ms a training batch (95% interval " in line
+    assert status == 1 and cost.words() in line
+
+
 def exploding(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
     raise RuntimeError("backend exploded\nat the second op\n\nsome hints")  # torch puts its words on a line above
 
@@ -718,6 +754,62 @@ def test_a_compile_that_fails_under_suppress_errors_is_said_at_once_and_fails_th
     assert raised in short_paths(flat(out))
     status, out = said("check", str(telemetry.path), "--no-eager-fallback")
     assert status == 1 and expected in short_paths(flat(out))
+
+
+def _backward_compiler_raises(gm: torch.fx.GraphModule, inputs: list[torch.Tensor]) -> Any:
+    raise RuntimeError("backward compiler exploded")
+
+
+@pytest.mark.parametrize("suppress_errors", [False, True])
+def test_a_backward_compile_that_raised_is_not_said_compiled_nor_counted_and_its_graph_is_named(
+    telemetry: Telemetry, suppress_errors: bool
+) -> None:
+    """Issue 63: a backward compile that raised (InductorError there) was said live as "compiled the backward graph
+    of forward ... in 8.1 s" and counted among backward graphs; "failed compilations: 1" named no graph. A backward
+    compile raises into training whatever suppress_errors says: it runs at the first backward, not in dynamo."""
+    from torch._dynamo.backends.common import aot_autograd
+
+    backend = aot_autograd(fw_compiler=lambda gm, inputs: gm.forward, bw_compiler=_backward_compiler_raises)
+    lines: list[str] = []
+    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": backend})
+    console = telemetry_jit.CompileConsole(threshold_s=0.0, print_fn=lines.append)  # every compile said
+    HookedTrainer = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config, live=console)[0]
+    trainer = HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS)
+    with torch._dynamo.config.patch(suppress_errors=suppress_errors), pytest.raises(RuntimeError, match="exploded"):
+        trainer.fit(Regressor(), data(16, 8))
+    backward = [line for line in lines if "backward graph of" in line]
+    assert len(backward) == 2 and backward[0].endswith(" ...") and " failed after " in backward[1], lines
+    assert backward[1].endswith("RuntimeError: backward compiler exploded")
+    assert "compiled the backward" not in "".join(lines)
+    assert any(line.startswith("telemetry-jit: compiled ") for line in lines)  # the forward, which did compile
+    stats = trainer.compile_telemetry.last_stats  # what compile/backward_graphs is logged from
+    assert stats is not None and (stats.frame_compiles, stats.backward_graphs) == (1, 0)
+    run = telemetry.end()
+    digest = summarize(run).digest
+    assert (digest.frame_compiles, digest.backward_graphs, digest.failed) == (1, 0, 1)
+    (frame,) = summarize(run).digest.frame_rows()
+    out = short_paths(said("summary", str(telemetry.path))[1])
+    assert "1 frame compile (0 of them recompiles), " in out and "backward graph" not in out.split("failed")[0]
+    failed = f"failed compilations: 1, first: the backward graph of {frame_shown(frame.frame, frame.location)} [0/0]"
+    assert short_paths(failed) + ": RuntimeError: backward compiler exploded" in out, out
+    first = summary_json(run)["first_failed_compilation"]
+    assert first["graph"].startswith("the backward graph of ") and first["error"].endswith("compiler exploded")
+
+
+class SlowAfterItsFirstBatch(Regressor):
+    """Spends 1.5 s after its first training batch has ended (in its batch-end hook, which Lightning calls after the
+    callbacks'), before the next batch starts."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if batch_idx == 0:
+            time.sleep(1.5)
+
+
+def test_a_first_step_ends_at_its_batchs_end_not_at_the_next_batchs_start(telemetry: Telemetry) -> None:
+    """Issue 63: a first step's "running" time ran to the next batch's start (0.62 s more than the batch)."""
+    hooked(telemetry)(max_epochs=1, **TRAINER_DEFAULTS).fit(SlowAfterItsFirstBatch(), data(32, 8))
+    (first,) = [step for step in summary_json(telemetry.end())["first_steps"] if step["stage"] == "train"]
+    assert first["compile_s"] > 0 and first["other_s"] < 1.0, first  # a tiny model's batch, not the 1.5 s after it
 
 
 # -- one root cause, one item ------------------------------------------------------------------------

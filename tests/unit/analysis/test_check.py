@@ -82,3 +82,19 @@ def test_the_ci_gate_docs_show_what_diff_and_check_print_now(capsys: pytest.Capt
         for path, name in renamed.items():
             out = out.replace(str(DATA / name), path)
         assert out == printed, (command, out)
+
+
+def test_the_readmes_ci_line_gates_unexpected_recompiles_not_the_expected_price(capsys: pytest.CaptureFixture) -> None:
+    """Issue 63: the README's CI line said --max-recompiles 2, which counts the expected recompiles too (the
+    quickstart has 4, 2 of them expected). Run as written on the quickstart's runs, each its own baseline: the fixed
+    run (its 2 recompiles the expected price) passes, the unfixed fails on its 2 last-batch recompiles alone."""
+    readme = (DATA.parents[1] / "README.md").read_text()
+    (line,) = re.findall(r"In CI, `(telemetry-jit check [^`]+)`", readme)
+    argv = flat(line).split()[1:]
+    assert "--max-unexpected-recompiles" in argv and "--max-recompiles" not in argv
+    for name, status in (("quickstart-warm-after-fix.jsonl", 0), ("quickstart-cold-before-fix.jsonl", 1)):
+        files = {"run.jsonl": str(DATA / name), "baseline.jsonl": str(DATA / name)}
+        assert cli.main([files.get(word, word) for word in argv]) == status
+        out = flat(capsys.readouterr().out)
+    assert "2 recompilations beyond the expected price (last_batch 2), more than the 0 allowed" in out, out
+    assert "4 recompilations" not in out

@@ -4,7 +4,7 @@ that changed, a key that did not change, graphs the base run never had, and grap
 from __future__ import annotations
 
 from telemetry_jit.analysis import cold_start
-from telemetry_jit.analysis.cold_start import CacheLedger, explain
+from telemetry_jit.analysis.cold_start import CacheLedger, explain, option_changed
 from telemetry_jit.analysis.runs import EventRecord, SpanRecord
 
 SETTINGS = ["inductor_config[max_autotune]\tmaaa\tFalse", "inductor_config[freezing]\tfrrr\tFalse"]
@@ -212,3 +212,34 @@ def test_aot_compile_is_offered_only_to_a_run_without_graph_breaks() -> None:
     # AOT compile takes one whole graph: a run whose model breaks into pieces cannot load it, so it saves nothing
     assert not broken["available"] and broken["saves_s"] == 0.0
     assert broken["note"].startswith("not for this run: its 3 graph breaks split the model")
+
+
+def test_one_compile_that_missed_two_graphs_counts_its_seconds_once() -> None:
+    """Issue 63: a 268 s compile that missed its forward's and its backward's inductor graph was counted twice
+    (827 s missed for a run that compiled 565 s in all)."""
+
+    def inductor(state: str, key: str, graph: str) -> EventRecord:
+        event = lookup(state, key, [f"gm\t{graph}\t", *PARTS[1:]], table=SETTINGS)
+        event.attributes["cache.layer"] = "inductor"
+        return event
+
+    def one_compile(*events: EventRecord) -> CacheLedger:
+        recorded = CacheLedger()
+        recorded.add(
+            SpanRecord("s0", "compilation", None, 0, int(268e9), events=list(events)), "fw", "dynamo", "0/0", "0"
+        )
+        return recorded
+
+    base = one_compile(inductor("miss", "f1", "fw1"), inductor("miss", "b1", "bw1"))
+    cold = explain(base, one_compile(inductor("miss", "f2", "fw2"), inductor("miss", "b2", "bw2")))
+    assert (cold.graphs, cold.seconds) == (2, 268.0)
+
+
+def test_a_changed_compile_option_is_named_where_the_fix_would_say_the_code_changed() -> None:
+    base = ledger(lookup("hit", "k1", PARTS, table=SETTINGS))
+    cold = explain(base, ledger(lookup("miss", "k2", ["gm\tgraph2\t", *PARTS[1:]], table=SETTINGS)))
+    assert cold.groups[0].fix.startswith("nothing to fix if you changed the model on purpose")
+    option_changed(cold.groups, ["dynamic: auto -> true"])
+    (group,) = cold.groups
+    assert group.fix.startswith("the torch.compile option dynamic: auto -> true changed between the runs")
+    assert "changed the model" not in group.fix

@@ -66,3 +66,62 @@ def test_a_fix_that_makes_the_batch_dynamic_is_told_fixed_and_its_missing_backwa
     assert cli.main(["check", after, "--baseline", before, "--max-unexpected-recompiles", "0"]) == 0
     assert cli.main(["diff", after, before]) == 0
     assert "has its backward compiled within" not in flat(capsys.readouterr().out)  # more backward graphs: no note
+
+
+def _retold(path: Path, out: Path, change: dict[str, str], twice: bool = False) -> str:
+    """``path`` with its last-batch recompile (test()'s, compile 0/3) told under ``change``'s cause; ``twice``: the
+    base run's second attempt at the same batch beside it, refused at the recompile limit."""
+    lines = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        attributes = record.get("attributes", {})
+        if attributes.get("compile.recompile_cause") == "last_batch":
+            if twice:
+                again = json.loads(line)
+                again["span_id"] += "-again"
+                again["attributes"].update({"compile.id": "0/4", "compile.recompile_cause": "recompile_limit"})
+                lines.append(json.dumps(again))
+            attributes.update(change)
+        lines.append(json.dumps(record))
+    out.write_text("\n".join(lines) + "\n")
+    return str(out)
+
+
+def test_one_new_recompile_is_matched_to_one_old_one(capsys: pytest.CaptureFixture, tmp_path: Path) -> None:
+    """Issue 63: a single recompile of the new run was said renamed from two of the base run's at its batch
+    ("last_batch -> specialized: 1" and "recompile_limit -> specialized: 1"); the second is fixed instead."""
+    base = _retold(DATA / "entry-points.jsonl", tmp_path / "base.jsonl", {}, twice=True)
+    new = _retold(DATA / "entry-points.jsonl", tmp_path / "new.jsonl", {"compile.recompile_cause": "specialized"})
+    assert cli.main(["diff", base, new, "--json"]) == 0
+    facts = json.loads(capsys.readouterr().out)
+    renamed = [(entry["base"], entry["new"], entry["count"]) for entry in facts["renamed_recompile_causes"]]
+    assert renamed == [("last_batch in eval", "specialized in eval", 1)], renamed
+    assert facts["fixed_recompile_causes"] == {"recompile_limit in eval": 1}
+    assert facts["new_recompile_causes"] == {}
+
+
+def _with_option(path: Path, out: Path, dynamic: str) -> str:
+    lines = []
+    for line in path.read_text().splitlines():
+        record = json.loads(line)
+        if record.get("name") == "compilation":
+            record["attributes"]["compile.dynamic"] = dynamic
+        lines.append(json.dumps(record))
+    out.write_text("\n".join(lines) + "\n")
+    return str(out)
+
+
+def test_a_miss_where_only_dynamic_changed_names_the_option_not_a_change_of_the_model(
+    capsys: pytest.CaptureFixture, tmp_path: Path
+) -> None:
+    """Issue 63: "nothing to fix if you changed the model on purpose" where only dynamic=True changed."""
+    base = _with_option(DATA / "quickstart-warm-after-fix.jsonl", tmp_path / "base.jsonl", "auto")
+    new = _with_option(DATA / "quickstart-cold-before-fix.jsonl", tmp_path / "new.jsonl", "true")
+    assert cli.main(["diff", base, new]) == 0
+    out = flat(capsys.readouterr().out)
+    assert "torch.compile options changed: dynamic: auto -> true" in out
+    assert "the torch.compile option dynamic: auto -> true changed between the runs" in out
+    assert "nothing to fix if the code or the data changed on purpose" not in out
+    facts = json.loads((cli.main(["diff", base, new, "--json"]), capsys.readouterr().out)[1])
+    assert facts["new"]["compile_s"] >= facts["cache_misses_explained"]["compile_s"]
+    assert facts["changed_compile_options"] == ["dynamic: auto -> true"]

@@ -58,11 +58,66 @@ def test_the_median_batch_before_a_fallback_against_after_it_and_what_it_added_u
     assert (cost.compiled_batch_ms, cost.eager_batch_ms) == (10.5, 20.5)
     assert (cost.compiled_batches, cost.eager_batches, cost.batches_since) == (5, 4, 6)
     assert cost.cost_s == pytest.approx(10.0 * 6 / 1000)
+    # 4 and 5 batches, one of them stalled: a difference of medians this few batches cannot tell from noise
     assert cost.words() == (
-        "costs 10.0 ms a training batch (20.5 ms against 10.5 ms while compiled, medians of 4 and 5 batches), "
-        "0.06 s over the 6 batches since"
+        "not enough batches to tell what it costs: 20.5 ms against 10.5 ms while compiled, medians of 4 and 5 "
+        "batches; the 95% interval, -479.5 to 10.8 ms a batch, holds zero"
     )
+    assert not cost.told
     assert FallbackCost.from_attributes(cost.attributes()) == cost
+
+
+def test_a_cost_is_said_with_its_interval_where_the_batches_tell_it_and_a_saving_likewise() -> None:
+    for compiled_ms, eager_ms, said in (
+        (10.0, 20.0, "costs 10.0 ms a training batch (95% interval 9.8 to 10.2 ms a batch; 20.0 ms against 10.0"),
+        (20.0, 10.0, "saves 10.0 ms a training batch (95% interval 9.8 to 10.2 ms; 10.0 ms against 20.0"),
+    ):
+        meter = FallbackCostMeter()
+        clock = Clock(meter)
+        for i in range(10):
+            clock.batch(compiled_ms + (i % 5 - 2) / 10)  # a tenth of a millisecond of jitter either way
+        clock.batch(800.0, compiled=record("0", 10, limit=True))
+        for i in range(10):
+            clock.batch(eager_ms + (i % 5 - 2) / 10)
+        clock.batch(0.0)
+        (cost,) = meter.costs()
+        assert cost.told and cost.words().startswith(said), cost.words()
+        assert FallbackCost.from_attributes(cost.attributes()) == cost
+        assert cost.as_json()["extra_ms_interval"] == [round(cost.extra_low_ms, 3), round(cost.extra_high_ms, 3)]
+
+
+def test_a_noisy_run_is_not_enough_to_tell_whichever_way_its_medians_lean() -> None:
+    # issue 63: the same frame falling back in two runs, "saves 1007 ms" and "costs 2538 ms" a batch, from medians
+    # of 6 to 18 batches ranging 589-3725 ms
+    before = [589, 3725, 1200, 2900, 800, 3100, 1500, 2400, 650, 3600, 1900, 1000, 3300, 700, 2200, 1750, 2800, 900]
+    after = [3500, 620, 2950, 1100, 3650, 2050]
+    for compiled, eager in ((before, after), (after, before)):
+        meter = FallbackCostMeter()
+        clock = Clock(meter)
+        for ms in compiled:
+            clock.batch(ms)
+        clock.batch(800.0, compiled=record("0", len(compiled), limit=True))
+        for ms in eager:
+            clock.batch(ms)
+        clock.batch(0.0)
+        (cost,) = meter.costs()
+        assert abs(cost.extra_ms) > 300 and not cost.told
+        assert cost.words().startswith("not enough batches to tell what it costs: ") and "holds zero" in cost.words()
+
+
+def test_three_batches_a_side_are_too_few_for_an_interval() -> None:
+    meter = FallbackCostMeter()
+    clock = Clock(meter)
+    for ms in (10.0, 10.0, 10.0, 800.0):
+        clock.batch(ms, compiled=record("0", 3, limit=True) if ms == 800.0 else None)
+    for ms in (30.0, 30.0, 30.0, 0.0):
+        clock.batch(ms)
+    (cost,) = meter.costs()
+    assert (cost.compiled_batches, cost.eager_batches, cost.extra_low_ms) == (3, 3, None)
+    assert cost.words() == (
+        "not enough batches to tell what it costs: 30.0 ms against 10.0 ms while compiled, medians of 3 and 3 "
+        "batches, too few for a 95% interval"
+    )
 
 
 def test_batches_that_compiled_met_another_stage_or_ran_eagerly_for_the_payoff_are_not_timed() -> None:

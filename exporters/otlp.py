@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import random
 import re
@@ -44,6 +45,7 @@ from .otlp_settings import (
     environment_resource_attributes,
     environment_service_name,
     redact_url,
+    sdk_said,
     tap_sdk_loggers,
     untap_sdk_loggers,
 )
@@ -231,13 +233,15 @@ class OTLPExporter(BaseExporter):
         attributes["service.name"] = self.service_name or _application_name() or "telemetry-jit"
         attributes.update(self.settings.options.resource_attributes or {})
         # the process and its runtime (pid, Python) as OpenTelemetry's own detector describes them, beneath
-        return ProcessResourceDetector().detect().merge(Resource.create(attributes))
+        with sdk_said("opentelemetry.sdk.resources"):  # a malformed pair: said once, at configure
+            return ProcessResourceDetector().detect().merge(Resource.create(attributes))
 
     @override
     def initialize(self) -> None:
         """With the service named, build the providers now, so nothing is left to fail mid-run."""
         super().initialize()
         tap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
+        tap_sdk_loggers(_not_each_dropped_attribute, _ATTRIBUTES_LOGGER)
         if self.service_name is not None:
             _ = self._tracer, self.meter_provider
 
@@ -438,6 +442,7 @@ class OTLPExporter(BaseExporter):
         elif self._log_filter.queue_full:  # the queue drained: what never reached the exporter, the queue dropped
             self.queue_dropped = max(self._ended - self._retrying.taken, 0)
         untap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
+        untap_sdk_loggers(_not_each_dropped_attribute, _ATTRIBUTES_LOGGER)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
             self._warn("undelivered" if self.dropped else "recovered", f"telemetry-jit: {self!r}: {self.account()}")
@@ -548,6 +553,15 @@ _FIRST = tuple(
     )
 )
 _IMPORTANCE = {name: len(_FIRST) - index for index, name in enumerate(_FIRST)}
+
+
+_ATTRIBUTES_LOGGER = ("opentelemetry.attributes",)
+
+
+def _not_each_dropped_attribute(record: logging.LogRecord) -> bool:
+    """OpenTelemetry writes a line for every attribute a count limit drops (on every span): the limit is the
+    operator's choice, and what it keeps is ordered (:func:`by_importance`), so those lines stay off the console."""
+    return not record.getMessage().startswith("Attributes dict is full")
 
 
 def by_importance(attributes: dict[str, Any]) -> dict[str, Any]:

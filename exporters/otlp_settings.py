@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
 from urllib.parse import ParseResult, parse_qsl, unquote, urlencode, urlparse, urlunparse
 
-from opentelemetry.sdk.resources import OTELResourceDetector
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.util.re import parse_env_headers
@@ -242,8 +242,8 @@ class OTLPSettings:
             metrics_export_timeout_ms=_positive(
                 "metrics_export_timeout", None, ("OTEL_METRIC_EXPORT_TIMEOUT",), "milliseconds", 30_000.0
             ),
-            sampler=_traces_sampler(),
-            span_limits=_span_limits(),
+            sampler=_traces_sampler(span_limits := _span_limits()),
+            span_limits=span_limits,
             ignored=ignored,
         )
 
@@ -317,11 +317,13 @@ _FILES = tuple(
 def _check_sdk_variables() -> tuple[str, ...]:
     """The variables the SDK reads itself, each it would raise for mid-run or quietly replace warned of now; the
     ones its exporters read that must be hidden from them (a file that is not there), returned."""
+    ignored = []
     for variable in _BOOLEANS:
         value = _environ(variable)
         if value is not None and value.strip().lower() not in ("true", "false"):
-            invalid_variable(variable, f"{variable}={value!r} must be one of true, false", "false")
-    ignored = []
+            # unset, as OpenTelemetry's exporter reads it: TLS unless the endpoint says http://
+            invalid_variable(variable, f"{variable}={value!r} must be one of true, false", "unset")
+            ignored.append(variable)
     for variable in _FILES:
         value = _environ(variable)
         if value is not None and not os.access(value, os.R_OK):
@@ -379,12 +381,13 @@ def environment_service_name() -> str | None:
     return str(name) if name else None
 
 
-def _traces_sampler() -> Sampler | None:
+def _traces_sampler(span_limits: SpanLimits) -> Sampler | None:
     """``OTEL_TRACES_SAMPLER``'s sampler as the SDK builds it (``None``: unset); one it would replace is an error."""
     if _environ("OTEL_TRACES_SAMPLER") is None:
         return None
     with sdk_said("opentelemetry.sdk.trace.sampling") as said:
-        sampler = TracerProvider(shutdown_on_exit=False).sampler  # the SDK reads both variables here
+        # the SDK reads both variables here (and no resource: its detector would warn again of a malformed one)
+        sampler = TracerProvider(shutdown_on_exit=False, span_limits=span_limits, resource=Resource.get_empty()).sampler
     if said:
         variables = ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG")
         given = ", ".join(f"{name}={os.environ[name]!r}" for name in variables if name in os.environ)

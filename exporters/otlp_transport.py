@@ -8,6 +8,7 @@ import importlib
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections import deque
@@ -125,7 +126,8 @@ def build_exporter(settings: OTLPSettings, signal: Signal, hidden: Sequence[str]
     module, name = _CLASSES[signal]  # imported when first built
     package = f"opentelemetry.exporter.otlp.proto.{target.protocol.removesuffix('/protobuf')}"  # .grpc, .http
     try:
-        exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
+        with _grpc_core_quiet() if target.protocol == "grpc" else contextlib.nullcontext():
+            exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
     except ImportError:
         raise OTLPSettingsError(
             f"OTLP over {target.protocol} needs {package.replace('.', '-')}, which is not installed here: "
@@ -140,6 +142,23 @@ def build_exporter(settings: OTLPSettings, signal: Signal, hidden: Sequence[str]
                 insecure=settings.options.insecure, credentials=_grpc_credentials(certificate), **common
             )
         return exporter_class(certificate_file=certificate, session=_session_trusting_the_given_certificate(), **common)
+
+
+@contextlib.contextmanager
+def _grpc_core_quiet() -> Iterator[None]:
+    """gRPC's C core writes its own lines straight to stderr (a TLS handshake that failed, at INFO, once a retry),
+    past Python's logging and so past what this exporter says once in its own words. It reads ``GRPC_VERBOSITY`` once,
+    as ``grpc`` is first imported, for the whole process (no channel has a level of its own): set to ``ERROR`` for
+    that import alone, unless the user set it or ``grpc`` is already imported (then it is theirs), and removed after,
+    so processes started later inherit the user's environment. gRPC's errors still reach stderr."""
+    if "grpc" in sys.modules or "GRPC_VERBOSITY" in os.environ:
+        yield
+        return
+    os.environ["GRPC_VERBOSITY"] = "ERROR"
+    try:
+        yield
+    finally:
+        os.environ.pop("GRPC_VERBOSITY", None)
 
 
 class CountingMetricExporter(MetricExporter):

@@ -178,7 +178,8 @@ class OTLPSettings:
     metrics_interval_ms: float
     metrics_export_timeout_ms: float
     sampler: Sampler | None  # OTEL_TRACES_SAMPLER's, as OpenTelemetry builds it (None: the SDK's default)
-    span_limits: SpanLimits | None = None  # the OTEL_*_LIMIT variables, each one OpenTelemetry refuses at its default
+    # the OTEL_*_LIMIT variables, each one OpenTelemetry refuses at its default (compared by the variables they read)
+    span_limits: SpanLimits | None = field(default=None, compare=False)
     ignored: tuple[str, ...] = ()  # variables OpenTelemetry's exporters read themselves, hidden from them (invalid)
 
     def scrub(self, text: str) -> str:
@@ -322,7 +323,7 @@ def _check_sdk_variables() -> tuple[str, ...]:
         value = _environ(variable)
         if value is not None and value.strip().lower() not in ("true", "false"):
             # unset, as OpenTelemetry's exporter reads it: TLS unless the endpoint says http://
-            invalid_variable(variable, f"{variable}={value!r} must be one of true, false", "unset")
+            invalid_variable(variable, f"{variable}={value!r}: must be one of true, false", "unset")
             ignored.append(variable)
     for variable in _FILES:
         value = _environ(variable)

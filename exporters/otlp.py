@@ -357,7 +357,8 @@ class OTLPExporter(BaseExporter):
     def _start(self, name: str, parent: Span | None, start_ns: int, attributes: Mapping[str, Any]) -> trace.Span:
         while parent is not None and parent.id not in self._spans:
             parent = parent.parent_span  # the export filter dropped it: hang under its nearest exported ancestor
-        context, links = None, ()
+        context: Context | None = None
+        links: tuple[trace.Link, ...] = ()
         if parent is not None:
             parent_span = self._spans[parent.id]
             context = trace.set_span_in_context(parent_span)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import hashlib
+import logging
 import os
 import random
 import re
@@ -21,6 +22,7 @@ from nv_one_logger.core.event import ErrorEvent, Event, TelemetryDataError
 from nv_one_logger.core.span import Span
 from nv_one_logger.exporter.exporter import BaseExporter
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.resources import ProcessResourceDetector, Resource
@@ -35,16 +37,19 @@ from telemetry_jit.boundary import call_site
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import NOWHERE, Notices
-from telemetry_jit.schema import JitSpanName, otel_dropped, otel_name
+from telemetry_jit.schema import OTEL_NAMESPACE, JitSpanName, otel_dropped, otel_name
 
 from .finished import FinishedSpan, unix_ns
 from .otlp_late import untap_when_exports_end
 from .otlp_settings import (
     OTLPOptions,
     OTLPSettings,
+    environment_resource_attributes,
     environment_service_name,
     redact_url,
+    sdk_said,
     tap_sdk_loggers,
+    untap_sdk_loggers,
 )
 from .otlp_transport import (
     OTEL_LOGGERS,
@@ -68,6 +73,8 @@ _VERSIONED = {
 SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"  # the semantic conventions the names follow
 # spans every sampler keeps: a run compiles a few dozen times, and each compile is what the telemetry is for
 ALWAYS_KEPT = frozenset(name.value for name in JitSpanName)
+# on the link from a kept span to the parent the sampler left out: that parent's name
+_LINKED_PARENT = "telemetry_jit.sampled_out_parent"
 
 
 def _through_the_sdk(method: Callable[..., None]) -> Callable[..., None]:
@@ -198,6 +205,7 @@ class OTLPExporter(BaseExporter):
         self._accounted = False  # the end-of-run account said: what fails later is in it, not said again
         self._threads_before: frozenset[threading.Thread] = frozenset()
         self.dropped = 0  # spans lost, known once the exporter is closed
+        self.queue_dropped = 0  # of those, spans the batch processor's full queue dropped before any export
 
     @property
     def service_name(self) -> str | None:
@@ -212,9 +220,10 @@ class OTLPExporter(BaseExporter):
         return f"OTLPExporter(endpoint={redact_url(self.endpoint)!r}, protocol={self.protocol!r})"
 
     def _resource(self) -> Resource:
+        """The operator's attributes (``OTEL_RESOURCE_ATTRIBUTES``) over the product's, the arguments over both;
+        telemetry-jit's version is a fact about the recorder, under its own key, never the service's version."""
         run, host = job_run_id(), socket.gethostname()
         attributes: dict[str, Any] = {
-            "service.name": self.service_name or _application_name() or "telemetry-jit",
             # unique per process, as the semantic conventions require: the ranks of one run differ here and
             # share telemetry_jit.run_id (and the trace)
             "service.instance.id": f"{run}:{host}:{os.getpid()}",
@@ -224,11 +233,12 @@ class OTLPExporter(BaseExporter):
         for package, key in _VERSIONED.items():
             with contextlib.suppress(metadata.PackageNotFoundError):
                 attributes[f"telemetry_jit.version.{key}"] = metadata.version(package)
-        if "telemetry_jit.version.telemetry_jit" in attributes:
-            attributes["service.version"] = attributes["telemetry_jit.version.telemetry_jit"]
+        attributes.update(environment_resource_attributes())
+        attributes["service.name"] = self.service_name or _application_name() or "telemetry-jit"
         attributes.update(self.settings.options.resource_attributes or {})
         # the process and its runtime (pid, Python) as OpenTelemetry's own detector describes them, beneath
-        return ProcessResourceDetector().detect().merge(Resource.create(attributes))
+        with sdk_said("opentelemetry.sdk.resources"):  # a malformed pair: said once, at configure
+            return ProcessResourceDetector().detect().merge(Resource.create(attributes))
 
     @override
     def initialize(self) -> None:
@@ -236,6 +246,7 @@ class OTLPExporter(BaseExporter):
         super().initialize()
         self._threads_before = frozenset(threading.enumerate())  # export threads not ours (otlp_late)
         tap_sdk_loggers(self._log_filter, OTEL_LOGGERS)
+        tap_sdk_loggers(_not_each_dropped_attribute, _ATTRIBUTES_LOGGER)
         if self.service_name is not None:
             _ = self._tracer, self.meter_provider
 
@@ -246,6 +257,7 @@ class OTLPExporter(BaseExporter):
         self._provider = TracerProvider(
             resource=self._resource(),
             sampler=KeepCompiles(self.settings.sampler or DEFAULT_ON),
+            span_limits=self.settings.span_limits,
             id_generator=_RunTraceIds(job_run_id()),
             shutdown_on_exit=False,  # close() shuts it down, bounded; OTel's own exit hook would wait unbounded
         )
@@ -315,6 +327,7 @@ class OTLPExporter(BaseExporter):
             "spans_resent": retrying.resent,
             "spans_refused": retrying.refused,
             "spans_sampled_out": self._sampled_out,
+            "spans_queue_dropped": self.queue_dropped,
         }
         if self._metrics is not None:
             delivery["metric_exports"] = self._metrics.exports
@@ -337,7 +350,8 @@ class OTLPExporter(BaseExporter):
         otel_span = self._start(span.name, span.parent, span.start_unix_ns, span.exported_attributes())
         for event in span.events:
             if not event.error:
-                otel_span.add_event(event.name, _attributes(event.exported_attributes()), timestamp=event.time_unix_ns)
+                attributes = by_importance(_attributes(event.exported_attributes()))
+                otel_span.add_event(event.name, attributes, timestamp=event.time_unix_ns)
             else:  # OpenTelemetry's exception event says it: one name for the fact
                 attributes = exception_attributes(event.message)
                 otel_span.add_event("exception", attributes, timestamp=event.time_unix_ns)
@@ -345,14 +359,25 @@ class OTLPExporter(BaseExporter):
         self._end(otel_span, span.end_unix_ns)
 
     def _with_identity(self, attributes: Mapping[str, Any]) -> dict[str, Any]:
-        """``attributes`` as OTel values, with this process's rank, world size and node."""
-        return _attributes({**attributes, **vars(self.identity.current())})  # not asdict: it deep-copies, every span
+        """``attributes`` as OTel values, with this process's rank, world size and node, least useful first."""
+        return by_importance(_attributes({**attributes, **vars(self.identity.current())}))  # vars: asdict deep-copies
 
     def _start(self, name: str, parent: Span | None, start_ns: int, attributes: Mapping[str, Any]) -> trace.Span:
         while parent is not None and parent.id not in self._spans:
             parent = parent.parent_span  # the export filter dropped it: hang under its nearest exported ancestor
-        context = trace.set_span_in_context(self._spans[parent.id]) if parent is not None else None
-        return self._tracer.start_span(name, context, start_time=start_ns, attributes=self._with_identity(attributes))
+        context: Context | None = None
+        links: tuple[trace.Link, ...] = ()
+        if parent is not None:
+            parent_span = self._spans[parent.id]
+            context = trace.set_span_in_context(parent_span)
+            if name in ALWAYS_KEPT and not parent_span.get_span_context().trace_flags.sampled:
+                # kept while the sampler left its parent out: a root linked to that parent, since a backend would
+                # wait forever for a parent that never arrives (a broken trace)
+                context = Context()
+                links = (trace.Link(parent_span.get_span_context(), {_LINKED_PARENT: parent.name_str}),)
+        return self._tracer.start_span(
+            name, context, start_time=start_ns, attributes=self._with_identity(attributes), links=links
+        )
 
     @override
     @_through_the_sdk
@@ -423,8 +448,11 @@ class OTLPExporter(BaseExporter):
         finished = bounded(shutdowns, self.settings.flush_timeout_s)
         if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
+        elif self._log_filter.queue_full:  # the queue drained: what never reached the exporter, the queue dropped
+            self.queue_dropped = max(self._ended - self._retrying.taken, 0)
         # an export given up on still runs and logs as it fails: held, as during the run, until it ends
         untap_when_exports_end(self._log_filter, OTEL_LOGGERS, others=self._threads_before)
+        untap_sdk_loggers(_not_each_dropped_attribute, _ATTRIBUTES_LOGGER)
         self.dropped = self._ended - self._retrying.delivered
         if self.dropped or self._retrying.failures:
             self._warn("undelivered" if self.dropped else "recovered", f"telemetry-jit: {self!r}: {self.account()}")
@@ -438,8 +466,11 @@ class OTLPExporter(BaseExporter):
             f"{retrying.delivered} of {self._ended} spans delivered ({retrying.resent} of them re-sent after "
             f"{retrying.failures} failed exports), {self.dropped} dropped"
         )
-        given_up = self.dropped - retrying.refused - retrying.overflowed
+        given_up = self.dropped - retrying.refused - retrying.overflowed - self.queue_dropped
+        queue = self.settings.batch["max_queue_size"]
         causes = {
+            f"{self.queue_dropped} dropped by the batch queue as they ended (its {queue:g} places were full: "
+            "OTEL_BSP_MAX_QUEUE_SIZE / max_queue_size)": self.queue_dropped,
             f"{retrying.refused} too large for any request": retrying.refused,
             f"{retrying.overflowed} beyond the backlog of {retrying.capacity}": retrying.overflowed,
             f"{given_up} still waiting when the export timeout of {self.settings.flush_timeout_s:g} s at close ran out "
@@ -474,13 +505,23 @@ def _application_name() -> str | None:
     return provider.config.application_name if provider.one_logger_ready else None
 
 
+# nv-one-logger's attributes that repeat what OTLP carries itself: a span's start and end, an event's time
+_NV_DROPPED = frozenset(("duration_msec", "timestamp_msec"))
+# an attribute that repeats another's value on the same record: sent only where the two differ
+_SAME_FACT = {"graph_break.type": "graph_break.reason"}
+
+
 def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """Attributes as OTel takes them (primitives, lists of one type), under their OTel names (seconds), one name
-    per fact; an empty text is no fact, not sent."""
+    """Attributes as OTel takes them (primitives, lists of one type), under their OTel names (seconds, no unit in a
+    name), one name per fact; an empty text or list is no fact, not sent."""
     converted: dict[str, Any] = {}
     for name, value in attributes.items():
         renamed = otel_name(name)
-        if value is None or (isinstance(value, str) and not value) or (renamed is None and otel_dropped(name)):
+        if value is None or (isinstance(value, (str, list, tuple)) and not value) or name in _NV_DROPPED:
+            continue
+        if renamed is None and otel_dropped(name):
+            continue
+        if (same := _SAME_FACT.get(name)) is not None and attributes.get(same) == value:
             continue
         if isinstance(value, (list, tuple)):
             primitive = len({type(v) for v in value}) == 1 and isinstance(value[0], (str, bool, int, float))
@@ -489,8 +530,55 @@ def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
             value = str(value)
         if renamed is not None:
             name, value = renamed[0], _scaled(value, renamed[1])
+        elif name.endswith("_sec"):  # nv-one-logger's seconds (avg_iteration_time_sec): the unit is OTel's default
+            name = name.removesuffix("_sec")
         converted[name] = value
     return converted
+
+
+# what a backend needs first when a span or event may keep only a few attributes (OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT,
+# OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT): which compile, of what, how long, then why
+_FIRST = tuple(
+    OTEL_NAMESPACE + name
+    for name in (
+        "compile.id",
+        "compile.frame",
+        "compile.duration",
+        "compile.location",
+        "compile.is_recompile",
+        "compile.recompile_cause",
+        "compile.recompile_reason",
+        "compile.graph_breaks",
+        "compile.failed",
+        "compile.fell_back_to_eager",
+        "compile.failure",
+        "compile.trigger",
+        "compile.backend",
+        "train.global_step",
+        "train.stage",
+        "graph_break.reason",
+        "graph_break.user_location",
+        "graph_break.location",
+        "graph_break.fix",
+        "rank",
+    )
+)
+_IMPORTANCE = {name: len(_FIRST) - index for index, name in enumerate(_FIRST)}
+
+
+_ATTRIBUTES_LOGGER = ("opentelemetry.attributes",)
+
+
+def _not_each_dropped_attribute(record: logging.LogRecord) -> bool:
+    """OpenTelemetry writes a line for every attribute a count limit drops (on every span): the limit is the
+    operator's choice, and what it keeps is ordered (:func:`by_importance`), so those lines stay off the console."""
+    return not record.getMessage().startswith("Attributes dict is full")
+
+
+def by_importance(attributes: dict[str, Any]) -> dict[str, Any]:
+    """``attributes`` with the most useful last: at a count limit, OpenTelemetry's SDK drops the oldest attributes
+    (its ``BoundedAttributes``), so the last ones inserted are the ones kept (the rest keep their order)."""
+    return dict(sorted(attributes.items(), key=lambda item: _IMPORTANCE.get(item[0], 0)))
 
 
 def _scaled(value: Any, factor: float) -> Any:

@@ -1,6 +1,7 @@
 """What an OTLP exporter sends where: arguments over OpenTelemetry's variables over defaults, checked when the
-exporter is built (docs/exporters.md). Where the SDK reads a variable itself, what it would replace by a default
-is refused; our own rules cover what it does not check. An empty variable counts as unset (the specification)."""
+exporter is built (docs/exporters.md). An argument that could send nothing is refused; a variable OpenTelemetry
+could not use is warned of once and replaced by its default, as the specification says (one bad cluster-wide
+variable must not stop every job). An empty variable counts as unset (the specification)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, cast
 from urllib.parse import ParseResult, parse_qsl, unquote, urlencode, urlparse, urlunparse
 
-from opentelemetry.sdk.resources import OTELResourceDetector
+from opentelemetry.sdk.resources import OTELResourceDetector, Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.sampling import Sampler
 from opentelemetry.util.re import parse_env_headers
@@ -42,7 +43,20 @@ _HOST = re.compile(r"^[A-Za-z0-9._~%-]+$|^\[[0-9A-Fa-f:.]+\]$")
 
 
 class OTLPSettingsError(ValueError):
-    """An OTLP setting (argument or variable) with which nothing could be sent."""
+    """An OTLP argument with which nothing could be sent."""
+
+
+def invalid_variable(variable: str, problem: str, default: Any) -> None:
+    """Say once per process that ``variable`` is replaced by ``default`` (the specification: warn, use the default).
+    ``problem`` names the value where it is no secret."""
+    value = os.environ.get(variable, "")
+    warn_once(
+        ("invalid OTEL variable", variable, value),
+        f"telemetry-jit: {problem}; the default ({default}) is used instead, as OpenTelemetry's specification says "
+        "for a value it cannot use. Training goes on.",
+        every_rank=True,
+        origin=NOWHERE,
+    )
 
 
 def _environ(name: str) -> str | None:
@@ -179,6 +193,9 @@ class OTLPSettings:
     metrics_interval_ms: float
     metrics_export_timeout_ms: float
     sampler: Sampler | None  # OTEL_TRACES_SAMPLER's, as OpenTelemetry builds it (None: the SDK's default)
+    # the OTEL_*_LIMIT variables, each one OpenTelemetry refuses at its default (compared by the variables they read)
+    span_limits: SpanLimits | None = field(default=None, compare=False)
+    ignored: tuple[str, ...] = ()  # variables OpenTelemetry's exporters read themselves, hidden from them (invalid)
 
     def scrub(self, text: str) -> str:
         """``text`` (an error OpenTelemetry or a transport wrote, a collector's answer) with the endpoints' and
@@ -212,7 +229,17 @@ class OTLPSettings:
             for name, (variable, unit, default) in _BATCH.items()
             if (value := _positive(name, getattr(options, name), (variable,), unit, default)) is not None
         }
-        if batch["max_export_batch_size"] > batch["max_queue_size"]:
+        oversized = batch["max_export_batch_size"] > batch["max_queue_size"]
+        if oversized and options.max_export_batch_size is None:  # the default or its variable: at most the queue
+            if _environ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE") is not None:
+                invalid_variable(
+                    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+                    f"OTEL_BSP_MAX_EXPORT_BATCH_SIZE={batch['max_export_batch_size']:g} is larger than the "
+                    f"queue ({batch['max_queue_size']:g} spans) a batch is taken from",
+                    f"the queue's size, {batch['max_queue_size']:g}",
+                )
+            batch["max_export_batch_size"] = batch["max_queue_size"]
+        elif oversized:
             raise OTLPSettingsError(
                 f"OTLP max_export_batch_size ({batch['max_export_batch_size']:g}, OTEL_BSP_MAX_EXPORT_BATCH_SIZE) "
                 f"is larger than max_queue_size ({batch['max_queue_size']:g}, OTEL_BSP_MAX_QUEUE_SIZE): "
@@ -221,7 +248,7 @@ class OTLPSettings:
         if (metrics := options.metrics) is None:
             known = ("otlp", "none", "console", "prometheus")
             metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
-        _check_sdk_variables()
+        ignored = _check_sdk_variables()
         settings = cls(
             # a copy: the mapping the user passed may change after configure
             options=replace(options, resource_attributes=dict(options.resource_attributes or {})),
@@ -238,7 +265,9 @@ class OTLPSettings:
             metrics_export_timeout_ms=_positive(
                 "metrics_export_timeout", None, ("OTEL_METRIC_EXPORT_TIMEOUT",), "milliseconds", 30_000.0
             ),
-            sampler=_traces_sampler(),
+            sampler=_traces_sampler(span_limits := _span_limits()),
+            span_limits=span_limits,
+            ignored=ignored,
         )
         # hidden from every warning and record from now on, whoever says it
         redaction.register(settings.secrets() | configured_secrets())
@@ -258,8 +287,18 @@ def _target(options: OTLPOptions, signal: Signal, traces: Target | None = None) 
         protocol=protocol,
         endpoint=endpoint or _default_endpoint(protocol, signal),
         headers=_headers(options.headers, _variables(signal, "HEADERS")),
-        timeout_s=_positive("timeout", options.timeout, _variables(signal, "TIMEOUT")),
+        timeout_s=_timeout_s(options.timeout, _variables(signal, "TIMEOUT")),
     )
+
+
+def _timeout_s(given: float | None, variables: tuple[str, ...]) -> float:
+    """The export timeout in seconds: the argument's (seconds, as OpenTelemetry's Python exporters take it), else
+    the variables' in milliseconds, the specification's unit (OpenTelemetry's Python exporters read seconds:
+    open-telemetry/opentelemetry-python#4044; docs/exporters.md says why the specification wins here)."""
+    if given is not None:
+        return float(_positive("timeout", given, variables))
+    milliseconds = float(_positive("timeout", None, variables, "milliseconds", 10_000.0))
+    return milliseconds / 1000
 
 
 def _variables(signal: Signal, setting: str) -> tuple[str, str]:
@@ -277,10 +316,13 @@ def _exporter_names(variable: str, default: str, known: tuple[str, ...], use: st
     names = [name.strip().lower() for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in known]
     if unknown:
-        raise OTLPSettingsError(
-            f"{variable}={value!r} names {', '.join(map(repr, unknown))}, which is no exporter OpenTelemetry "
-            f"knows. {use}"
+        invalid_variable(
+            variable,
+            f"{variable}={value!r} names {', '.join(map(repr, unknown))}, which is no exporter OpenTelemetry knows "
+            f"({use})",
+            repr(default),
         )
+        names = [name for name in names if name in known] or [default]
     return names
 
 
@@ -298,27 +340,64 @@ _FILES = tuple(
 )
 
 
-def _check_sdk_variables() -> None:
-    """The variables the SDK reads itself: it would raise at the first span (mid-run), or quietly use its default."""
-    try:
-        SpanLimits()  # the span limits (OTEL_SPAN_*_LIMIT, OTEL_ATTRIBUTE_*_LIMIT, ...), read as the SDK reads them
-    except ValueError as error:
-        raise OTLPSettingsError(f"{error} (a limit OpenTelemetry applies to every span).") from None
+def _check_sdk_variables() -> tuple[str, ...]:
+    """The variables the SDK reads itself, each it would raise for mid-run or quietly replace warned of now; the
+    ones its exporters read that must be hidden from them (a file that is not there), returned."""
+    ignored = []
     for variable in _BOOLEANS:
         value = _environ(variable)
         if value is not None and value.strip().lower() not in ("true", "false"):
-            raise OTLPSettingsError(f"{variable}={value!r}: must be one of true, false.")
+            # unset, as OpenTelemetry's exporter reads it: TLS unless the endpoint says http://
+            invalid_variable(variable, f"{variable}={value!r}: must be one of true, false", "unset")
+            ignored.append(variable)
     for variable in _FILES:
         value = _environ(variable)
         if value is not None and not os.access(value, os.R_OK):
-            raise OTLPSettingsError(f"{variable}={value!r}: no readable file there (a certificate or key file).")
+            invalid_variable(variable, f"{variable}={value!r}: no readable file there (a certificate or key)", "none")
+            ignored.append(variable)
     with sdk_said("opentelemetry.sdk.resources") as said:
         OTELResourceDetector().detect()  # OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME, as the SDK reads them
     if said:
-        raise OTLPSettingsError(
+        invalid_variable(
+            "OTEL_RESOURCE_ATTRIBUTES",
             f"OTEL_RESOURCE_ATTRIBUTES is malformed ({said[0]}): expected 'key=value,key2=value2' (values "
-            "percent-encoded)."
+            "percent-encoded)",
+            "the well-formed pairs alone",
         )
+    return tuple(ignored)
+
+
+# OpenTelemetry's span limit variables -> SpanLimits' argument, and the default it stands for (UNSET: no limit)
+_LIMITS = {
+    "OTEL_ATTRIBUTE_COUNT_LIMIT": ("max_attributes", 128),
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": ("max_span_attributes", 128),
+    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT": ("max_event_attributes", 128),
+    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT": ("max_link_attributes", 128),
+    "OTEL_SPAN_EVENT_COUNT_LIMIT": ("max_events", 128),
+    "OTEL_SPAN_LINK_COUNT_LIMIT": ("max_links", 128),
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": ("max_attribute_length", SpanLimits.UNSET),
+    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT": ("max_span_attribute_length", SpanLimits.UNSET),
+}
+
+
+def _span_limits() -> SpanLimits:
+    """The span limits as OpenTelemetry reads them, a variable it would refuse (raising as the first span starts)
+    replaced by its default."""
+    replaced: dict[str, Any] = {}
+    for variable, (argument, default) in _LIMITS.items():
+        value = _environ(variable)
+        if value is not None and not (value.strip().isdigit()):
+            shown = "no limit" if default == SpanLimits.UNSET else default
+            invalid_variable(variable, f"{variable}={value!r} must be a whole number of 0 or more", shown)
+            replaced[argument] = default
+    return SpanLimits(**replaced)
+
+
+def environment_resource_attributes() -> dict[str, Any]:
+    """``OTEL_RESOURCE_ATTRIBUTES`` and ``OTEL_SERVICE_NAME`` as OpenTelemetry's detector reads them (its warning of a
+    malformed pair kept off the console: configure said it once)."""
+    with sdk_said("opentelemetry.sdk.resources"):
+        return dict(OTELResourceDetector().detect().attributes)
 
 
 def environment_service_name() -> str | None:
@@ -328,18 +407,21 @@ def environment_service_name() -> str | None:
     return str(name) if name else None
 
 
-def _traces_sampler() -> Sampler | None:
+def _traces_sampler(span_limits: SpanLimits) -> Sampler | None:
     """``OTEL_TRACES_SAMPLER``'s sampler as the SDK builds it (``None``: unset); one it would replace is an error."""
     if _environ("OTEL_TRACES_SAMPLER") is None:
         return None
     with sdk_said("opentelemetry.sdk.trace.sampling") as said:
-        sampler = TracerProvider(shutdown_on_exit=False).sampler  # the SDK reads both variables here
+        # the SDK reads both variables here (and no resource: its detector would warn again of a malformed one)
+        sampler = TracerProvider(shutdown_on_exit=False, span_limits=span_limits, resource=Resource.get_empty()).sampler
     if said:
         variables = ("OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG")
         given = ", ".join(f"{name}={os.environ[name]!r}" for name in variables if name in os.environ)
-        raise OTLPSettingsError(
-            f"{given}: OpenTelemetry would not use it ({said[0].rstrip('.')}). Use always_on, always_off, "
-            "traceidratio or parentbased_* (with a ratio from 0 to 1 in OTEL_TRACES_SAMPLER_ARG)."
+        invalid_variable(
+            "OTEL_TRACES_SAMPLER",
+            f"{given}: OpenTelemetry cannot use it ({said[0].rstrip('.')}); use always_on, always_off, "
+            "traceidratio or parentbased_* (with a ratio from 0 to 1 in OTEL_TRACES_SAMPLER_ARG)",
+            sampler.get_description(),
         )
     return sampler
 
@@ -375,11 +457,16 @@ def _protocol(given: str | None, variables: tuple[str, ...]) -> Protocol:
     if value is None:
         return "grpc"
     protocol = value.strip().lower()
-    if protocol == "http/json":
-        raise OTLPSettingsError(f"{source}={value!r}: OTLP over http/json is not supported; use one of {PROTOCOLS}.")
     if protocol in PROTOCOLS:
         return cast(Protocol, protocol)
-    raise OTLPSettingsError(f"{source}={value!r} is not an OTLP protocol; use one of {list(PROTOCOLS)}.")
+    if protocol == "http/json":
+        problem = f"{source}={value!r}: OTLP over http/json is not supported; use one of {list(PROTOCOLS)}"
+    else:
+        problem = f"{source}={value!r} is not an OTLP protocol; use one of {list(PROTOCOLS)}"
+    if given is not None:
+        raise OTLPSettingsError(problem + ".")
+    invalid_variable(source, problem, "'grpc'")
+    return "grpc"
 
 
 def _endpoint(protocol: Protocol, signal: Signal, given: str | None, base: bool) -> str | None:
@@ -388,14 +475,14 @@ def _endpoint(protocol: Protocol, signal: Signal, given: str | None, base: bool)
     if value is None and base and (shared := _environ("OTEL_EXPORTER_OTLP_ENDPOINT")) is not None:
         value = shared.strip().rstrip("/") + f"/v1/{signal}" if protocol == "http/protobuf" else shared.strip()
         source = "OTEL_EXPORTER_OTLP_ENDPOINT"
-    return None if value is None else _checked_endpoint(value, protocol, source)
+    return None if value is None else _checked_endpoint(value, protocol, source, variable=given is None)
 
 
 def _default_endpoint(protocol: Protocol, signal: Signal) -> str:
     return "localhost:4317" if protocol == "grpc" else f"http://localhost:4318/v1/{signal}"
 
 
-def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
+def _checked_endpoint(endpoint: str, protocol: Protocol, source: str, variable: bool = False) -> str | None:
     endpoint = endpoint.strip()
     parsed = _parsed(endpoint)
     try:
@@ -405,10 +492,14 @@ def _checked_endpoint(endpoint: str, protocol: Protocol, source: str) -> str:
     schemes = ("http", "https") if protocol == "http/protobuf" else ("", "http", "https", "grpc", "grpcs", "unix")
     host_ok = bool(parsed.hostname) and bool(_HOST.match(parsed.hostname or "")) or parsed.scheme == "unix"
     if not host_ok or not port_ok or parsed.scheme not in schemes:
-        raise OTLPSettingsError(
+        problem = (
             f"{source}={redact_url(endpoint)!r} is not an OTLP endpoint for {protocol}; expected an address such "
-            f"as {_default_endpoint(protocol, 'traces')!r}."
+            f"as {_default_endpoint(protocol, 'traces')!r}"
         )
+        if not variable:
+            raise OTLPSettingsError(problem + ".")
+        invalid_variable(source, problem, "the default address")
+        return None
     return endpoint
 
 
@@ -424,15 +515,21 @@ def _headers(given: Mapping[str, str] | str | None, variables: tuple[str, ...]) 
         with sdk_said("opentelemetry.util.re") as said:  # the SDK's verdict, its line (which shows the value) kept
             headers = dict(parse_env_headers(text, liberal=True))
         if said:
-            raise OTLPSettingsError(
-                f"{source} is malformed: expected 'name=value,name2=value2' (values percent-encoded; not shown here)."
+            invalid_variable(
+                source,
+                f"{source} is malformed: expected 'name=value,name2=value2' (values percent-encoded; not shown here)",
+                "its well-formed headers alone",
             )
-    for name, value in headers.items():
+    for name, value in list(headers.items()):
         if _CONTROL.search(name) or _CONTROL.search(value):
-            raise OTLPSettingsError(
+            problem = (
                 f"{source}: the header {_CONTROL.sub('?', name)!r} holds a control character (a line break?); no "
-                "request would carry it. Remove it (the value is not shown here)."
+                "request would carry it. Remove it (the value is not shown here)"
             )
+            if given is not None:
+                raise OTLPSettingsError(problem + ".")
+            invalid_variable(source, problem, "the other headers, without this one")
+            del headers[name]
     return headers
 
 
@@ -450,8 +547,12 @@ def _positive(
         with contextlib.suppress(ValueError):
             value = float(value)
     if isinstance(value, str) or not 0 < value < float("inf"):
-        raise OTLPSettingsError(
-            f"{source}={value!r}: must be a number of {unit} greater than 0 (default: "
-            f"{default if default is not None else 'the export timeout'}). With it, nothing would be sent."
-        )
+        shown = default if default is not None else "the export timeout"
+        problem = f"{source}={value!r}: must be a number of {unit} greater than 0 (default: {shown})"
+        if given is not None:
+            raise OTLPSettingsError(problem + ". With it, nothing would be sent.")
+        invalid_variable(source, problem, shown)
+        value = default
+        if value is None:
+            return None
     return int(value) if name in ("max_queue_size", "max_export_batch_size", "max_request_bytes") else value

@@ -3,14 +3,16 @@ sent again, what was delivered counted, and every stop bounded whatever the coll
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 import os
 import re
+import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData
@@ -25,6 +27,7 @@ from .otlp_settings import (
     OTLPSettings,
     OTLPSettingsError,
     Signal,
+    invalid_variable,
     sdk_said,
 )
 
@@ -62,39 +65,69 @@ _SETTINGS_LOGGERS = (
 
 def checked_exporters(settings: OTLPSettings) -> dict[str, Any]:
     """OpenTelemetry's exporters, built now: a variable they read themselves and would refuse mid-run or replace by
-    a default (compression, temporality) is refused before training, naming it; so is a protocol not installed."""
+    a default (compression, temporality) is warned of before training, naming it, and left to its default (one
+    they raise for is hidden from them); a protocol not installed is refused."""
     signals: tuple[Signal, ...] = ("traces", "metrics") if settings.metrics else ("traces",)
     built: dict[str, Any] = {}
-    with sdk_said(*_SETTINGS_LOGGERS) as said:
-        for signal in signals:
-            try:
-                built[signal] = build_exporter(settings, signal)
-            except OTLPSettingsError:
-                raise
-            except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting
-                said.append(f"{type(error).__name__}: {error}")
-    if said:
-        for exporter in built.values():
-            exporter.shutdown()
-        objection = settings.scrub(said[0])
-        named = [
-            f"{name}={value!r}"
-            for name in CHECKED_BY_THE_EXPORTERS
-            if (value := os.environ.get(name, "").strip()) and (name in objection or value.lower() in objection.lower())
-        ]
-        raise OTLPSettingsError(
-            f"{named[0] if named else 'The OTLP settings'}: OpenTelemetry's exporter would not use it ({objection})."
-        )
+    hidden = list(settings.ignored)
+    for signal in signals:
+        for _ in range(len(CHECKED_BY_THE_EXPORTERS) + 1):  # each try hides one more variable it raised for
+            with sdk_said(*_SETTINGS_LOGGERS) as said:
+                try:
+                    built[signal] = build_exporter(settings, signal, hidden)
+                    raised = False
+                except OTLPSettingsError:
+                    raise
+                except Exception as error:  # noqa: BLE001 - whatever the SDK raises, the user needs the setting
+                    said.append(f"{type(error).__name__}: {error}")
+                    raised = True
+            named = [_named(settings, objection) for objection in said]
+            for variable in filter(None, named):
+                invalid_variable(
+                    variable,
+                    f"{variable}={os.environ[variable].strip()!r}: OpenTelemetry's exporter cannot use it "
+                    f"({settings.scrub(said[named.index(variable)])})",
+                    "OpenTelemetry's",
+                )
+            if not raised:
+                break
+            newly = [variable for variable in named if variable and variable not in hidden]
+            if not newly:
+                objection = settings.scrub(said[-1])
+                raise OTLPSettingsError(f"The OTLP settings: OpenTelemetry's exporter raised ({objection}).")
+            hidden.extend(newly)
     return built
 
 
-def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
+def _named(settings: OTLPSettings, objection: str) -> str | None:
+    """The variable an objection of OpenTelemetry's exporter is about (by its name, or its value)."""
+    objection = settings.scrub(objection)
+    for name in CHECKED_BY_THE_EXPORTERS:
+        value = os.environ.get(name, "").strip()
+        if value and (name in objection or value.lower() in objection.lower()):
+            return name
+    return None
+
+
+@contextlib.contextmanager
+def _hidden(variables: Sequence[str]) -> Iterator[None]:
+    """``variables`` out of the environment meanwhile: OpenTelemetry's exporter reads them as it is built, and
+    would raise for (or trust) a value the settings replaced by its default."""
+    saved = {name: os.environ.pop(name) for name in variables if name in os.environ}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
+def build_exporter(settings: OTLPSettings, signal: Signal, hidden: Sequence[str] = ()) -> Any:
     """OpenTelemetry's OTLP exporter (a ``SpanExporter`` or ``MetricExporter``) for ``signal``, as the settings say."""
     target = settings.targets[signal]
     module, name = _CLASSES[signal]  # imported when first built
     package = f"opentelemetry.exporter.otlp.proto.{target.protocol.removesuffix('/protobuf')}"  # .grpc, .http
     try:
-        exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
+        with _grpc_core_quiet() if target.protocol == "grpc" else contextlib.nullcontext():
+            exporter_class = getattr(importlib.import_module(f"{package}.{module}"), name)
     except ImportError:
         raise OTLPSettingsError(
             f"OTLP over {target.protocol} needs {package.replace('.', '-')}, which is not installed here: "
@@ -103,12 +136,29 @@ def build_exporter(settings: OTLPSettings, signal: Signal) -> Any:
     common = {"endpoint": target.endpoint, "headers": dict(target.headers) or None, "timeout": target.timeout_s}
     certificate = settings.options.certificate_file
     # given no headers, OpenTelemetry's exporter parses the headers variables itself: its parser is not let print one
-    with sdk_said("opentelemetry.util.re"):
+    with sdk_said("opentelemetry.util.re"), _hidden([*settings.ignored, *hidden]):
         if target.protocol == "grpc":
             return exporter_class(
                 insecure=settings.options.insecure, credentials=_grpc_credentials(certificate), **common
             )
         return exporter_class(certificate_file=certificate, session=_session_trusting_the_given_certificate(), **common)
+
+
+@contextlib.contextmanager
+def _grpc_core_quiet() -> Iterator[None]:
+    """gRPC's C core writes its own lines straight to stderr (a TLS handshake that failed, at INFO, once a retry),
+    past Python's logging and so past what this exporter says once in its own words. It reads ``GRPC_VERBOSITY`` once,
+    as ``grpc`` is first imported, for the whole process (no channel has a level of its own): set to ``ERROR`` for
+    that import alone, unless the user set it or ``grpc`` is already imported (then it is theirs), and removed after,
+    so processes started later inherit the user's environment. gRPC's errors still reach stderr."""
+    if "grpc" in sys.modules or "GRPC_VERBOSITY" in os.environ:
+        yield
+        return
+    os.environ["GRPC_VERBOSITY"] = "ERROR"
+    try:
+        yield
+    finally:
+        os.environ.pop("GRPC_VERBOSITY", None)
 
 
 class CountingMetricExporter(MetricExporter):
@@ -172,6 +222,10 @@ def _session_trusting_the_given_certificate() -> Any:
 _ABOUT_METRICS = re.compile(r"\bexport(?:ing)? metrics\b", re.IGNORECASE)
 
 
+# how OpenTelemetry's batch processor says its queue (OTEL_BSP_MAX_QUEUE_SIZE) dropped a span as it ended
+_QUEUE_FULL = ("Queue full", "Queue is full")
+
+
 class FailureTap(logging.Filter):
     """Keeps OpenTelemetry's failure lines off the console (the exporter says it once) and remembers the first, for
     that message, and the last, to tell "too large" from "down"."""
@@ -181,11 +235,15 @@ class FailureTap(logging.Filter):
         self.first_reason = ""
         self.last_reason = ""
         self.metrics_reason = ""  # the last about metrics: their exports run on a thread of their own
+        self.queue_full = False  # the batch processor's queue dropped a span: not the collector's doing
 
     def filter(self, record: logging.LogRecord) -> bool:
         if record.levelno < logging.WARNING:
             return True
         reason = record.getMessage().strip().split("\n", 1)[0][:300]
+        if reason.startswith(_QUEUE_FULL):
+            self.queue_full = True
+            return False
         if "metric" in record.name or _ABOUT_METRICS.search(reason):
             self.metrics_reason = reason
             return False
@@ -238,6 +296,7 @@ class RetryingSpanExporter(SpanExporter):
         self.refused = 0  # spans dropped as too large for any request
         self.overflowed = 0  # spans dropped because the backlog was full
         self.failures = 0
+        self.taken = 0  # spans the batch processor handed over (those its queue dropped never are)
         self._counting = True
         self._lock = threading.Lock()
 
@@ -250,6 +309,7 @@ class RetryingSpanExporter(SpanExporter):
         with self._lock:
             backlog = list(self.pending)
             self.pending.clear()
+            self.taken += len(spans)
         kept: dict[bool, list[ReadableSpan]] = {True: [], False: []}  # by resent: older spans first
         receiver_up = False
         # each run is cut into requests only as they are sent: requests shrunk by an outage grow back as soon as
@@ -259,7 +319,7 @@ class RetryingSpanExporter(SpanExporter):
                 if not receiver_up and (kept[True] or kept[False]):  # down: the rest waits, no timeout spent on it
                     kept[resent].extend(run)
                     break
-                count = self._fitting(run, resent)
+                count = self._fitting(run)
                 request, run = run[:count], run[max(count, 1) :]  # none fits: its first span was refused
                 if not request:
                     continue
@@ -281,13 +341,13 @@ class RetryingSpanExporter(SpanExporter):
             return SpanExportResult.FAILURE
         return SpanExportResult.SUCCESS
 
-    def _fitting(self, spans: list[ReadableSpan], resent: bool) -> int:
+    def _fitting(self, spans: list[ReadableSpan]) -> int:
         """How many of ``spans`` the next request takes within both bounds (0: the first alone is too large, and
-        is refused). Sizes are measured (about 65 µs a span) only for a backlog and after a failure."""
-        measure = bool(self.max_bytes) and (resent or self._request_spans < self.max_batch)
+        is refused). Every request is measured before it is sent (about 65 µs a span, on the batch processor's
+        thread): a receiver's limit is met before the fact, not learnt from a refusal."""
         count = min(self._request_spans, len(spans))
         while True:
-            size = _SIZE.call(request_bytes, spans[:count]) if measure else 0
+            size = _SIZE.call(request_bytes, spans[:count]) if self.max_bytes else 0
             if size is FAILED or size <= self.max_bytes:
                 return count
             if count == 1:

@@ -1,11 +1,14 @@
-"""OTLP settings: arguments over OpenTelemetry's variables over defaults, and every value that would send
-nothing refused when the exporter is built, naming the variable."""
+"""OTLP settings: arguments over OpenTelemetry's variables over defaults; an argument that would send nothing
+refused when the exporter is built, a variable OpenTelemetry cannot use warned of once, naming it, and replaced by its
+default (the specification)."""
 
 from __future__ import annotations
 
+import os
 import pickle
 import sys
 import warnings
+from dataclasses import replace
 
 import pytest
 from opentelemetry.util.re import parse_env_headers
@@ -91,10 +94,9 @@ def test_http_endpoints_follow_the_base_variable(monkeypatch: pytest.MonkeyPatch
         ("OTEL_BSP_MAX_QUEUE_SIZE", "-5", "OTEL_BSP_MAX_QUEUE_SIZE=-5.0: must be a number of spans greater than 0"),
         ("OTEL_BSP_SCHEDULE_DELAY", "0", "OTEL_BSP_SCHEDULE_DELAY=0.0: must be a number of milliseconds"),
         ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "-1", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE=-1.0"),
-        ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096", "max_export_batch_size \\(4096.*larger than max_queue_size"),
         ("OTEL_BSP_EXPORT_TIMEOUT", "0", "OTEL_BSP_EXPORT_TIMEOUT=0.0: must be a number of milliseconds"),
-        ("OTEL_EXPORTER_OTLP_TIMEOUT", "0", "OTEL_EXPORTER_OTLP_TIMEOUT=0.0: must be a number of seconds"),
-        ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1", "OTEL_EXPORTER_OTLP_TIMEOUT=-1.0: must be a number of seconds"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "0", "OTEL_EXPORTER_OTLP_TIMEOUT=0.0: must be a number of milliseconds"),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "-1", "OTEL_EXPORTER_OTLP_TIMEOUT=-1.0: must be a number of milliseconds"),
         ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "nan", "OTEL_EXPORTER_OTLP_TRACES_TIMEOUT=nan"),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "not a url", "OTEL_EXPORTER_OTLP_ENDPOINT='not a url' is not an OTLP endpoint"),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://:99999", "is not an OTLP endpoint"),
@@ -110,22 +112,50 @@ def test_http_endpoints_follow_the_base_variable(monkeypatch: pytest.MonkeyPatch
         ("OTEL_METRIC_EXPORT_INTERVAL", "-1", "OTEL_METRIC_EXPORT_INTERVAL=-1.0"),
         ("OTEL_METRIC_EXPORT_TIMEOUT", "0", "OTEL_METRIC_EXPORT_TIMEOUT=0.0"),
         ("OTEL_SDK_DISABLED", "maybe", "OTEL_SDK_DISABLED='maybe': must be one of true, false"),
-        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT must be a non-negative"),
-        ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "-3", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT must be .* but got -3"),
+        ("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "abc", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT='abc' must be a whole number"),
+        ("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "-3", "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT='-3' must be a whole number"),
         ("OTEL_EXPORTER_OTLP_CERTIFICATE", "/no/such/ca.pem", "no readable file there"),
         ("OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY", "/no/such/key", "OTEL_EXPORTER_OTLP_METRICS_CLIENT_KEY"),
         ("OTEL_EXPORTER_OTLP_INSECURE", "yes please", "OTEL_EXPORTER_OTLP_INSECURE='yes please'"),
         ("OTEL_RESOURCE_ATTRIBUTES", "team=jit,oops", "OTEL_RESOURCE_ATTRIBUTES is malformed .*pair oops"),
-        ("OTEL_TRACES_SAMPLER", "sometimes", "OTEL_TRACES_SAMPLER='sometimes': OpenTelemetry would not use it"),
+        ("OTEL_TRACES_SAMPLER", "sometimes", "OTEL_TRACES_SAMPLER='sometimes': OpenTelemetry cannot use it"),
         ("OTEL_METRICS_EXPORTER", "otpl", "OTEL_METRICS_EXPORTER='otpl' names 'otpl'"),
     ],
 )
-def test_a_value_that_would_send_nothing_is_an_error_naming_the_variable(
+def test_a_variable_opentelemetry_cannot_use_is_warned_of_once_and_its_default_used(
     variable: str, value: str, message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    expected = resolve()
     monkeypatch.setenv(variable, value)
-    with pytest.raises(OTLPSettingsError, match=message):
+    with pytest.warns(RuntimeWarning, match=message + ".*the default .* is used instead"):
+        settings = resolve()
+    assert defaults(settings) == defaults(expected)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process
         resolve()
+
+
+def defaults(settings: OTLPSettings) -> OTLPSettings:
+    """``settings`` as compared with the defaults': the variables hidden from OpenTelemetry's exporters aside, and
+    the sampler by what it does."""
+    sampler = settings.sampler.get_description() if settings.sampler is not None else None
+    assert sampler in (
+        None,
+        "ParentBased{root:AlwaysOnSampler,remoteParentSampled:AlwaysOnSampler,"
+        "remoteParentNotSampled:AlwaysOffSampler,localParentSampled:AlwaysOnSampler,"
+        "localParentNotSampled:AlwaysOffSampler}",
+    )
+    return replace(settings, ignored=(), sampler=None)
+
+
+def test_a_batch_larger_than_the_queue_is_the_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "1")
+    assert resolve().batch["max_export_batch_size"] == 1  # the default batch, 512, taken from a queue of 1
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "4096")
+    with pytest.warns(RuntimeWarning, match="OTEL_BSP_MAX_EXPORT_BATCH_SIZE=4096 is larger than the queue"):
+        assert resolve().batch["max_export_batch_size"] == 1
+    with pytest.raises(OTLPSettingsError, match="max_export_batch_size \\(4096.*larger than max_queue_size"):
+        resolve(max_export_batch_size=4096)  # an argument is code: refused
 
 
 @pytest.mark.parametrize(
@@ -138,18 +168,19 @@ def test_a_value_that_would_send_nothing_is_an_error_naming_the_variable(
         "OTEL_METRIC_EXPORT_INTERVAL",
     ],
 )
-def test_a_value_that_is_no_number_is_refused_naming_what_is_valid(
+def test_a_value_that_is_no_number_is_warned_of_naming_what_is_valid(
     variable: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    expected = resolve()
     monkeypatch.setenv(variable, "lots")
-    with pytest.raises(OTLPSettingsError, match=f"{variable}='lots': must be a number of .* greater than 0"):
-        resolve()
+    with pytest.warns(RuntimeWarning, match=f"{variable}='lots': must be a number of .* greater than 0"):
+        assert resolve() == expected
 
 
 def test_metrics_take_their_own_variables_first(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-team=jit")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "x-team=metrics")
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "3")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "3000")  # milliseconds, as the specification says
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "http/protobuf")
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "1500")
     settings = resolve()
@@ -231,19 +262,19 @@ def test_a_malformed_headers_variable_is_refused_without_the_sdk_printing_it(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer s3cr3t,broken header s3cr3t")
-    with pytest.raises(OTLPSettingsError, match="OTEL_EXPORTER_OTLP_HEADERS is malformed") as raised:
-        resolve()
+    with pytest.warns(RuntimeWarning, match="OTEL_EXPORTER_OTLP_HEADERS is malformed") as raised:
+        assert dict(resolve().targets["traces"].headers) == {"authorization": "Bearer s3cr3t"}  # the well-formed
     said = capsys.readouterr()
-    assert "s3cr3t" not in str(raised.value) + said.out + said.err + caplog.text
+    assert "s3cr3t" not in str(raised[0].message) + said.out + said.err + caplog.text
 
 
 def test_a_header_value_with_a_line_break_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(OTLPSettingsError, match="'authorization' holds a control character") as raised:
         resolve(headers={"Authorization": "Bearer s3cr3t\r\nX-Injected: 1"})
     assert "s3cr3t" not in str(raised.value)
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t%0D%0AX-Injected%3A%201")
-    with pytest.raises(OTLPSettingsError, match="OTEL_EXPORTER_OTLP_HEADERS: the header 'authorization' holds"):
-        resolve()
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "authorization=Bearer%20s3cr3t%0D%0AX-Injected%3A%201,x-team=a")
+    with pytest.warns(RuntimeWarning, match="OTEL_EXPORTER_OTLP_HEADERS: the header 'authorization' holds"):
+        assert dict(resolve().targets["traces"].headers) == {"x-team": "a"}  # that header left out
 
 
 @pytest.mark.parametrize(
@@ -255,8 +286,8 @@ def test_a_sampler_opentelemetry_would_replace_is_refused(
 ) -> None:
     monkeypatch.setenv("OTEL_TRACES_SAMPLER", sampler)
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", argument)
-    with pytest.raises(OTLPSettingsError, match=message):
-        resolve()
+    with pytest.warns(RuntimeWarning, match=message + ".*the default .* is used instead"):
+        assert "{1.0}" in resolve().sampler.get_description()  # OpenTelemetry's default ratio
     monkeypatch.setenv("OTEL_TRACES_SAMPLER_ARG", "0.25")
     assert "0.25" in resolve().sampler.get_description()
 
@@ -274,10 +305,14 @@ def test_the_traces_exporter_variable_is_read_as_opentelemetry_reads_it(
         assert traces_exporter_wanted() is wanted
 
 
-def test_an_unknown_traces_exporter_name_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_unknown_traces_exporter_name_is_warned_of(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otpl")
-    with pytest.raises(OTLPSettingsError, match="OTEL_TRACES_EXPORTER='otpl' names 'otpl'.*use one of"):
-        traces_exporter_wanted()
+    with pytest.warns(RuntimeWarning, match="OTEL_TRACES_EXPORTER='otpl' names 'otpl'.*use one of"):
+        assert not traces_exporter_wanted()  # the product's default: the file alone
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otpl,otlp")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert traces_exporter_wanted()
 
 
 def test_names_telemetry_jit_leaves_to_opentelemetry_are_said(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -308,10 +343,8 @@ def test_the_request_bound_comes_from_its_variable_and_refuses_nonsense(monkeypa
     assert OTLPSettings.resolve(OTLPOptions()).max_request_bytes == 1_000_000
     assert OTLPSettings.resolve(OTLPOptions(max_request_bytes=5)).max_request_bytes == 5  # the argument wins
     monkeypatch.setenv("TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES", "4MB")
-    with pytest.raises(
-        OTLPSettingsError, match="TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES='4MB': must be a number of bytes"
-    ):
-        OTLPSettings.resolve(OTLPOptions())
+    with pytest.warns(RuntimeWarning, match="TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES='4MB': must be a number of bytes"):
+        assert OTLPSettings.resolve(OTLPOptions()).max_request_bytes == 3 * 1024 * 1024
 
 
 def test_every_recorded_name_has_one_opentelemetry_name_in_seconds_and_the_docs_say_it() -> None:
@@ -398,17 +431,20 @@ def test_opentelemetrys_exporter_parsing_the_headers_itself_prints_no_value_eith
         ("OTEL_EXPORTER_OTLP_METRICS_DEFAULT_HISTOGRAM_AGGREGATION", "x"),
     ],
 )
-def test_what_opentelemetrys_exporters_would_not_use_is_refused_as_they_are_built(
+def test_what_opentelemetrys_exporters_would_not_use_is_warned_of_as_they_are_built(
     protocol: str, variable: str, value: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """OpenTelemetry's exporters read these variables themselves (gRPC's raises for a compression it does not
     know, HTTP's warns and sends uncompressed; both warn of a temporality or aggregation and use their default):
-    built once when the exporter is, whatever they object to is an error naming the variable, before training."""
+    built once when the exporter is, whatever they object to is warned of naming the variable, before training, and
+    left to OpenTelemetry's default (a variable its exporter raises for is hidden from it)."""
     from telemetry_jit.exporters import OTLPExporter
 
     monkeypatch.setenv(variable, value)
-    with pytest.raises(OTLPSettingsError, match=f"{variable}={value!r}: OpenTelemetry's exporter would not use it"):
-        OTLPExporter("http://127.0.0.1:4317", protocol=protocol)
+    with pytest.warns(RuntimeWarning, match=f"{variable}={value!r}: OpenTelemetry's exporter cannot use it"):
+        exporter = OTLPExporter("http://127.0.0.1:4317", protocol=protocol)
+    assert set(exporter._exporters) == {"traces", "metrics"}
+    assert os.environ[variable] == value  # hidden only while the exporters were built
 
 
 def test_resource_attributes_are_the_ones_given_not_a_later_change_of_the_users_mapping() -> None:

@@ -123,5 +123,6 @@ def test_every_line_of_the_fleet_view_and_the_notes_fits_a_narrow_terminal(
     assert too_wide == []
     monkeypatch.delenv("COLUMNS")  # a pipe or a file: the note whole on one line, as tools read it
     assert cli.main(["check", str(tmp_path / "run.rank0.jsonl"), "--max-skew", "1"]) == 2
-    (note,) = capsys.readouterr().err.splitlines()
-    assert note.startswith("telemetry-jit: check: cannot tell") and note.endswith("(or a folder).")
+    notes = capsys.readouterr().err.splitlines()
+    assert notes[-1].startswith("telemetry-jit: check: cannot tell") and notes[-1].endswith("(or a folder).")
+    assert all(note.startswith("telemetry-jit: ") for note in notes)  # each note one line, however long

@@ -37,7 +37,7 @@ def what_lies_at(path: Path) -> str | None:
     """``None`` where nothing lies at ``path``, else what does, in words (a link is not followed)."""
     try:
         found = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (a file on the way: creating it will say so)
         return None
     return _words(path, found)
 
@@ -47,7 +47,7 @@ def refusal(path: Path, kind: OwnKind) -> NotOurs | None:
     nothing but a regular file is opened to find out, and that only to read its head."""
     try:
         found = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # nothing there (a file on the way: creating it will say so)
         return None
     if not stat.S_ISREG(found.st_mode):
         return NotOurs(path, _words(path, found))

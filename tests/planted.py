@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import stat
 from collections.abc import Callable, Iterator
@@ -48,7 +49,20 @@ def planted(path: Path, thing: str) -> Iterator[str]:
         return
     plant, words = PLANTED[thing]
     plant(path)
-    yield words
+    if thing != "a FIFO":
+        yield words
+        return
+
+    def blocked(signum: int, frame: object) -> None:  # opening a FIFO waits for a reader forever: fail instead
+        raise TimeoutError(f"{path} (a FIFO) was opened and blocked")
+
+    previous = signal.signal(signal.SIGALRM, blocked)
+    signal.alarm(60)
+    try:
+        yield words
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def as_it_was(path: Path) -> tuple[object, ...]:

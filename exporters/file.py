@@ -3,9 +3,10 @@
 Each record is one line, one ``write(2)`` on an ``O_APPEND`` file: a process killed at any moment leaves lines that
 all parse. A short or failed write is cut back off and counted (``records_lost``, written once writing works). A file
 deleted or moved away mid-run is created again at the path (first record ``continues``; the moved one's last,
-``moved_on``). The exporter owns its descriptor or holds none, never a number it gave up. File policy: never clobber;
-append only to a file telemetry-jit wrote; each rank its own file (``name.rank<R>.jsonl``), which a process that
-learns its rank late (rank 0 of a DDP launch) moves to. docs/telemetry.md and docs/reliability.md say the rest.
+``moved_on``). The exporter owns its descriptor or holds none, never a number it gave up. File policy
+(``owned_files``): create exclusively or append only to a file telemetry-jit wrote, never through a link; each rank
+its own file (``name.rank<R>.jsonl``), which a process that learns its rank late (rank 0 of a DDP launch) moves to,
+or, where something else lies there, stays out of. docs/telemetry.md and docs/reliability.md say the rest.
 """
 
 from __future__ import annotations
@@ -15,11 +16,10 @@ import functools
 import json
 import os
 import secrets
-import stat
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from typing_extensions import override
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import Notices
+from telemetry_jit.owned_files import HEAD_BYTES, NotOurs, OwnKind, open_to_append, refusal
 from telemetry_jit.schema import FILE_FORMAT, FILE_FORMAT_VERSION, RecordKey, rank_file
 
 from .finished import FinishedSpan, unix_ns
@@ -122,9 +123,8 @@ class FileExporter(BaseExporter):
 
     @override
     def initialize(self) -> None:
-        self._created = not self.path.exists()
         try:
-            self._open_file(self.path)
+            self._created = self._open_file(self.path)
         except OSError as error:  # what access() could not foresee: a read-only or virtual file system, root's access
             raise type(error)(
                 f"FileExporter cannot create {str(self.path)!r}: {error.strerror or error}. Choose a path in a folder "
@@ -315,10 +315,15 @@ class FileExporter(BaseExporter):
             return
         self._append(self._line({**_RUN_START, "continues": _CONTINUES}), "run_start")
 
-    def _open_file(self, path: Path) -> None:
+    def _open_file(self, path: Path) -> bool:
+        """Hold a descriptor on ``path``: a file created there, or this rank's own file there; whether created."""
         assert self._fd is None, "one descriptor at a time"
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd = _open(path)
+        fd, created = open_to_append(path, TELEMETRY_FILE)
+        self._hold(fd)
+        return created
+
+    def _hold(self, fd: int) -> None:
         opened = os.fstat(fd)
         self._fd, self._fd_file = fd, (opened.st_dev, opened.st_ino)
 
@@ -335,53 +340,109 @@ class FileExporter(BaseExporter):
         with self._lock:
             if target == self.path or not self.ready:
                 return
-            self._give_up_fd()
-            source, self.path = self.path, target
+            source, source_file = self.path, self._fd_file
             try:
-                if self._created and not target.exists():
-                    os.replace(source, target)
-                else:
-                    marker = _encode({"run": self.run_id})[1:-1].encode()  # "run":"<id>" as the records write it
-                    with open(source, "rb") as old, open(target, "ab") as new:
-                        new.writelines(line for line in old if marker in line)
-            except OSError as error:
+                fd, created = open_to_append(target, TELEMETRY_FILE)
+            except (OSError, ValueError) as error:
+                # nothing is lost: the records already written, and those to come, stay in the file it writes
+                what = f"is {error.what}" if isinstance(error, NotOurs) else f"cannot be opened ({error})"
                 self._warn(
                     "cannot move",
-                    f"telemetry-jit: could not move this run's records from {source} to {target} ({error}); "
-                    "what follows goes to the rank file.",
+                    f"telemetry-jit: this rank's records stay in {source}, not in its rank file: {target} {what}; "
+                    "telemetry-jit writes only to a file it created or wrote before.",
                 )
-            try:
-                self._open_file(target)
-            except (OSError, ValueError):
-                self._next_reopen = 0.0  # the next record tries again, and counts what it loses meanwhile
+                return
+            alone = False  # whether the file it leaves held this run's records alone
+            if self._fd is not None:
+                try:
+                    alone = _copy_run(self._fd, fd, _encode({"run": self.run_id})[1:-1].encode())
+                except OSError as error:
+                    _undo(target, fd, created)
+                    self._warn(
+                        "cannot move",
+                        f"telemetry-jit: this rank's records stay in {source}: they could not be copied to its rank "
+                        f"file {target} ({error.strerror or error}).",
+                    )
+                    return
+            lost_before = self._fd is None  # the file it wrote was lost: its records are not in the rank file
+            self._give_up_fd()
+            self._hold(fd)
+            if alone and self._created and _is_file(source, source_file):
+                source.unlink()  # it created it and held this run's records alone, all now in the rank file
+            self.path, self._created = target, created
+            if lost_before and created:
+                self._append(self._line({**_RUN_START, "continues": _CONTINUES}))
 
 
-def _open(path: Path) -> int:
-    # never through a link planted at the path while the run writes (the last part only); never blocking on
-    # a FIFO planted there (O_NONBLOCK), and only a regular file is kept
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
-    fd = os.open(path, flags, 0o666)
+def _copy_run(source: int, target: int, marker: bytes) -> bool:
+    """Append the whole lines of ``source`` holding ``marker`` (``"run":"<id>"`` as the records write it) to
+    ``target``: all of them, or (an error raised) ``target`` as it was; whether every line of ``source`` held it."""
+    before = os.fstat(target).st_size
+    alone = True
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError(f"{str(path)!r} is not a regular file")
-        os.set_blocking(fd, True)
-    except BaseException:
-        os.close(fd)
+        batch: list[bytes] = []
+        for line in _whole_lines(source):
+            if marker in line:
+                batch.append(line)
+            else:
+                alone = False
+            if len(batch) >= 1024:
+                _write_all(target, b"".join(batch))
+                batch.clear()
+        _write_all(target, b"".join(batch))
+    except OSError:
+        os.ftruncate(target, before)
         raise
-    return fd
+    return alone
 
 
-def _holds_telemetry(path: Path) -> bool:
-    """Whether ``path`` is empty or opens with a telemetry-jit record (the file policy: append only there)."""
-    with path.open("rb") as handle:
-        first = handle.readline(4096)
-    if not first.strip():
-        return True
+def _whole_lines(fd: int) -> Iterator[bytes]:
+    """The lines of ``fd`` ending in a newline (a part line, cut by a failed write, is no record), read at offsets."""
+    offset, rest = 0, b""
+    while chunk := os.pread(fd, 1 << 20, offset):
+        offset += len(chunk)
+        *whole, rest = (rest + chunk).split(b"\n")
+        yield from (line + b"\n" for line in whole)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    written = 0
+    while written < len(data):
+        written += os.write(fd, data[written:])
+
+
+def _undo(target: Path, fd: int, created: bool) -> None:
+    """Give up ``fd`` on ``target``, removing the file where it was created for the move (and is still there)."""
+    try:
+        opened = os.fstat(fd)
+        if created and _is_file(target, (opened.st_dev, opened.st_ino)):
+            target.unlink()
+    finally:
+        os.close(fd)
+
+
+def _is_file(path: Path, file: tuple[int, int]) -> bool:
+    """Whether ``path`` is (not links to) the file ``(device, inode)``."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return (found.st_dev, found.st_ino) == file
+
+
+def _begins_with_run_start(head: bytes) -> bool:
+    """Whether a file's first line is a telemetry-jit ``run_start`` record (a blank line is not)."""
+    first, newline, _ = head.partition(b"\n")
+    if not newline and len(head) >= HEAD_BYTES:
+        return False
     try:
         record = json.loads(first)
     except ValueError:
         return False
     return isinstance(record, dict) and record.get("kind") == "run_start" and record.get("format") == FILE_FORMAT
+
+
+TELEMETRY_FILE = OwnKind("telemetry file", _begins_with_run_start)
 
 
 def _parent_id(span: Span) -> str | None:
@@ -416,26 +477,26 @@ def _nv_event_record(kind: str, event: Event, span: Span) -> dict[str, Any]:
 
 
 def _check_writable(path: Path) -> None:
-    if path.is_symlink():
-        raise ValueError(
-            f"FileExporter path {str(path)!r} is a symbolic link: telemetry-jit writes only to a regular file, so that "
-            "a link cannot send its records into another file. Pass the file itself (a folder on the way may be one)."
-        )
-    if path.exists() and not path.is_file():  # a FIFO would block the open, a device is no file to append to
-        example = path / "telemetry.jsonl" if path.is_dir() else "runs/telemetry.jsonl"
-        raise ValueError(
-            f"FileExporter path {str(path)!r} is a {_file_type(path)}, not a regular file: telemetry-jit appends "
-            f"only to a regular file (it does not open this one). Pass a file path such as {str(example)!r}."
-        )
+    refused = refusal(path, TELEMETRY_FILE)
+    if refused is not None:
+        if refused.what.startswith("a symbolic link"):
+            advice = (
+                "telemetry-jit writes only to a regular file, so that a link cannot send its records into another "
+                "file. Pass the file itself (a folder on the way may be one)."
+            )
+        elif refused.what.startswith("a file that"):
+            advice = "nothing is appended to it. Choose another path, or move that file away."
+        else:  # a FIFO would block the open, a device is no file to append to
+            example = path / "telemetry.jsonl" if path.is_dir() else "runs/telemetry.jsonl"
+            advice = (
+                "telemetry-jit appends only to a regular file (it does not open this one). Pass a file path such as "
+                f"{str(example)!r}."
+            )
+        raise ValueError(f"FileExporter path {refused}: {advice}")
     if path.exists():
         if not os.access(path, os.W_OK):
             raise PermissionError(
                 f"FileExporter cannot write to {str(path)!r}: permission denied. Choose a writable path."
-            )
-        if not _holds_telemetry(path):
-            raise ValueError(
-                f"FileExporter path {str(path)!r} is a file that telemetry-jit did not write (its first line is not a "
-                "telemetry-jit record), so nothing is appended to it. Choose another path, or move that file away."
             )
         return
     parent = path.parent
@@ -446,9 +507,3 @@ def _check_writable(path: Path) -> None:
             f"FileExporter cannot create {str(path)!r}: {str(parent)!r} is not a writable directory. "
             "Choose a writable path."
         )
-
-
-def _file_type(path: Path) -> str:
-    names = {stat.S_IFDIR: "directory", stat.S_IFIFO: "FIFO (named pipe)", stat.S_IFSOCK: "socket"}
-    names |= {stat.S_IFCHR: "device", stat.S_IFBLK: "device"}
-    return names.get(stat.S_IFMT(path.stat().st_mode), "special file")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import fields
 from importlib import metadata
@@ -17,10 +16,11 @@ from telemetry_jit.analysis.diff import diff
 from telemetry_jit.analysis.fleet import Fleet, fleets
 from telemetry_jit.analysis.json_output import to_json
 from telemetry_jit.analysis.reader import Loaded, TelemetryRun, load
-from telemetry_jit.analysis.report import render_fleet_report, render_report
+from telemetry_jit.analysis.report import REPORT, render_fleet_report, render_report
 from telemetry_jit.analysis.summary import compiled_before, summarize, summary_json
 from telemetry_jit.analysis.text import fitted, format_cold_start, format_diff, format_fleet, format_summary, wrapped
-from telemetry_jit.analysis.trace import read_foreign_trace, to_trace_events
+from telemetry_jit.analysis.trace import TRACE, read_foreign_trace, to_trace_events
+from telemetry_jit.owned_files import NotOurs, OwnKind, replace_whole
 from telemetry_jit.terminal import clean
 
 PATHS_HELP = "telemetry files written by telemetry-jit, folders of them (one file per rank), or - for standard input"
@@ -54,12 +54,16 @@ def _parser() -> argparse.ArgumentParser:
     summary.add_argument("--baseline", metavar="PATH", help="a warm run: explain each compile-cache miss against it")
     _rank_options(summary)
     report = command("report", _report, "a self-contained HTML report (one run, or the ranks of one)")
-    report.add_argument("-o", "--output", help="the HTML file (default: beside the first input, .html)")
+    report.add_argument(
+        "-o", "--output", help="the HTML file (default: beside the first input, .html), or - for standard output"
+    )
     _rank_options(report)
     trace = command(
         "trace", _trace, "a Chrome Trace Event / Perfetto file in absolute time, one track per run and rank"
     )
-    trace.add_argument("-o", "--output", help="the trace file (default: beside the first input, .trace.json)")
+    trace.add_argument(
+        "-o", "--output", help="the trace file (default: beside the first input, .trace.json), or - for standard output"
+    )
     trace.add_argument(
         "--with",
         dest="merge",
@@ -211,7 +215,9 @@ def _default_output(paths: Sequence[str], suffix: str) -> Path:
 
 
 def _output(args: argparse.Namespace, loaded: Loaded, suffix: str) -> Path | None:
-    """Where to write: ``-o``, else beside the first input; never over an input."""
+    """Where to write: ``-o`` (``-``: standard output), else beside the first input; never over an input."""
+    if args.output == "-":
+        return STDOUT
     output = Path(args.output) if args.output else _default_output(args.paths, suffix)
     if any(output.resolve() == path.resolve() for path in loaded.paths if path.exists()):
         _complain(f"will not write {output} over a file it reads; name another with -o")
@@ -229,7 +235,7 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     summary = summarize(runs[0])
     html = render_fleet_report(found[0], summary) if found else render_report(summary)
-    return _write_whole(output, html, loaded, f"wrote {output}")
+    return _write_whole(output, REPORT, html, loaded, f"wrote {_name(output)}")
 
 
 def _trace(args: argparse.Namespace) -> int:
@@ -250,10 +256,10 @@ def _trace(args: argparse.Namespace) -> int:
     runs = len({run.run_id for run in loaded.runs})
     merged = f", with {', '.join(name for name, _ in others)}" if others else ""
     said = (
-        f"wrote {output}: {runs} run(s), {len(loaded.runs)} track(s) (one per run and rank){merged}; "
+        f"wrote {_name(output)}: {runs} run(s), {len(loaded.runs)} track(s) (one per run and rank){merged}; "
         "open it in https://ui.perfetto.dev or chrome://tracing"
     )
-    return _write_whole(output, to_json(to_trace_events(loaded.runs, others)), loaded, said)
+    return _write_whole(output, TRACE, to_json(to_trace_events(loaded.runs, others)), loaded, said)
 
 
 def _diff(args: argparse.Namespace) -> int:
@@ -330,22 +336,42 @@ def _percentage(text: str) -> float:
     return value / 100
 
 
-def _write_whole(output: Path, text: str, loaded: Loaded, said: str) -> int:
-    """Write ``output`` whole or not at all, through a temporary file created exclusively beside it (no name
-    another user could plant a link at), with the permissions the umask gives a new file; then say ``said``."""
-    partial = output.with_name(f".{output.name}.{uuid.uuid4().hex}.partial")
+STDOUT = Path("-")  # `-o -`: never a file named "-" (`-o ./-` names that one)
+
+
+def _name(output: Path) -> str:
+    return "standard output" if output is STDOUT else str(output)
+
+
+def _write_whole(output: Path, kind: OwnKind, text: str, loaded: Loaded, said: str) -> int:
+    """Write ``output`` whole or not at all, only where nothing or telemetry-jit's own ``kind`` of file lies
+    (owned_files: never a device, link, FIFO or a file of the user's); then say ``said``."""
+    data = text.encode("utf-8", errors="replace")
     try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(descriptor, "w", encoding="utf-8", errors="replace") as handle:
-            handle.write(text)
-        os.replace(partial, output)
+        if output is STDOUT:
+            sys.stdout.flush()
+            buffer = getattr(sys.stdout, "buffer", None)  # a stream of text alone (a test's, an IDE's) takes the text
+            if buffer is not None:
+                buffer.write(data)
+            else:
+                sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            output.parent.mkdir(parents=True, exist_ok=True)
+            replace_whole(output, data, kind)
+    except NotOurs as refused:
+        _complain(
+            f"will not write over {refused}: telemetry-jit writes only a file it creates or its own {kind.name} "
+            "of an earlier command. Name another path with -o (or -o - for standard output)."
+        )
+        return 2
     except OSError as error:
-        _complain(f"could not write {output}: {error}")
+        _complain(f"could not write {_name(output)}: {error}")
         return 1
-    finally:
-        partial.unlink(missing_ok=True)
-    _say(said)
+    if output is STDOUT:
+        print(clean(said), file=sys.stderr)  # standard output holds the document alone
+    else:
+        _say(said)
     return 1 if loaded.errors else 0
 
 

@@ -9,6 +9,7 @@ from html import escape
 from telemetry_jit.analysis import text
 from telemetry_jit.analysis.fleet import Fleet
 from telemetry_jit.analysis.summary import RunSummary
+from telemetry_jit.owned_files import OwnKind
 from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.terminal import shown
 
@@ -206,12 +207,14 @@ def _ranks_timeline(fleet: Fleet) -> str:
     )
 
 
+_HEAD = '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>telemetry-jit report</title>'
+# what every report begins with: `report -o` replaces a file only where it is one (docs/reliability.md)
+REPORT = OwnKind("report", lambda head: head.startswith(_HEAD.encode()))
+
+
 def _document(sections: list[str]) -> str:
     body = "\n".join(sections)
-    return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>telemetry-jit report</title>'
-        f"<style>{_STYLE}</style></head><body>{body}</body></html>"
-    )
+    return f"{_HEAD}<style>{_STYLE}</style></head><body>{body}</body></html>"
 
 
 def _run_sections(summary: RunSummary) -> list[str]:

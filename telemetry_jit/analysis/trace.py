@@ -11,6 +11,7 @@ from typing import Any
 
 from telemetry_jit.analysis.runs import TelemetryRun, number, run_status
 from telemetry_jit.identity import short_run_id
+from telemetry_jit.owned_files import OwnKind
 from telemetry_jit.schema import JitSpanName
 
 
@@ -46,11 +47,15 @@ def to_trace_events(runs: Sequence[TelemetryRun], others: Sequence[tuple[str, An
             if counts:
                 track[name] = dict(counts)
         said.append(track)
-    return {
+    return {  # the producer first: the file's head tells that telemetry-jit wrote it (TRACE)
+        "otherData": {"producer": "telemetry-jit", "time_origin": TIME_ORIGIN, "runs": said},
         "traceEvents": events,
         "displayTimeUnit": "ms",
-        "otherData": {"producer": "telemetry-jit", "time_origin": TIME_ORIGIN, "runs": said},
     }
+
+
+# what every trace begins with (as to_json writes it): `trace -o` replaces a file only where it is one
+TRACE = OwnKind("trace", lambda head: head.startswith(b'{"otherData": {"producer": "telemetry-jit"'))
 
 
 def _run_events(run: TelemetryRun, pid: int) -> list[dict[str, Any]]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -149,3 +151,50 @@ def test_a_file_that_can_be_opened_again_at_close_gets_the_runs_last_word(tmp_pa
     (run,) = telemetry_jit.read_telemetry(path)
     assert run.health is not None  # the run closed: not read as killed
     assert run.lost_records == 1
+
+
+DDP_SCRIPT = """
+import sys
+sys.path.insert(0, {root!r})
+import lightning.pytorch as pl
+import telemetry_jit
+from tests.models import Net, loader, TRAINER_DEFAULTS
+
+def main():
+    provider = telemetry_jit.configure("ddp-link", file={path!r})
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(
+        pl.Trainer, provider,
+        jit_config=telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": "eager"}}),
+    )
+    trainer = HookedTrainer(max_epochs=1, strategy="ddp", devices=2, **TRAINER_DEFAULTS)
+    trainer.fit(Net("print"), loader(16, 4))
+    callback.on_app_end()
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_a_link_planted_at_rank_zeros_file_in_a_real_ddp_run_is_not_followed_and_no_record_is_lost(
+    tmp_path: Path,
+) -> None:
+    """Rank 0 of a 2-process DDP launch learns its rank at fit and moves to t.rank0.jsonl; a link planted there
+    (to the user's file) is refused: the victim is untouched, rank 0's records all stay in t.jsonl, and it says so."""
+    path, victim = tmp_path / "t.jsonl", tmp_path / "victim.txt"
+    victim.write_text("the user's own\n")
+    (tmp_path / "t.rank0.jsonl").symlink_to(victim)
+    script = tmp_path / "train.py"
+    script.write_text(DDP_SCRIPT.format(root=str(Path(__file__).resolve().parents[2]), path=str(path)))
+    result = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert victim.read_text() == "the user's own\n"
+    said = f"this rank's records stay in {path}, not in its rank file: {tmp_path / 't.rank0.jsonl'} is a symbolic link"
+    assert said in result.stderr, result.stderr[-4000:]
+    (rank0,) = telemetry_jit.read_telemetry(path)
+    (rank1,) = telemetry_jit.read_telemetry(tmp_path / "t.rank1.jsonl")
+    assert (rank0.rank, rank1.rank, rank0.run_id) == (0, 1, rank1.run_id)  # one run, both ranks, each whole
+    assert rank0.health is not None and rank0.lost_records == 0
+    assert len(rank0.find("compilation")) == len(rank1.find("compilation")) > 0
+    assert cli(["check", str(path), str(tmp_path / "t.rank1.jsonl"), "--max-graph-breaks", "10"]) == 0

@@ -115,7 +115,11 @@ def test_hostile_text_survives_the_reader_and_every_command(telemetry: Telemetry
 def test_a_report_that_cannot_be_written_whole_leaves_the_old_one(telemetry: Telemetry, tmp_path: Path) -> None:
     train_with_hostile_text(telemetry, tmp_path)
     report = tmp_path / "report.html"
-    report.write_text("<html>the report of yesterday</html>")
+    yesterday = (  # yesterday's report of telemetry-jit's own: one of the user's is never replaced at all
+        '<!doctype html><html lang="en"><head><meta charset="utf-8"><title>telemetry-jit report</title></head>'
+        "<body>the report of yesterday</body></html>"
+    )
+    report.write_text(yesterday)
 
     def small_disk() -> None:  # the process may write files of at most 64 KiB: a short write, then EFBIG
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -130,5 +134,5 @@ def test_a_report_that_cannot_be_written_whole_leaves_the_old_one(telemetry: Tel
     )
     assert result.returncode == 1
     assert f"could not write {report}" in result.stderr
-    assert report.read_text() == "<html>the report of yesterday</html>"
+    assert report.read_text() == yesterday
     assert [p.name for p in tmp_path.iterdir() if "report" in p.name] == ["report.html"]

@@ -18,7 +18,18 @@ NEW, OLD = DATA / "answers.jsonl", DATA / "answers-recorded-by-0.1.jsonl"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-BOTTOM = {"schema", "records", "identity", "notices", "causes", "breaks", "terminal", "boundary", "redaction"}
+BOTTOM = {
+    "schema",
+    "records",
+    "identity",
+    "notices",
+    "causes",
+    "breaks",
+    "terminal",
+    "boundary",
+    "redaction",
+    "owned_files",
+}
 
 
 # layer -> the layers (and outside packages) it may import; a module's layer is its first name part

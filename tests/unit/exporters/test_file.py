@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from telemetry_jit.exporters import FileExporter
+from telemetry_jit.exporters.finished import FinishedSpan
+from telemetry_jit.identity import IdentityTracker
+from tests.planted import THINGS, as_it_was, planted
 
 
 def test_a_symbolic_link_is_refused_and_its_target_untouched(tmp_path: Path) -> None:
@@ -106,3 +110,95 @@ def test_a_record_that_could_not_be_written_leaves_a_gap_in_the_numbers_and_is_n
         ("run_end", 4),
     ]
     assert records[-1]["written"] == {"run_start": 1, "records_lost": 1, "span": 1}
+
+
+def test_a_users_file_whose_first_line_is_blank_is_refused_untouched(tmp_path: Path) -> None:
+    notes = tmp_path / "notes.md"
+    notes.write_text("\n# my notes\nsome text\n")
+    with pytest.raises(ValueError, match="telemetry-jit did not write"):
+        FileExporter(notes)
+    assert notes.read_text() == "\n# my notes\nsome text\n"
+
+
+def _span(name: str = "compilation") -> FinishedSpan:
+    return FinishedSpan(name, None, 1_000, 2_000, {"a": 1})
+
+
+def _rank_zero_learning_its_rank(path: Path, run_id: str = "the-run") -> FileExporter:
+    """Rank 0 of a DDP launch: it writes ``path`` until it learns its rank at fit, then moves to its rank file."""
+    identity = IdentityTracker()
+    identity.update(0, 0, 1)
+    exporter = FileExporter(path, run_id=run_id, identity=identity)
+    exporter.initialize()
+    exporter.export_finished_span(_span("before"))
+    identity.update(0, 0, 2)
+    exporter.export_finished_span(_span("after"))
+    exporter.close()
+    return exporter
+
+
+def _names(path: Path) -> list[str]:
+    """The names of the records a run wrote, its closing count aside (``None``: a run's start)."""
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    return [record.get("name") for record in records if record.get("kind") != "run_end"]
+
+
+def test_rank_zero_moves_its_records_to_its_rank_file(tmp_path: Path) -> None:
+    exporter = _rank_zero_learning_its_rank(tmp_path / "t.jsonl")
+    assert exporter.path == tmp_path / "t.rank0.jsonl"
+    assert _names(tmp_path / "t.rank0.jsonl")[1:] == ["before", "after"]
+    assert not (tmp_path / "t.jsonl").exists()  # it created it, and held this run alone
+
+
+def test_rank_zero_appends_to_its_own_earlier_rank_file_and_keeps_an_earlier_runs_file(tmp_path: Path) -> None:
+    earlier = FileExporter(tmp_path / "t.jsonl", run_id="earlier")
+    earlier.initialize()
+    earlier.close()
+    _rank_zero_learning_its_rank(tmp_path / "t.jsonl", run_id="job-one")
+    _rank_zero_learning_its_rank(tmp_path / "t.jsonl", run_id="job-two")  # its rank 0 file is there, its own
+    rank_file = tmp_path / "t.rank0.jsonl"
+    assert _names(rank_file)[1:] == ["before", "after", None, "before", "after"]
+    earlier_runs = [
+        r for r in map(json.loads, (tmp_path / "t.jsonl").read_text().splitlines()) if r["run"] == "earlier"
+    ]
+    assert [r["kind"] for r in earlier_runs] == ["run_start", "run_end"]  # the earlier run's file stays
+
+
+@pytest.mark.parametrize("thing", THINGS)
+def test_a_thing_planted_at_the_rank_file_is_untouched_and_no_record_is_lost(tmp_path: Path, thing: str) -> None:
+    rank_file = tmp_path / "t.rank0.jsonl"
+    with planted(rank_file, thing) as words, pytest.warns(RuntimeWarning) as said:
+        before = as_it_was(rank_file)
+        exporter = _rank_zero_learning_its_rank(tmp_path / "t.jsonl")
+        assert as_it_was(rank_file) == before
+    # every record stays in the file it was writing, and the warning names both files and what lies there
+    assert exporter.path == tmp_path / "t.jsonl" and exporter.lost_records == 0
+    assert _names(tmp_path / "t.jsonl")[1:3] == ["before", "after"]
+    (warning,) = [str(w.message) for w in said if "stay" in str(w.message)]
+    assert str(tmp_path / "t.jsonl") in warning and str(rank_file) in warning and words in warning
+
+
+def test_a_link_planted_at_the_path_mid_run_is_not_followed(tmp_path: Path) -> None:
+    path, victim = tmp_path / "t.jsonl", tmp_path / "victim.txt"
+    victim.write_text("the user's own\n")
+    exporter = FileExporter(path)
+    exporter.initialize()
+    path.unlink()
+    path.symlink_to(victim)
+    with pytest.warns(RuntimeWarning, match="symbolic link to"):
+        exporter.export_finished_span(_span())
+        exporter.close()
+    assert victim.read_text() == "the user's own\n"
+    assert exporter.lost_records == 1  # counted and said, never written through the link
+
+
+def test_a_users_file_planted_at_the_path_mid_run_is_not_appended_to(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    exporter = FileExporter(path)
+    exporter.initialize()
+    path.unlink()
+    path.write_text("\nthe user's own\n")
+    with pytest.warns(RuntimeWarning, match="telemetry-jit did not write"):
+        exporter.export_finished_span(_span())
+        exporter.close()
+    assert path.read_text() == "\nthe user's own\n"

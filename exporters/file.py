@@ -210,7 +210,7 @@ class FileExporter(BaseExporter):
             if self.ready and self._fd is not None:
                 # the run's last word: what it wrote, by kind; a reader holding fewer knows what is missing
                 end = {"kind": "run_end", RecordKey.RECORDS: self._seq, RecordKey.WRITTEN: dict(self._written)}
-                self._append(self._line(end), end["kind"])
+                self._append(self._line(end), "run_end")
             self._give_up_fd()
             super().close()  # under the lock: a record waiting for it finds the exporter closed
 

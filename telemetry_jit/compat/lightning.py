@@ -3,7 +3,7 @@ whether the running batch is its epoch's last."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import lightning.pytorch as pl
 
@@ -61,14 +61,14 @@ def stopped_early(trainer: pl.Trainer) -> tuple[str, str] | None:
     """What ended a fit's training before the length it was given (``fast_dev_run``, ``max_time``,
     ``should_stop`` before its last epoch or step, ``limit_train_batches``), and in words; ``None`` where nothing
     did. Asked at the training loop's end."""
-    step = trainer.global_step
-    if trainer.fast_dev_run:
-        return "fast_dev_run", f"fast_dev_run={trainer.fast_dev_run} (a smoke test) ended training at step {step}"
     from lightning.pytorch.callbacks import Timer
 
-    timer = next((callback for callback in trainer.callbacks if isinstance(callback, Timer)), None)
+    step, held = trainer.global_step, cast(Any, trainer)  # Lightning's connectors set these; the Trainer declares none
+    if held.fast_dev_run:
+        return "fast_dev_run", f"fast_dev_run={held.fast_dev_run} (a smoke test) ended training at step {step}"
+    timer = next((callback for callback in held.callbacks if isinstance(callback, Timer)), None)
     left = timer.time_remaining("train") if timer is not None else None
-    if left is not None and left <= 0:
+    if timer is not None and left is not None and left <= 0:
         return "max_time", f"max_time ran out at step {step} (after {timer.time_elapsed('train'):.1f} s of training)"
     max_steps, max_epochs = trainer.max_steps, trainer.max_epochs
     loop: Any = getattr(trainer, "fit_loop", None)

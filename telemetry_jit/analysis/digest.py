@@ -39,6 +39,8 @@ from telemetry_jit.terminal import frame_label, frame_shown, short
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
 MAX_NAMES = 50  # frames that missed the caches, reasons kept per row
+# frames and graph-break places with a row of their own (RunDigest.max_rows): past them, one row counts the rest
+MAX_ROWS = 1000
 AWAITED = 10_000  # compile ids awaiting their backward graph: it follows its forward within a step or two
 Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by id
 Frame = tuple[str, str]  # a compiled frame's name and location ("file:line")
@@ -240,9 +242,14 @@ class Window:
     step: str
 
 
+OTHER_PLACES = ("(other places)", "")  # the break key counting breaks past max_rows places (diff, check)
+
+
 @dataclass
 class RunDigest:
     """The aggregates of one run's compilations (see the module's doc)."""
+
+    max_rows: int = MAX_ROWS  # frames, graph-break places and break keys kept, each; the rest counted
 
     compilations: int = 0  # every compilation span: frame compiles, backward graphs, thunder's
     frame_compiles: int = 0  # frames dynamo compiled (first compiles and recompiles)
@@ -253,9 +260,11 @@ class RunDigest:
     # compile ms by stage and the kinds of loop span around it (at any depth): inside a loop, or outside it
     ms_by_stage_loops: dict[tuple[str, frozenset[str]], float] = field(default_factory=dict)
     frames: dict[Frame, FrameRow] = field(default_factory=dict)
+    other_frames: FrameRow | None = None  # the compiles of frames past the first max_rows, as one row
     causes: dict[tuple[str, str, bool], CauseRow] = field(default_factory=dict)
     breaks: dict[tuple[str, str], BreakGroup] = field(default_factory=dict)
     break_count: int = 0
+    breaks_not_grouped: int = 0  # graph breaks at places past the first max_rows: counted, in no group
     # graph breaks by identity, as diff and check compare them: (location, reason's first line) -> count
     break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
     user_break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -324,7 +333,7 @@ class RunDigest:
         if TrainAttr.BATCH_INDEX in attributes or CompileAttr.RECOMPILE_CAUSE in attributes:
             self.lacks_positions = False
         breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
-        row = self.frames.get(frame) or self.frames.setdefault(frame, FrameRow(*frame))
+        row = self.frames.get(frame) or self._new_frame_row(frame)
         row.compiles += trigger != "lazy_backward"
         row.backward_graphs += trigger == "lazy_backward"
         row.recompiles += recompile
@@ -365,6 +374,14 @@ class RunDigest:
             self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
         self.resources.add(span)
         self.residual.add(span)
+
+    def _new_frame_row(self, frame: Frame) -> FrameRow:
+        if len(self.frames) < self.max_rows:
+            row = self.frames[frame] = FrameRow(*frame)
+            return row
+        if self.other_frames is None:
+            self.other_frames = FrameRow(f"(frames past the first {self.max_rows})", "")
+        return self.other_frames
 
     def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
         """How a training frame compile's backward graph came (see ``_awaiting``), or that it comes at its backward."""
@@ -473,8 +490,9 @@ class RunDigest:
         user_line = str(attributes.get(GraphBreakAttr.USER_LOCATION) or "") or user_location([*stack, location])
         text = parse_break(reason)
         kind = str(attributes.get(GraphBreakAttr.TYPE) or text.type)
-        if (location, kind) not in self.breaks:  # the first break of its group says its text
-            self.breaks[(location, kind)] = BreakGroup(
+        group = self.breaks.get((location, kind))
+        if group is None and len(self.breaks) < self.max_rows:  # the first break of its group says its text
+            group = self.breaks[(location, kind)] = BreakGroup(
                 location=location,
                 owner=owner,
                 type=kind,
@@ -482,18 +500,23 @@ class RunDigest:
                 hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
                 doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
             )
-        group = self.breaks[(location, kind)]
-        add_new(group.user_locations, user_line, MAX_NAMES)
-        add_new(group.loops, loop, MAX_NAMES)
-        group.count += 1
-        group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
+        if group is None:
+            self.breaks_not_grouped += 1
+        else:
+            add_new(group.user_locations, user_line, MAX_NAMES)
+            add_new(group.loops, loop, MAX_NAMES)
+            group.count += 1
+            group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
         self.break_count += 1
         key = (short(location or "unknown location"), reason.strip().split("\n", 1)[0])
-        self.break_keys[key] += 1
+        self._count_break(self.break_keys, key)
         if owner == "user":
-            self.user_break_keys[key] += 1
+            self._count_break(self.user_break_keys, key)
         if len(self.break_details) < MAX_DETAILS:
             self.break_details.append(BreakDetail(location, owner, user_line, frame, compile_id, key[1], reason, stack))
+
+    def _count_break(self, keys: Counter[tuple[str, str]], key: tuple[str, str]) -> None:
+        keys[key if key in keys or len(keys) < self.max_rows else OTHER_PLACES] += 1
 
     def _warm_start(self, attributes: Mapping[str, Any], label: str) -> None:
         warm = self.warm_start
@@ -532,7 +555,9 @@ class RunDigest:
 
     # -- what the answers read ----------------------------------------------------------------------
     def frame_rows(self) -> list[FrameRow]:
-        return sorted(self.frames.values(), key=lambda row: -row.compile_ms)
+        """The frames, costliest first; the compiles of frames past the first :attr:`max_rows` last, as one row."""
+        rows = sorted(self.frames.values(), key=lambda row: -row.compile_ms)
+        return rows if self.other_frames is None else [*rows, self.other_frames]
 
     @property
     def unexpected_recompiles(self) -> int:

@@ -231,7 +231,7 @@ def shapes(folder: Path, size_mb: int, rounds: int, every_command: bool) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size-mb", type=int, default=64, help="each shape's file (1024: the 1 GB figures)")
+    parser.add_argument("--size-mb", type=int, default=32, help="each shape's file (1024: the 1 GB figures)")
     parser.add_argument("--rounds", type=int, default=3, help="paired rounds of summary and the bare pass")
     parser.add_argument("--summary-only", action="store_true", help="no other command's peak memory")
     parser.add_argument("--ranks", type=int, default=0, help="also: this many rank files of one run (1.)")

@@ -8,6 +8,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, Residual, without_line
@@ -48,11 +49,20 @@ Frame = tuple[str, str]  # a compiled frame's name and location ("file:line")
 
 def _cache_count(attributes: Mapping[str, Any], kind: str, *outcomes: str) -> float:
     """A frame compile's cache counts of ``kind`` (``fx_graph``, ``aot_autograd``), local and remote."""
-    return sum(
-        number(attributes.get(f"{CompileAttr.PREFIX}cache.{kind}_{where}_{outcome}"))
-        for where in ("local", "remote")
-        for outcome in outcomes
+    total = 0.0
+    for name in _CACHE_NAMES[(kind, outcomes)]:  # names made once: this runs for every training compile
+        value = attributes.get(name)
+        if value:
+            total += number(value)
+    return total
+
+
+_CACHE_NAMES = {
+    (kind, outcomes): tuple(
+        f"{CompileAttr.PREFIX}cache.{kind}_{where}_{outcome}" for where in ("local", "remote") for outcome in outcomes
     )
+    for kind, outcomes in (("aot_autograd", ("hits",)), ("fx_graph", ("hits",)), ("fx_graph", ("hits", "misses")))
+}
 
 
 @dataclass
@@ -301,6 +311,7 @@ class RunDigest:
     # frames compiled static in training; frames that compiled or loaded a backward graph (the first MAX_KEPT)
     _static_train_frames: set[str] = field(default_factory=set, repr=False)
     _frames_with_backward: set[str] = field(default_factory=set, repr=False)
+    _frame_names: dict[Frame, tuple[str, str]] = field(default_factory=dict, repr=False)  # see _names
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
@@ -311,7 +322,7 @@ class RunDigest:
         around = loops_around(span, others)
         stage = stage_named(str(attributes.get(TrainAttr.STAGE) or ""), around)
         frame = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
-        label = frame_label(*frame)
+        label = self._names(frame)[0]
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
@@ -340,7 +351,7 @@ class RunDigest:
         row.breaks += len(breaks)
         row.compile_ms += ms
         if recompile:
-            reason = normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))
+            reason = _normalized(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))
             if reason in row.reasons or len(row.reasons) < MAX_NAMES:
                 row.reasons[reason] += 1
             else:
@@ -374,6 +385,16 @@ class RunDigest:
             self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
         self.resources.add(span)
         self.residual.add(span)
+
+    def _names(self, frame: Frame) -> tuple[str, str]:
+        """The frame's label and how the user reads it (``frame_label``, ``frame_shown``), made once a frame: path
+        arithmetic on every compile was a tenth of reading a file."""
+        names = self._frame_names.get(frame)
+        if names is None:
+            if len(self._frame_names) >= MAX_KEPT:
+                self._frame_names.clear()
+            names = self._frame_names[frame] = (frame_label(*frame), frame_shown(*frame))
+        return names
 
     def _new_frame_row(self, frame: Frame) -> FrameRow:
         if len(self.frames) < self.max_rows:
@@ -462,7 +483,8 @@ class RunDigest:
         if step != row._last_step and step not in row.steps:  # counted in bounded memory: steps only grow
             row.step_count += 1
         row._last_step = step
-        kept = (row.frames, frame_shown(*frame)), (row.steps, step), (row.stages, stage or "unknown"), (row.loops, loop)
+        shown = self._names(frame)[1]
+        kept = (row.frames, shown), (row.steps, step), (row.stages, stage or "unknown"), (row.loops, loop)
         for values, value in (*kept, (row.loaders, _whole(attributes.get(TrainAttr.LOADER)))):
             add_new(values, value, MAX_NAMES)
         add_new(row.reasons, cause.subject, 5)
@@ -470,7 +492,7 @@ class RunDigest:
             row.behind[cause.behind] += 1
         if len(row.occasions) < 1000:
             batch = _whole(attributes.get(TrainAttr.BATCH_INDEX))
-            row.occasions.add((without_line(frame_label(*frame)), stage, step, batch))
+            row.occasions.add((without_line(self._names(frame)[0]), stage, step, batch))
         if len(self._rows_by_id) > 10_000:  # a backward graph follows its forward within a step or two
             self._rows_by_id.clear()
         self._rows_by_id[compile_id] = row
@@ -488,7 +510,7 @@ class RunDigest:
         stack = attributes.get(GraphBreakAttr.STACK)
         stack = tuple(str(frame) for frame in stack) if isinstance(stack, list) else ()
         user_line = str(attributes.get(GraphBreakAttr.USER_LOCATION) or "") or user_location([*stack, location])
-        text = parse_break(reason)
+        text = _parse_break(reason)
         kind = str(attributes.get(GraphBreakAttr.TYPE) or text.type)
         group = self.breaks.get((location, kind))
         if group is None and len(self.breaks) < self.max_rows:  # the first break of its group says its text
@@ -546,9 +568,9 @@ class RunDigest:
             if len(self.fallbacks) < MAX_DETAILS:
                 reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
                 step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
-                said = normalize_reason(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
-                where = frame_shown(*frame)
-                self.fallbacks.append(Fallback(frame_label(*frame), step, stage, limit, said, shown=where))
+                said = _normalized(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
+                label, where = self._names(frame)
+                self.fallbacks.append(Fallback(label, step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
@@ -595,6 +617,11 @@ class RunDigest:
         return occasions
 
 
+# torch's texts repeat (a break's reason at every compile that meets it): parsed once each, the latest kept
+_parse_break = lru_cache(maxsize=256)(parse_break)
+_normalized = lru_cache(maxsize=1024)(normalize_reason)
+
+
 def _bounded_add(kept: set[str], item: str) -> None:
     if len(kept) < MAX_KEPT:
         kept.add(item)
@@ -608,7 +635,7 @@ def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classifie
     cause = attributes.get(CompileAttr.RECOMPILE_CAUSE)
     if not recompile or cause not in CAUSES:
         return None
-    subject = normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or ""))
+    subject = _normalized(str(attributes.get(CompileAttr.RECOMPILE_REASON) or ""))
     behind = str(attributes.get(CompileAttr.RECOMPILE_BEHIND) or "")
     return Classified(str(cause), subject, bool(attributes.get(CompileAttr.RECOMPILE_EXPECTED)), behind)
 

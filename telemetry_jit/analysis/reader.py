@@ -11,7 +11,7 @@ import math
 import os
 import re
 import sys
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,7 +82,8 @@ class RunsLeftOut:
     records: int = 0  # records of runs let go, met after they were
     written_at_once: int = 0  # of the runs let go, those whose lines interleave with another run's
     _chosen: RunKey | None = None
-    _gone: dict[RunKey, None] = field(default_factory=dict)  # the latest 10 x max_runs let go, to know them again
+    # the latest 10 x max_runs let go, to know them again (ordered: the oldest dropped in O(1), as a dict cannot)
+    _gone: OrderedDict[RunKey, None] = field(default_factory=OrderedDict)
 
     def new_run(self, runs: Runs, key: RunKey) -> bool:
         """Whether a run first met now is to be read: not one let go; room made for it by letting others go."""
@@ -107,7 +108,7 @@ class RunsLeftOut:
             self._gone[key] = None
             self.runs += 1
         while len(self._gone) > 10 * self.max_runs:
-            del self._gone[next(iter(self._gone))]
+            self._gone.popitem(last=False)
 
 
 class RunsRead(list[TelemetryRun]):
@@ -123,15 +124,20 @@ class RunsRead(list[TelemetryRun]):
 
 def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool, left_out: RunsLeftOut) -> RunsRead:
     runs: Runs = {}
-    skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
+    # one scan of a line for every name skipped (a scan each was a tenth of reading a file of long records)
+    names = b"|".join(re.escape(str(name).encode()) for name in skip_spans)
+    skipped = re.compile(b'"name":"(?:' + names + b')"').search if skip_spans else None
     damage = FileDamage()
     line = 0
-    for line, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES), b""), start=1):
-        if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):  # too long: read no further, its bytes dropped
-            while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+    readline = handle.readline
+    # the hot loop: a line's cost beyond json.loads is kept to a few C-level tests (docs/benchmarks.md, "Reading")
+    while raw := readline(MAX_LINE_BYTES):
+        line += 1
+        if len(raw) == MAX_LINE_BYTES and raw[-1] != 10:  # too long (no "\n"): read no further, its bytes dropped
+            while (rest := readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                 pass
             raw = b"\x00too long"  # the marker _parse says is too long
-        if skipped and any(needle in raw for needle in skipped):
+        if skipped is not None and skipped(raw):
             continue
         record = _parse(path, raw, line, damage, runs_so_far=bool(runs))
         if record is None:
@@ -172,10 +178,17 @@ ITERATION_SPANS = (
 
 def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far: bool) -> dict[str, Any] | None:
     """One line's record; ``None`` for a line that is not one (counted in ``damage``)."""
-    if not raw.strip():
+    try:  # the common case first: a record, UTF-8 (no NUL where json.loads would guess UTF-16 or 32)
+        record = json.loads(raw)
+        if type(record) is dict and b"\x00" not in raw[:4]:
+            # strict JSON in UTF-8 holds no control byte unescaped: this is what _CONTROL_BYTES would have passed
+            return _valid_text(record) if b"\\u" in raw and _ESCAPED_SURROGATE.search(raw) else record
+    except (ValueError, RecursionError, MemoryError):
+        pass  # said below
+    if raw.isspace():
         return None
     reason = ""
-    record: Any = None
+    record = None
     if raw.startswith(b"\x00too long"):
         reason = f"longer than {MAX_LINE_BYTES // 2**20} MiB"
     elif _CONTROL_BYTES.search(raw):  # JSON text holds none of them unescaped

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -311,7 +311,8 @@ class RunDigest:
     # frames compiled static in training; frames that compiled or loaded a backward graph (the first MAX_KEPT)
     _static_train_frames: set[str] = field(default_factory=set, repr=False)
     _frames_with_backward: set[str] = field(default_factory=set, repr=False)
-    _frame_names: dict[Frame, tuple[str, str]] = field(default_factory=dict, repr=False)  # see _names
+    _frame_labels: dict[Frame, str] = field(default_factory=dict, repr=False)  # see _label
+    _frames_shown: dict[Frame, str] = field(default_factory=dict, repr=False)
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
@@ -322,7 +323,7 @@ class RunDigest:
         around = loops_around(span, others)
         stage = stage_named(str(attributes.get(TrainAttr.STAGE) or ""), around)
         frame = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
-        label = self._names(frame)[0]
+        label = self._label(frame)
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
@@ -386,15 +387,14 @@ class RunDigest:
         self.resources.add(span)
         self.residual.add(span)
 
-    def _names(self, frame: Frame) -> tuple[str, str]:
-        """The frame's label and how the user reads it (``frame_label``, ``frame_shown``), made once a frame: path
-        arithmetic on every compile was a tenth of reading a file."""
-        names = self._frame_names.get(frame)
-        if names is None:
-            if len(self._frame_names) >= MAX_KEPT:
-                self._frame_names.clear()
-            names = self._frame_names[frame] = (frame_label(*frame), frame_shown(*frame))
-        return names
+    def _label(self, frame: Frame) -> str:
+        """``frame_label``, made once a frame (of the latest MAX_KEPT): path arithmetic on every compile cost a tenth
+        of reading a file."""
+        return _named(self._frame_labels, frame_label, frame)
+
+    def _shown(self, frame: Frame) -> str:
+        """``frame_shown`` (a path relative to the working directory: slower still), made once a frame."""
+        return _named(self._frames_shown, frame_shown, frame)
 
     def _new_frame_row(self, frame: Frame) -> FrameRow:
         if len(self.frames) < self.max_rows:
@@ -483,7 +483,7 @@ class RunDigest:
         if step != row._last_step and step not in row.steps:  # counted in bounded memory: steps only grow
             row.step_count += 1
         row._last_step = step
-        shown = self._names(frame)[1]
+        shown = self._shown(frame)
         kept = (row.frames, shown), (row.steps, step), (row.stages, stage or "unknown"), (row.loops, loop)
         for values, value in (*kept, (row.loaders, _whole(attributes.get(TrainAttr.LOADER)))):
             add_new(values, value, MAX_NAMES)
@@ -492,7 +492,7 @@ class RunDigest:
             row.behind[cause.behind] += 1
         if len(row.occasions) < 1000:
             batch = _whole(attributes.get(TrainAttr.BATCH_INDEX))
-            row.occasions.add((without_line(self._names(frame)[0]), stage, step, batch))
+            row.occasions.add((without_line(self._label(frame)), stage, step, batch))
         if len(self._rows_by_id) > 10_000:  # a backward graph follows its forward within a step or two
             self._rows_by_id.clear()
         self._rows_by_id[compile_id] = row
@@ -569,8 +569,8 @@ class RunDigest:
                 reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
                 step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
                 said = _normalized(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
-                label, where = self._names(frame)
-                self.fallbacks.append(Fallback(label, step, stage, limit, said, shown=where))
+                where = self._shown(frame)
+                self.fallbacks.append(Fallback(self._label(frame), step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             self.first_failure = self.first_failure or str(attributes.get(CompileAttr.FAILURE) or "")
@@ -620,6 +620,15 @@ class RunDigest:
 # torch's texts repeat (a break's reason at every compile that meets it): parsed once each, the latest kept
 _parse_break = lru_cache(maxsize=256)(parse_break)
 _normalized = lru_cache(maxsize=1024)(normalize_reason)
+
+
+def _named(names: dict[Frame, str], name: Callable[[str, str], str], frame: Frame) -> str:
+    said = names.get(frame)
+    if said is None:
+        if len(names) >= MAX_KEPT:
+            names.clear()
+        said = names[frame] = name(*frame)
+    return said
 
 
 def _bounded_add(kept: set[str], item: str) -> None:

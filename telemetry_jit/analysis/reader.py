@@ -314,6 +314,10 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
         _attach(run, record["span_id"], said)
 
 
+def _interned(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str and len(value) <= 64 else value
+
+
 def _ns(value: object) -> int:
     """A timestamp (nanoseconds): a whole number, or the record is malformed."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -438,6 +442,8 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
         if kind == "span":
             span.end_unix_ns = _ns(record["end_unix_ns"])
             span.attributes = _attributes(record.get("attributes", {}))
+            if run.spans.get(span.span_id) is span:  # kept: its names (and short texts) held once, not per span
+                span.attributes = {sys.intern(name): _interned(value) for name, value in span.attributes.items()}
             run.last_unix_ns = max(run.last_unix_ns, span.end_unix_ns)
     elif kind == "run_start" and record.get("continues"):
         run.fragment = str(record["continues"])

@@ -57,7 +57,7 @@ def _cache_count(attributes: Mapping[str, Any], kind: str, *outcomes: str) -> fl
     return total
 
 
-_CACHE_NAMES = {
+_CACHE_NAMES: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
     (kind, outcomes): tuple(
         f"{CompileAttr.PREFIX}cache.{kind}_{where}_{outcome}" for where in ("local", "remote") for outcome in outcomes
     )

@@ -1,19 +1,27 @@
 """How fast, and in how much memory, the commands read big inputs (prints figures; not a test).
 
-    python benchmarks/reading.py [--ranks 1000] [--size-mb 1024] [--mixed]
+    python benchmarks/reading.py [--size-mb 32] [--rounds 3] [--shape runs|frames|breaks|run ...]
+                                 [--summary-only] [--ranks 1000] [--iterations]
 
-1. ``--ranks`` rank files of one run, made from a real run's file (``tests/data/answers.jsonl``: the
-   demo Transformer run, 19 compilations), one rank compiling less and finishing each compile later:
-   the wall time and peak memory of ``telemetry-jit summary FOLDER`` (a fresh process).
-2. One file of ``--size-mb`` MB: that real run's records, then per-iteration spans as a long run with
-   ``export_iteration_spans=True`` writes them, then the run's records again. Side by side, each in a
-   fresh process: a bare ``json.loads`` of every line (the floor any reader that parses the file pays),
-   and ``telemetry-jit summary FILE``; wall time and peak memory (``ru_maxrss``) of each.
-3. With ``--mixed``, one file of ``--size-mb`` MB holding every kind of record the file exporter writes:
-   the run's records copied again and again, each copy with spans (loops, compilations), events and
-   compile ids of its own and recompile reasons never seen before, between per-iteration spans; the peak
-   memory of each command on it (``summary``, ``summary --json``, ``report``, ``trace``, ``diff``,
-   ``check``) and of ``read_telemetry``, each in a fresh process.
+Each shape is one file of ``--size-mb`` MB (``--size-mb 1024``: the 1 GB figures), made from the record
+shapes of a real run's file (``tests/data/answers.jsonl``: the demo Transformer run, 19 compilations) under
+a temporary folder (``TMPDIR``, /tmp), deleted once measured:
+
+- many runs: one-line runs never seen before (a file every job appends to), then the real run;
+- many frames: the real run, each of its compilations of a frame never seen before;
+- many breaks: the real run, each of its compilations breaking at a line never seen before;
+- one huge run: the real run's records copied again and again, each copy with spans (loops,
+  compilations), events, compile ids and recompile reasons of its own, between per-iteration spans.
+
+Per shape, in ``--rounds`` paired rounds (the machine's load weighs on both alike), each in a fresh
+process: a bare ``json.loads`` of every line (the floor any reader that parses the file pays) and
+``telemetry-jit summary FILE``; the median time ratio and each one's peak resident memory (``ru_maxrss`` of
+the child, by ``os.wait4``); then the peak memory of ``summary --json``, ``report``, ``trace``, ``diff`` and
+``check`` on the file, once each. One markdown table row per shape (docs/benchmarks.md, "Reading big inputs").
+
+``--ranks N``: also N rank files of one run, one rank compiling less and finishing each compile later (the
+time and peak memory of ``summary FOLDER``). ``--iterations``: also one file of per-iteration spans as a long
+run with ``export_iteration_spans=True`` writes them, between the run's records.
 """
 
 from __future__ import annotations
@@ -202,7 +210,7 @@ COMMANDS = {
 }
 
 
-def shapes(folder: Path, size_mb: int, rounds: int, every_command: bool) -> None:
+def shapes(folder: Path, size_mb: int, rounds: int, every_command: bool, only: list[str]) -> None:
     """Per shape: ``summary`` and a bare pass in paired rounds (the time ratio's median, each one's peak memory),
     then each other command's peak memory once; a markdown table, a row per shape as it is done."""
     names = [name for name in COMMANDS if name != "summary"] if every_command else []
@@ -210,6 +218,8 @@ def shapes(folder: Path, size_mb: int, rounds: int, every_command: bool) -> None
     print("".join(f" `{name}` peak |" for name in names))
     print("|---|---|---|---|---|---|---|" + "---|" * len(names))
     for shape, (unit, make) in SHAPES.items():
+        if only and shape.split()[-1] not in only:
+            continue
         path = folder / "shape.jsonl"
         count = make(path, size_mb)
         bare_s, ours_s, ratios, bare_mb, ours_mb = [], [], [], 0.0, 0.0
@@ -234,11 +244,12 @@ def main() -> None:
     parser.add_argument("--size-mb", type=int, default=32, help="each shape's file (1024: the 1 GB figures)")
     parser.add_argument("--rounds", type=int, default=3, help="paired rounds of summary and the bare pass")
     parser.add_argument("--summary-only", action="store_true", help="no other command's peak memory")
+    parser.add_argument("--shape", action="append", default=[], choices=["runs", "frames", "breaks", "run"])
     parser.add_argument("--ranks", type=int, default=0, help="also: this many rank files of one run (1.)")
     parser.add_argument("--iterations", action="store_true", help="also: a file of per-iteration spans (2.)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        shapes(Path(folder), args.size_mb, args.rounds, every_command=not args.summary_only)
+        shapes(Path(folder), args.size_mb, args.rounds, every_command=not args.summary_only, only=args.shape)
     if args.ranks:
         with tempfile.TemporaryDirectory() as folder:
             ranks = Path(folder)

@@ -275,6 +275,7 @@ class RunDigest:
     breaks: dict[tuple[str, str], BreakGroup] = field(default_factory=dict)
     break_count: int = 0
     breaks_not_grouped: int = 0  # graph breaks at places past the first max_rows: counted, in no group
+    breaks_not_grouped_by_torch: int = 0  # of which torch counted (BreakGroup.counted_by_torch)
     # graph breaks by identity, as diff and check compare them: (location, reason's first line) -> count
     break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
     user_break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -524,6 +525,7 @@ class RunDigest:
             )
         if group is None:
             self.breaks_not_grouped += 1
+            self.breaks_not_grouped_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
         else:
             add_new(group.user_locations, user_line, MAX_NAMES)
             add_new(group.loops, loop, MAX_NAMES)

@@ -109,6 +109,8 @@ def test_graph_breaks_past_the_places_kept_are_counted_exactly_and_said(tmp_path
     assert digest.break_count == alone.break_count + 30
     assert len(digest.breaks) == 3 and sum(group.count for group in digest.breaks.values()) < digest.break_count
     assert sum(group.count for group in digest.breaks.values()) + digest.breaks_not_grouped == digest.break_count
+    by_torch = sum(group.counted_by_torch for group in digest.breaks.values()) + digest.breaks_not_grouped_by_torch
+    assert by_torch == sum(group.counted_by_torch for group in alone.breaks.values()) + 30
     assert len(digest.break_keys) == 4 and digest.break_keys[OTHER_PLACES] > 0  # 3 places and one for the rest
     assert sum(digest.break_keys.values()) == digest.break_count
     assert sum(digest.user_break_keys.values()) == sum(alone.user_break_keys.values())

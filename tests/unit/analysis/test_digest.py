@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from telemetry_jit import cli
+from telemetry_jit.analysis.diff import RunDiff
 from telemetry_jit.analysis.digest import OTHER_PLACES
 from telemetry_jit.analysis.reader import read_telemetry
 from telemetry_jit.analysis.summary import summarize, summary_json
@@ -118,3 +119,15 @@ def test_graph_breaks_past_the_places_kept_are_counted_exactly_and_said(tmp_path
     text = flat(format_summary(run))
     assert f"(places past the first 3) {digest.breaks_not_grouped}" in text, text
     assert "graph_breaks_not_grouped" not in summary_json(read_telemetry(DATA / "answers.jsonl")[-1])
+
+
+def test_graph_breaks_past_the_places_kept_are_new_to_diff_as_one_place(tmp_path: Path) -> None:
+    """A run that breaks at more places than are kept, compared with one that breaks at fewer: the breaks past the
+    kept places are said new as one place, counted, never dropped."""
+    path = tmp_path / "breaks.jsonl"
+    _compiles(path, 30, frames=False, breaks=True)
+    base = summarize(read_telemetry(DATA / "answers.jsonl", max_rows=3)[-1])
+    new = summarize(read_telemetry(path, max_rows=3)[-1])
+    new_breaks = RunDiff(base, new).new_only.graph_breaks
+    assert new_breaks[OTHER_PLACES] == new.digest.break_keys[OTHER_PLACES] > 0
+    assert OTHER_PLACES not in RunDiff(new, base).new_only.graph_breaks

@@ -1,19 +1,27 @@
 """How fast, and in how much memory, the commands read big inputs (prints figures; not a test).
 
-    python benchmarks/reading.py [--ranks 1000] [--size-mb 1024] [--mixed]
+    python benchmarks/reading.py [--size-mb 32] [--rounds 3] [--shape runs|frames|breaks|run ...]
+                                 [--summary-only] [--ranks 1000] [--iterations]
 
-1. ``--ranks`` rank files of one run, made from a real run's file (``tests/data/answers.jsonl``: the
-   demo Transformer run, 19 compilations), one rank compiling less and finishing each compile later:
-   the wall time and peak memory of ``telemetry-jit summary FOLDER`` (a fresh process).
-2. One file of ``--size-mb`` MB: that real run's records, then per-iteration spans as a long run with
-   ``export_iteration_spans=True`` writes them, then the run's records again. Side by side, each in a
-   fresh process: a bare ``json.loads`` of every line (the floor any reader that parses the file pays),
-   and ``telemetry-jit summary FILE``; wall time and peak memory (``ru_maxrss``) of each.
-3. With ``--mixed``, one file of ``--size-mb`` MB holding every kind of record the file exporter writes:
-   the run's records copied again and again, each copy with spans (loops, compilations), events and
-   compile ids of its own and recompile reasons never seen before, between per-iteration spans; the peak
-   memory of each command on it (``summary``, ``summary --json``, ``report``, ``trace``, ``diff``,
-   ``check``) and of ``read_telemetry``, each in a fresh process.
+Each shape is one file of ``--size-mb`` MB (``--size-mb 1024``: the 1 GB figures), made from the record
+shapes of a real run's file (``tests/data/answers.jsonl``: the demo Transformer run, 19 compilations) under
+a temporary folder (``TMPDIR``, /tmp), deleted once measured:
+
+- many runs: one-line runs never seen before (a file every job appends to), then the real run;
+- many frames: the real run, each of its compilations of a frame never seen before;
+- many breaks: the real run, each of its compilations breaking at a line never seen before;
+- one huge run: the real run's records copied again and again, each copy with spans (loops,
+  compilations), events, compile ids and recompile reasons of its own, between per-iteration spans.
+
+Per shape, in ``--rounds`` paired rounds (the machine's load weighs on both alike), each in a fresh
+process: a bare ``json.loads`` of every line (the floor any reader that parses the file pays) and
+``telemetry-jit summary FILE``; the median time ratio and each one's peak resident memory (``ru_maxrss`` of
+the child, by ``os.wait4``); then the peak memory of ``summary --json``, ``report``, ``trace``, ``diff`` and
+``check`` on the file, once each. One markdown table row per shape (docs/benchmarks.md, "Reading big inputs").
+
+``--ranks N``: also N rank files of one run, one rank compiling less and finishing each compile later (the
+time and peak memory of ``summary FOLDER``). ``--iterations``: also one file of per-iteration spans as a long
+run with ``export_iteration_spans=True`` writes them, between the run's records.
 """
 
 from __future__ import annotations
@@ -22,10 +30,12 @@ import argparse
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -125,6 +135,71 @@ def mixed_file(path: Path, size_mb: int) -> int:
     return copy
 
 
+def _template(line: str, **fields: str) -> str:
+    """``line`` (one record of the run) with each field's value replaced by a ``{name}`` placeholder."""
+    record = json.loads(line)
+    for name, placeholder in fields.items():
+        where = record["attributes"] if "." in name else record
+        where[name] = placeholder
+    text = json.dumps(record, separators=(",", ":")).replace("{", "{{").replace("}", "}}")
+    for placeholder in fields.values():
+        text = text.replace(json.dumps(placeholder), json.dumps(placeholder).replace("<", "{").replace(">", "}"))
+    return text
+
+
+def _shaped(path: Path, size_mb: int, block: Callable[[int], str], inside: bool = True) -> int:
+    """The run's opening records, ``block(n)`` for n = 0, 1, ... until ``path`` holds ``size_mb`` MB, then the run's
+    closing records (``inside``: the blocks are inside the run; else the whole run after them); returns the number
+    of blocks."""
+    lines = RUN.read_text().splitlines(keepends=True)
+    written = number = 0
+    with path.open("w") as out:
+        out.writelines(lines[:5] if inside else ())  # run_start, application, its events, the training loop's start
+        while written < size_mb * 2**20:
+            text = block(number)
+            out.write(text)
+            written += len(text)
+            number += 1
+        out.writelines(lines[46:] if inside else lines)  # compile_summary, the loops' and application's ends
+    return number
+
+
+def runs_file(path: Path, size_mb: int) -> int:
+    """Many runs: ``run_start`` records of runs never seen before, one line each (a file every job appends to),
+    then the real run (the last started: the one shown)."""
+    start = _template(RUN.read_text().splitlines()[0], run="<n:012x>", pid="<n>")
+    start = start.replace('"{n}"', "{n}")
+    return _shaped(path, size_mb, lambda n: start.format(n=n) + "\n", inside=False)
+
+
+def _compile_line(**fields: str) -> str:
+    """A frame's first compile, its span id and compile id the block's own."""
+    line = _template(RUN.read_text().splitlines()[5], span_id="<n>-c", **fields) + "\n"
+    return line.replace('"compile.id":"0/0"', '"compile.id":"{n}/0"')
+
+
+def frames_file(path: Path, size_mb: int) -> int:
+    """Many frames: one run whose every compilation is of a frame never seen before (its name, file and id)."""
+    line = _compile_line(**{"compile.frame": "forward_<n>", "compile.location": "/src/model_<n>.py:<n>"})
+    return _shaped(path, size_mb, lambda n: line.format(n=n))
+
+
+def breaks_file(path: Path, size_mb: int) -> int:
+    """Many graph breaks: one run's compilations of one frame, each breaking at a line never seen before."""
+    lines = RUN.read_text().splitlines()
+    compile_line = _compile_line()
+    event = _template(lines[6], span_id="<n>-c", **{"graph_break.location": "/src/layers_<n>.py:<n>"}) + "\n"
+    return _shaped(path, size_mb, lambda n: compile_line.format(n=n) + event.format(n=n))
+
+
+SHAPES: dict[str, tuple[str, Callable[[Path, int], int]]] = {
+    "many runs": ("runs", runs_file),
+    "many frames": ("frames", frames_file),
+    "many breaks": ("breaks", breaks_file),
+    "one huge run": ("copies of the run", mixed_file),
+}
+
+
 COMMANDS = {
     "summary": ["summary", "{file}"],
     "summary --json": ["summary", "--json", "{file}"],
@@ -133,47 +208,64 @@ COMMANDS = {
     "diff": ["diff", "{file}", "{file}"],
     "check": ["check", "--baseline", "{file}", "--no-new-graph-breaks", "{file}"],
 }
-READ_TELEMETRY = "import sys\nfrom telemetry_jit import read_telemetry\nread_telemetry(sys.argv[1])\n"
 
 
-def mixed(folder: Path, size_mb: int) -> None:
-    path = folder / "mixed.jsonl"
-    copies = mixed_file(path, size_mb)
-    print(f"one {path.stat().st_size / 2**20:.0f} MB file of mixed records ({copies} copies of a run's records):")
-    for name, arguments in COMMANDS.items():
-        filled = [argument.format(file=path, folder=folder) for argument in arguments]
-        wall, peak = measured([sys.executable, "-m", "telemetry_jit", *filled], allowed=(0, 1))
-        print(f"  telemetry-jit {name + ':':16} {wall:7.2f} s, peak {peak:5.0f} MB")
-    wall, peak = measured([sys.executable, "-c", READ_TELEMETRY, str(path)])
-    print(f"  {'read_telemetry(FILE):':30} {wall:7.2f} s, peak {peak:5.0f} MB")
+def shapes(folder: Path, size_mb: int, rounds: int, every_command: bool, only: list[str]) -> None:
+    """Per shape: ``summary`` and a bare pass in paired rounds (the time ratio's median, each one's peak memory),
+    then each other command's peak memory once; a markdown table, a row per shape as it is done."""
+    names = [name for name in COMMANDS if name != "summary"] if every_command else []
+    print(f"| shape ({size_mb} MB) | records | bare pass | `summary` | ratio | `summary` peak | bare peak |", end="")
+    print("".join(f" `{name}` peak |" for name in names))
+    print("|---|---|---|---|---|---|---|" + "---|" * len(names))
+    for shape, (unit, make) in SHAPES.items():
+        if only and shape.split()[-1] not in only:
+            continue
+        path = folder / "shape.jsonl"
+        count = make(path, size_mb)
+        bare_s, ours_s, ratios, bare_mb, ours_mb = [], [], [], 0.0, 0.0
+        for _ in range(rounds):  # paired: the machine's load of the moment weighs on both alike
+            bare = measured([sys.executable, "-c", BARE_PASS, str(path)])
+            ours = measured([sys.executable, "-m", "telemetry_jit", "summary", str(path)], allowed=(0, 1))
+            bare_s.append(bare[0])
+            ours_s.append(ours[0])
+            ratios.append(ours[0] / bare[0])
+            bare_mb, ours_mb = max(bare_mb, bare[1]), max(ours_mb, ours[1])
+        row = f"| {shape} | {count:,} {unit} | {statistics.median(bare_s):.2f} s | {statistics.median(ours_s):.2f} s | "
+        row += f"{statistics.median(ratios):.2f}x (max {max(ratios):.2f}x) | {ours_mb:.0f} MB | {bare_mb:.0f} MB |"
+        for name in names:
+            filled = [argument.format(file=path, folder=folder) for argument in COMMANDS[name]]
+            row += f" {measured([sys.executable, '-m', 'telemetry_jit', *filled], allowed=(0, 1))[1]:.0f} MB |"
+        print(row, flush=True)
+        path.unlink()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--ranks", type=int, default=1000)
-    parser.add_argument("--size-mb", type=int, default=1024)
-    parser.add_argument("--mixed", action="store_true", help="only the file of mixed records (3.)")
+    parser.add_argument("--size-mb", type=int, default=32, help="each shape's file (1024: the 1 GB figures)")
+    parser.add_argument("--rounds", type=int, default=3, help="paired rounds of summary and the bare pass")
+    parser.add_argument("--summary-only", action="store_true", help="no other command's peak memory")
+    parser.add_argument("--shape", action="append", default=[], choices=["runs", "frames", "breaks", "run"])
+    parser.add_argument("--ranks", type=int, default=0, help="also: this many rank files of one run (1.)")
+    parser.add_argument("--iterations", action="store_true", help="also: a file of per-iteration spans (2.)")
     args = parser.parse_args()
-    if args.mixed:
-        with tempfile.TemporaryDirectory() as folder:
-            mixed(Path(folder), args.size_mb)
-        return
-    summary = [sys.executable, "-m", "telemetry_jit", "summary"]
     with tempfile.TemporaryDirectory() as folder:
-        ranks = Path(folder) / "ranks"
-        ranks.mkdir()
-        rank_files(ranks, args.ranks)
-        wall, peak = measured([*summary, str(ranks)])
-        print(f"{args.ranks} rank files: telemetry-jit summary FOLDER {wall:.2f} s, peak {peak:.0f} MB")
-        big = Path(folder) / "big.jsonl"
-        records = big_file(big, args.size_mb)
-        size = big.stat().st_size / 2**20
-        bare = measured([sys.executable, "-c", BARE_PASS, str(big)])
-        ours = measured([*summary, str(big)])
-        print(f"one {size:.0f} MB file ({records} per-iteration records added to a real run):")
-        print(f"  bare json.loads of every line:  {bare[0]:6.2f} s, peak {bare[1]:5.0f} MB")
-        print(f"  telemetry-jit summary FILE:     {ours[0]:6.2f} s, peak {ours[1]:5.0f} MB")
-        print(f"  summary / bare pass: {ours[0] / bare[0]:.2f} of the time")
+        shapes(Path(folder), args.size_mb, args.rounds, every_command=not args.summary_only, only=args.shape)
+    if args.ranks:
+        with tempfile.TemporaryDirectory() as folder:
+            ranks = Path(folder)
+            rank_files(ranks, args.ranks)
+            wall, peak = measured([sys.executable, "-m", "telemetry_jit", "summary", str(ranks)])
+            print(f"{args.ranks} rank files: telemetry-jit summary FOLDER {wall:.2f} s, peak {peak:.0f} MB")
+    if args.iterations:
+        with tempfile.TemporaryDirectory() as folder:
+            big = Path(folder) / "big.jsonl"
+            records = big_file(big, args.size_mb)
+            size = big.stat().st_size / 2**20
+            bare = measured([sys.executable, "-c", BARE_PASS, str(big)])
+            ours = measured([sys.executable, "-m", "telemetry_jit", "summary", str(big)])
+            print(f"one {size:.0f} MB file ({records} per-iteration records added to a real run):")
+            print(f"  bare json.loads of every line:  {bare[0]:6.2f} s, peak {bare[1]:5.0f} MB")
+            print(f"  telemetry-jit summary FILE:     {ours[0]:6.2f} s, peak {ours[1]:5.0f} MB")
 
 
 if __name__ == "__main__":

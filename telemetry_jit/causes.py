@@ -300,6 +300,9 @@ class _Sizes:
         return "changing_dim"
 
 
+FRAMES_REMEMBERED = 10_000  # frames whose history the classifier keeps: the least recently compiled forgotten
+
+
 class RecompileClassifier:
     """Assigns each recompile one cause; feed it every compile of a run in the order they started."""
 
@@ -323,7 +326,11 @@ class RecompileClassifier:
     ) -> Classified | None:
         """Note a frame compile (forward graphs only); for a recompile, return its cause. ``dynamic``: the option it
         compiled with (``""`` unknown); ``reasons``: every cache entry's; a plug-in's naming no known cause has none."""
-        history = self._frames.setdefault(frame, _FrameHistory())
+        # the latest compiled frames' histories, a bounded number (a run or file of countless frames)
+        history = self._frames.pop(frame, None) or _FrameHistory()
+        self._frames[frame] = history
+        if len(self._frames) > FRAMES_REMEMBERED:
+            del self._frames[next(iter(self._frames))]
         mode = "eval" if stage in EVAL_STAGES else "train"
         first_in_mode = mode not in history.stages
         history.stages.add(mode)

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from telemetry_jit.analysis.cold_start import CacheLedger, Residual, without_line
@@ -39,6 +40,8 @@ from telemetry_jit.terminal import frame_label, frame_shown, short
 MAX_KEPT = 5000  # compile windows for timelines, entries of each rank's compile sequence
 MAX_DETAILS = 200  # graph breaks shown one by one, DDP splits, fallbacks
 MAX_NAMES = 50  # frames that missed the caches, reasons kept per row
+# frames and graph-break places with a row of their own (RunDigest.max_rows): past them, one row counts the rest
+MAX_ROWS = 1000
 AWAITED = 10_000  # compile ids awaiting their backward graph: it follows its forward within a step or two
 Loops = Mapping[str, SpanRecord]  # the run's spans other than compilations, by id
 Frame = tuple[str, str]  # a compiled frame's name and location ("file:line")
@@ -46,11 +49,20 @@ Frame = tuple[str, str]  # a compiled frame's name and location ("file:line")
 
 def _cache_count(attributes: Mapping[str, Any], kind: str, *outcomes: str) -> float:
     """A frame compile's cache counts of ``kind`` (``fx_graph``, ``aot_autograd``), local and remote."""
-    return sum(
-        number(attributes.get(f"{CompileAttr.PREFIX}cache.{kind}_{where}_{outcome}"))
-        for where in ("local", "remote")
-        for outcome in outcomes
+    total = 0.0
+    for name in _CACHE_NAMES[(kind, outcomes)]:  # names made once: this runs for every training compile
+        value = attributes.get(name)
+        if value:
+            total += number(value)
+    return total
+
+
+_CACHE_NAMES: dict[tuple[str, tuple[str, ...]], tuple[str, ...]] = {
+    (kind, outcomes): tuple(
+        f"{CompileAttr.PREFIX}cache.{kind}_{where}_{outcome}" for where in ("local", "remote") for outcome in outcomes
     )
+    for kind, outcomes in (("aot_autograd", ("hits",)), ("fx_graph", ("hits",)), ("fx_graph", ("hits", "misses")))
+}
 
 
 @dataclass
@@ -240,9 +252,14 @@ class Window:
     step: str
 
 
+OTHER_PLACES = ("(other places)", "")  # the break key counting breaks past max_rows places (diff, check)
+
+
 @dataclass
 class RunDigest:
     """The aggregates of one run's compilations (see the module's doc)."""
+
+    max_rows: int = MAX_ROWS  # frames, graph-break places and break keys kept, each; the rest counted
 
     compilations: int = 0  # every compilation span: frame compiles, backward graphs, thunder's
     frame_compiles: int = 0  # frames dynamo compiled (first compiles and recompiles)
@@ -253,9 +270,12 @@ class RunDigest:
     # compile ms by stage and the kinds of loop span around it (at any depth): inside a loop, or outside it
     ms_by_stage_loops: dict[tuple[str, frozenset[str]], float] = field(default_factory=dict)
     frames: dict[Frame, FrameRow] = field(default_factory=dict)
+    other_frames: FrameRow | None = None  # the compiles of frames past the first max_rows, as one row
     causes: dict[tuple[str, str, bool], CauseRow] = field(default_factory=dict)
     breaks: dict[tuple[str, str], BreakGroup] = field(default_factory=dict)
     break_count: int = 0
+    breaks_not_grouped: int = 0  # graph breaks at places past the first max_rows: counted, in no group
+    breaks_not_grouped_by_torch: int = 0  # of which torch counted (BreakGroup.counted_by_torch)
     # graph breaks by identity, as diff and check compare them: (location, reason's first line) -> count
     break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
     user_break_keys: Counter[tuple[str, str]] = field(default_factory=Counter)
@@ -295,6 +315,8 @@ class RunDigest:
     # frames compiled static in training; frames that compiled or loaded a backward graph (the first MAX_KEPT)
     _static_train_frames: set[str] = field(default_factory=set, repr=False)
     _frames_with_backward: set[str] = field(default_factory=set, repr=False)
+    _frame_labels: dict[Frame, str] = field(default_factory=dict, repr=False)  # see _label
+    _frames_shown: dict[Frame, str] = field(default_factory=dict, repr=False)
 
     def add(self, span: SpanRecord, others: Loops) -> None:
         """One compilation span with its events; ``others``: the run's other spans, for its enclosing loop."""
@@ -305,7 +327,7 @@ class RunDigest:
         around = loops_around(span, others)
         stage = stage_named(str(attributes.get(TrainAttr.STAGE) or ""), around)
         frame = (str(attributes.get(CompileAttr.FRAME) or "?"), str(attributes.get(CompileAttr.LOCATION) or ""))
-        label = frame_label(*frame)
+        label = self._label(frame)
         recompile = is_frame_recompile(bool(attributes.get(CompileAttr.IS_RECOMPILE)), trigger)
         self.compilations += 1
         self.frame_compiles += trigger not in ("lazy_backward", "thunder")  # dynamo's, or a plug-in backend's
@@ -331,14 +353,14 @@ class RunDigest:
         if TrainAttr.BATCH_INDEX in attributes or CompileAttr.RECOMPILE_CAUSE in attributes:
             self.lacks_positions = False
         breaks = [event for event in span.events if event.name == JitEventName.GRAPH_BREAK]
-        row = self.frames.get(frame) or self.frames.setdefault(frame, FrameRow(*frame))
+        row = self.frames.get(frame) or self._new_frame_row(frame)
         row.compiles += trigger != "lazy_backward"
         row.backward_graphs += trigger == "lazy_backward" and built
         row.recompiles += recompile
         row.breaks += len(breaks)
         row.compile_ms += ms
         if recompile:
-            reason = normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))
+            reason = _normalized(str(attributes.get(CompileAttr.RECOMPILE_REASON) or "unknown"))
             if reason in row.reasons or len(row.reasons) < MAX_NAMES:
                 row.reasons[reason] += 1
             else:
@@ -372,6 +394,23 @@ class RunDigest:
             self.windows.append(Window(span.start_unix_ns, end, recompile, title, step))
         self.resources.add(span)
         self.residual.add(span)
+
+    def _label(self, frame: Frame) -> str:
+        """``frame_label``, made once a frame (of the latest MAX_KEPT): path arithmetic on every compile cost a tenth
+        of reading a file."""
+        return _named(self._frame_labels, frame_label, frame)
+
+    def _shown(self, frame: Frame) -> str:
+        """``frame_shown`` (a path relative to the working directory: slower still), made once a frame."""
+        return _named(self._frames_shown, frame_shown, frame)
+
+    def _new_frame_row(self, frame: Frame) -> FrameRow:
+        if len(self.frames) < self.max_rows:
+            row = self.frames[frame] = FrameRow(*frame)
+            return row
+        if self.other_frames is None:
+            self.other_frames = FrameRow(f"(frames past the first {self.max_rows})", "")
+        return self.other_frames
 
     def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
         """How a training frame compile's backward graph came (see ``_awaiting``), or that it comes at its backward."""
@@ -452,7 +491,8 @@ class RunDigest:
         if step != row._last_step and step not in row.steps:  # counted in bounded memory: steps only grow
             row.step_count += 1
         row._last_step = step
-        kept = (row.frames, frame_shown(*frame)), (row.steps, step), (row.stages, stage or "unknown"), (row.loops, loop)
+        shown = self._shown(frame)
+        kept = (row.frames, shown), (row.steps, step), (row.stages, stage or "unknown"), (row.loops, loop)
         for values, value in (*kept, (row.loaders, _whole(attributes.get(TrainAttr.LOADER)))):
             add_new(values, value, MAX_NAMES)
         add_new(row.reasons, cause.subject, 5)
@@ -460,7 +500,7 @@ class RunDigest:
             row.behind[cause.behind] += 1
         if len(row.occasions) < 1000:
             batch = _whole(attributes.get(TrainAttr.BATCH_INDEX))
-            row.occasions.add((without_line(frame_label(*frame)), stage, step, batch))
+            row.occasions.add((without_line(self._label(frame)), stage, step, batch))
         if len(self._rows_by_id) > 10_000:  # a backward graph follows its forward within a step or two
             self._rows_by_id.clear()
         self._rows_by_id[compile_id] = row
@@ -478,10 +518,11 @@ class RunDigest:
         stack = attributes.get(GraphBreakAttr.STACK)
         stack = tuple(str(frame) for frame in stack) if isinstance(stack, list) else ()
         user_line = str(attributes.get(GraphBreakAttr.USER_LOCATION) or "") or user_location([*stack, location])
-        text = parse_break(reason)
+        text = _parse_break(reason)
         kind = str(attributes.get(GraphBreakAttr.TYPE) or text.type)
-        if (location, kind) not in self.breaks:  # the first break of its group says its text
-            self.breaks[(location, kind)] = BreakGroup(
+        group = self.breaks.get((location, kind))
+        if group is None and len(self.breaks) < self.max_rows:  # the first break of its group says its text
+            group = self.breaks[(location, kind)] = BreakGroup(
                 location=location,
                 owner=owner,
                 type=kind,
@@ -489,18 +530,24 @@ class RunDigest:
                 hints=[str(hint) for hint in attributes.get(GraphBreakAttr.HINTS) or text.hints],
                 doc_url=str(attributes.get(GraphBreakAttr.DOC_URL) or text.doc_url),
             )
-        group = self.breaks[(location, kind)]
-        add_new(group.user_locations, user_line, MAX_NAMES)
-        add_new(group.loops, loop, MAX_NAMES)
-        group.count += 1
-        group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
+        if group is None:
+            self.breaks_not_grouped += 1
+            self.breaks_not_grouped_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
+        else:
+            add_new(group.user_locations, user_line, MAX_NAMES)
+            add_new(group.loops, loop, MAX_NAMES)
+            group.count += 1
+            group.counted_by_torch += bool(attributes.get(GraphBreakAttr.COUNTED_BY_TORCH, True))
         self.break_count += 1
         key = (short(location or "unknown location"), reason.strip().split("\n", 1)[0])
-        self.break_keys[key] += 1
+        self._count_break(self.break_keys, key)
         if owner == "user":
-            self.user_break_keys[key] += 1
+            self._count_break(self.user_break_keys, key)
         if len(self.break_details) < MAX_DETAILS:
             self.break_details.append(BreakDetail(location, owner, user_line, frame, compile_id, key[1], reason, stack))
+
+    def _count_break(self, keys: Counter[tuple[str, str]], key: tuple[str, str]) -> None:
+        keys[key if key in keys or len(keys) < self.max_rows else OTHER_PLACES] += 1
 
     def _warm_start(self, attributes: Mapping[str, Any], label: str) -> None:
         warm = self.warm_start
@@ -530,9 +577,9 @@ class RunDigest:
             if len(self.fallbacks) < MAX_DETAILS:
                 reason = str(attributes.get(CompileAttr.RECOMPILE_REASON if limit else CompileAttr.FAILURE) or "")
                 step = int(number(attributes.get(TrainAttr.GLOBAL_STEP)))
-                said = normalize_reason(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
-                where = frame_shown(*frame)
-                self.fallbacks.append(Fallback(frame_label(*frame), step, stage, limit, said, shown=where))
+                said = _normalized(reason) if limit else gist(reason, 300)  # torch's failure: paragraphs
+                where = self._shown(frame)
+                self.fallbacks.append(Fallback(self._label(frame), step, stage, limit, said, shown=where))
         elif attributes.get(CompileAttr.FAILED):
             self.failed += 1
             if not self.first_failure_graph:
@@ -542,7 +589,9 @@ class RunDigest:
 
     # -- what the answers read ----------------------------------------------------------------------
     def frame_rows(self) -> list[FrameRow]:
-        return sorted(self.frames.values(), key=lambda row: -row.compile_ms)
+        """The frames, costliest first; the compiles of frames past the first :attr:`max_rows` last, as one row."""
+        rows = sorted(self.frames.values(), key=lambda row: -row.compile_ms)
+        return rows if self.other_frames is None else [*rows, self.other_frames]
 
     @property
     def unexpected_recompiles(self) -> int:
@@ -580,6 +629,20 @@ class RunDigest:
         return occasions
 
 
+# torch's texts repeat (a break's reason at every compile that meets it): parsed once each, the latest kept
+_parse_break = lru_cache(maxsize=256)(parse_break)
+_normalized = lru_cache(maxsize=1024)(normalize_reason)
+
+
+def _named(names: dict[Frame, str], name: Callable[[str, str], str], frame: Frame) -> str:
+    said = names.get(frame)
+    if said is None:
+        if len(names) >= MAX_KEPT:
+            names.clear()
+        said = names[frame] = name(*frame)
+    return said
+
+
 def _bounded_add(kept: set[str], item: str) -> None:
     if len(kept) < MAX_KEPT:
         kept.add(item)
@@ -593,7 +656,7 @@ def _recorded_cause(attributes: Mapping[str, Any], recompile: bool) -> Classifie
     cause = attributes.get(CompileAttr.RECOMPILE_CAUSE)
     if not recompile or cause not in CAUSES:
         return None
-    subject = normalize_reason(str(attributes.get(CompileAttr.RECOMPILE_REASON) or ""))
+    subject = _normalized(str(attributes.get(CompileAttr.RECOMPILE_REASON) or ""))
     behind = str(attributes.get(CompileAttr.RECOMPILE_BEHIND) or "")
     return Classified(str(cause), subject, bool(attributes.get(CompileAttr.RECOMPILE_EXPECTED)), behind)
 

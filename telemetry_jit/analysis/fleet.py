@@ -166,7 +166,8 @@ def _groups(ranks: dict[int, RunDigest], key: Any, words: Any, difference: Any) 
 
 
 def _sequence_words(d: RunDigest) -> str:
-    breaks = counted(sum(group.counted_by_torch for group in d.breaks.values()), "graph break")
+    by_torch = sum(group.counted_by_torch for group in d.breaks.values()) + d.breaks_not_grouped_by_torch
+    breaks = counted(by_torch, "graph break")
     return f"{counted(d.compilations, 'compilation')}, {counted(d.recompiles, 'recompile')}, {breaks}"
 
 

@@ -11,7 +11,7 @@ import math
 import os
 import re
 import sys
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,32 +36,45 @@ class TelemetryFileError(ValueError):
 
 
 def read_telemetry(
-    path: str | os.PathLike[str], skip_spans: Collection[str] = (), digest: bool = False
-) -> list[TelemetryRun]:
+    path: str | os.PathLike[str],
+    skip_spans: Collection[str] = (),
+    digest: bool = False,
+    *,
+    max_runs: int | None = None,
+    run_id: str | None = None,
+    max_rows: int | None = None,
+) -> RunsRead:
     """Every run in ``path`` (``"-"``: standard input), in file order, read in bounded memory: compilations are
     folded into :attr:`TelemetryRun.digest` as read (with ``digest``, not kept as spans); the first
     :data:`MAX_SPANS` spans and :data:`MAX_EVENTS` events of each name are kept, the rest counted. A line that is
     no record is skipped and counted (:attr:`TelemetryRun.damage`, one warning per file). ``skip_spans``: span
     names not to keep (:data:`ITERATION_SPANS`, exported by the million), recognised without being parsed.
+    ``max_runs`` (default :data:`MAX_RUNS`): runs held at once; beyond it the least recently written are let go,
+    counted in :attr:`RunsRead.left_out` (never the last started, nor the last started whose id starts with
+    ``run_id``). ``max_rows`` (default :data:`~telemetry_jit.analysis.digest.MAX_ROWS`): frames and graph-break
+    places each run's digest gives a row of their own, the rest counted in one.
 
     Raises:
         FileNotFoundError: no such file.
         TelemetryFileError: the file is empty or is not a telemetry-jit file.
     """
+    left_out = RunsLeftOut(MAX_RUNS if max_runs is None else max_runs, run_id, max_rows)
     if str(path) == "-":
-        return _read(Path("<stdin>"), sys.stdin.buffer, skip_spans, digest)
+        return _read(Path("<stdin>"), sys.stdin.buffer, skip_spans, digest, left_out)
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No telemetry file at {str(path)!r}.")
     with path.open("rb") as handle:
-        return _read(path, handle, skip_spans, digest)
+        return _read(path, handle, skip_spans, digest, left_out)
 
 
 MAX_LINE_BYTES = 64 * 2**20  # one record; a compile span is a few KB, the longest torch text a few hundred KB
 MAX_SPANS = 25_000  # spans kept per run (loops, checkpoints, ...): a fit has a handful, a long run one per epoch
 MAX_EVENTS = 1_000  # events kept per run of each name (the first ones, the last of them the latest said)
 MAX_EVENT_NAMES = 100  # names of events kept, and names spans and events are counted by (the rest as one)
-Runs = dict[tuple[str, int, int], TelemetryRun]  # by run id, rank and pid: one process of one run
+MAX_RUNS = 1000  # runs of one file held at once (a file every job appends to holds thousands): the rest counted
+RunKey = tuple[str, int, int]  # run id, rank and pid: one process of one run
+Runs = dict[RunKey, TelemetryRun]
 Writers = dict[str, WriterTally]  # a file's writers, by id: their numbered records (what proves a run whole)
 # the writer's stamp closes every record: its number and id come first in it (exporters/file.py writes them so)
 _STAMP = re.compile(
@@ -70,25 +83,82 @@ _STAMP = re.compile(
 _KIND = re.compile(rb'\{"kind":"([a-z_]{1,32})"')
 
 
-def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool) -> list[TelemetryRun]:
+@dataclass
+class RunsLeftOut:
+    """The runs of a file let go while it was read (beyond ``max_runs`` held at once, the least recently written
+    first): counted, with their records read after (a run let go is never read again as a new one)."""
+
+    max_runs: int = MAX_RUNS
+    run_id: str | None = None  # the last started run whose id starts with it is never let go
+    max_rows: int | None = None  # the rows each run's digest keeps (RunDigest.max_rows), None: its default
+    runs: int = 0
+    records: int = 0  # records of runs let go, met after they were
+    written_at_once: int = 0  # of the runs let go, those whose lines interleave with another run's
+    _chosen: RunKey | None = None
+    # the latest 10 x max_runs let go, to know them again (ordered: the oldest dropped in O(1), as a dict cannot)
+    _gone: OrderedDict[RunKey, None] = field(default_factory=OrderedDict)
+
+    def new_run(self, runs: Runs, key: RunKey) -> bool:
+        """Whether a run first met now is to be read: not one let go; room made for it by letting others go."""
+        if key in self._gone:
+            self.records += 1
+            return False
+        if len(runs) >= self.max_runs:
+            self._let_go(runs)
+        if self.run_id is not None and key[0].startswith(self.run_id):
+            self._chosen = key
+        return True
+
+    def _let_go(self, runs: Runs) -> None:
+        # half at a time, so that the sort is paid once per max_runs / 2 new runs
+        last = next(reversed(runs))
+        held = [key for key in runs if key != last and key != self._chosen]
+        held.sort(key=lambda key: runs[key].last_line)
+        together = {id(run) for run in written_at_once(list(runs.values()))}
+        for key in held[: max(1, self.max_runs // 2)]:
+            self.written_at_once += id(runs[key]) in together
+            del runs[key]
+            self._gone[key] = None
+            self.runs += 1
+        while len(self._gone) > 10 * self.max_runs:
+            self._gone.popitem(last=False)
+
+
+class RunsRead(list[TelemetryRun]):
+    """The runs of a file :func:`read_telemetry` kept, in file order, and those it let go (:attr:`left_out`)."""
+
+    left_out: RunsLeftOut = RunsLeftOut()
+
+    @property
+    def total(self) -> int:
+        """Every run the file holds, those let go included."""
+        return len(self) + self.left_out.runs
+
+
+def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: bool, left_out: RunsLeftOut) -> RunsRead:
     runs: Runs = {}
     writers: Writers = {}
-    skipped = tuple(f'"name":"{name}"'.encode() for name in skip_spans)
+    # one scan of a line for every name skipped (a scan each was a tenth of reading a file of long records)
+    names = b"|".join(re.escape(str(name).encode()) for name in skip_spans)
+    skipped = re.compile(b'"name":"(?:' + names + b')"').search if skip_spans else None
     damage = FileDamage()
     line = 0
-    for line, raw in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES), b""), start=1):
-        if len(raw) == MAX_LINE_BYTES and not raw.endswith(b"\n"):  # too long: read no further, its bytes dropped
-            while (rest := handle.readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
+    readline = handle.readline
+    # the hot loop: a line's cost beyond json.loads is kept to a few C-level tests (docs/benchmarks.md, "Reading")
+    while raw := readline(MAX_LINE_BYTES):
+        line += 1
+        if len(raw) == MAX_LINE_BYTES and raw[-1] != 10:  # too long (no "\n"): read no further, its bytes dropped
+            while (rest := readline(MAX_LINE_BYTES)) and not rest.endswith(b"\n"):
                 pass
             raw = b"\x00too long"  # the marker _parse says is too long
-        if skipped and any(needle in raw for needle in skipped):
+        if skipped is not None and skipped(raw):
             _tally_skipped(raw, writers)
             continue
         record = _parse(path, raw, line, damage, runs_so_far=bool(runs))
         if record is None:
             continue
         try:
-            _read_record(path, line, record, runs, skip_spans, digest, writers)
+            _read_record(path, line, record, runs, skip_spans, digest, writers, left_out)
         except OverflowError:  # a number no integer holds ("rank": 1e400): a bad line, counted
             _count_bad(damage, line, "a number out of range")
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -109,7 +179,9 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
         if run.file_format == "nv-one-logger":
             _infer_parents(run)
         digest_of(run)
-    return list(runs.values())
+    read = RunsRead(runs.values())
+    read.left_out = left_out
+    return read
 
 
 ITERATION_SPANS = (
@@ -121,10 +193,17 @@ ITERATION_SPANS = (
 
 def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far: bool) -> dict[str, Any] | None:
     """One line's record; ``None`` for a line that is not one (counted in ``damage``)."""
-    if not raw.strip():
+    try:  # the common case first: a record, UTF-8 (no NUL where json.loads would guess UTF-16 or 32)
+        record = json.loads(raw)
+        if type(record) is dict and b"\x00" not in raw[:4]:
+            # strict JSON in UTF-8 holds no control byte unescaped: this is what _CONTROL_BYTES would have passed
+            return _valid_text(record) if b"\\u" in raw and _ESCAPED_SURROGATE.search(raw) else record
+    except (ValueError, RecursionError, MemoryError):
+        pass  # said below
+    if raw.isspace():
         return None
     reason = ""
-    record: Any = None
+    record = None
     if raw.startswith(b"\x00too long"):
         reason = f"longer than {MAX_LINE_BYTES // 2**20} MiB"
     elif _CONTROL_BYTES.search(raw):  # JSON text holds none of them unescaped
@@ -181,13 +260,18 @@ def _read_record(
     skip_spans: Collection[str],
     digest: bool,
     writers: Writers,
+    left_out: RunsLeftOut,
 ) -> None:
     if "kind" in record and "run" in record:
         # one process of one run: a file appended to by the same job twice holds two
         key = (str(record["run"]), int(record.get("rank", 0)), int(record.get("pid", 0)))
         run = runs.get(key)
         if run is None:
+            if not left_out.new_run(runs, key):
+                return
             run = runs[key] = TelemetryRun(key[0], key[1], str(record.get("node", "")), key[2], first_line=number)
+            if left_out.max_rows is not None:
+                run.digest = RunDigest(max_rows=left_out.max_rows)
         run.last_line = number
         if isinstance(world_size := record.get("world_size"), int):
             run.world_size = max(run.world_size, world_size)
@@ -276,6 +360,10 @@ def _apply_nv_one_logger(run: TelemetryRun, record: dict[str, Any]) -> None:
         event = record["event"]
         said = EventRecord(event["name"], _ms(event), event.get("attributes", {}), kind == "application_error")
         _attach(run, record["span_id"], said)
+
+
+def _interned(value: Any) -> Any:
+    return sys.intern(value) if type(value) is str and len(value) <= 64 else value
 
 
 def _ns(value: object) -> int:
@@ -402,6 +490,8 @@ def _apply(run: TelemetryRun, record: dict[str, Any], digest: bool) -> None:
         if kind == "span":
             span.end_unix_ns = _ns(record["end_unix_ns"])
             span.attributes = _attributes(record.get("attributes", {}))
+            if run.spans.get(span.span_id) is span:  # kept: its names (and short texts) held once, not per span
+                span.attributes = {sys.intern(name): _interned(value) for name, value in span.attributes.items()}
             run.last_unix_ns = max(run.last_unix_ns, span.end_unix_ns)
     elif kind == "run_start" and record.get("continues"):
         run.fragment = str(record["continues"])
@@ -441,11 +531,11 @@ def load(
     held: dict[Path, list[TelemetryRun]] = {}
     for path in loaded.paths:
         try:
-            runs = held[path] = read_telemetry(path, skip_spans=ITERATION_SPANS, digest=digest)
+            runs = held[path] = read_telemetry(path, skip_spans=ITERATION_SPANS, digest=digest, run_id=run_id)
         except (FileNotFoundError, TelemetryFileError, OSError) as error:
             loaded.errors.append(str(error))
             continue
-        ids = ", ".join(short_run_id(run.run_id) for run in runs)
+        ids = _ids(runs)
         if run_id is not None:
             chosen = [run for run in runs if run.run_id.startswith(run_id)]
             if not chosen:
@@ -458,15 +548,23 @@ def load(
             # finished or not, never an older one that looks better
             loaded.runs.append(runs[-1])
             loaded.notes.append(
-                f"{path} holds {len(runs)} runs ({ids}); showing the last started (--all-runs for all, --run ID for "
+                f"{path} holds {runs.total} runs ({ids}); showing the last started (--all-runs for all, --run ID for "
                 "one)"
             )
-        if run_id is None and (at_once := written_at_once(runs)):
-            which = ", ".join(f"run {short_run_id(run.run_id)} (pid {run.pid})" for run in at_once)
+        left = runs.left_out
+        if left.runs:
+            loaded.notes.append(
+                f"{path}: {left.runs} of its runs (the least recently written) were counted, not read: more than "
+                f"{left.max_runs} are held at once"
+            )
+        if run_id is None and ((at_once := written_at_once(runs)) or left.written_at_once):
+            which = ", ".join(f"run {short_run_id(run.run_id)} (pid {run.pid})" for run in at_once[:_IDS_SAID])
+            if len(at_once) + left.written_at_once > _IDS_SAID:
+                which += f" and {len(at_once) + left.written_at_once - min(len(at_once), _IDS_SAID)} more"
             loaded.concurrent.append(
-                f"{path} holds runs of {len(at_once)} processes written at the same time ({which}): two processes "
-                "wrote one file, so which run is yours cannot be told; give each process its own file, or pick one "
-                "with --run ID"
+                f"{path} holds runs of {len(at_once) + left.written_at_once} processes written at the same time "
+                f"({which}): two processes wrote one file, so which run is yours cannot be told; give each process "
+                "its own file, or pick one with --run ID"
             )
     if run_id is None and not all_runs:
         _one_job_per_rank_set(loaded, held)
@@ -475,6 +573,17 @@ def load(
     # a job's rank files are whole only together (check refuses a part, exit 3)
     loaded.notes += [f"not the whole job: missing {absent}" for absent in missing_ranks(loaded.runs)]
     return loaded
+
+
+_IDS_SAID = 10  # run ids said in a note; the rest counted
+
+
+def _ids(runs: RunsRead) -> str:
+    """The runs' ids as a note says them: each, or past :data:`_IDS_SAID` the last started and how many more."""
+    ids = [short_run_id(run.run_id) for run in runs[-_IDS_SAID:]]
+    if runs.total <= _IDS_SAID:
+        return ", ".join(ids)
+    return f"{runs.total - len(ids)} earlier, then the last {len(ids)} started: {', '.join(ids)}"
 
 
 def _one_job_per_rank_set(loaded: Loaded, held: dict[Path, list[TelemetryRun]]) -> None:

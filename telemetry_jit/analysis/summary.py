@@ -284,6 +284,7 @@ def summary_json(run: TelemetryRun) -> dict[str, object]:
         "loop_count": s.loop_count,
         "recompile_causes": [{**row.as_json(), "loops": s.loop_numbers(row.loops)} for row in s.causes],
         "graph_breaks": [{**group.as_json(), "loops": s.loop_numbers(group.loops)} for group in s.breaks],
+        **({"graph_breaks_not_grouped": d.breaks_not_grouped} if d.breaks_not_grouped else {}),
         "first_steps": [{**step.as_json(), "loops": s.loop_numbers([step.loop])} for step in s.first_steps],
         "lacks": s.lacks,
         "payoff": {**s.payoff.attributes(), "sentence": s.payoff_sentence} if s.payoff is not None else None,

@@ -381,7 +381,7 @@ def cause_rows(summary: RunSummary) -> list[tuple[object, ...]]:
 
 
 def break_rows(summary: RunSummary) -> list[tuple[object, ...]]:
-    return [
+    rows: list[tuple[object, ...]] = [
         (
             shown(group.location),
             group.owner,
@@ -391,6 +391,10 @@ def break_rows(summary: RunSummary) -> list[tuple[object, ...]]:
         )
         for group in summary.breaks
     ]
+    d = summary.digest
+    if d.breaks_not_grouped:  # past the places kept: counted in one row
+        rows.append((f"(places past the first {d.max_rows})", "", d.breaks_not_grouped, "", ""))
+    return rows
 
 
 def format_summary(run: TelemetryRun, limit: int = 8, ranks_said: bool = True) -> str:

@@ -343,3 +343,59 @@ def test_records_read_without_being_parsed_still_count_in_their_writers_numbers(
     path.write_text("".join(lines[:2] + lines[4:]))
     status = run_status(load([path]).runs[0])
     assert status.missing == ("records 2 to 3", "by kind, 1 span record, 1 span_start record"), status
+
+
+def _many_runs(path: Path, runs: int) -> list[str]:
+    """``runs`` one-line runs (a file every job appends to), then the real run: the last started."""
+    start = json.loads(RECORDED.read_text().splitlines()[0])
+    ids = [f"{n:012x}" for n in range(runs)]
+    lines = [json.dumps({**start, "run": run_id, "pid": n}) for n, run_id in enumerate(ids)]
+    path.write_text("\n".join(lines) + "\n" + RECORDED.read_text())
+    return ids
+
+
+def test_a_file_of_more_runs_than_are_held_counts_them_all_and_keeps_the_last_started(tmp_path: Path) -> None:
+    path = tmp_path / "appended.jsonl"
+    _many_runs(path, 40)
+    alone = read_telemetry(RECORDED)[-1].digest
+    runs = read_telemetry(path, max_runs=5)
+    assert len(runs) <= 5 + 1 and runs.total == 41  # the bound, give or take the last started, and every run counted
+    assert runs.left_out.runs == 41 - len(runs)
+    last = runs[-1].digest
+    assert runs[-1].run_id == "a11a11a11a11" and last is not None and alone is not None
+    assert (last.compilations, last.break_count, last.recompiles) == (
+        alone.compilations,
+        alone.break_count,
+        alone.recompiles,
+    )
+
+
+def test_a_run_let_go_that_writes_again_is_counted_never_read_as_a_new_run(tmp_path: Path) -> None:
+    path = tmp_path / "interleaved.jsonl"
+    _many_runs(path, 10)
+    lines = path.read_text().splitlines()
+    again = json.loads(lines[0])  # the first run writes again after ten others began: two processes at once
+    lines.insert(11, json.dumps({**again, "kind": "records_lost", "count": 1}))
+    path.write_text("\n".join(lines) + "\n")
+    runs = read_telemetry(path, max_runs=3)
+    assert runs.total == 11 and runs.left_out.records == 1
+    assert all(run.run_id != "000000000000" for run in runs)
+    assert runs.left_out.written_at_once == 0  # let go before it wrote again: its interleaving is not known
+
+
+def test_the_note_on_a_file_of_many_runs_names_the_last_ten_and_counts_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "appended.jsonl"
+    ids = _many_runs(path, 40)
+    monkeypatch.setattr(reader, "MAX_RUNS", 20)
+    kept = len(read_telemetry(path))
+    loaded = load([path])
+    assert loaded.runs[-1].run_id == "a11a11a11a11"
+    held, counted = loaded.notes[:2]
+    assert f"holds 41 runs (31 earlier, then the last 10 started: {', '.join(ids[-9:])}, a11a11a11a11)" in held
+    assert ids[0] not in held  # no id listed past the last ten
+    assert f"{41 - kept} of its runs (the least recently written) were counted, not read" in counted
+    assert load([path], run_id="000000000000").runs[-1].run_id == "000000000000"  # the one asked for is kept
+    assert cli.main(["summary", str(path)]) == 0
+    assert "a11a11a11a11" in capsys.readouterr().out

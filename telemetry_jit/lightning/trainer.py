@@ -126,6 +126,7 @@ class RankTelemetry(Callback):
 
 
 _HOOKS = tuple(name for name in vars(Callback) if name.startswith("on_") or name in ("setup", "teardown"))
+_BATCH_ENDS = ("on_train_batch_end", "on_validation_batch_end", "on_test_batch_end", "on_predict_batch_end")
 # hooks Lightning calls directly on every callback, not through its dispatcher that skips non-callables
 _CALLED_DIRECTLY = ("on_save_checkpoint", "on_load_checkpoint")
 
@@ -147,7 +148,10 @@ class _Telemetry(Callback):
         order = (self.ranks, self.compiles, self.payoff, self.time_events)
         self.callbacks = [callback for callback in order if callback is not None]
         for hook in _HOOKS:
-            implementers = [getattr(cb, hook) for cb in self.callbacks if _implements(cb, hook)]
+            callbacks = self.callbacks
+            if hook in _BATCH_ENDS:  # a first step ends with the batch: after the rest of telemetry's work in it
+                callbacks = sorted(callbacks, key=lambda callback: callback is self.compiles)
+            implementers = [getattr(cb, hook) for cb in callbacks if _implements(cb, hook)]
             if implementers:
                 setattr(self, hook, _calling_each(implementers))
             elif hook not in _CALLED_DIRECTLY:

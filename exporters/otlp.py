@@ -203,6 +203,7 @@ class OTLPExporter(BaseExporter):
         self._failure: str | None = None  # the type of the error that ended a span, for the root span's status
         self._metrics: CountingMetricExporter | None = None
         self._accounted = False  # the end-of-run account said: what fails later is in it, not said again
+        self._saying = threading.RLock()  # OpenTelemetry's threads say their failures too
         self._threads_before: frozenset[threading.Thread] = frozenset()
         self.dropped = 0  # spans lost, known once the exporter is closed
         self.queue_dropped = 0  # of those, spans the batch processor's full queue dropped before any export
@@ -287,9 +288,10 @@ class OTLPExporter(BaseExporter):
     def _warn(self, kind: str, message: str) -> None:
         """Said once per ``kind``, on every rank (each has its own exporter), with no source line under it; nothing
         after the end-of-run account (an export given up on at close fails later, on OpenTelemetry's thread)."""
-        if self._accounted:
-            return
-        self._notices.warn(kind, message, every_rank=True, origin=NOWHERE)
+        with self._saying:  # the account and the flag that closes it, as one: no line squeezes in after it
+            if self._accounted:
+                return
+            self._notices.warn(kind, message, every_rank=True, origin=NOWHERE)
 
     def _undelivered(self) -> None:
         reason = self.settings.scrub(self._log_filter.first_reason) or "the collector refused them or did not answer"
@@ -454,9 +456,10 @@ class OTLPExporter(BaseExporter):
         untap_when_exports_end(self._log_filter, OTEL_LOGGERS, others=self._threads_before)
         untap_sdk_loggers(_not_each_dropped_attribute, _ATTRIBUTES_LOGGER)
         self.dropped = self._ended - self._retrying.delivered
-        if self.dropped or self._retrying.failures:
-            self._warn("undelivered" if self.dropped else "recovered", f"telemetry-jit: {self!r}: {self.account()}")
-        self._accounted = True
+        with self._saying:
+            if self.dropped or self._retrying.failures:
+                self._warn("undelivered" if self.dropped else "recovered", f"telemetry-jit: {self!r}: {self.account()}")
+            self._accounted = True
         super().close()
 
     def account(self) -> str:

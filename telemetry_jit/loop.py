@@ -29,7 +29,8 @@ class CompileTelemetry:
         stage: what the loop does, ``train.stage`` on the spans.
         live: announce slow compiles and warn about recompile storms on the console.
         payoff: measure what compiling buys (docs/payoff.md); a step runs from one :meth:`step` to the next.
-        model: the model the loop trains: the thunder compilations in it are recorded too.
+        model: the model the loop trains: the thunder compilations in it are recorded too, and each of its
+            modules that ``Module.compile()`` compiles nothing of is said (as a ``HookedTrainer`` does).
         gather: on several ranks, an all_gather every rank calls when the loop ends without an error (e.g.
             ``fabric.all_gather``): the summary has every rank's totals, rank zero warns on skew.
     """
@@ -62,6 +63,8 @@ class CompileTelemetry:
         """The loop is at ``global_step`` now (cheap: call it every step)."""
         self.global_step = global_step
         self._steps += 1
+        if self._steps == 1 and self.model is not None:  # compiled as it runs by now (a Trainer's: by its first batch)
+            self._driver.model_ready(self.model)
         self._driver.batch_started(global_step, stage=self.stage, log_step=global_step)
         self._driver.step_ended(say=self._rank == 0)
         self._driver.step_started(global_step)
@@ -96,7 +99,10 @@ class CompileTelemetry:
         self, kind: type[BaseException] | None, error: BaseException | None, traceback: TracebackType | None
     ) -> None:
         self._driver.payoff_abandoned()  # the last step has no end to time
-        self._driver.recorder.stop(error)
+        if error is not None:
+            self._driver.failed(error, f"{self.stage} step {self.global_step}")
+        else:
+            self._driver.stop()
         gather = self.gather if error is None else None  # a failing rank must not wait in a collective for the rest
         self.stats = self._driver.loop_ended(
             None, loop=self.stage, step=self.global_step, world_size=self._world_size, gather=gather
@@ -106,6 +112,7 @@ class CompileTelemetry:
             self._steps, self.global_step, say_measured=speak, say_not=speak and error is None
         )
         self.last_payoff = payoff or self.last_payoff
+        self._driver.ended(error, "the loop ran no step (CompileTelemetry.step was never called)")
         if self._owns_application:  # it started the application: its end is the session's
             self._owns_application = False
             self._driver.session.shutdown()

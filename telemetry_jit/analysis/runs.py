@@ -10,7 +10,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from telemetry_jit.breaks import gist
-from telemetry_jit.schema import FILE_FORMAT, LOOP_SPAN_NAMES, CompileAttr, JitEventName, JitSpanName, TrainingSpanName
+from telemetry_jit.schema import (
+    FILE_FORMAT,
+    LOOP_SPAN_NAMES,
+    CompileAttr,
+    JitEventName,
+    JitSpanName,
+    TrainAttr,
+    TrainingSpanName,
+)
 
 if TYPE_CHECKING:
     from telemetry_jit.analysis.digest import RunDigest
@@ -194,7 +202,9 @@ def run_status(run: TelemetryRun) -> RunStatus:
     if said and TrainingSpanName.TRAINING_LOOP not in names:
         return RunStatus("empty", f"fit ran no training step ({said[-1].attributes.get('reason', 'no reason given')})")
     compiled = bool(run.digest and run.digest.compilations) or JitSpanName.COMPILATION in names
-    if names.isdisjoint(_WORK) and not compiled:
+    # a loop with no loop spans of its own (a plain loop's, Fabric's) counts its batches in its summaries
+    ran = any(number(e.attributes.get(TrainAttr.BATCHES_RUN)) for e in run.events(JitEventName.COMPILE_SUMMARY))
+    if names.isdisjoint(_WORK) and not compiled and not ran:
         return RunStatus(
             "empty",
             "it recorded no training, validation or test loop and no compilation (no fit ran, or it stopped before "

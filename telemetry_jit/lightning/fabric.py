@@ -29,8 +29,8 @@ class FabricCompileTelemetry(CompileTelemetry):
         self.__enter__()
 
     @guarded
-    def on_train_batch_start(self, step: int, *args: Any, **kwargs: Any) -> None:
-        self.step(step)
+    def on_train_batch_start(self, step: int, *args: Any, batch_index: int | None = None, **kwargs: Any) -> None:
+        self.step(step, batch_index)
 
     @guarded
     def on_train_end(self, *args: Any, **kwargs: Any) -> None:

@@ -124,7 +124,7 @@ class CompileTelemetry:
             self._steps, self.global_step, say_measured=speak, say_not=speak and error is None
         )
         self.last_payoff = payoff or self.last_payoff
-        self._driver.ended(error, "the loop ran no step (CompileTelemetry.step was never called)")
+        self._driver.ended(error, "the loop ran no step and compiled nothing (CompileTelemetry.step was never called)")
         if self._owns_application:  # it started the application: its end is the session's
             self._owns_application = False
             self._driver.session.shutdown()

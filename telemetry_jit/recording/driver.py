@@ -249,10 +249,10 @@ class TelemetryDriver:
                 record_error(self.session, span, error, where)
 
     def ended(self, error: BaseException | None, nothing: str) -> None:
-        """The run ended (with ``error``, or returned): one that returned without a batch says so on the
-        application span (``nothing``: why, as the framework tells it); on rank zero the reading hint is said,
-        once per session."""
-        if error is None and self.batches == 0:
+        """The run ended (with ``error``, or returned): one that returned without a batch or a compile (a block
+        that never says its steps still runs what it compiles) says so on the application span (``nothing``: why,
+        as the framework tells it); on rank zero the reading hint is said, once per session."""
+        if error is None and self.batches == 0 and self.recorder.stats.count == 0:
             say_trained_nothing(self.session, nothing)
         if self._rank == 0:
             say_where_to_read(self.session, self.say)

@@ -51,7 +51,6 @@ class CompileTelemetry:
         self.stage = stage
         self.global_step = 0
         self.batches = batches
-        self._batch_index: int | None = None
         self._over = 0  # 1 once the loop ended: its summary counts the steps done, as Lightning's global_step does
         self._steps = 0  # step() calls so far: the steps the loop ran
         self._driver = TelemetryDriver(provider, [CompileConsole()] if live else [])
@@ -68,7 +67,7 @@ class CompileTelemetry:
     def step(self, global_step: int, batch_index: int | None = None) -> None:
         """The loop is at ``global_step`` now, at the ``batch_index``-th batch of its epoch where given (cheap: call it
         every step)."""
-        self.global_step, self._batch_index = global_step, batch_index
+        self.global_step = global_step
         self._steps += 1
         if self._steps == 1 and self.model is not None:  # compiled as it runs by now (a Trainer's: by its first batch)
             self._driver.model_ready(self.model)

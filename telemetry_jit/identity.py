@@ -9,6 +9,7 @@ import socket
 import sys
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 RUN_ID_VARIABLE = "TELEMETRY_JIT_RUN_ID"
@@ -104,48 +105,51 @@ def _launcher_job_id() -> str | None:
         if value and value.lower() != "none":
             step = os.environ.get("SLURM_STEP_ID", "").strip() if launcher == "slurm" else ""
             return f"{launcher}-{value}.{step}" if step else f"{launcher}-{value}"
+    return None
+
+
+def _torchrun_address() -> str | None:
+    """``torchrun-<MASTER_ADDR>:<MASTER_PORT>`` under torchrun without ``--rdzv-id``: the address every rank of the
+    job meets at, which every plain torchrun on one host shares too (the last resort, where no store is reached)."""
     if "TORCHELASTIC_RUN_ID" in os.environ and os.environ.get("MASTER_ADDR") and os.environ.get("MASTER_PORT"):
-        # torchrun on several nodes without --rdzv-id: every rank of the job meets at one address
         return f"torchrun-{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
     return None
 
 
-_made_up: str | None = None  # the run id this process made up (no launcher or user gave one)
-# the run id this process put into the environment, and what the variable held before (None: unset), put back
-# when the run ends
+# the run id this process put into the environment (no launcher or user gave one) and the value it found there
 _put: tuple[str, str | None] | None = None
 
 
-def run_id() -> str:
+def run_id(share: Callable[[str], str | None] | None = None) -> str:
     """This job's run id, alike in every rank: ``TELEMETRY_JIT_RUN_ID``, else the launcher's job id
-    (``slurm-<job>.<step>``, ...), else a new one, put into the environment for the ranks this process launches."""
-    global _made_up, _put
+    (``slurm-<job>.<step>``, ``torchrun-<--rdzv-id>``, ...), else a new one: under torchrun without ``--rdzv-id``,
+    ``share(proposal)`` hands every rank the one the first rank made (through the job's store). It is put into
+    the environment for the ranks this process launches, until :func:`end_run`."""
+    global _put
     value = os.environ.get(RUN_ID_VARIABLE, "").strip()
-    if not value:
-        found = _launcher_job_id()
-        value = found or uuid.uuid4().hex
-        _made_up = None if found else value
-        _put = (value, os.environ.get(RUN_ID_VARIABLE) if _put is None else _put[1])
-        os.environ[RUN_ID_VARIABLE] = value
+    if value:
+        return value
+    value = _launcher_job_id() or ""
+    if not value and "TORCHELASTIC_RUN_ID" in os.environ:
+        shared = share(f"torchrun-{uuid.uuid4().hex}") if share is not None else None
+        value = shared or _torchrun_address() or ""
+    value = value or uuid.uuid4().hex
+    _put = (value, os.environ.get(RUN_ID_VARIABLE))
+    os.environ[RUN_ID_VARIABLE] = value
     return value
 
 
-def leave_environment() -> None:
-    """The run over: the run id this process put into the environment (for the ranks it launched) is taken out
-    again, so the process is left as it was found."""
+def end_run() -> None:
+    """The run ended: the environment is as the run found it (a run id this process put there is taken out, so
+    that the next run, and any process started after this one, makes its own)."""
     global _put
-    if _put is not None and os.environ.get(RUN_ID_VARIABLE) == _put[0]:  # not one the user set meanwhile
-        if _put[1] is None:
-            del os.environ[RUN_ID_VARIABLE]
-        else:
-            os.environ[RUN_ID_VARIABLE] = _put[1]
-    _put = None
-
-
-def next_run() -> None:
-    """Telemetry configured again after a shutdown: a run id this process made up is made anew."""
-    if _made_up is not None and os.environ.get(RUN_ID_VARIABLE) == _made_up:
+    put, _put = _put, None
+    if put is None or os.environ.get(RUN_ID_VARIABLE) != put[0]:
+        return  # never put there, or changed since by someone else: theirs
+    if put[1] is None:
         del os.environ[RUN_ID_VARIABLE]
+    else:
+        os.environ[RUN_ID_VARIABLE] = put[1]
 
 
 def reimporting_main() -> bool:

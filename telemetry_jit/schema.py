@@ -159,6 +159,7 @@ class TrainAttr:
     BATCH_INDEX: Final = "train.batch_index"  # the batch of its loop
     BATCHES: Final = "train.batches"  # batches in that loop's dataloader, where known
     LOADER: Final = "train.dataloader_idx"  # which of the loop's dataloaders, where it has several
+    BATCHES_RUN: Final = "train.batches_run"  # on compile_summary: the batches the run began by then, any loop
 
 
 class StepAttr:

@@ -24,6 +24,7 @@ from nv_one_logger.training_telemetry.api.training_telemetry_provider import (
 )
 
 from telemetry_jit import boundary, identity
+from telemetry_jit.compat import distributed
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import FileExporter, IsolatedExporter
 from telemetry_jit.exporters.otlp_settings import OTLPOptions, sdk_disabled, traces_exporter_wanted
@@ -160,7 +161,7 @@ class Session:
             except Exception as error:  # noqa: BLE001 - shutdown runs at interpreter exit too: nothing may escape
                 message = f"telemetry-jit: could not close {file.path} ({error!r})."
                 self.account.notices.warn("closing the file", message, every_rank=True)
-        identity.leave_environment()  # the run id it set for the ranks it launched
+        identity.end_run()
 
     def reading_hint(self) -> str:
         """Where this run's file is and the command that reads it ("" without a file)."""
@@ -306,7 +307,7 @@ def _configure(
     if provider.one_logger_ready:
         if provider is _last_ended or nv_one_logger_compat.application_ended(provider):  # a new run after shutdown
             nv_one_logger_compat.forget_configuration()
-            identity.next_run()
+            identity.end_run()
             provider = TrainingTelemetryProvider.instance()
         else:
             warn_once(
@@ -318,6 +319,7 @@ def _configure(
                 origin=user_line(),
             )
             return session_of(provider)
+    identity.run_id(share=distributed.shared_by_the_job)  # the job's, before any exporter stamps it
     account = boundary.Account()
     boundary.count_into(account)  # from here on, what fails is this session's
     otlp_exporter = _otlp_exporter(otlp, app_name, tracker)

@@ -540,6 +540,8 @@ def load(
             chosen = [run for run in runs if run.run_id.startswith(run_id)]
             if not chosen:
                 loaded.errors.append(f"{path} holds no run {run_id!r} (it holds {ids})")
+            elif problem := _not_one_writer(chosen, run_id):
+                loaded.errors.append(f"{path}: {problem}")
             loaded.runs.extend(chosen[-1:])
         elif all_runs or len(runs) == 1:
             loaded.runs.extend(runs)
@@ -584,6 +586,27 @@ def _ids(runs: RunsRead) -> str:
     if runs.total <= _IDS_SAID:
         return ", ".join(ids)
     return f"{runs.total - len(ids)} earlier, then the last {len(ids)} started: {', '.join(ids)}"
+
+
+def _not_one_writer(chosen: Sequence[TelemetryRun], run_id: str) -> str:
+    """Why ``--run run_id`` names no one run of a file (``chosen``: its runs whose id starts so), or ""."""
+    named = sorted({run.run_id for run in chosen})
+    if len(named) > 1:
+        return f"--run {run_id!r} names {len(named)} runs ({', '.join(named)}): give more of the id"
+    writers = Counter(run.rank for run in chosen)
+    rank, count = writers.most_common(1)[0]
+    if count < 2:
+        return ""
+    which = ", ".join(
+        f"pid {run.pid}{f' on {run.node}' if run.node else ''} from line {run.first_line}"
+        for run in chosen
+        if run.rank == rank
+    )
+    return (
+        f"run {short_run_id(named[0])} is shared by {count} writers ({which}): several processes wrote under one "
+        "id (a launcher's job id reused, a run resumed into the same file), so which one --run means cannot be "
+        "told; see each with --all-runs, and give each its own TELEMETRY_JIT_RUN_ID or file"
+    )
 
 
 def _one_job_per_rank_set(loaded: Loaded, held: dict[Path, list[TelemetryRun]]) -> None:

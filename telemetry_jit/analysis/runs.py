@@ -423,7 +423,10 @@ def stopped_early(run: TelemetryRun) -> str:
 
 def ran_batches(run: TelemetryRun) -> bool:
     """Whether the run says it ran a batch, by whichever loop: an iteration span of any framework, counted or kept,
-    or a ``compile_summary`` at a step past 0 (a plain loop, Fabric)."""
+    or a ``compile_summary`` that counts batches run or stands at a step past 0 (a plain loop, Fabric)."""
     if any(tally.iterations for tally in run.writers.values()):
         return True
-    return any(number(e.attributes.get(TrainAttr.GLOBAL_STEP)) > 0 for e in run.events(JitEventName.COMPILE_SUMMARY))
+    return any(
+        number(e.attributes.get(TrainAttr.BATCHES_RUN)) or number(e.attributes.get(TrainAttr.GLOBAL_STEP)) > 0
+        for e in run.events(JitEventName.COMPILE_SUMMARY)
+    )

@@ -54,7 +54,6 @@ class CompileTelemetryCallback(Callback):
         self.console_all_ranks = console_all_ranks
         self._print_fn = console.print_fn if console is not None else None
         self.driver = TelemetryDriver(training_telemetry_provider)
-        self.recorder = self.driver.recorder
         self.last_stats: CompileStats | None = None  # the totals of the last loop that ended
         self.loader: int | None = None  # the running evaluation loop's dataloader, where it has several
         self._tuner = False  # the trainer has the Tuner's callback: its trials are a stage of their own
@@ -73,7 +72,7 @@ class CompileTelemetryCallback(Callback):
             if self._print_fn is None:  # one of its own is kept
                 console.print_fn = bar_print
             console.stage_names = {stage: BY_ITSELF[stage]} if stage in BY_ITSELF else {}
-        self.recorder.listeners = [console] if console is not None else []
+        self.driver.listen([console] if console is not None else [])
         self._tuner = _has_tuner(trainer)
         self.driver.skew_warning_s, self.driver.log_figures_per_rank = self.skew_warning_s, self.log_figures_per_rank
         logs = [(logger.log_metrics, type(logger).__name__) for logger in trainer.loggers] if self.log_figures else []
@@ -84,7 +83,7 @@ class CompileTelemetryCallback(Callback):
 
     @override
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.recorder.ensure_registered()
+        self.driver.loop_started()
 
     on_validation_start = on_train_epoch_start
 
@@ -128,11 +127,11 @@ class CompileTelemetryCallback(Callback):
         self.loader = loader if loader is not None and _loaders(trainer) > 1 else None
         if batch_idx == 0:  # every loop's JitTransform has compiled by its first batch
             pl_module = trainer.lightning_module
-            self.recorder.watch_thunder(pl_module)
             self._steps = lightning_compat.global_step_counter(trainer)
             if stage != "sanity_check":  # before the first training epoch, which JitTransform compiles for
-                modules = pl_module.named_modules()  # with the JitConfig selector selecting each
-                self.recorder.check_compiled_modules((name, selector_for(pl_module, name), m) for name, m in modules)
+                self.driver.model_ready(pl_module, functools.partial(selector_for, pl_module))
+            else:
+                self.driver.watch(pl_module)
         # figures are logged up to the step this batch logs at, as _position says it (the steps before it are
         # over); a figure of this loop's own step stays pending through the rest of its batches
         step = self._steps.completed  # trainer.global_step, without its four properties
@@ -150,7 +149,7 @@ class CompileTelemetryCallback(Callback):
         if trainer.state.fn == "validate":
             self._summarize(trainer, TrainingSpanName.VALIDATION_LOOP)
         else:  # in fit: its compiles go in the training summary, their spans under this loop, which ends next
-            self.recorder.loop_ended()
+            self.driver.loop_paused()
 
     @override
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -158,12 +157,12 @@ class CompileTelemetryCallback(Callback):
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        self.recorder.stop()
+        self.driver.stop()
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         """Keep what compiled; mark the compile that failed with the error."""
-        self.recorder.stop(exception)
+        self.driver.failed(exception, mark=False)  # Lightning's time events end its spans with the error
         session = self.driver.session
         loop = active_span(session, TrainingSpanName.TRAINING_LOOP) or active_span(
             session, TrainingSpanName.VALIDATION_LOOP

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from lightning.fabric.wrappers import is_wrapped
+
 from telemetry_jit.boundary import guarded
 from telemetry_jit.loop import CompileTelemetry
 
@@ -19,14 +21,16 @@ class FabricCompileTelemetry(CompileTelemetry):
         if fabric is not None:
             self.set_rank(fabric.global_rank, fabric.local_rank, fabric.world_size)
             self.gather = fabric.all_gather
-        self.model = model if model is not None else self.model
+        # the module Fabric wraps: its modules named as the user's code and a Trainer's records name them
+        if model is not None:
+            self.model = model.module if is_wrapped(model) and hasattr(model, "module") else model
         logs = [(fabric.log_dict, "Fabric.log_dict")] if fabric is not None and fabric.loggers else []
         self._driver.log_to(logs, fabric.loggers if fabric is not None else ())
         self.__enter__()
 
     @guarded
-    def on_train_batch_start(self, step: int, *args: Any, **kwargs: Any) -> None:
-        self.step(step)
+    def on_train_batch_start(self, step: int, *args: Any, batch_index: int | None = None, **kwargs: Any) -> None:
+        self.step(step, batch_index)
 
     @guarded
     def on_train_end(self, *args: Any, **kwargs: Any) -> None:

@@ -9,8 +9,6 @@ from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
-from nv_one_logger.core.attributes import Attributes
-from nv_one_logger.core.event import Event
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import override
@@ -19,8 +17,9 @@ from telemetry_jit.boundary import call_site, guarded, guards_itself
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.compat.nv_one_logger import ITERATION_FAST_PATH_VERIFIED, IterationBookkeeping
 from telemetry_jit.notices import Notices, user_line, warn_once
+from telemetry_jit.recording.driver import record_error, say_trained_nothing
 from telemetry_jit.recording.recorder import active_span
-from telemetry_jit.schema import JitEventName, TrainingSpanName
+from telemetry_jit.schema import TrainingSpanName
 from telemetry_jit.session import Session, resolve
 from telemetry_jit.terminal import error_text
 
@@ -260,8 +259,8 @@ class TimeEventCallback(Callback):
         application = active_span(self._session, TrainingSpanName.APPLICATION)
         if not ended_loop and application is not None:
             # it failed before or between its loops (setup, configure_optimizers, a warning made an error): the
-            # run failed all the same, so the application span carries the error
-            self._provider.recorder.error(application, message, typed)
+            # run failed all the same, so the application span carries the error, as a plain loop's does
+            record_error(self._session, application, exception, where)
 
     @guarded
     def on_fit_ended(self, trainer: pl.Trainer, training_starts_before: int) -> None:
@@ -269,10 +268,7 @@ class TimeEventCallback(Callback):
         batches would not tell: a resumed fit restores the count its checkpoint holds)."""
         if not self._session.recording or self.training_starts != training_starts_before:
             return
-        application = active_span(self._session, TrainingSpanName.APPLICATION)
-        if application is not None:
-            event = Event.create(JitEventName.TRAINED_NOTHING, Attributes({"reason": _why_nothing(trainer)}))
-            _CALLBACKS.call(self._provider.recorder.event, application, event)
+        say_trained_nothing(self._session, _why_nothing(trainer))
 
     # -- checkpoint saves, called by HookedTrainer.save_checkpoint (guarded, as every hook: never the run's end) --
     @guarded

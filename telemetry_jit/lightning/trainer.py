@@ -16,7 +16,6 @@ from lightning.pytorch.utilities import rank_zero_info
 from nv_one_logger.training_telemetry.api.training_telemetry_provider import TrainingTelemetryProvider
 from typing_extensions import TypeVar, override
 
-from telemetry_jit import identity
 from telemetry_jit.boundary import OWN_CODE, guarded, own_code_failed
 from telemetry_jit.lightning.compile_telemetry import CompileTelemetryCallback
 from telemetry_jit.lightning.jit_transform import JitConfig, JitTransform
@@ -24,6 +23,7 @@ from telemetry_jit.lightning.payoff_callback import CompilePayoffCallback
 from telemetry_jit.lightning.time_events import TimeEventCallback
 from telemetry_jit.notices import warn_once
 from telemetry_jit.recording.console import CompileConsole
+from telemetry_jit.recording.driver import say_where_to_read
 from telemetry_jit.recording.payoff import PayoffSettings
 from telemetry_jit.session import Configuration, Session, configuration, resolve
 from telemetry_jit.terminal import clean
@@ -296,13 +296,8 @@ def _recording(trainer: pl.Trainer, telemetry: _Telemetry, call: str) -> Iterato
 @guarded
 def _say_where_to_read(trainer: pl.Trainer, telemetry: _Telemetry) -> None:
     """After a trainer call: where the telemetry is and the command that reads it, once per session."""
-    session = resolve(telemetry.ranks.session)
-    if identity.forked_from is not None or not session.recording:
-        return  # a forked child (its parent's session, not its own) or an ended session: no file of this call's
-    hint = session.reading_hint() if trainer.is_global_zero and session.configuration is not None else ""
-    if hint and not session.said_where:
-        session.said_where = True
-        rank_zero_info(clean(hint))
+    if trainer.is_global_zero:
+        say_where_to_read(resolve(telemetry.ranks.session), lambda hint: rank_zero_info(clean(hint)))
 
 
 def _rebuild_hooked_trainer(

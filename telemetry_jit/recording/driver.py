@@ -10,21 +10,26 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import torch
+from nv_one_logger.core.attributes import Attributes
+from nv_one_logger.core.event import Event
 from nv_one_logger.core.span import Span
 
+from telemetry_jit import identity
 from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import Notices
 from telemetry_jit.recording.console import say_line
 from telemetry_jit.recording.listener import CompileListener
 from telemetry_jit.recording.payoff import PayoffMeter, PayoffSettings
-from telemetry_jit.recording.recorder import CompileRecorder, Position
+from telemetry_jit.recording.recorder import CompileRecorder, Position, active_span
 from telemetry_jit.recording.stats import CompileStats, RankTotals
 from telemetry_jit.records import CompileNotRun, CompileRecord, Payoff, StoppedEarly, why_slower
-from telemetry_jit.schema import JitEventName
+from telemetry_jit.schema import LOOP_SPAN_NAMES, JitEventName, TrainAttr, TrainingSpanName
 from telemetry_jit.session import Session, resolve
+from telemetry_jit.terminal import error_text
 
 _log = logging.getLogger("telemetry_jit")
+_RECORDER = call_site("nv_one_logger.recorder", "nv-one-logger's recorder (an error or an event on a span)")
 _GATHER = call_site("lightning.all_gather", "the all_gather of every rank's compile totals (a strategy's, Fabric's)")
 PREFIX = "compile/"
 LOG_METRICS = call_site("logger.log_metrics", "a metrics logger's log_metrics (Lightning's or Fabric's loggers)")
@@ -116,6 +121,8 @@ class TelemetryDriver:
         self._logs: list[GuardedLog] = []
         self._loggers: list[Any] = []
         self.payoff: PayoffMeter | None = None  # measuring what compiling buys
+        self.batches = 0  # the batches begun since the run started
+        self._rank = 0
         self.say: Callable[[str], None] = lambda line: say_line(_log.warning, line)  # a console line
         self._disabled_checked = False  # whether this run's first batch asked if compiling is switched off
 
@@ -135,17 +142,39 @@ class TelemetryDriver:
         if self.figures is not None:
             self.recorder.listeners.append(self.figures)
 
+    def listen(self, listeners: Iterable[CompileListener]) -> None:
+        """What is told of each compile besides the run's own listeners (a console), from the next start on."""
+        self.recorder.listeners = [*listeners, *([self.figures] if self.figures is not None else [])]
+
     def start(self, where: Callable[[], Position], rank: int = 0, model: torch.nn.Module | None = None) -> None:
         """A run begins: ``where()`` says where the loop is; thunder's compiles in ``model`` are recorded."""
         self.recorder.start(where, rank=rank)
         self._disabled_checked = False
+        self.batches, self._rank = 0, rank
         if model is not None:
-            self.recorder.watch_thunder(model)
+            self.watch(model)
+
+    def loop_started(self) -> None:
+        """A loop begins: torch's compile callbacks, which a ``torch._dynamo.reset()`` clears, are back."""
+        self.recorder.ensure_registered()
+
+    def watch(self, model: torch.nn.Module) -> None:
+        """Thunder's compiles in ``model`` are recorded (cheap to repeat, at each loop's start)."""
+        self.recorder.watch_thunder(model)
+
+    def model_ready(self, model: torch.nn.Module, selector: Callable[[str], str] = lambda name: "") -> None:
+        """The model a loop runs has been compiled as it will run (by its first batch): thunder's compiles in it
+        are recorded, and each of its modules that ``Module.compile()`` compiles nothing of is said once, with a
+        ``module_not_compiled`` record (``selector(name)``: the JitConfig selector that chose the module, or "")."""
+        self.watch(model)
+        modules = model.named_modules()
+        self.recorder.check_compiled_modules((name, selector(name), module) for name, module in modules)
 
     def batch_started(
         self, step: int, batch: int | None = None, stage: str = "", loader: int | None = None, log_step: int = 0
     ) -> None:
         """A batch begins; the figures of the steps before ``log_step`` go to the loggers."""
+        self.batches += 1
         self.recorder.batch_started(step, batch, stage, loader)
         if not self._disabled_checked:  # at the first batch: its loop span runs, to hold the record
             self._disabled_checked = True
@@ -199,7 +228,7 @@ class TelemetryDriver:
                         figures[f"{PREFIX}rank{rank}/compilations"] = count
                         figures[f"{PREFIX}rank{rank}/total_time_s"] = round(ms / 1000, 6)
                     self.log(figures, step=step)
-        stats = self.recorder.emit_summary(span, by_rank)
+        stats = self.recorder.emit_summary(span, by_rank, {TrainAttr.BATCHES_RUN: self.batches})
         if self.figures is not None:
             self.log_figures()
             # W&B's summary keeps a metric's last value: there compile/time_s becomes the run's total (W&B has no
@@ -218,6 +247,36 @@ class TelemetryDriver:
     def stopped_early(self, found: StoppedEarly) -> None:
         """A loop ended before the length it was given: a record on the loop running (``check --no-early-stop``)."""
         self.recorder.emit_event(None, JitEventName.STOPPED_EARLY, found.attributes())
+
+    def loop_paused(self) -> None:
+        """A loop inside another ended (validation inside fit): its compiles are recorded, its summary is the
+        outer loop's."""
+        self.recorder.loop_ended()
+
+    def stop(self) -> None:
+        """The run ended: what is left is recorded and torch's callbacks detached."""
+        self.recorder.stop()
+
+    def failed(self, error: BaseException, where: str = "", *, mark: bool = True) -> None:
+        """The run raised ``error``: the compile that failed in its step is marked with it; with ``mark``, the
+        newest loop span running (else the application's) carries the error, as a span that raised does (an
+        adapter whose framework ends its spans with the error itself, as Lightning's time events do, says
+        ``mark=False``)."""
+        self.recorder.stop(error)
+        if mark and self.session.recording:
+            spans = (active_span(self.session, name) for name in LOOP_SPAN_NAMES)
+            span = next((span for span in spans if span is not None), None)
+            if span is not None:
+                record_error(self.session, span, error, where)
+
+    def ended(self, error: BaseException | None, nothing: str) -> None:
+        """The run ended (with ``error``, or returned): one that returned without a batch or a compile (a block
+        that never says its steps still runs what it compiles) says so on the application span (``nothing``: why,
+        as the framework tells it); on rank zero the reading hint is said, once per session."""
+        if error is None and self.batches == 0 and self.recorder.stats.count == 0:
+            say_trained_nothing(self.session, nothing)
+        if self._rank == 0:
+            say_where_to_read(self.session, self.say)
 
     def payoff_started(self, settings: PayoffSettings, on_cuda: bool | None = None) -> None:
         """Measure what compiling buys from now on; ``on_cuda``: the loop's device is a GPU (default: CUDA is
@@ -273,3 +332,30 @@ class TelemetryDriver:
         stats = self.recorder.stats
         why = why_slower(stats.train_graph_breaks, stats.train_recompiles, stats.backends, stats.plain_backends)
         return f"telemetry-jit: compile payoff: {payoff.sentence(why)}"
+
+
+def record_error(session: Session, span: Span, error: BaseException, where: str = "") -> None:
+    """``error`` on ``span`` (its status ERROR over OTLP, ``error.type``, an exception event), ``where``: the
+    stage and step it raised at."""
+    message = f"{error_text(error)} (at {where})" if where else error_text(error)
+    typed = error if isinstance(error, Exception) else None  # nv-one-logger takes no KeyboardInterrupt
+    _RECORDER.call(session.provider.recorder.error, span, message, typed)
+
+
+def say_trained_nothing(session: Session, reason: str) -> None:
+    """The ``trained_nothing`` record on the application span: the run returned without running a batch."""
+    application = active_span(session, TrainingSpanName.APPLICATION)
+    if application is not None:
+        event = Event.create(JitEventName.TRAINED_NOTHING, Attributes({"reason": reason}))
+        _RECORDER.call(session.provider.recorder.event, application, event)
+
+
+def say_where_to_read(session: Session, say: Callable[[str], None]) -> None:
+    """Where the session's telemetry is and the command that reads it, once per session (not in a forked child,
+    whose session is its parent's, nor once the session ended)."""
+    if identity.forked_from is not None or not session.recording or session.configuration is None:
+        return
+    hint = session.reading_hint()
+    if hint and not session.said_where:
+        session.said_where = True
+        say(hint)

@@ -270,8 +270,11 @@ class CompileRecorder:
         if watch is not None:
             watch.stop(exception)
 
-    def emit_summary(self, span: Span | None, by_rank: RankTotals | None = None) -> CompileStats:
-        """Add ``compile_summary`` (with ``by_rank``: every rank's totals) to ``span``, the loop ending."""
+    def emit_summary(
+        self, span: Span | None, by_rank: RankTotals | None = None, loop: dict[str, AttributeValue] | None = None
+    ) -> CompileStats:
+        """Add ``compile_summary`` (with ``by_rank``: every rank's totals; ``loop``: what the driver knows of the
+        loop) to ``span``, the loop ending."""
         self.loop_ended()
         stats = self.stats
         stats.thunder = {
@@ -283,6 +286,7 @@ class CompileRecorder:
         attributes = stats.attributes(time.perf_counter() - self._started_at)
         attributes[TrainAttr.GLOBAL_STEP] = self._where().global_step  # the loop's last: "N steps since"
         attributes[CompileAttr.TORCH_FEATURES] = compile_timers.features()
+        attributes.update(loop or {})
         if by_rank is not None:
             attributes[CompileAttr.COUNT_BY_RANK] = by_rank.counts
             attributes[CompileAttr.TIME_MS_BY_RANK] = [round(ms, 3) for ms in by_rank.time_ms]

@@ -17,8 +17,10 @@ import pytest
 import telemetry_jit
 from telemetry_jit import cli
 from telemetry_jit.analysis.runs import TelemetryRun
+from tests.e2e.otlp_receivers import GrpcReceiver
 
 LOOP = Path(__file__).with_name("fsdp_loop.py")
+RUN_ID_JOB = Path(__file__).with_name("run_id_job.py")
 LOSS_LINE = next(n for n, line in enumerate(LOOP.read_text().splitlines(), 1) if "# LOSS LINE" in line)
 
 
@@ -125,3 +127,39 @@ def test_lightnings_model_parallel_strategy_on_two_cpu_processes_is_exact_on_eve
         assert {b.attributes["graph_break.owner"] for b in breaks} <= {"user", "torch"}
         assert any(b.attributes["graph_break.owner"] == "user" for b in breaks)
     assert _out_of_step(runs[0]) == []
+
+
+def test_two_torchrun_jobs_at_one_address_without_an_id_are_two_runs_and_two_traces(tmp_path: Path) -> None:
+    """Every plain ``torchrun`` on a host meets at one MASTER_ADDR:MASTER_PORT: that is no job's id. The first rank
+    to configure makes one, the others read it from torchrun's own store; the environment is left as found."""
+    port, receiver = _free_port(), GrpcReceiver()
+    try:
+        for job in ("first", "second"):
+            (tmp_path / job).mkdir()
+            command = [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nproc_per_node",
+                "2",
+                "--master_port",
+                str(port),
+            ]
+            command += [str(RUN_ID_JOB), str(tmp_path / job / "t.jsonl"), receiver.endpoint]
+            env = {**_without_launcher(), "OTEL_METRICS_EXPORTER": "none"}
+            result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path / job)
+            assert result.returncode == 0, result.stderr[-4000:]
+    finally:
+        receiver.stop()
+    ids = {
+        job: {telemetry_jit.read_telemetry(tmp_path / job / f"t.rank{rank}.jsonl")[-1].run_id for rank in (0, 1)}
+        for job in ("first", "second")
+    }
+    assert [len(found) for found in ids.values()] == [1, 1]  # each job: one id, shared by its ranks
+    first, second = (found.pop() for found in ids.values())
+    assert first != second and first.startswith("torchrun-") and second.startswith("torchrun-")
+    traces: dict[str, set[str]] = {}
+    for span in receiver.received.spans():
+        traces.setdefault(span.resource["telemetry_jit.run_id"], set()).add(span.trace_id)
+    assert set(traces) == {first, second}
+    assert [len(traces[first]), len(traces[second])] == [1, 1] and traces[first] != traces[second]

@@ -3,6 +3,7 @@ incomplete one, and it says (and refuses to guess) when several processes wrote 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -63,9 +64,12 @@ COMPILES = textwrap.dedent(
 )
 
 
-def _start(script: str, **values: object) -> subprocess.Popen[bytes]:
+def _start(script: str, env: dict[str, str] | None = None, **values: object) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-c", script.format(root=str(ROOT), **values)], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        [sys.executable, "-c", script.format(root=str(ROOT), **values)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -116,6 +120,30 @@ def test_two_processes_writing_one_file_at_once_are_said_and_never_guessed_betwe
     assert "processes written at the same time" in capsys.readouterr().err
     outcomes = sorted(cli(["check", str(path), *BUDGET, "--run", run.run_id]) for run in read_telemetry(path))
     assert outcomes == [0, 1]  # each judged when named: the graph break is seen
+
+
+@pytest.mark.parametrize("at_once", [True, False], ids=["at once", "one after the other"])
+def test_run_never_picks_one_of_several_writers_that_share_a_launchers_job_id(
+    at_once: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, barrier = tmp_path / "t.jsonl", tmp_path / "barrier"
+    barrier.mkdir()
+    if not at_once:
+        (barrier / "nobody").touch()  # neither waits for the other: the second is a job resumed into the same file
+    job = {"SLURM_JOB_ID": "777"}
+    writers = []
+    for name, breaks in (("breaks", True), ("clean", False)):
+        writers.append(_start(COMPILES, job, path=str(path), barrier=str(barrier), name=name, breaks=breaks))
+        if not at_once:
+            assert writers[-1].wait(timeout=300) == 0
+    assert [writer.wait(timeout=300) for writer in writers] == [0, 0]
+    assert {run.run_id for run in read_telemetry(path)} == {"slurm-777"}
+    capsys.readouterr()
+    assert cli(["check", str(path), *BUDGET, "--run", "slurm-777"]) == 2
+    said = capsys.readouterr().err
+    assert "run slurm-777 is shared by 2 writers (pid " in said and "--all-runs" in said
+    assert cli(["summary", str(path), "--run", "slurm"]) == 1  # a prefix names them alike: refused too
+    assert "shared by 2 writers" in capsys.readouterr().err
 
 
 def _rank_of_a_job(monkeypatch: pytest.MonkeyPatch, path: Path, job: str, rank: int, world: int, breaks: bool) -> None:

@@ -96,7 +96,7 @@ def test_what_the_trainer_learns_wins_and_changes_the_version() -> None:
     [
         ({"TORCHELASTIC_RUN_ID": "c0ffee", "SLURM_JOB_ID": "77"}, "torchrun-c0ffee"),
         ({"TORCHELASTIC_RUN_ID": "none", "SLURM_JOB_ID": "77"}, "slurm-77"),  # torchrun without --rdzv-id
-        # torchrun on several nodes without --rdzv-id: the rendezvous address every rank shares
+        # torchrun without --rdzv-id and no store to share an id through: the rendezvous address, the last resort
         ({"TORCHELASTIC_RUN_ID": "none", "MASTER_ADDR": "node7", "MASTER_PORT": "29500"}, "torchrun-node7:29500"),
         ({"SLURM_JOB_ID": "77", "SLURM_STEP_ID": "2"}, "slurm-77.2"),
         ({"LSB_JOBID": "123"}, "lsf-123"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import warnings
 from pathlib import Path
 
@@ -109,3 +110,22 @@ def test_two_sessions_one_after_another_each_say_their_warnings_and_count_their_
     assert first.health()["failed_calls"]["recording.listener"]["count"] == 2  # its own, read after the second ran
     assert second.health()["failed_calls"]["recording.listener"]["count"] == 3
     assert first.account is not second.account and first.looked_before and second.looked_before
+
+
+def test_a_session_leaves_the_environment_as_it_found_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run id a session made is in the environment for the ranks it launches while it runs, never after."""
+    from telemetry_jit import identity
+
+    for name in ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "LSB_JOBID", "PMIX_NAMESPACE", identity.RUN_ID_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
+    nv_one_logger_compat.forget_configuration()
+    session = telemetry_jit.configure("environment", file=tmp_path / "t.jsonl")
+    made = identity.run_id()
+    assert len(made) == 32
+    session.shutdown()
+    assert identity.RUN_ID_VARIABLE not in os.environ
+    nv_one_logger_compat.forget_configuration()
+    telemetry_jit.configure("again", file=tmp_path / "t.jsonl").shutdown()  # a new run: a new id, put back too
+    assert identity.RUN_ID_VARIABLE not in os.environ
+    runs = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")
+    assert len(runs) == 2 and runs[0].run_id == made != runs[1].run_id

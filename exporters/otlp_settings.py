@@ -27,6 +27,7 @@ PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
 # does not implement
 _OTLP_NAMES = ("otlp", "otlp_proto_grpc", "otlp_proto_http")
 _OTHER_OTEL_NAMES = ("console", "zipkin", "zipkin_json", "zipkin_proto", "jaeger", "prometheus", "logging")
+_METRICS_NAMES = ("otlp", "none", "console", "prometheus")  # OTEL_METRICS_EXPORTER's
 _BATCH = {  # BatchSpanProcessor's argument -> (variable, unit, OpenTelemetry's default)
     "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", "spans", 2048),
     "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", "milliseconds", 5000),
@@ -197,8 +198,8 @@ class OTLPSettings:
                 "a batch is taken from the queue, so it must be at most as large."
             )
         if (metrics := options.metrics) is None:
-            known = ("otlp", "none", "console", "prometheus")
-            metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
+            use = "Use 'otlp', 'prometheus' or 'none'."
+            metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", _METRICS_NAMES, use)
         _check_sdk_variables()
         return cls(
             # a copy: the mapping the user passed may change after configure
@@ -333,6 +334,12 @@ def traces_exporter_wanted() -> bool:
             origin=NOWHERE,
         )
     return any(name in _OTLP_NAMES for name in names)
+
+
+def prometheus_wanted() -> bool:
+    """Whether ``OTEL_METRICS_EXPORTER`` names ``prometheus`` (exporters/prometheus.py serves the metrics)."""
+    names = _exporter_names("OTEL_METRICS_EXPORTER", "otlp", _METRICS_NAMES, "Use 'otlp', 'prometheus' or 'none'.")
+    return "prometheus" in names
 
 
 def _given_or_variable(given: Any, argument: str, variables: tuple[str, ...]) -> tuple[Any, str]:

@@ -122,7 +122,7 @@ def _fit(tmp_path: Path) -> None:
 
 
 def test_every_promql_query_reads_the_runs_figures_from_a_real_prometheus(
-    prometheus: Prometheus, tmp_path: Path
+    prometheus: Prometheus, exporter_port: int, tmp_path: Path
 ) -> None:
     board = _dashboard_module()
     try:
@@ -138,6 +138,8 @@ def test_every_promql_query_reads_the_runs_figures_from_a_real_prometheus(
     finally:
         telemetry_jit.shutdown()
         fresh_provider_state()
+    with pytest.raises(OSError):  # the session's end stopped serving
+        urllib.request.urlopen(f"http://127.0.0.1:{exporter_port}/metrics", timeout=2)
     run = telemetry_jit.read_telemetry(tmp_path / "t.jsonl")[-1]
     (loop,) = run.find("training_loop")
     (summary,) = [e.attributes for e in loop.events if e.name == "compile_summary"]

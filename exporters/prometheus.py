@@ -13,6 +13,7 @@ from nv_one_logger.core.span import Span
 from nv_one_logger.exporter.exporter import BaseExporter
 from typing_extensions import override
 
+from telemetry_jit.boundary import FAILED, call_site
 from telemetry_jit.notices import NOWHERE, Notices
 
 HOST_VARIABLE = "OTEL_EXPORTER_PROMETHEUS_HOST"
@@ -20,6 +21,7 @@ PORT_VARIABLE = "OTEL_EXPORTER_PROMETHEUS_PORT"
 DEFAULT_HOST = "localhost"
 DEFAULT_PORT = 9464
 EXTRA_HINT = "pip install 'telemetry-jit[prometheus]'"
+_SDK = call_site("prometheus.serve", "OpenTelemetry's Prometheus exporter (starting its HTTP server)")
 
 
 class PrometheusEndpoint(BaseExporter):
@@ -79,7 +81,8 @@ class PrometheusEndpoint(BaseExporter):
         with self._lock:
             if not self._started and self.ready:
                 self._started = True
-                self._meter_provider = self._start()
+                started = _SDK.call(self._start)  # what fails there is said once and counted, never raised
+                self._meter_provider = None if started is FAILED else started
         return self._meter_provider
 
     def _start(self) -> Any:
@@ -97,7 +100,12 @@ class PrometheusEndpoint(BaseExporter):
         from opentelemetry.sdk.resources import Resource
 
         registry = CollectorRegistry()  # this session's own: a second configure in the process registers again
-        reader = PrometheusMetricReader(registry=registry)
+        try:
+            reader = PrometheusMetricReader(registry=registry)
+        except TypeError:  # older releases (the keyword came in 2026) take no registry: theirs is the global one
+            from prometheus_client import REGISTRY as registry
+
+            reader = PrometheusMetricReader()
         try:
             self._server, _ = start_http_server(self.port, addr=self.host, registry=registry)
         except OSError as error:

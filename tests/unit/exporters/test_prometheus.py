@@ -73,3 +73,39 @@ def test_a_port_in_use_is_one_warning_naming_port_and_variable() -> None:
         endpoint.close()
     (warning,) = said
     assert f"127.0.0.1:{port}" in str(warning.message) and PORT_VARIABLE in str(warning.message)
+
+
+@pytest.mark.parametrize(
+    ("variables", "served"),
+    [
+        ({"OTEL_METRICS_EXPORTER": "prometheus"}, True),
+        ({"OTEL_METRICS_EXPORTER": "otlp,prometheus"}, True),
+        ({"OTEL_METRICS_EXPORTER": "otlp"}, False),
+        ({}, False),
+        ({"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_SDK_DISABLED": "true"}, False),
+    ],
+)
+def test_configure_serves_metrics_where_otel_metrics_exporter_names_prometheus(
+    variables: dict[str, str], served: bool, tmp_path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import telemetry_jit
+    from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
+
+    for name in ("OTEL_METRICS_EXPORTER", "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {**variables, PORT_VARIABLE: str(_free_port())}.items():
+        monkeypatch.setenv(name, value)
+    nv_one_logger_compat.forget_configuration()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # OTEL_SDK_DISABLED is said; not the point here
+        session = telemetry_jit.configure("served", file=tmp_path / "t.jsonl")
+    try:
+        endpoints = [e for e in session.exporters if isinstance(e, PrometheusEndpoint)]
+        assert len(endpoints) == served
+        if served:
+            assert endpoints[0].meter_provider is not None
+            port = endpoints[0].port
+            assert urllib.request.urlopen(f"http://localhost:{port}/metrics", timeout=5).status == 200
+    finally:
+        session.shutdown()
+        nv_one_logger_compat.forget_configuration()

@@ -27,7 +27,6 @@ PROTOCOLS: tuple[Protocol, ...] = ("grpc", "http/protobuf")
 # does not implement
 _OTLP_NAMES = ("otlp", "otlp_proto_grpc", "otlp_proto_http")
 _OTHER_OTEL_NAMES = ("console", "zipkin", "zipkin_json", "zipkin_proto", "jaeger", "prometheus", "logging")
-_METRICS_NAMES = ("otlp", "none", "console", "prometheus")  # OTEL_METRICS_EXPORTER's
 _BATCH = {  # BatchSpanProcessor's argument -> (variable, unit, OpenTelemetry's default)
     "max_queue_size": ("OTEL_BSP_MAX_QUEUE_SIZE", "spans", 2048),
     "schedule_delay_millis": ("OTEL_BSP_SCHEDULE_DELAY", "milliseconds", 5000),
@@ -198,8 +197,8 @@ class OTLPSettings:
                 "a batch is taken from the queue, so it must be at most as large."
             )
         if (metrics := options.metrics) is None:
-            use = "Use 'otlp', 'prometheus' or 'none'."
-            metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", _METRICS_NAMES, use)
+            known = ("otlp", "none", "console", "prometheus")
+            metrics = "otlp" in _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp' or 'none'.")
         _check_sdk_variables()
         return cls(
             # a copy: the mapping the user passed may change after configure
@@ -338,7 +337,8 @@ def traces_exporter_wanted() -> bool:
 
 def prometheus_wanted() -> bool:
     """Whether ``OTEL_METRICS_EXPORTER`` names ``prometheus`` (exporters/prometheus.py serves the metrics)."""
-    names = _exporter_names("OTEL_METRICS_EXPORTER", "otlp", _METRICS_NAMES, "Use 'otlp', 'prometheus' or 'none'.")
+    known = ("otlp", "none", "console", "prometheus")
+    names = _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp', 'prometheus' or 'none'.")
     return "prometheus" in names
 
 

@@ -442,6 +442,13 @@ def traces_exporter_wanted() -> bool:
     return any(name in _OTLP_NAMES for name in names)
 
 
+def prometheus_wanted() -> bool:
+    """Whether ``OTEL_METRICS_EXPORTER`` names ``prometheus`` (exporters/prometheus.py serves the metrics)."""
+    known = ("otlp", "none", "console", "prometheus")
+    names = _exporter_names("OTEL_METRICS_EXPORTER", "otlp", known, "Use 'otlp', 'prometheus' or 'none'.")
+    return "prometheus" in names
+
+
 def _given_or_variable(given: Any, argument: str, variables: tuple[str, ...]) -> tuple[Any, str]:
     """The argument when given, else the first of ``variables`` set: ``(value, where from)``, or ``(None, "")``."""
     if given is not None:

@@ -5,7 +5,7 @@
 #
 #   --thunder      also Lightning Thunder (the thunder extra)
 #   --test-tools   also thunder and the test extra (the suite drives thunder), and the outside tools some
-#                  tests drive: Debian's chromium (needs root),
+#                  tests drive: Debian's chromium and prometheus (need root),
 #                  speedscope (npm) and Arize Phoenix (in .venv-phoenix). A test whose tool could
 #                  not be installed is skipped and says why.
 set -euo pipefail
@@ -41,6 +41,12 @@ if [ "${1:-}" = "--test-tools" ]; then
         say "installing Debian's chromium for the report tests (apt, about 1 minute)"
         (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 \
             || echo "warning: could not install chromium; the browser tests will be skipped"
+    fi
+    if ! command -v prometheus >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        say "installing Debian's prometheus for the metrics test (apt, about 30 s)"
+        # the package may start a service of its own; the test runs its own instance on a free loopback port
+        (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus) >/dev/null 2>&1 \
+            || echo "warning: could not install prometheus; the Prometheus metrics test will be skipped"
     fi
     if [ ! -d .node-speedscope/node_modules/speedscope ] && command -v npm >/dev/null 2>&1; then
         say "installing speedscope for the trace test (npm, about 20 s)"

@@ -27,7 +27,7 @@ from telemetry_jit import boundary, identity
 from telemetry_jit.compat import distributed
 from telemetry_jit.compat import nv_one_logger as nv_one_logger_compat
 from telemetry_jit.exporters import FileExporter, IsolatedExporter
-from telemetry_jit.exporters.otlp_settings import OTLPOptions, sdk_disabled, traces_exporter_wanted
+from telemetry_jit.exporters.otlp_settings import OTLPOptions, prometheus_wanted, sdk_disabled, traces_exporter_wanted
 from telemetry_jit.exporters.protocols import Flushes, NeverBlocks, RankAware, ReportsDelivery
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.notices import user_line, warn_once
@@ -325,6 +325,7 @@ def _configure(
     otlp_exporter = _otlp_exporter(otlp, app_name, tracker)
     file = configuration.file
     file_exporter = FileExporter(file, identity=tracker) if file is not None else None
+    exporters = [*exporters, *_prometheus_endpoint(app_name)]
     all_exporters = _safe_exporters(file_exporter, otlp_exporter, exporters)  # raises before the provider changes
     log_dir = file_exporter.path.parent if file_exporter is not None else Path.cwd()
     try:
@@ -400,6 +401,17 @@ def _otlp_exporter(
         )
     otlp.with_service_name(app_name)
     return otlp
+
+
+def _prometheus_endpoint(app_name: str) -> list[Exporter]:
+    """The endpoint Prometheus scrapes, where ``OTEL_METRICS_EXPORTER`` names ``prometheus``."""
+    if not prometheus_wanted() or sdk_disabled():
+        return []
+    from telemetry_jit.exporters.prometheus import PrometheusEndpoint
+
+    endpoint = PrometheusEndpoint()
+    endpoint.with_service_name(app_name)
+    return [endpoint]
 
 
 def _safe_exporters(

@@ -98,3 +98,82 @@ def test_every_dashboard_query_names_real_spans_and_attributes(tmp_path: Path) -
             assert name in span_attributes and name.startswith("telemetry_jit."), (panel["title"], name)
         for attribute in re.findall(r'event\."([^"]+)"', query):
             assert attribute in event_attributes and attribute.startswith("telemetry_jit."), (panel["title"], attribute)
+
+
+def _builder():
+    """examples/dashboard/build_dashboard.py, loaded as a module (it is an example, not part of the package)."""
+    import importlib.util
+
+    pytest.importorskip("grafana_foundation_sdk", reason="building the dashboard needs the test extra")
+    spec = importlib.util.spec_from_file_location("build_dashboard", DASHBOARD / "build_dashboard.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _committed() -> dict:
+    return json.loads((DASHBOARD / "grafana/dashboards/telemetry-jit.json").read_text())
+
+
+def test_the_committed_dashboard_is_the_one_the_builder_builds() -> None:
+    builder = _builder()
+    assert (DASHBOARD / "grafana/dashboards/telemetry-jit.json").read_text() == builder.render(), (
+        "run python examples/dashboard/build_dashboard.py"
+    )
+    assert builder.main(["--check"]) == 0
+
+
+def test_the_dashboard_validates_against_grafanas_published_schema() -> None:
+    """Grafana's dashboard schema (v10.4, grafana/grok, Apache-2.0: tests/data/grafana/README.md): the dashboard is
+    its ``spec``. Queries are each data source's own: checked against the SDK's typed models below."""
+    jsonschema = pytest.importorskip("jsonschema", reason="the test extra has jsonschema")
+    document = json.loads((Path(__file__).parents[1] / "data/grafana/dashboard_types_gen.json").read_text())
+    schema = {"$ref": "#/components/schemas/dashboard/properties/spec", "components": document["components"]}
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker())
+    dashboard = _committed()
+    assert [error.message for error in validator.iter_errors(dashboard)] == []
+    broken = json.loads(json.dumps(dashboard))
+    broken["panels"][0]["gridPos"]["h"] = "8"  # the schema is no formality: a wrong type is refused
+    assert list(validator.iter_errors(broken))
+
+
+def test_queries_are_in_the_forms_grafanas_data_sources_accept() -> None:
+    """Tempo's source has no branch for queryType ``traceqlMetrics``: TraceQL and TraceQL-metrics queries are both
+    ``traceql``. Every data source is an input (``${DS_...}``), asked for on import and chosen by a variable."""
+    _builder()
+    from grafana_foundation_sdk.cog.encoder import JSONEncoder
+    from grafana_foundation_sdk.models import prometheus, tempo
+
+    dashboard = _committed()
+    inputs = {i["name"]: i["pluginId"] for i in dashboard["__inputs"] if i["type"] == "datasource"}
+    assert inputs == {"DS_TEMPO": "tempo", "DS_PROMETHEUS": "prometheus"}
+    variables = {v["name"]: v["query"] for v in dashboard["templating"]["list"] if v["type"] == "datasource"}
+    assert variables == inputs
+    for panel in dashboard["panels"]:
+        kind = panel["datasource"]["type"]
+        assert panel["datasource"]["uid"] == f"${{DS_{kind.upper()}}}", panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"] == panel["datasource"], panel["title"]
+            if kind == "tempo":
+                assert target["queryType"] in {t.value for t in tempo.TempoQueryType}, panel["title"]
+                assert target["queryType"] == tempo.TempoQueryType.TRACEQL and target["query"], panel["title"]
+                model = tempo.TempoQuery.from_json(target)
+            else:
+                assert kind == "prometheus" and target["expr"] and "queryType" not in target, panel["title"]
+                model = prometheus.Dataquery.from_json(target)
+            assert json.loads(json.dumps(model, cls=JSONEncoder)) == target, panel["title"]  # no stray keys
+
+
+def test_the_readme_table_gives_the_dashboards_own_queries() -> None:
+    dashboard = _committed()
+    rows = {}
+    for line in (DASHBOARD / "README.md").read_text().splitlines():
+        cells = re.split(r"(?<!\\)\|", line)[1:-1]
+        if len(cells) == 3 and cells[0].strip() not in {"panel", "---"}:
+            queries = [query.replace("\\|", "|") for query in re.findall(r"`([^`]+)`", cells[2])]
+            rows[cells[0].strip()] = queries
+    assert rows == {
+        panel["title"]: [target.get("query") or target["expr"] for target in panel["targets"]]
+        for panel in dashboard["panels"]
+    }

@@ -54,7 +54,7 @@ def shared_by_the_job(proposal: str, timeout_s: float = 30.0) -> str | None:
         if dist.is_initialized():
             from torch.distributed import distributed_c10d
 
-            store = distributed_c10d._get_default_store()  # type: ignore[attr-defined]  # stubs lag
+            store = distributed_c10d._get_default_store()
         elif os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and _agent_address() is not None:
             host, port = _agent_address() or ("", 0)
             # a client only: no world size, so the agent's count of the workers that joined is left as it is

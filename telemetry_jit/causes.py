@@ -51,10 +51,13 @@ _AT_THE_CALL = (
 
 # what a guard on a dynamic size asks of the code, whatever the stage
 _SPECIALIZED = (
-    "compiling with dynamic=True does not help here: the dimension is dynamic already, and the code torch traced "
-    "needs that size or range. torch's reason names the guard; TORCH_LOGS=dynamic names the line that added it "
-    "(set_replacement ... range_refined_to_singleton, or [guard added]). Make that code independent of the size (a "
-    "Python number read from the shape, a view or slice to a fixed size)"
+    "compiling with dynamic=True does not help here, nor does torch._dynamo.mark_dynamic (torch refuses a mark on "
+    "a dimension it specializes): torch compiled the dimension dynamic (the option, or its automatic dynamic shapes "
+    "after the size changed) and the code it traced needs that size or range (the compile's compile.specialized "
+    "names the size torch fixed and, where dynamo was tracing, the line; TORCH_LOGS=dynamic prints it as "
+    "set_replacement ... range_refined_to_singleton, or a guard as [guard added]). Make that code independent of "
+    "the size (a Python number read from the shape, a view or slice to a fixed size; under inductor, a kernel it "
+    "lowers for one size)"
 )
 
 CAUSES: dict[str, Cause] = {

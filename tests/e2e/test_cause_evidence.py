@@ -48,10 +48,12 @@ class TorchTrace(logging.Handler):
 def torch_trace() -> Iterator[TorchTrace]:
     from torch._logging._internal import trace_log
 
-    handler = TorchTrace()
+    handler, level = TorchTrace(), trace_log.level
+    trace_log.setLevel(logging.DEBUG)  # as TORCH_TRACE sets it
     trace_log.addHandler(handler)
     yield handler
     trace_log.removeHandler(handler)
+    trace_log.setLevel(level)
 
 
 class ConditionalGAN(pl.LightningModule):
@@ -178,3 +180,50 @@ def test_every_entrys_guard_names_the_gans_fixable_recompiles_and_each_named_fix
     assert causes(fit_gan(dropped, cast=True, drop_last=True)) == expected_only
     assert len(torch_recompiles()) == 3
     assert said("check", str(dropped.path), "--max-unexpected-recompiles", "0")[0] == 0
+
+
+class UNet(torch.nn.Module):
+    """Down, up and a skip connection: inductor fixes the image's height and width to one size while it compiles
+    them dynamic (``set_replacement s0 = 24 (range_refined_to_singleton)``); aot_eager keeps them dynamic."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.down1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.down2 = torch.nn.Conv2d(8, 16, 3, padding=1)
+        self.up = torch.nn.ConvTranspose2d(16, 8, 2, stride=2)
+        self.out = torch.nn.Conv2d(16, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        a = torch.relu(self.down1(x))
+        b = torch.relu(self.down2(torch.nn.functional.max_pool2d(a, 2)))
+        return self.out(torch.cat([self.up(b), a], 1))
+
+
+def test_a_size_torch_fixed_while_compiling_it_dynamic_is_specialized_and_never_advised_dynamic(
+    telemetry: Telemetry, torch_trace: TorchTrace
+) -> None:
+    model = torch.compile(UNet(), backend="inductor")
+    # inductor decides the sizes as it lowers the graph: a graph from its cache comes with its decisions made
+    caches = {"fx_graph_cache": False, "fx_graph_remote_cache": False}
+    with torch._inductor.config.patch(caches), telemetry_jit.CompileTelemetry(telemetry.provider, live=False) as loop:
+        for step, size in enumerate((16, 24, 32)):  # an image size per batch
+            loop.step(step)
+            model(torch.randn(2, 3, size, size)).mean().backward()
+    run = telemetry.end()
+    # torch's own record: the structured trace's specializations, in each recompile
+    specialized = {
+        compile_id: metadata["symbolic_shape_specialization"]
+        for compile_id, metadata in torch_trace.records
+        if "symbolic_shape_specialization" in metadata
+    }
+    spans = {s.attributes["compile.id"]: s.attributes for s in run.find("compilation")}
+    assert set(specialized) == {"0/1", "0/2"}, (specialized, [a.get("compile.specialized") for a in spans.values()])
+    for compile_id in ("0/1", "0/2"):
+        fixed = spans[compile_id]["compile.specialized"]
+        assert any(item.startswith("L['x'].size()[2] = ") and "range_refined_to_singleton" in item for item in fixed)
+    rows = summarize(run).causes
+    assert [(row.cause, row.count) for row in rows] == [("specialized", 2)]
+    text = flat(telemetry_jit.format_summary(run))
+    assert "dynamic=True does not help" in text and "mark_dynamic (torch refuses" in text
+    assert "compile with dynamic=True" not in text and "mark that dimension dynamic" not in text

@@ -139,9 +139,16 @@ def causes(run: TelemetryRun) -> dict[tuple[str, bool], int]:
 
 
 def test_every_entrys_guard_names_the_gans_fixable_recompiles_and_each_named_fix_removes_them(
-    telemetry: Telemetry, tmp_path: Path
+    telemetry: Telemetry, tmp_path: Path, torch_trace: TorchTrace
 ) -> None:
     run = fit_gan(telemetry)
+    # torch's own record of which compiles built a backward graph (tlparse's aot_backward_graph) and which an
+    # inference graph only (the generator frozen by toggle_optimizer): the summary counts the first, never the second
+    built = torch_trace.compiles_holding("aot_backward_graph")
+    inference = torch_trace.compiles_holding("aot_inference_graph")
+    assert inference and not inference & built
+    digest = summarize(run).digest
+    assert digest.backward_graphs + digest.backward_within == len(built), (built, inference)
     recompiles = torch_recompiles()
     found = causes(run)
     # the last batch (6 of 16) recompiles the generator, trainable and frozen, and the discriminator: each entry

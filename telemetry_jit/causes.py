@@ -314,6 +314,7 @@ class _Sizes:
     batch: _Batch | None
     batch_index: int | None
     batches: int | None
+    static: frozenset[tuple[str, str]] = frozenset()  # (input, dim) this compile's graph holds as a number
 
     def cause(self, subject: str) -> str:
         """The cause of a failed guard on a size (``""`` for none): a static size that changed, or a dynamic one's
@@ -324,6 +325,11 @@ class _Sizes:
             # torch made the dimension dynamic (the option, or its automatic dynamic shapes after a change) and the
             # code it traced fixed it to one size: neither dynamic=True nor mark_dynamic makes it dynamic
             torch_fixed = (size["name"], size["dim"]) in self.history.specialized
+            # under torch's default (auto) a size that changed compiles dynamic at once; where the recompile's graph
+            # holds it as a number of 2 or more (compile.input_shapes), torch fixed it again (its decision comes
+            # without a log line where inductor loads the graph from its cache)
+            fixed_again = self.dynamic == "auto" and int(size["actual"]) >= 2
+            torch_fixed = torch_fixed or fixed_again and (size["name"], size["dim"]) in self.static
             return "specialized" if self.dynamic == "true" or torch_fixed else static
         if _SIZE_GUARD.search(subject):
             return "size_one" if _SIZE_ONE.search(subject) else "specialized"
@@ -358,6 +364,19 @@ _MAX_ENTRIES = 1024  # cache entries' callers kept per frame (torch's recompile_
 _SOURCE_DIM = re.compile(r"^(?P<tensor>.+)\.size\(\)\[(?P<dim>\d+)\]$")
 
 
+_SHAPE = re.compile(r"^(?P<name>.+): \[(?P<dims>[^\]]*)\]$")
+
+
+def _static_dims(input_shapes: Sequence[str]) -> frozenset[tuple[str, str]]:
+    """``(input, dim)`` of each dimension a graph holds as a number (``"x: [2, s3]"``: ``("x", "0")``)."""
+    static = set()
+    for shape in input_shapes:
+        if found := _SHAPE.match(shape):
+            dims = [dim.strip() for dim in found["dims"].split(",")]
+            static.update((found["name"], str(index)) for index, dim in enumerate(dims) if dim.isdigit())
+    return frozenset(static)
+
+
 def specialized_dim(source: str) -> tuple[str, str] | None:
     """``("x", "2")`` of the source torch names a size by (``"L['x'].size()[2]"``), as its reasons name the tensor
     (``tensor 'x' size mismatch at index 2``); ``None`` for a source that is no tensor's size."""
@@ -388,11 +407,13 @@ class RecompileClassifier:
         compile_id: str = "",
         caller: str = "",
         specialized: Sequence[str] = (),
+        input_shapes: Sequence[str] = (),
     ) -> Classified | None:
         """Note a frame compile (forward graphs only); for a recompile, return its cause. ``dynamic``: the option it
         compiled with (``""`` unknown); ``reasons``: every cache entry's; ``caller``: whose call it compiled
         (``""`` unknown), which tells the entries made for this caller from other callers'; ``specialized``: the
-        sizes torch fixed while compiling it (``"L['x'].size()[2]"``); a plug-in's naming no known cause has none."""
+        sizes torch fixed while compiling it (``"L['x'].size()[2]"``); ``input_shapes``: its graph's inputs as torch
+        decided them (``"x: [s77, 4]"``, ``compile.input_shapes``); a plug-in's naming no known cause has none."""
         history = self._frames.setdefault(frame, _FrameHistory())
         if compile_id and caller and len(history.callers) < _MAX_ENTRIES:
             history.callers[compile_id] = caller
@@ -406,7 +427,7 @@ class RecompileClassifier:
         if not is_recompile:
             return None
         in_first_batch = batch is not None and not first_in_mode and history.first_batches.get(mode) == batch
-        sizes = _Sizes(history, dynamic, mode, batch, batch_index, batches)
+        sizes = _Sizes(history, dynamic, mode, batch, batch_index, batches, _static_dims(input_shapes))
         entries = list(reasons) or ([reason] if reason else [])
         # the entries made for this caller: another caller's entry (a network of another shape sharing the code)
         # fails on what tells the callers apart, which no change of this caller's removes; and of those, the

@@ -431,6 +431,9 @@ class RunDigest:
             dynamic=str(attributes.get(CompileAttr.DYNAMIC) or ""),
             reasons=[str(reason) for reason in attributes.get(CompileAttr.RECOMPILE_REASONS) or ()],
             trigger=trigger,
+            compile_id=compile_id,
+            specialized=[str(fixed).split(" = ", 1)[0] for fixed in attributes.get(CompileAttr.SPECIALIZED) or ()],
+            input_shapes=[str(shape) for shape in attributes.get(CompileAttr.INPUT_SHAPES) or ()],
         )
         if cause is None:
             return None

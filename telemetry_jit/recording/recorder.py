@@ -399,6 +399,7 @@ class CompileRecorder:
             compile_id=record.compile_id,
             caller=record.caller,
             specialized=[fixed.split(" = ", 1)[0] for fixed in record.specializations],
+            input_shapes=record.input_shapes,
         )
         if cause is not None and cause.reason:  # the reason of the entry that says what changed
             record.recompile_reason = cause.reason

@@ -604,3 +604,25 @@ def test_each_entrys_failed_guard_is_read_for_the_caller_it_was_made_for() -> No
         reasons=["0/2: tensor 'args[0]' dtype mismatch. expected Float, actual BFloat16", reasons[4]],
     )
     assert dtype is not None and (dtype.cause, dtype.expected) == ("tensor_property", False)
+
+
+def test_a_size_torch_made_dynamic_and_fixed_again_is_specialized_with_or_without_its_log_line() -> None:
+    # a U-Net under inductor, torch 2.13: the height changed, torch's automatic dynamic shapes compiled it dynamic,
+    # and inductor fixed it to 24 (set_replacement s53 = 24 (range_refined_to_singleton)); the graph's inputs hold 24
+    reason = "0/0: tensor 'x' size mismatch at index 2. expected 16, actual 24"
+    recompile: dict[str, Any] = {"reason": reason, "is_recompile": True, "step": 1, "batch_index": 1, "batches": 8}
+    seen = RecompileClassifier()
+    seen.observe("0", "train", dynamic="auto", step=0, batch_index=0, batches=8)
+    logged = seen.observe("0", "train", dynamic="auto", specialized=["L['x'].size()[2]"], **recompile)
+    assert logged is not None and logged.cause == "specialized"
+    # a graph inductor loaded from its cache logs no decision: the graph's inputs still say it
+    cached = RecompileClassifier()
+    cached.observe("0", "train", dynamic="auto", step=0, batch_index=0, batches=8)
+    found = cached.observe("0", "train", dynamic="auto", input_shapes=["x: [2, 3, 24, 24]"], **recompile)
+    assert found is not None and found.cause == "specialized"
+    assert "dynamic=True does not help" in CAUSES["specialized"].fix and "mark_dynamic" in CAUSES["specialized"].fix
+    # kept dynamic (aot_eager), it is a dimension that changed: dynamic=True or mark_dynamic is the fix
+    kept = RecompileClassifier()
+    kept.observe("0", "train", dynamic="auto", step=0, batch_index=0, batches=8)
+    found = kept.observe("0", "train", dynamic="auto", input_shapes=["x: [2, 3, s53, s0]"], **recompile)
+    assert found is not None and found.cause == "changing_dim"

@@ -326,8 +326,8 @@ class _Sizes:
             # code it traced fixed it to one size: neither dynamic=True nor mark_dynamic makes it dynamic
             torch_fixed = (size["name"], size["dim"]) in self.history.specialized
             # under torch's default (auto) a size that changed compiles dynamic at once; where the recompile's graph
-            # holds it as a number of 2 or more (compile.input_shapes), torch fixed it again (its decision comes
-            # without a log line where inductor loads the graph from its cache)
+            # holds it as a number of 2 or more (compile.input_shapes), torch fixed it again (said where no log line
+            # was read: a file whose recording predates compile.specialized, a logger the user's setup closed)
             fixed_again = self.dynamic == "auto" and int(size["actual"]) >= 2
             torch_fixed = torch_fixed or fixed_again and (size["name"], size["dim"]) in self.static
             return "specialized" if self.dynamic == "true" or torch_fixed else static

@@ -211,7 +211,7 @@ def test_a_size_torch_fixed_while_compiling_it_dynamic_is_specialized_and_never_
     telemetry: Telemetry, torch_trace: TorchTrace
 ) -> None:
     model = torch.compile(UNet(), backend="inductor")
-    # inductor decides the sizes as it lowers the graph: a graph from its cache comes with its decisions made
+    # inductor decides the sizes as it lowers the graph: compiled afresh, whatever this machine's cache holds
     caches = {"fx_graph_cache": False, "fx_graph_remote_cache": False}
     with torch._inductor.config.patch(caches), telemetry_jit.CompileTelemetry(telemetry.provider, live=False) as loop:
         for step, size in enumerate((16, 24, 32)):  # an image size per batch

@@ -330,6 +330,10 @@ class _Sizes:
             # was read: a file whose recording predates compile.specialized, a logger the user's setup closed)
             fixed_again = self.dynamic == "auto" and int(size["actual"]) >= 2
             torch_fixed = torch_fixed or fixed_again and (size["name"], size["dim"]) in self.static
+            # evaluation shaped unlike training and a smaller last batch keep their own fixes (give evaluation the
+            # training shapes; drop_last), which work whatever torch decided; a dimension that keeps changing is
+            # told its fix is not dynamic=True
+            torch_fixed = torch_fixed and static == "changing_dim"
             return "specialized" if self.dynamic == "true" or torch_fixed else static
         if _SIZE_GUARD.search(subject):
             return "size_one" if _SIZE_ONE.search(subject) else "specialized"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 DOCS = "docs/fixing.md"
@@ -51,10 +51,13 @@ _AT_THE_CALL = (
 
 # what a guard on a dynamic size asks of the code, whatever the stage
 _SPECIALIZED = (
-    "compiling with dynamic=True does not help here: the dimension is dynamic already, and the code torch traced "
-    "needs that size or range. torch's reason names the guard; TORCH_LOGS=dynamic names the line that added it "
-    "(set_replacement ... range_refined_to_singleton, or [guard added]). Make that code independent of the size (a "
-    "Python number read from the shape, a view or slice to a fixed size)"
+    "compiling with dynamic=True does not help here, nor does torch._dynamo.mark_dynamic (torch refuses a mark on "
+    "a dimension it specializes): torch compiled the dimension dynamic (the option, or its automatic dynamic shapes "
+    "after the size changed) and the code it traced needs that size or range (the compile's compile.specialized "
+    "names the size torch fixed and, where dynamo was tracing, the line; TORCH_LOGS=dynamic prints it as "
+    "set_replacement ... range_refined_to_singleton, or a guard as [guard added]). Make that code independent of "
+    "the size (a Python number read from the shape, a view or slice to a fixed size; under inductor, a kernel it "
+    "lowers for one size)"
 )
 
 CAUSES: dict[str, Cause] = {
@@ -175,6 +178,7 @@ EXPECTED_CAUSES = frozenset(
 )
 
 _COMPILE_ID = re.compile(r"^\s*\[?!?\d+(?:/\d+)+\]?:\s*")
+_ENTRY_ID = re.compile(r"^\s*\[?!?(\d+(?:/\d+)+)\]?:")
 _SOURCE_COMMENT = re.compile(r"\s+#.*$")
 _SIZE = re.compile(
     r"tensor '(?P<name>.+?)' (?:size|stride) mismatch at index (?P<dim>\d+)\. "
@@ -203,12 +207,55 @@ _STACK_NAME = re.compile(r"___stack\d+")
 _BREAK_VALUE = "an intermediate value"
 
 
+def entry_of(reason: str) -> str:
+    """The compile id of the cache entry a reason is about (``"0/2"`` of ``"0/2: tensor 'x' ..."``), or ``""``."""
+    found = _ENTRY_ID.match(reason)
+    return found[1] if found else ""
+
+
+def _distance(reason: str) -> int:
+    """How far a cache entry was from the call its failed guard refused (smaller: more of it matched). torch checks
+    a tensor's dispatch keys, dtype, device and requires_grad before its sizes, so an entry that failed on a size
+    matched everything before it; an entry made for another grad or module mode, or for inputs (or parameters)
+    that need gradients, is another kind of call."""
+    if _GRAD_MODE.search(reason) or _MODULE_MODE.search(reason) or "dispatch key set mismatch" in reason:
+        return 5
+    whose = _requires_grad_of(reason)
+    if whose:
+        return 4 if whose == "input" else 3
+    if _SIZE.search(reason) or _SIZE_GUARD.search(reason):
+        return 0
+    return 1 if _TENSOR_PROPERTY.search(reason) else 2
+
+
+def _module_of(caller: str) -> str:
+    return caller.split("/", 1)[0]
+
+
+def entries_for(reasons: Sequence[str], callers: Mapping[str, str], caller: str) -> tuple[list[str], list[str]]:
+    """Of each cache entry's reason, those of entries made for ``caller``'s modules, and of those the entries made
+    for its kind of call (``compat.torch.compile_caller``: which inputs and parameters need gradients); an entry
+    whose caller is unknown counts as both."""
+    module = _module_of(caller)
+    own = [reason for reason in reasons if _module_of(callers.get(entry_of(reason), caller)) == module]
+    return own, [reason for reason in own if callers.get(entry_of(reason), caller) == caller]
+
+
+def _parameters_of(caller: str) -> str:
+    return caller.rsplit("/", 1)[-1] if caller.count("/") == 2 else ""
+
+
+def own_entries(reasons: Sequence[str], callers: Mapping[str, str], caller: str) -> list[str]:
+    """The reasons of the entries made for ``caller``'s kind of call, else for its modules, else all of them."""
+    own, same_kind = entries_for(reasons, callers, caller)
+    return same_kind or own or list(reasons)
+
+
 def telling_reason(reasons: Sequence[str]) -> str:
     """Of each cache entry's reason (most recent first), the one that says what changed: torch names the most
-    recent entry's, which may be one made for another grad or module mode, or for inputs that need gradients."""
-    same_mode = [reason for reason in reasons if not (_GRAD_MODE.search(reason) or _MODULE_MODE.search(reason))]
-    same_kind = (reason for reason in same_mode if _requires_grad_of(reason) != "input")
-    return next(same_kind, same_mode[0] if same_mode else reasons[0] if reasons else "")
+    recent entry's, which may be one made for another grad or module mode, or for inputs that need gradients; of
+    the rest, a size that changed (everything before it matched), then a dtype or device, then another guard."""
+    return min(reasons, key=_distance, default="")
 
 
 def _requires_grad_of(reason: str) -> str:
@@ -238,6 +285,7 @@ class Classified:
     subject: str  # torch's reason, normalized
     expected: bool = False
     behind: str = ""
+    reason: str = ""  # torch's reason as it gave it, of the cache entry that says what changed
 
 
 _Batch = tuple[int, "int | None"]  # (global step, batch index): one batch, also where a step spans several
@@ -253,6 +301,9 @@ class _FrameHistory:
     first_batches: dict[str, _Batch] = field(default_factory=dict)  # mode -> the batch of its first compile
     changed_properties: set[tuple[str, str]] = field(default_factory=set)  # (tensor, dtype/device/...)
     causes: Counter[str] = field(default_factory=Counter)  # its recompiles' causes so far
+    # compile id -> whose call it compiled (compat.torch.compile_caller: its modules' kinds and parameter shapes)
+    callers: dict[str, str] = field(default_factory=dict)
+    specialized: set[tuple[str, str]] = field(default_factory=set)  # (tensor, dim) torch fixed to one size here
 
 
 @dataclass(frozen=True)
@@ -263,6 +314,7 @@ class _Sizes:
     batch: _Batch | None
     batch_index: int | None
     batches: int | None
+    static: frozenset[tuple[str, str]] = frozenset()  # (input, dim) this compile's graph holds as a number
 
     def cause(self, subject: str) -> str:
         """The cause of a failed guard on a size (``""`` for none): a static size that changed, or a dynamic one's
@@ -270,7 +322,19 @@ class _Sizes:
         size = _SIZE.search(subject)
         if size is not None:
             static = self._static(size)  # noted in the frame's history whatever the option
-            return "specialized" if self.dynamic == "true" else static
+            # torch made the dimension dynamic (the option, or its automatic dynamic shapes after a change) and the
+            # code it traced fixed it to one size: neither dynamic=True nor mark_dynamic makes it dynamic
+            torch_fixed = (size["name"], size["dim"]) in self.history.specialized
+            # under torch's default (auto) a size that changed compiles dynamic at once; where the recompile's graph
+            # holds it as a number of 2 or more (compile.input_shapes), torch fixed it again (said where no log line
+            # was read: a file whose recording predates compile.specialized, a logger the user's setup closed)
+            fixed_again = self.dynamic == "auto" and int(size["actual"]) >= 2
+            torch_fixed = torch_fixed or fixed_again and (size["name"], size["dim"]) in self.static
+            # evaluation shaped unlike training and a smaller last batch keep their own fixes (give evaluation the
+            # training shapes; drop_last), which work whatever torch decided; a dimension that keeps changing is
+            # told its fix is not dynamic=True
+            torch_fixed = torch_fixed and static == "changing_dim"
+            return "specialized" if self.dynamic == "true" or torch_fixed else static
         if _SIZE_GUARD.search(subject):
             return "size_one" if _SIZE_ONE.search(subject) else "specialized"
         return ""
@@ -301,6 +365,28 @@ class _Sizes:
 
 
 FRAMES_REMEMBERED = 10_000  # frames whose history the classifier keeps: the least recently compiled forgotten
+_MAX_ENTRIES = 1024  # cache entries' callers kept per frame (torch's recompile_limit is 8)
+_SOURCE_DIM = re.compile(r"^(?P<tensor>.+)\.size\(\)\[(?P<dim>\d+)\]$")
+
+
+_SHAPE = re.compile(r"^(?P<name>.+): \[(?P<dims>[^\]]*)\]$")
+
+
+def _static_dims(input_shapes: Sequence[str]) -> frozenset[tuple[str, str]]:
+    """``(input, dim)`` of each dimension a graph holds as a number (``"x: [2, s3]"``: ``("x", "0")``)."""
+    static = set()
+    for shape in input_shapes:
+        if found := _SHAPE.match(shape):
+            dims = [dim.strip() for dim in found["dims"].split(",")]
+            static.update((found["name"], str(index)) for index, dim in enumerate(dims) if dim.isdigit())
+    return frozenset(static)
+
+
+def specialized_dim(source: str) -> tuple[str, str] | None:
+    """``("x", "2")`` of the source torch names a size by (``"L['x'].size()[2]"``), as its reasons name the tensor
+    (``tensor 'x' size mismatch at index 2``); ``None`` for a source that is no tensor's size."""
+    found = _SOURCE_DIM.match(normalize_reason(source))
+    return (found["tensor"], found["dim"]) if found else None
 
 
 class RecompileClassifier:
@@ -323,14 +409,24 @@ class RecompileClassifier:
         dynamic: str = "",
         reasons: Sequence[str] = (),
         trigger: str = "dynamo",
+        compile_id: str = "",
+        caller: str = "",
+        specialized: Sequence[str] = (),
+        input_shapes: Sequence[str] = (),
     ) -> Classified | None:
         """Note a frame compile (forward graphs only); for a recompile, return its cause. ``dynamic``: the option it
-        compiled with (``""`` unknown); ``reasons``: every cache entry's; a plug-in's naming no known cause has none."""
+        compiled with (``""`` unknown); ``reasons``: every cache entry's; ``caller``: whose call it compiled
+        (``""`` unknown), which tells the entries made for this caller from other callers'; ``specialized``: the
+        sizes torch fixed while compiling it (``"L['x'].size()[2]"``); ``input_shapes``: its graph's inputs as torch
+        decided them (``"x: [s77, 4]"``, ``compile.input_shapes``); a plug-in's naming no known cause has none."""
         # the latest compiled frames' histories, a bounded number (a run or file of countless frames)
         history = self._frames.pop(frame, None) or _FrameHistory()
         self._frames[frame] = history
         if len(self._frames) > FRAMES_REMEMBERED:
             del self._frames[next(iter(self._frames))]
+        if compile_id and caller and len(history.callers) < _MAX_ENTRIES:
+            history.callers[compile_id] = caller
+        history.specialized.update(dim for source in specialized if (dim := specialized_dim(source)))
         mode = "eval" if stage in EVAL_STAGES else "train"
         first_in_mode = mode not in history.stages
         history.stages.add(mode)
@@ -340,19 +436,47 @@ class RecompileClassifier:
         if not is_recompile:
             return None
         in_first_batch = batch is not None and not first_in_mode and history.first_batches.get(mode) == batch
-        sizes = _Sizes(history, dynamic, mode, batch, batch_index, batches)
-        classified = self._classify(sizes, normalize_reason(reason), stage, limit_hit, in_first_batch)
-        if classified.cause == "other":  # another cache entry's reason may name the size that changed
-            for subject in map(normalize_reason, reasons):
-                if sized := sizes.cause(subject):
-                    classified = Classified(sized, subject)
-                    break
+        sizes = _Sizes(history, dynamic, mode, batch, batch_index, batches, _static_dims(input_shapes))
+        entries = list(reasons) or ([reason] if reason else [])
+        # the entries made for this caller: another caller's entry (a network of another shape sharing the code)
+        # fails on what tells the callers apart, which no change of this caller's removes; and of those, the
+        # entries made for its kind of call (the same inputs and parameters needing gradients): torch checks a
+        # tensor's dtype before its requires_grad, so another kind's entry may fail on a dtype that a cast alone
+        # would not make match
+        own, same_kind = entries_for(entries, history.callers, caller)
+        new_kind = bool(caller) and bool(entries) and not limit_hit and stage != "tuner" and not same_kind
+        trained = {_parameters_of(history.callers.get(entry_of(entry), caller)) for entry in own}
+        if new_kind and not own:
+            classified = Classified("shared_code", normalize_reason(entries[0]), expected=True, reason=entries[0])
+        elif new_kind and _parameters_of(caller) not in trained:
+            # the first call with these parameters trainable (toggle_optimizer, a frozen backbone)
+            told = min(own, key=lambda entry: _requires_grad_of(normalize_reason(entry)) != "parameter")
+            classified = Classified("trainable_params", normalize_reason(told), expected=True, reason=told)
+        else:
+            told = telling_reason(same_kind or own) if reasons else reason
+            attributed = bool(caller) and bool(same_kind)
+            classified = self._classify(sizes, told, stage, limit_hit, in_first_batch, attributed=attributed)
+            if classified.cause == "other" and not caller:  # another entry's reason may name the size that changed
+                for entry in entries:
+                    if sized := sizes.cause(normalize_reason(entry)):
+                        classified = Classified(sized, normalize_reason(entry), reason=entry)
+                        break
         if classified.cause == "other" and trigger not in ("dynamo", "thunder"):
             return None
         history.causes[classified.cause] += 1
         return classified
 
-    def _classify(self, sizes: _Sizes, subject: str, stage: str, limit_hit: bool, in_first_batch: bool) -> Classified:
+    def _classify(
+        self, sizes: _Sizes, reason: str, stage: str, limit_hit: bool, in_first_batch: bool, attributed: bool
+    ) -> Classified:
+        """``reason``'s cause; ``attributed``: it is of an entry made for the same caller (a size or dtype that
+        changed there is the caller's to fix, never the price of another caller)."""
+        return replace(self._cause_of(sizes, reason, stage, limit_hit, in_first_batch, attributed), reason=reason)
+
+    def _cause_of(
+        self, sizes: _Sizes, reason: str, stage: str, limit_hit: bool, in_first_batch: bool, attributed: bool
+    ) -> Classified:
+        subject = normalize_reason(reason)
         history = sizes.history
         if limit_hit:
             behind = [cause for cause, _ in history.causes.most_common() if cause not in EXPECTED_CAUSES]
@@ -370,7 +494,9 @@ class RecompileClassifier:
             return Classified("inference_mode", subject, expected=True)
         if _requires_grad_of(subject) == "parameter":
             return Classified("trainable_params", subject, expected=True)
-        if (size or changed) and in_first_batch:
+        # a size, dtype or device of this caller's own entry is never the price of another caller
+        own_change = attributed and (size is not None or (changed is not None and changed[2] != "requires_grad"))
+        if (size or changed) and in_first_batch and not own_change:
             # one code object called by another caller in the batch that first ran it: layers of one class on
             # the batch and on activations that need gradients, two networks of one class on their own inputs
             if changed is not None:
@@ -379,7 +505,7 @@ class RecompileClassifier:
         if sized := sizes.cause(subject):
             return Classified(sized, subject)
         if changed is not None:
-            if (changed[1], changed[2]) in history.changed_properties:
+            if (changed[1], changed[2]) in history.changed_properties and not own_change:
                 # it alternates between callers: torch named the first guard of one cache entry, and
                 # what changed this time is another guard of another entry
                 return Classified("other", subject)

@@ -231,6 +231,10 @@ class CompileRecord:
     options: dict[str, str | bool] = field(default_factory=dict)
     # the graph's input shapes as torch decided them ("x: [s77, 4, 47]": a symbol is dynamic, a number fixed)
     input_shapes: tuple[str, ...] = ()
+    # the sizes torch fixed to one value while compiling ("L['x'].size()[2] = 24 (range_refined_to_singleton)")
+    specializations: tuple[str, ...] = ()
+    caller: str = ""  # whose call a frame compile compiled (compat.torch.compile_caller), "" unknown
+    needs_backward: bool | None = None  # a frame compile whose graph can need a backward graph; None unknown
     cause: Classified | None = None  # why it recompiled (set when the recorder takes it)
     resources: CompileResources | None = None  # what it cost the host, where measured
     # torch's CompilationMetrics.duration_us; start_ns..end_ns also holds torch's bookkeeping of the metrics

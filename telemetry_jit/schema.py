@@ -65,6 +65,8 @@ class CompileAttr:
     FULLGRAPH: Final = "compile.fullgraph"
     MODE: Final = "compile.mode"  # inductor's mode, as its options amount to
     INPUT_SHAPES: Final = "compile.input_shapes"  # "x: [s77, 4, 47]": torch's dynamic-shape decisions per input
+    SPECIALIZED: Final = "compile.specialized"  # "x.size()[2] = 24 (range_refined_to_singleton)": sizes torch fixed
+    NEEDS_BACKWARD: Final = "compile.needs_backward"  # False: a frame compile that built an inference graph only
     FAILED: Final = "compile.failed"
     FAILURE: Final = "compile.failure"
     FELL_BACK_TO_EAGER: Final = "compile.fell_back_to_eager"

@@ -415,8 +415,11 @@ class RunDigest:
     def _training_frame_compile(self, compile_id: str, attributes: Mapping[str, Any]) -> None:
         """How a training frame compile's backward graph came (see ``_awaiting``), or that it comes at its backward."""
         shapes = attributes.get(CompileAttr.INPUT_SHAPES)
-        # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either
+        # a frame whose graph holds no op (it broke at its first line) compiled nothing, no backward either; nor did
+        # one whose inputs and parameters need no gradients (a generator frozen by toggle_optimizer): AOTAutograd
+        # built an inference graph only
         has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
+        has_ops = has_ops and attributes.get(CompileAttr.NEEDS_BACKWARD) is not False
         frame = compile_id.rsplit("/", 1)[0]
         kinds = set()
         # AOTAutograd's entry and two FX graphs (forward and backward) loaded from the compile cache
@@ -474,6 +477,9 @@ class RunDigest:
             dynamic=str(attributes.get(CompileAttr.DYNAMIC) or ""),
             reasons=[str(reason) for reason in attributes.get(CompileAttr.RECOMPILE_REASONS) or ()],
             trigger=trigger,
+            compile_id=compile_id,
+            specialized=[str(fixed).split(" = ", 1)[0] for fixed in attributes.get(CompileAttr.SPECIALIZED) or ()],
+            input_shapes=[str(shape) for shape in attributes.get(CompileAttr.INPUT_SHAPES) or ()],
         )
         if cause is None:
             return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import logging
 import os
 import re
@@ -208,13 +209,19 @@ def recompile_limit(failure: str = "") -> tuple[str, int | str]:
 
 
 # -- the compile in progress ---------------------------------------------------------------------
+def _compile_frame() -> FrameType | None:
+    """dynamo's ``_compile`` frame of the compile in progress (its arguments alike from 2.8 to 2.15), or ``None``."""
+    frame: FrameType | None = sys._getframe(2)
+    while frame is not None and not (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
+        frame = frame.f_back
+    return frame
+
+
 def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool], tuple[str, ...], tuple[str, ...]]:
     """The backend name, the frame (:func:`frame_where`), the options (:func:`_options`), the callers (``file:line``,
     outermost first, dynamo's left out) and why each cache entry refused the call (torch's ``guard_failures``) of
-    the compile in progress, from dynamo's ``_compile`` frame (its arguments alike from 2.8 to 2.15)."""
-    frame: FrameType | None = sys._getframe(1)
-    while frame is not None and not (frame.f_code.co_name == "_compile" and "compiler_fn" in frame.f_locals):
-        frame = frame.f_back
+    the compile in progress, from dynamo's ``_compile`` frame."""
+    frame = _compile_frame()
     if frame is None:
         return "", None, _options(None, None), (), ()
     backend = frame.f_locals["compiler_fn"]
@@ -236,6 +243,64 @@ def current_compile() -> tuple[str, tuple[str, str] | None, dict[str, str | bool
     failures = _dynamo_utils.guard_failures.get(code, ()) if code is not None else ()
     name = str(name or type(backend).__name__)
     return name, where, _options(frame, backend), tuple(reversed(callers)), last_recompiles_reasons(failures)
+
+
+def compile_caller() -> tuple[str, bool | None]:
+    """Whose call the compile in progress compiles, and whether its graph can need a backward graph (``None``:
+    unknown). The caller is the kind and parameter shapes of each module the compiled frame receives (``self``, an
+    argument, the module ``torch.compile(module)`` wraps in a closure), hashed: two networks sharing one ``forward``
+    are two callers, each with cache entries of its own, and two layers of one shape are one (an entry serves both).
+    A backward graph needs gradients on and a tensor that needs them among the inputs and parameters: AOTAutograd's
+    own test, so a frozen generator's compile builds an inference graph only."""
+    frame = _compile_frame()
+    if frame is None:
+        return "", None
+    values = list((frame.f_locals.get("locals") or {}).values())
+    for cell in frame.f_locals.get("closure") or ():
+        with contextlib.suppress(ValueError):  # an empty cell
+            values.append(cell.cell_contents)
+    modules: dict[int, torch.nn.Module] = {}
+    tensors: list[torch.Tensor] = []
+    for value in values:
+        items = value.values() if isinstance(value, dict) else value if isinstance(value, (tuple, list)) else (value,)
+        for item in items:
+            owner = getattr(item, "__self__", item)  # a bound method's module
+            if isinstance(owner, torch.nn.Module):
+                modules.setdefault(id(owner), owner)
+            elif isinstance(item, torch.Tensor):
+                tensors.append(item)
+    try:
+        kinds = [(type(m).__qualname__, [tuple(p.shape) for p in m.parameters()]) for m in modules.values()]
+        trainable = [p.requires_grad for module in modules.values() for p in module.parameters()]
+    except Exception:  # noqa: BLE001 - a parameter not yet materialized (a lazy module) has no shape to read
+        return "", None
+    grad = torch.is_grad_enabled()
+    inputs = "".join("1" if t.requires_grad else "0" for t in tensors)
+    # "<modules>/<grad mode><inputs needing gradients>/<parameters needing gradients>"
+    caller = f"{_digest(kinds)}/{grad:d}{inputs}/{_digest(trainable)}"
+    return caller, grad and (any(trainable) or "1" in inputs)
+
+
+def _digest(value: object) -> str:
+    return hashlib.blake2b(repr(value).encode(), digest_size=6).hexdigest()
+
+
+# the ShapeEnv's INFO lines naming a symbol's source and a symbol fixed to one value (TORCH_LOGS=dynamic prints
+# them): "create_symbol s53 = 24 for L['x'].size()[2] ...", "set_replacement s53 = 24 (range_refined_to_singleton)"
+SHAPE_LOGGER = "torch.fx.experimental.symbolic_shapes"
+
+
+def parse_shape_decision(record: logging.LogRecord) -> tuple[str, str, str, str] | None:
+    """``("symbol", symbol, source, "")`` for a symbol created, ``("fixed", symbol, value, why)`` for a symbol torch
+    replaced by a number (its specialization), ``None`` for other records: read from the record's arguments, not
+    its text (formatting every record would cost each compile)."""
+    args = record.args if isinstance(record.args, tuple) else ()
+    message = record.msg if isinstance(record.msg, str) else ""
+    if message.startswith("create_symbol") and len(args) >= 3:
+        return "symbol", str(args[0]), str(args[2]), ""
+    if message.startswith("set_replacement") and len(args) >= 3 and getattr(args[1], "is_Integer", False):
+        return "fixed", str(args[0]), str(args[1]), str(args[2])
+    return None
 
 
 def _options(frame: FrameType | None, backend: Any) -> dict[str, str | bool]:

@@ -12,11 +12,19 @@ from typing import Any, Protocol
 
 from telemetry_jit.boundary import call_site
 from telemetry_jit.breaks import is_restart_note
-from telemetry_jit.causes import normalize_reason, telling_reason
+from telemetry_jit.causes import normalize_reason, own_entries, telling_reason
 from telemetry_jit.compat import compile_cache, compile_timers
 from telemetry_jit.compat import torch as torch_compat
 from telemetry_jit.notices import warn_once
-from telemetry_jit.probes.log_taps import GraphBreakLog, LogTap, cache_bypass_log, ddp_bucket_log, frame_skip_log
+from telemetry_jit.probes.log_taps import (
+    GraphBreakLog,
+    LogTap,
+    cache_bypass_log,
+    ddp_bucket_log,
+    frame_skip_log,
+    shape_decision_log,
+    specializations,
+)
 from telemetry_jit.records import CacheLookup, CompileContext, CompileRecord, CompileResources, GraphBreak
 from telemetry_jit.terminal import shown
 
@@ -76,7 +84,9 @@ class DynamoProbe:
         self._ddp_log = ddp_bucket_log()
         self._skip_log = frame_skip_log()
         self._bypass_log = cache_bypass_log()
-        self._logs: list[LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log]
+        self._shape_log = shape_decision_log()
+        self._logs: list[LogTap] = [self._break_log, self._ddp_log, self._skip_log, self._bypass_log, self._shape_log]
+        self._callers: dict[str, str] = {}  # compile id -> whose call it compiled: tells each entry's reason apart
         self._lookups: list[CacheLookup] = []
         self._settings_said: set[str] = set()  # settings tables written out since attaching
         # built with the trainer or loop, before the script loads any mega-cache artifacts (and again at attach)
@@ -140,10 +150,13 @@ class DynamoProbe:
             record = CompileRecord("dynamo", args.compile_id, trigger, 0, 0, backend=self._backends.get(frame_id, ""))
             if trigger == "dynamo":
                 record.backend, where, record.options, record.callers, reasons = torch_compat.current_compile()
+                record.caller, record.needs_backward = torch_compat.compile_caller()
+                if record.caller and len(self._callers) < _MAX_CALLERS:
+                    self._callers[args.compile_id] = record.caller
                 if torch_compat.compile_attempt(args.compile_id) > 0:
                     record.recompile_reasons = reasons
-                    # torch's metrics name the most recent entry's reason; one entry may say more
-                    record.recompile_reason = telling_reason(reasons)
+                    # torch's metrics name the most recent entry's reason; an entry made for this caller says more
+                    record.recompile_reason = telling_reason(own_entries(reasons, self._callers, record.caller))
                 self._backends[frame_id] = record.backend
                 if where is not None:  # one frame compiled for several modules names each compile's own
                     record.frame, record.location = self._frames[frame_id] = where
@@ -170,7 +183,8 @@ class DynamoProbe:
             return f"the backward graph of {what} [{compile_id}]"
         if torch_compat.compile_attempt(compile_id) == 0:
             return f"{what} [{compile_id}]"
-        reason = normalize_reason(telling_reason(reasons) or torch_compat.recompile_reason_in_progress()) or "unknown"
+        own = own_entries(reasons, self._callers, self._callers.get(compile_id, ""))
+        reason = normalize_reason(telling_reason(own) or torch_compat.recompile_reason_in_progress()) or "unknown"
         return f"{what} [{compile_id}, recompile: {reason}]"
 
     def _on_end(self, args: Any) -> None:
@@ -193,6 +207,8 @@ class DynamoProbe:
             self._ddp_log.entries.clear()
             record.cache_bypasses, self._bypass_log.entries = self._bypass_log.entries, []
             record.cache_lookups, self._lookups = self._lookups, []
+            record.specializations = specializations(self._shape_log.entries)
+            self._shape_log.entries.clear()
             self._finished.setdefault((record.compile_id, record.trigger == "dynamo"), []).append(window)
         except Exception as error:  # noqa: BLE001
             _warn(error)
@@ -330,6 +346,9 @@ class DynamoProbe:
         record.is_recompile = torch_compat.compile_attempt(record.compile_id) > 0
         record.unavailable = tuple(sorted(torch_compat.UNAVAILABLE))
         return record
+
+
+_MAX_CALLERS = 100_000  # compile ids whose caller is kept (a few bytes each)
 
 
 def _stack(callers: tuple[str, ...], traced: tuple[str, ...], location: str) -> tuple[str, ...]:

@@ -86,6 +86,34 @@ def frame_skip_log() -> LogTap:
     )
 
 
+def _shape_decision(record: logging.LogRecord) -> tuple[str, str, str, str] | None:
+    entry = torch_compat.parse_shape_decision(record)
+    if entry is None or entry[0] != "fixed":
+        return entry
+    traced = torch_compat.traced_stack()  # the line dynamo was tracing as torch fixed the size, where it was
+    return (*entry[:3], f"{entry[3]}, at {traced[-1]}" if traced else entry[3])
+
+
+def shape_decision_log() -> LogTap:
+    """The ShapeEnv's INFO lines (``TORCH_LOGS=dynamic``): each symbol's source, and each symbol torch fixed to one
+    value (its specialization). Open to INFO, torch also writes where each shape guard came from: measured in
+    docs/benchmarks.md."""
+    return LogTap([logging.getLogger(torch_compat.SHAPE_LOGGER)], _shape_decision)
+
+
+def specializations(entries: Sequence[tuple[str, str, str, str]]) -> tuple[str, ...]:
+    """``"L['x'].size()[2] = 24 (range_refined_to_singleton, at unet.py:15)"`` for each size :func:`shape_decision_log`
+    saw torch fix, named by the source of its symbol (the symbol itself where its creation was not seen)."""
+    sources: dict[str, str] = {}
+    fixed = []
+    for kind, symbol, value, why in entries:
+        if kind == "symbol":
+            sources[symbol] = value
+        else:
+            fixed.append(f"{sources.get(symbol, symbol)} = {value} ({why})")
+    return tuple(dict.fromkeys(fixed))
+
+
 def _cache_bypass(record: logging.LogRecord) -> str | None:
     compile_cache.read_log(record)
     return torch_compat.parse_cache_bypass(record)

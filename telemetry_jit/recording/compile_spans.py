@@ -93,6 +93,10 @@ def record_attributes(record: CompileRecord, context: CompileContext) -> dict[st
     attributes.update({options[name]: value for name, value in record.options.items() if name in options})
     if record.input_shapes:
         attributes[CompileAttr.INPUT_SHAPES] = list(record.input_shapes)
+    if record.specializations:
+        attributes[CompileAttr.SPECIALIZED] = list(record.specializations)
+    if record.needs_backward is not None:
+        attributes[CompileAttr.NEEDS_BACKWARD] = record.needs_backward
     if len(record.recompile_reasons) > 1:  # their first lines (a reason may go on with the user's stack)
         reasons = record.recompile_reasons[:_MAX_REASONS]
         attributes[CompileAttr.RECOMPILE_REASONS] = [reason.strip().split("\n", 1)[0] for reason in reasons]

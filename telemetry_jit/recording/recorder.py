@@ -418,7 +418,13 @@ class CompileRecorder:
             dynamic=str(record.options.get("dynamic", "")),
             reasons=record.recompile_reasons,
             trigger=record.trigger,
+            compile_id=record.compile_id,
+            caller=record.caller,
+            specialized=[fixed.split(" = ", 1)[0] for fixed in record.specializations],
+            input_shapes=record.input_shapes,
         )
+        if cause is not None and cause.reason:  # the reason of the entry that says what changed
+            record.recompile_reason = cause.reason
         if cause is not None:
             if len(self._causes) > 10_000:  # a backward graph follows its forward within a step or two
                 self._causes.clear()

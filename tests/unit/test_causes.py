@@ -552,3 +552,77 @@ def test_the_first_batch_is_a_batch_not_a_step() -> None:
     accumulating.observe("0", "train", step=0, batch_index=0)
     changed = accumulating.observe("0", "train", reason=size, is_recompile=True, step=0, batch_index=1, batches=8)
     assert changed is not None and changed.cause == "changing_dim"
+
+
+def test_each_entrys_failed_guard_is_read_for_the_caller_it_was_made_for() -> None:
+    # a GAN's generator (G) and discriminator (D) share one compiled Sequential.forward; bf16-mixed, the last batch
+    # holds 6 of 16. torch 2.13's guard_failures at the discriminator's call on the real images of the last batch:
+    # the generator's entry fails first on the width ("index 1. expected 8, actual 12"), the discriminator's own
+    # entry for this kind of call (float32, no gradients, its parameters trainable) on the batch size
+    g, d_fake, d_real = "G/1/gp", "D/11/df", "D/10/dt"  # modules / grad mode and inputs / parameters (compat.torch)
+    classifier = RecompileClassifier()
+    calls = [("0/0", g), ("0/1", d_fake), ("0/2", d_real), ("0/3", d_real), ("0/4", g), ("0/5", d_real)]
+    for compile_id, caller in calls:
+        classifier.observe("0", "train", compile_id=compile_id, caller=caller, step=0, batch_index=0, batches=3)
+    reasons = [
+        "0/5: tensor 'args[0]' dtype mismatch. expected BFloat16, actual Float",
+        "0/4: tensor 'args[0]' size mismatch at index 1. expected 8, actual 12",
+        "0/3: tensor 'args[0]' dtype mismatch. expected BFloat16, actual Float",
+        "0/2: tensor 'args[0]' size mismatch at index 0. expected 16, actual 6",
+        "0/1: tensor 'args[0]' dtype mismatch. expected BFloat16, actual Float",
+        "0/0: tensor 'args[0]' size mismatch at index 0. expected 16, actual 6",
+    ]
+    last = dict(is_recompile=True, step=4, batch_index=2, batches=3, reasons=reasons, reason=reasons[0])
+    found = classifier.observe("0", "train", compile_id="0/6", caller=d_real, **last)  # type: ignore[arg-type]
+    assert found is not None and (found.cause, found.expected) == ("last_batch", False)
+    assert found.reason == reasons[3] and found.subject.endswith("index 0. expected 16, actual 6")
+    # the discriminator's first call on float32 images after its bfloat16 fakes, its parameters trainable now: the
+    # dtype its other entry failed on is not all that differs (a cast would leave the recompile): the expected price
+    first = RecompileClassifier()
+    first.observe("0", "train", compile_id="0/0", caller=g, step=0, batch_index=0)
+    first.observe("0", "train", compile_id="0/1", caller=d_fake, step=0, batch_index=0)
+    new_kind = first.observe(
+        "0",
+        "train",
+        compile_id="0/2",
+        caller=d_real,
+        is_recompile=True,
+        step=0,
+        batch_index=0,
+        reasons=[reasons[4], "0/0: tensor 'args[0]' size mismatch at index 1. expected 8, actual 12"],
+    )
+    assert new_kind is not None and (new_kind.cause, new_kind.expected) == ("trainable_params", True)
+    # the same caller and kind met with another dtype: the cast is the user's to make, in the first batch too
+    dtype = first.observe(
+        "0",
+        "train",
+        compile_id="0/3",
+        caller=d_real,
+        is_recompile=True,
+        step=0,
+        batch_index=0,
+        reasons=["0/2: tensor 'args[0]' dtype mismatch. expected Float, actual BFloat16", reasons[4]],
+    )
+    assert dtype is not None and (dtype.cause, dtype.expected) == ("tensor_property", False)
+
+
+def test_a_size_torch_made_dynamic_and_fixed_again_is_specialized_with_or_without_its_log_line() -> None:
+    # a U-Net under inductor, torch 2.13: the height changed, torch's automatic dynamic shapes compiled it dynamic,
+    # and inductor fixed it to 24 (set_replacement s53 = 24 (range_refined_to_singleton)); the graph's inputs hold 24
+    reason = "0/0: tensor 'x' size mismatch at index 2. expected 16, actual 24"
+    recompile: dict[str, Any] = {"reason": reason, "is_recompile": True, "step": 1, "batch_index": 1, "batches": 8}
+    seen = RecompileClassifier()
+    seen.observe("0", "train", dynamic="auto", step=0, batch_index=0, batches=8)
+    logged = seen.observe("0", "train", dynamic="auto", specialized=["L['x'].size()[2]"], **recompile)
+    assert logged is not None and logged.cause == "specialized"
+    # a graph inductor loaded from its cache logs no decision: the graph's inputs still say it
+    cached = RecompileClassifier()
+    cached.observe("0", "train", dynamic="auto", step=0, batch_index=0, batches=8)
+    found = cached.observe("0", "train", dynamic="auto", input_shapes=["x: [2, 3, 24, 24]"], **recompile)
+    assert found is not None and found.cause == "specialized"
+    assert "dynamic=True does not help" in CAUSES["specialized"].fix and "mark_dynamic" in CAUSES["specialized"].fix
+    # kept dynamic (aot_eager), it is a dimension that changed: dynamic=True or mark_dynamic is the fix
+    kept = RecompileClassifier()
+    kept.observe("0", "train", dynamic="auto", step=0, batch_index=0, batches=8)
+    found = kept.observe("0", "train", dynamic="auto", input_shapes=["x: [2, 3, s53, s0]"], **recompile)
+    assert found is not None and found.cause == "changing_dim"

@@ -374,7 +374,7 @@ _SHAPE = re.compile(r"^(?P<name>.+): \[(?P<dims>[^\]]*)\]$")
 
 def _static_dims(input_shapes: Sequence[str]) -> frozenset[tuple[str, str]]:
     """``(input, dim)`` of each dimension a graph holds as a number (``"x: [2, s3]"``: ``("x", "0")``)."""
-    static = set()
+    static: set[tuple[str, str]] = set()
     for shape in input_shapes:
         if found := _SHAPE.match(shape):
             dims = [dim.strip() for dim in found["dims"].split(",")]

@@ -208,7 +208,7 @@ def test_an_inductor_compile_costs_its_compilers_cpu_and_a_compile_near_the_limi
     from torch._inductor.async_compile import shutdown_compile_workers
 
     shutdown_compile_workers()
-    rss, _ = host.own_memory() or (0, 0)
+    rss = host.own_held()
     monkeypatch.setenv(host.MEMORY_LIMIT_VARIABLE, str(int((rss + 120 * 2**20) / NEAR_LIMIT_SHARE)))
     model = Net(width=512, layers=3)
     model.model.compile()

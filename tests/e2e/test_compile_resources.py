@@ -156,6 +156,41 @@ def test_workers_forked_from_the_training_process_while_it_compiles_count_only_w
     assert resources.host_rss_bytes == pytest.approx(host.own_held(), rel=0.15)  # summed: 4 times the process
 
 
+HOLD = "import sys, time\nheld = b'\\1' * (int(sys.argv[1]) << 20)\ntime.sleep(30)\n"
+
+
+@pytest.mark.any_torch
+def test_a_child_first_seen_between_its_fork_and_its_exec_counts_whole_once_it_has_execd(tmp_path: Path) -> None:
+    """A compiler seen before its exec is a copy of this process (its command line, its image): taken for a
+    forked worker, what it held then (this whole process) was subtracted from it for good, and the 64 MB the
+    compiler holds after its exec counted as nothing."""
+    go = tmp_path / "go"
+    meter = ResourceMeter()
+    meter.start()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # fork() of a process with threads: the child only waits, then execs
+        window = meter.begin()
+        pid = os.fork()
+        if pid == 0:
+            while not go.exists():
+                time.sleep(0.01)
+            os.execv(sys.executable, [sys.executable, "-c", HOLD, "64"])
+    try:
+        deadline = time.time() + 10
+        while pid not in window.counted and time.time() < deadline:
+            time.sleep(0.05)
+        assert pid in window.counted  # seen before its exec
+        go.touch()
+        time.sleep(1.5)
+        resources = meter.end(window)
+    finally:
+        meter.stop()
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert resources is not None
+    assert resources.host_peak_bytes >= 60 * 2**20
+
+
 @pytest.mark.any_torch
 @pytest.mark.parametrize("start", ["fork", "subprocess"])
 def test_compile_memory_agrees_with_the_kernels_pss_through_a_compile_that_forks(tmp_path: Path, start: str) -> None:

@@ -62,10 +62,12 @@ def own_held() -> int:
     return own_memory()[0]
 
 
-def own_image() -> tuple[int, int, int]:
-    """Where this process's code and stack start (a child forked and not exec'd has the same); zeros if unknown."""
-    found = _stat(os.getpid())
-    return found.image if found is not None else (0, 0, 0)
+def image(pid: int) -> tuple[int, int, int] | None:
+    """Where ``pid``'s code starts and ends and its stack starts (``stat``'s ``startcode``, ``endcode``,
+    ``startstack``): a child forked and not exec'd has its parent's, an exec gives new ones (the kernel places
+    each image anew); ``None`` when it is gone, zeros where the kernel does not say."""
+    found = _stat(pid)
+    return found.image if found is not None else None
 
 
 def own_cpu() -> tuple[float, float, int]:

@@ -51,7 +51,7 @@ class ResourceMeter:
         # from this one): its image and anonymous resident bytes when first seen, pages it shares with its parent
         # (counted there); forgotten if it execs (a child seen between its fork and its exec is its parent's copy)
         self._shared: dict[int, tuple[tuple[int, int, int], int]] = {}
-        self._image = (0, 0, 0)  # this process's
+        self._image: tuple[int, int, int] | None = None  # this process's
         self._open: _Window | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -66,7 +66,7 @@ class ResourceMeter:
         self._limit, self._limit_source = host.memory_limit()
         self._notices.forget()
         self._watch = host.ChildWatch()
-        self._image = host.own_image()
+        self._image = host.image(self._watch.root)
         self._note_children(self._watch.update())
 
     def begin(self) -> _Window | None:
@@ -208,11 +208,7 @@ class ResourceMeter:
                 self._workers[pid] = host.COMPILE_WORKER in host.command_line(pid)
                 # forked, not exec'd: its parent's image as it is now (a parent first seen between its own fork
                 # and exec had its parent's image then, and its command line)
-                parent = (
-                    self._image
-                    if found.parent == self._watch.root
-                    else getattr(host.child(found.parent), "image", None)
-                )
+                parent = self._image if found.parent == self._watch.root else host.image(found.parent)
                 if any(found.image) and found.image == parent:
                     self._shared[pid] = (found.image, found.held_bytes)
         for pid in [pid for pid in self._workers if pid not in below]:

@@ -1,4 +1,4 @@
-"""What the host says about this process and its children: CPU time, resident memory, the memory it may use
+"""What the host says about this process and its children: CPU time, anonymous resident memory, the memory it may use
 (Linux ``/proc`` and cgroups; elsewhere every reading is ``None`` or empty). Nothing here resets a peak counter
 (``VmHWM``, torch's ``max_memory_allocated``): a user's own figure would shrink."""
 
@@ -9,7 +9,7 @@ import re
 import resource
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 MEMORY_LIMIT_VARIABLE = "TELEMETRY_JIT_MEMORY_LIMIT"  # bytes, or 512M, 8G, 2GiB: overrides what the host says
@@ -23,33 +23,51 @@ ON_LINUX = sys.platform.startswith("linux") and Path("/proc/self/stat").exists()
 
 @dataclass(frozen=True)
 class Child:
-    """A process below this one, as ``/proc/<pid>/stat`` says."""
+    """A process below this one, as ``/proc/<pid>/stat`` and ``statm`` say."""
 
     pid: int
     parent: int
     cpu_s: float  # with its reaped children's
-    rss_bytes: int
+    held_bytes: int  # its anonymous resident memory (see own_memory)
     started: int  # in clock ticks since boot
+    image: tuple[int, int, int]  # where its code starts and ends and its stack starts: exec makes new ones, fork not
 
 
 _statm: tuple[int, int] | None = None  # (pid, descriptor): /proc/self/statm kept open, read with pread
 
 
-def own_memory() -> tuple[int, int]:
-    """This process's resident bytes now and at its peak so far (``statm``; ``ru_maxrss``, which is ``VmHWM``)."""
-    return own_rss(), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+def own_memory() -> tuple[int, int, int]:
+    """This process's anonymous resident bytes, its resident bytes, and its peak resident bytes so far (``statm``;
+    ``ru_maxrss``, which is ``VmHWM``); zeros where unknown.
 
-
-def own_rss() -> int:
-    """This process's resident bytes (``statm`` kept open: a read costs a microsecond, opening tens); 0 if unknown."""
+    Anonymous: resident less what ``statm`` calls shared (file-backed pages, the libraries mapped, and shared
+    memory). Those are the kernel's page cache, shared with every process mapping the same files and reclaimable;
+    summed resident memory counts them once per process. The anonymous pages are what only RAM can hold, and
+    what the kernel's proportional set size (PSS) counts in full for a process that shares none with another."""
     global _statm
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     try:
         pid = os.getpid()
         if _statm is None or _statm[0] != pid:  # a forked child reads its own
             _statm = (pid, os.open(f"/proc/{pid}/statm", os.O_RDONLY | os.O_CLOEXEC))
-        return int(os.pread(_statm[1], 128, 0).split()[1]) * _PAGE
+        fields = os.pread(_statm[1], 128, 0).split()
+        resident, shared = int(fields[1]) * _PAGE, int(fields[2]) * _PAGE
     except (OSError, ValueError, IndexError):
-        return 0
+        return 0, 0, peak
+    return max(resident - shared, 0), resident, peak
+
+
+def own_held() -> int:
+    """This process's anonymous resident bytes (``statm`` kept open: a read costs a microsecond, opening tens)."""
+    return own_memory()[0]
+
+
+def image(pid: int) -> tuple[int, int, int] | None:
+    """Where ``pid``'s code starts and ends and its stack starts (``stat``'s ``startcode``, ``endcode``,
+    ``startstack``): a child forked and not exec'd has its parent's, an exec gives new ones (the kernel places
+    each image anew); ``None`` when it is gone, zeros where the kernel does not say."""
+    found = _stat(pid)
+    return found.image if found is not None else None
 
 
 def own_cpu() -> tuple[float, float, int]:
@@ -62,12 +80,27 @@ def own_cpu() -> tuple[float, float, int]:
 
 def child(pid: int) -> Child | None:
     """``pid``'s figures, or ``None`` when it is gone."""
+    found = _stat(pid)
+    if found is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as statm:
+            fields = statm.read().split()
+        held = max(int(fields[1]) - int(fields[2]), 0) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return None
+    return replace(found, held_bytes=held)
+
+
+def _stat(pid: int) -> Child | None:
+    """``pid``'s ``stat`` alone (``held_bytes`` 0)."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as stat:
             text = stat.read()
         fields = text[text.rindex(b")") + 2 :].split()
         cpu = sum(int(fields[index]) for index in (11, 12, 13, 14)) / _TICKS
-        return Child(pid, int(fields[1]), cpu, int(fields[21]) * _PAGE, int(fields[19]))
+        image = (int(fields[23]), int(fields[24]), int(fields[25]))
+        return Child(pid, int(fields[1]), cpu, 0, int(fields[19]), image)
     except (OSError, ValueError, IndexError):
         return None
 
@@ -87,14 +120,14 @@ class ChildWatch:
             now = {int(name) for name in os.listdir("/proc") if name.isdigit()}
         except OSError:
             return self.below
-        new = [c for pid in sorted(now - self._seen) if (c := child(pid)) is not None]
+        new = [c for pid in sorted(now - self._seen) if (c := _stat(pid)) is not None]
         self._seen = now
         self.below = {pid: c for pid, c in self.below.items() if pid in now}
         while True:  # a new process below a new process: until nothing more joins
             joined = {c.pid: c for c in new if c.pid not in self.below and c.parent in (self.root, *self.below)}
             if not joined:
                 return self.below
-            self.below.update(joined)
+            self.below.update({pid: child(pid) or c for pid, c in joined.items()})  # its memory too
 
 
 def command_line(pid: int) -> bytes:

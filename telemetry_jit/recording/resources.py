@@ -1,5 +1,6 @@
 """What each compilation costs the host: CPU seconds (this process, inductor's compile workers and the compilers
-it starts) and resident memory, with a warning while a compile nears the memory the process may use.
+it starts) and the memory it holds (anonymous resident memory: docs/telemetry.md, "Resources"), with a warning
+while a compile nears the memory the process may use.
 
 Only while a compile runs: torch's compile callbacks open and close a window (a few reads of ``/proc``), and a
 sampler thread, asleep between compiles, reads memory and looks for new children. Nothing runs per step."""
@@ -25,11 +26,11 @@ class _Window:
     cpu: float
     reaped_cpu: float
     largest_reaped: int
-    rss: int
-    hwm: int
+    held: int  # this process's anonymous resident bytes
+    hwm: int  # and its peak resident bytes (VmHWM)
     started: int  # clock ticks since boot
     children_cpu: dict[int, float]
-    base: int  # resident bytes of this process and its counted children at the start
+    base: int  # anonymous resident bytes of this process and its counted children at the start
     cuda: tuple[int, int] | None
     peak_tree: int  # the highest readings since: of this process and its counted children, and of it alone
     peak_own: int
@@ -46,10 +47,11 @@ class ResourceMeter:
         self._limit, self._limit_source = (0, "")
         self._watch = host.ChildWatch()
         self._workers: dict[int, bool] = {}  # child pid -> whether it is one of inductor's compile workers
-        self._lines: dict[int, bytes] = {}  # command lines, by pid
         # a child forked from its parent and not exec'd (inductor's pool forks its workers from one process, or
-        # from this one): its resident bytes when first seen, pages it shares with its parent (counted there)
-        self._shared: dict[int, int] = {}
+        # from this one): its image and anonymous resident bytes when first seen, pages it shares with its parent
+        # (counted there); forgotten if it execs (a child seen between its fork and its exec is its parent's copy)
+        self._shared: dict[int, tuple[tuple[int, int, int], int]] = {}
+        self._image: tuple[int, int, int] | None = None  # this process's
         self._open: _Window | None = None
         self._lock = threading.Lock()
         self._wake = threading.Event()
@@ -64,7 +66,7 @@ class ResourceMeter:
         self._limit, self._limit_source = host.memory_limit()
         self._notices.forget()
         self._watch = host.ChildWatch()
-        self._lines[self._watch.root] = host.command_line(self._watch.root)
+        self._image = host.image(self._watch.root)
         self._note_children(self._watch.update())
 
     def begin(self) -> _Window | None:
@@ -73,22 +75,22 @@ class ResourceMeter:
             return None
         try:
             cpu, reaped, largest = host.own_cpu()
-            rss, hwm = host.own_memory()
+            held, _, hwm = host.own_memory()
             workers = [pid for pid, worker in list(self._workers.items()) if worker]  # the sampler may be adding
             children = [c for pid in workers if (c := host.child(pid)) is not None]
-            base = rss + sum(self._held(c) for c in children)
+            base = held + sum(self._held(c) for c in children)
             window = _Window(
                 cpu=cpu,
                 reaped_cpu=reaped,
                 largest_reaped=largest,
-                rss=rss,
+                held=held,
                 hwm=hwm,
                 started=host.clock_ticks(),
                 children_cpu={c.pid: c.cpu_s for c in children},
                 base=base,
                 cuda=host.cuda_memory(),
                 peak_tree=base,
-                peak_own=rss,
+                peak_own=held,
                 counted={c.pid: c for c in children},
             )
         except Exception as error:  # noqa: BLE001 - a reading that fails costs the figure, never the compile
@@ -124,16 +126,19 @@ class ResourceMeter:
 
     def _measure(self, window: _Window) -> CompileResources:
         cpu, reaped, largest = host.own_cpu()
-        rss, hwm = host.own_memory()
+        held, rss, hwm = host.own_memory()
         children = {pid: c for pid in list(window.counted) if (c := host.child(pid)) is not None}
         children_cpu = sum(max(c.cpu_s - window.children_cpu.get(pid, 0.0), 0.0) for pid, c in children.items())
         worker_cpu = max(reaped - window.reaped_cpu, 0.0) + children_cpu
-        # this process's own peak: exact where it set a new high (VmHWM rose), else the highest reading
-        own_peak = hwm if hwm > window.hwm else max(window.peak_own, rss)
+        # this process's own peak: where it set a new high (VmHWM rose), that high less the file-backed pages it
+        # maps now (a compile grows anonymous memory); else the highest reading
+        own_peak = max(hwm - (rss - held), window.peak_own, held) if hwm > window.hwm else max(window.peak_own, held)
         children_now = sum(self._held(c) for c in children.values())
-        # a compiler reaped within the window peaked at the largest reaped child's figure, if that grew
-        reaped_peak = largest if largest > window.largest_reaped else 0
-        peak = max(window.peak_tree, own_peak + children_now, max(window.rss, rss) + reaped_peak)
+        # A compiler reaped within the window peaked at the largest reaped child's figure where that grew; but the
+        # kernel's figure starts from the image a child was forked from (kept at its exec: this whole process's
+        # resident memory), so only one above this process's own peak is a compiler's own.
+        reaped_peak = largest if largest > max(window.largest_reaped, hwm) else 0
+        peak = max(window.peak_tree, own_peak + children_now, max(window.held, held) + reaped_peak)
         device = None
         cuda = host.cuda_memory()
         if window.cuda is not None and cuda is not None and cuda[1] > window.cuda[1]:
@@ -198,24 +203,29 @@ class ResourceMeter:
         return False
 
     def _note_children(self, below: dict[int, host.Child]) -> None:
-        for pid, found in below.items():  # a parent before its children
+        for pid, found in below.items():
             if pid not in self._workers:
-                self._lines[pid] = line = host.command_line(pid)
-                self._workers[pid] = host.COMPILE_WORKER in line
-                if line and line == self._lines.get(found.parent):  # forked, not exec'd
-                    self._shared[pid] = found.rss_bytes
+                self._workers[pid] = host.COMPILE_WORKER in host.command_line(pid)
+                # forked, not exec'd: its parent's image as it is now (a parent first seen between its own fork
+                # and exec had its parent's image then, and its command line)
+                parent = self._image if found.parent == self._watch.root else host.image(found.parent)
+                if any(found.image) and found.image == parent:
+                    self._shared[pid] = (found.image, found.held_bytes)
         for pid in [pid for pid in self._workers if pid not in below]:
             del self._workers[pid]
             self._shared.pop(pid, None)
-            self._lines.pop(pid, None)
 
     def _held(self, found: host.Child) -> int:
-        """The resident bytes a child holds of its own: a forked child's above what it had when first seen
-        (summing forked workers' resident memory counts their parent's pages once per worker)."""
-        return max(found.rss_bytes - self._shared.get(found.pid, 0), 0)
+        """The anonymous resident bytes a child holds of its own: a forked child's above what it had when first
+        seen (its parent's pages, counted there: summed, forked workers would count them once per worker)."""
+        image, first = self._shared.get(found.pid, (found.image, 0))
+        if image != found.image:  # exec'd since: what it holds now is all its own
+            self._shared.pop(found.pid, None)
+            first = 0
+        return max(found.held_bytes - first, 0)
 
     def _read(self, window: _Window) -> None:
-        own = host.own_rss()
+        own = host.own_held()
         tree = own
         for pid, known in list(window.counted.items()):
             found = host.child(pid)

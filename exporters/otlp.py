@@ -13,6 +13,7 @@ import random
 import re
 import socket
 import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from importlib import metadata
@@ -37,7 +38,7 @@ from telemetry_jit.boundary import call_site
 from telemetry_jit.identity import IdentityTracker
 from telemetry_jit.identity import run_id as job_run_id
 from telemetry_jit.notices import NOWHERE, Notices
-from telemetry_jit.schema import OTEL_NAMESPACE, JitSpanName, otel_dropped, otel_name
+from telemetry_jit.schema import OTEL_NAMESPACE, JitEventName, JitSpanName, otel_dropped, otel_name
 
 from .finished import FinishedSpan, unix_ns
 from .otlp_late import untap_when_exports_end
@@ -75,6 +76,8 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"  # the semantic conventio
 ALWAYS_KEPT = frozenset(name.value for name in JitSpanName)
 # on the link from a kept span to the parent the sampler left out: that parent's name
 _LINKED_PARENT = "telemetry_jit.sampled_out_parent"
+# at most this long the root span waits, as the run ends, for the spans before it to be exported: their drops known
+_ROOT_FLUSH_S = 2.0
 
 
 def _through_the_sdk(method: Callable[..., None]) -> Callable[..., None]:
@@ -198,6 +201,9 @@ class OTLPExporter(BaseExporter):
         self._spans: dict[Any, trace.Span] = {}
         self._notices = Notices()
         self._ended = 0
+        self._root: Any = None  # the application span's id: ended last, carrying the run's counts
+        self._names: Counter[str] = Counter()  # spans sent, by name
+        self._events: Counter[str] = Counter()  # events on the spans sent, by name
         self._sampled_out = 0  # spans the user's sampler (OTEL_TRACES_SAMPLER) left out
         self._default_service_name: str | None = None  # configure's application name: the environment's wins
         self._failure: str | None = None  # the type of the error that ended a span, for the root span's status
@@ -345,6 +351,8 @@ class OTLPExporter(BaseExporter):
     @_through_the_sdk
     def export_start(self, span: Span) -> None:
         start = unix_ns(span.start_event.timestamp)
+        if span.parent_span is None and self._root is None:
+            self._root = span.id
         self._spans[span.id] = self._start(span.name_str, span.parent_span, start, span.attributes.to_json())
 
     @_through_the_sdk
@@ -353,10 +361,10 @@ class OTLPExporter(BaseExporter):
         for event in span.events:
             if not event.error:
                 attributes = by_importance(_attributes(event.exported_attributes()))
-                otel_span.add_event(event.name, attributes, timestamp=event.time_unix_ns)
+                self._add_event(otel_span, event.name, attributes, event.time_unix_ns)
             else:  # OpenTelemetry's exception event says it: one name for the fact
                 attributes = exception_attributes(event.message)
-                otel_span.add_event("exception", attributes, timestamp=event.time_unix_ns)
+                self._add_event(otel_span, "exception", attributes, event.time_unix_ns)
                 self._failed(otel_span, attributes["exception.type"], event.message, run=False)
         self._end(otel_span, span.end_unix_ns)
 
@@ -391,14 +399,43 @@ class OTLPExporter(BaseExporter):
         otel_span.set_attributes(self._with_identity(span.attributes.to_json()))
         if span.parent_span is None and self._failure is not None:  # the root: the run failed under it
             self._failed(otel_span, self._failure, "the run failed (see the exception event of the span it ended)")
+        if span.id == self._root:
+            self._stamp_run(otel_span)
         self._end(otel_span, unix_ns(span.stop_event.timestamp) if span.stop_event is not None else None)
+
+    def _add_event(self, otel_span: trace.Span, name: str, attributes: Mapping[str, Any], time_ns: int) -> None:
+        otel_span.add_event(name, attributes, timestamp=time_ns)
+        if otel_span.is_recording() and otel_span.get_span_context().trace_flags.sampled:
+            self._events[name] += 1
 
     def _end(self, otel_span: trace.Span, end_time: int | None) -> None:
         otel_span.end(end_time=end_time)
         if otel_span.get_span_context().trace_flags.sampled:
             self._ended += 1
+            self._names[getattr(otel_span, "name", "")] += 1
         else:
             self._sampled_out += 1
+
+    def _stamp_run(self, root: trace.Span) -> None:
+        """What this process sent under the run, on its root span as it ends (docs/reliability.md): a backend holding
+        fewer spans or events of this process's trace than these counts holds the run in part. Set last, so that at
+        an attribute count limit they are the ones kept. The batch queue is flushed first (a short wait, bounded) so
+        that the spans dropped so far are known."""
+        flushed = (
+            self._provider is not None
+            and bounded([self._provider.force_flush], min(_ROOT_FLUSH_S, self.settings.flush_timeout_s))[0]
+        )
+        retrying = self._retrying
+        dropped = retrying.refused + retrying.overflowed
+        if flushed and self._log_filter.queue_full:  # the queue drained: what it never handed over, it dropped
+            dropped += max(self._ended - retrying.taken, 0)
+        counts = {"run.spans": self._ended, "run.events": sum(self._events.values())}
+        counts |= {f"run.{name.value}_spans": self._names[name.value] for name in JitSpanName}
+        counts |= {
+            f"run.{name.value}_events": self._events[name.value] for name in JitEventName if self._events[name.value]
+        }
+        counts |= {"run.spans_dropped": dropped, "run.exports_failed": retrying.failures}
+        root.set_attributes(by_importance({OTEL_NAMESPACE + name: count for name, count in counts.items()}))
 
     def _failed(self, otel_span: trace.Span, error_type: str, message: str, run: bool = True) -> None:
         """Status ERROR and ``error.type`` on a span an error ended; with ``run`` (not a compile that fell back to
@@ -417,7 +454,7 @@ class OTLPExporter(BaseExporter):
             attributes = exception_attributes(
                 event.exception_message or event.error_message, event.exception_type, event.exception_traceback
             )
-            otel_span.add_event("exception", attributes, timestamp=unix_ns(event.timestamp))
+            self._add_event(otel_span, "exception", attributes, unix_ns(event.timestamp))
             self._failed(otel_span, attributes["exception.type"], event.error_message)
 
     @override
@@ -425,8 +462,8 @@ class OTLPExporter(BaseExporter):
     def export_event(self, event: Event, span: Span) -> None:
         otel_span = self._spans.get(span.id)
         if otel_span is not None:
-            otel_span.add_event(
-                event.name_str, _attributes(event.attributes.to_json()), timestamp=unix_ns(event.timestamp)
+            self._add_event(
+                otel_span, event.name_str, _attributes(event.attributes.to_json()), unix_ns(event.timestamp)
             )
 
     @override
@@ -434,15 +471,19 @@ class OTLPExporter(BaseExporter):
     def export_telemetry_data_error(self, error: TelemetryDataError) -> None:
         span = self._tracer.start_span("telemetry_data_error", start_time=unix_ns(error.timestamp))
         span.set_status(Status(StatusCode.ERROR, error.error_message))
-        span.add_event(error.name_str, _attributes(error.attributes.to_json()), timestamp=unix_ns(error.timestamp))
+        self._add_event(span, error.name_str, _attributes(error.attributes.to_json()), unix_ns(error.timestamp))
         self._end(span, unix_ns(error.timestamp))
 
     @override
     def close(self) -> None:
         if not self.ready:
             return
+        root = self._spans.pop(self._root, None)
         for otel_span in self._spans.values():
             _SDK.call(self._end, otel_span, None)  # still open at application end: export what is known
+        if root is not None:  # the root last, counting the rest
+            _SDK.call(self._stamp_run, root)
+            _SDK.call(self._end, root, None)
         self._spans.clear()
         # whatever the collector does (a black hole, 429s, resets), the application's end waits one export timeout
         # at most, the meter provider's last collection included; what did not make it is counted below
@@ -544,6 +585,11 @@ def _attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
 _FIRST = tuple(
     OTEL_NAMESPACE + name
     for name in (
+        "run.spans",  # on the root span: what proves the trace whole (docs/reliability.md)
+        "run.compilation_spans",
+        "run.spans_dropped",
+        "run.exports_failed",
+        "run.events",
         "compile.id",
         "compile.frame",
         "compile.duration",

@@ -13,6 +13,7 @@ import socket
 import sys
 import time
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from packaging.version import Version
 import telemetry_jit
 from telemetry_jit.analysis.reader import TelemetryRun
 from telemetry_jit.exporters import OTLPExporter
-from telemetry_jit.schema import otel_dropped, otel_name
+from telemetry_jit.schema import JitEventName, JitSpanName, otel_dropped, otel_name
 from tests.e2e.conftest import fresh_provider_state
 from tests.e2e.otlp_receivers import (
     GrpcReceiver,
@@ -122,7 +123,8 @@ def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: P
         # a span an error ended: ERROR status and error.type, the type its exception event names (conventions)
         raised = [a["exception.type"] for n, _, a in wire.events if n == "exception"]
         failed = {"error.type": raised[0]} if any(e.is_error for e in span.events) else {}
-        assert wire.attributes == {**on_the_wire({**span.attributes, **identity}), **failed}
+        counts = run_counts(received) if parent is None else {}  # the root: what was sent under it
+        assert wire.attributes == {**on_the_wire({**span.attributes, **identity}), **failed, **counts}
         assert wire.status_code == (2 if failed else 0)
         # an error goes out as OpenTelemetry's exception event (nv-one-logger's own error event is not sent)
         assert [(n, a) for n, _, a in wire.events if n != "exception"] == [
@@ -154,6 +156,17 @@ def test_receiver_gets_the_exact_span_tree(protocol: str, configure, tmp_path: P
     assert all(b"s3cr3t" not in raw for raw in receiver.received.raw)
     assert "s3cr3t" not in caplog.text and "s3cr3t" not in (tmp_path / "t.jsonl").read_text()
     assert "s3cr3t" not in repr(exporter)
+
+
+def run_counts(received: list[ReceivedSpan]) -> dict[str, int]:
+    """The counts a healthy run's root span carries: the spans and events the receiver got besides the root."""
+    others = [span for span in received if span.parent_span_id or span.name != "application"]
+    events = Counter(name for span in received for name, _, _ in span.events)
+    counts = {"run.spans": len(others), "run.events": sum(events.values())}
+    counts |= {f"run.{name.value}_spans": sum(s.name == name.value for s in others) for name in JitSpanName}
+    counts |= {f"run.{name.value}_events": events[name.value] for name in JitEventName if events[name.value]}
+    counts |= {"run.spans_dropped": 0, "run.exports_failed": 0}
+    return {f"telemetry_jit.{name}": count for name, count in counts.items()}
 
 
 def on_the_wire(recorded: dict[str, Any]) -> dict[str, Any]:

@@ -208,6 +208,41 @@ def test_at_an_attribute_limit_the_useful_attributes_are_kept(tmp_path: Path, mo
         assert kept <= set(span.attributes), span.attributes
 
 
+def _root_and_rest(got: Received) -> tuple[ReceivedSpan, list[ReceivedSpan]]:
+    """The run's root span and the other spans the receiver got in its trace."""
+    spans = got.spans()
+    (root,) = [span for span in spans if not span.parent_span_id and span.name == "application"]
+    return root, [span for span in spans if span is not root and span.trace_id == root.trace_id]
+
+
+def test_the_root_span_counts_what_the_run_sent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, rest = _root_and_rest(received(tmp_path, monkeypatch, {}))
+    counts = {key: value for key, value in root.attributes.items() if key.startswith("telemetry_jit.run.")}
+    compiles = [span for span in rest if span.name == "compilation"]
+    assert compiles and counts["telemetry_jit.run.spans"] == len(rest), (counts, [s.name for s in rest])
+    assert counts["telemetry_jit.run.compilation_spans"] == len(compiles)
+    events = [name for span in [root, *rest] for name, _, _ in span.events]
+    assert counts["telemetry_jit.run.events"] == len(events)
+    assert counts["telemetry_jit.run.graph_break_events"] == events.count("graph_break") > 0
+    assert counts["telemetry_jit.run.spans_dropped"] == counts["telemetry_jit.run.exports_failed"] == 0
+    # at an attribute count limit the counts are what the root keeps
+    root, _ = _root_and_rest(received(tmp_path, monkeypatch, {"OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT": "3"}))
+    assert set(root.attributes) == {
+        "telemetry_jit.run.spans",
+        "telemetry_jit.run.compilation_spans",
+        "telemetry_jit.run.spans_dropped",
+    }, root.attributes
+
+
+def test_a_root_span_says_the_spans_its_run_lost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the failed compile's span (its whole error text) is over any request of 3000 bytes: dropped, the rest sent
+    got = received(tmp_path, monkeypatch, {"TELEMETRY_JIT_OTLP_MAX_REQUEST_BYTES": "3000"})
+    root, rest = _root_and_rest(got)
+    sent, dropped = root.attributes["telemetry_jit.run.spans"], root.attributes["telemetry_jit.run.spans_dropped"]
+    assert dropped > 0 and sent == len(rest) + dropped, (root.attributes, [s.name for s in rest])
+    assert root.attributes["telemetry_jit.run.compilation_spans"] > len([s for s in rest if s.name == "compilation"])
+
+
 _TLS_TO_A_PLAIN_RECEIVER = """
 import sys, telemetry_jit
 otlp = {"endpoint": sys.argv[1], "timeout": 1, "metrics": False}

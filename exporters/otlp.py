@@ -13,6 +13,7 @@ import random
 import re
 import socket
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import fields
@@ -76,7 +77,8 @@ SCHEMA_URL = "https://opentelemetry.io/schemas/1.26.0"  # the semantic conventio
 ALWAYS_KEPT = frozenset(name.value for name in JitSpanName)
 # on the link from a kept span to the parent the sampler left out: that parent's name
 _LINKED_PARENT = "telemetry_jit.sampled_out_parent"
-# at most this long the root span waits, as the run ends, for the spans before it to be exported: their drops known
+# at most this long (and half the export timeout) the root span waits, as the run ends, for the spans before it to
+# be exported, so that their drops are known; close waits the rest of the one export timeout the end may cost
 _ROOT_FLUSH_S = 2.0
 
 
@@ -204,6 +206,7 @@ class OTLPExporter(BaseExporter):
         self._root: Any = None  # the application span's id: ended last, carrying the run's counts
         self._names: Counter[str] = Counter()  # spans sent, by name
         self._events: Counter[str] = Counter()  # events on the spans sent, by name
+        self._flushed_s = 0.0  # of the application's end's one export timeout, what the root's flush took
         self._sampled_out = 0  # spans the user's sampler (OTEL_TRACES_SAMPLER) left out
         self._default_service_name: str | None = None  # configure's application name: the environment's wins
         self._failure: str | None = None  # the type of the error that ended a span, for the root span's status
@@ -421,10 +424,10 @@ class OTLPExporter(BaseExporter):
         fewer spans or events of this process's trace than these counts holds the run in part. Set last, so that at
         an attribute count limit they are the ones kept. The batch queue is flushed first (a short wait, bounded) so
         that the spans dropped so far are known."""
-        flushed = (
-            self._provider is not None
-            and bounded([self._provider.force_flush], min(_ROOT_FLUSH_S, self.settings.flush_timeout_s))[0]
-        )
+        started = time.monotonic()
+        budget = min(_ROOT_FLUSH_S, self.settings.flush_timeout_s / 2)  # close keeps the rest, the root's own send
+        flushed = self._provider is not None and bounded([self._provider.force_flush], budget)[0]
+        self._flushed_s += time.monotonic() - started
         retrying = self._retrying
         dropped = retrying.refused + retrying.overflowed
         if flushed and self._log_filter.queue_full:  # the queue drained: what it never handed over, it dropped
@@ -488,7 +491,7 @@ class OTLPExporter(BaseExporter):
         # whatever the collector does (a black hole, 429s, resets), the application's end waits one export timeout
         # at most, the meter provider's last collection included; what did not make it is counted below
         shutdowns = [p.shutdown for p in (self._provider, self._meter_provider) if p is not None]
-        finished = bounded(shutdowns, self.settings.flush_timeout_s)
+        finished = bounded(shutdowns, max(self.settings.flush_timeout_s - self._flushed_s, 0.0))
         if self._provider is not None and not finished[0]:
             self._retrying.stop_counting()
         elif self._log_filter.queue_full:  # the queue drained: what never reached the exporter, the queue dropped

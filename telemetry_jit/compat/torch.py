@@ -99,6 +99,30 @@ def forward_is_skipped(module: torch.nn.Module) -> bool:
     return bool(trace_rules.check(module.forward))
 
 
+def forward_disabled(module: torch.nn.Module) -> bool:
+    """Whether ``module.forward`` is ``torch.compiler.disable``-d (the class's method decorated, or the instance's
+    wrapped), so dynamo compiles nothing of it or of what it calls. torch marks the wrapper ``_torchdynamo_disable``
+    (2.x through 2.15); ``recursive=False`` (marked ``_torchdynamo_disable_recursive = False`` from 2.9, a skipped
+    code object before) skips the frame alone, and what it calls is still compiled."""
+    forward = getattr(module, "forward", None)  # a bound method reads its function's attributes
+    return getattr(forward, "_torchdynamo_disable", False) is True and (
+        getattr(forward, "_torchdynamo_disable_recursive", True) is not False
+    )
+
+
+def compiles_a_disabled_forward(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is ``torch.compile(inner)`` (an ``OptimizedModule``) of a module whose forward is disabled
+    (:func:`forward_disabled`): dynamo compiles the call around it at most, never the forward."""
+    optimized = getattr(torch._dynamo.eval_frame, "OptimizedModule", None)
+    inner = getattr(module, "_orig_mod", None)
+    return (
+        optimized is not None
+        and isinstance(module, optimized)
+        and isinstance(inner, torch.nn.Module)
+        and (forward_disabled(inner))
+    )
+
+
 # Module.compile() of torch's own layers compiles nothing before 2.15 (pytorch/pytorch#150915); measured on 2.8,
 # 2.13 (nothing) and 2.15 (one frame, Module._call_impl, shared by every layer class)
 MODULE_COMPILE_TRACES_TORCH_LAYERS = VERSION >= (2, 15)

@@ -305,12 +305,17 @@ class JitTransform(Callback):
         """Say once per module that its compiled code never ran, and why."""
         unchecked, self._unchecked = self._unchecked, []
         for name, module, ran in unchecked:
-            if ran():
+            # a disabled forward: dynamo may still compile the call around it (Module._call_impl), never the forward
+            disabled = torch_compat.forward_disabled(module)
+            if not disabled and ran():
                 continue
             forward = getattr(type(module).forward, "__code__", None)
             where = f" at {forward.co_filename}:{forward.co_firstlineno}" if forward is not None else ""
             children = [child for child, _ in module.named_children()]
-            if getattr(ran, "failed", False):
+            if disabled:
+                why = "its forward is torch.compiler.disable-d, so dynamo compiles nothing of it and it runs eagerly"
+                advice = "remove torch.compiler.disable from its forward, or compile a module that is not disabled"
+            elif getattr(ran, "failed", False):
                 why = (
                     "it was called, but compiling it failed and dynamo runs it eagerly (an error suppressed by "
                     "torch._dynamo.config.suppress_errors, or code dynamo gives up on for the whole frame)"

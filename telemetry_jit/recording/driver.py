@@ -125,6 +125,7 @@ class TelemetryDriver:
         self._rank = 0
         self.say: Callable[[str], None] = lambda line: say_line(_log.warning, line)  # a console line
         self._disabled_checked = False  # whether this run's first batch asked if compiling is switched off
+        self._disabled_said: set[int] = set()  # the compiled modules whose disabled forward was said
 
     def resolve(self) -> Session:
         """The session again: one configured since the adapter was made, or a spawned rank's own."""
@@ -150,6 +151,7 @@ class TelemetryDriver:
         """A run begins: ``where()`` says where the loop is; thunder's compiles in ``model`` are recorded."""
         self.recorder.start(where, rank=rank)
         self._disabled_checked = False
+        self._disabled_said.clear()
         self.batches, self._rank = 0, rank
         if model is not None:
             self.watch(model)
@@ -167,8 +169,19 @@ class TelemetryDriver:
         are recorded, and each of its modules that ``Module.compile()`` compiles nothing of is said once, with a
         ``module_not_compiled`` record (``selector(name)``: the JitConfig selector that chose the module, or "")."""
         self.watch(model)
-        modules = model.named_modules()
+        modules = list(model.named_modules())
         self.recorder.check_compiled_modules((name, selector(name), module) for name, module in modules)
+        for name, module in modules:  # the user's torch.compile(module) of a disabled forward (JitTransform's: its own)
+            if id(module) not in self._disabled_said and torch_compat.compiles_a_disabled_forward(module):
+                self._disabled_said.add(id(module))
+                label = f"{name or '<root>'} ({type(module._orig_mod).__name__})"
+                found = CompileNotRun("never_ran", label, "its forward is torch.compiler.disable-d")
+                self.session.account.notices.warn(
+                    ("disabled forward", id(module)),
+                    f"telemetry-jit: torch.compile compiled {label}, but {found.words()}. Fix: remove "
+                    "torch.compiler.disable from its forward, or compile a module that is not disabled.",
+                )
+                self.compile_not_run(found)
 
     def batch_started(
         self, step: int, batch: int | None = None, stage: str = "", loader: int | None = None, log_step: int = 0

@@ -20,7 +20,7 @@ import telemetry_jit
 from telemetry_jit.analysis.runs import run_status
 from telemetry_jit.cli import main as cli
 from tests.e2e.conftest import Telemetry
-from tests.models import TRAINER_DEFAULTS, Net, loader
+from tests.models import TRAINER_DEFAULTS, Body, Net, loader
 from tests.words import flat
 
 pytestmark = pytest.mark.any_torch
@@ -305,6 +305,37 @@ def test_compiling_switched_off_is_a_record_the_eager_fallback_budget_fails(
     capsys.readouterr()
     assert cli(["summary", "--json", str(telemetry.path)]) == 0
     assert json.loads(capsys.readouterr().out)["runs"][0]["compiled_code_not_run"][0].startswith("compiling was")
+
+
+class DisabledBody(Body):
+    @torch.compiler.disable
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)
+
+
+@pytest.mark.parametrize("how", ["decorated", "wrapped", "compiled by the user"])
+def test_a_compiled_module_whose_forward_is_disabled_is_a_record_the_eager_fallback_budget_fails(
+    telemetry: Telemetry, capsys: pytest.CaptureFixture, how: str
+) -> None:
+    net, module = Net(), "DisabledBody"
+    if how == "decorated":  # @torch.compiler.disable on the class's forward, JitTransform compiling it
+        net.model = DisabledBody(None, 8, 2)
+    elif how == "wrapped":  # the instance's forward wrapped
+        net.model.forward = torch.compiler.disable(net.model.forward)
+        module = "Body"
+    if how == "compiled by the user":  # torch.compile(module) of the decorated forward, no JitTransform
+        net.model = torch.compile(DisabledBody(None, 8, 2), backend="eager")
+        module = "model (DisabledBody)"
+        HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
+        HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(net, loader(48, 4))
+    else:
+        _compiled_fit_of(telemetry, net)
+    run = telemetry.end()
+    said = [{k: v for k, v in e.attributes.items() if k.startswith("not_run.")} for e in run.events("compile_not_run")]
+    assert [(e["not_run.reason"], e["not_run.module"]) for e in said] == [("never_ran", module)], said
+    assert "torch.compiler.disable" in said[0]["not_run.detail"], said
+    code, words = _check(telemetry.path, capsys, "--no-eager-fallback")
+    assert code == 1 and "never ran" in words, words
 
 
 def _compiled_fit_of(telemetry: Telemetry, net: pl.LightningModule, **options: Any) -> None:

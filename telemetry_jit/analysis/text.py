@@ -51,7 +51,15 @@ def fitted(text: str, stream: TextIO) -> str:
     columns = terminal_width(stream)
     if columns is None:
         return text
-    return "\n".join(line for part in text.split("\n") for line in wrapped(part, "", max(columns, 20)))
+    return "\n".join(
+        line
+        for part in text.split("\n")
+        # a path longer than the terminal stays whole, on a line of its own: one to copy, not two halves
+        for line in textwrap.wrap(
+            part, max(columns, 20), subsequent_indent="  ", break_long_words=False, break_on_hyphens=False
+        )
+        or [part]
+    )
 
 
 def one_line(text: object, limit: int = _CELL_LIMIT) -> str:

@@ -23,7 +23,7 @@ from tests.models import TRAINER_DEFAULTS, Net, loader
 
 # values that are clocks or measured durations: equal in kind, not in value, between two runs
 _MEASURED = ("time", "timestamp", "throughput", "duration", "_msec", "_sec")
-_IDS = ("span_id", "parent_id", "run", "pid", "start_unix_ns", "end_unix_ns", "time_unix_ns")
+_IDS = ("span_id", "parent_id", "run", "pid", "writer", "start_unix_ns", "end_unix_ns", "time_unix_ns")
 
 
 def record_run(

@@ -126,10 +126,6 @@ class PrometheusEndpoint(BaseExporter):
         return True  # Prometheus pulls: nothing waits to be sent
 
     @override
-    def initialize(self) -> None:
-        super().initialize()
-
-    @override
     def export_start(self, span: Span) -> None:
         pass
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 import torch
@@ -78,3 +80,14 @@ def telemetry(tmp_path: Path) -> Iterator[Telemetry]:
 def unregister_backend(name: str) -> None:
     """Forget the compiler backend a test registered by hand as ``name`` (nothing happens where there is none)."""
     backends._BACKENDS.pop(name, None)
+
+
+def dashboard_builder() -> ModuleType:
+    """examples/dashboard/build_dashboard.py, loaded as a module (an example, not part of the package)."""
+    pytest.importorskip("grafana_foundation_sdk", reason="building the dashboard needs the test extra")
+    path = Path(__file__).resolve().parents[2] / "examples" / "dashboard" / "build_dashboard.py"
+    spec = importlib.util.spec_from_file_location("build_dashboard", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

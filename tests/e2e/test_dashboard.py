@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from telemetry_jit.schema import MetricName
+from tests.e2e.conftest import dashboard_builder
 
 pytestmark = pytest.mark.any_torch
 
@@ -100,24 +101,12 @@ def test_every_dashboard_query_names_real_spans_and_attributes(tmp_path: Path) -
             assert attribute in event_attributes and attribute.startswith("telemetry_jit."), (panel["title"], attribute)
 
 
-def _builder():
-    """examples/dashboard/build_dashboard.py, loaded as a module (it is an example, not part of the package)."""
-    import importlib.util
-
-    pytest.importorskip("grafana_foundation_sdk", reason="building the dashboard needs the test extra")
-    spec = importlib.util.spec_from_file_location("build_dashboard", DASHBOARD / "build_dashboard.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _committed() -> dict:
     return json.loads((DASHBOARD / "grafana/dashboards/telemetry-jit.json").read_text())
 
 
 def test_the_committed_dashboard_is_the_one_the_builder_builds() -> None:
-    builder = _builder()
+    builder = dashboard_builder()
     assert (DASHBOARD / "grafana/dashboards/telemetry-jit.json").read_text() == builder.render(), (
         "run python examples/dashboard/build_dashboard.py"
     )
@@ -141,7 +130,7 @@ def test_the_dashboard_validates_against_grafanas_published_schema() -> None:
 def test_queries_are_in_the_forms_grafanas_data_sources_accept() -> None:
     """Tempo's source has no branch for queryType ``traceqlMetrics``: TraceQL and TraceQL-metrics queries are both
     ``traceql``. Every data source is an input (``${DS_...}``), asked for on import and chosen by a variable."""
-    _builder()
+    dashboard_builder()
     from grafana_foundation_sdk.cog.encoder import JSONEncoder
     from grafana_foundation_sdk.models import prometheus, tempo
 

@@ -3,7 +3,6 @@ PromQL query the dashboard and the docs give reads the run's figures back."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
 import shutil
@@ -21,7 +20,7 @@ import lightning.pytorch as pl
 import pytest
 
 import telemetry_jit
-from tests.e2e.conftest import fresh_provider_state
+from tests.e2e.conftest import dashboard_builder, fresh_provider_state
 from tests.models import TRAINER_DEFAULTS, Net, loader
 
 pytestmark = pytest.mark.any_torch
@@ -29,15 +28,6 @@ pytestmark = pytest.mark.any_torch
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "docs" / "exporters.md", ROOT / "docs" / "telemetry.md", ROOT / "examples" / "dashboard" / "README.md"]
 JIT = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})
-
-
-def _dashboard_module() -> Any:
-    pytest.importorskip("grafana_foundation_sdk", reason="the dashboard builder needs the test extra")
-    spec = importlib.util.spec_from_file_location("build_dashboard", ROOT / "examples/dashboard/build_dashboard.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def _free_port() -> int:
@@ -124,7 +114,7 @@ def _fit(tmp_path: Path) -> None:
 def test_every_promql_query_reads_the_runs_figures_from_a_real_prometheus(
     prometheus: Prometheus, exporter_port: int, tmp_path: Path
 ) -> None:
-    board = _dashboard_module()
+    board = dashboard_builder()
     try:
         _fit(tmp_path)
         fitted = time.time()

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 from collections import Counter, OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -127,7 +127,9 @@ class RunsLeftOut:
 class RunsRead(list[TelemetryRun]):
     """The runs of a file :func:`read_telemetry` kept, in file order, and those it let go (:attr:`left_out`)."""
 
-    left_out: RunsLeftOut = RunsLeftOut()
+    def __init__(self, runs: Iterable[TelemetryRun] = (), left_out: RunsLeftOut | None = None) -> None:
+        super().__init__(runs)
+        self.left_out = left_out if left_out is not None else RunsLeftOut()  # each its own: it is counted into
 
     @property
     def total(self) -> int:
@@ -179,9 +181,7 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
         if run.file_format == "nv-one-logger":
             _infer_parents(run)
         digest_of(run)
-    read = RunsRead(runs.values())
-    read.left_out = left_out
-    return read
+    return RunsRead(runs.values(), left_out)
 
 
 ITERATION_SPANS = (

@@ -420,6 +420,7 @@ class RunDigest:
         # built an inference graph only
         has_ops = attributes.get(CompileAttr.PREFIX + "graph_op_count") != 0
         has_ops = has_ops and attributes.get(CompileAttr.NEEDS_BACKWARD) is not False
+        has_ops = has_ops and not attributes.get(CompileAttr.FELL_BACK_TO_EAGER)  # refused or failed: built nothing
         frame = compile_id.rsplit("/", 1)[0]
         kinds = set()
         # AOTAutograd's entry and two FX graphs (forward and backward) loaded from the compile cache

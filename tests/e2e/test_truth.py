@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -586,7 +587,12 @@ def test_the_recompile_limit_names_what_led_there_and_never_advises_raising_it(t
     # torch's record counts the refused attempt among the frame compiles (--json too); the line says it apart
     digest = summarize(run).digest
     assert (digest.frame_compiles, digest.recompiles) == (4, 3)  # 0/0, 0/1, 0/2 and the refused 0/3
-    assert "compiled: 3 frame compiles (2 of them recompiles); 1 more attempt refused at the recompile limit, " in out
+    # (torch 2.8 records no input shapes: the line says of which compiles the backward graphs went uncounted)
+    assert re.search(
+        r"compiled: 3 frame compiles \(2 of them recompiles\)( \(not counted: [^;]* any of 3 frame compiles [^;]*;"
+        r"[^)]*\))?; 1 more attempt refused at the recompile limit, which compiled nothing",
+        flat(out),
+    ), out
     # the gate that refuses a silent slowdown names the frame and the step it went eager from
     (fallback,) = summarize(run).digest.fallbacks
     since = 6 - fallback.step  # 48 samples in batches of 8: the loop ends at step 6

@@ -225,7 +225,7 @@ def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: Bat
     def make_trainer(epochs: int) -> pl.Trainer:
         checkpoint = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True)
         return trainer_cls(
-            **{**FLAGS, "max_epochs": epochs},
+            **{**FLAGS, **case.trainer_flags, "max_epochs": epochs},
             default_root_dir=out,
             logger=CSVLogger(out, name="logs"),
             callbacks=[clock, checkpoint],

@@ -258,7 +258,7 @@ def test_an_inductor_compile_costs_its_compilers_cpu_and_a_compile_near_the_limi
     a = forward.attributes
     assert a["compile.resources.worker_cpu_time_s"] > 0.5  # the C++ compilers: seconds of CPU outside this process
     assert a["compile.resources.cpu_time_s"] > a["compile.resources.worker_cpu_time_s"]
-    assert a["compile.resources.host_peak_bytes"] > 100 * 2**20  # a C++ compiler holds hundreds of MB
+    assert a["compile.resources.host_peak_bytes"] > 64 * 2**20  # a C++ compiler holds about 100 MB
     assert a["compile.resources.memory_limit_source"] == "TELEMETRY_JIT_MEMORY_LIMIT"
     assert a["compile.resources.near_memory_limit"] is True
     warned = [(text, at) for text, at in said if "of resident memory" in text]

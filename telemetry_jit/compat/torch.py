@@ -112,15 +112,13 @@ def forward_disabled(module: torch.nn.Module) -> bool:
 
 def compiles_a_disabled_forward(module: torch.nn.Module) -> bool:
     """Whether ``module`` is ``torch.compile(inner)`` (an ``OptimizedModule``) of a module whose forward is disabled
-    (:func:`forward_disabled`): dynamo compiles the call around it at most, never the forward."""
+    (:func:`forward_disabled`), or such a module compiled in place by ``Module.compile()``: dynamo compiles the call
+    around it at most, never the forward."""
     optimized = getattr(torch._dynamo.eval_frame, "OptimizedModule", None)
     inner = getattr(module, "_orig_mod", None)
-    return (
-        optimized is not None
-        and isinstance(module, optimized)
-        and isinstance(inner, torch.nn.Module)
-        and (forward_disabled(inner))
-    )
+    if optimized is not None and isinstance(module, optimized) and isinstance(inner, torch.nn.Module):
+        return forward_disabled(inner)
+    return compiled_in_place(module) and forward_disabled(module)
 
 
 # Module.compile() of torch's own layers compiles nothing before 2.15 (pytorch/pytorch#150915); measured on 2.8,
@@ -144,10 +142,17 @@ def compiles_nothing(module: torch.nn.Module) -> bool:
     """Whether ``module.compile()`` installed what ``module(...)`` runs and this torch compiles nothing of it."""
     if MODULE_COMPILE_TRACES_TORCH_LAYERS:
         return False
-    # Module.compile() installs torch.compile(self._call_impl), which keeps what it wraps
+    # a disabled forward is skipped too, but for its own reason (compiles_a_disabled_forward)
+    return compiled_in_place(module) and forward_is_skipped(module) and not forward_disabled(module)
+
+
+def compiled_in_place(module: torch.nn.Module) -> bool:
+    """Whether ``module.compile()`` installed what ``module(...)`` runs."""
+    # Module.compile() installs torch.compile(self._call_impl), which keeps what it wraps (torch 2.15: a function
+    # that functools.wraps the bound method)
     wrapped = getattr(compiled_call(module), "_torchdynamo_orig_callable", None)
-    installed = getattr(wrapped, "__self__", None) is module and getattr(wrapped, "__func__", None) is _CALL_IMPL
-    return installed and forward_is_skipped(module)
+    wrapped = getattr(wrapped, "__wrapped__", wrapped)
+    return getattr(wrapped, "__self__", None) is module and getattr(wrapped, "__func__", None) is _CALL_IMPL
 
 
 def _calls_its_module(module: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:

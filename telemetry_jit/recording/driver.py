@@ -174,11 +174,13 @@ class TelemetryDriver:
         for name, module in modules:  # the user's torch.compile(module) of a disabled forward (JitTransform's: its own)
             if id(module) not in self._disabled_said and torch_compat.compiles_a_disabled_forward(module):
                 self._disabled_said.add(id(module))
-                label = f"{name or '<root>'} ({type(module._orig_mod).__name__})"
+                inner = getattr(module, "_orig_mod", None)
+                label = f"{name or '<root>'} ({type(inner if inner is not None else module).__name__})"
+                how = "torch.compile" if inner is not None else "Module.compile()"
                 found = CompileNotRun("never_ran", label, "its forward is torch.compiler.disable-d")
                 self.session.account.notices.warn(
                     ("disabled forward", id(module)),
-                    f"telemetry-jit: torch.compile compiled {label}, but {found.words()}. Fix: remove "
+                    f"telemetry-jit: {how} compiled {label}, but {found.words()}. Fix: remove "
                     "torch.compiler.disable from its forward, or compile a module that is not disabled.",
                 )
                 self.compile_not_run(found)

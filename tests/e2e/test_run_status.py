@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
+import textwrap
 import time
 import warnings
 from pathlib import Path
@@ -25,6 +29,7 @@ from tests.words import flat
 
 pytestmark = pytest.mark.any_torch
 
+ROOT = Path(__file__).resolve().parents[2]
 BUDGET = ["--max-graph-breaks", "0", "--max-recompiles", "2", "--max-compile-share", "30"]
 
 
@@ -259,26 +264,37 @@ def test_compile_spans_that_failed_to_export_make_the_run_incomplete(
     assert code == 3 and "2 compile spans that failed to export" in said, said
 
 
-def test_a_run_killed_while_telemetry_closed_after_every_loop_ended_is_killed(
-    telemetry: Telemetry, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch
-) -> None:
+KILLED_AS_TELEMETRY_CLOSES = textwrap.dedent(
+    """
+    import os, signal, sys
+    sys.path.insert(0, {root!r})
+    import lightning.pytorch as pl
+    import telemetry_jit
     from telemetry_jit.exporters import FileExporter
+    from tests.models import Net, loader, TRAINER_DEFAULTS
 
-    killed_at = telemetry.path.with_name("killed.jsonl")
-    close = FileExporter.close
+    FileExporter.close = lambda self: os.kill(os.getpid(), signal.SIGKILL)  # in on_app_end, every loop ended
+    session = telemetry_jit.configure("killed", file={path!r})
+    jit = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={{"backend": "eager"}})
+    HookedTrainer, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, session, live=False, jit_config=jit)
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(Net(), loader(50, 4), loader(8, 4))
+    callback.on_app_end()
+    """
+)
 
-    def killed_here(self: FileExporter) -> None:  # what a SIGKILL now leaves: the file as it is (O_APPEND, unbuffered)
-        killed_at.write_bytes(self.path.read_bytes())
-        close(self)
 
-    monkeypatch.setattr(FileExporter, "close", killed_here)
-    _compiled_fit(telemetry)
-    telemetry.end()
-    run = telemetry_jit.read_telemetry(killed_at)[-1]
-    assert all(span.end_unix_ns is not None for span in run.find("training_loop"))  # every loop ended
+def test_a_run_killed_while_telemetry_closed_after_every_loop_ended_is_killed(
+    tmp_path: Path, capsys: pytest.CaptureFixture
+) -> None:
+    path = tmp_path / "killed.jsonl"
+    script = KILLED_AS_TELEMETRY_CLOSES.format(root=str(ROOT), path=str(path))
+    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert process.returncode == -signal.SIGKILL, process.stderr
+    run = telemetry_jit.read_telemetry(path)[-1]
+    assert run.find("training_loop") and all(span.end_unix_ns is not None for span in run.find("training_loop"))
     status = run_status(run)
     assert status.state == "killed" and "no closing record (run_end)" in status.detail, status
-    code, said = _check(killed_at, capsys)
+    code, said = _check(path, capsys)
     assert code == 3 and "killed" in said, said
 
 
@@ -313,7 +329,7 @@ class DisabledBody(Body):
         return super().forward(x)
 
 
-@pytest.mark.parametrize("how", ["decorated", "wrapped", "compiled by the user"])
+@pytest.mark.parametrize("how", ["decorated", "wrapped", "compiled by the user", "compiled in place by the user"])
 def test_a_compiled_module_whose_forward_is_disabled_is_a_record_the_eager_fallback_budget_fails(
     telemetry: Telemetry, capsys: pytest.CaptureFixture, how: str
 ) -> None:
@@ -323,8 +339,12 @@ def test_a_compiled_module_whose_forward_is_disabled_is_a_record_the_eager_fallb
     elif how == "wrapped":  # the instance's forward wrapped
         net.model.forward = torch.compiler.disable(net.model.forward)
         module = "Body"
-    if how == "compiled by the user":  # torch.compile(module) of the decorated forward, no JitTransform
-        net.model = torch.compile(DisabledBody(None, 8, 2), backend="eager")
+    if how.startswith("compiled"):  # torch.compile(module), or module.compile(), of the decorated forward
+        net.model = DisabledBody(None, 8, 2)
+        if how == "compiled by the user":
+            net.model = torch.compile(net.model, backend="eager")
+        else:
+            net.model.compile(backend="eager")
         module = "model (DisabledBody)"
         HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
         HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(net, loader(48, 4))
@@ -334,6 +354,7 @@ def test_a_compiled_module_whose_forward_is_disabled_is_a_record_the_eager_fallb
     said = [{k: v for k, v in e.attributes.items() if k.startswith("not_run.")} for e in run.events("compile_not_run")]
     assert [(e["not_run.reason"], e["not_run.module"]) for e in said] == [("never_ran", module)], said
     assert "torch.compiler.disable" in said[0]["not_run.detail"], said
+    assert list(run.events("module_not_compiled")) == []  # not blamed on torch's Module.compile() of its layers
     code, words = _check(telemetry.path, capsys, "--no-eager-fallback")
     assert code == 1 and "never ran" in words, words
 

@@ -2,8 +2,8 @@
 
 Each record is one line, one ``write(2)`` on an ``O_APPEND`` file: a process killed at any moment leaves lines that
 all parse. A short or failed write is cut back off and counted (``records_lost``, written once writing works). A file
-deleted or moved away mid-run is created again at the path (first record ``continues``; the moved one's last,
-``moved_on``). The exporter owns its descriptor or holds none, never a number it gave up. File policy
+deleted or moved away mid-run is created again at the path, or beside it where something else was put there
+(first record ``continues``; the moved one's last, ``moved_on``). The exporter owns its descriptor or holds none, never a number it gave up. File policy
 (``owned_files``): create exclusively or append only to a file telemetry-jit wrote, never through a link; each rank
 its own file (``name.rank<R>.jsonl``), which a process that learns its rank late (rank 0 of a DDP launch) moves to,
 or, where something else lies there, stays out of. docs/telemetry.md and docs/reliability.md say the rest.
@@ -304,6 +304,9 @@ class FileExporter(BaseExporter):
             return
         try:
             self._open_file(self.path)
+        except NotOurs as refused:  # planted at the path (a link, a device, a user's file): never written through,
+            if not self._move_aside(refused):  # and the run's records go on, beside it
+                return
         except (OSError, ValueError) as error:
             self._next_reopen = time.monotonic() + _REOPEN_EVERY_S
             self._warn(
@@ -314,6 +317,28 @@ class FileExporter(BaseExporter):
             )
             return
         self._append(self._line({**_RUN_START, "continues": _CONTINUES}), "run_start")
+
+    def _move_aside(self, refused: NotOurs) -> bool:
+        """Go on in a file of this writer's own beside the path something else was put at (created exclusively:
+        nothing planted is written through); whether it could."""
+        aside = self.path.with_name(f"{self.path.stem}.{self.writer_id}{self.path.suffix}")
+        try:
+            self._open_file(aside)
+        except (OSError, ValueError) as error:
+            self._next_reopen = time.monotonic() + _REOPEN_EVERY_S
+            self._warn(
+                "cannot reopen",
+                f"telemetry-jit: {refused}, and {aside} cannot be created ({getattr(error, 'strerror', None) or error})"
+                "; telemetry records are being lost and counted, training goes on.",
+            )
+            return False
+        self._warn(
+            "moved aside",
+            f"telemetry-jit: {refused}, put there while this run wrote it: nothing is written through it; the "
+            f"run's records that follow go to {aside}.",
+        )
+        self.path = aside
+        return True
 
     def _open_file(self, path: Path) -> bool:
         """Hold a descriptor on ``path``: a file created there, or this rank's own file there; whether created."""

@@ -30,12 +30,12 @@ def _span(name: str = "compilation") -> FinishedSpan:
 def test_a_file_that_cannot_be_opened_again_costs_counted_records_never_a_descriptor_it_gave_up(
     tmp_path: Path,
 ) -> None:
-    path = tmp_path / "t.jsonl"
+    path = tmp_path / "runs" / "t.jsonl"
     exporter = FileExporter(path)
     exporter.initialize()
     exporter.export_finished_span(_span())
-    path.unlink()
-    path.mkdir()  # the path is now a folder: the file cannot be created again there
+    shutil.rmtree(path.parent)
+    path.parent.write_text("")  # its folder is now a file: the file cannot be created again there
     with pytest.warns(RuntimeWarning, match=f"cannot create {path} again") as said:
         exporter.export_finished_span(_span())
         exporter.export_finished_span(_span())
@@ -43,7 +43,7 @@ def test_a_file_that_cannot_be_opened_again_costs_counted_records_never_a_descri
     assert len([w for w in said if "cannot create" in str(w.message)]) == 1  # said once, counted after
     user_fd = os.open(tmp_path / "mine.txt", os.O_WRONLY | os.O_CREAT)  # takes the lowest free number
     try:
-        path.rmdir()  # the folder goes: the file can be created again
+        path.parent.unlink()  # that file goes: the folder and the file can be created again
         exporter._next_reopen = 0.0  # noqa: SLF001 - the retry's pause, not waited for here
         exporter.export_finished_span(_span())
         exporter.close()
@@ -57,11 +57,11 @@ def test_a_file_that_cannot_be_opened_again_costs_counted_records_never_a_descri
 
 
 def test_losses_never_written_to_the_file_are_said_at_close(tmp_path: Path) -> None:
-    path = tmp_path / "t.jsonl"
+    path = tmp_path / "runs" / "t.jsonl"
     exporter = FileExporter(path)
     exporter.initialize()
-    path.unlink()
-    path.mkdir()
+    shutil.rmtree(path.parent)
+    path.parent.write_text("")
     with pytest.warns(RuntimeWarning) as said:
         exporter.export_finished_span(_span())
         user_fd = os.open(tmp_path / "mine.txt", os.O_WRONLY | os.O_CREAT)
@@ -134,18 +134,51 @@ def test_a_file_recreated_mid_run_is_never_judged_as_a_whole_run(tmp_path: Path,
         assert cli(["check", str(tmp_path / "moved.jsonl"), "--max-recompiles", "100"]) == 2  # moved on mid-run
 
 
+@pytest.mark.parametrize("planted", ["a link to a user's file", "a user's file", "a folder"])
+def test_what_is_planted_where_the_file_was_is_left_untouched_and_no_record_is_lost(
+    tmp_path: Path, planted: str
+) -> None:
+    """The file deleted mid-run and something else put at its path: nothing is written through it, and the run's
+    later records go to a file of the writer's own beside it, which the warning names."""
+    path, victim = tmp_path / "t.jsonl", tmp_path / "notes.md"
+    victim.write_text("the user's notes\n")
+    fresh_provider_state()
+    session = telemetry_jit.configure("planted", file=path)
+    exporter = next(e for e in session.exporters if isinstance(e, FileExporter))
+    exporter.export_finished_span(_span())
+    path.unlink()
+    if planted == "a link to a user's file":
+        path.symlink_to(victim)
+    elif planted == "a user's file":
+        path.write_text("the user's own file\n")
+    else:
+        path.mkdir()
+    with pytest.warns(RuntimeWarning, match="nothing is written through it") as said:
+        exporter.export_finished_span(_span())
+        telemetry_jit.shutdown()
+    fresh_provider_state()
+    assert victim.read_text() == "the user's notes\n"
+    if planted == "a user's file":
+        assert path.read_text() == "the user's own file\n"
+    (aside,) = set(tmp_path.glob("t.*.jsonl"))
+    assert str(aside) in " ".join(str(w.message) for w in said)
+    (run,) = telemetry_jit.read_telemetry(aside)
+    assert "earlier records are not in this file" in run.fragment
+    assert len(run.find("compilation")) == 1 and run.lost_records == 0 and run.health is not None
+
+
 def test_a_file_that_can_be_opened_again_at_close_gets_the_runs_last_word(tmp_path: Path) -> None:
     """The file came back less than a second before the run ends (the pause between tries to open it again): the
     health record is the record that says the run ended, and it reaches the file, with the count of losses."""
-    path = tmp_path / "t.jsonl"
+    path = tmp_path / "runs" / "t.jsonl"
     fresh_provider_state()
     session = telemetry_jit.configure("came back", file=path)
     exporter = next(e for e in session.exporters if isinstance(e, FileExporter))
-    path.unlink()
-    path.mkdir()
+    shutil.rmtree(path.parent)
+    path.parent.write_text("")  # its folder is a file for a moment: nothing can be created there
     with pytest.warns(RuntimeWarning, match="cannot create"):
         exporter.export_finished_span(_span())
-    path.rmdir()
+    path.parent.unlink()
     telemetry_jit.shutdown()
     fresh_provider_state()
     (run,) = telemetry_jit.read_telemetry(path)

@@ -176,29 +176,3 @@ def test_a_thing_planted_at_the_rank_file_is_untouched_and_no_record_is_lost(tmp
     assert _names(tmp_path / "t.jsonl")[1:3] == ["before", "after"]
     (warning,) = [str(w.message) for w in said if "stay" in str(w.message)]
     assert str(tmp_path / "t.jsonl") in warning and str(rank_file) in warning and words in warning
-
-
-def test_a_link_planted_at_the_path_mid_run_is_not_followed(tmp_path: Path) -> None:
-    path, victim = tmp_path / "t.jsonl", tmp_path / "victim.txt"
-    victim.write_text("the user's own\n")
-    exporter = FileExporter(path)
-    exporter.initialize()
-    path.unlink()
-    path.symlink_to(victim)
-    with pytest.warns(RuntimeWarning, match="symbolic link to"):
-        exporter.export_finished_span(_span())
-        exporter.close()
-    assert victim.read_text() == "the user's own\n"
-    assert exporter.lost_records == 1  # counted and said, never written through the link
-
-
-def test_a_users_file_planted_at_the_path_mid_run_is_not_appended_to(tmp_path: Path) -> None:
-    path = tmp_path / "t.jsonl"
-    exporter = FileExporter(path)
-    exporter.initialize()
-    path.unlink()
-    path.write_text("\nthe user's own\n")
-    with pytest.warns(RuntimeWarning, match="telemetry-jit did not write"):
-        exporter.export_finished_span(_span())
-        exporter.close()
-    assert path.read_text() == "\nthe user's own\n"

@@ -169,8 +169,8 @@ class RunDiff:
         ]
 
     def frames(self) -> list[tuple[str, FrameRow, FrameRow]]:
-        """``(frame, base row, new row)`` for every frame either run compiled."""
-        base, new = ({row.label: row for row in s.digest.frames.values()} for s in (self.base, self.new))
+        """``(frame, base row, new row)`` for every frame either run compiled, those past the rows kept as one."""
+        base, new = ({row.label: row for row in s.digest.frame_rows()} for s in (self.base, self.new))
         return [
             (frame, base.get(frame, FrameRow("", "")), new.get(frame, FrameRow("", "")))
             for frame in sorted(base.keys() | new.keys())

@@ -81,7 +81,7 @@ class FrameRow:
 
     @property
     def label(self) -> str:
-        return frame_label(self.frame, self.location)
+        return frame_label(self.frame, self.location) if self.location else self.frame or "?"
 
 
 EXPECTED = " (expected)"  # how a cause's expected price is keyed apart: "stage_switch (expected)"

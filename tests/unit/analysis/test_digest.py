@@ -100,6 +100,17 @@ def test_frames_past_the_rows_kept_are_counted_in_one_row_and_said(tmp_path: Pat
     assert "(frames past the first 3)" in format_summary(read_telemetry(path, max_rows=3)[-1])
 
 
+def test_frames_past_the_rows_kept_are_one_row_of_diffs_frames(tmp_path: Path) -> None:
+    path = tmp_path / "frames.jsonl"
+    _compiles(path, 30, frames=True, breaks=False)
+    base = summarize(read_telemetry(DATA / "answers.jsonl", max_rows=3)[-1])
+    new = summarize(read_telemetry(path, max_rows=3)[-1])
+    rows = {frame: (b, n) for frame, b, n in RunDiff(base, new).frames()}
+    past = rows["(frames past the first 3)"]
+    assert new.digest.other_frames is not None and past[1].compiles == new.digest.other_frames.compiles > 0
+    assert sum(n.compiles for _, n in rows.values()) == new.digest.frame_compiles  # every compile in a row
+
+
 def test_graph_breaks_past_the_places_kept_are_counted_exactly_and_said(tmp_path: Path) -> None:
     path = tmp_path / "breaks.jsonl"
     _compiles(path, 30, frames=False, breaks=True)

@@ -3,10 +3,11 @@
 Each record is one line, one ``write(2)`` on an ``O_APPEND`` file: a process killed at any moment leaves lines that
 all parse. A short or failed write is cut back off and counted (``records_lost``, written once writing works). A file
 deleted or moved away mid-run is created again at the path, or beside it where something else was put there
-(first record ``continues``; the moved one's last, ``moved_on``). The exporter owns its descriptor or holds none, never a number it gave up. File policy
-(``owned_files``): create exclusively or append only to a file telemetry-jit wrote, never through a link; each rank
-its own file (``name.rank<R>.jsonl``), which a process that learns its rank late (rank 0 of a DDP launch) moves to,
-or, where something else lies there, stays out of. docs/telemetry.md and docs/reliability.md say the rest.
+(first record ``continues``; the moved one's last, ``moved_on``). The exporter owns its descriptor or holds none,
+never a number it gave up. File policy (``owned_files``): create exclusively or append only to a file telemetry-jit
+wrote, never through a link; each rank its own file (``name.rank<R>.jsonl``), which a process that learns its rank
+late (rank 0 of a DDP launch) moves to, or, where something else lies there, stays out of. docs/telemetry.md and
+docs/reliability.md say the rest.
 """
 
 from __future__ import annotations

@@ -97,19 +97,27 @@ class RunsLeftOut:
     _chosen: RunKey | None = None
     # the latest 10 x max_runs let go, to know them again (ordered: the oldest dropped in O(1), as a dict cannot)
     _gone: OrderedDict[RunKey, None] = field(default_factory=OrderedDict)
+    _gone_writers: OrderedDict[str, None] = field(default_factory=OrderedDict)  # their writers, as many at most
 
-    def new_run(self, runs: Runs, key: RunKey) -> bool:
-        """Whether a run first met now is to be read: not one let go; room made for it by letting others go."""
+    def new_run(self, runs: Runs, key: RunKey, writers: Writers) -> bool:
+        """Whether a run first met now is to be read: not one let go; room made for it by letting others go (their
+        writers' tallies with them)."""
         if key in self._gone:
             self.records += 1
             return False
         if len(runs) >= self.max_runs:
-            self._let_go(runs)
+            self._let_go(runs, writers)
         if self.run_id is not None and key[0].startswith(self.run_id):
             self._chosen = key
         return True
 
-    def _let_go(self, runs: Runs) -> None:
+    def writer_gone(self, writer: str) -> bool:
+        """Whether ``writer``'s run was let go (its record, met now, is counted)."""
+        gone = writer in self._gone_writers
+        self.records += gone
+        return gone
+
+    def _let_go(self, runs: Runs, writers: Writers) -> None:
         # half at a time, so that the sort is paid once per max_runs / 2 new runs
         last = next(reversed(runs))
         held = [key for key in runs if key != last and key != self._chosen]
@@ -117,11 +125,14 @@ class RunsLeftOut:
         together = {id(run) for run in written_at_once(list(runs.values()))}
         for key in held[: max(1, self.max_runs // 2)]:
             self.written_at_once += id(runs[key]) in together
-            del runs[key]
+            for writer in runs.pop(key).writers:
+                writers.pop(writer, None)
+                self._gone_writers[writer] = None
             self._gone[key] = None
             self.runs += 1
-        while len(self._gone) > 10 * self.max_runs:
-            self._gone.popitem(last=False)
+        for gone in (self._gone, self._gone_writers):
+            while len(gone) > 10 * self.max_runs:
+                gone.popitem(last=False)
 
 
 class RunsRead(list[TelemetryRun]):
@@ -154,7 +165,7 @@ def _read(path: Path, handle: BinaryIO, skip_spans: Collection[str], digest: boo
                 pass
             raw = b"\x00too long"  # the marker _parse says is too long
         if skipped is not None and skipped(raw):
-            _tally_skipped(raw, writers)
+            _tally_skipped(raw, writers, left_out)
             continue
         record = _parse(path, raw, line, damage, runs_so_far=bool(runs))
         if record is None:
@@ -233,7 +244,7 @@ def _parse(path: Path, raw: bytes, number: int, damage: FileDamage, runs_so_far:
     return None
 
 
-def _tally_skipped(raw: bytes, writers: Writers) -> None:
+def _tally_skipped(raw: bytes, writers: Writers, left_out: RunsLeftOut) -> None:
     """Count a record read without being parsed (a per-iteration span) in its writer's numbers: the last stamp of
     the line is its writer's (a string in the record holds no unescaped quote, so it cannot fake one)."""
     at = raw.rfind(b',"' + RecordKey.SEQ.encode() + b'":')
@@ -241,7 +252,10 @@ def _tally_skipped(raw: bytes, writers: Writers) -> None:
     kind = _KIND.match(raw)
     if stamp is None or kind is None:
         return
-    tally = writers.setdefault(stamp.group(2).decode(), WriterTally(stamp.group(2).decode()))
+    writer = stamp.group(2).decode()
+    if writer not in writers and left_out.writer_gone(writer):
+        return
+    tally = writers.setdefault(writer, WriterTally(writer))
     tally.add(int(stamp.group(1)), kind.group(1).decode())
     tally.iterations += 1
 
@@ -267,7 +281,7 @@ def _read_record(
         key = (str(record["run"]), int(record.get("rank", 0)), int(record.get("pid", 0)))
         run = runs.get(key)
         if run is None:
-            if not left_out.new_run(runs, key):
+            if not left_out.new_run(runs, key, writers):
                 return
             run = runs[key] = TelemetryRun(key[0], key[1], str(record.get("node", "")), key[2], first_line=number)
             if left_out.max_rows is not None:

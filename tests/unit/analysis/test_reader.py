@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import tracemalloc
 import warnings
 from pathlib import Path
 
@@ -368,6 +369,32 @@ def test_a_file_of_more_runs_than_are_held_counts_them_all_and_keeps_the_last_st
         alone.break_count,
         alone.recompiles,
     )
+
+
+def test_the_tallies_of_the_writers_of_runs_let_go_are_let_go_too(tmp_path: Path) -> None:
+    """Each one-line run its own writer, with a per-iteration record (read unparsed) after it: reading ten times
+    the runs holds about as much memory at its peak."""
+
+    ITERATION = '"name":"training_single_iteration","start_unix_ns":1,"end_unix_ns":2,"attributes":{}'
+
+    def peak(runs: int) -> int:
+        path = tmp_path / f"{runs}.jsonl"
+        lines = [
+            f'{{"kind":"{kind}","run":"{n:012x}","pid":{n},"seq":{seq},"writer":"{n:012x}"}}'
+            for n in range(runs)
+            for seq, kind in enumerate(["run_start", f'span","span_id":"i{n}","parent_id":null,{ITERATION}'])
+        ]
+        path.write_text("\n".join(lines) + "\n")
+        tracemalloc.start()
+        try:
+            read = read_telemetry(path, max_runs=10)
+            _, most = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert read.total == runs
+        return most
+
+    assert peak(3_000) < 1.5 * peak(300)
 
 
 def test_a_run_let_go_that_writes_again_is_counted_never_read_as_a_new_run(tmp_path: Path) -> None:

@@ -359,6 +359,27 @@ def test_a_compiled_module_whose_forward_is_disabled_is_a_record_the_eager_fallb
     assert code == 1 and "never ran" in words, words
 
 
+class DisabledNet(Net):
+    @torch.compiler.disable
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return super().forward(x)
+
+
+def test_a_lightning_module_compiled_whole_whose_forward_is_disabled_breaks_at_the_users_line(
+    telemetry: Telemetry, capsys: pytest.CaptureFixture
+) -> None:
+    """``trainer.fit(torch.compile(model))``: Lightning compiles ``training_step``, which runs; the disabled forward
+    it calls is a graph break said at the user's line, which the break budget refuses."""
+    HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False)
+    HookedTrainer(max_epochs=1, **TRAINER_DEFAULTS).fit(torch.compile(DisabledNet(), backend="eager"), loader(48, 4))
+    run = telemetry.end()
+    assert list(run.events("compile_not_run")) == []  # compiled code ran: training_step's
+    reasons = [e.attributes.get("graph_break.reason", "") for e in run.events("graph_break")]
+    assert any("torch.compiler.disable" in reason for reason in reasons), reasons
+    code, words = _check(telemetry.path, capsys, "--max-graph-breaks", "0", "--max-recompiles", "100")
+    assert code == 1 and "graph breaks, more than the 0 allowed" in flat(words), words
+
+
 def _compiled_fit_of(telemetry: Telemetry, net: pl.LightningModule, **options: Any) -> None:
     HookedTrainer, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, live=False, jit_config=JIT)
     HookedTrainer(**{"max_epochs": 1, **TRAINER_DEFAULTS, **options}).fit(net, loader(48, 4))

@@ -40,11 +40,13 @@ def main() -> None:
     data = torch.randn(60, 16)
     batches = [data[i : i + 8] for i in range(0, len(data), 8)]  # the last batch holds 4
 
-    with telemetry_jit.CompileTelemetry() as telemetry:
+    # given the model and the epoch's length, as the README shows: its recompile at the shorter last batch is
+    # named last_batch (with the drop_last fix), and the model's thunder compiles, if any, are recorded
+    with telemetry_jit.CompileTelemetry(model=model, batches=len(batches)) as telemetry:
         step = 0
         for _ in range(args.epochs):
-            for x in batches:
-                telemetry.step(step)
+            for index, x in enumerate(batches):
+                telemetry.step(step, index)
                 loss = model(x).pow(2).mean()
                 loss.backward()
                 optimizer.step()

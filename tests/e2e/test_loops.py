@@ -11,6 +11,7 @@ import torch
 from nv_one_logger.training_telemetry.api import callbacks as one_logger
 
 import telemetry_jit
+from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.compat.thunder import import_thunder
 from tests.e2e.conftest import Telemetry, fresh_provider_state, needs_thunder
 from tests.e2e.dynamo_facts import compiles_recorded_by_torch
@@ -159,6 +160,8 @@ def test_the_plain_loop_example_runs_end_to_end(tmp_path: Path) -> None:
     assert f"{len(compiles)} compilations" in printed and "telemetry-jit summary" in printed
     assert any(s.attributes["compile.is_recompile"] for s in compiles)
     assert any(e.name == "graph_break" for s in compiles for e in s.events)
+    # it tells the loop the epoch's length: the recompile at the shorter last batch is named for what it is
+    assert "last_batch" in {row.cause for row in summarize(run).causes}
 
 
 def test_the_fabric_example_on_two_processes_writes_one_file_per_rank(tmp_path: Path) -> None:

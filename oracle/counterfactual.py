@@ -11,6 +11,7 @@ figures for the cause must equal that change, and every recompile the second run
 
 from __future__ import annotations
 
+import datetime
 import json
 import re
 from collections import Counter
@@ -43,12 +44,14 @@ class Fix:
 class FirstFix:
     """The first item of "what to fix first"."""
 
-    kind: str  # "recompile" or "graph break"
+    kind: str  # "recompile", "graph break", or the summary's key of a module compiled to no effect
     item: dict[str, Any]  # the summary's JSON of it
     fix: Fix
 
     @property
     def label(self) -> str:
+        if "words" in self.item:
+            return f"{self.kind}: {self.item['words'][:100]}..."
         if self.kind == "graph break":
             return f"graph break: {self.item['type']} ({Path(self.item['location']).name})"
         return f"{self.item['cause']} in {', '.join(self.item['stages'])}"
@@ -63,8 +66,9 @@ def first_fix(summary: dict[str, Any]) -> FirstFix | None:
     no effect, compiled code that never ran, unexpected recompile causes by cost, then graph breaks."""
     for key in ("not_compiled", "compiled_code_not_run"):
         if summary.get(key):
-            item = {"cause": key, "stages": [], **(summary[key][0] if isinstance(summary[key][0], dict) else {})}
-            return FirstFix("recompile", item, Fix("", not_mechanical=f"{key}: a change of what is compiled"))
+            said = summary[key][0]
+            words = said if isinstance(said, str) else said.get("module", json.dumps(said))
+            return FirstFix(key, {"words": words}, Fix("", not_mechanical="a change of what is compiled or how"))
     causes = summary.get("recompile_causes") or []
     for item in causes:
         if item["count"] > item["expected"]:
@@ -101,14 +105,15 @@ def cause_fix(item: dict[str, Any], causes: list[dict[str, Any]]) -> Fix:
         if not same:
             return Fix("", not_mechanical="no cause behind the recompile limit is listed")
         return cause_fix(same[0], causes)
-    options = {
-        "drop_last": text.find("drop_last=True"),
-        "mark_dynamic": text.find("mark_dynamic("),
-        "dynamic": text.find("'dynamic': True"),
-        "cast": text.find("cast once"),
-        "inference_mode": text.find("inference_mode=False"),
-        "config": text.find("torch._dynamo.config."),
+    patterns = {
+        "drop_last": r"drop_last=True(?! would)",  # "drop_last=True would leave samples unevaluated" warns against it
+        "mark_dynamic": r"mark_dynamic\(",
+        "dynamic": r"'dynamic': True",
+        "cast": r"cast once",
+        "inference_mode": r"inference_mode=False",
+        "config": r"torch\._dynamo\.config\.\w+\s*=",
     }
+    options = {name: found.start() if (found := re.search(pattern, text)) else -1 for name, pattern in patterns.items()}
     if cause in ("specialized", "python_value", "eval_shape", "size_one", "other", "stage_switch"):
         # their first option changes the user's code or data (pad a batch, make code independent of a size)
         return Fix("", not_mechanical=f"{cause}'s fix changes the code or data: {text[:90]}...")
@@ -204,8 +209,10 @@ def appeared(before: Truth, after: Truth) -> int:
 
 
 def breaks_held(truth: Truth, item: dict[str, Any]) -> int:
-    """torch's graph breaks of the group: its counter's entries whose reason holds the group's type."""
-    return sum(n for reason, n in truth.raw["counters"]["graph_break"].items() if item["type"][:60] in reason)
+    """torch's graph breaks of the group: its counter's entries whose reason holds the group's type and
+    explanation."""
+    said = [item["type"][:60], item.get("explanation", "")[:60]]
+    return sum(n for reason, n in truth.raw["counters"]["graph_break"].items() if all(s in reason for s in said))
 
 
 @dataclass
@@ -226,6 +233,12 @@ class Verdict:
         verdict = f"{self.verdict}: {self.detail}" if self.detail else self.verdict
         cells = [self.model, self.cause, self.fix or "–", counts, self.diff or "–", verdict]
         return "| " + " | ".join(cell.replace("|", "\\|").replace("\n", " ") for cell in cells) + " |"
+
+
+def _failure(truth: Truth) -> str:
+    """The last line of the run's error (a model that fails by design fails the same way in both runs)."""
+    lines = [line for line in truth.raw["error"].splitlines() if line.strip()]
+    return lines[-1].strip() if truth.raw["status"] != "finished" and lines else ""
 
 
 def diff_json(first: Path, second: Path, cwd: Path) -> dict[str, Any]:
@@ -260,8 +273,8 @@ def judge_pair(model: str, first: Path, second: Path | None, found: FirstFix, cw
         verdict.verdict, verdict.detail = "not mechanical", found.fix.not_mechanical
         return verdict
     before, after = read_truth(first), read_truth(second)
-    if after.raw["status"] != "finished":
-        verdict.verdict, verdict.detail = "not removed", f"the second run failed: {after.raw['error'][-200:]}"
+    if _failure(after) != _failure(before):  # e.g. torch's own failure (oneDNN's LSTM under bf16): nothing to judge
+        verdict.verdict, verdict.detail = "second run failed", _failure(after)[:160]
         return verdict
     diff = diff_json(first, second, cwd)
     if found.kind == "graph break":
@@ -312,10 +325,21 @@ def counterfactual(name: str, backend: str, folder: Path, timeout: float, first:
         return Verdict(model, "nothing to fix", "", verdict="nothing to fix")
     if found.fix.not_mechanical:
         return judge_pair(model, first, None, found, ROOT)
-    failed = train_one(name, backend, folder / "fixed", timeout, found.fix.change)
+    fixed = folder / "fixed"
+    done = fixed / "truth.json"
+    # a second run an earlier call made with this very fix is judged again, not trained again (--judge)
+    failed = (
+        ""
+        if done.exists() and _fix_of(done) == found.fix.change
+        else train_one(name, backend, fixed, timeout, found.fix.change)
+    )
     if failed and not (folder / "fixed" / "truth.json").exists():
         return Verdict(model, found.label, found.fix.words, verdict="not removed", detail=f"second run: {failed}")
     return judge_pair(model, first, folder / "fixed", found, ROOT)
+
+
+def _fix_of(truth: Path) -> dict[str, Any]:
+    return json.loads(truth.read_text()).get("fix", {})
 
 
 SECTION = "## The counterfactual oracle: the first fix, applied"
@@ -340,26 +364,32 @@ validation's last batch compiles once the training's stopped making the frame dy
 """
 
 
-def write_section(path: Path, versions: str, line: str, verdicts: list[Verdict]) -> None:
-    """This oracle's section of the page, its table for ``versions`` replaced (the other torches' kept)."""
+HEADER = [
+    "| model | cause | fix applied | torch's recompiles (breaks) of that cause before -> after | diff's verdict "
+    "| verdict |",
+    "|---|---|---|---|---|---|",
+]
+
+
+def write_section(path: Path, versions: str, verdicts: list[Verdict]) -> None:
+    """This oracle's section of the page: in the table for ``versions``, these models' rows replaced (models run
+    before, in another batch, kept); the other torches' tables kept."""
     old = path.read_text() if path.exists() else ""
     head, _, section = old.partition(SECTION)
     section, _, rest = section.partition("\n## ")  # a section after this one stays where it is
-    tables = {}
+    tables: dict[str, dict[str, str]] = {}  # versions -> model -> row
     for part in section.split("\n### ")[1:]:
         title, _, body = part.partition("\n")
-        tables[title.strip()] = body.strip()
-    tables[versions] = "\n".join(
-        [
-            line,
-            "",
-            "| model | cause | fix applied | torch's recompiles (breaks) of that cause before -> after "
-            "| diff's verdict | verdict |",
-            "|---|---|---|---|---|---|",
-            *(verdict.row() for verdict in verdicts),
-        ]
-    )
-    body = "".join(f"\n### {title}\n\n{table}\n" for title, table in tables.items())
+        rows = [line for line in body.splitlines() if line.startswith("| ") and line not in HEADER]
+        tables[title.strip()] = {row.split(" | ")[0].removeprefix("| "): row for row in rows}
+    tables.setdefault(versions, {}).update({verdict.model: verdict.row() for verdict in verdicts})
+    body = ""
+    for title, rows in tables.items():
+        words = Counter(row.rstrip(" |").rsplit(" | ", 1)[-1].split(":")[0] for row in rows.values())
+        said = ", ".join(f"{n} {word}" for word, n in words.most_common())
+        today = datetime.date.today().isoformat() if title == versions else "earlier"
+        body += f"\n### {title}\n\n{today}: {len(rows)} models, {said}.\n\n" + "\n".join([*HEADER, *rows.values()])
+        body += "\n"
     path.write_text(
         head.rstrip("\n") + "\n\n" + SECTION + "\n" + INTRO + body.lstrip("\n") + (f"\n## {rest}" if rest else "")
     )

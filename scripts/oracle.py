@@ -28,7 +28,6 @@ from oracle.counterfactual import SECTION, Verdict, counterfactual, write_sectio
 from oracle.judge import Fact, judge  # noqa: E402
 from oracle.runner import ROOT, run_one  # noqa: E402
 from oracle.table import known, table  # noqa: E402
-from oracle.truth import read_truth  # noqa: E402
 from oracle.zoo import ZOO  # noqa: E402
 
 # inductor compiles for tens of seconds a graph on a CPU: the user's models of the issue and one transformer
@@ -75,7 +74,7 @@ def main() -> int:
     out = args.out or Path(tempfile.mkdtemp(prefix="oracle-"))
     started = time.time()
     if args.counterfactual:
-        return counterfactuals(names, args, out, started)
+        return counterfactuals(names, args, out)
     if args.judge:
         sections = [judged(out) for out in args.judge]
         for facts in sections:
@@ -105,29 +104,28 @@ def main() -> int:
     return 1 if any(fact.agree is False and not known(fact) for fact in facts) else 0
 
 
-def counterfactuals(names: list[str], args: argparse.Namespace, out: Path, started: float) -> int:
-    """The counterfactual oracle over ``names``: one row each, the page's section for this torch rewritten."""
+def counterfactuals(names: list[str], args: argparse.Namespace, out: Path) -> int:
+    """The counterfactual oracle over ``names`` (or, with --judge, the runs earlier calls left, judged again): one
+    row each, written into the page's section for the torch they ran on."""
     backends = args.backends if "--backends" in sys.argv else ["aot_eager"]
+    runs = [(out / f"{name}-{backend}", name, backend, None) for backend in backends for name in names]
+    if args.judge:  # FOLDER/NAME-BACKEND/first: the runs kept, the fixed ones judged again where their fix is the same
+        firsts = sorted(first for folder in args.judge for first in folder.glob("*/first"))
+        runs = [(first.parent, *first.parent.name.rsplit("-", 1), first) for first in firsts]
     verdicts: list[Verdict] = []
-    for backend in backends:
-        for name in names:
-            begun = time.time()
-            verdicts.append(counterfactual(name, backend, out / f"{name}-{backend}", args.timeout))
-            print(f"{verdicts[-1].row()} [{time.time() - begun:.0f} s]", flush=True)
-    text = "\n".join(verdict.row() for verdict in verdicts)
-    print(text)
+    for folder, name, backend, first in runs:
+        begun = time.time()
+        verdicts.append(counterfactual(name, backend, folder, args.timeout, first))
+        print(f"{verdicts[-1].row()} [{time.time() - begun:.0f} s]", flush=True)
+    print("\n".join(verdict.row() for verdict in verdicts))
     if args.doc:
-        counts = {word: sum(v.verdict == word for v in verdicts) for word in dict.fromkeys(v.verdict for v in verdicts)}
-        said = ", ".join(f"{n} {word}" for word, n in counts.items())
-        took = (time.time() - started) / 60
-        write_section(
-            Path(args.doc),
-            versions(),
-            f"{datetime.date.today().isoformat()}: {len(verdicts)} models, "
-            f"{said}, {took:.0f} minutes on this 2-core CPU machine.",
-            verdicts,
-        )
-    return 1 if any(v.verdict in ("not removed", "diff disagrees", "no run") for v in verdicts) else 0
+        # titled as the zoo's tables are, from what the runs recorded (the same title trained or judged again)
+        folders = {folder.parent for folder, *_ in runs}
+        said = "; ".join(sorted({run_versions(folder, "*/first/truth.json") for folder in folders}))
+        write_section(Path(args.doc), said, verdicts)
+    return (
+        1 if any(v.verdict in ("not removed", "diff disagrees", "no run", "second run failed") for v in verdicts) else 0
+    )
 
 
 def judged(out: Path) -> list[Fact]:
@@ -137,9 +135,9 @@ def judged(out: Path) -> list[Fact]:
     return facts
 
 
-def run_versions(out: Path) -> str:
+def run_versions(out: Path, pattern: str = "*/truth.json") -> str:
     """The versions the runs of ``out`` trained with, as their truth records them."""
-    found = {json.dumps(read_truth(path.parent).raw["versions"], sort_keys=True) for path in out.glob("*/truth.json")}
+    found = {json.dumps(json.loads(path.read_text())["versions"], sort_keys=True) for path in out.glob(pattern)}
     return "; ".join(", ".join(f"{k} {v}" for k, v in json.loads(one).items()) for one in sorted(found))
 
 

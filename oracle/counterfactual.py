@@ -378,8 +378,10 @@ def write_section(path: Path, versions: str, verdicts: list[Verdict]) -> None:
     head, _, section = old.partition(SECTION)
     section, _, rest = section.partition("\n## ")  # a section after this one stays where it is
     tables: dict[str, dict[str, str]] = {}  # versions -> model -> row
+    dates = {versions: datetime.date.today().isoformat()}  # when each table last changed
     for part in section.split("\n### ")[1:]:
         title, _, body = part.partition("\n")
+        dates.setdefault(title.strip(), body.strip().split(":")[0])
         rows = [line for line in body.splitlines() if line.startswith("| ") and line not in HEADER]
         tables[title.strip()] = {row.split(" | ")[0].removeprefix("| "): row for row in rows}
     tables.setdefault(versions, {}).update({verdict.model: verdict.row() for verdict in verdicts})
@@ -387,8 +389,9 @@ def write_section(path: Path, versions: str, verdicts: list[Verdict]) -> None:
     for title, rows in tables.items():
         words = Counter(row.rstrip(" |").rsplit(" | ", 1)[-1].split(":")[0] for row in rows.values())
         said = ", ".join(f"{n} {word}" for word, n in words.most_common())
-        today = datetime.date.today().isoformat() if title == versions else "earlier"
-        body += f"\n### {title}\n\n{today}: {len(rows)} models, {said}.\n\n" + "\n".join([*HEADER, *rows.values()])
+        body += f"\n### {title}\n\n{dates[title]}: {len(rows)} models, {said}.\n\n" + "\n".join(
+            [*HEADER, *rows.values()]
+        )
         body += "\n"
     path.write_text(
         head.rstrip("\n") + "\n\n" + SECTION + "\n" + INTRO + body.lstrip("\n") + (f"\n## {rest}" if rest else "")

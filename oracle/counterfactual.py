@@ -25,8 +25,9 @@ from oracle.truth import Truth, frame_attempt, read_truth
 TRAIN_STAGES = {"train", "training"}
 LOOPS = {"train": "train", "validate": "val", "validate()": "val", "sanity_check": "val", "test": "test"}
 LOOPS |= {"test()": "test", "predict": "predict", "predict()": "predict"}
-_SIZE_MISMATCH = re.compile(r"tensor '([^']+)' size mismatch at index (\d+)")
-_SIZE_GUARD = re.compile(r"(?:L\[')?(\w+)(?:'\])?\.size\(\)\[(\d+)\]")
+_SIZE_MISMATCH = re.compile(r"tensor '(.+?)' size mismatch at index (\d+)")
+_SIZE_GUARD = re.compile(r"([\w\[\]']+)\.size\(\)\[(\d+)\]")
+_KWARG = re.compile(r"^(?:L\[')?(?:kwargs\[')?(\w+)(?:'\])*$")  # kwargs['input_ids'] is the call's input_ids
 _DTYPE = re.compile(r"tensor '([^']+)' dtype mismatch\. expected (\w+), actual (\w+)")
 _CONFIG = re.compile(r"torch\._dynamo\.config\.(\w+)\s*=\s*(True|False)")
 
@@ -61,7 +62,7 @@ def summary_json(out: Path, cwd: Path) -> dict[str, Any]:
     return json.loads(cli("summary", str(out / "run.jsonl"), "--json", cwd=cwd).stdout)["runs"][-1]
 
 
-def first_fix(summary: dict[str, Any]) -> FirstFix | None:
+def first_fix(summary: dict[str, Any], inputs: set[str]) -> FirstFix | None:
     """The summary's first fix, in the order its text lists them (``analysis.text.fix_first``): modules compiled to
     no effect, compiled code that never ran, unexpected recompile causes by cost, then graph breaks."""
     for key in ("not_compiled", "compiled_code_not_run"):
@@ -72,7 +73,7 @@ def first_fix(summary: dict[str, Any]) -> FirstFix | None:
     causes = summary.get("recompile_causes") or []
     for item in causes:
         if item["count"] > item["expected"]:
-            return FirstFix("recompile", item, cause_fix(item, causes))
+            return FirstFix("recompile", item, cause_fix(item, causes, inputs))
     breaks = summary.get("graph_breaks") or []
     return FirstFix("graph break", breaks[0], break_fix(breaks[0])) if breaks else None
 
@@ -85,18 +86,28 @@ def _dynamic() -> Fix:
     return Fix("JitConfig(torch_kwargs={'dynamic': True})", {"torch_kwargs": {"dynamic": True}})
 
 
-def _mark(reasons: list[str], dim: int | None = None) -> Fix:
-    """``mark_dynamic`` on the input and dimension torch's failed guard names (``dim``: the one the fix names)."""
+def _mark(reasons: list[str], inputs: set[str], dim: int | None = None) -> Fix:
+    """``mark_dynamic`` on each input of the compiled call (``inputs``) whose dimension torch's failed guards name,
+    in every frame of the cause (``dim``: the one the fix names): a user marks each tensor the reasons name."""
+    marks, others = [], []
     for reason in reasons:
         found = _SIZE_MISMATCH.search(reason) or _SIZE_GUARD.search(reason)
-        if found:
-            name, at = found.group(1), int(found.group(2)) if dim is None else dim
-            return Fix(f"mark_dynamic({name}, {at})", {"mark_dynamic": [[name, at]]})
-    return Fix("", not_mechanical=f"torch's reason names no input's dimension: {reasons[:1]}")
+        if not found:
+            continue
+        plain = _KWARG.match(found.group(1))
+        name, at = plain.group(1) if plain else found.group(1), int(found.group(2)) if dim is None else dim
+        (marks if name in inputs else others).append([name, at])
+    marks = [mark for i, mark in enumerate(marks) if mark not in marks[:i]]
+    if not marks:
+        return Fix("", not_mechanical=f"torch's reasons name no input of the compiled call: {reasons[:1]}")
+    words = ", ".join(f"mark_dynamic({name}, {at})" for name, at in marks)
+    if others:  # tensors computed inside the compiled code: a mark there is no change a user can make
+        words += f" (not {', '.join(sorted({name for name, _ in others}))}: no input)"
+    return Fix(words, {"mark_dynamic": marks})
 
 
-def cause_fix(item: dict[str, Any], causes: list[dict[str, Any]]) -> Fix:
-    """The first option the cause's fix text names, as a change of the run."""
+def cause_fix(item: dict[str, Any], causes: list[dict[str, Any]], inputs: set[str]) -> Fix:
+    """The first option the cause's fix text names, as a change of the run (``inputs``: the compiled call's)."""
     cause, text, reasons = item["cause"], item["fix"], item["reasons"]
     if cause == "recompile_limit":
         # "its recompiles were mostly: TITLE. Fix that: ...": the fix of the cause behind it, in the same frames
@@ -104,7 +115,7 @@ def cause_fix(item: dict[str, Any], causes: list[dict[str, Any]]) -> Fix:
         same = [c for c in behind if set(c["frames"]) & set(item["frames"])] or behind
         if not same:
             return Fix("", not_mechanical="no cause behind the recompile limit is listed")
-        return cause_fix(same[0], causes)
+        return cause_fix(same[0], causes, inputs)
     patterns = {
         "drop_last": r"drop_last=True(?! would)",  # "drop_last=True would leave samples unevaluated" warns against it
         "mark_dynamic": r"mark_dynamic\(",
@@ -126,7 +137,7 @@ def cause_fix(item: dict[str, Any], causes: list[dict[str, Any]]) -> Fix:
         return Fix(f"drop_last=True on the {', '.join(loops)} loader", {"drop_last": loops})
     if first == "mark_dynamic":
         zero = re.search(r"mark_dynamic\(tensor, 0\)", text)
-        return _mark(reasons, 0 if zero else None)
+        return _mark(reasons, inputs, 0 if zero else None)
     if first == "dynamic":
         return _dynamic()
     if first == "inference_mode":
@@ -236,9 +247,12 @@ class Verdict:
 
 
 def _failure(truth: Truth) -> str:
-    """The last line of the run's error (a model that fails by design fails the same way in both runs)."""
-    lines = [line for line in truth.raw["error"].splitlines() if line.strip()]
-    return lines[-1].strip() if truth.raw["status"] != "finished" and lines else ""
+    """The run's exception, its first line (a model that fails by design fails the same way in both runs)."""
+    if truth.raw["status"] == "finished":
+        return ""
+    lines = [line.strip() for line in truth.raw["error"].splitlines() if line.strip()]
+    raised = [line for line in lines if re.match(r"^[\w.]+(Error|Exception|Violation)\b.*:", line)]
+    return (raised or lines or [""])[-1]
 
 
 def diff_json(first: Path, second: Path, cwd: Path) -> dict[str, Any]:
@@ -264,6 +278,19 @@ def diff_counts(diff: dict[str, Any], item: dict[str, Any]) -> tuple[int, int, i
     left = new.get(key, 0) + sum(r["count"] for r in diff["renamed_recompile_causes"] if r["base"] == key)
     more = sum(max(0, c["new"] - c["base"]) for c in diff["changed_recompile_causes"].values())
     return base.get(key, 0), left, sum(diff["new_recompile_causes"].values()) + renamed + more
+
+
+def inputs_of(name: str) -> set[str]:
+    """The compiled call's inputs for the zoo's ``name``: its batch's keys (less the labels a user's loss takes)."""
+    import torch  # the zoo's data, made where a verdict needs it: judging alone needs no torch
+
+    from oracle.data import KINDS
+    from oracle.zoo import ZOO
+
+    case = ZOO[name]
+    make, collate = KINDS[case.data]
+    keys = set(collate(make(2, torch.Generator().manual_seed(0))))
+    return keys if case.hf else keys - {"labels"}
 
 
 def judge_pair(model: str, first: Path, second: Path | None, found: FirstFix, cwd: Path) -> Verdict:
@@ -317,10 +344,11 @@ def counterfactual(name: str, backend: str, folder: Path, timeout: float, first:
     model = f"{name} ({backend})"
     if first is None:
         first = folder / "first"
-        failed = train_one(name, backend, first, timeout)
+        # a first run an earlier call left is taken as it is
+        failed = "" if (first / "truth.json").exists() else train_one(name, backend, first, timeout)
         if failed:
             return Verdict(model, "–", "", verdict="no run", detail=failed)
-    found = first_fix(summary_json(first, ROOT))
+    found = first_fix(summary_json(first, ROOT), inputs_of(name))
     if found is None:
         return Verdict(model, "nothing to fix", "", verdict="nothing to fix")
     if found.fix.not_mechanical:

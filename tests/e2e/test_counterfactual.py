@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from oracle.counterfactual import Verdict, cause_fix, counterfactual, first_fix, judge_pair, summary_json
+from oracle.counterfactual import Verdict, cause_fix, counterfactual, first_fix, inputs_of, judge_pair, summary_json
 from oracle.runner import ROOT
 from oracle.truth import tlparse_program
 
@@ -47,7 +47,7 @@ def test_a_second_run_without_the_fix_is_not_removed(
     """The oracle can fail: the second run is the first one again (the fix not applied), so torch's recompiles of
     the cause remain."""
     _, folder = verdicts[name]
-    found = first_fix(summary_json(folder / "first", ROOT))
+    found = first_fix(summary_json(folder / "first", ROOT), inputs_of(name))
     assert found is not None
     shutil.copytree(folder / "first", tmp_path / "unfixed")
     verdict = judge_pair(name, folder / "first", tmp_path / "unfixed", found, ROOT)
@@ -58,7 +58,7 @@ def test_diff_saying_nothing_changed_is_caught(verdicts: dict[str, tuple[Verdict
     """The second run's torch record with the first run's telemetry-jit file: torch removed the recompile, the
     product's file (and so diff) did not."""
     _, folder = verdicts["conv1d_bn"]
-    found = first_fix(summary_json(folder / "first", ROOT))
+    found = first_fix(summary_json(folder / "first", ROOT), inputs_of("conv1d_bn"))
     assert found is not None
     shutil.copytree(folder / "fixed", tmp_path / "fixed")
     shutil.copy(folder / "first" / "run.jsonl", tmp_path / "fixed" / "run.jsonl")
@@ -105,10 +105,26 @@ def _item(cause: str, fix: str, reasons: list[str], stages: tuple[str, ...] = ("
     ],
 )
 def test_each_fix_is_read_as_the_change_it_names(item: dict, words: str, change: dict) -> None:
-    fix = cause_fix(item, [item])
+    fix = cause_fix(item, [item], {"x", "y"})
     assert (fix.words, fix.change, fix.not_mechanical) == (words, change, "")
+
+
+def test_a_mark_goes_on_each_input_of_the_compiled_call_torch_names() -> None:
+    """transformers' models: torch names the call's keyword arguments (``kwargs['input_ids']``) in one frame and
+    tensors computed inside (``logits``) in another; only the call's inputs can be marked."""
+    reasons = [
+        "tensor 'kwargs['input_ids']' size mismatch at index 1. expected 13, actual 14",
+        "tensor 'labels' size mismatch at index 1. expected 13, actual 14",
+        "tensor 'kwargs['logits']' size mismatch at index 1. expected 13, actual 14",
+    ]
+    item = _item(
+        "changing_dim", "mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim) ...", reasons
+    )
+    fix = cause_fix(item, [item], {"input_ids", "attention_mask", "labels"})
+    assert fix.change == {"mark_dynamic": [["input_ids", 1], ["labels", 1]]}
+    assert fix.words == "mark_dynamic(input_ids, 1), mark_dynamic(labels, 1) (not logits: no input)"
 
 
 def test_a_fix_that_changes_the_code_is_not_mechanical() -> None:
     item = _item("specialized", "compiling with dynamic=True does not help here ...", ["s0 <= 40"])
-    assert cause_fix(item, [item]).not_mechanical.startswith("specialized's fix changes the code")
+    assert cause_fix(item, [item], {"x"}).not_mechanical.startswith("specialized's fix changes the code")

@@ -29,6 +29,7 @@ _SIZE_MISMATCH = re.compile(r"tensor '(.+?)' size mismatch at index (\d+)")
 _SIZE_GUARD = re.compile(r"([\w\[\]']+)\.size\(\)\[(\d+)\]")
 _KWARG = re.compile(r"^(?:L\[')?(?:kwargs\[')?(\w+)(?:'\])*$")  # kwargs['input_ids'] is the call's input_ids
 _DTYPE = re.compile(r"tensor '([^']+)' dtype mismatch\. expected (\w+), actual (\w+)")
+_REFUSED = re.compile(r"You marked \S+ as dynamic but your code specialized it to be a constant \(\d+\)")
 _CONFIG = re.compile(r"torch\._dynamo\.config\.(\w+)\s*=\s*(True|False)")
 
 
@@ -213,10 +214,17 @@ def held(truth: Truth, item: dict[str, Any]) -> int:
 def appeared(before: Truth, after: Truth) -> int:
     """Recompiles of the second run the first lacks (by frame, kind of stage and failed guard)."""
 
-    def key(found: tuple[str, set[str], frozenset[str]]) -> tuple[str, bool, frozenset[str]]:
-        return found[0], bool(found[1] & TRAIN_STAGES), found[2]
+    def keys(truth: Truth) -> Counter[tuple[str, bool, str]]:
+        # the newest cache entry's failed guard (the first torch lists): the older entries' differ with how many
+        # entries the frame holds, which the fix changes
+        return Counter(
+            (frame, bool(stage & TRAIN_STAGES), guard(lines[0]) if lines else "")
+            for (frame, stage, _), lines in zip(
+                recompiles(truth), map(truth.reason_lines, truth.recompiles), strict=True
+            )
+        )
 
-    return sum((Counter(map(key, recompiles(after))) - Counter(map(key, recompiles(before)))).values())
+    return sum((keys(after) - keys(before)).values())
 
 
 def breaks_held(truth: Truth, item: dict[str, Any]) -> int:
@@ -301,7 +309,11 @@ def judge_pair(model: str, first: Path, second: Path | None, found: FirstFix, cw
         return verdict
     before, after = read_truth(first), read_truth(second)
     if _failure(after) != _failure(before):  # e.g. torch's own failure (oneDNN's LSTM under bf16): nothing to judge
-        verdict.verdict, verdict.detail = "second run failed", _failure(after)[:160]
+        refused = _REFUSED.search(after.raw["error"])
+        if refused:  # the fix cannot work: torch specializes the dimension the product said to mark dynamic
+            verdict.verdict, verdict.detail = "not removed", f"torch refused the mark: {refused.group(0)}"
+        else:
+            verdict.verdict, verdict.detail = "second run failed", _failure(after)[:160]
         return verdict
     diff = diff_json(first, second, cwd)
     if found.kind == "graph break":

@@ -396,10 +396,13 @@ torch's recompiles of the cause are counted in both runs' `CompilationMetrics` (
 cause's frames and stages, failing a guard its reasons name (sizes and numbers aside). **removed**: torch had them
 and the second run has none, `telemetry-jit diff --json` counts the cause's recompiles the same before and after
 (a recompile it calls renamed counts as left), and every recompile the second run has anew (by frame, kind of
-stage and failed guard) is one diff reports as new, more or renamed; **not removed**: some remain (a
-disagreement: the product's fix did not do what it said); **diff disagrees**: torch's record changed as the fix
-said, diff's figures did not. "new" counts torch's recompiles the fix brought (the cost moved elsewhere, e.g. a
-validation's last batch compiles once the training's stopped making the frame dynamic).
+stage and its newest cache entry's failed guard) is one diff reports as new, more or renamed; **not removed**: some
+remain, or torch refused the fix (a `mark_dynamic` on a dimension the code specializes raises
+`ConstraintViolationError`): a disagreement, the product's fix did not do what it said; **diff disagrees**: torch's
+record changed as the fix said, diff's figures did not; **second run failed**: the run with the fix raised, unlike
+the first, for a reason of torch's own (its words given); **not mechanical**: the fix's first option is a change of
+code or data. "new" counts torch's recompiles the fix brought (the cost moved elsewhere, e.g. a validation's last
+batch compiles once training's last batch stopped making the batch dimension dynamic), each reported by diff.
 
 """
 

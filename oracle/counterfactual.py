@@ -263,6 +263,14 @@ def _failure(truth: Truth) -> str:
     return (raised or lines or [""])[-1]
 
 
+def _fails_by_design(truth: Truth) -> bool:
+    """A zoo model whose ``predict_step`` raises after a fit that went well: its run fails in ``predict``."""
+    from oracle.zoo import ZOO  # the zoo imports torch: imported where a verdict needs it
+
+    case = ZOO.get(truth.raw["model"])
+    return bool(case and case.predict_bug and truth.raw["calls"] and truth.raw["calls"][-1]["call"] == "predict")
+
+
 def diff_json(first: Path, second: Path, cwd: Path) -> dict[str, Any]:
     return json.loads(cli("diff", str(first / "run.jsonl"), str(second / "run.jsonl"), "--json", cwd=cwd).stdout)
 
@@ -308,6 +316,9 @@ def judge_pair(model: str, first: Path, second: Path | None, found: FirstFix, cw
         verdict.verdict, verdict.detail = "not mechanical", found.fix.not_mechanical
         return verdict
     before, after = read_truth(first), read_truth(second)
+    if _failure(before) and not _fails_by_design(before):  # a run cut short: what it left is no count to compare
+        verdict.verdict, verdict.detail = "first run failed", _failure(before)[:160]
+        return verdict
     if _failure(after) != _failure(before):  # e.g. torch's own failure (oneDNN's LSTM under bf16): nothing to judge
         refused = _REFUSED.search(after.raw["error"])
         if refused:  # the fix cannot work: torch specializes the dimension the product said to mark dynamic
@@ -400,7 +411,8 @@ stage and its newest cache entry's failed guard) is one diff reports as new, mor
 remain, or torch refused the fix (a `mark_dynamic` on a dimension the code specializes raises
 `ConstraintViolationError`): a disagreement, the product's fix did not do what it said; **diff disagrees**: torch's
 record changed as the fix said, diff's figures did not; **second run failed**: the run with the fix raised, unlike
-the first, for a reason of torch's own (its words given); **not mechanical**: the fix's first option is a change of
+the first, for a reason of torch's own (its words given); **first run failed**: the model's own run raised (torch's
+words given), so there is no whole run to compare; **not mechanical**: the fix's first option is a change of
 code or data. "new" counts torch's recompiles the fix brought (the cost moved elsewhere, e.g. a validation's last
 batch compiles once training's last batch stopped making the batch dimension dynamic), each reported by diff.
 

@@ -103,7 +103,7 @@ def _mark(reasons: list[str], inputs: set[str], dim: int | None = None) -> Fix:
         return Fix("", not_mechanical=f"torch's reasons name no input of the compiled call: {reasons[:1]}")
     words = ", ".join(f"mark_dynamic({name}, {at})" for name, at in marks)
     if others:  # tensors computed inside the compiled code: a mark there is no change a user can make
-        words += f" (not {', '.join(sorted({name for name, _ in others}))}: no input)"
+        words += f" ({', '.join(sorted({name for name, _ in others}))}: no input of the compiled call, not marked)"
     return Fix(words, {"mark_dynamic": marks})
 
 
@@ -173,6 +173,7 @@ def guard(line: str) -> str:
     """A failed guard without what differs from run to run: the compile id, the sizes or numbers compared."""
     text = re.sub(r"^\s*\[?!?\d+(?:/\d+)+\]?:\s*", "", line)
     text = re.sub(r"L\['([^']+)'\]", r"\1", text)
+    text = re.sub(r"___stack\d+", "an intermediate value", text)  # as the product says torch's generated names
     text = re.sub(r"\.\s*expected .*$", "", re.sub(r"\s+#.*$", "", text))
     return re.sub(r"(?<!index )(?<![\[\w.])-?\d+(?:\.\d+)?(?![\]\w])", "N", text).strip()
 
@@ -191,15 +192,18 @@ def _item_frames(item: dict[str, Any]) -> set[str]:
     return found
 
 
-def recompiles(truth: Truth) -> list[tuple[str, set[str], frozenset[str]]]:
-    """Each recompile torch started: its frame, the stages the summary would name, its failed guards."""
+def recompiles(truth: Truth) -> list[tuple[str, set[str], str]]:
+    """Each recompile torch started: its frame, the stages the summary would name, and the failed guard of its
+    newest cache entry (the first torch lists; the older entries' differ with how many entries the frame holds,
+    which a fix changes, and an older entry's guard is no reason this recompile had)."""
     # an attempt refused at the recompile limit has no code object in its metric: its frame's other compiles name it
     names = {frame_attempt(m["compile_id"])[0]: _frame(m) for m in truth.frames if m["co_name"]}
     found = []
     for metric in truth.recompiles:
         batch = truth.batch_at(metric["start_time_us"])
         frame = names.get(frame_attempt(metric["compile_id"])[0], _frame(metric))
-        found.append((frame, _cause_stage(batch), frozenset(map(guard, truth.reason_lines(metric)))))
+        lines = truth.reason_lines(metric)
+        found.append((frame, _cause_stage(batch), guard(lines[0]) if lines else ""))
     return found
 
 
@@ -207,7 +211,7 @@ def held(truth: Truth, item: dict[str, Any]) -> int:
     """torch's recompiles of the cause: in its frames and stages, failing a guard its reasons name."""
     guards, frames, stages = {guard(r) for r in item["reasons"]}, _item_frames(item), set(item["stages"])
     return sum(
-        frame in frames and bool(stage & stages) and bool(failed & guards) for frame, stage, failed in recompiles(truth)
+        frame in frames and bool(stage & stages) and failed in guards for frame, stage, failed in recompiles(truth)
     )
 
 
@@ -215,14 +219,7 @@ def appeared(before: Truth, after: Truth) -> int:
     """Recompiles of the second run the first lacks (by frame, kind of stage and failed guard)."""
 
     def keys(truth: Truth) -> Counter[tuple[str, bool, str]]:
-        # the newest cache entry's failed guard (the first torch lists): the older entries' differ with how many
-        # entries the frame holds, which the fix changes
-        return Counter(
-            (frame, bool(stage & TRAIN_STAGES), guard(lines[0]) if lines else "")
-            for (frame, stage, _), lines in zip(
-                recompiles(truth), map(truth.reason_lines, truth.recompiles), strict=True
-            )
-        )
+        return Counter((frame, bool(stage & TRAIN_STAGES), failed) for frame, stage, failed in recompiles(truth))
 
     return sum((keys(after) - keys(before)).values())
 

@@ -192,36 +192,65 @@ def _item_frames(item: dict[str, Any]) -> set[str]:
     return found
 
 
-def recompiles(truth: Truth) -> list[tuple[str, set[str], str]]:
-    """Each recompile torch started: its frame, the stages the summary would name, and the failed guard of its
-    newest cache entry (the first torch lists; the older entries' differ with how many entries the frame holds,
-    which a fix changes, and an older entry's guard is no reason this recompile had)."""
+@dataclass(frozen=True)
+class Recompile:
+    """One recompile torch started, as the counterfactual compares them."""
+
+    frame: str
+    stages: frozenset[str]  # the stages the summary would name
+    guard: str  # its newest cache entry's failed guard
+    batch: tuple[object, ...]  # (stage, global step, batch index): where it ran
+
+    @property
+    def kind(self) -> bool:
+        return bool(self.stages & TRAIN_STAGES)
+
+
+def recompiles(truth: Truth) -> list[Recompile]:
+    """Each recompile torch started. Its guard is its newest cache entry's (the first torch lists): the older
+    entries' differ with how many entries the frame holds, which a fix changes, and are no reason it had."""
     # an attempt refused at the recompile limit has no code object in its metric: its frame's other compiles name it
     names = {frame_attempt(m["compile_id"])[0]: _frame(m) for m in truth.frames if m["co_name"]}
     found = []
     for metric in truth.recompiles:
-        batch = truth.batch_at(metric["start_time_us"])
+        batch = truth.batch_at(metric["start_time_us"]) or {}
         frame = names.get(frame_attempt(metric["compile_id"])[0], _frame(metric))
         lines = truth.reason_lines(metric)
-        found.append((frame, _cause_stage(batch), guard(lines[0]) if lines else ""))
+        where = (batch.get("fn"), batch.get("stage"), batch.get("global_step"), batch.get("batch_idx"))
+        found.append(Recompile(frame, frozenset(_cause_stage(batch or None)), guard(lines[0]) if lines else "", where))
     return found
 
 
-def held(truth: Truth, item: dict[str, Any]) -> int:
-    """torch's recompiles of the cause: in its frames and stages, failing a guard its reasons name."""
+def held(before: Truth, item: dict[str, Any], after: Truth | None = None) -> int:
+    """torch's recompiles of the cause in ``before``: in its frames and stages, failing a guard its reasons name.
+    With ``after``: those of ``after`` that do, or that ran in a frame and batch where one of ``before``'s did (the
+    same recompile, its guard now on another tensor: an intermediate value where the input was marked)."""
     guards, frames, stages = {guard(r) for r in item["reasons"]}, _item_frames(item), set(item["stages"])
+    cause = [r for r in recompiles(before) if r.frame in frames and r.stages & stages and r.guard in guards]
+    if after is None:
+        return len(cause)
+    where = {(r.frame, r.batch) for r in cause}
     return sum(
-        frame in frames and bool(stage & stages) and failed in guards for frame, stage, failed in recompiles(truth)
+        r.frame in frames and bool(r.stages & stages) and (r.guard in guards or (r.frame, r.batch) in where)
+        for r in recompiles(after)
     )
 
 
 def appeared(before: Truth, after: Truth) -> int:
-    """Recompiles of the second run the first lacks (by frame, kind of stage and failed guard)."""
-
-    def keys(truth: Truth) -> Counter[tuple[str, bool, str]]:
-        return Counter((frame, bool(stage & TRAIN_STAGES), failed) for frame, stage, failed in recompiles(truth))
-
-    return sum((keys(after) - keys(before)).values())
+    """Recompiles of the second run the first lacks: none of the first's has its frame, kind of stage and guard, or
+    its frame and batch."""
+    old = recompiles(before)
+    by_guard = Counter((r.frame, r.kind, r.guard) for r in old)
+    by_batch = Counter((r.frame, r.batch) for r in old)
+    new = 0
+    for r in recompiles(after):
+        if by_guard[(r.frame, r.kind, r.guard)] > 0:
+            by_guard[(r.frame, r.kind, r.guard)] -= 1
+        elif by_batch[(r.frame, r.batch)] > 0:
+            by_batch[(r.frame, r.batch)] -= 1
+        else:
+            new += 1
+    return new
 
 
 def breaks_held(truth: Truth, item: dict[str, Any]) -> int:
@@ -331,7 +360,7 @@ def judge_pair(model: str, first: Path, second: Path | None, found: FirstFix, cw
         agree = fixed == (verdict.after == 0)
         problems = [] if agree else [f"diff says {verdict.diff}, torch {verdict.before} -> {verdict.after}"]
     else:
-        verdict.before, verdict.after = held(before, found.item), held(after, found.item)
+        verdict.before, verdict.after = held(before, found.item), held(before, found.item, after)
         was, left, reported = diff_counts(diff, found.item)
         verdict.new = new = appeared(before, after)
         named = ", ".join(f"{cause} {n}" for cause, n in diff["new_recompile_causes"].items())

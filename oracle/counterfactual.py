@@ -422,25 +422,27 @@ def _fix_of(truth: Path) -> dict[str, Any]:
 SECTION = "## The counterfactual oracle: the first fix, applied"
 INTRO = """
 `python3 scripts/oracle.py --counterfactual [--models ...]` trains each model, reads the first fix of the summary's
-"what to fix first" (`summary --json`: the first unexpected recompile cause, else the first graph break) and
-applies it mechanically in a second run of the same model (`oracle/counterfactual.py`): the first option its fix
-names, `drop_last=True` on the loader of the cause's stage, `torch._dynamo.mark_dynamic(input, dim)` on the input
-and dimension torch's reason names (right before the compiled call), `dynamic=True`, a cast to the dtype the first
+"what to fix first" (`summary --json`: the first unexpected recompile cause, else the first graph break) and applies
+it mechanically in a second run of the same model (`oracle/counterfactual.py`): the first option its fix names,
+`drop_last=True` on the loader of the cause's stage, `torch._dynamo.mark_dynamic(input, dim)` on the input and
+dimension torch's reason names (right before the compiled call), `dynamic=True`, a cast to the dtype the first
 compile saw, a `torch._dynamo.config` flag a hint names, `Trainer(inference_mode=False)`. A fix whose first option
 changes the user's code or data (pad a batch, make code independent of a size, avoid a call) is "not mechanical".
 
 torch's recompiles of the cause are counted in both runs' `CompilationMetrics` (and tlparse's reasons): in the
-cause's frames and stages, failing a guard its reasons name (sizes and numbers aside). **removed**: torch had them
-and the second run has none, `telemetry-jit diff --json` counts the cause's recompiles the same before and after
-(a recompile it calls renamed counts as left), and every recompile the second run has anew (by frame, kind of
-stage and its newest cache entry's failed guard) is one diff reports as new, more or renamed; **not removed**: some
-remain, or torch refused the fix (a `mark_dynamic` on a dimension the code specializes raises
-`ConstraintViolationError`): a disagreement, the product's fix did not do what it said; **diff disagrees**: torch's
-record changed as the fix said, diff's figures did not; **second run failed**: the run with the fix raised, unlike
-the first, for a reason of torch's own (its words given); **first run failed**: the model's own run raised (torch's
-words given), so there is no whole run to compare; **not mechanical**: the fix's first option is a change of
-code or data. "new" counts torch's recompiles the fix brought (the cost moved elsewhere, e.g. a validation's last
-batch compiles once training's last batch stopped making the batch dimension dynamic), each reported by diff.
+cause's frames and stages, its newest cache entry failing a guard the cause's reasons name (sizes and numbers
+aside); in the second run also one that ran in the frame and batch of one of them (the same recompile, its guard now
+on another tensor, e.g. an intermediate value after a graph break where the input was marked). **removed**: torch
+had them and the second run has none, `telemetry-jit diff --json` counts the cause's recompiles the same before and
+after (a recompile it calls renamed counts as left), and every recompile the second run has anew (by frame, kind of
+stage and guard, nor by frame and batch) is one diff reports as new, more or renamed; **not removed**: some remain,
+or torch refused the fix (a `mark_dynamic` on a dimension the code specializes raises `ConstraintViolationError`): a
+disagreement, the product's fix did not do what it said; **diff disagrees**: torch's record changed as the fix said,
+diff's figures did not; **second run failed**: the run with the fix raised, unlike the first, for a reason of
+torch's own (its words given); **first run failed**: the model's own run raised (torch's words given), so there is
+no whole run to compare; **not mechanical**: the fix's first option is a change of code or data. "new" counts
+torch's recompiles the fix brought (the cost moved elsewhere, e.g. a validation's last batch compiles once
+training's last batch stopped making the batch dimension dynamic), each reported by diff.
 
 """
 

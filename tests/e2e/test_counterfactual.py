@@ -27,9 +27,14 @@ def verdicts(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Verdic
     return {name: (counterfactual(name, "aot_eager", folder / name, timeout=240), folder / name) for name in MODELS}
 
 
-def test_dropping_the_last_batch_removes_its_recompile(verdicts: dict[str, tuple[Verdict, Path]]) -> None:
+def test_the_issue_models_first_fix_removes_its_recompile(verdicts: dict[str, tuple[Verdict, Path]]) -> None:
+    """Its two unexpected causes hold one recompile each and the summary lists causes by compile time: either comes
+    first (the smaller last batch here on torch 2.13 and 2.15, the changing length in a run on torch 2.8)."""
     verdict, _ = verdicts["conv1d_bn"]
-    assert (verdict.cause, verdict.fix) == ("last_batch in train", "drop_last=True on the train loader")
+    assert (verdict.cause, verdict.fix) in {
+        ("last_batch in train", "drop_last=True on the train loader"),
+        ("changing_dim in train", "mark_dynamic(features, 1)"),
+    }
     assert verdict.verdict == "removed", verdict.row()
     assert verdict.before and verdict.after == 0
 

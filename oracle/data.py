@@ -3,7 +3,7 @@ different lengths padded per batch in a ``collate_fn``), sized so that every loo
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any, cast
 
 import torch
@@ -136,13 +136,18 @@ KINDS: dict[str, tuple[Callable[[int, torch.Generator], list[Sample]], Callable[
 }
 
 
-def loaders(kind: str, seed: int = 0, **loader: Any) -> dict[str, DataLoader]:
-    """One loader per loop; only training shuffles."""
+def loaders(kind: str, seed: int = 0, drop_last: Collection[str] = (), **loader: Any) -> dict[str, DataLoader]:
+    """One loader per loop; only training shuffles; the loops in ``drop_last`` drop their smaller last batch."""
     make, collate = KINDS[kind]
     found: dict[str, DataLoader] = {}
     for offset, (loop, (count, batch)) in enumerate(SIZES.items()):
         samples = make(count, torch.Generator().manual_seed(seed + offset))
         found[loop] = DataLoader(
-            cast(Dataset[Sample], samples), batch_size=batch, shuffle=loop == "train", collate_fn=collate, **loader
+            cast(Dataset[Sample], samples),
+            batch_size=batch,
+            shuffle=loop == "train",
+            collate_fn=collate,
+            drop_last=loop in drop_last,
+            **loader,
         )
     return found

@@ -4,7 +4,11 @@ set, while torch's own record of it is kept beside telemetry-jit's file (``truth
 the kernel counted them, and the Lightning batch that was running at each moment (a callback of the oracle's own,
 timed on the clock torch stamps compiles with).
 
-    python -m oracle.run MODEL BACKEND OUT_DIR     (with TORCH_TRACE=OUT_DIR/trace set before Python starts)
+    python -m oracle.run MODEL BACKEND OUT_DIR [FIX]   (with TORCH_TRACE=OUT_DIR/trace set before Python starts)
+
+FIX (the counterfactual oracle's second run, ``oracle.counterfactual``) is JSON of the change a fix makes:
+``{"mark_dynamic": [[input, dim]], "cast": {input: dtype}, "drop_last": [loop], "torch_kwargs": {...},
+"dynamo_config": {...}, "trainer_flags": {...}}``; without it the run is the case as the zoo has it.
 """
 
 from __future__ import annotations
@@ -75,16 +79,29 @@ METRIC_FIELDS = (
 class ZooModule(pl.LightningModule):
     """What a user writes around a library model: the loss from the model's output, AdamW, StepLR."""
 
-    def __init__(self, case: Case) -> None:
+    def __init__(self, case: Case, fix: dict[str, Any] | None = None) -> None:
         super().__init__()
         self.case = case
+        self.fix = fix or {}
         self.model = case.build()
+
+    def _inputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The compiled call's arguments, with a fix's cast and marks applied right before the call (a mark on a
+        tensor the argument is computed from would not pass on)."""
+        inputs = batch if self.case.hf else {key: value for key, value in batch.items() if key != "labels"}
+        if not self.fix:
+            return inputs
+        inputs = dict(inputs)
+        for name, dtype in self.fix.get("cast", {}).items():
+            inputs[name] = inputs[name].to(getattr(torch, dtype))
+        for name, dim in self.fix.get("mark_dynamic", []):
+            torch._dynamo.mark_dynamic(inputs[name], dim)
+        return inputs
 
     def _loss(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         if self.case.hf:
-            return self.model(**batch).loss
-        inputs = {key: value for key, value in batch.items() if key != "labels"}
-        return torch.nn.functional.cross_entropy(self.model(**inputs), batch["labels"])
+            return self.model(**self._inputs(batch)).loss
+        return torch.nn.functional.cross_entropy(self.model(**self._inputs(batch)), batch["labels"])
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)
@@ -101,8 +118,8 @@ class ZooModule(pl.LightningModule):
         if self.case.predict_bug:
             raise ValueError("a bug in predict_step")
         if self.case.hf:  # labels too: an encoder-decoder builds its decoder's inputs from them
-            return self.model(**batch).logits
-        return self.model(**{key: value for key, value in batch.items() if key != "labels"})
+            return self.model(**self._inputs(batch)).logits
+        return self.model(**self._inputs(batch))
 
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.AdamW(self.parameters(), lr=1e-3)
@@ -210,9 +227,9 @@ def process_resources() -> dict[str, float]:
     }
 
 
-def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: BatchClock) -> None:
+def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: BatchClock, fix: dict[str, Any]) -> None:
     session = telemetry_jit.configure("oracle", file=out / "run.jsonl", global_batch_size=SIZES["train"][1])
-    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": backend, **case.torch_kwargs})
+    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs=truth["torch_kwargs"])
     trainer_cls, callback = telemetry_jit.hook_trainer_cls(pl.Trainer, session, jit_config=config, live=False)
     calls = truth["calls"]
 
@@ -225,16 +242,16 @@ def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: Bat
     def make_trainer(epochs: int) -> pl.Trainer:
         checkpoint = ModelCheckpoint(dirpath=out / "checkpoints", save_last=True)
         return trainer_cls(
-            **{**FLAGS, **case.trainer_flags, "max_epochs": epochs},
+            **{**FLAGS, **case.trainer_flags, **fix.get("trainer_flags", {}), "max_epochs": epochs},
             default_root_dir=out,
             logger=CSVLogger(out, name="logs"),
             callbacks=[clock, checkpoint],
         )
 
     pl.seed_everything(0, verbose=False)
-    loops = loaders(case.data)
+    loops = loaders(case.data, drop_last=fix.get("drop_last", ()))
     callback.on_model_init_start()
-    model = ZooModule(case)
+    model = ZooModule(case, fix)
     callback.on_model_init_end()
     trainer = make_trainer(FLAGS["max_epochs"])
     call("fit", trainer, model, loops["train"], loops["val"])
@@ -246,7 +263,7 @@ def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: Bat
         call(
             "fit",
             resumed,
-            ZooModule(case),
+            ZooModule(case, fix),
             loops["train"],
             loops["val"],
             ckpt_path=str(out / "checkpoints" / "last.ckpt"),
@@ -254,9 +271,10 @@ def train(case: Case, backend: str, out: Path, truth: dict[str, Any], clock: Bat
     callback.on_app_end()
 
 
-def main(name: str, backend: str, out: Path) -> int:
+def main(name: str, backend: str, out: Path, fix: dict[str, Any] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    case = ZOO[name]
+    case, fix = ZOO[name], fix or {}
+    dynamo_config = {**case.dynamo_config, **fix.get("dynamo_config", {})}
     torch.set_num_threads(1)
     # torch keeps only its newest 64 CompilationMetrics (DEFAULT_COMPILATION_METRICS_LIMIT, 2.8 to 2.15): a run
     # that compiles more would lose its first compiles from the truth (bart on torch 2.8: 70 compiles, 64 kept)
@@ -268,9 +286,10 @@ def main(name: str, backend: str, out: Path) -> int:
         "model": name,
         "family": case.family,
         "backend": backend,
-        "torch_kwargs": {"backend": backend, **case.torch_kwargs},
-        "dynamo_config": case.dynamo_config,
-        "drop_last": False,
+        "torch_kwargs": {"backend": backend, **case.torch_kwargs, **fix.get("torch_kwargs", {})},
+        "dynamo_config": dynamo_config,
+        "drop_last": bool(fix.get("drop_last")),
+        **({"fix": fix} if fix else {}),
         "versions": {"torch": torch.__version__, "lightning": pl.__version__, "python": sys.version.split()[0]},
         # whose code a file is, judged where the run's interpreter keeps packages (not the judging one's)
         "paths": {name: sysconfig.get_paths()[name] for name in ("purelib", "platlib", "stdlib")},
@@ -279,8 +298,8 @@ def main(name: str, backend: str, out: Path) -> int:
         "error": "",
     }
     try:
-        with torch._dynamo.config.patch(**case.dynamo_config):
-            train(case, backend, out, truth, clock)
+        with torch._dynamo.config.patch(**dynamo_config):
+            train(case, backend, out, truth, clock, fix)
     except Exception as error:  # the run's failure is a fact the product must state; it is kept, not raised
         truth["status"] = "failed"
         truth["error"] = "".join(traceback.format_exception(error))[-4000:]
@@ -300,4 +319,4 @@ def main(name: str, backend: str, out: Path) -> int:
 
 if __name__ == "__main__":
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    sys.exit(main(sys.argv[1], sys.argv[2], Path(sys.argv[3])))
+    sys.exit(main(sys.argv[1], sys.argv[2], Path(sys.argv[3]), json.loads(sys.argv[4]) if sys.argv[4:] else None))

@@ -3,10 +3,12 @@ then judged."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from oracle.judge import Fact, judge
 
@@ -15,7 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def run_one(name: str, backend: str, out: Path, timeout: float) -> list[Fact]:
     """Train ``name`` in a child process and judge what telemetry-jit said about it."""
-    model = f"{name} ({backend})"
+    failed = train_one(name, backend, out, timeout)
+    return [Fact(f"{name} ({backend})", "run", None, "", failed)] if failed else judge(out, ROOT)
+
+
+def train_one(name: str, backend: str, out: Path, timeout: float, fix: dict[str, Any] | None = None) -> str:
+    """Train ``name`` in a child process (with ``fix``'s change: ``oracle.run``); why it failed, or ``""``."""
     env = {
         **os.environ,
         "TORCH_TRACE": str(out / "trace"),
@@ -28,7 +35,7 @@ def run_one(name: str, backend: str, out: Path, timeout: float) -> list[Fact]:
     with open(out / "run.log", "w") as log:
         try:
             done = subprocess.run(
-                [sys.executable, "-m", "oracle.run", name, backend, str(out)],
+                [sys.executable, "-m", "oracle.run", name, backend, str(out), *([json.dumps(fix)] if fix else [])],
                 cwd=ROOT,
                 env=env,
                 stdout=log,
@@ -36,7 +43,7 @@ def run_one(name: str, backend: str, out: Path, timeout: float) -> list[Fact]:
                 timeout=timeout,
             )
         except subprocess.TimeoutExpired:
-            return [Fact(model, "run", None, "", f"did not finish within {timeout:.0f} s")]
+            return f"did not finish within {timeout:.0f} s"
     if done.returncode or not (out / "truth.json").exists():
-        return [Fact(model, "run", None, "", f"exit {done.returncode}: see {out / 'run.log'}")]
-    return judge(out, ROOT)
+        return f"exit {done.returncode}: see {out / 'run.log'}"
+    return ""

@@ -137,6 +137,8 @@ def cause_fix(item: dict[str, Any], causes: list[dict[str, Any]], inputs: set[st
         loops = _loops(item["stages"])
         return Fix(f"drop_last=True on the {', '.join(loops)} loader", {"drop_last": loops})
     if first == "mark_dynamic":
+        if item.get("marks"):  # the inputs the fix names, every one torch made dynamic in its recompile
+            return _mark([f"tensor '{name}' size mismatch at index {dim}." for name, dim in item["marks"]], inputs)
         zero = re.search(r"mark_dynamic\(tensor, 0\)", text)
         return _mark(reasons, inputs, 0 if zero else None)
     if first == "dynamic":

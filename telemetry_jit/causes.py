@@ -382,6 +382,22 @@ def _static_dims(input_shapes: Sequence[str]) -> frozenset[tuple[str, str]]:
     return frozenset(static)
 
 
+_INDEXED = re.compile(r"^(\w+)\[(\w+)\]$")
+
+
+def dynamic_dims(input_shapes: Sequence[str]) -> list[tuple[str, int]]:
+    """``(input, dim)`` of each dimension a graph holds as a symbol (``"kwargs[x]: [4, s3]"``: ``("kwargs['x']",
+    1)``, the input as torch's reasons name it): under automatic dynamic shapes, those whose size changed."""
+    dims = []
+    for shape in input_shapes:
+        if found := _SHAPE.match(shape):
+            indexed = _INDEXED.match(found["name"])
+            name = f"{indexed[1]}['{indexed[2]}']" if indexed else found["name"]
+            sizes = [dim.strip() for dim in found["dims"].split(",")]
+            dims += [(name, index) for index, dim in enumerate(sizes) if dim and not dim.isdigit()]
+    return dims
+
+
 def specialized_dim(source: str) -> tuple[str, str] | None:
     """``("x", "2")`` of the source torch names a size by (``"L['x'].size()[2]"``), as its reasons name the tensor
     (``tensor 'x' size mismatch at index 2``); ``None`` for a source that is no tensor's size."""

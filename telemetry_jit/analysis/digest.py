@@ -24,7 +24,15 @@ from telemetry_jit.breaks import (
     recompile_owner,
     user_location,
 )
-from telemetry_jit.causes import BY_ITSELF, CAUSES, EVAL_STAGES, Classified, RecompileClassifier, normalize_reason
+from telemetry_jit.causes import (
+    BY_ITSELF,
+    CAUSES,
+    EVAL_STAGES,
+    Classified,
+    RecompileClassifier,
+    dynamic_dims,
+    normalize_reason,
+)
 from telemetry_jit.records import FallbackCost, is_frame_recompile
 from telemetry_jit.schema import (
     LOOP_SPAN_NAMES,
@@ -110,6 +118,8 @@ class CauseRow:
     # (frame, stage, global step, batch) of each recompile, bounded: the same recompile met in another run
     occasions: set[Occasion] = field(default_factory=set)
     owner: str = ""  # whose code its fix would change (breaks.recompile_owner); "user" unless all one package's
+    # changing_dim: the inputs torch made dynamic in its first such recompile (automatic dynamic shapes), each to mark
+    marks: list[tuple[str, int]] = field(default_factory=list)
 
     @property
     def title(self) -> str:
@@ -136,7 +146,13 @@ class CauseRow:
         if self.cause == "recompile_limit" and self.behind:
             behind = CAUSES[self.behind.most_common(1)[0][0]]
             return f"its recompiles were mostly: {behind.title}. Fix that: {behind.fix_for(stage, self.owner)}"
-        return CAUSES[self.cause].fix_for(stage, self.owner)
+        fix = CAUSES[self.cause].fix_for(stage, self.owner)
+        if self.marks:  # a mark on one input alone is refused where the code ties its size to another's
+            marks = ", ".join(f"mark_dynamic({name}, {dim})" for name, dim in self.marks)
+            here = f" (here: {marks}: every input torch made dynamic when it recompiled, marked together)"
+            at = fix.find("; or ")
+            fix = fix[:at] + here + fix[at:] if at >= 0 else fix + here
+        return fix
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -151,6 +167,7 @@ class CauseRow:
             "steps": self.steps,
             "dataloaders": self.loaders,
             "reasons": self.reasons,
+            "marks": [list(mark) for mark in self.marks],
             "fix": self.fix,
             "doc": CAUSES[self.cause].doc,
         }
@@ -503,6 +520,8 @@ class RunDigest:
         for values, value in (*kept, (row.loaders, _whole(attributes.get(TrainAttr.LOADER)))):
             add_new(values, value, MAX_NAMES)
         add_new(row.reasons, cause.subject, 5)
+        if cause.cause == "changing_dim" and not row.marks and str(attributes.get(CompileAttr.DYNAMIC)) == "auto":
+            row.marks = dynamic_dims([str(shape) for shape in attributes.get(CompileAttr.INPUT_SHAPES) or ()])[:8]
         if cause.behind:
             row.behind[cause.behind] += 1
         if len(row.occasions) < 1000:

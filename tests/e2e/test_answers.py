@@ -15,6 +15,7 @@ import torch
 
 import telemetry_jit
 from telemetry_jit import cli
+from telemetry_jit.analysis.digest import CauseRow
 from telemetry_jit.analysis.summary import summarize
 from telemetry_jit.analysis.text import format_summary
 from telemetry_jit.compat import torch as torch_compat
@@ -275,3 +276,67 @@ def test_a_compiled_module_that_never_ran_is_named_with_the_selector_that_would(
     assert len(said) == 1  # once, at the end of the first epoch
     assert "compiled <root> (StepCallsASubmodule.forward" in said[0]
     assert "Lightning calls training_step" in said[0] and "JitConfig(module_selector='net')" in said[0]
+
+
+class Masked(torch.nn.Module):
+    """Tokens and their mask, whose sizes the code ties (as a transformer's attention mask does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.linear = torch.nn.Linear(8, 8)
+
+    def forward(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        return self.linear(tokens) * mask.unsqueeze(-1)
+
+
+class Tokens(pl.LightningModule):
+    def __init__(self, marks: list[tuple[str, int]]) -> None:
+        super().__init__()
+        self.model, self.marks = Masked(), marks
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        (x,) = batch
+        inputs = {"tokens": x[:, : 4 + 2 * (batch_idx % 3)]}  # a changing number of tokens
+        inputs["mask"] = torch.ones(inputs["tokens"].shape[:2])
+        for name, dim in self.marks:  # the fix, as the summary names it
+            torch._dynamo.mark_dynamic(inputs[name], dim)
+        return self.model(**inputs).pow(2).mean()
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.01)
+
+
+def tokens_run(telemetry: Telemetry, marks: list[tuple[str, int]]) -> list[CauseRow]:
+    from torch.utils.data import DataLoader, TensorDataset
+
+    config = telemetry_jit.JitConfig(use_torch=True, torch_kwargs={"backend": "eager"})  # self.model
+    hooked, _ = telemetry_jit.hook_trainer_cls(pl.Trainer, telemetry.provider, jit_config=config, live=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hooked(max_epochs=1, **TRAINER_DEFAULTS).fit(
+            Tokens(marks), DataLoader(TensorDataset(torch.randn(24, 10, 8)), 4)
+        )
+    run = telemetry.end()
+    dynamo_facts.reset_compile_state()
+    return summarize(run).causes
+
+
+def test_a_changing_dimension_two_inputs_share_is_fixed_by_marking_both_as_named(
+    telemetry: Telemetry, tmp_path: Path
+) -> None:
+    """A mark on the tensor torch's reason names alone is refused where the code ties its size to another input's:
+    the fix names every input torch made dynamic when it recompiled, and marking those, as named, removes the
+    recompiles."""
+    (row,) = [row for row in tokens_run(telemetry, []) if row.cause == "changing_dim"]
+    if "input_shapes" in torch_compat.UNAVAILABLE:
+        assert row.marks == [] and "mark_dynamic(tensor, dim)" in row.fix  # the general fix, no inputs named
+        pytest.skip(f"torch {torch.__version__} records no compile.input_shapes: the fix names no inputs")
+    marks = [(name.split("[")[-1].strip("']"), dim) for name, dim in row.marks]  # kwargs['mask'] is the call's mask
+    assert sorted(marks) == [("mask", 1), ("tokens", 1)], row.marks
+    assert "mark_dynamic(kwargs['tokens'], 1)" in row.fix or "mark_dynamic(tokens, 1)" in row.fix, row.fix
+    from tests.e2e.conftest import fresh_provider_state
+
+    fresh_provider_state()
+    provider = telemetry_jit.configure("fixed", file=tmp_path / "fixed.jsonl")
+    after = tokens_run(Telemetry(provider, tmp_path / "fixed.jsonl"), marks)
+    assert "changing_dim" not in {row.cause for row in after}, after

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from telemetry_jit.records import GraphBreak, NotCompiled
+import re
+
+import pytest
+
+from telemetry_jit.records import GraphBreak, NotCompiled, first_step_line
 
 
 def test_a_module_compiled_to_no_effect_names_the_selector_where_one_reaches_it() -> None:
@@ -20,3 +24,10 @@ def test_a_graph_breaks_summary_is_its_reasons_first_line() -> None:
     assert GraphBreak(reason="  Call to `torch._dynamo.graph_break()`\n  Explanation: ...").summary == (
         "Call to `torch._dynamo.graph_break()`"
     )
+
+
+@pytest.mark.parametrize(("wall_ms", "compile_ms"), [(2840, 2760), (2849, 2751), (150, 149), (41_240, 38_860)])
+def test_a_first_steps_line_adds_up_as_it_reads(wall_ms: float, compile_ms: float) -> None:
+    line = first_step_line("train", 0, wall_ms, compile_ms, {})
+    wall, compiling, running = map(float, re.findall(r"([\d.]+) s", line))
+    assert round(compiling + running, 1) == wall, line

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 DOCS = "docs/fixing.md"
@@ -372,14 +372,19 @@ _SOURCE_DIM = re.compile(r"^(?P<tensor>.+)\.size\(\)\[(?P<dim>\d+)\]$")
 _SHAPE = re.compile(r"^(?P<name>.+): \[(?P<dims>[^\]]*)\]$")
 
 
-def _static_dims(input_shapes: Sequence[str]) -> frozenset[tuple[str, str]]:
-    """``(input, dim)`` of each dimension a graph holds as a number (``"x: [2, s3]"``: ``("x", "0")``)."""
-    static: set[tuple[str, str]] = set()
+def _dims(input_shapes: Sequence[str]) -> Iterator[tuple[str, int, str]]:
+    """``(input, index, size)`` of each dimension of a graph's inputs (``"x: [2, s3]"``: ``("x", 0, "2")``,
+    ``("x", 1, "s3")``)."""
     for shape in input_shapes:
         if found := _SHAPE.match(shape):
-            dims = [dim.strip() for dim in found["dims"].split(",")]
-            static.update((found["name"], str(index)) for index, dim in enumerate(dims) if dim.isdigit())
-    return frozenset(static)
+            for index, size in enumerate(found["dims"].split(",")):
+                if size := size.strip():
+                    yield found["name"], index, size
+
+
+def _static_dims(input_shapes: Sequence[str]) -> frozenset[tuple[str, str]]:
+    """``(input, dim)`` of each dimension a graph holds as a number (``"x: [2, s3]"``: ``("x", "0")``)."""
+    return frozenset((name, str(index)) for name, index, size in _dims(input_shapes) if size.isdigit())
 
 
 _INDEXED = re.compile(r"^(\w+)\[(\w+)\]$")
@@ -388,14 +393,11 @@ _INDEXED = re.compile(r"^(\w+)\[(\w+)\]$")
 def dynamic_dims(input_shapes: Sequence[str]) -> list[tuple[str, int]]:
     """``(input, dim)`` of each dimension a graph holds as a symbol (``"kwargs[x]: [4, s3]"``: ``("kwargs['x']",
     1)``, the input as torch's reasons name it): under automatic dynamic shapes, those whose size changed."""
-    dims = []
-    for shape in input_shapes:
-        if found := _SHAPE.match(shape):
-            indexed = _INDEXED.match(found["name"])
-            name = f"{indexed[1]}['{indexed[2]}']" if indexed else found["name"]
-            sizes = [dim.strip() for dim in found["dims"].split(",")]
-            dims += [(name, index) for index, dim in enumerate(sizes) if dim and not dim.isdigit()]
-    return dims
+    return [
+        (f"{indexed[1]}['{indexed[2]}']" if (indexed := _INDEXED.match(name)) else name, index)
+        for name, index, size in _dims(input_shapes)
+        if not size.isdigit()
+    ]
 
 
 def specialized_dim(source: str) -> tuple[str, str] | None:

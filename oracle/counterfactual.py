@@ -87,20 +87,23 @@ def _dynamic() -> Fix:
     return Fix("JitConfig(torch_kwargs={'dynamic': True})", {"torch_kwargs": {"dynamic": True}})
 
 
-def _mark(reasons: list[str], inputs: set[str], dim: int | None = None) -> Fix:
-    """``mark_dynamic`` on each input of the compiled call (``inputs``) whose dimension torch's failed guards name,
-    in every frame of the cause (``dim``: the one the fix names): a user marks each tensor the reasons name."""
+def _named_dims(reasons: list[str], dim: int | None = None) -> list[tuple[str, int]]:
+    """``(tensor, dim)`` of each size torch's failed guards name (``dim``: the one the fix names instead)."""
+    found = [_SIZE_MISMATCH.search(reason) or _SIZE_GUARD.search(reason) for reason in reasons]
+    return [(size.group(1), int(size.group(2)) if dim is None else dim) for size in found if size]
+
+
+def _mark(named: list[tuple[str, int]], inputs: set[str]) -> Fix:
+    """``mark_dynamic`` on each of the ``named`` tensors that is an input of the compiled call (``inputs``), in every
+    frame of the cause: a user marks each tensor the fix names."""
     marks, others = [], []
-    for reason in reasons:
-        found = _SIZE_MISMATCH.search(reason) or _SIZE_GUARD.search(reason)
-        if not found:
-            continue
-        plain = _KWARG.match(found.group(1))
-        name, at = plain.group(1) if plain else found.group(1), int(found.group(2)) if dim is None else dim
+    for tensor, at in named:
+        plain = _KWARG.match(tensor)
+        name = plain.group(1) if plain else tensor
         (marks if name in inputs else others).append([name, at])
     marks = [mark for i, mark in enumerate(marks) if mark not in marks[:i]]
     if not marks:
-        return Fix("", not_mechanical=f"torch's reasons name no input of the compiled call: {reasons[:1]}")
+        return Fix("", not_mechanical=f"the fix names no input of the compiled call: {named[:1]}")
     words = ", ".join(f"mark_dynamic({name}, {at})" for name, at in marks)
     if others:  # tensors computed inside the compiled code: a mark there is no change a user can make
         words += f" ({', '.join(sorted({name for name, _ in others}))}: no input of the compiled call, not marked)"
@@ -138,9 +141,9 @@ def cause_fix(item: dict[str, Any], causes: list[dict[str, Any]], inputs: set[st
         return Fix(f"drop_last=True on the {', '.join(loops)} loader", {"drop_last": loops})
     if first == "mark_dynamic":
         if item.get("marks"):  # the inputs the fix names, every one torch made dynamic in its recompile
-            return _mark([f"tensor '{name}' size mismatch at index {dim}." for name, dim in item["marks"]], inputs)
+            return _mark([(name, dim) for name, dim in item["marks"]], inputs)
         zero = re.search(r"mark_dynamic\(tensor, 0\)", text)
-        return _mark(reasons, inputs, 0 if zero else None)
+        return _mark(_named_dims(reasons, 0 if zero else None), inputs)
     if first == "dynamic":
         return _dynamic()
     if first == "inference_mode":

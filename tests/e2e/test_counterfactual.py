@@ -144,3 +144,15 @@ def test_a_mark_goes_on_each_input_of_the_compiled_call_torch_names() -> None:
 def test_a_fix_that_changes_the_code_is_not_mechanical() -> None:
     item = _item("specialized", "compiling with dynamic=True does not help here ...", ["s0 <= 40"])
     assert cause_fix(item, [item], {"x"}).not_mechanical.startswith("specialized's fix changes the code")
+
+
+def test_the_inputs_the_fix_names_are_marked_together() -> None:
+    """Where the fix names every input torch made dynamic (``marks``), each of them that is an input of the call is
+    marked, not only the one torch's reason names."""
+    item = _item("changing_dim", "mark that dimension dynamic with torch._dynamo.mark_dynamic(tensor, dim) ...", [])
+    item["reasons"] = ["tensor 'kwargs['input_ids']' size mismatch at index 1. expected 13, actual 14"]
+    item["marks"] = [["kwargs['input_ids']", 1], ["kwargs['attention_mask']", 1], ["logits", 1]]
+    fix = cause_fix(item, [item], {"input_ids", "attention_mask"})
+    assert fix.change == {"mark_dynamic": [["input_ids", 1], ["attention_mask", 1]]}
+    marked = "mark_dynamic(input_ids, 1), mark_dynamic(attention_mask, 1)"
+    assert fix.words == f"{marked} (logits: no input of the compiled call, not marked)"
